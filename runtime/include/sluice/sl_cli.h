@@ -1,0 +1,19 @@
+/*
+ * sl_cli.h — the command line every `sluice <stage>` shares:
+ *   --help                 list every setting (key, env var, default)
+ *   --config FILE          key = value file
+ *   --set key=value        override one setting (repeatable)
+ * Loads the bound tables with sl_conf_load() and initialises logging from the
+ * common table's log.level.
+ */
+#ifndef SLUICE_SL_CLI_H
+#define SLUICE_SL_CLI_H
+
+#include "sluice/sl_conf.h"
+
+/* Returns 0 to go on, or a process exit code + 1000 to exit with at once
+ * (1000 after --help, 1002 on a usage/config error, printed on stderr). */
+int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
+                const sl_conf_bind *binds, size_t nbinds);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * sl_http.h — a small HTTP/1.1 server on a libuv loop, parsing requests with
+ * nodejs/http-parser (Debian libhttp-parser).
+ *
+ * One request per connection is in flight at a time: after a request is
+ * complete the connection stops reading (pipelined bytes stay buffered) until
+ * the handler responds, so a handler may respond later (e.g. after a Kafka
+ * delivery report) without any queueing. Keep-alive, bounded header and body
+ * sizes, a per-request deadline (slow clients trickling headers are cut off)
+ * and an idle timeout between requests.
+ *
+ * @locality everything runs on the loop thread given to sl_http_server_new();
+ * sl_http_respond() must be called on that thread too.
+ */
+#ifndef SLUICE_SL_HTTP_H
+#define SLUICE_SL_HTTP_H
+
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct sl_http_server sl_http_server;
+typedef struct sl_http_req sl_http_req;
+
+/* Called once per complete request. The handler must eventually call
+ * sl_http_respond() exactly once for it. */
+typedef void (*sl_http_handler_fn)(sl_http_req *req, void *ud);
+
+typedef struct {
+  size_t max_body;             /* bytes; larger -> 413. default 1 MiB */
+  size_t max_header;           /* URL + all header bytes; -> 431. default 16 KiB */
+  unsigned request_timeout_ms; /* whole request must arrive within. default 10 s */
+  unsigned idle_timeout_ms;    /* keep-alive idle. default 60 s */
+} sl_http_limits;
+
+/* listen: "host:port" (IPv4). limits may be NULL for defaults.
+ * Returns 0 or a negative code (-errno from libuv for bind errors). */
+int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen,
+                       const sl_http_limits *limits, sl_http_handler_fn fn, void *ud);
+
+/* Stops listening and closes every connection. Handles close asynchronously:
+ * run the loop afterwards until it has no more work. NULL-safe. */
+void sl_http_server_free(sl_http_server *srv);
+
+/* The bound port (useful with port 0). */
+int sl_http_server_port(const sl_http_server *srv);
+
+const char *sl_http_req_method(const sl_http_req *req);
+const char *sl_http_req_path(const sl_http_req *req);   /* without query */
+const char *sl_http_req_query(const sl_http_req *req);  /* "" when none */
+/* Case-insensitive lookup; NULL when absent. */
+const char *sl_http_req_header(const sl_http_req *req, const char *name);
+const char *sl_http_req_body(const sl_http_req *req, size_t *len);
+
+/* Sends the response. extra_headers: "Name: value\r\n" lines or NULL.
+ * The request object is invalid after this call. Returns 0 or SL_ENOMEM. */
+int sl_http_respond(sl_http_req *req, int status, const char *content_type,
+                    const char *extra_headers, const void *body, size_t len);
+
+/* {"error":{"code":code,"message":message}} with the given 4xx/5xx status. */
+int sl_http_respond_error(sl_http_req *req, int status, const char *code,
+                          const char *message, const char *extra_headers);
+
+#endif

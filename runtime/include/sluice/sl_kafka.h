@@ -1,0 +1,51 @@
+/*
+ * sl_kafka.h — librdkafka set-up shared by every stage.
+ *
+ * Producers are idempotent (enable.idempotence=true, hence acks=all): a
+ * message counts as written only once its delivery report says so. Consumers
+ * never auto-commit; the stage runtime commits an offset only after the
+ * outputs of that message are acknowledged (sl_stage.h).
+ */
+#ifndef SLUICE_SL_KAFKA_H
+#define SLUICE_SL_KAFKA_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <uv.h>
+
+/* Delivery-report callback for producers created here: `opaque` is the
+ * per-message opaque given at produce time. Runs on whichever thread polls
+ * the producer (the loop thread with sl_kafka_uv_attach). */
+typedef void (*sl_kafka_dr_fn)(rd_kafka_resp_err_t err, void *msg_opaque);
+
+/* Creates an idempotent producer. dr may be NULL (then opaques must point to
+ * an sl_kafka_batch, see below). extra: NULL-terminated key/value pairs of
+ * librdkafka properties applied last, may be NULL. */
+int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
+                          sl_kafka_dr_fn dr, const char *const *extra, char *err,
+                          size_t errlen);
+
+/* Creates a consumer in group_id with auto-commit off, auto.offset.reset
+ * earliest, and its poll queue redirected to the consumer queue. */
+int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
+                          const char *client_id, char *err, size_t errlen);
+
+/* Serves the producer's delivery reports on a libuv loop: librdkafka writes
+ * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
+ * rd_kafka_poll(rk, 0). No timer, no busy loop. The handle is closed by
+ * sl_kafka_uv_detach (NULL-safe). @locality loop thread only. */
+typedef struct sl_kafka_uv sl_kafka_uv;
+int sl_kafka_uv_attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop);
+void sl_kafka_uv_detach(sl_kafka_uv *ku);
+
+/* A group of produced messages awaited together (synchronous stages). */
+typedef struct {
+  int outstanding;
+  rd_kafka_resp_err_t first_error;
+} sl_kafka_batch;
+
+/* Counts a delivery report against an sl_kafka_batch opaque. Used as the
+ * dr callback when sl_kafka_producer_new() is given dr == NULL. */
+void sl_kafka_batch_dr(rd_kafka_resp_err_t err, void *opaque);
+
+#endif

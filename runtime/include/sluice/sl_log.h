@@ -1,0 +1,31 @@
+/*
+ * sl_log.h — JSON-lines logging to stderr.
+ *
+ * One line per event: {"ts":"…","level":"info","component":"stt",
+ * "submission":"…","question":3,"msg":"…"}. Lines about a question pass the
+ * message key ("<submission>/<question>") and get both ids as fields.
+ * Each line is formatted into a bounded stack buffer and written with one
+ * write(2), so lines from different threads never interleave. Thread-safe.
+ */
+#ifndef SLUICE_SL_LOG_H
+#define SLUICE_SL_LOG_H
+
+#include <stddef.h>
+
+typedef enum { SL_LOG_DEBUG, SL_LOG_INFO, SL_LOG_WARN, SL_LOG_ERROR } sl_log_level;
+
+/* Sets the component name shown on every line (static string) and the level
+ * ("debug", "info", "warn", "error"). Returns SL_EINVAL for an unknown level. */
+int sl_log_init(const char *component, const char *level);
+int sl_log_set_level(const char *level);
+int sl_log_enabled(sl_log_level lvl);
+
+/* key: message key "<submission>/<question>" or "<submission>", or NULL. */
+void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Appends s as a JSON string body (no quotes) to buf at *pos, bounded by
+ * len; truncates safely. Used by the logger and small JSON writers. */
+void sl_json_escape(char *buf, size_t len, size_t *pos, const char *s);
+
+#endif

@@ -1,0 +1,26 @@
+/*
+ * sl_redis.h — a synchronous hiredis connection that reconnects.
+ *
+ * Commands that fail with an I/O error drop the connection; the next command
+ * reconnects (one attempt per call), so a Redis restart costs the callers a
+ * few errors, never a crash. Not thread-safe: one per thread.
+ */
+#ifndef SLUICE_SL_REDIS_H
+#define SLUICE_SL_REDIS_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+typedef struct sl_redis sl_redis;
+
+/* url: redis://host:port[/db]. Does not connect yet. */
+int sl_redis_new(sl_redis **out, const char *url);
+void sl_redis_free(sl_redis *r);
+
+/* Like redisCommandArgv. Returns a reply the caller frees with
+ * freeReplyObject(), or NULL on a connection error (then *err holds why).
+ * A reply of type REDIS_REPLY_ERROR is returned as is. */
+redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
+                          char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * sl_cli.c — see sl_cli.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_cli.h"
+#include "sluice/sl_err.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_SETS 64
+
+int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
+                const sl_conf_bind *binds, size_t nbinds) {
+  const char *file = NULL, *sets[MAX_SETS];
+  size_t nsets = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      printf("usage: sluice %s [--config FILE] [--set key=value]...\n\n%s\n\n"
+             "Settings (file key, environment variable, default):\n",
+             stage, summary);
+      for (size_t b = 0; b < nbinds; b++)
+        sl_conf_print_help(binds[b].entries, binds[b].n, stdout);
+      return 1000;
+    } else if (strcmp(a, "--config") == 0 && i + 1 < argc) {
+      file = argv[++i];
+    } else if (strcmp(a, "--set") == 0 && i + 1 < argc) {
+      if (nsets == MAX_SETS) {
+        fprintf(stderr, "sluice %s: too many --set options\n", stage);
+        return 1002;
+      }
+      sets[nsets++] = argv[++i];
+    } else {
+      fprintf(stderr, "sluice %s: unknown argument \"%s\" (try --help)\n", stage, a);
+      return 1002;
+    }
+  }
+  char err[512];
+  int rc = sl_conf_load(binds, nbinds, file, sets, nsets, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "sluice %s: %s\n", stage, err);
+    return 1002;
+  }
+  return 0;
+}

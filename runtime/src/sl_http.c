@@ -1,0 +1,502 @@
+/*
+ * sl_http.c — HTTP/1.1 server (see sl_http.h).
+ *
+ * Each connection owns: a uv_tcp_t, an http_parser, one timer, a bounded
+ * header arena (URL + header names/values, NUL-separated), a body buffer that
+ * grows up to max_body, and a buffer of bytes received but not yet parsed.
+ * Parsing stops (http_parser_pause) at the end of each message; the rest of
+ * the input waits until the handler has answered. Errors found by the parser
+ * (bad syntax, limits) are answered with a JSON error and the connection is
+ * closed.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_http.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_log.h"
+
+#include <http_parser.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_HEADERS 48
+
+typedef struct conn conn;
+
+struct sl_http_req {
+  conn *c;
+  char method[16];
+  const char *path, *query;
+  size_t nh;
+  const char *hname[MAX_HEADERS], *hval[MAX_HEADERS];
+};
+
+struct sl_http_server {
+  uv_loop_t *loop;
+  uv_tcp_t tcp;
+  sl_http_limits lim;
+  sl_http_handler_fn fn;
+  void *ud;
+  conn *conns; /* doubly linked list of open connections */
+  int port;
+  int closing;
+};
+
+struct conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  http_parser parser;
+  sl_http_server *srv;
+  conn *prev, *next;
+  char *arena;        /* max_header bytes */
+  size_t arena_len;
+  int last_was_value; /* header callback state */
+  char *body;
+  size_t body_len, body_cap;
+  char *pending;      /* unparsed input */
+  size_t pending_len, pending_cap;
+  sl_http_req req;
+  int in_request;     /* headers begun */
+  int busy;           /* handler has the request */
+  int keep_alive;
+  int closing;
+  int error_status;   /* limit hit while parsing */
+  int nclose;         /* handles still to close */
+};
+
+static http_parser_settings settings;
+
+/* ---------- closing ---------- */
+
+static void conn_free(conn *c) {
+  free(c->arena);
+  free(c->body);
+  free(c->pending);
+  free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  conn *c = h->data;
+  if (--c->nclose > 0) return;
+  /* a handler still holding the request frees it in sl_http_respond() */
+  if (!c->busy) conn_free(c);
+}
+
+static void conn_close(conn *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  if (c->prev) c->prev->next = c->next;
+  else if (c->srv) c->srv->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->nclose = 2;
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static void on_timeout(uv_timer_t *t) {
+  conn *c = t->data;
+  if (c->busy) return; /* the handler owns it; it will answer */
+  conn_close(c);
+}
+
+static void arm_timer(conn *c, unsigned ms) {
+  uv_timer_start(&c->timer, on_timeout, ms, 0);
+}
+
+/* ---------- parser callbacks ---------- */
+
+static int arena_put(conn *c, const char *at, size_t len, int new_item) {
+  /* new_item: terminate the previous item and start a new one */
+  size_t need = len + (new_item ? 1 : 0);
+  if (c->arena_len + need + 1 > c->srv->lim.max_header) {
+    c->error_status = 431;
+    return -1;
+  }
+  if (new_item && c->arena_len) c->arena[c->arena_len++] = '\0';
+  memcpy(c->arena + c->arena_len, at, len);
+  c->arena_len += len;
+  c->arena[c->arena_len] = '\0';
+  return 0;
+}
+
+static int on_message_begin(http_parser *p) {
+  conn *c = p->data;
+  c->in_request = 1;
+  c->arena_len = 0;
+  c->body_len = 0;
+  c->last_was_value = 1;
+  memset(&c->req, 0, sizeof c->req);
+  c->req.c = c;
+  arm_timer(c, c->srv->lim.request_timeout_ms);
+  return 0;
+}
+
+/* The arena holds: URL \0 name \0 value \0 name \0 value ... Offsets are
+ * resolved into pointers in on_headers_complete. */
+static int on_url(http_parser *p, const char *at, size_t len) {
+  return arena_put(p->data, at, len, 0);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  conn *c = p->data;
+  int start = c->last_was_value;
+  c->last_was_value = 0;
+  return arena_put(c, at, len, start);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  conn *c = p->data;
+  int start = !c->last_was_value;
+  c->last_was_value = 1;
+  return arena_put(c, at, len, start);
+}
+
+static int on_headers_complete(http_parser *p) {
+  conn *c = p->data;
+  sl_http_req *r = &c->req;
+  /* a header with an empty value produces no value callback: pad it */
+  if (!c->last_was_value && arena_put(c, "", 0, 1)) return -1;
+  if (c->arena_len + 1 > c->srv->lim.max_header) {
+    c->error_status = 431;
+    return -1;
+  }
+  c->arena[c->arena_len++] = '\0';
+  char *s = c->arena, *end = c->arena + c->arena_len;
+  char *url = s;
+  s += strlen(s) + 1;
+  while (s < end) {
+    char *name = s;
+    s += strlen(s) + 1;
+    if (s > end) break;
+    char *val = s;
+    s += strlen(s) + 1;
+    if (r->nh >= MAX_HEADERS) {
+      c->error_status = 431;
+      return -1;
+    }
+    r->hname[r->nh] = name;
+    r->hval[r->nh++] = val;
+  }
+  char *q = strchr(url, '?');
+  if (q) *q++ = '\0';
+  r->path = url;
+  r->query = q ? q : "";
+  snprintf(r->method, sizeof r->method, "%s", http_method_str(p->method));
+  if (p->content_length != ULLONG_MAX && p->content_length > c->srv->lim.max_body) {
+    c->error_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  conn *c = p->data;
+  if (c->body_len + len > c->srv->lim.max_body) {
+    c->error_status = 413;
+    return -1;
+  }
+  if (c->body_len + len + 1 > c->body_cap) {
+    size_t cap = c->body_cap ? c->body_cap : 4096;
+    while (cap < c->body_len + len + 1) cap *= 2;
+    char *nb = realloc(c->body, cap);
+    if (!nb) {
+      c->error_status = 500;
+      return -1;
+    }
+    c->body = nb;
+    c->body_cap = cap;
+  }
+  memcpy(c->body + c->body_len, at, len);
+  c->body_len += len;
+  c->body[c->body_len] = '\0';
+  return 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  conn *c = p->data;
+  c->keep_alive = http_should_keep_alive(p);
+  c->busy = 1;
+  c->in_request = 0;
+  uv_timer_stop(&c->timer);
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+/* ---------- reading and dispatch ---------- */
+
+static void on_alloc(uv_handle_t *h, size_t sugg, uv_buf_t *buf) {
+  conn *c = h->data;
+  (void)sugg;
+  size_t want = 16384;
+  if (c->pending_cap - c->pending_len < want) {
+    size_t cap = c->pending_len + want;
+    char *np = realloc(c->pending, cap);
+    if (!np) {
+      buf->base = NULL;
+      buf->len = 0;
+      return;
+    }
+    c->pending = np;
+    c->pending_cap = cap;
+  }
+  buf->base = c->pending + c->pending_len;
+  buf->len = c->pending_cap - c->pending_len;
+}
+
+static void fail_parse(conn *c) {
+  int st = c->error_status ? c->error_status : 400;
+  const char *code = st == 413 ? "body_too_large" : st == 431 ? "headers_too_large"
+                                                               : "bad_request";
+  const char *msg = st == 413 ? "request body exceeds the limit"
+                    : st == 431 ? "request headers exceed the limit"
+                                : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
+  c->keep_alive = 0;
+  c->busy = 1;
+  c->req.c = c;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  sl_http_respond_error(&c->req, st, code, msg, NULL);
+}
+
+/* Parses buffered input; dispatches at most one complete request. */
+static void drive(conn *c) {
+  if (c->busy || c->closing || !c->pending_len) return;
+  size_t n = http_parser_execute(&c->parser, &settings, c->pending, c->pending_len);
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+  if (e != HPE_OK && e != HPE_PAUSED) {
+    fail_parse(c);
+    return;
+  }
+  /* with HPE_PAUSED the parser stopped after message_complete; n excludes
+   * the rest */
+  memmove(c->pending, c->pending + n, c->pending_len - n);
+  c->pending_len -= n;
+  if (e == HPE_PAUSED) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->srv->fn(&c->req, c->srv->ud);
+  } else if (c->pending_len > c->srv->lim.max_header + c->srv->lim.max_body) {
+    c->error_status = 413;
+    fail_parse(c);
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = s->data;
+  (void)buf;
+  if (nread < 0) {
+    conn_close(c);
+    return;
+  }
+  if (nread == 0) return;
+  if (!c->in_request && !c->busy) arm_timer(c, c->srv->lim.request_timeout_ms);
+  c->pending_len += (size_t)nread;
+  drive(c);
+}
+
+typedef struct {
+  uv_write_t w;
+  conn *c;
+  int close_after;
+  char data[];
+} wreq;
+
+static void on_written(uv_write_t *w, int status) {
+  wreq *r = (wreq *)w;
+  conn *c = r->c;
+  int close_after = r->close_after || status < 0;
+  free(r);
+  if (c->closing) { /* close callbacks run after this one and free c */
+    c->busy = 0;
+    return;
+  }
+  if (close_after) {
+    conn_close(c);
+    return;
+  }
+  c->busy = 0;
+  http_parser_pause(&c->parser, 0);
+  arm_timer(c, c->srv->lim.idle_timeout_ms);
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    conn_close(c);
+    return;
+  }
+  drive(c); /* a pipelined request may already be buffered */
+}
+
+static const char *reason(int st) {
+  switch (st) {
+  case 200: return "OK";
+  case 201: return "Created";
+  case 202: return "Accepted";
+  case 204: return "No Content";
+  case 304: return "Not Modified";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 413: return "Payload Too Large";
+  case 415: return "Unsupported Media Type";
+  case 422: return "Unprocessable Entity";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 503: return "Service Unavailable";
+  default: return "Status";
+  }
+}
+
+int sl_http_respond(sl_http_req *req, int status, const char *ctype,
+                    const char *extra, const void *body, size_t len) {
+  if (!req || !req->c) return SL_EINVAL;
+  conn *c = req->c;
+  req->c = NULL;
+  if (c->closing) {
+    c->busy = 0;
+    if (c->nclose == 0) conn_free(c);
+    return 0;
+  }
+  char head[1024];
+  int keep = c->keep_alive && !c->srv->closing;
+  int hl = snprintf(head, sizeof head,
+                    "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\n%s%s%sConnection: %s\r\n",
+                    status, reason(status), len, ctype ? "Content-Type: " : "",
+                    ctype ? ctype : "", ctype ? "\r\n" : "", keep ? "keep-alive" : "close");
+  size_t el = extra ? strlen(extra) : 0;
+  wreq *w = malloc(sizeof *w + (size_t)hl + el + 2 + len);
+  if (!w) {
+    conn_close(c);
+    return SL_ENOMEM;
+  }
+  char *p = w->data;
+  memcpy(p, head, (size_t)hl);
+  p += hl;
+  if (el) memcpy(p, extra, el), p += el;
+  memcpy(p, "\r\n", 2), p += 2;
+  if (len) memcpy(p, body, len), p += len;
+  w->c = c;
+  w->close_after = !keep;
+  uv_buf_t b = uv_buf_init(w->data, (unsigned)(p - w->data));
+  if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+    free(w);
+    conn_close(c);
+  }
+  return 0;
+}
+
+int sl_http_respond_error(sl_http_req *req, int status, const char *code,
+                          const char *message, const char *extra) {
+  char body[1024];
+  size_t p = 0;
+  p += (size_t)snprintf(body, sizeof body, "{\"error\":{\"code\":\"");
+  sl_json_escape(body, sizeof body - 64, &p, code);
+  p += (size_t)snprintf(body + p, sizeof body - p, "\",\"message\":\"");
+  sl_json_escape(body, sizeof body - 8, &p, message);
+  p += (size_t)snprintf(body + p, sizeof body - p, "\"}}\n");
+  return sl_http_respond(req, status, "application/json", extra, body, p);
+}
+
+/* ---------- accepting ---------- */
+
+static void on_connection(uv_stream_t *ls, int status) {
+  sl_http_server *srv = ls->data;
+  if (status < 0) return;
+  conn *c = calloc(1, sizeof *c);
+  if (c) c->arena = malloc(srv->lim.max_header + 1);
+  if (!c || !c->arena) {
+    if (c) free(c);
+    return;
+  }
+  c->srv = srv;
+  uv_tcp_init(srv->loop, &c->tcp);
+  uv_timer_init(srv->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  http_parser_init(&c->parser, HTTP_REQUEST);
+  c->parser.data = c;
+  c->next = srv->conns;
+  if (srv->conns) srv->conns->prev = c;
+  srv->conns = c;
+  if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    conn_close(c);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  arm_timer(c, srv->lim.idle_timeout_ms);
+}
+
+int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen,
+                       const sl_http_limits *lim, sl_http_handler_fn fn, void *ud) {
+  if (!out || !loop || !listen || !fn) return SL_EINVAL;
+  settings.on_message_begin = on_message_begin;
+  settings.on_url = on_url;
+  settings.on_header_field = on_header_field;
+  settings.on_header_value = on_header_value;
+  settings.on_headers_complete = on_headers_complete;
+  settings.on_body = on_body;
+  settings.on_message_complete = on_message_complete;
+
+  char host[256];
+  const char *colon = strrchr(listen, ':');
+  if (!colon || (size_t)(colon - listen) >= sizeof host) return SL_EINVAL;
+  memcpy(host, listen, (size_t)(colon - listen));
+  host[colon - listen] = '\0';
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end || port < 0 || port > 65535) return SL_EINVAL;
+  struct sockaddr_in addr;
+  if (uv_ip4_addr(host[0] ? host : "0.0.0.0", (int)port, &addr) != 0) return SL_EINVAL;
+
+  sl_http_server *srv = calloc(1, sizeof *srv);
+  if (!srv) return SL_ENOMEM;
+  srv->loop = loop;
+  srv->fn = fn;
+  srv->ud = ud;
+  srv->lim.max_body = lim && lim->max_body ? lim->max_body : 1 << 20;
+  srv->lim.max_header = lim && lim->max_header ? lim->max_header : 16384;
+  srv->lim.request_timeout_ms = lim && lim->request_timeout_ms ? lim->request_timeout_ms : 10000;
+  srv->lim.idle_timeout_ms = lim && lim->idle_timeout_ms ? lim->idle_timeout_ms : 60000;
+  uv_tcp_init(loop, &srv->tcp);
+  srv->tcp.data = srv;
+  int rc = uv_tcp_bind(&srv->tcp, (const struct sockaddr *)&addr, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->tcp, 1024, on_connection);
+  if (rc != 0) {
+    srv->closing = 1;
+    uv_close((uv_handle_t *)&srv->tcp, (uv_close_cb)free);
+    return rc;
+  }
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  uv_tcp_getsockname(&srv->tcp, (struct sockaddr *)&ss, &sl);
+  srv->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  *out = srv;
+  return 0;
+}
+
+int sl_http_server_port(const sl_http_server *srv) { return srv ? srv->port : -1; }
+
+static void on_srv_closed(uv_handle_t *h) { free(h->data); }
+
+void sl_http_server_free(sl_http_server *srv) {
+  if (!srv) return;
+  srv->closing = 1;
+  while (srv->conns) conn_close(srv->conns);
+  uv_close((uv_handle_t *)&srv->tcp, on_srv_closed);
+}
+
+const char *sl_http_req_method(const sl_http_req *r) { return r->method; }
+const char *sl_http_req_path(const sl_http_req *r) { return r->path ? r->path : "/"; }
+const char *sl_http_req_query(const sl_http_req *r) { return r->query ? r->query : ""; }
+const char *sl_http_req_header(const sl_http_req *r, const char *name) {
+  for (size_t i = 0; i < r->nh; i++)
+    if (strcasecmp(r->hname[i], name) == 0) return r->hval[i];
+  return NULL;
+}
+const char *sl_http_req_body(const sl_http_req *r, size_t *len) {
+  const conn *c = r->c;
+  if (len) *len = c ? c->body_len : 0;
+  return c && c->body ? c->body : "";
+}

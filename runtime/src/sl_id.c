@@ -1,0 +1,64 @@
+/*
+ * sl_id.c — see sl_id.h.
+ */
+#include "sluice/sl_id.h"
+#include "sluice/sl_err.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <string.h>
+
+static const char hexd[] = "0123456789abcdef";
+
+static void to_hex(const unsigned char *in, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = hexd[in[i] >> 4];
+    out[2 * i + 1] = hexd[in[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+int sl_uuid7(int64_t ms, char out[37]) {
+  unsigned char b[16];
+  if (!out || ms < 0) return SL_EINVAL;
+  if (RAND_bytes(b + 6, 10) != 1) return SL_ECRYPTO;
+  for (int i = 0; i < 6; i++) b[i] = (unsigned char)((uint64_t)ms >> (40 - 8 * i));
+  b[6] = (unsigned char)(0x70 | (b[6] & 0x0f));
+  b[8] = (unsigned char)(0x80 | (b[8] & 0x3f));
+  char hex[33];
+  to_hex(b, 16, hex);
+  memcpy(out, hex, 8);
+  out[8] = '-';
+  memcpy(out + 9, hex + 8, 4);
+  out[13] = '-';
+  memcpy(out + 14, hex + 12, 4);
+  out[18] = '-';
+  memcpy(out + 19, hex + 16, 4);
+  out[23] = '-';
+  memcpy(out + 24, hex + 20, 12);
+  out[36] = '\0';
+  return 0;
+}
+
+int sl_random_hex(size_t nbytes, char *out, size_t outlen) {
+  unsigned char b[64];
+  if (!out || nbytes > sizeof b || outlen < 2 * nbytes + 1) return SL_EINVAL;
+  if (RAND_bytes(b, (int)nbytes) != 1) return SL_ECRYPTO;
+  to_hex(b, nbytes, out);
+  return 0;
+}
+
+int sl_sha256_hex(const void *data, size_t len, char out[65]) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  if (!out || (!data && len)) return SL_EINVAL;
+  SHA256(data, len, d);
+  to_hex(d, sizeof d, out);
+  return 0;
+}
+
+int sl_secure_equal(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la != lb) return 0;
+  return CRYPTO_memcmp(a, b, la) == 0;
+}

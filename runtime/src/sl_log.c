@@ -1,0 +1,113 @@
+/*
+ * sl_log.c — see sl_log.h. The level is an atomic so it can be changed at run
+ * time from any thread (e.g. an admin endpoint) without locks.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_log.h"
+#include "sluice/sl_err.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *component = "sluice";
+static atomic_int min_level = SL_LOG_INFO;
+static const char *names[] = {"debug", "info", "warn", "error"};
+
+int sl_log_set_level(const char *level) {
+  for (int i = 0; i < 4; i++)
+    if (level && strcmp(level, names[i]) == 0) {
+      atomic_store(&min_level, i);
+      return 0;
+    }
+  return SL_EINVAL;
+}
+
+int sl_log_init(const char *comp, const char *level) {
+  if (comp) component = comp;
+  return sl_log_set_level(level ? level : "info");
+}
+
+int sl_log_enabled(sl_log_level lvl) { return (int)lvl >= atomic_load(&min_level); }
+
+void sl_json_escape(char *buf, size_t len, size_t *pos, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  size_t p = *pos;
+  for (; s && *s && p + 7 < len; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      buf[p++] = '\\';
+      buf[p++] = (char)c;
+    } else if (c == '\n') {
+      buf[p++] = '\\', buf[p++] = 'n';
+    } else if (c == '\t') {
+      buf[p++] = '\\', buf[p++] = 't';
+    } else if (c < 0x20) {
+      memcpy(buf + p, "\\u00", 4);
+      p += 4;
+      buf[p++] = hex[c >> 4];
+      buf[p++] = hex[c & 15];
+    } else {
+      buf[p++] = (char)c;
+    }
+  }
+  if (p < len) buf[p] = '\0';
+  *pos = p;
+}
+
+static void append(char *buf, size_t len, size_t *pos, const char *s) {
+  size_t n = strlen(s);
+  if (*pos + n >= len) n = *pos < len - 1 ? len - 1 - *pos : 0;
+  memcpy(buf + *pos, s, n);
+  *pos += n;
+  buf[*pos] = '\0';
+}
+
+void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
+  if (!sl_log_enabled(lvl)) return;
+  char line[4096], msg[2048], tmp[160];
+  size_t p = 0;
+  struct timeval tv;
+  struct tm tm;
+  gettimeofday(&tv, NULL);
+  gmtime_r(&tv.tv_sec, &tm);
+  snprintf(tmp, sizeof tmp,
+           "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\","
+           "\"component\":\"",
+           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+           tm.tm_sec, (long)(tv.tv_usec / 1000), names[lvl]);
+  append(line, sizeof line, &p, tmp);
+  sl_json_escape(line, sizeof line, &p, component);
+  append(line, sizeof line, &p, "\"");
+  if (key && *key) {
+    char sid[128];
+    const char *slash = strchr(key, '/');
+    size_t n = slash ? (size_t)(slash - key) : strlen(key);
+    if (n >= sizeof sid) n = sizeof sid - 1;
+    memcpy(sid, key, n);
+    sid[n] = '\0';
+    append(line, sizeof line, &p, ",\"submission\":\"");
+    sl_json_escape(line, sizeof line, &p, sid);
+    append(line, sizeof line, &p, "\"");
+    if (slash) {
+      append(line, sizeof line, &p, ",\"question\":\"");
+      sl_json_escape(line, sizeof line, &p, slash + 1);
+      append(line, sizeof line, &p, "\"");
+    }
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  append(line, sizeof line, &p, ",\"msg\":\"");
+  sl_json_escape(line, sizeof line, &p, msg);
+  if (p + 3 >= sizeof line) p = sizeof line - 4;
+  memcpy(line + p, "\"}\n", 3);
+  p += 3;
+  ssize_t w = write(STDERR_FILENO, line, p);
+  (void)w;
+}

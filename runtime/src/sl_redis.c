@@ -1,0 +1,93 @@
+/*
+ * sl_redis.c — see sl_redis.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_redis.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sl_redis {
+  char host[256];
+  int port;
+  int db;
+  redisContext *c;
+};
+
+static sl_metric *m_errors;
+
+int sl_redis_new(sl_redis **out, const char *url) {
+  if (!out || !url) return SL_EINVAL;
+  const char *p = url;
+  if (strncmp(p, "redis://", 8) == 0) p += 8;
+  sl_redis *r = calloc(1, sizeof *r);
+  if (!r) return SL_ENOMEM;
+  r->port = 6379;
+  const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
+  size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
+  if (hl == 0 || hl >= sizeof r->host) {
+    free(r);
+    return SL_EINVAL;
+  }
+  memcpy(r->host, p, hl);
+  if (colon) {
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (port <= 0 || port > 65535 || (*end && *end != '/')) {
+      free(r);
+      return SL_EINVAL;
+    }
+    r->port = (int)port;
+  }
+  if (slash) r->db = atoi(slash + 1);
+  if (!m_errors)
+    m_errors = sl_metrics_counter("sluice_redis_errors_total", NULL,
+                                  "Redis connection and command errors");
+  *out = r;
+  return 0;
+}
+
+void sl_redis_free(sl_redis *r) {
+  if (!r) return;
+  if (r->c) redisFree(r->c);
+  free(r);
+}
+
+static int connect_(sl_redis *r, char *err, size_t errlen) {
+  struct timeval tv = {2, 0};
+  r->c = redisConnectWithTimeout(r->host, r->port, tv);
+  if (!r->c || r->c->err) {
+    snprintf(err, errlen, "redis %s:%d: %s", r->host, r->port,
+             r->c ? r->c->errstr : "out of memory");
+    if (r->c) redisFree(r->c);
+    r->c = NULL;
+    return SL_EREDIS;
+  }
+  redisSetTimeout(r->c, tv);
+  if (r->db) {
+    redisReply *rep = redisCommand(r->c, "SELECT %d", r->db);
+    if (rep) freeReplyObject(rep);
+  }
+  return 0;
+}
+
+redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
+                          char *err, size_t errlen) {
+  if (!r->c && connect_(r, err, errlen) != 0) {
+    sl_metric_add(m_errors, 1);
+    return NULL;
+  }
+  redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
+  if (!rep) {
+    snprintf(err, errlen, "redis %s:%d: %s", r->host, r->port, r->c->errstr);
+    redisFree(r->c);
+    r->c = NULL;
+    sl_metric_add(m_errors, 1);
+    return NULL;
+  }
+  if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
+  return rep;
+}

@@ -1,0 +1,234 @@
+/*
+ * ingest.c — `sluice ingest`: storage upload events -> transcription requests.
+ *
+ * Input: the S3 event JSON the storage publishes on storage-events (AWS
+ * format: {"Records":[{"eventName":"s3:ObjectCreated:Put","s3":{"bucket":
+ * {"name":…},"object":{"key":…,"size":…,"eTag":…}}}]}). Versity Gateway also
+ * writes one {"Event":"s3:TestEvent"} at start-up: skipped.
+ *
+ * For each ObjectCreated record the object key must look like
+ * "submissions/<uuid>/q<NN>.<ext>" and name a question of a submission that
+ * materialize has recorded in Redis; then an UploadCompleted goes to
+ * stt.requests and a QUEUED status to results, both keyed "<sid>/<no>".
+ * Materialize may lag presign by a moment, so an unknown submission is
+ * retried until ingest.submission_wait_s after the event, then dead-lettered.
+ * Anything unparseable is dead-lettered at once with the reason.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "../stages.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.pb-c.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_redis.h"
+
+typedef struct {
+  double submission_wait_s;
+} ingest_conf;
+
+const sl_conf_entry sl__ingest_table[] = {
+    {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
+     "how long an upload may wait for its submission to appear before it is dead-lettered", 0},
+};
+const size_t sl__ingest_table_len = sizeof sl__ingest_table / sizeof sl__ingest_table[0];
+
+typedef struct {
+  sl_common_conf *cc;
+  ingest_conf *ic;
+  sl_redis *redis;
+} ingest;
+
+/* "submissions/<36-char uuid>/q<digits>.<ext>" -> sid, qno */
+static int parse_object_key(const char *key, char sid[64], unsigned *qno) {
+  static const char pre[] = "submissions/";
+  if (strncmp(key, pre, sizeof pre - 1) != 0) return SL_EPARSE;
+  const char *p = key + sizeof pre - 1;
+  for (int i = 0; i < 36; i++) {
+    char c = p[i];
+    int dash = (i == 8 || i == 13 || i == 18 || i == 23);
+    if (dash ? c != '-' : !isxdigit((unsigned char)c)) return SL_EPARSE;
+  }
+  if (p[36] != '/' || p[37] != 'q') return SL_EPARSE;
+  memcpy(sid, p, 36);
+  sid[36] = '\0';
+  const char *d = p + 38;
+  unsigned q = 0;
+  int nd = 0;
+  while (isdigit((unsigned char)*d) && nd < 4) q = q * 10 + (unsigned)(*d++ - '0'), nd++;
+  if (nd == 0 || q == 0 || *d != '.' || strchr(d, '/')) return SL_EPARSE;
+  *qno = q;
+  return 0;
+}
+
+/* Decodes %XX and '+' (S3 event keys are URL-encoded on AWS). */
+static int url_decode(const char *in, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = in; *p; p++) {
+    if (o + 1 >= len) return SL_ETOOBIG;
+    if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
+      char hex[3] = {p[1], p[2], 0};
+      out[o++] = (char)strtol(hex, NULL, 16);
+      p += 2;
+    } else {
+      out[o++] = *p == '+' ? ' ' : *p;
+    }
+  }
+  out[o] = '\0';
+  return 0;
+}
+
+static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  ingest *in = ud;
+  json_error_t jerr;
+  json_t *root = json_loadb(m->payload, m->len, 0, &jerr);
+  if (!root || !json_is_object(root)) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "storage event is not a JSON object: %s",
+                  root ? "wrong type" : jerr.text);
+    json_decref(root);
+    return;
+  }
+  const char *ev = json_string_value(json_object_get(root, "Event"));
+  if (ev && strcmp(ev, "s3:TestEvent") == 0) {
+    sl_log(SL_LOG_DEBUG, NULL, "skipping s3:TestEvent");
+    json_decref(root);
+    return;
+  }
+  json_t *recs = json_object_get(root, "Records");
+  if (!json_is_array(recs) || json_array_size(recs) == 0) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "storage event has no Records array");
+    json_decref(root);
+    return;
+  }
+  size_t i;
+  json_t *r;
+  json_array_foreach(recs, i, r) {
+    const char *name = json_string_value(json_object_get(r, "eventName"));
+    json_t *s3 = json_object_get(r, "s3");
+    json_t *obj = json_object_get(s3, "object");
+    const char *bucket = json_string_value(json_object_get(json_object_get(s3, "bucket"), "name"));
+    const char *rawkey = json_string_value(json_object_get(obj, "key"));
+    if (!name || !bucket || !rawkey) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "bad_event",
+                    "record %zu lacks eventName, s3.bucket.name or s3.object.key", i);
+      break;
+    }
+    if (strncmp(name, "s3:ObjectCreated:", 17) != 0) {
+      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", name, rawkey);
+      continue;
+    }
+    char key[1024], sid[64], rkey[128];
+    unsigned qno;
+    if (url_decode(rawkey, key, sizeof key) != 0 || parse_object_key(key, sid, &qno) != 0) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
+                    "object key \"%.200s\" matches no submission (expected "
+                    "submissions/<uuid>/q<N>.<ext>)",
+                    rawkey);
+      break;
+    }
+    snprintf(rkey, sizeof rkey, "%s/%u", sid, qno);
+
+    /* the submission as materialize recorded it */
+    char hkey[96], field[32], rerr[256];
+    snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+    snprintf(field, sizeof field, "spec%u", qno);
+    const char *argv[] = {"HMGET", hkey, "accepted_at_ms", field};
+    redisReply *rep = sl_redis_argv(in->redis, 4, argv, NULL, rerr, sizeof rerr);
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+      sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rep ? "unexpected reply" : rerr);
+      if (rep) freeReplyObject(rep);
+      break;
+    }
+    if (rep->element[0]->type != REDIS_REPLY_STRING) {
+      freeReplyObject(rep);
+      int64_t ts_ms = 0;
+      rd_kafka_timestamp_type_t tt;
+      ts_ms = rd_kafka_message_timestamp(m, &tt);
+      double age = ts_ms > 0 ? (double)(sl_now_ms() - ts_ms) / 1000.0 : 1e9;
+      if (age < in->ic->submission_wait_s)
+        sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",
+                      "submission %s not recorded yet (%.1f s after upload)", sid, age);
+      else
+        sl_result_set(res, SL_OUTCOME_FAIL, "unknown_submission",
+                      "object %s names submission %s, which does not exist", key, sid);
+      break;
+    }
+    if (rep->element[1]->type != REDIS_REPLY_STRING) {
+      freeReplyObject(rep);
+      sl_result_set(res, SL_OUTCOME_FAIL, "unknown_question",
+                    "object %s: submission %s has no question %u", key, sid, qno);
+      break;
+    }
+    int64_t accepted = strtoll(rep->element[0]->str, NULL, 10);
+    json_t *spec = json_loads(rep->element[1]->str, 0, NULL);
+    freeReplyObject(rep);
+    const char *spec_key = json_string_value(json_object_get(spec, "key"));
+    if (!spec_key || strcmp(spec_key, key) != 0) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
+                    "object %s is not the upload key issued for question %u", key, qno);
+      json_decref(spec);
+      break;
+    }
+    Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
+    up.submission_id = sid;
+    up.question_no = qno;
+    up.bucket = (char *)bucket;
+    up.object_key = key;
+    json_int_t size = json_integer_value(json_object_get(obj, "size"));
+    up.size = size > 0 ? (uint64_t)size : 0;
+    const char *etag = json_string_value(json_object_get(obj, "eTag"));
+    up.etag = (char *)(etag ? etag : "");
+    const char *ct = json_string_value(json_object_get(spec, "content_type"));
+    const char *prompt = json_string_value(json_object_get(spec, "prompt"));
+    up.content_type = (char *)(ct ? ct : "");
+    up.prompt = (char *)(prompt ? prompt : "");
+    up.accepted_at_ms = accepted;
+    up.uploaded_at_ms = sl_now_ms();
+    int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up.base);
+
+    Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
+    st.submission_id = sid;
+    st.question_no = qno;
+    st.state = SLUICE__V1__QUESTION_STATE__QUEUED;
+    st.at_ms = up.uploaded_at_ms;
+    st.stage = "ingest";
+    st.accepted_at_ms = accepted;
+    if (rc == 0) rc = sl_outbox_add_pb(out, in->cc->topic_results, rkey, &st.base);
+    json_decref(spec);
+    if (rc) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "too_many_records", "event: %s", sl_strerror(rc));
+      break;
+    }
+    sl_log(SL_LOG_INFO, rkey, "upload of %s complete (%llu bytes), queued for stt", key,
+           (unsigned long long)up.size);
+  }
+  json_decref(root);
+}
+
+int sl__ingest_main(int argc, char **argv) {
+  sl_common_conf cc = {0};
+  ingest_conf ic = {0};
+  sl_conf_bind own[] = {{sl__ingest_table, sl__ingest_table_len, &ic}};
+  sl_admin *admin = NULL;
+  int rc = sl__stage_start(argc, argv, "ingest", "Turns storage upload events into "
+                           "transcription requests.", &cc, own, 1, "127.0.0.1:9181", &admin);
+  if (rc) return rc;
+  ingest in = {&cc, &ic, NULL};
+  rc = sl_redis_new(&in.redis, cc.redis_url);
+  if (rc == 0) {
+    const char *topics[] = {cc.topic_storage_events};
+    sl_stage_opts o = {"ingest", &cc, topics, 1, process, &in};
+    sl_admin_set_ready(admin, 1);
+    rc = sl_stage_run(&o, &sl__stop);
+  } else {
+    sl_log(SL_LOG_ERROR, NULL, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
+  }
+  sl_redis_free(in.redis);
+  sl__stage_finish(&cc, own, 1, admin);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,230 @@
+/*
+ * materialize.c — `sluice materialize`: Kafka -> the Redis view clients poll.
+ *
+ * Redis layout, one hash per submission, key "sl:sub:<sid>":
+ *   accepted_at_ms, n, token (sha256 hex of the results token)
+ *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
+ *   q<no>     JSON view of the question (state, transcript, grade, error)
+ *   r<no>     rank of the state stored in q<no>
+ * The hash expires materialize.ttl_s after its last change.
+ *
+ * Monotonic: a state is written only if its rank is higher than the stored
+ * one (awaiting_upload 1 < queued 2 < transcribing 3 < grading 4 < failed 5
+ * < done 6), checked and written atomically by one Lua script. A duplicate or
+ * late event therefore changes nothing, and a replayed dead letter that
+ * completes moves the question from failed to done. Kafka stays the source of
+ * truth: replaying the topics from the start rebuilds the same view.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "../stages.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.pb-c.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_redis.h"
+
+typedef struct {
+  int64_t ttl_s;
+} mat_conf;
+
+const sl_conf_entry sl__materialize_table[] = {
+    {"materialize.ttl_s", SL_CONF_INT, "604800", offsetof(mat_conf, ttl_s),
+     "how long a submission's view stays in Redis after its last change", 0},
+};
+const size_t sl__materialize_table_len =
+    sizeof sl__materialize_table / sizeof sl__materialize_table[0];
+
+typedef struct {
+  sl_common_conf *cc;
+  mat_conf *mc;
+  sl_redis *redis;
+} mat;
+
+/* KEYS[1] hash; ARGV: qno, rank, json, ttl. Returns 1 if written. */
+static const char apply_lua[] =
+    "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
+    "if tonumber(ARGV[2]) <= r then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+    "return 1\n";
+
+static const char *state_names[] = {"unknown",  "awaiting_upload", "queued", "transcribing",
+                                    "grading", "done",            "failed"};
+static int rank_of(int state) {
+  switch (state) {
+  case SLUICE__V1__QUESTION_STATE__AWAITING_UPLOAD: return 1;
+  case SLUICE__V1__QUESTION_STATE__QUEUED: return 2;
+  case SLUICE__V1__QUESTION_STATE__TRANSCRIBING: return 3;
+  case SLUICE__V1__QUESTION_STATE__GRADING: return 4;
+  case SLUICE__V1__QUESTION_STATE__FAILED: return 5;
+  case SLUICE__V1__QUESTION_STATE__DONE: return 6;
+  default: return 0;
+  }
+}
+
+/* Runs the monotonic apply. Returns 1 written, 0 not, <0 on Redis error. */
+static int apply(mat *M, const char *sid, unsigned qno, int rank, const char *json,
+                 char *err, size_t errlen) {
+  char hkey[96], q[16], r[16], ttl[32];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  snprintf(q, sizeof q, "%u", qno);
+  snprintf(r, sizeof r, "%d", rank);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
+  const char *argv[] = {"EVAL", apply_lua, "1", hkey, q, r, json, ttl};
+  redisReply *rep = sl_redis_argv(M->redis, 8, argv, NULL, err, errlen);
+  if (!rep) return SL_EREDIS;
+  int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : SL_EREDIS;
+  if (rep->type == REDIS_REPLY_ERROR) snprintf(err, errlen, "redis: %s", rep->str);
+  freeReplyObject(rep);
+  return rc;
+}
+
+static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
+  Sluice__V1__SubmissionCreated *sc =
+      sluice__v1__submission_created__unpack(NULL, m->len, m->payload);
+  if (!sc || !sc->submission_id[0] || sc->n_questions == 0) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "not a valid SubmissionCreated");
+    if (sc) sluice__v1__submission_created__free_unpacked(sc, NULL);
+    return;
+  }
+  char hkey[96], err[256], acc[32], n[16], ttl[32];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sc->submission_id);
+  snprintf(acc, sizeof acc, "%lld", (long long)sc->accepted_at_ms);
+  snprintf(n, sizeof n, "%zu", sc->n_questions);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
+  /* HSET meta + specs in one command */
+  size_t argc = 0, cap = 8 + 2 * sc->n_questions;
+  const char **argv = calloc(cap, sizeof *argv);
+  char **owned = calloc(2 * sc->n_questions + 1, sizeof *owned);
+  if (!argv || !owned) {
+    free(argv);
+    free(owned);
+    sluice__v1__submission_created__free_unpacked(sc, NULL);
+    sl_result_set(res, SL_OUTCOME_RETRY, "internal", "out of memory");
+    return;
+  }
+  argv[argc++] = "HSET";
+  argv[argc++] = hkey;
+  argv[argc++] = "accepted_at_ms";
+  argv[argc++] = acc;
+  argv[argc++] = "n";
+  argv[argc++] = n;
+  argv[argc++] = "token";
+  argv[argc++] = sc->results_token_sha256;
+  size_t nown = 0;
+  for (size_t i = 0; i < sc->n_questions; i++) {
+    const Sluice__V1__QuestionSpec *q = sc->questions[i];
+    json_t *j = json_pack("{s:s,s:I,s:s,s:s}", "content_type", q->content_type, "size",
+                          (json_int_t)q->size, "prompt", q->prompt, "key", q->object_key);
+    char field[32];
+    snprintf(field, sizeof field, "spec%u", q->no);
+    owned[nown++] = strdup(field);
+    owned[nown++] = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    argv[argc++] = owned[nown - 2];
+    argv[argc++] = owned[nown - 1] ? owned[nown - 1] : "{}";
+  }
+  redisReply *rep = sl_redis_argv(M->redis, (int)argc, argv, NULL, err, sizeof err);
+  int ok = rep && rep->type != REDIS_REPLY_ERROR;
+  if (rep && !ok) snprintf(err, sizeof err, "redis: %s", rep->str);
+  if (rep) freeReplyObject(rep);
+  for (size_t i = 0; ok && i < sc->n_questions; i++) {
+    char view[256];
+    snprintf(view, sizeof view, "{\"no\":%u,\"state\":\"awaiting_upload\",\"updated_at_ms\":%lld}",
+             sc->questions[i]->no, (long long)sc->accepted_at_ms);
+    ok = apply(M, sc->submission_id, sc->questions[i]->no, 1, view, err, sizeof err) >= 0;
+  }
+  for (size_t i = 0; i < nown; i++) free(owned[i]);
+  free(owned);
+  free(argv);
+  if (!ok)
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err);
+  else
+    sl_log(SL_LOG_INFO, sc->submission_id, "submission recorded (%zu questions)",
+           sc->n_questions);
+  sluice__v1__submission_created__free_unpacked(sc, NULL);
+}
+
+static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
+  Sluice__V1__QuestionStatus *st =
+      sluice__v1__question_status__unpack(NULL, m->len, m->payload);
+  int rank = st ? rank_of(st->state) : 0;
+  if (!st || !st->submission_id[0] || !st->question_no || !rank) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "not a valid QuestionStatus");
+    if (st) sluice__v1__question_status__free_unpacked(st, NULL);
+    return;
+  }
+  json_t *j = json_pack("{s:i,s:s,s:I,s:s}", "no", (int)st->question_no, "state",
+                        state_names[st->state], "updated_at_ms", (json_int_t)st->at_ms,
+                        "stage", st->stage);
+  if ((st->transcript && st->transcript[0]) || st->state == SLUICE__V1__QUESTION_STATE__DONE) {
+    json_object_set_new(j, "transcript", json_string(st->transcript ? st->transcript : ""));
+    json_object_set_new(j, "duration_s", json_real(st->duration_s));
+  }
+  if (st->grade) {
+    const Sluice__V1__GradeResult *g = st->grade;
+    json_object_set_new(
+        j, "grade",
+        json_pack("{s:f,s:s,s:s,s:f,s:f,s:f,s:f,s:s}", "score", g->score, "level", g->level,
+                  "feedback", g->feedback, "words_per_minute", g->words_per_minute,
+                  "lexical_variety", g->lexical_variety, "filler_rate", g->filler_rate,
+                  "relevance", g->relevance, "engine", g->engine));
+  }
+  if (st->state == SLUICE__V1__QUESTION_STATE__FAILED)
+    json_object_set_new(j, "error", json_pack("{s:s,s:s}", "class", st->error_class,
+                                              "message", st->error_message));
+  if (st->accepted_at_ms > 0 && (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
+                                 st->state == SLUICE__V1__QUESTION_STATE__FAILED))
+    json_object_set_new(j, "accept_to_done_ms",
+                        json_integer((json_int_t)(st->at_ms - st->accepted_at_ms)));
+  char *view = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  char err[256] = "", key[96];
+  snprintf(key, sizeof key, "%s/%u", st->submission_id, st->question_no);
+  int rc = view ? apply(M, st->submission_id, st->question_no, rank, view, err, sizeof err)
+                : SL_ENOMEM;
+  if (rc < 0)
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err[0] ? err : sl_strerror(rc));
+  else
+    sl_log(SL_LOG_DEBUG, key, "%s %s", state_names[st->state], rc ? "applied" : "ignored (not newer)");
+  free(view);
+  sluice__v1__question_status__free_unpacked(st, NULL);
+}
+
+static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  mat *M = ud;
+  (void)out;
+  if (strcmp(rd_kafka_topic_name(m->rkt), M->cc->topic_submissions) == 0)
+    on_submission(M, m, res);
+  else
+    on_status(M, m, res);
+}
+
+int sl__materialize_main(int argc, char **argv) {
+  sl_common_conf cc = {0};
+  mat_conf mc = {0};
+  sl_conf_bind own[] = {{sl__materialize_table, sl__materialize_table_len, &mc}};
+  sl_admin *admin = NULL;
+  int rc = sl__stage_start(argc, argv, "materialize",
+                           "Writes question states and results into Redis.", &cc, own, 1,
+                           "127.0.0.1:9184", &admin);
+  if (rc) return rc;
+  mat M = {&cc, &mc, NULL};
+  rc = sl_redis_new(&M.redis, cc.redis_url);
+  if (rc == 0) {
+    const char *topics[] = {cc.topic_submissions, cc.topic_results};
+    sl_stage_opts o = {"materialize", &cc, topics, 2, process, &M};
+    sl_admin_set_ready(admin, 1);
+    rc = sl_stage_run(&o, &sl__stop);
+  } else {
+    sl_log(SL_LOG_ERROR, NULL, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
+  }
+  sl_redis_free(M.redis);
+  sl__stage_finish(&cc, own, 1, admin);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,421 @@
+/*
+ * presign.c — `sluice presign`: the API that creates submissions.
+ *
+ * POST /v1/submissions {"questions":[{"no":1,"content_type":"audio/wav",
+ * "size":123456,"prompt":"…"}]} -> 201 with, per question, a SigV4
+ * presigned PUT URL whose signature covers content-length and content-type
+ * (so storage itself refuses a different size or type), plus the submission
+ * id (UUIDv7), a results bearer token and the results URL.
+ *
+ * Durability: the reply is sent only after the SubmissionCreated message is
+ * acknowledged by Kafka (idempotent producer, acks=all). The HTTP request
+ * stays parked on its connection while the produce is in flight; the
+ * delivery report (served on this loop via sl_kafka_uv) answers it: 201 on
+ * success, 503 with Retry-After when Kafka could not take it. Nothing is
+ * written anywhere else, so a refused submission leaves no trace.
+ *
+ * @locality single thread: the libuv loop runs HTTP, signing and Kafka
+ * delivery reports.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "../stages.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "sluice.pb-c.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_http.h"
+#include "sluice/sl_id.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
+#include "sluice/sl_s3.h"
+
+#define MAX_TYPES 16
+
+typedef struct {
+  char *listen;
+  char *results_base_url;
+  int64_t max_questions;
+  int64_t max_size;
+  int64_t max_prompt;
+  char *content_types;
+  int64_t kafka_timeout_ms;
+} presign_conf;
+
+#define P(f) offsetof(presign_conf, f)
+const sl_conf_entry sl__presign_table[] = {
+    {"presign.listen", SL_CONF_STR, "127.0.0.1:8080", P(listen), "API listen address", 0},
+    {"presign.results_base_url", SL_CONF_STR, "http://127.0.0.1:8081", P(results_base_url),
+     "public base URL of the results API (used in replies)", 0},
+    {"presign.max_questions", SL_CONF_INT, "30", P(max_questions),
+     "most questions in one submission", 0},
+    {"presign.max_size", SL_CONF_INT, "104857600", P(max_size),
+     "largest answer in bytes", 0},
+    {"presign.max_prompt", SL_CONF_INT, "4000", P(max_prompt),
+     "longest question prompt in bytes", 0},
+    {"presign.content_types", SL_CONF_STR,
+     "audio/webm,audio/ogg,audio/mp4,audio/mpeg,audio/wav,audio/flac", P(content_types),
+     "comma-separated allowlist of answer content types", 0},
+    {"presign.kafka_timeout_ms", SL_CONF_INT, "5000", P(kafka_timeout_ms),
+     "how long a create waits for Kafka before answering 503", 0},
+};
+const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
+
+typedef struct {
+  sl_common_conf *cc;
+  presign_conf *pc;
+  sl_s3_conf *s3;
+  sl_s3_target target;
+  sl_sigv4 *sig;
+  rd_kafka_t *producer;
+  uv_loop_t *loop;
+  sl_http_server *srv;
+  sl_kafka_uv *ku;
+  uv_signal_t sigterm, sigint;
+  char *types_buf; /* a copy of presign.content_types split in place */
+  char *types[MAX_TYPES];
+  size_t ntypes;
+  sl_metric *m_created, *m_rejected, *m_unavailable;
+} presign;
+
+static presign *P_; /* the delivery-report callback's context */
+
+typedef struct {
+  sl_http_req *req;
+  char *body; /* the 201 reply, sent once Kafka acknowledges */
+  char sid[37];
+} pending;
+
+static const char *ext_for(const char *ct) {
+  static const char *map[][2] = {{"audio/webm", "webm"}, {"audio/ogg", "ogg"},
+                                 {"audio/mp4", "m4a"},   {"audio/mpeg", "mp3"},
+                                 {"audio/wav", "wav"},   {"audio/x-wav", "wav"},
+                                 {"audio/flac", "flac"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(map[i][0], ct) == 0) return map[i][1];
+  return "bin";
+}
+
+static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
+  pending *p = opaque;
+  if (!p) return;
+  if (err) {
+    sl_metric_add(P_->m_unavailable, 1);
+    sl_log(SL_LOG_WARN, p->sid, "submission not accepted: kafka: %s", rd_kafka_err2str(err));
+    sl_http_respond_error(p->req, 503, "unavailable",
+                          "the submission could not be stored; retry later",
+                          "Retry-After: 2\r\n");
+  } else {
+    sl_metric_add(P_->m_created, 1);
+    sl_log(SL_LOG_INFO, p->sid, "submission accepted");
+    sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
+                    strlen(p->body));
+  }
+  free(p->body);
+  free(p);
+}
+
+static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt,
+               ...) __attribute__((format(printf, 5, 6)));
+static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt,
+               ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  sl_metric_add(ps->m_rejected, 1);
+  return sl_http_respond_error(req, status, code, msg, NULL);
+}
+
+static int type_allowed(presign *ps, const char *ct) {
+  for (size_t i = 0; i < ps->ntypes; i++)
+    if (strcmp(ps->types[i], ct) == 0) return 1;
+  return 0;
+}
+
+static void iso8601(time_t t, char out[32]) {
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void create(presign *ps, sl_http_req *req) {
+  const char *ctype = sl_http_req_header(req, "Content-Type");
+  if (ctype && strncmp(ctype, "application/json", 16) != 0) {
+    bad(ps, req, 415, "unsupported_media_type", "send the body as application/json");
+    return;
+  }
+  size_t blen;
+  const char *body = sl_http_req_body(req, &blen);
+  json_error_t jerr;
+  json_t *root = json_loadb(body, blen, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    bad(ps, req, 400, "invalid_json", "body is not valid JSON: %s (line %d)", jerr.text,
+        jerr.line);
+    return;
+  }
+  json_t *qs = NULL, *resp = NULL, *rqs = NULL;
+  Sluice__V1__QuestionSpec *specs = NULL, **specp = NULL;
+  char *keys = NULL;
+  const char *k;
+  json_t *v;
+  if (!json_is_object(root)) {
+    bad(ps, req, 400, "invalid_body", "body must be a JSON object");
+    goto out;
+  }
+  json_object_foreach(root, k, v) {
+    if (strcmp(k, "questions") != 0) {
+      bad(ps, req, 400, "unknown_field", "unknown field \"%s\"", k);
+      goto out;
+    }
+  }
+  qs = json_object_get(root, "questions");
+  if (!json_is_array(qs)) {
+    bad(ps, req, 400, "invalid_field", "\"questions\" must be an array");
+    goto out;
+  }
+  size_t n = json_array_size(qs);
+  if (n == 0 || n > (size_t)ps->pc->max_questions) {
+    bad(ps, req, 400, "question_count", "a submission has 1 to %lld questions, got %zu",
+        (long long)ps->pc->max_questions, n);
+    goto out;
+  }
+  char sid[37], token[65], token_hash[65];
+  int64_t now_ms = sl_now_ms();
+  if (sl_uuid7(now_ms, sid) || sl_random_hex(24, token, sizeof token) ||
+      sl_sha256_hex(token, strlen(token), token_hash)) {
+    sl_http_respond_error(req, 500, "internal", "random source failed", NULL);
+    goto out;
+  }
+  specs = calloc(n, sizeof *specs);
+  specp = calloc(n, sizeof *specp);
+  keys = calloc(n, 128);
+  resp = json_object();
+  rqs = json_array();
+  if (!specs || !specp || !keys || !resp || !rqs) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    goto out;
+  }
+  time_t now = (time_t)(now_ms / 1000);
+  char expires[32];
+  iso8601(now + (time_t)ps->s3->url_expiry_s, expires);
+  unsigned char seen[1000] = {0};
+  for (size_t i = 0; i < n; i++) {
+    json_t *q = json_array_get(qs, i);
+    if (!json_is_object(q)) {
+      bad(ps, req, 400, "invalid_field", "questions[%zu] must be an object", i);
+      goto out;
+    }
+    json_object_foreach(q, k, v) {
+      if (strcmp(k, "no") && strcmp(k, "content_type") && strcmp(k, "size") &&
+          strcmp(k, "prompt")) {
+        bad(ps, req, 400, "unknown_field", "questions[%zu]: unknown field \"%s\"", i, k);
+        goto out;
+      }
+    }
+    json_t *jno = json_object_get(q, "no"), *jct = json_object_get(q, "content_type"),
+           *jsz = json_object_get(q, "size"), *jpr = json_object_get(q, "prompt");
+    json_int_t no = jno ? json_integer_value(jno) : (json_int_t)(i + 1);
+    if ((jno && !json_is_integer(jno)) || no < 1 || no > 999) {
+      bad(ps, req, 400, "invalid_field", "questions[%zu].no must be an integer 1..999", i);
+      goto out;
+    }
+    if (seen[no]++) {
+      bad(ps, req, 400, "invalid_field", "questions[%zu].no %lld is repeated", i,
+          (long long)no);
+      goto out;
+    }
+    if (!json_is_string(jct)) {
+      bad(ps, req, 400, "invalid_field", "questions[%zu].content_type must be a string", i);
+      goto out;
+    }
+    const char *ct = json_string_value(jct);
+    if (!type_allowed(ps, ct)) {
+      bad(ps, req, 400, "unsupported_content_type",
+          "questions[%zu].content_type \"%.64s\" is not allowed (allowed: %s)", i, ct,
+          ps->pc->content_types);
+      goto out;
+    }
+    if (!json_is_integer(jsz) || json_integer_value(jsz) < 1 ||
+        json_integer_value(jsz) > ps->pc->max_size) {
+      bad(ps, req, 400, "invalid_size", "questions[%zu].size must be an integer 1..%lld", i,
+          (long long)ps->pc->max_size);
+      goto out;
+    }
+    if (jpr && (!json_is_string(jpr) ||
+                json_string_length(jpr) > (size_t)ps->pc->max_prompt)) {
+      bad(ps, req, 400, "invalid_field", "questions[%zu].prompt must be a string of at most %lld bytes",
+          i, (long long)ps->pc->max_prompt);
+      goto out;
+    }
+    char *okey = keys + 128 * i;
+    snprintf(okey, 128, "submissions/%s/q%02lld.%s", sid, (long long)no, ext_for(ct));
+    char path[512], url[4096], len[24];
+    snprintf(len, sizeof len, "%lld", (long long)json_integer_value(jsz));
+    sl_sigv4_header hdrs[] = {{"content-length", len}, {"content-type", ct}};
+    if (sl_s3_object_path(&ps->target, okey, path, sizeof path) ||
+        sl_sigv4_presign(ps->sig, "PUT", ps->target.scheme, ps->target.host, path, NULL, now,
+                         (unsigned)ps->s3->url_expiry_s, hdrs, 2, url, sizeof url)) {
+      sl_http_respond_error(req, 500, "internal", "signing failed", NULL);
+      goto out;
+    }
+    sluice__v1__question_spec__init(&specs[i]);
+    specs[i].no = (uint32_t)no;
+    specs[i].content_type = (char *)ct;
+    specs[i].size = (uint64_t)json_integer_value(jsz);
+    specs[i].prompt = (char *)(jpr ? json_string_value(jpr) : "");
+    specs[i].object_key = okey;
+    specp[i] = &specs[i];
+    json_array_append_new(
+        rqs, json_pack("{s:I,s:s,s:s,s:{s:s,s:s},s:s,s:s}", "no", no, "method", "PUT", "url",
+                       url, "headers", "Content-Type", ct, "Content-Length", len,
+                       "object_key", okey, "expires_at", expires));
+  }
+  char results_url[512];
+  snprintf(results_url, sizeof results_url, "%s/v1/submissions/%s", ps->pc->results_base_url,
+           sid);
+  json_object_set_new(resp, "submission_id", json_string(sid));
+  json_object_set_new(resp, "results_token", json_string(token));
+  json_object_set_new(resp, "results_url", json_string(results_url));
+  json_object_set_new(resp, "expires_at", json_string(expires));
+  json_object_set(resp, "questions", rqs);
+
+  Sluice__V1__SubmissionCreated sc = SLUICE__V1__SUBMISSION_CREATED__INIT;
+  sc.submission_id = sid;
+  sc.accepted_at_ms = now_ms;
+  sc.bucket = ps->s3->bucket;
+  sc.questions = specp;
+  sc.n_questions = n;
+  sc.results_token_sha256 = token_hash;
+  size_t plen = sluice__v1__submission_created__get_packed_size(&sc);
+  uint8_t *payload = malloc(plen ? plen : 1);
+  pending *p = calloc(1, sizeof *p);
+  char *reply = json_dumps(resp, JSON_COMPACT);
+  if (!payload || !p || !reply) {
+    free(payload);
+    free(p);
+    free(reply);
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    goto out;
+  }
+  sluice__v1__submission_created__pack(&sc, payload);
+  p->req = req;
+  p->body = reply;
+  memcpy(p->sid, sid, sizeof sid);
+  rd_kafka_resp_err_t e = rd_kafka_producev(
+      ps->producer, RD_KAFKA_V_TOPIC(ps->cc->topic_submissions), RD_KAFKA_V_KEY(sid, 36),
+      RD_KAFKA_V_VALUE(payload, plen), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+      RD_KAFKA_V_OPAQUE(p), RD_KAFKA_V_END);
+  if (e) {
+    free(payload);
+    free(reply);
+    free(p);
+    sl_metric_add(ps->m_unavailable, 1);
+    sl_http_respond_error(req, 503, "unavailable", "the submission queue is full; retry later",
+                          "Retry-After: 2\r\n");
+  }
+out:
+  json_decref(rqs);
+  json_decref(resp);
+  json_decref(root);
+  free(specs);
+  free(specp);
+  free(keys);
+}
+
+static void handle(sl_http_req *req, void *ud) {
+  presign *ps = ud;
+  const char *path = sl_http_req_path(req), *m = sl_http_req_method(req);
+  if (strcmp(path, "/v1/submissions") == 0) {
+    if (strcmp(m, "POST") == 0)
+      create(ps, req);
+    else
+      sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
+    return;
+  }
+  sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  presign *ps = h->data;
+  sl_log(SL_LOG_INFO, NULL, "signal %d: no new requests; finishing the ones in flight", sig);
+  sl_http_server_free(ps->srv);
+  ps->srv = NULL;
+  sl_kafka_uv_detach(ps->ku);
+  ps->ku = NULL;
+  uv_close((uv_handle_t *)&ps->sigterm, NULL);
+  uv_close((uv_handle_t *)&ps->sigint, NULL);
+}
+
+int sl__presign_main(int argc, char **argv) {
+  sl_common_conf cc = {0};
+  presign_conf pc = {0};
+  sl_s3_conf s3 = {0};
+  sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
+                        {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
+  sl_admin *admin = NULL;
+  int rc = sl__stage_start(argc, argv, "presign",
+                           "HTTP API that creates submissions and presigned upload URLs.",
+                           &cc, own, 2, "127.0.0.1:9180", &admin);
+  if (rc) return rc;
+  presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
+  P_ = &ps;
+  ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
+                                    "Submission create requests by outcome");
+  ps.m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"",
+                                     "Submission create requests by outcome");
+  ps.m_unavailable = sl_metrics_counter("sluice_submissions_total", "outcome=\"unavailable\"",
+                                        "Submission create requests by outcome");
+  char err[512] = "", *save = NULL, timeout[32];
+  ps.types_buf = strdup(pc.content_types);
+  for (char *t = ps.types_buf ? strtok_r(ps.types_buf, ", ", &save) : NULL;
+       t && ps.ntypes < MAX_TYPES; t = strtok_r(NULL, ", ", &save))
+    ps.types[ps.ntypes++] = t;
+  snprintf(timeout, sizeof timeout, "%lld", (long long)pc.kafka_timeout_ms);
+  const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
+  rc = sl_s3_target_init(&ps.target, &s3);
+  if (rc == 0) rc = sl_sigv4_new(&ps.sig, s3.access_key, s3.secret_key, s3.region, "s3");
+  if (rc) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
+  if (rc == 0)
+    rc = sl_kafka_producer_new(&ps.producer, cc.kafka_brokers, "sluice-presign", on_delivery,
+                               extra, err, sizeof err);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  if (rc == 0) rc = sl_kafka_uv_attach(&ps.ku, ps.producer, &loop);
+  if (rc == 0) {
+    rc = sl_http_server_new(&ps.srv, &loop, pc.listen, NULL, handle, &ps);
+    if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
+  }
+  if (rc == 0) {
+    uv_signal_init(&loop, &ps.sigterm);
+    uv_signal_init(&loop, &ps.sigint);
+    ps.sigterm.data = ps.sigint.data = &ps;
+    uv_signal_start(&ps.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&ps.sigint, on_signal, SIGINT);
+    sl_log(SL_LOG_INFO, NULL, "listening on http://%s (storage %s, bucket %s)", pc.listen,
+           s3.endpoint, s3.bucket);
+    sl_admin_set_ready(admin, 1);
+    uv_run(&loop, UV_RUN_DEFAULT);
+  } else {
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
+    sl_http_server_free(ps.srv);
+    sl_kafka_uv_detach(ps.ku);
+    uv_run(&loop, UV_RUN_DEFAULT);
+  }
+  if (ps.producer) {
+    rd_kafka_flush(ps.producer, (int)pc.kafka_timeout_ms + 1000);
+    rd_kafka_destroy(ps.producer);
+  }
+  uv_loop_close(&loop);
+  sl_sigv4_free(ps.sig);
+  free(ps.types_buf);
+  sl__stage_finish(&cc, own, 2, admin);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,217 @@
+/*
+ * results.c — `sluice results`: the API clients poll.
+ *
+ * GET /v1/submissions/{id} with "Authorization: Bearer <results token>"
+ * returns every question's state (awaiting_upload, queued, transcribing,
+ * grading, done, failed) with transcript, grade or failure reason, and a
+ * summary. It reads the hash materialize maintains (one HGETALL) and never
+ * writes. A missing token is 401; a wrong token and an unknown submission
+ * are the same 404, so the API does not reveal which ids exist.
+ * Replies carry an ETag (sha256 of the body) and honour If-None-Match with
+ * 304; Cache-Control: no-store.
+ *
+ * @locality single thread (libuv loop); Redis calls are synchronous on the
+ * loop (sub-millisecond on the same host).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "../stages.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "sluice/sl_err.h"
+#include "sluice/sl_http.h"
+#include "sluice/sl_id.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
+#include "sluice/sl_redis.h"
+
+typedef struct {
+  char *listen;
+} results_conf;
+
+const sl_conf_entry sl__results_table[] = {
+    {"results.listen", SL_CONF_STR, "127.0.0.1:8081", offsetof(results_conf, listen),
+     "API listen address", 0},
+};
+const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
+
+typedef struct {
+  sl_common_conf *cc;
+  results_conf *rc;
+  sl_redis *redis;
+  sl_http_server *srv;
+  uv_signal_t sigterm, sigint;
+  sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
+} results;
+
+static int valid_id(const char *s) {
+  size_t n = strlen(s);
+  if (n != 36) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    int dash = (i == 8 || i == 13 || i == 18 || i == 23);
+    if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return 0;
+  }
+  return 1;
+}
+
+static const char *field(redisReply *rep, const char *name) {
+  for (size_t i = 0; i + 1 < rep->elements; i += 2)
+    if (strcmp(rep->element[i]->str, name) == 0) return rep->element[i + 1]->str;
+  return NULL;
+}
+
+static void get_submission(results *R, sl_http_req *req, const char *sid) {
+  static const char nf[] = "no submission with this id for this token";
+  const char *auth = sl_http_req_header(req, "Authorization");
+  if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
+    sl_metric_add(R->m_401, 1);
+    sl_http_respond_error(req, 401, "unauthorized",
+                          "send the results token as Authorization: Bearer <token>",
+                          "WWW-Authenticate: Bearer\r\n");
+    return;
+  }
+  char token_hash[65];
+  sl_sha256_hex(auth + 7, strlen(auth + 7), token_hash);
+  if (!valid_id(sid)) {
+    sl_metric_add(R->m_404, 1);
+    sl_http_respond_error(req, 404, "not_found", nf, NULL);
+    return;
+  }
+  char hkey[96], err[256];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  const char *argv[] = {"HGETALL", hkey};
+  redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
+  if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+    sl_metric_add(R->m_err, 1);
+    sl_log(SL_LOG_WARN, sid, "results lookup failed: %s", rep ? "unexpected reply" : err);
+    if (rep) freeReplyObject(rep);
+    sl_http_respond_error(req, 503, "unavailable", "results are unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    return;
+  }
+  const char *tok = field(rep, "token");
+  if (!tok || !sl_secure_equal(tok, token_hash)) {
+    freeReplyObject(rep);
+    sl_metric_add(R->m_404, 1);
+    sl_http_respond_error(req, 404, "not_found", nf, NULL);
+    return;
+  }
+  long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
+  json_t *qs = json_array();
+  int done = 0, failed = 0;
+  /* questions are numbered by the client; collect every q<no> field */
+  for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+    const char *f = rep->element[i]->str;
+    if (f[0] != 'q') continue;
+    json_t *q = json_loads(rep->element[i + 1]->str, 0, NULL);
+    if (!q) continue;
+    const char *st = json_string_value(json_object_get(q, "state"));
+    if (st && strcmp(st, "done") == 0) done++;
+    if (st && strcmp(st, "failed") == 0) failed++;
+    json_array_append_new(qs, q);
+  }
+  /* stable order by question number */
+  size_t nq = json_array_size(qs);
+  for (size_t a = 1; a < nq; a++)
+    for (size_t b = a; b > 0; b--) {
+      json_t *x = json_array_get(qs, b - 1), *y = json_array_get(qs, b);
+      if (json_integer_value(json_object_get(x, "no")) <=
+          json_integer_value(json_object_get(y, "no")))
+        break;
+      json_incref(x);
+      json_array_set(qs, b - 1, y);
+      json_array_set_new(qs, b, x);
+    }
+  const char *acc = field(rep, "accepted_at_ms");
+  json_t *body = json_pack("{s:s,s:I,s:{s:i,s:i,s:i,s:b},s:o}", "submission_id", sid,
+                           "accepted_at_ms", (json_int_t)(acc ? strtoll(acc, NULL, 10) : 0),
+                           "summary", "total", (int)n, "done", done, "failed", failed,
+                           "complete", done + failed == (int)n, "questions", qs);
+  freeReplyObject(rep);
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  if (!text) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return;
+  }
+  char digest[65], etag[80], headers[256];
+  sl_sha256_hex(text, strlen(text), digest);
+  snprintf(etag, sizeof etag, "\"%.32s\"", digest);
+  snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", etag);
+  const char *inm = sl_http_req_header(req, "If-None-Match");
+  if (inm && strcmp(inm, etag) == 0) {
+    sl_metric_add(R->m_304, 1);
+    sl_http_respond(req, 304, NULL, headers, NULL, 0);
+  } else {
+    sl_metric_add(R->m_ok, 1);
+    sl_http_respond(req, 200, "application/json", headers, text, strlen(text));
+  }
+  free(text);
+}
+
+static void handle(sl_http_req *req, void *ud) {
+  results *R = ud;
+  const char *path = sl_http_req_path(req);
+  static const char pre[] = "/v1/submissions/";
+  if (strncmp(path, pre, sizeof pre - 1) == 0 && !strchr(path + sizeof pre - 1, '/')) {
+    if (strcmp(sl_http_req_method(req), "GET") != 0) {
+      sl_http_respond_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+      return;
+    }
+    get_submission(R, req, path + sizeof pre - 1);
+    return;
+  }
+  sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  results *R = h->data;
+  sl_log(SL_LOG_INFO, NULL, "signal %d: shutting down", sig);
+  sl_http_server_free(R->srv);
+  R->srv = NULL;
+  uv_close((uv_handle_t *)&R->sigterm, NULL);
+  uv_close((uv_handle_t *)&R->sigint, NULL);
+}
+
+int sl__results_main(int argc, char **argv) {
+  sl_common_conf cc = {0};
+  results_conf rconf = {0};
+  sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf}};
+  sl_admin *admin = NULL;
+  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc,
+                           own, 1, "127.0.0.1:9185", &admin);
+  if (rc) return rc;
+  results R = {.cc = &cc, .rc = &rconf};
+  const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
+                       "status=\"503\""};
+  sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_err};
+  for (size_t i = 0; i < 5; i++)
+    *ms[i] = sl_metrics_counter("sluice_results_requests_total", lbl[i],
+                                "Results API requests by status");
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  rc = sl_redis_new(&R.redis, cc.redis_url);
+  if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, NULL, handle, &R);
+  if (rc == 0) {
+    uv_signal_init(&loop, &R.sigterm);
+    uv_signal_init(&loop, &R.sigint);
+    R.sigterm.data = R.sigint.data = &R;
+    uv_signal_start(&R.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&R.sigint, on_signal, SIGINT);
+    sl_log(SL_LOG_INFO, NULL, "listening on http://%s", rconf.listen);
+    sl_admin_set_ready(admin, 1);
+  } else {
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s, redis %s): %s", rconf.listen,
+           cc.redis_url, sl_strerror(rc));
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  sl_redis_free(R.redis);
+  sl__stage_finish(&cc, own, 1, admin);
+  return rc ? 1 : 0;
+}
