@@ -37,6 +37,11 @@ static int in_table(const sl_conf_entry *t, size_t n, const char *env) {
 /* Any SLUICE_* variable some component declares is acceptable in the shared
  * environment; anything else is a typo worth refusing. */
 static int known_env(const char *env) {
+  /* read by the scripts in tools/ and tests/, not by the stages */
+  static const char *tooling[] = {"SLUICE_BIN", "SLUICE_CACHE", "SLUICE_SOURCE_DIR",
+                                  "SLUICE_TEST_PORT_BASE", "SLUICE_KEEP_SYSTEM_REDIS"};
+  for (size_t i = 0; i < sizeof tooling / sizeof tooling[0]; i++)
+    if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||
       in_table(sl_s3_conf_table, sl_s3_conf_table_len, env))
     return 1;

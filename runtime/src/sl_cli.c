@@ -40,6 +40,7 @@ int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
   int rc = sl_conf_load(binds, nbinds, file, sets, nsets, err, sizeof err);
   if (rc) {
     fprintf(stderr, "sluice %s: %s\n", stage, err);
+    sl_conf_release(binds, nbinds); /* what was loaded before the error */
     return 1002;
   }
   return 0;

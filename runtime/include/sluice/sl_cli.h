@@ -12,7 +12,8 @@
 #include "sluice/sl_conf.h"
 
 /* Returns 0 to go on, or a process exit code + 1000 to exit with at once
- * (1000 after --help, 1002 on a usage/config error, printed on stderr). */
+ * (1000 after --help, 1002 on a usage/config error, printed on stderr).
+ * On any non-zero return nothing is left allocated in the bound structs. */
 int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
                 const sl_conf_bind *binds, size_t nbinds);
 

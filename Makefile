@@ -1,0 +1,44 @@
+# Sluice — the two commands that matter:
+#   make demo   set up everything on a fresh Debian 12 machine, run the whole
+#               pipeline end to end on synthesized spoken answers
+#   make test   set up everything and run the unit and integration tests
+#               (AddressSanitizer + UndefinedBehaviorSanitizer build)
+# Others: make bootstrap | build | stack-up | stack-down | clean
+
+BUILD     ?= build
+SAN_BUILD ?= build-san
+CMAKE_GEN ?= -G Ninja
+
+.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean
+
+all: build
+
+bootstrap:
+	tools/bootstrap
+
+build:
+	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD)
+
+build-san:
+	cmake -S . -B $(SAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_ASAN=ON -DSLUICE_UBSAN=ON
+	cmake --build $(SAN_BUILD)
+
+demo: bootstrap build
+	tools/demo
+
+test: bootstrap build build-san
+	tools/test $(SAN_BUILD)
+
+unit: build-san
+	ctest --test-dir $(SAN_BUILD) -L unit --output-on-failure
+
+stack-up:
+	tools/devstack up
+
+stack-down:
+	tools/stages down
+	tools/devstack down
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD)

@@ -1,0 +1,67 @@
+# tests/integration/lib.sh - shared set-up for integration tests (sourced).
+# Talks to the stack tools/test started (DEVSTACK_* ports) or starts one on
+# the same test ports when a test is run on its own. Stages run from
+# $SLUICE_BIN with their logs in $STAGES_DIR; every test ends with
+# `finish`, which stops the stages and fails on any sanitizer report.
+set -euo pipefail
+ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
+export PATH=/usr/local/go/bin:$PATH
+export DEVSTACK_DIR=${DEVSTACK_DIR:-$ROOT/build-san/test-stack}
+export DEVSTACK_KAFKA_PORT=${DEVSTACK_KAFKA_PORT:-19092}
+export DEVSTACK_REDIS_PORT=${DEVSTACK_REDIS_PORT:-16379}
+export DEVSTACK_S3_PORT=${DEVSTACK_S3_PORT:-17070}
+BASE=${SLUICE_TEST_PORT_BASE:-18080}
+export SLUICE_BIN=${SLUICE_BIN:-$ROOT/build-san/stages/sluice}
+export SLUICECTL=${SLUICECTL:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/sluicectl}
+TEST_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+export STAGES_DIR=$DEVSTACK_DIR/stages-$TEST_NAME
+export STAGES_ADMIN_PORT_BASE=$((BASE + 100))
+export SLUICE_PRESIGN_LISTEN=127.0.0.1:$BASE
+export SLUICE_RESULTS_LISTEN=127.0.0.1:$((BASE + 1))
+export SLUICE_PRESIGN_RESULTS_BASE_URL=http://127.0.0.1:$((BASE + 1))
+export PRESIGN_URL=http://127.0.0.1:$BASE
+RESULTS_URL=http://127.0.0.1:$((BASE + 1))
+ADMIN_INGEST=http://127.0.0.1:$((BASE + 101))
+FAILURES=0
+
+"$ROOT/tools/devstack" up >/dev/null
+eval "$("$ROOT/tools/devstack" env)"
+rm -rf "$STAGES_DIR"
+
+log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
+fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }
+check() { # check DESCRIPTION COMMAND... : records a failure instead of exiting
+  local what=$1; shift
+  if "$@"; then log "ok: $what"; else fail "$what"; fi
+}
+
+# metric NAME LABELS ADMIN_URL -> value (0 when absent)
+metric() {
+  curl -fsS "$3/metrics" | awk -v n="$1{$2}" '$1 == n {print $2; f=1} END {if (!f) print 0}'
+}
+
+# wait_for SECONDS COMMAND... : polls every 0.5 s
+wait_for() {
+  local t=$1; shift
+  local end=$((SECONDS + t))
+  until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done
+}
+
+stages_up() { "$ROOT/tools/stages" up >/dev/null; }
+
+finish() {
+  "$ROOT/tools/stages" down >/dev/null || true
+  if grep -lE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR"/*.log \
+      >/dev/null 2>&1; then
+    fail "sanitizer report in stage logs:"
+    grep -hE -A20 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR"/*.log | head -60 >&2
+  fi
+  if ((FAILURES)); then
+    log "$FAILURES check(s) failed; stage logs in $STAGES_DIR"
+    exit 1
+  fi
+  log "all checks passed"
+}
+
+# jqe FILTER JSON : true when the jq filter yields true (quietly)
+jqe() { jq -e "$1" <<<"$2" >/dev/null 2>&1; }
