@@ -306,15 +306,12 @@ static void on_written(uv_write_t *w, int status) {
   conn *c = r->c;
   int close_after = r->close_after || status < 0;
   free(r);
-  if (c->closing) { /* close callbacks run after this one and free c */
-    c->busy = 0;
-    return;
-  }
+  c->busy = 0; /* the response is out: the connection owns itself again */
+  if (c->closing) return; /* close callbacks run after this one and free c */
   if (close_after) {
     conn_close(c);
     return;
   }
-  c->busy = 0;
   http_parser_pause(&c->parser, 0);
   arm_timer(c, c->srv->lim.idle_timeout_ms);
   if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Bad input gets a clear error and changes nothing:
+#  - presign answers 4xx with {"error":{"code","message"}} and writes nothing;
+#  - results answers 401/404 without telling whether a submission exists;
+#  - ingest dead-letters unparseable events, objects outside the submission
+#    layout and uploads for unknown submissions, with the reason, and lives on.
+source "$(dirname "$0")/lib.sh"
+export SLUICE_INGEST_SUBMISSION_WAIT_S=3
+stages_up
+ADMIN_PRESIGN=http://127.0.0.1:$((BASE + 100))
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# post BODY [CONTENT-TYPE] -> "<status> <error.code>"; checks the error body shape
+post() {
+  local body=$1 ct=${2:-application/json} code resp
+  resp=$(curl -sS -o "$work/resp" -w '%{http_code}' -X POST -H "Content-Type: $ct" \
+    --data-binary "$body" "$PRESIGN_URL/v1/submissions")
+  if ! jq -e '.error.code | type == "string"' "$work/resp" >/dev/null 2>&1 ||
+    ! jq -e '.error.message | length > 0' "$work/resp" >/dev/null 2>&1; then
+    echo "$resp no-json-error-body"
+    return
+  fi
+  echo "$resp $(jq -r .error.code "$work/resp")"
+}
+q() { printf '{"no":%s,"content_type":"%s","size":%s}' "$1" "$2" "$3"; }
+many=$(for i in $(seq 1 31); do q "$i" audio/wav 10; echo; done | paste -sd, -)
+
+expect() { # expect "STATUS CODE" DESCRIPTION BODY [CT]
+  local want=$1 what=$2; shift 2
+  local got
+  got=$(post "$@")
+  check "$what -> $want (got $got)" test "$got" = "$want"
+}
+expect "400 invalid_json" "malformed JSON" '{"questions":[{"no":1,'
+expect "400 invalid_body" "a JSON array body" '[1,2]'
+expect "400 unknown_field" "unknown top-level field" "{\"questions\":[$(q 1 audio/wav 10)],\"x\":1}"
+expect "400 invalid_field" "questions not an array" '{"questions":{}}'
+expect "400 question_count" "zero questions" '{"questions":[]}'
+expect "400 question_count" "31 questions (limit 30)" "{\"questions\":[$many]}"
+expect "400 invalid_size" "size 0" "{\"questions\":[$(q 1 audio/wav 0)]}"
+expect "400 invalid_size" "size above the limit" "{\"questions\":[$(q 1 audio/wav 104857601)]}"
+expect "400 invalid_size" "size as a string" '{"questions":[{"no":1,"content_type":"audio/wav","size":"10"}]}'
+expect "400 unsupported_content_type" "disallowed content type" "{\"questions\":[$(q 1 video/mp4 10)]}"
+expect "400 invalid_field" "question number as a string" '{"questions":[{"no":"1","content_type":"audio/wav","size":10}]}'
+expect "400 invalid_field" "repeated question number" "{\"questions\":[$(q 1 audio/wav 10),$(q 1 audio/wav 10)]}"
+expect "400 unknown_field" "unknown question field" '{"questions":[{"no":1,"content_type":"audio/wav","size":10,"colour":"red"}]}'
+expect "415 unsupported_media_type" "text/plain body" "{\"questions\":[$(q 1 audio/wav 10)]}" text/plain
+head -c 1100000 /dev/zero | tr '\0' 'a' >"$work/big"
+expect "413 body_too_large" "body over 1 MiB" "@$work/big"
+code=$(curl -sS -o /dev/null -w '%{http_code}' "$PRESIGN_URL/v1/submissions")
+check "GET on the create endpoint -> 405 ($code)" test "$code" = 405
+check "nothing was accepted" test "$(metric sluice_submissions_total 'outcome="accepted"' "$ADMIN_PRESIGN")" = 0
+check "every bad request was counted as rejected" test "$(metric sluice_submissions_total 'outcome="rejected"' "$ADMIN_PRESIGN")" -ge 14
+
+# results: missing token 401; wrong token and unknown id give the same 404
+reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+  --data "{\"questions\":[$(q 1 audio/wav 100)]}" "$PRESIGN_URL/v1/submissions")
+sid=$(jq -r .submission_id <<<"$reply")
+token=$(jq -r .results_token <<<"$reply")
+wait_for 20 curl -fsS -o /dev/null -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid" ||
+  fail "the valid submission never became visible"
+code=$(curl -sS -o /dev/null -w '%{http_code}' "$RESULTS_URL/v1/submissions/$sid")
+check "results without a token -> 401 ($code)" test "$code" = 401
+curl -sS -o "$work/wrong" -w '%{http_code}' -H "Authorization: Bearer nope" "$RESULTS_URL/v1/submissions/$sid" >"$work/wrong.code"
+curl -sS -o "$work/unknown" -w '%{http_code}' -H "Authorization: Bearer nope" \
+  "$RESULTS_URL/v1/submissions/00000000-0000-7000-8000-000000000000" >"$work/unknown.code"
+check "wrong token -> 404" test "$(cat "$work/wrong.code")" = 404
+check "unknown submission -> 404" test "$(cat "$work/unknown.code")" = 404
+check "wrong token and unknown id are indistinguishable" cmp -s "$work/wrong" "$work/unknown"
+check "the submission shows awaiting_upload" jqe '.questions[0].state == "awaiting_upload"' \
+  "$(curl -sS -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid")"
+
+# ingest: three kinds of bad storage events
+before=$(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST")
+printf 'this is not json' | kcat -P -b "$SLUICE_KAFKA_BROKERS" -t storage-events
+s3put() { curl -sS -o /dev/null -w '%{http_code}' -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" \
+  --user "$SLUICE_S3_ACCESS_KEY:$SLUICE_S3_SECRET_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+  --data-binary "hello" "$SLUICE_S3_ENDPOINT/$SLUICE_S3_BUCKET/$1"; }
+check "stray object uploaded" test "$(s3put junk/hello.wav)" = 200
+check "object for an unknown submission uploaded" \
+  test "$(s3put submissions/11111111-2222-7333-8444-555555555555/q01.wav)" = 200
+dl() { echo $(($(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST") - before)); }
+wait_for 30 test "$(dl)" -ge 3 || true
+check "ingest dead-lettered the 3 bad events ($(dl))" test "$(dl)" = 3
+"$SLUICECTL" dlq list --json --stage ingest >"$work/dlq.json" 2>"$work/dlq.err" || fail "sluicectl dlq list failed: $(cat "$work/dlq.err")"
+for cls in bad_event unknown_object unknown_submission; do
+  check "dead letter with class $cls and a reason" \
+    jqe "select(.error_class == \"$cls\" and (.error_message | length > 10) and .original.topic == \"storage-events\")" \
+    "$(cat "$work/dlq.json")"
+done
+check "unknown submission reported for question 1" \
+  jqe 'select(.error_class == "unknown_submission") | .key == "11111111-2222-7333-8444-555555555555/1"' "$(cat "$work/dlq.json")"
+check "ingest is still healthy" curl -fsS -o /dev/null "$ADMIN_INGEST/healthz"
+code=$("$SLUICECTL" dlq frobnicate 2>/dev/null; echo $?)
+check "sluicectl rejects an unknown command with exit 2" test "$code" = 2
+finish

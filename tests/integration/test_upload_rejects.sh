@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The presigned URL signs content-length and content-type, so the storage
+# itself refuses (403) an upload whose size or type differs from what the
+# client declared — the audio never has to pass through Sluice to be checked.
+source "$(dirname "$0")/lib.sh"
+stages_up
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+head -c 4000 /dev/urandom >"$work/declared"
+head -c 4001 /dev/urandom >"$work/bigger"
+head -c 3999 /dev/urandom >"$work/smaller"
+
+reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+  --data '{"questions":[{"no":1,"content_type":"audio/wav","size":4000}]}' "$PRESIGN_URL/v1/submissions")
+url=$(jq -r '.questions[0].url' <<<"$reply")
+key=$(jq -r '.questions[0].object_key' <<<"$reply")
+check "the URL signs content-length and content-type" grep -q 'X-Amz-SignedHeaders=content-length%3Bcontent-type%3Bhost' <<<"$url"
+put() { curl -sS -o "$work/body" -w '%{http_code}' -X PUT -H "Content-Type: $1" --data-binary "@$2" "$url"; }
+exists() { curl -sS -o /dev/null -w '%{http_code}' -I --aws-sigv4 "aws:amz:us-east-1:s3" \
+  --user "$SLUICE_S3_ACCESS_KEY:$SLUICE_S3_SECRET_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+  "$SLUICE_S3_ENDPOINT/$SLUICE_S3_BUCKET/$key"; }
+
+code=$(put audio/wav "$work/bigger"); check "one byte more than signed -> 403 ($code)" test "$code" = 403
+code=$(put audio/wav "$work/smaller"); check "one byte less than signed -> 403 ($code)" test "$code" = 403
+code=$(put audio/ogg "$work/declared"); check "another content type than signed -> 403 ($code)" test "$code" = 403
+code=$(exists); check "nothing was stored by the refused uploads ($code)" test "$code" = 404
+code=$(put audio/wav "$work/declared"); check "the declared size and type -> 200 ($code)" test "$code" = 200
+code=$(exists); check "the accepted upload is stored ($code)" test "$code" = 200
+finish
