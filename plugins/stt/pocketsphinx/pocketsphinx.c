@@ -3,13 +3,18 @@
  *
  * Design: the caller's bytes are opened with sf_open_virtual() over a
  * read-only memory "file" (no temp files) and read in fixed chunks of at most
- * SL_PS_CHUNK interleaved samples. Each chunk is downmixed to mono, resampled
- * by a streaming libsamplerate converter when the input rate differs from the
- * decoder's (16 kHz for en-us), converted to int16 and passed straight to
- * ps_process_raw(), so apart from the models every sl_ps uses a few fixed
- * buffers allocated once in sl_ps_new(), whatever the length of the input.
- * The whole file is one utterance; word timings come from the segment
- * iterator (frame index / -frate), and filler/silence tokens are dropped.
+ * SL_PS_CHUNK interleaved samples (~1 s). Each chunk is downmixed to mono,
+ * resampled by a streaming libsamplerate converter when the input rate
+ * differs from the decoder's (16 kHz for en-us), dithered and converted to
+ * int16, and appended to one PCM buffer (capped by max_seconds: 600 s is
+ * 19 MB). That buffer is then recognized as a single full utterance, because
+ * the en-us model expects batch cepstral mean normalisation (-cmn batch):
+ * fed live in chunks, the first seconds of every file come out worse and the
+ * result depends on the previous file. Apart from the PCM and PocketSphinx's
+ * own search memory (which grows with the utterance, ~0.5 MB per second of
+ * audio), every sl_ps uses a few fixed buffers allocated in sl_ps_new().
+ * Word timings come from the segment iterator (frame index / -frate) of a
+ * fresh stream per file, and filler/silence tokens are dropped.
  *
  * The length limit is enforced twice: from the header before decoding and
  * while reading (headers can lie). PocketSphinx logs through a process-global
@@ -41,12 +46,16 @@
 #include <sndfile.h>
 #include <sphinxbase/err.h>
 
+#ifndef POCKETSPHINX_EXPORT
+#error "<pocketsphinx.h> found the Sluice header: keep plugins/stt/pocketsphinx off the include path"
+#endif
+
 #ifndef SLUICE_PS_MODELDIR
 #define SLUICE_PS_MODELDIR SL_PS_DEFAULT_MODELDIR
 #endif
 
 enum {
-  SL_PS_CHUNK = 16384,        /* samples per read / per recognizer call */
+  SL_PS_CHUNK = 16384,        /* samples per read / per resampler call */
   SL_PS_MAX_CHANNELS = 256,   /* more is not a speech recording */
   SL_PS_MIN_RATE = 1000,      /* Hz; libsamplerate allows ratios <= 256 */
   SL_PS_MAX_RATE = 768000,    /* Hz */
@@ -388,6 +397,11 @@ static int feed_mono(sl_ps *ps, SRC_STATE *src, double ratio, pcmbuf *b,
       return 0;
     d.data_in += d.input_frames_used;
     d.input_frames -= d.input_frames_used;
+    /* libsamplerate's overlap check ignores input_frames == 0, so a
+     * one-past-the-end pointer that happens to equal ps->rs (adjacent heap
+     * blocks) would be refused: point back at the start of the input. */
+    if (d.input_frames == 0)
+      d.data_in = x;
   }
 }
 
@@ -606,11 +620,14 @@ int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
     goto out;
   }
 
-  /* reserve the expected size once; the header only bounds it loosely */
+  /* reserve the size the header announces, up to 10 minutes: headers can
+   * lie, and the buffer still grows if the audio really is longer */
   pcmbuf pcm = {NULL, 0, 0, SL_PS_DITHER_SEED};
   if (info.frames > 0 && info.frames != SF_COUNT_MAX) {
-    size_t want = (size_t)((double)info.frames * ps->rate / info.samplerate) +
-                  SL_PS_CHUNK;
+    double secs = (double)info.frames / info.samplerate;
+    if (secs > SL_PS_DEFAULT_MAX_SECONDS)
+      secs = SL_PS_DEFAULT_MAX_SECONDS;
+    size_t want = (size_t)(secs * ps->rate) + SL_PS_CHUNK;
     if (!(pcm.p = malloc(want * sizeof *pcm.p))) {
       rc = seterr(SL_ENOMEM, err, errlen, "out of memory (%zu samples)", want);
       goto out;
