@@ -62,4 +62,5 @@ void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
   sl_conf_bind c = {sl_common_conf_table, sl_common_conf_table_len, cc};
   sl_conf_release(&c, 1);
   sl_conf_release(own, nown);
+  sl_log(SL_LOG_INFO, NULL, "stopped");
 }

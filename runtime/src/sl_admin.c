@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 struct sl_admin {
@@ -27,27 +28,30 @@ struct sl_admin {
 static void handle(sl_http_req *req, void *ud) {
   sl_admin *a = ud;
   const char *m = sl_http_req_method(req), *p = sl_http_req_path(req);
+  char body[64];
+  int n;
   if (strcmp(p, "/healthz") == 0) {
-    sl_http_respond(req, 200, "text/plain", NULL, "ok\n", 3);
+    n = snprintf(body, sizeof body, "ok pid=%ld\n", (long)getpid());
+    sl_http_respond(req, 200, "text/plain", NULL, body, (size_t)n);
   } else if (strcmp(p, "/readyz") == 0) {
-    if (atomic_load(&a->ready))
-      sl_http_respond(req, 200, "text/plain", NULL, "ready\n", 6);
-    else
-      sl_http_respond(req, 503, "text/plain", NULL, "not ready\n", 10);
+    int ready = atomic_load(&a->ready);
+    n = snprintf(body, sizeof body, "%s pid=%ld\n", ready ? "ready" : "not ready",
+                 (long)getpid());
+    sl_http_respond(req, ready ? 200 : 503, "text/plain", NULL, body, (size_t)n);
   } else if (strcmp(p, "/metrics") == 0) {
-    char *body = NULL;
+    char *text = NULL;
     size_t len = 0;
-    if (sl_metrics_render(&body, &len) != 0) {
+    if (sl_metrics_render(&text, &len) != 0) {
       sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
       return;
     }
-    sl_http_respond(req, 200, "text/plain; version=0.0.4", NULL, body, len);
-    free(body);
+    sl_http_respond(req, 200, "text/plain; version=0.0.4", NULL, text, len);
+    free(text);
   } else if (strcmp(p, "/loglevel") == 0 && strcmp(m, "PUT") == 0) {
-    size_t n;
-    const char *b = sl_http_req_body(req, &n);
+    size_t blen;
+    const char *b = sl_http_req_body(req, &blen);
     char lvl[16] = {0};
-    if (n < sizeof lvl) memcpy(lvl, b, n);
+    if (blen < sizeof lvl) memcpy(lvl, b, blen);
     lvl[strcspn(lvl, "\r\n ")] = '\0';
     if (sl_log_set_level(lvl) != 0)
       sl_http_respond_error(req, 400, "invalid_level",

@@ -104,7 +104,8 @@ static int apply_kv(const sl_conf_bind *b, size_t nb, char *line,
                     const char *source, char *err, size_t errlen) {
   char *eq = strchr(line, '=');
   if (!eq) {
-    snprintf(err, errlen, "%s: expected key = value, got \"%.64s\"", source, line);
+    /* the text is not echoed: it may be a secret ("api.token: s3cr3t") */
+    snprintf(err, errlen, "%s: expected key = value", source);
     return SL_ECONFIG;
   }
   *eq = '\0';

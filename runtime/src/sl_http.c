@@ -362,6 +362,10 @@ int sl_http_respond(sl_http_req *req, int status, const char *ctype,
                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\n%s%s%sConnection: %s\r\n",
                     status, reason(status), len, ctype ? "Content-Type: " : "",
                     ctype ? ctype : "", ctype ? "\r\n" : "", keep ? "keep-alive" : "close");
+  if (hl < 0 || (size_t)hl >= sizeof head) { /* only an absurd content type gets here */
+    conn_close(c);
+    return SL_ETOOBIG;
+  }
   size_t el = extra ? strlen(extra) : 0;
   wreq *w = malloc(sizeof *w + (size_t)hl + el + 2 + len);
   if (!w) {
@@ -425,6 +429,8 @@ static void on_connection(uv_stream_t *ls, int status) {
   arm_timer(c, srv->lim.idle_timeout_ms);
 }
 
+static void on_srv_closed(uv_handle_t *h) { free(h->data); }
+
 int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen,
                        const sl_http_limits *lim, sl_http_handler_fn fn, void *ud) {
   if (!out || !loop || !listen || !fn) return SL_EINVAL;
@@ -462,7 +468,8 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
   if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->tcp, 1024, on_connection);
   if (rc != 0) {
     srv->closing = 1;
-    uv_close((uv_handle_t *)&srv->tcp, (uv_close_cb)free);
+    /* the handle is inside srv, not at its start: free srv, not the handle */
+    uv_close((uv_handle_t *)&srv->tcp, on_srv_closed);
     return rc;
   }
   struct sockaddr_storage ss;
@@ -474,8 +481,6 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
 }
 
 int sl_http_server_port(const sl_http_server *srv) { return srv ? srv->port : -1; }
-
-static void on_srv_closed(uv_handle_t *h) { free(h->data); }
 
 void sl_http_server_free(sl_http_server *srv) {
   if (!srv) return;

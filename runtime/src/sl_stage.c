@@ -158,6 +158,13 @@ static int produce_all(loop_t *L, const sl_outbox *ob) {
     b.outstanding++;
   }
   while (b.outstanding > 0) rd_kafka_poll(L->producer, 100);
+  char why[256];
+  if (rd_kafka_fatal_error(L->producer, why, sizeof why)) {
+    /* the idempotent producer cannot go on (e.g. the cluster lost its
+     * state); nothing was committed, so exiting loses nothing */
+    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error: %s", why);
+    return SL_ESTATE;
+  }
   if (b.first_error) {
     sl_log(SL_LOG_WARN, NULL, "produce failed: %s", rd_kafka_err2str(b.first_error));
     return SL_EKAFKA;
@@ -226,8 +233,9 @@ static int nap(int64_t ms, volatile sig_atomic_t *stop) {
   return *stop != 0;
 }
 
-/* Processes one message to a committed state. Returns 0, or 1 when asked to
- * stop before the message was finished (it will be redelivered). */
+/* Processes one message to a committed state. Returns 0, 1 when asked to
+ * stop before the message was finished, or -1 when the producer failed for
+ * good (in both cases the message is redelivered to the next consumer). */
 static int handle(loop_t *L, rd_kafka_message_t *m, volatile sig_atomic_t *stop) {
   const sl_common_conf *cc = L->o->common;
   char keybuf[128];
@@ -268,7 +276,12 @@ static int handle(loop_t *L, rd_kafka_message_t *m, volatile sig_atomic_t *stop)
     }
     /* produce until acknowledged; a Kafka outage blocks here, never drops */
     int64_t pb = cc->retry_initial_ms;
-    while (produce_all(L, &ob) != 0) {
+    int prc;
+    while ((prc = produce_all(L, &ob)) != 0) {
+      if (prc == SL_ESTATE) {
+        sl_outbox_clear(&ob);
+        return -1;
+      }
       if (nap(pb, stop)) {
         sl_outbox_clear(&ob);
         return 1;
@@ -333,6 +346,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   sl_log(SL_LOG_INFO, NULL, "consuming %s%s%s as group %s", o->topics[0],
          o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "", group);
 
+  int fatal = 0;
   while (!*stop) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(L.consumer, 200);
     if (!m) continue;
@@ -342,13 +356,17 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
       rd_kafka_message_destroy(m);
       continue;
     }
-    handle(&L, m, stop);
+    int hr = handle(&L, m, stop);
     rd_kafka_message_destroy(m);
+    if (hr < 0) {
+      fatal = SL_EKAFKA;
+      break;
+    }
   }
   sl_log(SL_LOG_INFO, NULL, "stopping: closing consumer");
   rd_kafka_consumer_close(L.consumer);
   rd_kafka_destroy(L.consumer);
   rd_kafka_flush(L.producer, 10000);
   rd_kafka_destroy(L.producer);
-  return 0;
+  return fatal;
 }

@@ -50,7 +50,11 @@ wait_for() {
 stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 
 finish() {
-  "$ROOT/tools/stages" down >/dev/null || true
+  "$ROOT/tools/stages" down >/dev/null || fail "a stage did not stop on SIGTERM within 30 s"
+  for s in presign ingest stt grade materialize results; do
+    grep -q '"msg":"stopped"' "$STAGES_DIR/$s.log" 2>/dev/null ||
+      fail "$s did not log a clean stop"
+  done
   if grep -lE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR"/*.log \
       >/dev/null 2>&1; then
     fail "sanitizer report in stage logs:"

@@ -2,6 +2,7 @@
  * sl_admin.h — the operator endpoints every Sluice process serves:
  *   GET /healthz  200 while the process is alive
  *   GET /readyz   200 once sl_admin_set_ready(1), else 503
+ *                 (both bodies name the pid: "ready pid=123")
  *   GET /metrics  Prometheus text (sl_metrics registry)
  *   PUT /loglevel body "debug|info|warn|error" changes the log level
  * It runs its own libuv loop on its own thread so a busy stage loop never

@@ -52,7 +52,9 @@ const char *sl_http_req_header(const sl_http_req *req, const char *name);
 const char *sl_http_req_body(const sl_http_req *req, size_t *len);
 
 /* Sends the response. extra_headers: "Name: value\r\n" lines or NULL.
- * The request object is invalid after this call. Returns 0 or SL_ENOMEM. */
+ * The request object is invalid after this call. Returns 0, SL_ENOMEM, or
+ * SL_ETOOBIG when content_type would not fit the 1 KiB response head (the
+ * connection is then closed). */
 int sl_http_respond(sl_http_req *req, int status, const char *content_type,
                     const char *extra_headers, const void *body, size_t len);
 
