@@ -82,6 +82,8 @@ typedef struct {
   char *types[MAX_TYPES];
   size_t ntypes;
   sl_metric *m_created, *m_rejected, *m_unavailable;
+  int fatal;         /* the producer failed for good */
+  int shutting_down;
 } presign;
 
 static presign *P_; /* the delivery-report callback's context */
@@ -102,8 +104,19 @@ static const char *ext_for(const char *ct) {
   return "bin";
 }
 
+static void shutdown_loop(presign *ps);
+
 static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   pending *p = opaque;
+  char why[256];
+  if (err && !P_->fatal && rd_kafka_fatal_error(P_->producer, why, sizeof why)) {
+    /* the idempotent producer is unusable for good: answer what is in
+     * flight, stop taking requests and exit non-zero so that the process
+     * is restarted with a fresh producer */
+    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error, exiting: %s", why);
+    P_->fatal = 1;
+    shutdown_loop(P_);
+  }
   if (!p) return;
   if (err) {
     sl_metric_add(P_->m_unavailable, 1);
@@ -343,15 +356,20 @@ static void handle(sl_http_req *req, void *ud) {
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 
-static void on_signal(uv_signal_t *h, int sig) {
-  presign *ps = h->data;
-  sl_log(SL_LOG_INFO, NULL, "signal %d: no new requests; finishing the ones in flight", sig);
+static void shutdown_loop(presign *ps) {
+  if (ps->shutting_down) return;
+  ps->shutting_down = 1;
   sl_http_server_free(ps->srv);
   ps->srv = NULL;
   sl_kafka_uv_detach(ps->ku);
   ps->ku = NULL;
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  sl_log(SL_LOG_INFO, NULL, "signal %d: no new requests; finishing the ones in flight", sig);
+  shutdown_loop(h->data);
 }
 
 int sl__presign_main(int argc, char **argv) {
@@ -417,5 +435,5 @@ int sl__presign_main(int argc, char **argv) {
   sl_sigv4_free(ps.sig);
   free(ps.types_buf);
   sl__stage_finish(&cc, own, 2, admin);
-  return rc ? 1 : 0;
+  return rc || ps.fatal ? 1 : 0;
 }
