@@ -87,7 +87,12 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
 }
 
 int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
-                          const char *client_id, char *err, size_t errlen) {
+                          const char *client_id, char *err, size_t errlen,
+                          void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
+                                            rd_kafka_topic_partition_list_t *, void *),
+                          void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
+                                            rd_kafka_topic_partition_list_t *, void *),
+                          void *opaque) {
   if (!out || !brokers || !group_id) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
@@ -99,6 +104,14 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }
+  /* bounded prefetch: memory follows in-flight work, not the backlog */
+  if (set(c, "queued.max.messages.kbytes", "8192", err, errlen)) {
+    rd_kafka_conf_destroy(c);
+    return SL_ECONFIG;
+  }
+  if (rebalance) rd_kafka_conf_set_rebalance_cb(c, rebalance);
+  if (committed) rd_kafka_conf_set_offset_commit_cb(c, committed);
+  if (opaque) rd_kafka_conf_set_opaque(c, opaque);
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, errlen);
   if (!rk) {
     rd_kafka_conf_destroy(c);
@@ -119,6 +132,9 @@ void sl_kafka_batch_dr(rd_kafka_resp_err_t err, void *opaque) {
 struct sl_kafka_uv {
   uv_poll_t poll;
   rd_kafka_t *rk;
+  int consumer;
+  void (*ready)(void *ud);
+  void *ud;
   int fds[2];
 };
 
@@ -129,12 +145,35 @@ static void on_readable(uv_poll_t *h, int status, int events) {
   char buf[256];
   while (read(ku->fds[0], buf, sizeof buf) > 0) {
   }
-  rd_kafka_poll(ku->rk, 0);
+  if (ku->ready)
+    ku->ready(ku->ud);
+  else
+    rd_kafka_poll(ku->rk, 0);
 }
 
+static rd_kafka_queue_t *queue_of(sl_kafka_uv *ku) {
+  return ku->consumer ? rd_kafka_queue_get_consumer(ku->rk) : rd_kafka_queue_get_main(ku->rk);
+}
+
+static int attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop, int consumer,
+                  void (*ready)(void *), void *ud);
+
 int sl_kafka_uv_attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop) {
+  return attach(out, rk, loop, 0, NULL, NULL);
+}
+
+int sl_kafka_uv_attach_consumer(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop,
+                                void (*ready)(void *ud), void *ud) {
+  return attach(out, rk, loop, 1, ready, ud);
+}
+
+static int attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop, int consumer,
+                  void (*ready)(void *), void *ud) {
   sl_kafka_uv *ku = calloc(1, sizeof *ku);
   if (!ku) return SL_ENOMEM;
+  ku->consumer = consumer;
+  ku->ready = ready;
+  ku->ud = ud;
   if (pipe(ku->fds) != 0) {
     free(ku);
     return SL_EKAFKA;
@@ -142,7 +181,7 @@ int sl_kafka_uv_attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop) {
   fcntl(ku->fds[0], F_SETFL, O_NONBLOCK);
   fcntl(ku->fds[1], F_SETFL, O_NONBLOCK);
   ku->rk = rk;
-  rd_kafka_queue_t *q = rd_kafka_queue_get_main(rk);
+  rd_kafka_queue_t *q = queue_of(ku);
   rd_kafka_queue_io_event_enable(q, ku->fds[1], "1", 1);
   rd_kafka_queue_destroy(q);
   uv_poll_init(loop, &ku->poll, ku->fds[0]);
@@ -161,7 +200,7 @@ static void on_poll_closed(uv_handle_t *h) {
 
 void sl_kafka_uv_detach(sl_kafka_uv *ku) {
   if (!ku) return;
-  rd_kafka_queue_t *q = rd_kafka_queue_get_main(ku->rk);
+  rd_kafka_queue_t *q = queue_of(ku);
   rd_kafka_queue_io_event_enable(q, -1, NULL, 0);
   rd_kafka_queue_destroy(q);
   uv_close((uv_handle_t *)&ku->poll, on_poll_closed);

@@ -19,30 +19,41 @@ struct sl_redis {
 
 static sl_metric *m_errors;
 
-int sl_redis_new(sl_redis **out, const char *url) {
-  if (!out || !url) return SL_EINVAL;
+int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db) {
+  if (!url || !host || !port || !db) return SL_EINVAL;
   const char *p = url;
   if (strncmp(p, "redis://", 8) == 0) p += 8;
+  const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
+  if (colon && slash && slash < colon) colon = NULL;
+  size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
+  if (hl == 0 || hl >= hostlen) return SL_EINVAL;
+  memcpy(host, p, hl);
+  host[hl] = '\0';
+  *port = 6379;
+  *db = 0;
+  if (colon) {
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (v <= 0 || v > 65535 || (*end && *end != '/')) return SL_EINVAL;
+    *port = (int)v;
+  }
+  if (slash && slash[1]) {
+    char *end;
+    long v = strtol(slash + 1, &end, 10);
+    if (v < 0 || v > 15 || *end) return SL_EINVAL;
+    *db = (int)v;
+  }
+  return 0;
+}
+
+int sl_redis_new(sl_redis **out, const char *url) {
+  if (!out || !url) return SL_EINVAL;
   sl_redis *r = calloc(1, sizeof *r);
   if (!r) return SL_ENOMEM;
-  r->port = 6379;
-  const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
-  size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
-  if (hl == 0 || hl >= sizeof r->host) {
+  if (sl_redis_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != 0) {
     free(r);
     return SL_EINVAL;
   }
-  memcpy(r->host, p, hl);
-  if (colon) {
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (port <= 0 || port > 65535 || (*end && *end != '/')) {
-      free(r);
-      return SL_EINVAL;
-    }
-    r->port = (int)port;
-  }
-  if (slash) r->db = atoi(slash + 1);
   if (!m_errors)
     m_errors = sl_metrics_counter("sluice_redis_errors_total", NULL,
                                   "Redis connection and command errors");

@@ -1,18 +1,33 @@
 /*
- * sl_stage.c — the at-least-once loop (see sl_stage.h for the contract).
+ * sl_stage.c — the stage runtime (see sl_stage.h for the contract).
  *
- * Ordering of the steps for one message is what makes it safe:
- *   poll -> process -> produce outputs -> flush (wait for every delivery
- *   report) -> commit offset (synchronous) -> next.
- * If any delivery fails the whole set is produced again (duplicates are
- * harmless downstream); the offset is never committed past an unwritten
- * output.
+ * Everything but process() runs on one libuv loop:
+ *   - the consumer's queue wakes the loop through a pipe (sl_kafka_uv); each
+ *     message becomes a job; at max_in_flight all partitions are paused and
+ *     resumed below 80% of it, so memory follows in-flight work, never the
+ *     backlog;
+ *   - per partition a sorted ring of in-flight offsets: a job marks its
+ *     offset done, the head is popped while done, and the next offset to
+ *     read is committed (asynchronously, coalesced every 200 ms; synchronously
+ *     on revoke and shutdown);
+ *   - retry-tier messages that are not yet due wait in a FIFO on their
+ *     partition, which is paused; a timer fires when the head is due;
+ *   - Redis (idempotency store, shared limiter) is spoken to asynchronously;
+ *     a Redis outage makes the runtime skip the store and fail the limiter
+ *     open, it never blocks the loop;
+ *   - delivery reports arrive through the producer's pipe; a job whose
+ *     outputs all arrived is finished.
+ * A job is owned by the loop except while process() runs on the pool; it
+ * holds its rd_kafka_message_t until it is finished.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_stage.h"
-#include "sluice/sl_admin.h"
+#include "sluice/sl_aredis.h"
+#include "sluice/sl_breaker.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_id.h"
 #include "sluice/sl_kafka.h"
+#include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice.pb-c.h"
@@ -23,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <uthash.h>
+#include <uv.h>
 
 #define C(field) offsetof(sl_common_conf, field)
 const sl_conf_entry sl_common_conf_table[] = {
@@ -44,14 +61,38 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
     {"admin.listen", SL_CONF_STR, "", C(admin_listen),
      "host:port for /healthz /readyz /metrics (empty: the stage's default)", 0},
+    {"stage.max_in_flight", SL_CONF_INT, "1000", C(max_in_flight),
+     "messages processed concurrently by this process (all partitions)", 0},
+    {"stage.per_key_order", SL_CONF_BOOL, "false", C(per_key_order),
+     "never run two messages with the same key at once", 0},
+    {"stage.drain_timeout_s", SL_CONF_DOUBLE, "30", C(drain_timeout_s),
+     "on SIGTERM, how long in-flight work may finish before the stage exits", 0},
+    {"stage.workers", SL_CONF_INT, "4", C(workers),
+     "worker threads for blocking processing (libuv pool)", 0},
+    {"retry.tiers", SL_CONF_STR, "5s,30s,2m,10m", C(retry_tiers),
+     "delays of the retry topics <stage>.retry.<delay>, ascending", 0},
     {"retry.budget_s", SL_CONF_DOUBLE, "21600", C(retry_budget_s),
-     "give up on transient errors this many seconds after the first failure", 0},
-    {"retry.initial_ms", SL_CONF_INT, "500", C(retry_initial_ms),
-     "first backoff after a transient error", 0},
-    {"retry.max_ms", SL_CONF_INT, "30000", C(retry_max_ms), "backoff cap", 0},
+     "transient errors retry until this many seconds after the first failure", 0},
+    {"idempotency.ttl_s", SL_CONF_INT, "604800", C(idempotency_ttl_s),
+     "how long stored outputs answer a redelivered input", 0},
+    {"provider.rate", SL_CONF_DOUBLE, "0", C(provider_rate),
+     "provider calls per second shared by all replicas (0: unlimited)", 0},
+    {"provider.burst", SL_CONF_DOUBLE, "10", C(provider_burst),
+     "calls that may go out at once before the rate applies", 0},
+    {"breaker.failure_ratio", SL_CONF_DOUBLE, "0.5", C(breaker_failure_ratio),
+     "share of failed provider calls in the window that opens the breaker", 0},
+    {"breaker.min_calls", SL_CONF_INT, "20", C(breaker_min_calls),
+     "calls in the window before the breaker may open", 0},
+    {"breaker.window_ms", SL_CONF_INT, "10000", C(breaker_window_ms),
+     "sliding window of the failure ratio", 0},
+    {"breaker.probe_interval_ms", SL_CONF_INT, "1000", C(breaker_probe_interval_ms),
+     "while open, one probe call per interval", 0},
 };
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                       */
 
 int64_t sl_now_ms(void) {
   struct timespec ts;
@@ -133,48 +174,483 @@ int sl_key_parse(const char *key, size_t len, char sid[64], unsigned *qno) {
   return 0;
 }
 
-/* ---------- the loop ---------- */
+int sl_retry_tiers_parse(const char *spec, int64_t delays[SL_RETRY_TIERS_MAX],
+                         char labels[SL_RETRY_TIERS_MAX][16]) {
+  if (!spec) return SL_ECONFIG;
+  int n = 0;
+  const char *p = spec;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    if (n == SL_RETRY_TIERS_MAX) return SL_ECONFIG;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v <= 0) return SL_ECONFIG;
+    int64_t mul;
+    size_t ul;
+    if (strncmp(end, "ms", 2) == 0) mul = 1, ul = 2;
+    else if (*end == 's') mul = 1000, ul = 1;
+    else if (*end == 'm') mul = 60000, ul = 1;
+    else if (*end == 'h') mul = 3600000, ul = 1;
+    else return SL_ECONFIG;
+    const char *after = end + ul;
+    if (*after && *after != ',' && *after != ' ') return SL_ECONFIG;
+    size_t ll = (size_t)(after - p);
+    if (ll >= 16) return SL_ECONFIG;
+    memcpy(labels[n], p, ll);
+    labels[n][ll] = '\0';
+    delays[n] = (int64_t)v * mul;
+    if (n > 0 && delays[n] <= delays[n - 1]) return SL_ECONFIG;
+    n++;
+    p = after;
+  }
+  return n > 0 ? n : SL_ECONFIG;
+}
+
+/* ------------------------------------------------------------------ */
+/* state                                                               */
+
+typedef struct loop_t loop_t;
+typedef struct job job;
 
 typedef struct {
-  const sl_stage_opts *o;
-  rd_kafka_t *consumer, *producer;
-  sl_metric *m_done, *m_retry, *m_failed, *m_inflight;
-} loop_t;
+  char topic[128];
+  int32_t partition;
+} part_id;
 
-/* Produces all outputs and waits for their delivery reports. */
-static int produce_all(loop_t *L, const sl_outbox *ob) {
-  sl_kafka_batch b = {0, RD_KAFKA_RESP_ERR_NO_ERROR};
-  for (size_t i = 0; i < ob->n; i++) {
-    const sl_out *it = &ob->items[i];
-    rd_kafka_resp_err_t e = rd_kafka_producev(
-        L->producer, RD_KAFKA_V_TOPIC(it->topic),
-        RD_KAFKA_V_KEY(it->key, strlen(it->key)),
-        RD_KAFKA_V_VALUE(it->value, it->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_OPAQUE(&b), RD_KAFKA_V_END);
-    if (e) {
-      if (!b.first_error) b.first_error = e;
-      break;
+/* One assigned partition. */
+typedef struct part {
+  part_id id;
+  UT_hash_handle hh;
+  loop_t *L;
+  int64_t *offs;   /* ring of in-flight offsets, ascending */
+  int64_t *ts;     /* their Kafka timestamps (ms), for the oldest-age gauge */
+  uint8_t *done;
+  uint64_t epoch;  /* bumped when the partition is assigned again */
+  size_t cap, head, n;
+  int64_t commit_next; /* next offset to commit (-1: nothing yet) */
+  int dirty;
+  int revoked;
+  int retry_tier;  /* index of the tier this topic is, or -1 for a main input */
+  job *parked_head, *parked_tail;
+  int paused_for_park;
+  uv_timer_t park_timer;
+  int timer_inited;
+} part;
+
+/* Per-key ordering: the key's queue of waiting jobs. */
+typedef struct keyq {
+  char key[128];
+  UT_hash_handle hh;
+  job *head, *tail; /* waiting, in arrival order */
+} keyq;
+
+struct job {
+  loop_t *L;
+  rd_kafka_message_t *m;
+  part *p;
+  uint64_t epoch;         /* p->epoch when taken */
+  int64_t offset;
+  char key[128];
+  unsigned attempts;      /* failed attempts before this one */
+  int64_t first_failure_ms;
+  int64_t not_before_ms;
+  int64_t started_ms;
+  char digest[65];
+  sl_outbox out;
+  sl_result res;
+  int outstanding;        /* deliveries pending */
+  int produce_error;
+  int stored;             /* outputs came from the idempotency store */
+  uv_work_t work;
+  uv_timer_t *timer;      /* limiter waits, produce backoff */
+  job *next;              /* park FIFO / key queue */
+  job *all_prev, *all_next; /* every live job, for shutdown */
+  int keyed;              /* holds its key's slot */
+  int in_pool;            /* process() is running on the worker pool */
+};
+
+struct loop_t {
+  const sl_stage_opts *o;
+  const sl_common_conf *cc;
+  uv_loop_t loop;
+  rd_kafka_t *consumer, *producer;
+  sl_kafka_uv *cku, *pku;
+  sl_aredis *redis;
+  sl_breaker *breaker;
+  part *parts;
+  keyq *keys;
+  uv_timer_t tick;
+  int64_t inflight;   /* jobs taken and not finished (parked included) */
+  int64_t active;     /* jobs past parking: what a drain waits for */
+  job *jobs;          /* every live job */
+  int paused_all;
+  int stopping;
+  int closing;        /* the loop has stopped: drop instead of continuing */
+  int64_t stop_deadline;
+  int fatal;
+  volatile sig_atomic_t *stop;
+  int ntiers;
+  int64_t tier_ms[SL_RETRY_TIERS_MAX];
+  char tier_label[SL_RETRY_TIERS_MAX][16];
+  char tier_topic[SL_RETRY_TIERS_MAX][160];
+  char limit_key[160], pause_key[160];
+  rd_kafka_topic_partition_list_t *assignment;
+  sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
+      *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
+      *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX];
+};
+
+static void gate(job *j);
+static void run_process(job *j);
+static void finish(job *j);
+static void produce(job *j);
+static void dispatch(loop_t *L, job *j);
+
+/* ------------------------------------------------------------------ */
+/* partitions                                                          */
+
+static part *part_get(loop_t *L, const char *topic, int32_t partition, int create) {
+  part_id id;
+  memset(&id, 0, sizeof id);
+  snprintf(id.topic, sizeof id.topic, "%s", topic);
+  id.partition = partition;
+  part *p = NULL;
+  HASH_FIND(hh, L->parts, &id, sizeof id, p);
+  if (p || !create) return p;
+  p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->id = id;
+  p->L = L;
+  p->commit_next = -1;
+  p->retry_tier = -1;
+  for (int i = 0; i < L->ntiers; i++)
+    if (strcmp(topic, L->tier_topic[i]) == 0) p->retry_tier = i;
+  uv_timer_init(&L->loop, &p->park_timer);
+  p->park_timer.data = p;
+  p->timer_inited = 1;
+  HASH_ADD(hh, L->parts, id, sizeof id, p);
+  return p;
+}
+
+static int ring_push(part *p, int64_t off, int64_t ts) {
+  if (p->n == p->cap) {
+    size_t ncap = p->cap ? p->cap * 2 : 64;
+    int64_t *no = malloc(ncap * sizeof *no), *nt = malloc(ncap * sizeof *nt);
+    uint8_t *nd = malloc(ncap);
+    if (!no || !nd || !nt) {
+      free(no);
+      free(nd);
+      free(nt);
+      return SL_ENOMEM;
     }
-    b.outstanding++;
+    for (size_t i = 0; i < p->n; i++) {
+      no[i] = p->offs[(p->head + i) % p->cap];
+      nt[i] = p->ts[(p->head + i) % p->cap];
+      nd[i] = p->done[(p->head + i) % p->cap];
+    }
+    free(p->offs);
+    free(p->ts);
+    free(p->done);
+    p->offs = no;
+    p->ts = nt;
+    p->done = nd;
+    p->cap = ncap;
+    p->head = 0;
   }
-  while (b.outstanding > 0) rd_kafka_poll(L->producer, 100);
-  char why[256];
-  if (rd_kafka_fatal_error(L->producer, why, sizeof why)) {
-    /* the idempotent producer cannot go on (e.g. the cluster lost its
-     * state); nothing was committed, so exiting loses nothing */
-    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error: %s", why);
-    return SL_ESTATE;
-  }
-  if (b.first_error) {
-    sl_log(SL_LOG_WARN, NULL, "produce failed: %s", rd_kafka_err2str(b.first_error));
-    return SL_EKAFKA;
-  }
+  size_t at = (p->head + p->n) % p->cap;
+  p->offs[at] = off;
+  p->ts[at] = ts;
+  p->done[at] = 0;
+  p->n++;
   return 0;
 }
 
-static void add_dead_letter(loop_t *L, const rd_kafka_message_t *m, const sl_result *res,
-                            unsigned attempts, int64_t first_ms, sl_outbox *ob) {
-  const sl_common_conf *cc = L->o->common;
+/* The partition is ours again: start a fresh ring (jobs of the old epoch no
+ * longer count). */
+static void part_reset(part *p) {
+  p->epoch++;
+  p->head = p->n = 0;
+  p->commit_next = -1;
+  p->dirty = 0;
+  p->revoked = 0;
+  p->paused_for_park = 0;
+}
+
+/* Marks off done and advances the commit point past every done head. */
+static void ring_done(part *p, int64_t off) {
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) { /* offsets are ascending: binary search */
+    size_t mid = (lo + hi) / 2;
+    if (p->offs[(p->head + mid) % p->cap] < off) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo < p->n && p->offs[(p->head + lo) % p->cap] == off) p->done[(p->head + lo) % p->cap] = 1;
+  while (p->n && p->done[p->head]) {
+    p->commit_next = p->offs[p->head] + 1;
+    p->dirty = 1;
+    p->head = (p->head + 1) % p->cap;
+    p->n--;
+  }
+}
+
+static void part_close_cb(uv_handle_t *h) {
+  part *p = h->data;
+  free(p->offs);
+  free(p->ts);
+  free(p->done);
+  free(p);
+}
+
+static void part_drop(loop_t *L, part *p) {
+  HASH_DEL(L->parts, p);
+  uv_timer_stop(&p->park_timer);
+  uv_close((uv_handle_t *)&p->park_timer, part_close_cb);
+}
+
+/* Commits every dirty partition; sync on revoke/shutdown. */
+static void commit(loop_t *L, int sync, part *only) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+  part *p, *tmp;
+  HASH_ITER(hh, L->parts, p, tmp) {
+    if (only && p != only) continue;
+    if (!p->dirty || p->revoked || p->commit_next < 0) continue;
+    rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition)->offset = p->commit_next;
+    p->dirty = 0;
+  }
+  if (l->cnt) {
+    rd_kafka_resp_err_t e = rd_kafka_commit(L->consumer, l, sync ? 0 : 1);
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+      sl_log(SL_LOG_WARN, NULL, "offset commit: %s", rd_kafka_err2str(e));
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque) {
+  (void)rk;
+  (void)offsets;
+  (void)opaque;
+  if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+    sl_log(SL_LOG_WARN, NULL, "offset commit failed: %s (the messages will be redelivered)",
+           rd_kafka_err2str(err));
+}
+
+static void set_pause(loop_t *L, int pause) {
+  if (!L->assignment || L->paused_all == pause) return;
+  L->paused_all = pause;
+  if (pause)
+    rd_kafka_pause_partitions(L->consumer, L->assignment);
+  else {
+    /* resume all but the ones parked for a retry tier */
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(L->assignment->cnt);
+    for (int i = 0; i < L->assignment->cnt; i++) {
+      part *p = part_get(L, L->assignment->elems[i].topic, L->assignment->elems[i].partition, 0);
+      if (p && p->paused_for_park) continue;
+      rd_kafka_topic_partition_list_add(l, L->assignment->elems[i].topic,
+                                        L->assignment->elems[i].partition);
+    }
+    rd_kafka_resume_partitions(L->consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+  }
+}
+
+static void pause_one(loop_t *L, part *p, int pause) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition);
+  if (pause)
+    rd_kafka_pause_partitions(L->consumer, l);
+  else if (!L->paused_all && !L->stopping)
+    rd_kafka_resume_partitions(L->consumer, l);
+  rd_kafka_topic_partition_list_destroy(l);
+  p->paused_for_park = pause;
+}
+
+/* ------------------------------------------------------------------ */
+/* jobs                                                                */
+
+static void job_free(job *j) {
+  loop_t *L = j->L;
+  if (j->all_prev) j->all_prev->all_next = j->all_next;
+  else if (L->jobs == j) L->jobs = j->all_next;
+  if (j->all_next) j->all_next->all_prev = j->all_prev;
+  sl_outbox_clear(&j->out);
+  if (j->m) rd_kafka_message_destroy(j->m);
+  free(j);
+}
+
+static void timer_free_cb(uv_handle_t *h) { free(h); }
+
+static void job_timer_release(job *j) {
+  if (!j->timer) return;
+  uv_timer_stop(j->timer);
+  uv_close((uv_handle_t *)j->timer, timer_free_cb);
+  j->timer = NULL;
+}
+
+/* Drops a job during shutdown: its offset stays uncommitted (redelivered). */
+static void job_drop(job *j) {
+  job_timer_release(j);
+  j->L->inflight--;
+  job_free(j);
+}
+
+static void job_after(job *j, int64_t ms, uv_timer_cb cb) {
+  if (!j->timer) {
+    j->timer = malloc(sizeof *j->timer);
+    if (!j->timer) { /* no memory for a timer: try at once */
+      cb(NULL);
+      return;
+    }
+    uv_timer_init(&j->L->loop, j->timer);
+    j->timer->data = j;
+  }
+  uv_timer_start(j->timer, cb, (uint64_t)(ms > 0 ? ms : 0), 0);
+}
+
+static const char *hdr(const rd_kafka_message_t *m, const char *name, char *buf, size_t len) {
+  rd_kafka_headers_t *h = NULL;
+  const void *v;
+  size_t n;
+  if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR) return NULL;
+  if (rd_kafka_header_get_last(h, name, &v, &n) != RD_KAFKA_RESP_ERR_NO_ERROR || !v) return NULL;
+  if (n >= len) n = len - 1;
+  memcpy(buf, v, n);
+  buf[n] = '\0';
+  return buf;
+}
+
+static int64_t hdr_i64(const rd_kafka_message_t *m, const char *name) {
+  char buf[32];
+  return hdr(m, name, buf, sizeof buf) ? strtoll(buf, NULL, 10) : 0;
+}
+
+static void key_release(job *j) {
+  if (!j->keyed) return;
+  loop_t *L = j->L;
+  keyq *q = NULL;
+  HASH_FIND_STR(L->keys, j->key, q);
+  j->keyed = 0;
+  if (!q) return;
+  if (q->head) { /* hand the key to the next waiting job */
+    job *next = q->head;
+    q->head = next->next;
+    if (!q->head) q->tail = NULL;
+    next->next = NULL;
+    next->keyed = 1;
+    if (L->closing)
+      job_drop(next);
+    else
+      gate(next);
+  } else {
+    HASH_DEL(L->keys, q);
+    free(q);
+  }
+}
+
+/* The job is over: its offset is done once everything it produced is
+ * acknowledged (the caller guarantees that). */
+static void finish(job *j) {
+  loop_t *L = j->L;
+  job_timer_release(j);
+  key_release(j);
+  if (j->p && !j->p->revoked && j->epoch == j->p->epoch) ring_done(j->p, j->offset);
+  L->inflight--;
+  L->active--;
+  sl_metric_gauge_add(L->m_inflight, -1);
+  job_free(j);
+  if (L->paused_all && !L->stopping && L->inflight < L->cc->max_in_flight * 8 / 10)
+    set_pause(L, 0);
+}
+
+/* ---- producing ---- */
+
+static void on_backoff(uv_timer_t *t) { produce(t->data); }
+
+static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
+  job *j = opaque;
+  if (!j) return; /* emit_now notices */
+  if (err) j->produce_error = 1;
+  if (--j->outstanding > 0) return;
+  if (j->produce_error && j->L->closing) {
+    job_drop(j);
+    return;
+  }
+  if (j->produce_error) {
+    /* never drop: produce the whole set again (duplicates are harmless) */
+    j->produce_error = 0;
+    sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s",
+           rd_kafka_err2str(err));
+    char why[256];
+    if (rd_kafka_fatal_error(j->L->producer, why, sizeof why)) {
+      sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error: %s; stopping", why);
+      j->L->fatal = 1;
+      *j->L->stop = 1;
+    }
+    job_after(j, 1000, on_backoff);
+    return;
+  }
+  finish(j);
+}
+
+static void produce(job *j) {
+  loop_t *L = j->L;
+  if (L->fatal) { /* nothing more can be written; the offset stays uncommitted */
+    finish(j);
+    return;
+  }
+  if (j->out.n == 0) {
+    finish(j);
+    return;
+  }
+  j->outstanding = (int)j->out.n;
+  for (size_t i = 0; i < j->out.n; i++) {
+    sl_out *it = &j->out.items[i];
+    rd_kafka_headers_t *hs = NULL;
+    if (strncmp(it->topic, L->o->stage, strlen(L->o->stage)) == 0 &&
+        strstr(it->topic, ".retry.")) {
+      /* a retry-tier copy carries the retry headers */
+      char b[5][32];
+      hs = rd_kafka_headers_new(6);
+      snprintf(b[0], 32, "%u", j->attempts + 1);
+      snprintf(b[1], 32, "%lld", (long long)j->first_failure_ms);
+      snprintf(b[2], 32, "%lld", (long long)j->not_before_ms);
+      rd_kafka_header_add(hs, SL_HDR_ATTEMPT, -1, b[0], -1);
+      rd_kafka_header_add(hs, SL_HDR_FIRST_FAILURE, -1, b[1], -1);
+      rd_kafka_header_add(hs, SL_HDR_NOT_BEFORE, -1, b[2], -1);
+      rd_kafka_header_add(hs, SL_HDR_ERROR_CLASS, -1, j->res.error_class, -1);
+      rd_kafka_header_add(hs, SL_HDR_ERROR_MESSAGE, -1, j->res.error_message, -1);
+    }
+    rd_kafka_resp_err_t e;
+    if (hs)
+      e = rd_kafka_producev(L->producer, RD_KAFKA_V_TOPIC(it->topic),
+                            RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+                            RD_KAFKA_V_VALUE(it->value, it->len),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hs),
+                            RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+    else
+      e = rd_kafka_producev(L->producer, RD_KAFKA_V_TOPIC(it->topic),
+                            RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+                            RD_KAFKA_V_VALUE(it->value, it->len),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(j),
+                            RD_KAFKA_V_END);
+    if (e) {
+      if (hs) rd_kafka_headers_destroy(hs);
+      /* not queued: count it as a failed delivery */
+      j->produce_error = 1;
+      if (--j->outstanding == 0) {
+        j->outstanding = 1;
+        on_delivery(e, j);
+      }
+    }
+  }
+}
+
+/* ---- outcomes ---- */
+
+static void add_dead_letter(job *j) {
+  loop_t *L = j->L;
+  const rd_kafka_message_t *m = j->m;
   Sluice__V1__DeadLetter dl = SLUICE__V1__DEAD_LETTER__INIT;
   dl.stage = (char *)L->o->stage;
   dl.topic = (char *)rd_kafka_topic_name(m->rkt);
@@ -184,189 +660,652 @@ static void add_dead_letter(loop_t *L, const rd_kafka_message_t *m, const sl_res
   dl.key.len = m->key_len;
   dl.payload.data = m->payload;
   dl.payload.len = m->len;
-  dl.error_class = (char *)res->error_class;
-  dl.error_message = (char *)res->error_message;
-  dl.attempts = attempts;
-  dl.first_failure_ms = first_ms;
+  dl.error_class = j->res.error_class;
+  dl.error_message = j->res.error_message;
+  dl.attempts = j->attempts + 1;
   dl.last_failure_ms = sl_now_ms();
-  size_t n = sluice__v1__dead_letter__get_packed_size(&dl);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return;
-  sluice__v1__dead_letter__pack(&dl, buf);
+  dl.first_failure_ms = j->first_failure_ms ? j->first_failure_ms : dl.last_failure_ms;
+  dl.replay_topic = (char *)L->o->topics[0];
   char key[128];
-  snprintf(key, sizeof key, "%.*s", (int)(m->key_len < 120 ? m->key_len : 120),
-           m->key ? (const char *)m->key : "");
-  /* keys are binary-safe in Kafka but ours are text; keep non-empty */
-  if (!key[0]) snprintf(key, sizeof key, "%s/%d/%lld", dl.topic, m->partition,
-                        (long long)m->offset);
-  sl_outbox_add(ob, cc->topic_dlq, key, buf, n);
-  free(buf);
+  if (j->key[0])
+    snprintf(key, sizeof key, "%s", j->key);
+  else
+    snprintf(key, sizeof key, "%s/%d/%lld", dl.topic, m->partition, (long long)m->offset);
+  sl_outbox_add_pb(&j->out, L->cc->topic_dlq, key, &dl.base);
 
   char sid[64];
   unsigned qno;
-  if (m->key && sl_key_parse(m->key, m->key_len, sid, &qno) == 0) {
+  if (sl_key_parse(j->key, strlen(j->key), sid, &qno) == 0) {
     Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
     st.submission_id = sid;
     st.question_no = qno;
     st.state = SLUICE__V1__QUESTION_STATE__FAILED;
-    st.at_ms = sl_now_ms();
+    st.at_ms = dl.last_failure_ms;
     st.stage = (char *)L->o->stage;
-    st.error_class = (char *)res->error_class;
-    st.error_message = (char *)res->error_message;
-    n = sluice__v1__question_status__get_packed_size(&st);
-    buf = malloc(n ? n : 1);
-    if (!buf) return;
-    sluice__v1__question_status__pack(&st, buf);
-    sl_outbox_add(ob, cc->topic_results, key, buf, n);
+    st.error_class = j->res.error_class;
+    st.error_message = j->res.error_message;
+    sl_outbox_add_pb(&j->out, L->cc->topic_results, j->key, &st.base);
+  }
+  sl_metric_add(L->m_dead, 1);
+  sl_log(SL_LOG_WARN, j->key, "dead-lettered after %u attempt(s) (%s): %s", j->attempts + 1,
+         j->res.error_class, j->res.error_message);
+}
+
+/* Transient failure: to the next retry tier, or the dead-letter topic when
+ * the budget from the first failure is spent. */
+static void to_retry(job *j) {
+  loop_t *L = j->L;
+  int64_t now = sl_now_ms();
+  if (!j->first_failure_ms) j->first_failure_ms = now;
+  sl_outbox_clear(&j->out);
+  if ((double)(now - j->first_failure_ms) / 1000.0 >= L->cc->retry_budget_s) {
+    char why[sizeof j->res.error_message];
+    snprintf(why, sizeof why, "%s", j->res.error_message);
+    sl_result_set(&j->res, SL_OUTCOME_FAIL, "budget_exhausted",
+                  "gave up after %u attempts over %.0f s: %s: %s", j->attempts + 1,
+                  (double)(now - j->first_failure_ms) / 1000.0, j->res.error_class, why);
+    add_dead_letter(j);
+    return;
+  }
+  int t = (int)(j->attempts < (unsigned)L->ntiers ? j->attempts : (unsigned)L->ntiers - 1);
+  while (j->res.retry_after_ms > L->tier_ms[t] && t + 1 < L->ntiers) t++;
+  int64_t delay = L->tier_ms[t] > j->res.retry_after_ms ? L->tier_ms[t] : j->res.retry_after_ms;
+  j->not_before_ms = now + delay;
+  sl_outbox_add(&j->out, L->tier_topic[t], j->key, j->m->payload, j->m->len);
+  sl_metric_add(L->m_retried, 1);
+  sl_metric_add(L->m_tier[t], 1);
+  sl_log(SL_LOG_INFO, j->key, "transient failure (%s: %s); retry %u via %s", j->res.error_class,
+         j->res.error_message, j->attempts + 1, L->tier_topic[t]);
+}
+
+/* ---- idempotency store ---- */
+
+static void idem_key(job *j, char *buf, size_t len) {
+  snprintf(buf, len, "sl:idem:%s:%s:%.32s", j->L->o->stage, j->key, j->digest);
+}
+
+static void on_stored(redisReply *r, void *ud) {
+  job *j = ud;
+  if (j->L->closing) {
+    job_drop(j);
+    return;
+  }
+  if (!r || r->type == REDIS_REPLY_ERROR)
+    sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
+  produce(j);
+}
+
+static void store_and_produce(job *j) {
+  loop_t *L = j->L;
+  Sluice__V1__StoredOutputs so = SLUICE__V1__STORED_OUTPUTS__INIT;
+  Sluice__V1__StoredOutputs__Output outs[SL_OUTBOX_MAX], *op[SL_OUTBOX_MAX];
+  for (size_t i = 0; i < j->out.n; i++) {
+    sluice__v1__stored_outputs__output__init(&outs[i]);
+    outs[i].topic = (char *)j->out.items[i].topic;
+    outs[i].key = j->out.items[i].key;
+    outs[i].value.data = j->out.items[i].value;
+    outs[i].value.len = j->out.items[i].len;
+    op[i] = &outs[i];
+  }
+  so.outputs = op;
+  so.n_outputs = j->out.n;
+  so.stored_at_ms = sl_now_ms();
+  size_t n = sluice__v1__stored_outputs__get_packed_size(&so);
+  uint8_t *buf = malloc(n ? n : 1);
+  char k[256], ttl[32];
+  idem_key(j, k, sizeof k);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)L->cc->idempotency_ttl_s);
+  if (buf) {
+    sluice__v1__stored_outputs__pack(&so, buf);
+    const char *argv[] = {"SET", k, (const char *)buf, "EX", ttl};
+    size_t lens[] = {3, strlen(k), n, 2, strlen(ttl)};
+    int rc = sl_aredis_argv(L->redis, on_stored, j, 5, argv, lens);
     free(buf);
+    if (rc == 0) return;
   }
+  produce(j);
 }
 
-/* Sleeps ms milliseconds unless stop is raised. Returns 1 if stopped. */
-static int nap(int64_t ms, volatile sig_atomic_t *stop) {
-  while (ms > 0 && !*stop) {
-    int64_t step = ms > 100 ? 100 : ms;
-    struct timespec ts = {(time_t)(step / 1000), (long)(step % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-    ms -= step;
-  }
-  return *stop != 0;
+/* Maps a stored output's topic back to a stable string (outbox items keep
+ * a pointer to the topic name). */
+static const char *known_topic(loop_t *L, const char *t) {
+  const sl_common_conf *c = L->cc;
+  const char *all[] = {c->topic_submissions, c->topic_storage_events, c->topic_stt_requests,
+                       c->topic_grade_requests, c->topic_results, c->topic_dlq};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(all[i], t) == 0) return all[i];
+  return NULL;
 }
 
-/* Processes one message to a committed state. Returns 0, 1 when asked to
- * stop before the message was finished, or -1 when the producer failed for
- * good (in both cases the message is redelivered to the next consumer). */
-static int handle(loop_t *L, rd_kafka_message_t *m, volatile sig_atomic_t *stop) {
-  const sl_common_conf *cc = L->o->common;
-  char keybuf[128];
-  snprintf(keybuf, sizeof keybuf, "%.*s", (int)(m->key_len < 120 ? m->key_len : 120),
-           m->key ? (const char *)m->key : "");
-  unsigned attempts = 0;
-  int64_t first_fail = 0, backoff = cc->retry_initial_ms;
-  for (;;) {
-    sl_outbox ob = {.n = 0, .producer = L->producer};
-    sl_result res = {.outcome = SL_OUTCOME_DONE};
-    attempts++;
-    sl_metric_gauge_add(L->m_inflight, 1);
-    L->o->process(L->o->ud, m, &ob, &res);
-    sl_metric_gauge_add(L->m_inflight, -1);
-    if (res.outcome == SL_OUTCOME_RETRY) {
-      sl_outbox_clear(&ob);
-      if (!first_fail) first_fail = sl_now_ms();
-      sl_metric_add(L->m_retry, 1);
-      if ((double)(sl_now_ms() - first_fail) / 1000.0 >= cc->retry_budget_s) {
-        char why[sizeof res.error_message];
-        snprintf(why, sizeof why, "%s", res.error_message);
-        sl_result_set(&res, SL_OUTCOME_FAIL, "budget_exhausted",
-                      "gave up after %u attempts over %.0f s: %s", attempts,
-                      cc->retry_budget_s, why);
-      } else {
-        sl_log(SL_LOG_WARN, keybuf, "transient failure (%s: %s), retrying in %lld ms",
-               res.error_class, res.error_message, (long long)backoff);
-        if (nap(backoff, stop)) return 1;
-        backoff = backoff * 2 > cc->retry_max_ms ? cc->retry_max_ms : backoff * 2;
-        continue;
-      }
+static void on_lookup(redisReply *r, void *ud) {
+  job *j = ud;
+  loop_t *L = j->L;
+  if (L->closing) {
+    job_drop(j);
+    return;
+  }
+  if (r && r->type == REDIS_REPLY_STRING) {
+    Sluice__V1__StoredOutputs *so =
+        sluice__v1__stored_outputs__unpack(NULL, r->len, (const uint8_t *)r->str);
+    int ok = so != NULL;
+    for (size_t i = 0; ok && i < so->n_outputs; i++) {
+      const char *t = known_topic(L, so->outputs[i]->topic);
+      ok = t && sl_outbox_add(&j->out, t, so->outputs[i]->key, so->outputs[i]->value.data,
+                              so->outputs[i]->value.len) == 0;
     }
-    if (res.outcome == SL_OUTCOME_FAIL) {
-      sl_outbox_clear(&ob);
-      sl_log(SL_LOG_WARN, keybuf, "dead-lettered (%s): %s", res.error_class,
-             res.error_message);
-      add_dead_letter(L, m, &res, attempts, first_fail ? first_fail : sl_now_ms(), &ob);
+    if (so) sluice__v1__stored_outputs__free_unpacked(so, NULL);
+    if (ok) {
+      sl_metric_add(L->m_idem_hits, 1);
+      sl_metric_add(L->m_done, 1);
+      j->stored = 1;
+      sl_log(SL_LOG_INFO, j->key, "already processed: stored outputs reused, no provider call");
+      produce(j);
+      return;
     }
-    /* produce until acknowledged; a Kafka outage blocks here, never drops */
-    int64_t pb = cc->retry_initial_ms;
-    int prc;
-    while ((prc = produce_all(L, &ob)) != 0) {
-      if (prc == SL_ESTATE) {
-        sl_outbox_clear(&ob);
-        return -1;
-      }
-      if (nap(pb, stop)) {
-        sl_outbox_clear(&ob);
-        return 1;
-      }
-      pb = pb * 2 > cc->retry_max_ms ? cc->retry_max_ms : pb * 2;
+    sl_outbox_clear(&j->out);
+  } else if (!r || r->type == REDIS_REPLY_ERROR) {
+    sl_log(SL_LOG_DEBUG, j->key, "idempotency lookup unavailable; processing");
+  }
+  gate(j);
+}
+
+/* ---- the provider gate ---- */
+
+static void on_limit_wait(uv_timer_t *t) { gate(t->data); }
+
+static void circuit_open(job *j) {
+  loop_t *L = j->L;
+  sl_metric_add(L->m_circuit_skips, 1);
+  memset(&j->res, 0, sizeof j->res);
+  sl_result_set(&j->res, SL_OUTCOME_RETRY, "circuit_open",
+                "provider %s is failing; its circuit breaker is open", L->o->provider);
+  to_retry(j);
+  produce(j);
+}
+
+static void on_limit(redisReply *r, void *ud) {
+  job *j = ud;
+  if (j->L->closing) {
+    job_drop(j);
+    return;
+  }
+  int64_t wait = 0;
+  if (r && r->type == REDIS_REPLY_INTEGER) wait = r->integer;
+  if (wait > 0) {
+    sl_metric_add(j->L->m_limiter_waits, 1);
+    job_after(j, wait, on_limit_wait);
+    return;
+  }
+  run_process(j); /* granted, or Redis unavailable: fail open */
+}
+
+static void gate(job *j) {
+  loop_t *L = j->L;
+  if (L->closing) {
+    job_drop(j);
+    return;
+  }
+  if (L->o->provider) {
+    int64_t retry_in = 0;
+    if (!sl_breaker_allow(L->breaker, sl_now_ms(), &retry_in)) {
+      circuit_open(j);
+      return;
     }
-    sl_outbox_clear(&ob);
-    sl_metric_add(res.outcome == SL_OUTCOME_FAIL ? L->m_failed : L->m_done, 1);
+    sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
+    char rate[32], burst[32];
+    snprintf(rate, sizeof rate, "%g", L->cc->provider_rate > 0 ? L->cc->provider_rate : 0);
+    snprintf(burst, sizeof burst, "%g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
+    if (L->cc->provider_rate > 0) {
+      const char *argv[] = {"EVAL", sl_limiter_lua, "2", L->limit_key, L->pause_key, rate, burst,
+                            "1"};
+      if (sl_aredis_argv(L->redis, on_limit, j, 8, argv, NULL) == 0) return;
+    } else {
+      const char *argv[] = {"PTTL", L->pause_key};
+      if (sl_aredis_argv(L->redis, on_limit, j, 2, argv, NULL) == 0) return;
+    }
+  }
+  run_process(j);
+}
+
+/* ---- processing on the pool ---- */
+
+static void work_cb(uv_work_t *w) {
+  job *j = w->data;
+  j->L->o->process(j->L->o->ud, j->m, &j->out, &j->res);
+}
+
+static void after_work_cb(uv_work_t *w, int status) {
+  job *j = w->data;
+  loop_t *L = j->L;
+  (void)status;
+  j->in_pool = 0;
+  if (L->closing) {
+    job_drop(j);
+    return;
+  }
+  if (L->o->provider && j->res.provider_called) {
+    int ok = j->res.outcome != SL_OUTCOME_RETRY;
+    sl_breaker_record(L->breaker, sl_now_ms(), ok);
+    sl_metric_add(ok ? L->m_calls_ok : L->m_calls_fail, 1);
+    sl_breaker_state st = sl_breaker_get_state(L->breaker);
+    if ((int64_t)st != (int64_t)sl_metric_value(L->m_breaker_state) && st == SL_BREAKER_OPEN)
+      sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", L->o->provider);
+    sl_metric_set(L->m_breaker_state, st);
+    if (j->res.provider_throttled && j->res.retry_after_ms > 0 && !L->closing) {
+      /* pause the provider for every replica; only ever extend a pause */
+      char ms[32];
+      snprintf(ms, sizeof ms, "%lld", (long long)j->res.retry_after_ms);
+      const char *a1[] = {"SET", L->pause_key, "1", "PX", ms, "NX"};
+      const char *a2[] = {"PEXPIRE", L->pause_key, ms, "GT"};
+      sl_aredis_argv(L->redis, NULL, NULL, 6, a1, NULL);
+      sl_aredis_argv(L->redis, NULL, NULL, 4, a2, NULL);
+      sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
+             L->o->provider, ms);
+    }
+  }
+  switch (j->res.outcome) {
+  case SL_OUTCOME_DONE:
+    sl_metric_add(L->m_done, 1);
+    if (L->o->idempotent && j->out.n) {
+      store_and_produce(j);
+      return;
+    }
+    break;
+  case SL_OUTCOME_RETRY:
+    to_retry(j);
+    break;
+  case SL_OUTCOME_FAIL:
+    sl_outbox_clear(&j->out);
+    add_dead_letter(j);
     break;
   }
-  rd_kafka_resp_err_t e;
-  while ((e = rd_kafka_commit_message(L->consumer, m, 0)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    sl_log(SL_LOG_WARN, keybuf, "offset commit failed: %s", rd_kafka_err2str(e));
-    if (e == RD_KAFKA_RESP_ERR__NO_OFFSET || e == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID ||
-        e == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION || e == RD_KAFKA_RESP_ERR__STATE ||
-        e == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS)
-      break; /* partition moved: the new owner redelivers; outputs are idempotent */
-    if (nap(500, stop)) break;
-  }
-  return 0;
+  produce(j);
 }
 
-int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
-  char err[512];
-  loop_t L = {.o = o};
-  char labels[128];
-  snprintf(labels, sizeof labels, "stage=\"%s\",outcome=\"done\"", o->stage);
-  L.m_done = sl_metrics_counter("sluice_messages_total", labels,
-                                "Input messages finished, by outcome");
-  snprintf(labels, sizeof labels, "stage=\"%s\",outcome=\"dead_lettered\"", o->stage);
-  L.m_failed = sl_metrics_counter("sluice_messages_total", labels,
-                                  "Input messages finished, by outcome");
-  snprintf(labels, sizeof labels, "stage=\"%s\"", o->stage);
-  L.m_retry = sl_metrics_counter("sluice_retries_total", labels,
-                                 "Transient failures that were retried");
-  L.m_inflight = sl_metrics_gauge("sluice_in_flight", labels, "Messages being processed");
-
-  char group[128], client[128];
-  snprintf(group, sizeof group, "sluice-%s", o->stage);
-  snprintf(client, sizeof client, "sluice-%s", o->stage);
-  int rc = sl_kafka_consumer_new(&L.consumer, o->common->kafka_brokers, group, client,
-                                 err, sizeof err);
-  if (rc == 0)
-    rc = sl_kafka_producer_new(&L.producer, o->common->kafka_brokers, client, NULL, NULL,
-                               err, sizeof err);
-  if (rc) {
-    sl_log(SL_LOG_ERROR, NULL, "kafka set-up failed: %s", err);
-    if (L.consumer) rd_kafka_destroy(L.consumer);
-    return rc;
+static void run_process(job *j) {
+  j->work.data = j;
+  j->out.producer = j->L->producer;
+  j->res.outcome = SL_OUTCOME_DONE;
+  j->in_pool = 1;
+  if (uv_queue_work(&j->L->loop, &j->work, work_cb, after_work_cb) != 0) {
+    j->in_pool = 0;
+    sl_result_set(&j->res, SL_OUTCOME_RETRY, "internal", "could not queue work");
+    to_retry(j);
+    produce(j);
   }
-  rd_kafka_topic_partition_list_t *subs = rd_kafka_topic_partition_list_new((int)o->ntopics);
-  for (size_t i = 0; i < o->ntopics; i++)
-    rd_kafka_topic_partition_list_add(subs, o->topics[i], RD_KAFKA_PARTITION_UA);
-  rd_kafka_resp_err_t e = rd_kafka_subscribe(L.consumer, subs);
-  rd_kafka_topic_partition_list_destroy(subs);
-  if (e) {
-    sl_log(SL_LOG_ERROR, NULL, "subscribe failed: %s", rd_kafka_err2str(e));
-    rd_kafka_destroy(L.producer);
-    rd_kafka_destroy(L.consumer);
-    return SL_EKAFKA;
-  }
-  sl_log(SL_LOG_INFO, NULL, "consuming %s%s%s as group %s", o->topics[0],
-         o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "", group);
+}
 
-  int fatal = 0;
-  while (!*stop) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(L.consumer, 200);
-    if (!m) continue;
+/* ---- taking messages ---- */
+
+/* Past parking: per-key order, then idempotency lookup, then the gate. */
+static void start(job *j) {
+  loop_t *L = j->L;
+  L->active++;
+  j->started_ms = sl_now_ms();
+  if (L->cc->per_key_order && j->key[0]) {
+    keyq *q = NULL;
+    HASH_FIND_STR(L->keys, j->key, q);
+    if (q) { /* someone holds the key: wait behind it */
+      if (q->tail) q->tail->next = j;
+      else q->head = j;
+      q->tail = j;
+      return;
+    }
+    q = calloc(1, sizeof *q);
+    if (q) {
+      snprintf(q->key, sizeof q->key, "%s", j->key);
+      HASH_ADD_STR(L->keys, key, q);
+      j->keyed = 1;
+    }
+  }
+  if (L->o->idempotent) {
+    sl_sha256_hex(j->m->payload, j->m->len, j->digest);
+    char k[256];
+    idem_key(j, k, sizeof k);
+    const char *argv[] = {"GET", k};
+    if (sl_aredis_argv(L->redis, on_lookup, j, 2, argv, NULL) == 0) return;
+  }
+  gate(j);
+}
+
+static void on_park_timer(uv_timer_t *t) {
+  part *p = t->data;
+  loop_t *L = p->L;
+  int64_t now = sl_now_ms();
+  while (p->parked_head && p->parked_head->not_before_ms <= now) {
+    job *j = p->parked_head;
+    p->parked_head = j->next;
+    if (!p->parked_head) p->parked_tail = NULL;
+    j->next = NULL;
+    start(j);
+  }
+  if (p->parked_head)
+    uv_timer_start(&p->park_timer, on_park_timer,
+                   (uint64_t)(p->parked_head->not_before_ms - now), 0);
+  else if (p->paused_for_park)
+    pause_one(L, p, 0);
+}
+
+static void dispatch(loop_t *L, job *j) {
+  if (j->p && j->p->retry_tier >= 0) {
+    int64_t now = sl_now_ms();
+    if (j->p->parked_head || j->not_before_ms > now) {
+      /* not due (or queued behind one that is not): park, pause, set the timer */
+      if (j->p->parked_tail) j->p->parked_tail->next = j;
+      else j->p->parked_head = j;
+      j->p->parked_tail = j;
+      if (!j->p->paused_for_park) pause_one(L, j->p, 1);
+      if (j == j->p->parked_head)
+        uv_timer_start(&j->p->park_timer, on_park_timer, (uint64_t)(j->not_before_ms - now), 0);
+      return;
+    }
+  }
+  start(j);
+}
+
+static void take(loop_t *L, rd_kafka_message_t *m) {
+  job *j = calloc(1, sizeof *j);
+  if (!j) {
+    /* cannot track it: leave it uncommitted; it is redelivered later */
+    sl_log(SL_LOG_ERROR, NULL, "out of memory taking a message");
+    rd_kafka_message_destroy(m);
+    return;
+  }
+  j->L = L;
+  j->m = m;
+  j->offset = m->offset;
+  snprintf(j->key, sizeof j->key, "%.*s", (int)(m->key_len < 127 ? m->key_len : 127),
+           m->key ? (const char *)m->key : "");
+  j->p = part_get(L, rd_kafka_topic_name(m->rkt), m->partition, 1);
+  int64_t ts = rd_kafka_message_timestamp(m, NULL);
+  if (!j->p || ring_push(j->p, m->offset, ts > 0 ? ts : sl_now_ms()) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "out of memory tracking a message");
+    rd_kafka_message_destroy(m);
+    free(j);
+    return;
+  }
+  j->epoch = j->p->epoch;
+  j->all_next = L->jobs;
+  if (L->jobs) L->jobs->all_prev = j;
+  L->jobs = j;
+  j->attempts = (unsigned)hdr_i64(m, SL_HDR_ATTEMPT);
+  j->first_failure_ms = hdr_i64(m, SL_HDR_FIRST_FAILURE);
+  j->not_before_ms = hdr_i64(m, SL_HDR_NOT_BEFORE);
+  L->inflight++;
+  sl_metric_gauge_add(L->m_inflight, 1);
+  if (L->inflight >= L->cc->max_in_flight) set_pause(L, 1);
+  dispatch(L, j);
+}
+
+static void drain_consumer(void *ud) {
+  loop_t *L = ud;
+  rd_kafka_message_t *m;
+  while ((m = rd_kafka_consumer_poll(L->consumer, 0)) != NULL) {
     if (m->err) {
       if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
         sl_log(SL_LOG_WARN, NULL, "consume: %s", rd_kafka_message_errstr(m));
       rd_kafka_message_destroy(m);
       continue;
     }
-    int hr = handle(&L, m, stop);
-    rd_kafka_message_destroy(m);
-    if (hr < 0) {
-      fatal = SL_EKAFKA;
-      break;
+    if (L->stopping) { /* not taken: stays uncommitted, redelivered later */
+      rd_kafka_message_destroy(m);
+      continue;
+    }
+    take(L, m);
+  }
+}
+
+/* ---- rebalancing ---- */
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+  loop_t *L = opaque;
+  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    part *p, *tmp;
+    HASH_ITER(hh, L->parts, p, tmp) {
+      if (p->revoked) part_reset(p);
+    }
+    rd_kafka_assign(rk, parts);
+    if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+    L->assignment = rd_kafka_topic_partition_list_copy(parts);
+    L->paused_all = 0;
+    if (L->inflight >= L->cc->max_in_flight) set_pause(L, 1);
+    sl_log(SL_LOG_INFO, NULL, "assigned %d partition(s)", parts->cnt);
+    sl_admin_set_ready(L->o->admin, 1);
+  } else {
+    /* commit what is complete; in-flight work of revoked partitions still
+     * produces its outputs but no longer commits: the new owner redelivers */
+    commit(L, 1, NULL);
+    part *p, *tmp;
+    HASH_ITER(hh, L->parts, p, tmp) {
+      p->revoked = 1;
+      /* parked jobs of a revoked partition are released unprocessed */
+      while (p->parked_head) {
+        job *j = p->parked_head;
+        p->parked_head = j->next;
+        L->inflight--;
+        sl_metric_gauge_add(L->m_inflight, -1);
+        job_free(j);
+      }
+      p->parked_tail = NULL;
+      uv_timer_stop(&p->park_timer);
+      p->paused_for_park = 0;
+    }
+    rd_kafka_assign(rk, NULL);
+    if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+    L->assignment = NULL;
+    sl_log(SL_LOG_INFO, NULL, "partitions revoked (%d)", parts->cnt);
+  }
+}
+
+/* ---- the tick: commits, metrics, stop ---- */
+
+static void begin_stop(loop_t *L);
+
+static void on_tick(uv_timer_t *t) {
+  loop_t *L = t->data;
+  drain_consumer(L);
+  commit(L, 0, NULL);
+  /* age of the oldest message taken and not finished */
+  int64_t oldest = 0, now = sl_now_ms();
+  part *p, *tmp;
+  HASH_ITER(hh, L->parts, p, tmp) {
+    if (p->n && !p->revoked && (!oldest || p->ts[p->head] < oldest)) oldest = p->ts[p->head];
+  }
+  sl_metric_set(L->m_oldest, oldest ? (now - oldest) / 1000 : 0);
+  if (*L->stop && !L->stopping) begin_stop(L);
+  if (L->stopping) {
+    if (L->active == 0 || now >= L->stop_deadline) {
+      if (L->active)
+        sl_log(SL_LOG_WARN, NULL,
+               "drain bound reached with %lld message(s) unfinished; they will be redelivered",
+               (long long)L->active);
+      uv_stop(&L->loop);
     }
   }
-  sl_log(SL_LOG_INFO, NULL, "stopping: closing consumer");
-  rd_kafka_consumer_close(L.consumer);
-  rd_kafka_destroy(L.consumer);
-  rd_kafka_flush(L.producer, 10000);
-  rd_kafka_destroy(L.producer);
-  return fatal;
+}
+
+static void begin_stop(loop_t *L) {
+  L->stopping = 1;
+  L->stop_deadline = sl_now_ms() + (int64_t)(L->cc->drain_timeout_s * 1000);
+  sl_log(SL_LOG_INFO, NULL, "stopping: no new messages; %lld in flight",
+         (long long)L->active);
+  set_pause(L, 1);
+  part *p, *tmp;
+  HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight: release them */
+    while (p->parked_head) {
+      job *j = p->parked_head;
+      p->parked_head = j->next;
+      L->inflight--;
+      sl_metric_gauge_add(L->m_inflight, -1);
+      job_free(j);
+    }
+    p->parked_tail = NULL;
+    uv_timer_stop(&p->park_timer);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+
+static sl_metric *metric(const char *name, const char *stage, const char *extra,
+                         const char *help, int gauge) {
+  char l[256];
+  snprintf(l, sizeof l, "stage=\"%s\"%s%s", stage, extra ? "," : "", extra ? extra : "");
+  return gauge ? sl_metrics_gauge(name, l, help) : sl_metrics_counter(name, l, help);
+}
+
+static void walk_close(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
+  char err[512];
+  loop_t *L = calloc(1, sizeof *L);
+  if (!L) return SL_ENOMEM;
+  L->o = o;
+  L->cc = o->common;
+  L->stop = stop;
+  int rc = 0;
+  L->ntiers = sl_retry_tiers_parse(L->cc->retry_tiers, L->tier_ms, L->tier_label);
+  if (L->ntiers < 0) {
+    sl_log(SL_LOG_ERROR, NULL, "retry.tiers \"%s\": expected e.g. 5s,30s,2m,10m (ascending)",
+           L->cc->retry_tiers);
+    free(L);
+    return SL_ECONFIG;
+  }
+  for (int i = 0; i < L->ntiers; i++)
+    snprintf(L->tier_topic[i], sizeof L->tier_topic[i], "%s.retry.%s", o->stage,
+             L->tier_label[i]);
+  snprintf(L->limit_key, sizeof L->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
+  snprintf(L->pause_key, sizeof L->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
+
+  const char *h_out = "Input messages finished, by outcome";
+  L->m_done = metric("sluice_messages_total", o->stage, "outcome=\"done\"", h_out, 0);
+  L->m_retried = metric("sluice_messages_total", o->stage, "outcome=\"retried\"", h_out, 0);
+  L->m_dead = metric("sluice_messages_total", o->stage, "outcome=\"dead_lettered\"", h_out, 0);
+  for (int i = 0; i < L->ntiers; i++) {
+    char t[64];
+    snprintf(t, sizeof t, "tier=\"%s\"", L->tier_label[i]);
+    L->m_tier[i] = metric("sluice_retries_total", o->stage, t,
+                          "Messages sent to a retry tier, by tier", 0);
+  }
+  L->m_inflight = metric("sluice_in_flight", o->stage, NULL, "Messages being processed", 1);
+  L->m_idem_hits = metric("sluice_idempotency_hits_total", o->stage, NULL,
+                          "Inputs answered from stored outputs (provider calls avoided)", 0);
+  L->m_oldest = metric("sluice_oldest_uncommitted_age_seconds", o->stage, NULL,
+                       "Age of the oldest message taken and not yet finished", 1);
+  if (o->provider) {
+    char pl[128];
+    snprintf(pl, sizeof pl, "provider=\"%s\"", o->provider);
+    L->m_limiter_waits = metric("sluice_limiter_waits_total", o->stage, pl,
+                                "Calls delayed by the shared rate limit", 0);
+    L->m_breaker_state = metric("sluice_breaker_state", o->stage, pl,
+                                "Circuit breaker: 0 closed, 1 open, 2 half-open", 1);
+    L->m_circuit_skips = metric("sluice_breaker_rejections_total", o->stage, pl,
+                                "Messages sent to a retry tier because the breaker was open", 0);
+    char okl[192], fl[192];
+    snprintf(okl, sizeof okl, "%s,result=\"ok\"", pl);
+    snprintf(fl, sizeof fl, "%s,result=\"transient_failure\"", pl);
+    L->m_calls_ok = metric("sluice_provider_calls_total", o->stage, okl,
+                           "Provider calls by result", 0);
+    L->m_calls_fail = metric("sluice_provider_calls_total", o->stage, fl,
+                             "Provider calls by result", 0);
+    sl_breaker_opts bo = {L->cc->breaker_failure_ratio, (unsigned)L->cc->breaker_min_calls,
+                          L->cc->breaker_window_ms, L->cc->breaker_probe_interval_ms};
+    if ((rc = sl_breaker_new(&L->breaker, &bo)) != 0) {
+      sl_log(SL_LOG_ERROR, NULL, "breaker settings: %s", sl_strerror(rc));
+      free(L);
+      return rc;
+    }
+  }
+
+  /* the worker pool starts on first use: size it before that */
+  char nworkers[16];
+  snprintf(nworkers, sizeof nworkers, "%lld",
+           (long long)(L->cc->workers > 0 ? (L->cc->workers < 128 ? L->cc->workers : 128) : 4));
+  setenv("UV_THREADPOOL_SIZE", nworkers, 1);
+  char group[128], client[128], tp[32];
+  snprintf(group, sizeof group, "sluice-%s", o->stage);
+  snprintf(client, sizeof client, "sluice-%s", o->stage);
+  uv_loop_init(&L->loop);
+  rc = sl_kafka_consumer_new(&L->consumer, L->cc->kafka_brokers, group, client, err, sizeof err,
+                             on_rebalance, on_commit, L);
+  if (rc == 0)
+    rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, on_delivery, NULL,
+                               err, sizeof err);
+  if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);
+  if (rc == 0) rc = sl_kafka_uv_attach(&L->pku, L->producer, &L->loop);
+  if (rc == 0) rc = sl_kafka_uv_attach_consumer(&L->cku, L->consumer, &L->loop, drain_consumer, L);
+  if (rc) {
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err[0] ? err : sl_strerror(rc));
+    goto out;
+  }
+  rd_kafka_topic_partition_list_t *subs =
+      rd_kafka_topic_partition_list_new((int)(o->ntopics + (size_t)L->ntiers));
+  for (size_t i = 0; i < o->ntopics; i++)
+    rd_kafka_topic_partition_list_add(subs, o->topics[i], RD_KAFKA_PARTITION_UA);
+  for (int i = 0; i < L->ntiers; i++)
+    rd_kafka_topic_partition_list_add(subs, L->tier_topic[i], RD_KAFKA_PARTITION_UA);
+  rd_kafka_resp_err_t e = rd_kafka_subscribe(L->consumer, subs);
+  rd_kafka_topic_partition_list_destroy(subs);
+  if (e) {
+    sl_log(SL_LOG_ERROR, NULL, "subscribe failed: %s", rd_kafka_err2str(e));
+    rc = SL_EKAFKA;
+    goto out;
+  }
+  snprintf(tp, sizeof tp, "%d", L->ntiers);
+  sl_log(SL_LOG_INFO, NULL,
+         "consuming %s%s%s and %s retry tiers (%s .. %s) as group %s; up to %lld in flight",
+         o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "", tp,
+         L->tier_topic[0], L->tier_topic[L->ntiers - 1], group,
+         (long long)L->cc->max_in_flight);
+  uv_timer_init(&L->loop, &L->tick);
+  L->tick.data = L;
+  uv_timer_start(&L->tick, on_tick, 100, 100);
+  uv_run(&L->loop, UV_RUN_DEFAULT);
+
+  /* stopped: from here on unfinished jobs are dropped (never committed) */
+  L->closing = 1;
+  commit(L, 1, NULL);
+  sl_log(SL_LOG_INFO, NULL, "closing consumer");
+  sl_kafka_uv_detach(L->cku);
+  L->cku = NULL;
+  rd_kafka_consumer_close(L->consumer);
+  rd_kafka_flush(L->producer, 10000); /* delivery reports finish their jobs */
+  if (rd_kafka_outq_len(L->producer) > 0) { /* Kafka gone: their offsets stay uncommitted */
+    rd_kafka_purge(L->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(L->producer, 0);
+  }
+  commit(L, 1, NULL);
+  rc = L->fatal ? SL_EKAFKA : 0;
+out:
+  L->closing = 1;
+  sl_kafka_uv_detach(L->cku);
+  sl_kafka_uv_detach(L->pku);
+  sl_aredis_free(L->redis); /* pending replies come back NULL: their jobs drop */
+  L->redis = NULL;
+  for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */
+    nx = j->all_next;
+    job_timer_release(j);
+    if (!j->in_pool && !j->outstanding) job_drop(j);
+  }
+  {
+    part *p, *tmp;
+    HASH_ITER(hh, L->parts, p, tmp) { part_drop(L, p); }
+    keyq *q, *qt;
+    HASH_ITER(hh, L->keys, q, qt) {
+      HASH_DEL(L->keys, q);
+      free(q);
+    }
+  }
+  uv_walk(&L->loop, walk_close, NULL);
+  uv_run(&L->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&L->loop);
+  if (L->consumer) rd_kafka_destroy(L->consumer);
+  if (L->producer) rd_kafka_destroy(L->producer);
+  if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+  sl_breaker_free(L->breaker);
+  free(L);
+  return rc;
 }

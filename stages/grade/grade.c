@@ -59,6 +59,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   st.duration_s = t->duration_s;
   st.grade = &gr;
   st.accepted_at_ms = t->upload->accepted_at_ms;
+  res->provider_called = 1;
   rc = sl_outbox_add_pb(out, g->cc->topic_results, key, &st.base);
   if (rc)
     sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing result: %s", sl_strerror(rc));
@@ -75,8 +76,9 @@ int sl__grade_main(int argc, char **argv) {
   if (rc) return rc;
   grade g = {&cc};
   const char *topics[] = {cc.topic_grade_requests};
-  sl_stage_opts o = {"grade", &cc, topics, 1, process, &g};
-  sl_admin_set_ready(admin, 1);
+  sl_stage_opts o = {.stage = "grade", .common = &cc, .topics = topics, .ntopics = 1,
+                     .process = process, .ud = &g, .provider = "grade-rubric", .idempotent = 1,
+                     .admin = admin};
   rc = sl_stage_run(&o, &sl__stop);
   sl__stage_finish(&cc, NULL, 0, admin);
   return rc ? 1 : 0;

@@ -27,6 +27,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_tls.h"
 
 typedef struct {
   double submission_wait_s;
@@ -41,8 +42,17 @@ const size_t sl__ingest_table_len = sizeof sl__ingest_table / sizeof sl__ingest_
 typedef struct {
   sl_common_conf *cc;
   ingest_conf *ic;
-  sl_redis *redis;
+  sl_tls *redis; /* one sl_redis per worker thread */
 } ingest;
+
+static void *redis_create(void *arg, char *err, unsigned long errlen) {
+  sl_redis *r = NULL;
+  int rc = sl_redis_new(&r, arg);
+  if (rc) snprintf(err, errlen, "redis.url: %s", sl_strerror(rc));
+  return r;
+}
+
+static void redis_destroy(void *v) { sl_redis_free(v); }
 
 /* "submissions/<36-char uuid>/q<digits>.<ext>" -> sid, qno */
 static int parse_object_key(const char *key, char sid[64], unsigned *qno) {
@@ -138,7 +148,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
     snprintf(field, sizeof field, "spec%u", qno);
     const char *argv[] = {"HMGET", hkey, "accepted_at_ms", field};
-    redisReply *rep = sl_redis_argv(in->redis, 4, argv, NULL, rerr, sizeof rerr);
+    sl_redis *redis = sl_tls_get(in->redis, rerr, sizeof rerr);
+    redisReply *rep = redis ? sl_redis_argv(redis, 4, argv, NULL, rerr, sizeof rerr) : NULL;
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
       sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rep ? "unexpected reply" : rerr);
       if (rep) freeReplyObject(rep);
@@ -219,16 +230,14 @@ int sl__ingest_main(int argc, char **argv) {
                            "transcription requests.", &cc, own, 1, "127.0.0.1:9181", &admin);
   if (rc) return rc;
   ingest in = {&cc, &ic, NULL};
-  rc = sl_redis_new(&in.redis, cc.redis_url);
+  rc = sl_tls_new(&in.redis, redis_create, redis_destroy, cc.redis_url);
   if (rc == 0) {
     const char *topics[] = {cc.topic_storage_events};
-    sl_stage_opts o = {"ingest", &cc, topics, 1, process, &in};
-    sl_admin_set_ready(admin, 1);
+    sl_stage_opts o = {.stage = "ingest", .common = &cc, .topics = topics, .ntopics = 1,
+                       .process = process, .ud = &in, .admin = admin};
     rc = sl_stage_run(&o, &sl__stop);
-  } else {
-    sl_log(SL_LOG_ERROR, NULL, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
   }
-  sl_redis_free(in.redis);
+  sl_tls_free(in.redis);
   sl__stage_finish(&cc, own, 1, admin);
   return rc ? 1 : 0;
 }

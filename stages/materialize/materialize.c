@@ -27,6 +27,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_tls.h"
 
 typedef struct {
   int64_t ttl_s;
@@ -42,8 +43,22 @@ const size_t sl__materialize_table_len =
 typedef struct {
   sl_common_conf *cc;
   mat_conf *mc;
-  sl_redis *redis;
+  sl_tls *redis; /* one sl_redis per worker thread */
 } mat;
+
+static void *redis_create(void *arg, char *err, unsigned long errlen) {
+  sl_redis *r = NULL;
+  int rc = sl_redis_new(&r, arg);
+  if (rc) snprintf(err, errlen, "redis.url: %s", sl_strerror(rc));
+  return r;
+}
+
+static void redis_destroy(void *v) { sl_redis_free(v); }
+
+static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t errlen) {
+  sl_redis *r = sl_tls_get(M->redis, err, errlen);
+  return r ? sl_redis_argv(r, argc, argv, NULL, err, errlen) : NULL;
+}
 
 /* KEYS[1] hash; ARGV: qno, rank, json, ttl. Returns 1 if written. */
 static const char apply_lua[] =
@@ -76,7 +91,7 @@ static int apply(mat *M, const char *sid, unsigned qno, int rank, const char *js
   snprintf(r, sizeof r, "%d", rank);
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
   const char *argv[] = {"EVAL", apply_lua, "1", hkey, q, r, json, ttl};
-  redisReply *rep = sl_redis_argv(M->redis, 8, argv, NULL, err, errlen);
+  redisReply *rep = cmd(M, 8, argv, err, errlen);
   if (!rep) return SL_EREDIS;
   int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : SL_EREDIS;
   if (rep->type == REDIS_REPLY_ERROR) snprintf(err, errlen, "redis: %s", rep->str);
@@ -129,7 +144,7 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
     argv[argc++] = owned[nown - 2];
     argv[argc++] = owned[nown - 1] ? owned[nown - 1] : "{}";
   }
-  redisReply *rep = sl_redis_argv(M->redis, (int)argc, argv, NULL, err, sizeof err);
+  redisReply *rep = cmd(M, (int)argc, argv, err, sizeof err);
   int ok = rep && rep->type != REDIS_REPLY_ERROR;
   if (rep && !ok) snprintf(err, sizeof err, "redis: %s", rep->str);
   if (rep) freeReplyObject(rep);
@@ -215,16 +230,14 @@ int sl__materialize_main(int argc, char **argv) {
                            "127.0.0.1:9184", &admin);
   if (rc) return rc;
   mat M = {&cc, &mc, NULL};
-  rc = sl_redis_new(&M.redis, cc.redis_url);
+  rc = sl_tls_new(&M.redis, redis_create, redis_destroy, cc.redis_url);
   if (rc == 0) {
-    const char *topics[] = {cc.topic_submissions, cc.topic_results};
-    sl_stage_opts o = {"materialize", &cc, topics, 2, process, &M};
-    sl_admin_set_ready(admin, 1);
+    const char *topics[] = {cc.topic_results, cc.topic_submissions};
+    sl_stage_opts o = {.stage = "materialize", .common = &cc, .topics = topics, .ntopics = 2,
+                       .process = process, .ud = &M, .admin = admin};
     rc = sl_stage_run(&o, &sl__stop);
-  } else {
-    sl_log(SL_LOG_ERROR, NULL, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
   }
-  sl_redis_free(M.redis);
+  sl_tls_free(M.redis);
   sl__stage_finish(&cc, own, 1, admin);
   return rc ? 1 : 0;
 }

@@ -22,6 +22,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_s3.h"
+#include "sluice/sl_tls.h"
 #include "stt/pocketsphinx/pocketsphinx.h"
 
 typedef struct {
@@ -43,10 +44,37 @@ const size_t sl__stt_table_len = sizeof sl__stt_table / sizeof sl__stt_table[0];
 typedef struct {
   sl_common_conf *cc;
   stt_conf *sc;
-  sl_sigv4 *sig;
+  sl_s3_conf *s3;
   sl_s3_target target;
-  sl_ps *ps;
+  sl_tls *tools; /* one worker per thread: signer + decoder */
 } stt;
+
+typedef struct {
+  sl_sigv4 *sig;
+  sl_ps *ps;
+} worker;
+
+static void worker_destroy(void *v) {
+  worker *w = v;
+  if (!w) return;
+  sl_ps_free(w->ps);
+  sl_sigv4_free(w->sig);
+  free(w);
+}
+
+static void *worker_create(void *arg, char *err, unsigned long errlen) {
+  stt *s = arg;
+  worker *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  int rc = sl_sigv4_new(&w->sig, s->s3->access_key, s->s3->secret_key, s->s3->region, "s3");
+  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  if (rc == 0) rc = sl_ps_new(&w->ps, s->sc->model_dir, s->sc->max_seconds, err, errlen);
+  if (rc) {
+    worker_destroy(w);
+    return NULL;
+  }
+  return w;
+}
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   stt *s = ud;
@@ -73,8 +101,14 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   void *audio = NULL;
   size_t len = 0;
   long status = 0;
-  char err[512];
-  int rc = sl_s3_get(s->sig, &s->target, up->object_key, (size_t)s->sc->max_audio_bytes,
+  char err[512] = "";
+  worker *w = sl_tls_get(s->tools, err, sizeof err);
+  if (!w) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "stt_setup", "%s", err);
+    sluice__v1__upload_completed__free_unpacked(up, NULL);
+    return;
+  }
+  int rc = sl_s3_get(w->sig, &s->target, up->object_key, (size_t)s->sc->max_audio_bytes,
                      &audio, &len, &status, err, sizeof err);
   if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
                                                    status == 408))) {
@@ -85,7 +119,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   } else {
     sl_ps_result tr = {0};
     int64_t t0 = sl_now_ms();
-    rc = sl_ps_transcribe(s->ps, audio, len, &tr, err, sizeof err);
+    rc = sl_ps_transcribe(w->ps, audio, len, &tr, err, sizeof err);
+    res->provider_called = 1;
     if (rc) {
       sl_result_set(res, SL_OUTCOME_FAIL,
                     rc == SL_EDECODE    ? "undecodable_audio"
@@ -142,22 +177,26 @@ int sl__stt_main(int argc, char **argv) {
   int rc = sl__stage_start(argc, argv, "stt", "Transcribes uploaded answers with PocketSphinx.",
                            &cc, own, 2, "127.0.0.1:9182", &admin);
   if (rc) return rc;
-  stt s = {&cc, &sc, NULL, {{0}, {0}, {0}}, NULL};
+  stt s = {.cc = &cc, .sc = &sc, .s3 = &s3};
   char err[512] = "";
   rc = sl_s3_target_init(&s.target, &s3);
-  if (rc == 0) rc = sl_sigv4_new(&s.sig, s3.access_key, s3.secret_key, s3.region, "s3");
   if (rc) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
-  if (rc == 0) rc = sl_ps_new(&s.ps, sc.model_dir, sc.max_seconds, err, sizeof err);
+  if (rc == 0) rc = sl_tls_new(&s.tools, worker_create, worker_destroy, &s);
+  if (rc == 0) { /* load one decoder now so a bad model path fails at start-up */
+    worker *w = worker_create(&s, err, sizeof err);
+    if (!w) rc = SL_ECONFIG;
+    worker_destroy(w);
+  }
   if (rc == 0) {
     const char *topics[] = {cc.topic_stt_requests};
-    sl_stage_opts o = {"stt", &cc, topics, 1, process, &s};
-    sl_admin_set_ready(admin, 1);
+    sl_stage_opts o = {.stage = "stt", .common = &cc, .topics = topics, .ntopics = 1,
+                       .process = process, .ud = &s, .provider = "stt-pocketsphinx",
+                       .idempotent = 1, .admin = admin};
     rc = sl_stage_run(&o, &sl__stop);
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
   }
-  sl_ps_free(s.ps);
-  sl_sigv4_free(s.sig);
+  sl_tls_free(s.tools);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

@@ -26,9 +26,16 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
                           size_t errlen);
 
 /* Creates a consumer in group_id with auto-commit off, auto.offset.reset
- * earliest, and its poll queue redirected to the consumer queue. */
+ * earliest, and its poll queue redirected to the consumer queue. rebalance
+ * and commit callbacks (may be NULL) get opaque; they run inside
+ * rd_kafka_consumer_poll(). */
 int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
-                          const char *client_id, char *err, size_t errlen);
+                          const char *client_id, char *err, size_t errlen,
+                          void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
+                                            rd_kafka_topic_partition_list_t *, void *),
+                          void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
+                                            rd_kafka_topic_partition_list_t *, void *),
+                          void *opaque);
 
 /* Serves the producer's delivery reports on a libuv loop: librdkafka writes
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
@@ -36,6 +43,11 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
  * sl_kafka_uv_detach (NULL-safe). @locality loop thread only. */
 typedef struct sl_kafka_uv sl_kafka_uv;
 int sl_kafka_uv_attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop);
+
+/* The same for a consumer: when its queue has events, ready(ud) is called
+ * on the loop (it should drain with rd_kafka_consumer_poll(rk, 0)). */
+int sl_kafka_uv_attach_consumer(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop,
+                                void (*ready)(void *ud), void *ud);
 void sl_kafka_uv_detach(sl_kafka_uv *ku);
 
 /* A group of produced messages awaited together (synchronous stages). */

@@ -13,6 +13,10 @@
 
 typedef struct sl_redis sl_redis;
 
+/* Splits redis://host[:port][/db] (port 6379 and db 0 when absent).
+ * Returns 0 or SL_EINVAL. */
+int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db);
+
 /* url: redis://host:port[/db]. Does not connect yet. */
 int sl_redis_new(sl_redis **out, const char *url);
 void sl_redis_free(sl_redis *r);

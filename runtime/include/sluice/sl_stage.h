@@ -1,23 +1,36 @@
 /*
- * sl_stage.h — the consume -> process -> produce loop every Kafka stage runs.
+ * sl_stage.h — the runtime every Kafka stage runs: consume -> process ->
+ * produce -> commit, with many messages in flight, retry tiers with a time
+ * budget, dead letters, an idempotency store, and a breaker plus a shared
+ * rate limit around the external provider.
  *
- * Guarantee (at-least-once, nothing accepted is lost): for each input message
- * the runtime (1) calls the stage's process function, which only *describes*
- * outputs in an sl_outbox, (2) produces every output with the idempotent
- * producer and waits for all delivery reports, and only then (3) commits the
- * input offset, synchronously. A crash anywhere before (3) redelivers the
- * message; downstream stages and materialize are idempotent per question key,
- * so a redelivery changes nothing visible.
+ * Guarantee (at-least-once; nothing accepted is lost): an input offset is
+ * committed only when it and every offset before it in its partition are
+ * finished, and a message is finished only once all of its outputs (results,
+ * retry-tier copy or dead letter) are acknowledged by Kafka. A crash at any
+ * point redelivers the unfinished messages; outputs are idempotent per
+ * question key downstream, and the idempotency store answers a redelivered
+ * input without a second provider call.
  *
- * Outcomes: SL_OUTCOME_DONE commits; SL_OUTCOME_FAIL (permanent) writes a
- * DeadLetter to the dlq topic plus a FAILED QuestionStatus for question keys,
- * then commits; SL_OUTCOME_RETRY (transient) retries the same message in
- * place with capped exponential backoff until retry_budget_s, then fails it
- * as "budget_exhausted". (In-place retry blocks the partition; the retry-tier
- * topics replace it in the runtime issue.)
+ * Life of a message:
+ *   1. from a retry tier and not yet due -> parked; its partition is paused
+ *      and a timer resumes it when the head is due (no polling, the main
+ *      input keeps flowing);
+ *   2. idempotency lookup (stages with `idempotent`): stored outputs are
+ *      produced again and the provider is not called;
+ *   3. provider gate (stages with `provider`): circuit breaker, then the
+ *      shared limiter in Redis (GCRA; a 429 pauses all replicas);
+ *   4. process() on the worker pool (it may block);
+ *   5. outcome: DONE -> store outputs, produce them; RETRY -> a copy of the
+ *      input goes to <stage>.retry.<tier> with the retry headers (or to the
+ *      dead-letter topic when the budget is spent); FAIL -> dead letter plus
+ *      a FAILED status for question keys;
+ *   6. all deliveries acknowledged -> the offset is done; the highest
+ *      contiguous done offset per partition is committed.
  *
- * @locality sl_stage_run() runs on the calling thread; process() is called on
- * that thread, one message at a time.
+ * @locality sl_stage_run() owns a libuv loop on the calling thread; process()
+ * runs on libuv's worker pool and must be thread-safe (use sl_tls for
+ * per-thread resources).
  */
 #ifndef SLUICE_SL_STAGE_H
 #define SLUICE_SL_STAGE_H
@@ -27,11 +40,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/sl_admin.h"
 #include "sluice/sl_conf.h"
 
 #define SL_OUTBOX_MAX 32
+#define SL_RETRY_TIERS_MAX 8
 
-/* Topic names and connection settings shared by every stage. */
+/* Retry headers on <stage>.retry.<tier> messages (text values). */
+#define SL_HDR_ATTEMPT "sluice-attempt"
+#define SL_HDR_FIRST_FAILURE "sluice-first-failure-ms"
+#define SL_HDR_NOT_BEFORE "sluice-not-before-ms"
+#define SL_HDR_ERROR_CLASS "sluice-error-class"
+#define SL_HDR_ERROR_MESSAGE "sluice-error-message"
+#define SL_HDR_REPLAY_ID "sluice-replay-id"
+
+/* Settings shared by every stage (one table: sl_common_conf_table). */
 typedef struct {
   char *kafka_brokers;
   char *redis_url;
@@ -43,9 +66,19 @@ typedef struct {
   char *topic_dlq;
   char *log_level;
   char *admin_listen;   /* "" = the stage's default */
+  int64_t max_in_flight;
+  int per_key_order;
+  double drain_timeout_s;
+  int64_t workers;
+  char *retry_tiers;    /* "5s,30s,2m,10m" */
   double retry_budget_s;
-  int64_t retry_initial_ms;
-  int64_t retry_max_ms;
+  int64_t idempotency_ttl_s;
+  double provider_rate;
+  double provider_burst;
+  double breaker_failure_ratio;
+  int64_t breaker_min_calls;
+  int64_t breaker_window_ms;
+  int64_t breaker_probe_interval_ms;
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
@@ -77,7 +110,8 @@ int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
 
 /* Produces a progress notice at once, without waiting for it (best effort):
  * for status events such as TRANSCRIBING that a later state supersedes, so
- * losing one is harmless. Outputs that matter go through sl_outbox_add(). */
+ * losing one is harmless. Outputs that matter go through sl_outbox_add().
+ * Thread-safe. */
 void sl_outbox_emit_now(sl_outbox *ob, const char *topic, const char *key,
                         const struct ProtobufCMessage *msg);
 
@@ -87,28 +121,42 @@ typedef struct {
   sl_outcome outcome;
   char error_class[48];    /* short machine word: "bad_event", "storage", ... */
   char error_message[512]; /* human sentence */
+  int provider_called;     /* the external provider was called (breaker input) */
+  int provider_throttled;  /* it answered 429: pause it for every replica */
+  int64_t retry_after_ms;  /* it asked to wait this long (Retry-After), or 0 */
 } sl_result;
 
-/* Convenience: fills res and returns its outcome. */
+/* Convenience: fills res (keeping the provider fields) and returns o. */
 sl_outcome sl_result_set(sl_result *res, sl_outcome o, const char *cls, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Called on a worker thread; must describe outputs in out and the outcome in
+ * res (which starts as DONE). Must be thread-safe. */
 typedef void (*sl_stage_process_fn)(void *ud, const rd_kafka_message_t *msg, sl_outbox *out,
                                     sl_result *res);
 
 typedef struct {
-  const char *stage;                 /* "stt" */
+  const char *stage;                 /* "stt"; retry topics are <stage>.retry.<tier> */
   const sl_common_conf *common;
-  const char *const *topics;         /* input topics */
+  const char *const *topics;         /* main inputs; topics[0] is where replays go */
   size_t ntopics;
   sl_stage_process_fn process;
   void *ud;
+  const char *provider;              /* external provider name, or NULL */
+  int idempotent;                    /* reuse stored outputs per (key, input digest) */
+  sl_admin *admin;                   /* readiness follows partition assignment; may be NULL */
 } sl_stage_opts;
 
-/* Runs until *stop becomes non-zero (set it from a signal handler), then
- * finishes the current message, commits and closes the consumer.
- * Returns 0 on a clean stop or a negative code on a fatal error. */
+/* Runs until *stop becomes non-zero (checked every 100 ms; set it from a
+ * signal handler), then stops fetching, lets in-flight work finish for up to
+ * drain_timeout_s, commits and closes the consumer. Returns 0 on a clean
+ * stop or a negative code on a fatal error. */
 int sl_stage_run(const sl_stage_opts *opts, volatile sig_atomic_t *stop);
+
+/* Parses "5s,30s,2m,10m" (ms, s, m, h suffixes) into ascending delays.
+ * Returns the number of tiers (1..SL_RETRY_TIERS_MAX) or SL_ECONFIG. */
+int sl_retry_tiers_parse(const char *spec, int64_t delays_ms[SL_RETRY_TIERS_MAX],
+                         char labels[SL_RETRY_TIERS_MAX][16]);
 
 /* Message key helpers: "<submission>/<question>". sid must hold 64 bytes.
  * Returns 0 or SL_EPARSE. */

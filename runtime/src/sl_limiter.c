@@ -1,0 +1,236 @@
+/*
+ * sl_limiter.c — see sl_limiter.h.
+ *
+ * GCRA in one Lua script. With T = 1000 / rate ms per token and a tolerance
+ * of burst * T, a request of `cost` tokens may go at
+ *     allow_at = TAT + T * min(cost, burst) - T * burst
+ * where TAT = max(stored TAT, now). If now >= allow_at it goes and the stored
+ * TAT becomes TAT + T * cost; otherwise the reply is ceil(allow_at - now) ms
+ * and nothing changes. From an empty bucket that lets `burst` unit requests
+ * through at once and then one every T ms. min(cost, burst) is what lets a
+ * request larger than the whole bucket through once the bucket is full
+ * (allow_at = TAT, i.e. TAT <= now) instead of never.
+ *
+ * The stored TAT expires when the bucket would be full again (PX = TAT - now),
+ * which loses nothing: a missing key reads as TAT = now, a full bucket.
+ *
+ * Everything here except sl_limiter_take/pause is pure (no I/O) and is what
+ * an asynchronous caller uses too. The scripts' SHA-1 constants must match
+ * their text; test_limiter checks that.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_limiter.h"
+#include "sluice/sl_err.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* clang-format off */
+const char sl_limiter_lua[] =
+    "local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "if not rate or rate ~= rate or rate <= 0 or rate == math.huge then\n"
+    "  return redis.error_reply('ERR sl_limiter: rate must be a number > 0')\n"
+    "end\n"
+    "if not burst or burst ~= burst or burst < 1 or burst == math.huge then\n"
+    "  return redis.error_reply('ERR sl_limiter: burst must be a number >= 1')\n"
+    "end\n"
+    "if not cost or cost ~= cost or cost <= 0 or cost == math.huge then\n"
+    "  return redis.error_reply('ERR sl_limiter: cost must be a number > 0')\n"
+    "end\n"
+    "local paused = redis.call('PTTL', KEYS[2])\n"
+    "if paused > 0 then return paused end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000\n"
+    "local interval = 1000 / rate\n"
+    "local tat = tonumber(redis.call('GET', KEYS[1])) or now\n"
+    "if tat < now then tat = now end\n"
+    "local fit = cost\n"
+    "if fit > burst then fit = burst end\n"
+    "local wait = tat + interval * (fit - burst) - now\n"
+    "if wait > 0 then\n"
+    "  return math.max(1, math.min(math.ceil(wait), 1e15))\n"
+    "end\n"
+    "tat = tat + interval * cost\n"
+    "local ttl = math.max(1, math.min(math.ceil(tat - now), 1e15))\n"
+    "redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', string.format('%.0f', ttl))\n"
+    "return 0\n";
+
+const char sl_limiter_lua_sha1[] = "5b13b0006e5eae35a501cff46908014d5a358642";
+
+const char sl_limiter_pause_lua[] =
+    "local ms = tonumber(ARGV[1])\n"
+    "if not ms or ms ~= ms or ms < 1 or ms == math.huge then\n"
+    "  return redis.error_reply('ERR sl_limiter: pause must be a number >= 1 (ms)')\n"
+    "end\n"
+    "ms = math.min(math.floor(ms), 1e15)\n"
+    "local left = redis.call('PTTL', KEYS[1])\n"
+    "if left >= ms then return left end\n"
+    "redis.call('SET', KEYS[1], '1', 'PX', string.format('%.0f', ms))\n"
+    "return ms\n";
+
+const char sl_limiter_pause_lua_sha1[] = "957e009a17af1365b84eef31fabb8a303c5f8c17";
+/* clang-format on */
+
+static int provider_ok(const char *p) {
+  if (!p) return 0;
+  size_t n = strlen(p);
+  if (n == 0 || n > SL_LIMITER_PROVIDER_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = p[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+static int key_(char *out, size_t len, const char *prefix, const char *provider) {
+  if (!out) return 0;
+  int n = snprintf(out, len, "%s{%s}", prefix, provider);
+  if (n < 0 || (size_t)n >= len) {
+    if (len) out[0] = '\0';
+    return SL_ETOOBIG;
+  }
+  return 0;
+}
+
+int sl_limiter_keys(const char *provider, char *limit_key, size_t limit_len, char *pause_key,
+                    size_t pause_len) {
+  if (!provider_ok(provider)) return SL_EINVAL;
+  int rc = key_(limit_key, limit_len, SL_LIMITER_KEY_PREFIX, provider);
+  if (rc == 0) rc = key_(pause_key, pause_len, SL_LIMITER_PAUSE_PREFIX, provider);
+  return rc;
+}
+
+static int fmt_num(char *buf, size_t len, double v) {
+  int n = snprintf(buf, len, "%.17g", v);
+  return n < 0 || (size_t)n >= len ? SL_ETOOBIG : 0;
+}
+
+int sl_limiter_prepare_take(sl_limiter_cmd *cmd, const char *provider, double rate, double burst,
+                            double cost) {
+  if (!cmd) return SL_EINVAL;
+  memset(cmd, 0, sizeof *cmd);
+  if (!isfinite(rate) || rate <= 0 || !isfinite(burst) || burst < 1 || !isfinite(cost) ||
+      cost <= 0)
+    return SL_EINVAL;
+  int rc = sl_limiter_keys(provider, cmd->limit_key, sizeof cmd->limit_key, cmd->pause_key,
+                           sizeof cmd->pause_key);
+  if (rc) return rc;
+  if (fmt_num(cmd->arg[0], sizeof cmd->arg[0], rate) ||
+      fmt_num(cmd->arg[1], sizeof cmd->arg[1], burst) ||
+      fmt_num(cmd->arg[2], sizeof cmd->arg[2], cost))
+    return SL_EINVAL;
+  cmd->script = sl_limiter_lua;
+  cmd->argv[0] = "EVALSHA";
+  cmd->argv[1] = sl_limiter_lua_sha1;
+  cmd->argv[2] = "2";
+  cmd->argv[3] = cmd->limit_key;
+  cmd->argv[4] = cmd->pause_key;
+  cmd->argv[5] = cmd->arg[0];
+  cmd->argv[6] = cmd->arg[1];
+  cmd->argv[7] = cmd->arg[2];
+  cmd->argc = 8;
+  return 0;
+}
+
+int sl_limiter_prepare_pause(sl_limiter_cmd *cmd, const char *provider, int64_t ms) {
+  if (!cmd) return SL_EINVAL;
+  memset(cmd, 0, sizeof *cmd);
+  if (ms < 1) return SL_EINVAL;
+  if (ms > SL_LIMITER_PAUSE_MAX_MS) ms = SL_LIMITER_PAUSE_MAX_MS;
+  int rc = sl_limiter_keys(provider, NULL, 0, cmd->pause_key, sizeof cmd->pause_key);
+  if (rc) return rc;
+  snprintf(cmd->arg[0], sizeof cmd->arg[0], "%lld", (long long)ms);
+  cmd->script = sl_limiter_pause_lua;
+  cmd->argv[0] = "EVALSHA";
+  cmd->argv[1] = sl_limiter_pause_lua_sha1;
+  cmd->argv[2] = "1";
+  cmd->argv[3] = cmd->pause_key;
+  cmd->argv[4] = cmd->arg[0];
+  cmd->argc = 5;
+  return 0;
+}
+
+void sl_limiter_use_eval(sl_limiter_cmd *cmd) {
+  if (!cmd || !cmd->script) return;
+  cmd->argv[0] = "EVAL";
+  cmd->argv[1] = cmd->script;
+}
+
+int sl_limiter_parse_reply(const redisReply *rep, int64_t *out, char *err, size_t errlen) {
+  char dummy[8];
+  if (!err) {
+    err = dummy;
+    errlen = sizeof dummy;
+  }
+  if (out) *out = 0;
+  if (!rep) {
+    snprintf(err, errlen, "sl_limiter: no reply from redis");
+    return SL_EREDIS;
+  }
+  if (rep->type == REDIS_REPLY_ERROR) {
+    const char *s = rep->str ? rep->str : "";
+    if (strncmp(s, "NOSCRIPT", 8) == 0) {
+      snprintf(err, errlen, "sl_limiter: script not loaded");
+      return SL_ENOTFOUND;
+    }
+    snprintf(err, errlen, "sl_limiter: %.*s", (int)(rep->len < 200 ? rep->len : 200), s);
+    return SL_EREDIS;
+  }
+  if (rep->type != REDIS_REPLY_INTEGER || rep->integer < 0) {
+    snprintf(err, errlen, "sl_limiter: unexpected reply (type %d)", rep->type);
+    return SL_EREDIS;
+  }
+  if (out) *out = (int64_t)rep->integer;
+  return 0;
+}
+
+/* Sends cmd (EVALSHA, then EVAL if Redis does not know the script). */
+static int run(sl_redis *r, sl_limiter_cmd *cmd, int64_t *out, char *err, size_t errlen) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    redisReply *rep = sl_redis_argv(r, cmd->argc, cmd->argv, NULL, err, errlen);
+    if (!rep) return SL_EREDIS;
+    int rc = sl_limiter_parse_reply(rep, out, err, errlen);
+    freeReplyObject(rep);
+    if (rc != SL_ENOTFOUND) return rc;
+    sl_limiter_use_eval(cmd);
+  }
+  snprintf(err, errlen, "sl_limiter: redis refused to load the script");
+  return SL_EREDIS;
+}
+
+int sl_limiter_take(sl_redis *r, const char *provider, double rate, double burst, double cost,
+                    int64_t *wait_ms, char *err, size_t errlen) {
+  char dummy[256];
+  if (!err || errlen == 0) {
+    err = dummy;
+    errlen = sizeof dummy;
+  }
+  err[0] = '\0';
+  if (wait_ms) *wait_ms = 0;
+  sl_limiter_cmd cmd;
+  int rc = sl_limiter_prepare_take(&cmd, provider, rate, burst, cost);
+  if (!r || rc) {
+    snprintf(err, errlen, "sl_limiter: invalid arguments");
+    return SL_EINVAL;
+  }
+  return run(r, &cmd, wait_ms, err, errlen);
+}
+
+int sl_limiter_pause(sl_redis *r, const char *provider, int64_t ms, char *err, size_t errlen) {
+  char dummy[256];
+  if (!err || errlen == 0) {
+    err = dummy;
+    errlen = sizeof dummy;
+  }
+  err[0] = '\0';
+  sl_limiter_cmd cmd;
+  int rc = sl_limiter_prepare_pause(&cmd, provider, ms);
+  if (!r || rc) {
+    snprintf(err, errlen, "sl_limiter: invalid arguments");
+    return SL_EINVAL;
+  }
+  return run(r, &cmd, NULL, err, errlen);
+}
