@@ -39,7 +39,8 @@ static int in_table(const sl_conf_entry *t, size_t n, const char *env) {
 static int known_env(const char *env) {
   /* read by the scripts in tools/ and tests/, not by the stages */
   static const char *tooling[] = {"SLUICE_BIN", "SLUICE_CACHE", "SLUICE_SOURCE_DIR",
-                                  "SLUICE_TEST_PORT_BASE", "SLUICE_KEEP_SYSTEM_REDIS"};
+                                  "SLUICE_TEST_PORT_BASE", "SLUICE_KEEP_SYSTEM_REDIS",
+                                  "SLUICE_HARNESS", "SLUICE_TOPIC_DLQ_AUDIT"};
   for (size_t i = 0; i < sizeof tooling / sizeof tooling[0]; i++)
     if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||

@@ -104,8 +104,11 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }
-  /* bounded prefetch: memory follows in-flight work, not the backlog */
-  if (set(c, "queued.max.messages.kbytes", "8192", err, errlen)) {
+  /* bounded prefetch: memory follows in-flight work, not the backlog;
+   * a member that dies (SIGKILL) is replaced within ~10 s */
+  if (set(c, "queued.max.messages.kbytes", "8192", err, errlen) ||
+      set(c, "session.timeout.ms", "10000", err, errlen) ||
+      set(c, "heartbeat.interval.ms", "2000", err, errlen)) {
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }

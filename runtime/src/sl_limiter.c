@@ -87,7 +87,7 @@ static int provider_ok(const char *p) {
 
 static int key_(char *out, size_t len, const char *prefix, const char *provider) {
   if (!out) return 0;
-  int n = snprintf(out, len, "%s{%s}", prefix, provider);
+  int n = snprintf(out, len, "%s%s", prefix, provider);
   if (n < 0 || (size_t)n >= len) {
     if (len) out[0] = '\0';
     return SL_ETOOBIG;

@@ -103,13 +103,15 @@ int64_t sl_now_ms(void) {
 int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
                   size_t len) {
   if (!ob || !topic || !key) return SL_EINVAL;
-  if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key) return SL_ETOOBIG;
+  if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key ||
+      strlen(topic) >= sizeof ob->items[0].topic)
+    return SL_ETOOBIG;
   sl_out *o = &ob->items[ob->n];
   o->value = malloc(len ? len : 1);
   if (!o->value) return SL_ENOMEM;
   if (len) memcpy(o->value, value, len);
   o->len = len;
-  o->topic = topic;
+  strcpy(o->topic, topic);
   strcpy(o->key, key);
   ob->n++;
   return 0;
@@ -741,7 +743,7 @@ static void store_and_produce(job *j) {
   Sluice__V1__StoredOutputs__Output outs[SL_OUTBOX_MAX], *op[SL_OUTBOX_MAX];
   for (size_t i = 0; i < j->out.n; i++) {
     sluice__v1__stored_outputs__output__init(&outs[i]);
-    outs[i].topic = (char *)j->out.items[i].topic;
+    outs[i].topic = j->out.items[i].topic;
     outs[i].key = j->out.items[i].key;
     outs[i].value.data = j->out.items[i].value;
     outs[i].value.len = j->out.items[i].len;
@@ -766,17 +768,6 @@ static void store_and_produce(job *j) {
   produce(j);
 }
 
-/* Maps a stored output's topic back to a stable string (outbox items keep
- * a pointer to the topic name). */
-static const char *known_topic(loop_t *L, const char *t) {
-  const sl_common_conf *c = L->cc;
-  const char *all[] = {c->topic_submissions, c->topic_storage_events, c->topic_stt_requests,
-                       c->topic_grade_requests, c->topic_results, c->topic_dlq};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (strcmp(all[i], t) == 0) return all[i];
-  return NULL;
-}
-
 static void on_lookup(redisReply *r, void *ud) {
   job *j = ud;
   loop_t *L = j->L;
@@ -788,11 +779,9 @@ static void on_lookup(redisReply *r, void *ud) {
     Sluice__V1__StoredOutputs *so =
         sluice__v1__stored_outputs__unpack(NULL, r->len, (const uint8_t *)r->str);
     int ok = so != NULL;
-    for (size_t i = 0; ok && i < so->n_outputs; i++) {
-      const char *t = known_topic(L, so->outputs[i]->topic);
-      ok = t && sl_outbox_add(&j->out, t, so->outputs[i]->key, so->outputs[i]->value.data,
-                              so->outputs[i]->value.len) == 0;
-    }
+    for (size_t i = 0; ok && i < so->n_outputs; i++)
+      ok = sl_outbox_add(&j->out, so->outputs[i]->topic, so->outputs[i]->key,
+                         so->outputs[i]->value.data, so->outputs[i]->value.len) == 0;
     if (so) sluice__v1__stored_outputs__free_unpacked(so, NULL);
     if (ok) {
       sl_metric_add(L->m_idem_hits, 1);
@@ -853,8 +842,8 @@ static void gate(job *j) {
     }
     sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
     char rate[32], burst[32];
-    snprintf(rate, sizeof rate, "%g", L->cc->provider_rate > 0 ? L->cc->provider_rate : 0);
-    snprintf(burst, sizeof burst, "%g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
+    snprintf(rate, sizeof rate, "%.17g", L->cc->provider_rate > 0 ? L->cc->provider_rate : 0);
+    snprintf(burst, sizeof burst, "%.17g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
     if (L->cc->provider_rate > 0) {
       const char *argv[] = {"EVAL", sl_limiter_lua, "2", L->limit_key, L->pause_key, rate, burst,
                             "1"};
@@ -892,13 +881,12 @@ static void after_work_cb(uv_work_t *w, int status) {
       sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", L->o->provider);
     sl_metric_set(L->m_breaker_state, st);
     if (j->res.provider_throttled && j->res.retry_after_ms > 0 && !L->closing) {
-      /* pause the provider for every replica; only ever extend a pause */
+      /* pause the provider for every replica (one atomic script that only
+       * ever extends a pause) */
       char ms[32];
       snprintf(ms, sizeof ms, "%lld", (long long)j->res.retry_after_ms);
-      const char *a1[] = {"SET", L->pause_key, "1", "PX", ms, "NX"};
-      const char *a2[] = {"PEXPIRE", L->pause_key, ms, "GT"};
-      sl_aredis_argv(L->redis, NULL, NULL, 6, a1, NULL);
-      sl_aredis_argv(L->redis, NULL, NULL, 4, a2, NULL);
+      const char *a[] = {"EVAL", sl_limiter_pause_lua, "1", L->pause_key, ms};
+      sl_aredis_argv(L->redis, NULL, NULL, 5, a, NULL);
       sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
              L->o->provider, ms);
     }

@@ -26,7 +26,15 @@ FAILURES=0
 
 "$ROOT/tools/devstack" up >/dev/null
 eval "$("$ROOT/tools/devstack" env)"
+"$ROOT/tools/stages" down >/dev/null 2>&1 || true # leftovers of an interrupted run
 rm -rf "$STAGES_DIR"
+
+# Whatever happens, stop what this test started. Tests add their own
+# clean-up with at_exit instead of replacing the trap.
+EXIT_HOOKS=('"$ROOT/tools/stages" down >/dev/null 2>&1 || true')
+at_exit() { EXIT_HOOKS+=("$1"); }
+run_exit_hooks() { local h; for h in "${EXIT_HOOKS[@]}"; do eval "$h"; done; }
+trap run_exit_hooks EXIT
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
 fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }
@@ -52,7 +60,8 @@ stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 finish() {
   "$ROOT/tools/stages" down >/dev/null || fail "a stage did not stop on SIGTERM within 30 s"
   for s in presign ingest stt grade materialize results; do
-    grep -q '"msg":"stopped"' "$STAGES_DIR/$s.log" 2>/dev/null ||
+    [[ -f $STAGES_DIR/$s.log ]] || continue # not started by this test
+    grep -q '"msg":"stopped"' "$STAGES_DIR/$s.log" ||
       fail "$s did not log a clean stop"
   done
   if grep -lE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR"/*.log \

@@ -9,7 +9,7 @@ export SLUICE_INGEST_SUBMISSION_WAIT_S=3
 stages_up
 ADMIN_PRESIGN=http://127.0.0.1:$((BASE + 100))
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+at_exit 'rm -rf "$work"'
 
 # post BODY [CONTENT-TYPE] -> "<status> <error.code>"; checks the error body shape
 post() {

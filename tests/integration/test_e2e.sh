@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 stages_up
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+at_exit 'rm -rf "$work"'
 
 espeak-ng -s 140 -w "$work/a1.wav" "On weekends I usually go hiking in the mountains with my friends."
 espeak-ng -s 140 -w "$work/a2.wav" "My favorite food is pizza because it is warm and delicious."

@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 stages_up
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+at_exit 'rm -rf "$work"'
 head -c 4000 /dev/urandom >"$work/declared"
 head -c 4001 /dev/urandom >"$work/bigger"
 head -c 3999 /dev/urandom >"$work/smaller"

@@ -1,216 +1,316 @@
 /*
- * sluicectl.c — the operator's command line.
+ * sluicectl.c — the operator's command line (docs/sluicectl.md).
  *
- *   sluicectl dlq list [--stage S] [--class C] [--submission ID] [--json]
+ *   sluicectl dlq list   [FILTERS] [--json]
+ *   sluicectl dlq show   PARTITION:OFFSET [--json]
+ *   sluicectl dlq replay [FILTERS] [--rate N] [--dry-run] [--actor NAME] [--yes]
+ *   sluicectl dlq audit  [--json]
+ *   sluicectl topics ensure [--partitions N] [--replication R] [--config K=V]... TOPIC...
+ *   sluicectl topics list [--all] [--json]
  *
- * `dlq list` reads the whole dead-letter topic without joining a consumer
- * group (partitions are assigned explicitly from the low to the high
- * watermark, nothing is committed), decodes each DeadLetter and prints the
- * ones matching the filters: a table for people, one JSON object per line
- * with --json for scripts.
+ * This file parses the command line (options may come anywhere after the
+ * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
+ * settings come from the same environment as the stages
+ * (SLUICE_KAFKA_BROKERS, SLUICE_TOPIC_DLQ, SLUICE_TOPIC_DLQ_AUDIT) or
+ * --brokers / --topic / --audit-topic. Errors go to stderr with a non-zero
+ * exit: 2 for usage, 1 for failures.
  *
- * Connection settings come from the same environment as the stages
- * (SLUICE_KAFKA_BROKERS, SLUICE_TOPIC_DLQ) or --brokers / --topic.
- * Errors go to stderr with a non-zero exit: 2 for usage, 1 for failures.
+ * `dlq inject` (not in the usage text) writes one made-up dead letter; it
+ * exists for tests and drills.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <jansson.h>
-#include <librdkafka/rdkafka.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "sluice.pb-c.h"
+#include "sluicectl.h"
+
+enum {
+  O_BROKERS, O_TOPIC, O_TIMEOUT, O_AUDIT_TOPIC,
+  O_STAGE, O_CLASS, O_SUBMISSION, O_SINCE, O_UNTIL, O_LIMIT,
+  O_JSON, O_RATE, O_DRY_RUN, O_ACTOR, O_YES,
+  O_PARTITIONS, O_REPLICATION, O_CONFIG, O_ALL,
+  O_KEY, O_REPLAY_TOPIC, O_PAYLOAD_FILE, O_MESSAGE, O_ORIGIN_TOPIC, O_ATTEMPTS, O_FAILED_AT, O_COUNT_N,
+  O_HELP, O_COUNT
+};
+
+static const struct {
+  const char *name;
+  int takes_value;
+} opt_table[O_COUNT] = {
+    [O_BROKERS] = {"--brokers", 1},       [O_TOPIC] = {"--topic", 1},
+    [O_TIMEOUT] = {"--timeout", 1},       [O_AUDIT_TOPIC] = {"--audit-topic", 1},
+    [O_STAGE] = {"--stage", 1},           [O_CLASS] = {"--class", 1},
+    [O_SUBMISSION] = {"--submission", 1}, [O_SINCE] = {"--since", 1},
+    [O_UNTIL] = {"--until", 1},           [O_LIMIT] = {"--limit", 1},
+    [O_JSON] = {"--json", 0},             [O_RATE] = {"--rate", 1},
+    [O_DRY_RUN] = {"--dry-run", 0},       [O_ACTOR] = {"--actor", 1},
+    [O_YES] = {"--yes", 0},               [O_PARTITIONS] = {"--partitions", 1},
+    [O_REPLICATION] = {"--replication", 1}, [O_CONFIG] = {"--config", 1},
+    [O_ALL] = {"--all", 0},               [O_KEY] = {"--key", 1},
+    [O_REPLAY_TOPIC] = {"--replay-topic", 1}, [O_PAYLOAD_FILE] = {"--payload-file", 1},
+    [O_MESSAGE] = {"--message", 1},       [O_ORIGIN_TOPIC] = {"--origin-topic", 1},
+    [O_ATTEMPTS] = {"--attempts", 1},     [O_FAILED_AT] = {"--failed-at", 1},
+    [O_COUNT_N] = {"--count", 1},         [O_HELP] = {"--help", 0},
+};
+
+#define B(x) (1ull << (x))
+#define COMMON (B(O_BROKERS) | B(O_TOPIC) | B(O_TIMEOUT) | B(O_HELP))
+#define FILTERS \
+  (B(O_STAGE) | B(O_CLASS) | B(O_SUBMISSION) | B(O_SINCE) | B(O_UNTIL) | B(O_LIMIT))
 
 typedef struct {
-  const char *brokers, *topic, *stage, *cls, *submission;
-  int json;
-} dlq_opts;
+  const char *group, *name;
+  unsigned long long allowed;
+  int min_args, max_args;
+  int (*run)(const sc_opts *o);
+  const char *args_help;
+} command;
 
-static int usage(FILE *f) {
+static const command commands[] = {
+    {"dlq", "list", COMMON | FILTERS | B(O_JSON), 0, 0, sc_dlq_list, ""},
+    {"dlq", "show", COMMON | B(O_JSON), 1, 1, sc_dlq_show, "PARTITION:OFFSET"},
+    {"dlq", "replay",
+     COMMON | FILTERS | B(O_RATE) | B(O_DRY_RUN) | B(O_ACTOR) | B(O_YES) | B(O_AUDIT_TOPIC), 0, 0,
+     sc_dlq_replay, ""},
+    {"dlq", "audit", COMMON | B(O_JSON) | B(O_AUDIT_TOPIC), 0, 0, sc_dlq_audit, ""},
+    {"dlq", "inject",
+     COMMON | B(O_STAGE) | B(O_CLASS) | B(O_KEY) | B(O_REPLAY_TOPIC) | B(O_PAYLOAD_FILE) |
+         B(O_MESSAGE) | B(O_ORIGIN_TOPIC) | B(O_ATTEMPTS) | B(O_FAILED_AT) | B(O_COUNT_N),
+     0, 0, sc_dlq_inject, ""},
+    {"topics", "ensure", COMMON | B(O_PARTITIONS) | B(O_REPLICATION) | B(O_CONFIG), 1, 100000,
+     sc_topics_ensure, "TOPIC..."},
+    {"topics", "list", COMMON | B(O_ALL) | B(O_JSON), 0, 0, sc_topics_list, ""},
+};
+
+static void usage(FILE *f) {
   fprintf(f,
-          "usage: sluicectl dlq list [--stage S] [--class C] [--submission ID] [--json]\n"
-          "                          [--brokers HOST:PORT] [--topic NAME]\n"
-          "environment: SLUICE_KAFKA_BROKERS (127.0.0.1:9092), SLUICE_TOPIC_DLQ (dlq)\n");
-  return 2;
+      "usage: sluicectl dlq list   [FILTERS] [--json]\n"
+      "       sluicectl dlq show   PARTITION:OFFSET [--json]\n"
+      "       sluicectl dlq replay [FILTERS] [--rate N] [--dry-run] [--actor NAME] [--yes]\n"
+      "                            [--audit-topic T]\n"
+      "       sluicectl dlq audit  [--json] [--audit-topic T]\n"
+      "       sluicectl topics ensure [--partitions N] [--replication R]\n"
+      "                               [--config KEY=VALUE]... TOPIC...\n"
+      "       sluicectl topics list [--all] [--json]\n"
+      "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
+      "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
+      "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
+      "  --limit keeps the N oldest (by last failure) of the matching ones.\n"
+      "replay: --rate messages/s (10); more than %d replays need --yes.\n"
+      "every command: --brokers HOST:PORT (SLUICE_KAFKA_BROKERS, 127.0.0.1:9092)\n"
+      "  --topic NAME (SLUICE_TOPIC_DLQ, dlq)  --audit-topic NAME (SLUICE_TOPIC_DLQ_AUDIT,\n"
+      "  dlq.audit)  --timeout SECONDS (10: the longest wait on Kafka)\n"
+      "exit status: 0 success, 1 failure, 2 usage error\n",
+      SC_CONFIRM_ABOVE);
 }
 
-static void fmt_time(int64_t ms, char out[32]) {
-  time_t t = (time_t)(ms / 1000);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+static int usage_error(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "sluicectl: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, "\n(sluicectl --help for usage)\n");
+  return SC_EXIT_USAGE;
 }
 
-static int matches(const dlq_opts *o, const Sluice__V1__DeadLetter *d) {
-  if (o->stage && strcmp(o->stage, d->stage) != 0) return 0;
-  if (o->cls && strcmp(o->cls, d->error_class) != 0) return 0;
-  if (o->submission) {
-    size_t n = strlen(o->submission);
-    if (d->key.len < n || memcmp(d->key.data, o->submission, n) != 0 ||
-        (d->key.len > n && d->key.data[n] != '/'))
-      return 0;
-  }
-  return 1;
+static const char *env_or(const char *name, const char *dflt) {
+  const char *v = getenv(name);
+  return v && *v ? v : dflt;
 }
 
-static void print_one(const dlq_opts *o, const rd_kafka_message_t *m,
-                      const Sluice__V1__DeadLetter *d) {
-  char first[32], last[32];
-  fmt_time(d->first_failure_ms, first);
-  fmt_time(d->last_failure_ms, last);
-  if (o->json) {
-    json_t *j = json_pack(
-        "{s:i,s:I,s:s%,s:s,s:s,s:s,s:i,s:s,s:s,s:{s:s,s:i,s:I},s:I}", "dlq_partition",
-        (int)m->partition, "dlq_offset", (json_int_t)m->offset, "key", (const char *)d->key.data,
-        d->key.len, "stage", d->stage, "error_class", d->error_class, "error_message",
-        d->error_message, "attempts", (int)d->attempts, "first_failure", first,
-        "last_failure", last, "original", "topic", d->topic, "partition", (int)d->partition,
-        "offset", (json_int_t)d->offset, "payload_bytes", (json_int_t)d->payload.len);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    if (s) puts(s);
-    free(s);
-    json_decref(j);
-  } else {
-    printf("%d:%-6lld %-12s %-20s %-48.*s %3u  %s  %s\n", (int)m->partition,
-           (long long)m->offset, d->stage, d->error_class, (int)d->key.len,
-           (const char *)d->key.data, d->attempts, last, d->error_message);
-  }
+static int find_option(const char *arg, size_t len) {
+  for (int i = 0; i < O_COUNT; i++)
+    if (strlen(opt_table[i].name) == len && strncmp(opt_table[i].name, arg, len) == 0) return i;
+  if (len == 2 && strncmp(arg, "-h", 2) == 0) return O_HELP;
+  return -1;
 }
 
-static int dlq_list(const dlq_opts *o) {
-  char err[512];
-  rd_kafka_conf_t *c = rd_kafka_conf_new();
-  if (rd_kafka_conf_set(c, "bootstrap.servers", o->brokers, err, sizeof err) ||
-      rd_kafka_conf_set(c, "group.id", "sluicectl", err, sizeof err) ||
-      rd_kafka_conf_set(c, "enable.auto.commit", "false", err, sizeof err) ||
-      rd_kafka_conf_set(c, "log_level", "3", err, sizeof err)) {
-    fprintf(stderr, "sluicectl: %s\n", err);
-    rd_kafka_conf_destroy(c);
-    return 1;
+/* converts the option values that need it; 0 or SC_EXIT_USAGE */
+static int convert(sc_opts *o, const char *const *val, const unsigned long long seen) {
+  long v;
+  int64_t now = sc_now_ms();
+  if (seen & B(O_SINCE)) {
+    if (sc_parse_time(val[O_SINCE], now, &o->since_ms))
+      return usage_error("bad time \"%s\" for --since (want e.g. 2026-11-29T12:00:00Z or 2h)%s",
+                         val[O_SINCE], "");
+    o->since_arg = val[O_SINCE];
+    o->has_since = 1;
   }
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof err);
-  if (!rk) {
-    fprintf(stderr, "sluicectl: %s\n", err);
-    rd_kafka_conf_destroy(c);
-    return 1;
+  if (seen & B(O_UNTIL)) {
+    if (sc_parse_time(val[O_UNTIL], now, &o->until_ms))
+      return usage_error("bad time \"%s\" for --until (want e.g. 2026-11-29T12:00:00Z or 2h)%s",
+                         val[O_UNTIL], "");
+    o->until_arg = val[O_UNTIL];
+    o->has_until = 1;
   }
-  int rc = 1;
-  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, o->topic, NULL);
-  const rd_kafka_metadata_t *md = NULL;
-  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 10000);
-  if (e || md->topic_cnt != 1 || md->topics[0].err) {
-    fprintf(stderr, "sluicectl: cannot read topic %s at %s: %s\n", o->topic, o->brokers,
-            rd_kafka_err2str(e ? e : md->topic_cnt ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN));
-    goto out;
+  if (seen & B(O_FAILED_AT)) {
+    if (sc_parse_time(val[O_FAILED_AT], now, &o->failed_at_ms))
+      return usage_error("bad time \"%s\" for --failed-at%s", val[O_FAILED_AT], "");
+    o->has_failed_at = 1;
   }
-  int np = md->topics[0].partition_cnt;
-  int64_t *high = calloc((size_t)np, sizeof *high);
-  rd_kafka_topic_partition_list_t *assign = rd_kafka_topic_partition_list_new(np);
-  int remaining = 0;
-  for (int p = 0; p < np; p++) {
-    int64_t lo, hi;
-    e = rd_kafka_query_watermark_offsets(rk, o->topic, p, &lo, &hi, 10000);
-    if (e) {
-      fprintf(stderr, "sluicectl: watermarks of %s[%d]: %s\n", o->topic, p, rd_kafka_err2str(e));
-      free(high);
-      rd_kafka_topic_partition_list_destroy(assign);
-      goto out;
-    }
-    high[p] = hi;
-    if (hi > lo) {
-      rd_kafka_topic_partition_list_add(assign, o->topic, p)->offset = lo;
-      remaining++;
-    }
+  if (seen & B(O_LIMIT)) {
+    if (sc_parse_long(val[O_LIMIT], 1, 1000000000L, &v))
+      return usage_error("--limit wants a positive integer, not \"%s\"%s", val[O_LIMIT], "");
+    o->limit = v;
   }
-  rd_kafka_assign(rk, assign);
-  rd_kafka_topic_partition_list_destroy(assign);
-  if (!o->json)
-    printf("%-8s %-12s %-20s %-48s %3s  %-20s  %s\n", "POS", "STAGE", "CLASS", "KEY", "TRY",
-           "LAST FAILURE", "REASON");
-  size_t shown = 0, total = 0;
-  int idle = 0;
-  while (remaining > 0 && idle < 100) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
-    if (!m) {
-      idle++;
-      continue;
-    }
-    idle = 0;
-    if (m->err) {
-      if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-        fprintf(stderr, "sluicectl: %s\n", rd_kafka_message_errstr(m));
-      rd_kafka_message_destroy(m);
-      continue;
-    }
-    total++;
-    Sluice__V1__DeadLetter *d = sluice__v1__dead_letter__unpack(NULL, m->len, m->payload);
-    if (!d) {
-      fprintf(stderr, "sluicectl: %s[%d]@%lld is not a DeadLetter; skipped\n", o->topic,
-              (int)m->partition, (long long)m->offset);
-    } else {
-      if (matches(o, d)) {
-        print_one(o, m, d);
-        shown++;
-      }
-      sluice__v1__dead_letter__free_unpacked(d, NULL);
-    }
-    if (m->offset + 1 >= high[m->partition]) remaining--;
-    rd_kafka_message_destroy(m);
+  if (seen & B(O_TIMEOUT)) {
+    if (sc_parse_long(val[O_TIMEOUT], 1, 300, &v))
+      return usage_error("--timeout wants 1..300 seconds, not \"%s\"%s", val[O_TIMEOUT], "");
+    o->timeout_ms = (int)v * 1000;
   }
-  free(high);
-  if (remaining > 0) {
-    fprintf(stderr, "sluicectl: timed out reading %s (%d partitions unfinished)\n", o->topic,
-            remaining);
-    goto out;
+  if (seen & B(O_PARTITIONS)) {
+    if (sc_parse_long(val[O_PARTITIONS], 1, 100000, &v))
+      return usage_error("--partitions wants a positive integer, not \"%s\"%s",
+                         val[O_PARTITIONS], "");
+    o->partitions = (int)v;
   }
-  fprintf(stderr, "%zu of %zu dead letters shown\n", shown, total);
-  rc = 0;
-out:
-  if (md) rd_kafka_metadata_destroy(md);
-  rd_kafka_topic_destroy(rkt);
-  rd_kafka_consumer_close(rk);
-  rd_kafka_destroy(rk);
-  return rc;
+  if (seen & B(O_REPLICATION)) {
+    if (sc_parse_long(val[O_REPLICATION], 1, 1000, &v))
+      return usage_error("--replication wants a positive integer, not \"%s\"%s",
+                         val[O_REPLICATION], "");
+    o->replication = (int)v;
+  }
+  if (seen & B(O_ATTEMPTS)) {
+    if (sc_parse_long(val[O_ATTEMPTS], 1, 1000000, &v))
+      return usage_error("--attempts wants a positive integer, not \"%s\"%s", val[O_ATTEMPTS],
+                         "");
+    o->attempts = v;
+  }
+  if (seen & B(O_COUNT_N)) {
+    if (sc_parse_long(val[O_COUNT_N], 1, 100000, &v))
+      return usage_error("--count wants a positive integer, not \"%s\"%s", val[O_COUNT_N], "");
+    o->count = v;
+  }
+  if (seen & B(O_RATE)) {
+    char *end;
+    double r = strtod(val[O_RATE], &end);
+    if (*end || end == val[O_RATE] || !(r > 0) || r > 1e6)
+      return usage_error("--rate wants messages per second (> 0), not \"%s\"%s", val[O_RATE],
+                         "");
+    o->rate = r;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) return usage(stderr);
-  if (strcmp(argv[1], "--help") == 0) {
-    usage(stdout);
-    return 0;
-  }
-  if (strcmp(argv[1], "dlq") != 0 || argc < 3 || strcmp(argv[2], "list") != 0) {
-    fprintf(stderr, "sluicectl: unknown command \"%s%s%s\"\n", argv[1], argc > 2 ? " " : "",
-            argc > 2 ? argv[2] : "");
-    return usage(stderr);
-  }
-  dlq_opts o = {getenv("SLUICE_KAFKA_BROKERS"), getenv("SLUICE_TOPIC_DLQ"), NULL, NULL, NULL, 0};
-  if (!o.brokers) o.brokers = "127.0.0.1:9092";
-  if (!o.topic) o.topic = "dlq";
-  for (int i = 3; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--json") == 0) {
-      o.json = 1;
+  sc_opts o;
+  memset(&o, 0, sizeof o);
+  o.brokers = env_or("SLUICE_KAFKA_BROKERS", "127.0.0.1:9092");
+  o.topic = env_or("SLUICE_TOPIC_DLQ", "dlq");
+  o.audit_topic = env_or("SLUICE_TOPIC_DLQ_AUDIT", "dlq.audit");
+  o.timeout_ms = 10000;
+  o.rate = 10;
+  o.partitions = -1;
+  o.replication = -1;
+
+  const char *val[O_COUNT] = {0};
+  unsigned long long seen = 0;
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) return SC_EXIT_FAIL;
+  int npos = 0, rc = SC_EXIT_USAGE, only_pos = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (only_pos || a[0] != '-' || a[1] == '\0') {
+      pos[npos++] = argv[i];
       continue;
     }
-    const char **dst = strcmp(a, "--stage") == 0        ? &o.stage
-                       : strcmp(a, "--class") == 0      ? &o.cls
-                       : strcmp(a, "--submission") == 0 ? &o.submission
-                       : strcmp(a, "--brokers") == 0    ? &o.brokers
-                       : strcmp(a, "--topic") == 0      ? &o.topic
-                                                        : NULL;
-    if (!dst) {
-      fprintf(stderr, "sluicectl: unknown option \"%s\"\n", a);
-      return usage(stderr);
+    if (strcmp(a, "--") == 0) {
+      only_pos = 1;
+      continue;
     }
-    if (!v) {
-      fprintf(stderr, "sluicectl: %s needs a value\n", a);
-      return usage(stderr);
+    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    int id = find_option(a, len);
+    if (id < 0) {
+      /* the name only, not a value given with = */
+      fprintf(stderr, "sluicectl: unknown option \"%.*s\"\n(sluicectl --help for usage)\n",
+              (int)len, a);
+      goto out;
     }
-    *dst = v;
-    i++;
+    const char *v = NULL;
+    if (opt_table[id].takes_value) {
+      if (eq) {
+        v = eq + 1;
+      } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+        v = argv[++i];
+      } else {
+        rc = usage_error("%s needs a value%s", opt_table[id].name, "");
+        goto out;
+      }
+      if (!*v && id != O_MESSAGE) {
+        rc = usage_error("%s needs a non-empty value%s", opt_table[id].name, "");
+        goto out;
+      }
+    } else if (eq) {
+      rc = usage_error("%s takes no value%s", opt_table[id].name, "");
+      goto out;
+    }
+    if (id == O_CONFIG) {
+      if (o.nconfigs == SC_MAX_CONFIGS) {
+        rc = usage_error("too many --config options%s%s", "", "");
+        goto out;
+      }
+      o.configs[o.nconfigs++] = v;
+    }
+    val[id] = v;
+    seen |= B(id);
   }
-  return dlq_list(&o);
+  if ((seen & B(O_HELP)) || (npos >= 1 && strcmp(pos[0], "help") == 0)) {
+    usage(stdout);
+    rc = SC_EXIT_OK;
+    goto out;
+  }
+  if (npos < 2) {
+    if (npos == 0) fprintf(stderr, "sluicectl: no command given\n");
+    else fprintf(stderr, "sluicectl: \"%s\" needs a subcommand\n", pos[0]);
+    usage(stderr);
+    goto out;
+  }
+  const command *cmd = NULL;
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0] && !cmd; i++)
+    if (strcmp(commands[i].group, pos[0]) == 0 && strcmp(commands[i].name, pos[1]) == 0)
+      cmd = &commands[i];
+  if (!cmd) {
+    fprintf(stderr, "sluicectl: unknown command \"%s %s\"\n", pos[0], pos[1]);
+    usage(stderr);
+    goto out;
+  }
+  for (int id = 0; id < O_COUNT; id++) {
+    if ((seen & B(id)) && !(cmd->allowed & B(id))) {
+      char c[64];
+      snprintf(c, sizeof c, "%s %s", cmd->group, cmd->name);
+      rc = usage_error("option %s does not apply to \"%s\"", opt_table[id].name, c);
+      goto out;
+    }
+  }
+  o.args = pos + 2;
+  o.nargs = npos - 2;
+  if (o.nargs < cmd->min_args || o.nargs > cmd->max_args) {
+    char c[64];
+    snprintf(c, sizeof c, "%s %s", cmd->group, cmd->name);
+    if (cmd->max_args == 0)
+      rc = usage_error("\"%s\" takes no arguments (got \"%s\")", c, o.args[0]);
+    else
+      rc = usage_error("\"%s\" wants %s", c, cmd->args_help);
+    goto out;
+  }
+  if ((rc = convert(&o, val, seen))) goto out;
+  if (seen & B(O_BROKERS)) o.brokers = val[O_BROKERS];
+  if (seen & B(O_TOPIC)) o.topic = val[O_TOPIC];
+  if (seen & B(O_AUDIT_TOPIC)) o.audit_topic = val[O_AUDIT_TOPIC];
+  o.stage = val[O_STAGE];
+  o.cls = val[O_CLASS];
+  o.submission = val[O_SUBMISSION];
+  o.json = !!(seen & B(O_JSON));
+  o.all = !!(seen & B(O_ALL));
+  o.dry_run = !!(seen & B(O_DRY_RUN));
+  o.yes = !!(seen & B(O_YES));
+  o.actor = val[O_ACTOR];
+  o.key = val[O_KEY];
+  o.replay_topic = val[O_REPLAY_TOPIC];
+  o.payload_file = val[O_PAYLOAD_FILE];
+  o.message = val[O_MESSAGE];
+  o.origin_topic = val[O_ORIGIN_TOPIC];
+  rc = cmd->run(&o);
+out:
+  free(pos);
+  return rc;
 }

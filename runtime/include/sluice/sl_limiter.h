@@ -9,13 +9,14 @@
  * different hosts agree without synchronised clocks. A second key pauses the
  * provider for every replica (a 429 with Retry-After).
  *
- * Keys (one pair per provider; the {…} hash tag keeps both in one Redis
- * Cluster slot):
- *   sl:limit:{<provider>}   the TAT, ms since the epoch on the Redis clock;
- *                           PX = until the bucket is full again, so an idle
- *                           limiter vanishes
- *   sl:pause:{<provider>}   exists while the provider is paused; PX = pause
+ * Keys (one pair per provider):
+ *   sl:limit:<provider>   the TAT, ms since the epoch on the Redis clock;
+ *                         PX = until the bucket is full again, so an idle
+ *                         limiter vanishes
+ *   sl:pause:<provider>   exists while the provider is paused; PX = pause
  * <provider> is 1..SL_LIMITER_PROVIDER_MAX characters of [A-Za-z0-9._-].
+ * (For Redis Cluster both keys would need one hash slot, e.g. a {provider}
+ * hash tag; Sluice runs one Redis, so the names stay plain.)
  *
  * ---- Script contract: sl_limiter_lua (take) ----------------------------
  *   EVAL sl_limiter_lua 2 <limit key> <pause key> <rate> <burst> <cost>
@@ -65,7 +66,7 @@
 #include "sluice/sl_redis.h"
 
 #define SL_LIMITER_PROVIDER_MAX 64
-#define SL_LIMITER_KEY_MAX 96         /* fits "sl:limit:{" + provider + "}" + NUL */
+#define SL_LIMITER_KEY_MAX 80         /* fits "sl:limit:" + provider + NUL */
 #define SL_LIMITER_KEY_PREFIX "sl:limit:"
 #define SL_LIMITER_PAUSE_PREFIX "sl:pause:"
 #define SL_LIMITER_PAUSE_MAX_MS 3600000 /* longer pauses are clamped to one hour */

@@ -85,7 +85,7 @@ extern const sl_conf_entry sl_common_conf_table[];
 extern const size_t sl_common_conf_table_len;
 
 typedef struct {
-  const char *topic;
+  char topic[160];
   char key[128];
   void *value; /* owned by the outbox */
   size_t len;
@@ -97,8 +97,8 @@ typedef struct {
   void *producer; /* set by the runtime; used by sl_outbox_emit_now() */
 } sl_outbox;
 
-/* Appends a copy of value. Returns 0, SL_ETOOBIG (outbox full or key too
- * long) or SL_ENOMEM. */
+/* Appends copies of topic, key and value. Returns 0, SL_ETOOBIG (outbox
+ * full, topic or key too long) or SL_ENOMEM. */
 int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
                   size_t len);
 void sl_outbox_clear(sl_outbox *ob);

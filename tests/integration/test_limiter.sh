@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The shared provider rate limit (runtime/src/sl_limiter.c) against the test
+# Redis, without the stages:
+#  - the script's KEYS/ARGV contract, evaluated by hand with redis-cli:
+#    burst, the wait it returns, a cost above the burst, bad arguments, the
+#    pause key, and the keys' expiry;
+#  - two limiter_probe processes sharing one limit (20/s, burst 1) for 10 s:
+#    together they get rate x seconds + burst grants (+-10%), neither starves;
+#  - sl_limiter_pause 2000 ms stops the grants for ~2 s, and a shorter pause
+#    never shortens a longer one.
+# The probe is tools/limiter-probe (binary from $LIMITER_PROBE, default next
+# to sluicectl in the build tree). The probes' sanitizer output is checked too.
+source "$(dirname "$0")/lib.sh"
+PROBE=${LIMITER_PROBE:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/limiter_probe}
+if [[ ! -x $PROBE ]]; then
+  fail "no limiter_probe binary at $PROBE (build it or set LIMITER_PROBE)"
+  exit 1
+fi
+work=$(mktemp -d)
+at_exit 'rm -rf "$work"'
+RURL=${SLUICE_REDIS_URL:?devstack env did not set SLUICE_REDIS_URL}
+rcli() { redis-cli -u "$RURL" "$@" 2>&1; }
+run=$$-$RANDOM # providers unique to this run, so leftovers never interfere
+ms_now() { date +%s%3N; }
+between() { [[ $1 =~ ^-?[0-9]+$ ]] && (($1 >= $2 && $1 <= $3)); } # between VALUE LOW HIGH
+probe() { # probe NAME ARGS... : runs the probe, stdout/stderr in $work/NAME.{out,err}
+  local name=$1; shift
+  "$PROBE" --redis "$RURL" "$@" >"$work/$name.out" 2>"$work/$name.err"
+}
+
+# --- the script contract, by hand ---------------------------------------------
+take_lua=$("$PROBE" --print-script take)
+pause_lua=$("$PROBE" --print-script pause)
+take() { rcli EVAL "$take_lua" 2 "sl:limit:$1" "sl:pause:$1" "$2" "$3" "$4"; }
+
+p=c1-$run
+got="$(take "$p" 1 3 1) $(take "$p" 1 3 1) $(take "$p" 1 3 1)"
+check "burst 3 from an empty bucket: three grants ($got)" test "$got" = "0 0 0"
+w=$(take "$p" 1 3 1)
+check "the 4th at 1/s waits ~1000 ms ($w)" between "$w" 900 1000
+ttl=$(rcli PTTL "sl:limit:$p")
+check "limit key expires when the bucket is full again (PTTL $ttl, ~3000)" between "$ttl" 2000 3000
+check "a refused request took nothing (PTTL still <= 3000)" test "$(rcli PTTL "sl:limit:$p")" -le 3000
+
+p=c2-$run
+got=$(take "$p" 1 3 5)
+check "cost 5 > burst 3 goes when the bucket is full ($got)" test "$got" = 0
+w=$(take "$p" 1 3 1)
+check "then the bucket is in debt: next unit waits ~3000 ms ($w)" between "$w" 2900 3000
+w=$(take "$p" 1 3 5)
+check "and another cost-5 request waits until the bucket is full (~5000 ms: $w)" between "$w" 4900 5000
+
+p=c3-$run
+got=$(take "$p" 20 2 0.5)
+check "fractional cost is accepted ($got)" test "$got" = 0
+for args in "0 1 1" "-1 1 1" "x 1 1" "1 0.5 1" "1 1 0" "1 1 nan" "1 inf 1"; do
+  # shellcheck disable=SC2086
+  out=$(take "$p" $args)
+  check "bad arguments ($args) -> error reply ($out)" grep -q "ERR sl_limiter" <<<"$out"
+done
+
+p=c4-$run
+rcli SET "sl:pause:$p" 1 PX 1500 >/dev/null
+w=$(take "$p" 100 10 1)
+check "while the pause key exists the reply is its PTTL ($w)" between "$w" 1000 1500
+check "a paused request records nothing" test "$(rcli EXISTS "sl:limit:$p")" = 0
+p=c5-$run
+rcli SET "sl:pause:$p" 1 >/dev/null
+check "a pause key without a TTL is ignored" test "$(take "$p" 100 10 1)" = 0
+got=$(rcli EVAL "$pause_lua" 1 "sl:pause:$p" 800)
+check "the pause script gives a TTL-less pause key one ($got)" test "$got" = 800
+got=$(rcli EVAL "$pause_lua" 1 "sl:pause:$p" 100)
+check "the pause script never shortens ($got)" between "$got" 500 800
+check "the pause script rejects 0 ms" grep -q "ERR sl_limiter" <<<"$(rcli EVAL "$pause_lua" 1 "sl:pause:$p" 0)"
+
+# --- two replicas share one limit -----------------------------------------------
+p=share-$run
+probe a --provider "$p" --rate 20 --burst 1 --seconds 10 &
+pa=$!
+probe b --provider "$p" --rate 20 --burst 1 --seconds 10 &
+pb=$!
+rca=0 rcb=0
+wait "$pa" || rca=$?
+wait "$pb" || rcb=$?
+log "probe a: $(cat "$work/a.out")  probe b: $(cat "$work/b.out")"
+check "probe a exited 0 (rc $rca)" test "$rca" = 0
+check "probe b exited 0 (rc $rcb)" test "$rcb" = 0
+ga=$(jq -r '.granted // 0' "$work/a.out" 2>/dev/null || echo 0)
+gb=$(jq -r '.granted // 0' "$work/b.out" 2>/dev/null || echo 0)
+wa=$(jq -r '.waits // 0' "$work/a.out" 2>/dev/null || echo 0)
+total=$((ga + gb))
+want=$((20 * 10 + 1))
+check "together $total grants, within 10% of $want" between "$total" $((want * 9 / 10)) $((want * 11 / 10))
+check "probe a got a fair share ($ga of $total, >= 25%)" test $((ga * 4)) -ge "$total"
+check "probe b got a fair share ($gb of $total, >= 25%)" test $((gb * 4)) -ge "$total"
+check "the probes slept on refusals instead of spinning (a: $wa waits)" test "$wa" -le $((ga * 3 + 50))
+sleep 0.2
+check "an idle limiter's key vanishes" test "$(rcli EXISTS "sl:limit:$p")" = 0
+
+# --- a pause stops every replica ------------------------------------------------
+p=pause-$run
+probe p --provider "$p" --rate 20 --burst 1 --seconds 6 --trace "$work/p.trace" &
+pp=$!
+sleep 2
+t0=$(ms_now)
+rcp=0
+probe pause --provider "$p" --pause 2000 || rcp=$?
+t1=$(ms_now)
+check "limiter_probe --pause succeeded ($(cat "$work/pause.out"))" test "$rcp" = 0
+ttl=$(rcli PTTL "sl:pause:$p")
+check "the pause key holds ~2000 ms (PTTL $ttl)" between "$ttl" 1500 2000
+probe shorter --provider "$p" --pause 300 || fail "limiter_probe --pause 300 failed"
+ttl=$(rcli PTTL "sl:pause:$p")
+check "a shorter pause does not shorten it (PTTL $ttl)" test "$ttl" -gt 1000
+rcpp=0
+wait "$pp" || rcpp=$?
+check "paused probe exited 0 (rc $rcpp, $(cat "$work/p.out"))" test "$rcpp" = 0
+before=$(awk -v t="$t0" '$1 < t' "$work/p.trace" | wc -l)
+during=$(awk -v a="$t1" -v b=$((t0 + 1900)) '$1 > a && $1 < b' "$work/p.trace" | wc -l)
+first_after=$(awk -v a="$t1" '$1 > a {print $1; exit}' "$work/p.trace")
+after=$(awk -v a="$t1" '$1 > a' "$work/p.trace" | wc -l)
+log "pause: $before grants before, $during while paused, $after after; resumed $((${first_after:-0} - t0)) ms after the pause"
+check "grants flowed before the pause ($before in ~2 s)" between "$before" 30 45
+check "no grants while paused" test "$during" = 0
+check "grants resumed ~2 s after the pause" between "${first_after:-0}" $((t0 + 1900)) $((t1 + 2300))
+check "and went on at the rate ($after in the last ~2 s)" between "$after" 25 45
+total=$(jq -r .granted "$work/p.out" 2>/dev/null || echo 0)
+check "the paused run's JSON counts every traced grant ($total)" test "$total" = "$(wc -l <"$work/p.trace")"
+
+# --- tally (the probes are ASan/UBSan builds in build-san) ------------------------
+if grep -lE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$work"/*.err >/dev/null 2>&1; then
+  fail "sanitizer report from limiter_probe:"
+  grep -hE -A20 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$work"/*.err | head -60 >&2
+fi
+finish

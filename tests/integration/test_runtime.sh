@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The stage runtime against real Kafka and Redis, through sluice-harness (the
+# real runtime around a scripted provider; see tests/runtime/harness.c):
+#   1. transient twice then success: done after exactly two retry hops, each
+#      hop no earlier than its tier's delay
+#   2. permanent failure: dead letter with the right fields, FAILED in the view
+#   3. a replayed dead letter completes; replaying it again calls nothing
+#   4. the time budget dead-letters a message that keeps failing
+#   5. SIGKILL mid-work loses nothing; questions already done are not called again
+#   6. under a full outage the breaker opens and calls drop to the probe rate
+source "$(dirname "$0")/lib.sh"
+HARNESS=${SLUICE_HARNESS:-$(dirname "$SLUICE_BIN")/../tests/sluice-harness}
+[[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
+B=$SLUICE_KAFKA_BROKERS
+RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
+H_ADMIN=http://127.0.0.1:$((BASE + 190))
+run=$(date +%s%N | tail -c 9)   # keys unique to this run
+mkdir -p "$STAGES_DIR"
+export SLUICE_RETRY_TIERS=1s,2s SLUICE_RETRY_BUDGET_S=6 SLUICE_BREAKER_MIN_CALLS=5 \
+  SLUICE_BREAKER_WINDOW_MS=4000 SLUICE_BREAKER_PROBE_INTERVAL_MS=1000
+
+"$SLUICECTL" topics ensure --partitions 4 harness.in harness.out harness.retry.1s harness.retry.2s \
+  >/dev/null || fail "could not create the harness topics"
+RC DEL harness:outage >/dev/null
+
+hpid=""
+at_exit '[[ -n $hpid ]] && kill -TERM "$hpid" 2>/dev/null; true'
+harness_up() {
+  SLUICE_ADMIN_LISTEN=127.0.0.1:$((BASE + 190)) "$HARNESS" >>"$STAGES_DIR/harness.log" 2>&1 &
+  hpid=$!
+  wait_for 30 sh -c "curl -fsS $H_ADMIN/readyz 2>/dev/null | grep -q 'ready pid=$hpid'" ||
+    fail "harness not ready"
+}
+harness_down() {
+  kill -TERM "$hpid" 2>/dev/null
+  local rc=0
+  wait "$hpid" || rc=$?
+  check "harness stopped cleanly on SIGTERM (exit $rc)" test "$rc" = 0
+}
+outputs() { kcat -C -b "$B" -t harness.out -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
+distinct() { { kcat -C -b "$B" -t harness.out -o beginning -e -q -f '%k\n' 2>/dev/null || true; } |
+  { grep "^$1" || true; } | sort -u | wc -l; }
+calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
+
+harness_up
+
+# 1 --------------------------------------------------------------------
+k1="t1-$run/1"
+printf '%s\t%s\n' "$k1" '{"transient":2}' | kcat -P -b "$B" -t harness.in -K $'\t'
+wait_for 30 test "$(outputs "$k1")" -ge 1 || true
+check "transient x2: output produced" test "$(outputs "$k1")" = 1
+check "transient x2: exactly 3 provider calls" test "$(calls "$k1")" = 3
+hops1=$(kcat -C -b "$B" -t harness.retry.1s -o beginning -e -q -f '%k\n' | grep -c "^$k1\$" || true)
+hops2=$(kcat -C -b "$B" -t harness.retry.2s -o beginning -e -q -f '%k\n' | grep -c "^$k1\$" || true)
+check "transient x2: one hop through 1s and one through 2s ($hops1, $hops2)" test "$hops1,$hops2" = "1,1"
+hdrs=$(kcat -C -b "$B" -t harness.retry.2s -o beginning -e -q -f '%k %h\n' | grep "^$k1 ")
+check "retry headers carry attempt, first failure, not-before, error" \
+  grep -q "sluice-attempt=2.*sluice-first-failure-ms=.*sluice-not-before-ms=.*sluice-error-class=provider_unavailable" <<<"$hdrs"
+mapfile -t t < <(RC LRANGE "harness:times:$k1" 0 -1)
+check "hop 1 waited at least 1 s ($((t[1] - t[0])) ms)" test $((t[1] - t[0])) -ge 1000
+check "hop 2 waited at least 2 s ($((t[2] - t[1])) ms)" test $((t[2] - t[1])) -ge 2000
+
+# 2 + 3 -----------------------------------------------------------------
+sid=$(cat /proc/sys/kernel/random/uuid)
+k2="$sid/1"
+printf '%s\t%s\n' "$k2" '{"permanent":true}' | kcat -P -b "$B" -t harness.in -K $'\t'
+wait_for 20 sh -c "'$SLUICECTL' dlq list --json --submission $sid 2>/dev/null | grep -q provider_rejected" || true
+dl=$("$SLUICECTL" dlq list --json --submission "$sid" 2>/dev/null)
+check "permanent: one dead letter" test "$(grep -c . <<<"$dl")" = 1
+check "dead letter names stage, class, attempts, origin and replay topic" jqe \
+  '.stage == "harness" and .error_class == "provider_rejected" and .attempts == 1 and .original.topic == "harness.in"' "$dl"
+check "permanent: one provider call, no retry" test "$(calls "$k2")" = 1
+# the FAILED status reached the results topic; materialize shows it
+stages_up
+wait_for 20 sh -c "redis-cli -u '$SLUICE_REDIS_URL' HGET sl:sub:$sid q1 | grep -q failed" || true
+check "the question shows failed with the reason" jqe '.state == "failed" and .error.class == "provider_rejected"' \
+  "$(RC HGET "sl:sub:$sid" q1)"
+RC SET "harness:heal:$k2" 1 >/dev/null
+"$SLUICECTL" dlq replay --submission "$sid" --rate 50 --actor test >/dev/null 2>&1 || fail "replay failed"
+wait_for 20 test "$(outputs "$k2")" -ge 1 || true
+check "replayed dead letter completes" test "$(outputs "$k2")" = 1
+check "replay: one more provider call (2)" test "$(calls "$k2")" = 2
+"$SLUICECTL" dlq replay --submission "$sid" --rate 50 --actor test >/dev/null 2>&1 || fail "second replay failed"
+wait_for 20 test "$(outputs "$k2")" -ge 2 || true
+check "second replay answered from the idempotency store: still 2 calls" test "$(calls "$k2")" = 2
+check "idempotency hits counted" test "$(metric sluice_idempotency_hits_total 'stage="harness"' "$H_ADMIN")" -ge 1
+
+# 4 --------------------------------------------------------------------
+k4="t4-$run/1"
+printf '%s\t%s\n' "$k4" '{"transient":1000}' | kcat -P -b "$B" -t harness.in -K $'\t'
+wait_for 40 sh -c "'$SLUICECTL' dlq list --json --class budget_exhausted 2>/dev/null | grep -q '\"$k4\"'" || true
+check "budget spent: dead-lettered as budget_exhausted" sh -c \
+  "'$SLUICECTL' dlq list --json --class budget_exhausted 2>/dev/null | grep -q '\"key\":\"$k4\"'"
+n4=$(calls "$k4")
+check "budget: retried a few times, not forever ($n4 calls in 6 s)" test "$n4" -ge 3 -a "$n4" -le 6
+
+# 5 --------------------------------------------------------------------
+for i in $(seq 1 40); do printf 't5-%s/%d\t{"sleep_ms":200}\n' "$run" "$i"; done |
+  kcat -P -b "$B" -t harness.in -K $'\t'
+sleep 1.5
+kill -KILL "$hpid"; wait "$hpid" 2>/dev/null || true
+before=()
+for i in $(seq 1 40); do [[ $(outputs "t5-$run/$i") -ge 1 ]] && before+=("$i"); done
+log "killed the harness with ${#before[@]} of 40 done"
+harness_up
+wait_for 60 test "$(distinct "t5-$run/")" -ge 40 || true
+got=$(distinct "t5-$run/")
+check "SIGKILL: all 40 questions completed" test "$got" = 40
+again=0
+for i in "${before[@]}"; do [[ $(calls "t5-$run/$i") == 1 ]] || again=$((again + 1)); done
+check "SIGKILL: questions done before the kill were not called again ($again)" test "$again" = 0
+extra=0
+for i in $(seq 1 40); do extra=$((extra + $(calls "t5-$run/$i") - 1)); done
+check "SIGKILL: repeated calls only for work in flight at the kill ($extra <= 40)" test "$extra" -le 40
+
+# 6 --------------------------------------------------------------------
+# a budget that outlasts the outage
+harness_down
+export SLUICE_RETRY_BUDGET_S=300
+harness_up
+RC SET harness:outage 1 >/dev/null
+for i in $(seq 1 30); do printf 't6-%s/%d\t{}\n' "$run" "$i"; done | kcat -P -b "$B" -t harness.in -K $'\t'
+wait_for 15 sh -c "curl -fsS $H_ADMIN/metrics | grep -q 'sluice_breaker_state{stage=\"harness\",provider=\"harness-provider\"} [12]'" ||
+  fail "the breaker did not open"
+c0=$(metric sluice_provider_calls_total 'stage="harness",provider="harness-provider",result="transient_failure"' "$H_ADMIN")
+sleep 8
+c1=$(metric sluice_provider_calls_total 'stage="harness",provider="harness-provider",result="transient_failure"' "$H_ADMIN")
+check "breaker open: $((c1 - c0)) calls in 8 s (probe rate 1/s)" test $((c1 - c0)) -le 10
+check "breaker open: messages went to the retry tiers instead" test \
+  "$(metric sluice_breaker_rejections_total 'stage="harness",provider="harness-provider"' "$H_ADMIN")" -ge 10
+RC DEL harness:outage >/dev/null
+wait_for 40 test "$(distinct "t6-$run/")" -ge 30 || true
+got6=$(distinct "t6-$run/")
+check "after the outage all 30 complete ($got6)" test "$got6" = 30
+
+harness_down
+grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR/harness.log" &&
+  fail "sanitizer report in the harness log: $(grep -m3 -E 'ERROR|runtime error' "$STAGES_DIR/harness.log")"
+finish

@@ -1,0 +1,145 @@
+/*
+ * harness.c — a stage for testing the stage runtime, driven by its input.
+ *
+ * `sluice-harness` runs the real runtime (sl_stage_run) as stage "harness":
+ * it consumes harness.in, and for each message "calls the provider", which
+ * here means: count the call in Redis (INCR harness:calls:<key>, RPUSH of
+ * the call time to harness:times:<key>), sleep, and answer as the payload
+ * asks. Payload JSON (all optional):
+ *   {"transient": N}      the first N calls fail transiently
+ *   {"permanent": true}   every call fails for good (unless healed)
+ *   {"sleep_ms": M}       each call takes M ms
+ *   {"retry_after_ms": R, "throttle": true}  transient failures say 429
+ * Redis switches the test flips while the stage runs:
+ *   harness:outage        exists -> every call fails transiently (503)
+ *   harness:heal:<key>    exists -> that key succeeds
+ * Success produces {"key":…,"calls":n} to harness.out.
+ * Every setting of a real stage applies (--help, SLUICE_*).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sluice/sl_admin.h"
+#include "sluice/sl_cli.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_redis.h"
+#include "sluice/sl_stage.h"
+#include "sluice/sl_tls.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int s) {
+  (void)s;
+  stop_flag = 1;
+}
+
+static void *redis_create(void *arg, char *err, unsigned long errlen) {
+  sl_redis *r = NULL;
+  int rc = sl_redis_new(&r, arg);
+  if (rc) snprintf(err, errlen, "redis: %s", sl_strerror(rc));
+  return r;
+}
+static void redis_destroy(void *v) { sl_redis_free(v); }
+
+static long long cmd_int(sl_redis *r, int argc, const char **argv) {
+  char err[256];
+  redisReply *rep = sl_redis_argv(r, argc, argv, NULL, err, sizeof err);
+  long long v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+  if (rep) freeReplyObject(rep);
+  return v;
+}
+
+static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  sl_tls *tls = ud;
+  char err[256], key[128], k1[200], k2[200], k3[200], now[32];
+  snprintf(key, sizeof key, "%.*s", (int)(m->key_len < 127 ? m->key_len : 127),
+           m->key ? (const char *)m->key : "");
+  json_t *j = json_loadb(m->payload, m->len, 0, NULL);
+  if (!json_is_object(j)) {
+    json_decref(j);
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "harness payload is not a JSON object");
+    return;
+  }
+  sl_redis *r = sl_tls_get(tls, err, sizeof err);
+  if (!r) {
+    json_decref(j);
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err);
+    return;
+  }
+  /* the "provider call" */
+  snprintf(k1, sizeof k1, "harness:calls:%s", key);
+  snprintf(k2, sizeof k2, "harness:times:%s", key);
+  snprintf(k3, sizeof k3, "harness:heal:%s", key);
+  snprintf(now, sizeof now, "%lld", (long long)sl_now_ms());
+  const char *incr[] = {"INCR", k1};
+  const char *push[] = {"RPUSH", k2, now};
+  const char *outage[] = {"EXISTS", "harness:outage"};
+  const char *heal[] = {"EXISTS", k3};
+  long long calls = cmd_int(r, 2, incr);
+  cmd_int(r, 3, push);
+  res->provider_called = 1;
+  json_int_t sleep_ms = json_integer_value(json_object_get(j, "sleep_ms"));
+  if (sleep_ms > 0) {
+    struct timespec ts = {(time_t)(sleep_ms / 1000), (long)(sleep_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  int healed = cmd_int(r, 2, heal) == 1;
+  if (cmd_int(r, 2, outage) == 1 && !healed) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "provider_unavailable", "HTTP 503 (outage)");
+  } else if (!healed && calls <= json_integer_value(json_object_get(j, "transient"))) {
+    json_int_t ra = json_integer_value(json_object_get(j, "retry_after_ms"));
+    res->retry_after_ms = ra;
+    res->provider_throttled = json_is_true(json_object_get(j, "throttle"));
+    sl_result_set(res, SL_OUTCOME_RETRY, res->provider_throttled ? "provider_throttled"
+                                                                 : "provider_unavailable",
+                  "HTTP %d on call %lld", res->provider_throttled ? 429 : 503, calls);
+  } else if (!healed && json_is_true(json_object_get(j, "permanent"))) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "provider_rejected", "HTTP 400 on call %lld", calls);
+  } else {
+    char body[256];
+    int n = snprintf(body, sizeof body, "{\"key\":\"%s\",\"calls\":%lld}", key, calls);
+    if (sl_outbox_add(out, "harness.out", key, body, (size_t)n) != 0)
+      sl_result_set(res, SL_OUTCOME_FAIL, "internal", "outbox full");
+  }
+  json_decref(j);
+}
+
+/* the test environment carries variables for other tools */
+static int accept_any(const char *env) {
+  (void)env;
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  sl_conf_set_known_env(accept_any);
+  sl_common_conf cc = {0};
+  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
+  int rc = sl_cli_load(argc, argv, "harness", "Stage runtime test harness.", &b, 1);
+  if (rc) return rc - 1000;
+  sl_log_init("harness", cc.log_level);
+  signal(SIGTERM, on_signal);
+  signal(SIGINT, on_signal);
+  sl_admin *admin = NULL;
+  const char *listen = cc.admin_listen[0] ? cc.admin_listen : "127.0.0.1:9189";
+  if ((rc = sl_admin_start(&admin, listen)) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "admin %s: %s", listen, sl_strerror(rc));
+    sl_conf_release(&b, 1);
+    return 1;
+  }
+  sl_tls *tls = NULL;
+  rc = sl_tls_new(&tls, redis_create, redis_destroy, cc.redis_url);
+  const char *topics[] = {"harness.in"};
+  sl_stage_opts o = {.stage = "harness", .common = &cc, .topics = topics, .ntopics = 1,
+                     .process = process, .ud = tls, .provider = "harness-provider",
+                     .idempotent = 1, .admin = admin};
+  if (rc == 0) rc = sl_stage_run(&o, &stop_flag);
+  sl_tls_free(tls);
+  sl_admin_stop(admin);
+  sl_conf_release(&b, 1);
+  sl_log(SL_LOG_INFO, NULL, "stopped");
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,183 @@
+/*
+ * sluicectl.h — shared declarations of the operator CLI (tools/sluicectl/).
+ *
+ *   sluicectl.c  command line parsing, usage, dispatch
+ *   util.c       time parsing/formatting, UUIDv7, base64, escaping,
+ *                protobuf -> JSON, progress bar, token bucket
+ *   kafka.c      client configuration, reading a whole topic, producing
+ *   dlq.c        dlq list / show / audit / inject
+ *   replay.c     dlq replay
+ *   topics.c     topics ensure / list
+ *
+ * Exit status everywhere: 0 success, 1 failure, 2 usage error.
+ */
+#ifndef SLUICECTL_H
+#define SLUICECTL_H
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sluice.pb-c.h"
+
+#define SC_EXIT_OK 0
+#define SC_EXIT_FAIL 1
+#define SC_EXIT_USAGE 2
+
+#define SC_MAX_CONFIGS 64
+/* --yes is needed to replay more than this many dead letters */
+#define SC_CONFIRM_ABOVE 100
+
+typedef struct {
+  /* connection */
+  const char *brokers;     /* --brokers, SLUICE_KAFKA_BROKERS, 127.0.0.1:9092 */
+  const char *topic;       /* --topic, SLUICE_TOPIC_DLQ, dlq */
+  const char *audit_topic; /* --audit-topic, SLUICE_TOPIC_DLQ_AUDIT, dlq.audit */
+  int timeout_ms;          /* --timeout SECONDS: every wait on Kafka (10 s) */
+  /* dead-letter filters */
+  const char *stage, *cls, *submission;
+  const char *since_arg, *until_arg; /* as given, for the audit record */
+  int has_since, has_until;
+  int64_t since_ms, until_ms; /* on last_failure_ms, inclusive */
+  long limit;                 /* 0: no limit */
+  /* output */
+  int json, all;
+  /* replay */
+  double rate; /* messages per second */
+  int dry_run, yes;
+  const char *actor;
+  /* topics ensure */
+  int partitions, replication; /* -1: broker default */
+  const char *configs[SC_MAX_CONFIGS];
+  size_t nconfigs;
+  /* dlq inject (test/support tool) */
+  const char *key, *replay_topic, *payload_file, *message, *origin_topic;
+  long attempts, count;
+  int has_failed_at;
+  int64_t failed_at_ms;
+  /* positional arguments after the command words */
+  char **args;
+  int nargs;
+} sc_opts;
+
+/* ---- util.c ---- */
+int64_t sc_now_ms(void);
+double sc_mono_s(void);
+/* RFC3339 (2026-11-29T12:00:00Z, fractions and +hh:mm offsets accepted) or a
+ * duration ago (90s, 15m, 2h, 3d; also ms and w). 0 on success. */
+int sc_parse_time(const char *s, int64_t now_ms, int64_t *out_ms);
+/* strictly positive decimal integer not above max; 0 on success */
+int sc_parse_long(const char *s, long min, long max, long *out);
+void sc_fmt_time(int64_t ms, char out[40]);      /* 2026-11-29T12:00:00.123Z */
+void sc_fmt_time_s(int64_t ms, char out[40]);    /* 2026-11-29T12:00:00Z */
+int sc_uuidv7(char out[37]);                     /* 0 on success */
+char *sc_base64(const void *data, size_t len);   /* malloc'd, NUL-terminated */
+int sc_utf8_valid(const void *data, size_t len);
+/* prints data with non-printable bytes as \xNN, at most max bytes (then ...) */
+void sc_fput_escaped(FILE *f, const void *data, size_t len, size_t max);
+/* the same into out (NUL-terminated, truncated with ...) */
+void sc_escape(char *out, size_t n, const void *data, size_t len);
+/* JSON string when valid UTF-8, else null */
+json_t *sc_json_text(const void *data, size_t len);
+/* every set field of a protobuf-c message, by field name */
+json_t *sc_pb_to_json(const ProtobufCMessage *m);
+int sc_read_file(const char *path, size_t max, uint8_t **data, size_t *len);
+
+typedef struct {
+  int tty;
+  size_t total;
+  int last_decile;
+  size_t last_done;
+  double start, last_draw;
+  int drawn;
+} sc_progress;
+void sc_progress_init(sc_progress *p, size_t total);
+void sc_progress_update(sc_progress *p, size_t done);
+void sc_progress_end(sc_progress *p);
+
+typedef struct {
+  double rate, burst, tokens, last;
+} sc_bucket;
+void sc_bucket_init(sc_bucket *b, double rate);
+/* takes a token if one is there (returns 0), else returns the milliseconds
+ * until the next one (>= 1) */
+int sc_bucket_take(sc_bucket *b);
+
+/* ---- kafka.c ---- */
+/* base client configuration (brokers, quiet logs, last error captured) */
+rd_kafka_conf_t *sc_conf_new(const sc_opts *o);
+int sc_conf_set(rd_kafka_conf_t *c, const char *k, const char *v);
+const char *sc_last_kafka_error(void);
+void sc_report_kafka_error(const sc_opts *o, const char *what, rd_kafka_resp_err_t e);
+
+/* one message of a topic; return non-zero to stop reading */
+typedef int (*sc_msg_cb)(void *arg, int32_t partition, int64_t offset, const void *payload,
+                         size_t len);
+#define SC_SCAN_NOT_FOUND 3
+/* Reads topic from the low to the high watermark of every partition (or only
+ * partition `only_partition` from offset `at`, one message, when
+ * only_partition >= 0). No consumer group is joined and nothing committed.
+ * Returns 0, SC_EXIT_FAIL (message printed) or SC_SCAN_NOT_FOUND. */
+int sc_scan_topic(const sc_opts *o, const char *topic, int32_t only_partition, int64_t at,
+                  sc_msg_cb cb, void *arg);
+
+typedef struct {
+  rd_kafka_resp_err_t err;
+  int done;
+  int32_t partition;
+  int64_t offset;
+} sc_delivery;
+
+typedef struct {
+  rd_kafka_t *rk;
+  size_t produced, delivered, failed;
+} sc_producer;
+/* idempotent producer (acks=all), message.timeout.ms = o->timeout_ms */
+int sc_producer_open(const sc_opts *o, sc_producer *p);
+/* produces one message (copied); d receives the delivery report. hdr_name may
+ * be NULL. 0 on success, else the error is in d->err. */
+int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen,
+               const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
+               sc_delivery *d);
+/* serves delivery reports until every produced message has one, or the
+ * deadline passes; returns the number still pending */
+size_t sc_producer_wait(sc_producer *p, int timeout_ms, sc_progress *prog);
+void sc_producer_close(sc_producer *p);
+/* does topic exist? 1 yes, 0 no, -1 error (printed) */
+int sc_topic_exists(const sc_opts *o, rd_kafka_t *rk, const char *topic, int *partitions);
+
+/* ---- dlq.c ---- */
+typedef struct {
+  int32_t partition;
+  int64_t offset;
+  Sluice__V1__DeadLetter *d;
+} sc_dead_letter;
+
+typedef struct {
+  sc_dead_letter *v;
+  size_t n, cap;
+  size_t total, undecodable;
+} sc_dl_set;
+int sc_dl_matches(const sc_opts *o, const Sluice__V1__DeadLetter *d);
+/* reads the DLQ and keeps the matching dead letters, oldest last failure
+ * first, at most o->limit. 0 or SC_EXIT_FAIL. */
+int sc_dl_collect(const sc_opts *o, sc_dl_set *s);
+void sc_dl_free(sc_dl_set *s);
+/* filters as text for the audit record */
+void sc_filters_text(const sc_opts *o, char *out, size_t n);
+
+int sc_dlq_list(const sc_opts *o);
+int sc_dlq_show(const sc_opts *o);
+int sc_dlq_audit(const sc_opts *o);
+int sc_dlq_inject(const sc_opts *o);
+
+/* ---- replay.c ---- */
+int sc_dlq_replay(const sc_opts *o);
+
+/* ---- topics.c ---- */
+int sc_topics_ensure(const sc_opts *o);
+int sc_topics_list(const sc_opts *o);
+
+#endif
