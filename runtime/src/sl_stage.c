@@ -668,16 +668,18 @@ static void add_dead_letter(job *j) {
   dl.last_failure_ms = sl_now_ms();
   dl.first_failure_ms = j->first_failure_ms ? j->first_failure_ms : dl.last_failure_ms;
   dl.replay_topic = (char *)L->o->topics[0];
+  const char *subject = j->key[0] ? j->key : j->res.subject;
+  dl.subject_key = (char *)subject;
   char key[128];
-  if (j->key[0])
-    snprintf(key, sizeof key, "%s", j->key);
+  if (subject[0])
+    snprintf(key, sizeof key, "%s", subject);
   else
     snprintf(key, sizeof key, "%s/%d/%lld", dl.topic, m->partition, (long long)m->offset);
   sl_outbox_add_pb(&j->out, L->cc->topic_dlq, key, &dl.base);
 
   char sid[64];
   unsigned qno;
-  if (sl_key_parse(j->key, strlen(j->key), sid, &qno) == 0) {
+  if (sl_key_parse(subject, strlen(subject), sid, &qno) == 0) {
     Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
     st.submission_id = sid;
     st.question_no = qno;
@@ -686,10 +688,10 @@ static void add_dead_letter(job *j) {
     st.stage = (char *)L->o->stage;
     st.error_class = j->res.error_class;
     st.error_message = j->res.error_message;
-    sl_outbox_add_pb(&j->out, L->cc->topic_results, j->key, &st.base);
+    sl_outbox_add_pb(&j->out, L->cc->topic_results, subject, &st.base);
   }
   sl_metric_add(L->m_dead, 1);
-  sl_log(SL_LOG_WARN, j->key, "dead-lettered after %u attempt(s) (%s): %s", j->attempts + 1,
+  sl_log(SL_LOG_WARN, subject, "dead-lettered after %u attempt(s) (%s): %s", j->attempts + 1,
          j->res.error_class, j->res.error_message);
 }
 

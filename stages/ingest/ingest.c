@@ -142,6 +142,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       break;
     }
     snprintf(rkey, sizeof rkey, "%s/%u", sid, qno);
+    snprintf(res->subject, sizeof res->subject, "%s", rkey);
 
     /* the submission as materialize recorded it */
     char hkey[96], field[32], rerr[256];

@@ -33,7 +33,12 @@ rm -rf "$STAGES_DIR"
 # clean-up with at_exit instead of replacing the trap.
 EXIT_HOOKS=('"$ROOT/tools/stages" down >/dev/null 2>&1 || true')
 at_exit() { EXIT_HOOKS+=("$1"); }
-run_exit_hooks() { local h; for h in "${EXIT_HOOKS[@]}"; do eval "$h"; done; }
+run_exit_hooks() { # keeps the test's exit status; hooks may fail harmlessly
+  local rc=$? h
+  set +e
+  for h in "${EXIT_HOOKS[@]}"; do eval "$h"; done
+  exit $rc
+}
 trap run_exit_hooks EXIT
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
@@ -78,3 +83,6 @@ finish() {
 
 # jqe FILTER JSON : true when the jq filter yields true (quietly)
 jqe() { jq -e "$1" <<<"$2" >/dev/null 2>&1; }
+
+# jqany CONDITION JSON_LINES : true when the condition holds for some line
+jqany() { jq -s -e "any(.[]; $1)" <<<"$2" >/dev/null 2>&1; }

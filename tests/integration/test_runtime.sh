@@ -35,6 +35,7 @@ harness_down() {
   kill -TERM "$hpid" 2>/dev/null
   local rc=0
   wait "$hpid" || rc=$?
+  hpid=""
   check "harness stopped cleanly on SIGTERM (exit $rc)" test "$rc" = 0
 }
 outputs() { kcat -C -b "$B" -t harness.out -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
@@ -99,6 +100,7 @@ for i in $(seq 1 40); do printf 't5-%s/%d\t{"sleep_ms":200}\n' "$run" "$i"; done
   kcat -P -b "$B" -t harness.in -K $'\t'
 sleep 1.5
 kill -KILL "$hpid"; wait "$hpid" 2>/dev/null || true
+hpid=""
 before=()
 for i in $(seq 1 40); do [[ $(outputs "t5-$run/$i") -ge 1 ]] && before+=("$i"); done
 log "killed the harness with ${#before[@]} of 40 done"

@@ -21,10 +21,15 @@ int sc_dl_matches(const sc_opts *o, const Sluice__V1__DeadLetter *d) {
   if (o->stage && strcmp(o->stage, d->stage) != 0) return 0;
   if (o->cls && strcmp(o->cls, d->error_class) != 0) return 0;
   if (o->submission) {
+    /* the key, or for keyless inputs (storage events) the subject key */
+    const char *k = (const char *)d->key.data;
+    size_t kl = d->key.len;
+    if (kl == 0 && d->subject_key) {
+      k = d->subject_key;
+      kl = strlen(k);
+    }
     size_t n = strlen(o->submission);
-    if (d->key.len < n || memcmp(d->key.data, o->submission, n) != 0 ||
-        (d->key.len > n && d->key.data[n] != '/'))
-      return 0;
+    if (kl < n || memcmp(k, o->submission, n) != 0 || (kl > n && k[n] != '/')) return 0;
   }
   if (o->has_since && d->last_failure_ms < o->since_ms) return 0;
   if (o->has_until && d->last_failure_ms > o->until_ms) return 0;
@@ -155,6 +160,7 @@ static json_t *dl_json(int32_t partition, int64_t offset, const Sluice__V1__Dead
                                                "partition", (int)d->partition, "offset",
                                                (json_int_t)d->offset));
   json_object_set_new(j, "replay_topic", sc_json_text(d->replay_topic, strlen(d->replay_topic)));
+  json_object_set_new(j, "subject", sc_json_text(d->subject_key, strlen(d->subject_key)));
   json_object_set_new(j, "payload_bytes", json_integer((json_int_t)d->payload.len));
   return j;
 }

@@ -124,6 +124,9 @@ typedef struct {
   int provider_called;     /* the external provider was called (breaker input) */
   int provider_throttled;  /* it answered 429: pause it for every replica */
   int64_t retry_after_ms;  /* it asked to wait this long (Retry-After), or 0 */
+  char subject[128];       /* "<submission>/<question>" when the input's key does
+                              not say (storage events): names the dead letter
+                              and gets the FAILED status */
 } sl_result;
 
 /* Convenience: fills res (keeping the provider fields) and returns o. */
