@@ -24,6 +24,8 @@ const sl__subcommand sl__subcommands[] = {
      sl__materialize_table, &sl__materialize_table_len},
     {"results", "HTTP API clients poll for results", sl__results_main,
      sl__results_table, &sl__results_table_len},
+    {"fakeprovider", "stand-in for paid STT/LLM providers (tests, benchmarks)",
+     sl__fakeprovider_main, sl__fakeprovider_table, &sl__fakeprovider_table_len},
 };
 const size_t sl__nsubcommands = sizeof sl__subcommands / sizeof sl__subcommands[0];
 

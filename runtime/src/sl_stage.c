@@ -25,6 +25,7 @@
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_breaker.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_httpc.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_limiter.h"
@@ -213,7 +214,7 @@ int sl_retry_tiers_parse(const char *spec, int64_t delays[SL_RETRY_TIERS_MAX],
 /* state                                                               */
 
 typedef struct loop_t loop_t;
-typedef struct job job;
+typedef struct sl_job job;
 
 typedef struct {
   char topic[128];
@@ -247,7 +248,7 @@ typedef struct keyq {
   job *head, *tail; /* waiting, in arrival order */
 } keyq;
 
-struct job {
+struct sl_job {
   loop_t *L;
   rd_kafka_message_t *m;
   part *p;
@@ -270,6 +271,7 @@ struct job {
   job *all_prev, *all_next; /* every live job, for shutdown */
   int keyed;              /* holds its key's slot */
   int in_pool;            /* process() is running on the worker pool */
+  int in_async;           /* start() was called, sl_job_done() not yet */
 };
 
 struct loop_t {
@@ -279,6 +281,7 @@ struct loop_t {
   rd_kafka_t *consumer, *producer;
   sl_kafka_uv *cku, *pku;
   sl_aredis *redis;
+  sl_httpc *http;     /* for async processors */
   sl_breaker *breaker;
   part *parts;
   keyq *keys;
@@ -297,6 +300,11 @@ struct loop_t {
   char tier_label[SL_RETRY_TIERS_MAX][16];
   char tier_topic[SL_RETRY_TIERS_MAX][160];
   char limit_key[160], pause_key[160];
+  /* jobs waiting for the shared limiter, in order: only the head asks Redis,
+   * so a backlog costs one limiter call per grant, not one per waiter */
+  job *lq_head, *lq_tail;
+  int lq_busy;
+  uv_timer_t lq_timer;
   rd_kafka_topic_partition_list_t *assignment;
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
       *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
@@ -802,7 +810,53 @@ static void on_lookup(redisReply *r, void *ud) {
 
 /* ---- the provider gate ---- */
 
-static void on_limit_wait(uv_timer_t *t) { gate(t->data); }
+static void limiter_try(loop_t *L);
+
+static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
+
+static job *lq_pop(loop_t *L) {
+  job *j = L->lq_head;
+  if (!j) return NULL;
+  L->lq_head = j->next;
+  if (!L->lq_head) L->lq_tail = NULL;
+  j->next = NULL;
+  return j;
+}
+
+/* The head's answer: go (or Redis unavailable: fail open), or wait. */
+static void on_limit_q(redisReply *r, void *ud) {
+  loop_t *L = ud;
+  L->lq_busy = 0;
+  if (L->closing) {
+    job *j;
+    while ((j = lq_pop(L)) != NULL) job_drop(j);
+    return;
+  }
+  int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+  if (wait > 0) {
+    sl_metric_add(L->m_limiter_waits, 1);
+    uv_timer_start(&L->lq_timer, on_lq_timer, (uint64_t)wait, 0);
+    return;
+  }
+  job *j = lq_pop(L);
+  if (j) run_process(j);
+  limiter_try(L);
+}
+
+static void limiter_try(loop_t *L) {
+  if (L->lq_busy || !L->lq_head || L->closing) return;
+  char rate[32], burst[32];
+  snprintf(rate, sizeof rate, "%.17g", L->cc->provider_rate);
+  snprintf(burst, sizeof burst, "%.17g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
+  const char *argv[] = {"EVAL", sl_limiter_lua, "2", L->limit_key, L->pause_key, rate, burst, "1"};
+  L->lq_busy = 1;
+  if (sl_aredis_argv(L->redis, on_limit_q, L, 8, argv, NULL) != 0) {
+    L->lq_busy = 0; /* Redis unavailable: fail open for the head */
+    job *j = lq_pop(L);
+    if (j) run_process(j);
+    if (L->lq_head) uv_timer_start(&L->lq_timer, on_lq_timer, 10, 0);
+  }
+}
 
 static void circuit_open(job *j) {
   loop_t *L = j->L;
@@ -814,20 +868,22 @@ static void circuit_open(job *j) {
   produce(j);
 }
 
-static void on_limit(redisReply *r, void *ud) {
+/* Without a rate: only a 429 pause (PTTL of the pause key) can hold a call. */
+static void on_pause_ttl(uv_timer_t *t) { gate(t->data); }
+
+static void on_pause(redisReply *r, void *ud) {
   job *j = ud;
   if (j->L->closing) {
     job_drop(j);
     return;
   }
-  int64_t wait = 0;
-  if (r && r->type == REDIS_REPLY_INTEGER) wait = r->integer;
+  int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   if (wait > 0) {
     sl_metric_add(j->L->m_limiter_waits, 1);
-    job_after(j, wait, on_limit_wait);
+    job_after(j, wait, on_pause_ttl);
     return;
   }
-  run_process(j); /* granted, or Redis unavailable: fail open */
+  run_process(j); /* not paused, or Redis unavailable: fail open */
 }
 
 static void gate(job *j) {
@@ -843,17 +899,15 @@ static void gate(job *j) {
       return;
     }
     sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
-    char rate[32], burst[32];
-    snprintf(rate, sizeof rate, "%.17g", L->cc->provider_rate > 0 ? L->cc->provider_rate : 0);
-    snprintf(burst, sizeof burst, "%.17g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
-    if (L->cc->provider_rate > 0) {
-      const char *argv[] = {"EVAL", sl_limiter_lua, "2", L->limit_key, L->pause_key, rate, burst,
-                            "1"};
-      if (sl_aredis_argv(L->redis, on_limit, j, 8, argv, NULL) == 0) return;
-    } else {
-      const char *argv[] = {"PTTL", L->pause_key};
-      if (sl_aredis_argv(L->redis, on_limit, j, 2, argv, NULL) == 0) return;
+    if (L->cc->provider_rate > 0) { /* queue behind the limiter */
+      if (L->lq_tail) L->lq_tail->next = j;
+      else L->lq_head = j;
+      L->lq_tail = j;
+      limiter_try(L);
+      return;
     }
+    const char *argv[] = {"PTTL", L->pause_key};
+    if (sl_aredis_argv(L->redis, on_pause, j, 2, argv, NULL) == 0) return;
   }
   run_process(j);
 }
@@ -865,11 +919,29 @@ static void work_cb(uv_work_t *w) {
   j->L->o->process(j->L->o->ud, j->m, &j->out, &j->res);
 }
 
+static void complete(job *j);
+
 static void after_work_cb(uv_work_t *w, int status) {
   job *j = w->data;
-  loop_t *L = j->L;
   (void)status;
   j->in_pool = 0;
+  complete(j);
+}
+
+void sl_job_done(job *j) {
+  j->in_async = 0;
+  complete(j);
+}
+
+const rd_kafka_message_t *sl_job_message(const job *j) { return j->m; }
+sl_outbox *sl_job_outbox(job *j) { return &j->out; }
+sl_result *sl_job_result(job *j) { return &j->res; }
+const char *sl_job_key(const job *j) { return j->key; }
+sl_httpc *sl_job_http(job *j) { return j->L->http; }
+
+/* The processor is finished with the job: act on its outcome. */
+static void complete(job *j) {
+  loop_t *L = j->L;
   if (L->closing) {
     job_drop(j);
     return;
@@ -916,6 +988,11 @@ static void run_process(job *j) {
   j->work.data = j;
   j->out.producer = j->L->producer;
   j->res.outcome = SL_OUTCOME_DONE;
+  if (j->L->o->start) {
+    j->in_async = 1;
+    j->L->o->start(j->L->o->ud, j);
+    return;
+  }
   j->in_pool = 1;
   if (uv_queue_work(&j->L->loop, &j->work, work_cb, after_work_cb) != 0) {
     j->in_pool = 0;
@@ -1157,6 +1234,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->cc = o->common;
   L->stop = stop;
   int rc = 0;
+  if (!o->process == !o->start) {
+    sl_log(SL_LOG_ERROR, NULL, "stage %s: set exactly one of process and start", o->stage);
+    free(L);
+    return SL_EINVAL;
+  }
   L->ntiers = sl_retry_tiers_parse(L->cc->retry_tiers, L->tier_ms, L->tier_label);
   if (L->ntiers < 0) {
     sl_log(SL_LOG_ERROR, NULL, "retry.tiers \"%s\": expected e.g. 5s,30s,2m,10m (ascending)",
@@ -1225,6 +1307,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, on_delivery, NULL,
                                err, sizeof err);
   if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);
+  if (rc == 0 && o->start) rc = sl_httpc_new(&L->http, &L->loop);
   if (rc == 0) rc = sl_kafka_uv_attach(&L->pku, L->producer, &L->loop);
   if (rc == 0) rc = sl_kafka_uv_attach_consumer(&L->cku, L->consumer, &L->loop, drain_consumer, L);
   if (rc) {
@@ -1252,6 +1335,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
          (long long)L->cc->max_in_flight);
   uv_timer_init(&L->loop, &L->tick);
   L->tick.data = L;
+  uv_timer_init(&L->loop, &L->lq_timer);
+  L->lq_timer.data = L;
   uv_timer_start(&L->tick, on_tick, 100, 100);
   uv_run(&L->loop, UV_RUN_DEFAULT);
 
@@ -1275,10 +1360,13 @@ out:
   sl_kafka_uv_detach(L->pku);
   sl_aredis_free(L->redis); /* pending replies come back NULL: their jobs drop */
   L->redis = NULL;
+  sl_httpc_free(L->http);   /* cancelled requests end their jobs (dropped) */
+  L->http = NULL;
+  L->lq_head = L->lq_tail = NULL; /* their jobs are dropped just below */
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */
     nx = j->all_next;
     job_timer_release(j);
-    if (!j->in_pool && !j->outstanding) job_drop(j);
+    if (!j->in_pool && !j->in_async && !j->outstanding) job_drop(j);
   }
   {
     part *p, *tmp;

@@ -1,8 +1,9 @@
 /*
  * harness.c — a stage for testing the stage runtime, driven by its input.
  *
- * `sluice-harness` runs the real runtime (sl_stage_run) as stage "harness":
- * it consumes harness.in, and for each message "calls the provider", which
+ * `sluice-harness` runs the real runtime (sl_stage_run) as stage "harness"
+ * (or $HARNESS_STAGE, so tests do not share topics and consumer groups):
+ * it consumes <stage>.in, and for each message "calls the provider", which
  * here means: count the call in Redis (INCR harness:calls:<key>, RPUSH of
  * the call time to harness:times:<key>), sleep, and answer as the payload
  * asks. Payload JSON (all optional):
@@ -13,10 +14,17 @@
  * Redis switches the test flips while the stage runs:
  *   harness:outage        exists -> every call fails transiently (503)
  *   harness:heal:<key>    exists -> that key succeeds
- * Success produces {"key":…,"calls":n} to harness.out.
+ * Success produces {"key":…,"calls":n} to <stage>.out.
+ *
+ * With HARNESS_PROVIDER_URL set, the harness is an *async* processor
+ * instead: each message is one POST to <url>/v1/chat/completions through
+ * the runtime's HTTP client (curl multi on the loop), 200 -> done, 429 ->
+ * throttled retry (Retry-After), 5xx/transport errors -> retry, other 4xx ->
+ * failed for good. That is how provider plugins work.
  * Every setting of a real stage applies (--help, SLUICE_*).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,12 +34,14 @@
 #include "sluice/sl_admin.h"
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_httpc.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_stage.h"
 #include "sluice/sl_tls.h"
 
 static volatile sig_atomic_t stop_flag;
+static char out_topic[128] = "harness.out"; /* <stage>.out, set in main */
 static void on_signal(int s) {
   (void)s;
   stop_flag = 1;
@@ -102,10 +112,54 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   } else {
     char body[256];
     int n = snprintf(body, sizeof body, "{\"key\":\"%s\",\"calls\":%lld}", key, calls);
-    if (sl_outbox_add(out, "harness.out", key, body, (size_t)n) != 0)
+    if (sl_outbox_add(out, out_topic, key, body, (size_t)n) != 0)
       sl_result_set(res, SL_OUTCOME_FAIL, "internal", "outbox full");
   }
   json_decref(j);
+}
+
+/* ---- async mode ---- */
+
+static char provider_url[512];
+
+static void on_reply(const sl_httpc_response *r, void *ud) {
+  sl_job *job = ud;
+  sl_result *res = sl_job_result(job);
+  const char *key = sl_job_key(job);
+  res->provider_called = 1;
+  if (r->status == 200) {
+    char body[256];
+    int n = snprintf(body, sizeof body, "{\"key\":\"%s\",\"calls\":1}", key);
+    if (sl_outbox_add(sl_job_outbox(job), out_topic, key, body, (size_t)n) != 0)
+      sl_result_set(res, SL_OUTCOME_FAIL, "internal", "outbox full");
+  } else if (r->status == 429) {
+    res->provider_throttled = 1;
+    res->retry_after_ms = r->retry_after_ms;
+    sl_result_set(res, SL_OUTCOME_RETRY, "provider_throttled", "HTTP 429");
+  } else if (r->status == 0 || r->status >= 500 || r->status == 408) {
+    if (r->status)
+      sl_result_set(res, SL_OUTCOME_RETRY, "provider_unavailable", "HTTP %ld", r->status);
+    else
+      sl_result_set(res, SL_OUTCOME_RETRY, "provider_unavailable", "%s", r->error);
+  } else {
+    sl_result_set(res, SL_OUTCOME_FAIL, "provider_rejected", "HTTP %ld", r->status);
+  }
+  sl_job_done(job);
+}
+
+static void start(void *ud, sl_job *job) {
+  (void)ud;
+  static const char *hdrs[] = {"Content-Type: application/json", NULL};
+  static const char body[] = "{\"model\":\"fake-grader\",\"messages\":[{\"role\":\"user\","
+                             "\"content\":\"grade this\"}]}";
+  char url[600];
+  snprintf(url, sizeof url, "%s/v1/chat/completions", provider_url);
+  sl_httpc_request q = {.method = "POST", .url = url, .headers = hdrs, .body = body,
+                        .body_len = sizeof body - 1, .timeout_ms = 30000};
+  if (sl_httpc_send(sl_job_http(job), &q, on_reply, job) != 0) {
+    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "internal", "could not send");
+    sl_job_done(job);
+  }
 }
 
 /* the test environment carries variables for other tools */
@@ -116,6 +170,7 @@ static int accept_any(const char *env) {
 
 int main(int argc, char **argv) {
   sl_conf_set_known_env(accept_any);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
   sl_common_conf cc = {0};
   sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
   int rc = sl_cli_load(argc, argv, "harness", "Stage runtime test harness.", &b, 1);
@@ -132,14 +187,27 @@ int main(int argc, char **argv) {
   }
   sl_tls *tls = NULL;
   rc = sl_tls_new(&tls, redis_create, redis_destroy, cc.redis_url);
-  const char *topics[] = {"harness.in"};
-  sl_stage_opts o = {.stage = "harness", .common = &cc, .topics = topics, .ntopics = 1,
+  const char *stage = getenv("HARNESS_STAGE") && *getenv("HARNESS_STAGE") ? getenv("HARNESS_STAGE")
+                                                                          : "harness";
+  char in_topic[128];
+  snprintf(in_topic, sizeof in_topic, "%s.in", stage);
+  snprintf(out_topic, sizeof out_topic, "%s.out", stage);
+  const char *topics[] = {in_topic};
+  sl_stage_opts o = {.stage = stage, .common = &cc, .topics = topics, .ntopics = 1,
                      .process = process, .ud = tls, .provider = "harness-provider",
                      .idempotent = 1, .admin = admin};
+  const char *url = getenv("HARNESS_PROVIDER_URL");
+  if (url && *url) {
+    snprintf(provider_url, sizeof provider_url, "%s", url);
+    o.process = NULL;
+    o.start = start;
+    sl_log(SL_LOG_INFO, NULL, "async mode: calling %s", provider_url);
+  }
   if (rc == 0) rc = sl_stage_run(&o, &stop_flag);
   sl_tls_free(tls);
   sl_admin_stop(admin);
   sl_conf_release(&b, 1);
   sl_log(SL_LOG_INFO, NULL, "stopped");
+  curl_global_cleanup();
   return rc ? 1 : 0;
 }

@@ -30,7 +30,7 @@
  *
  * @locality sl_stage_run() owns a libuv loop on the calling thread; process()
  * runs on libuv's worker pool and must be thread-safe (use sl_tls for
- * per-thread resources).
+ * per-thread resources); start() and sl_job_done() run on the loop.
  */
 #ifndef SLUICE_SL_STAGE_H
 #define SLUICE_SL_STAGE_H
@@ -138,12 +138,30 @@ sl_outcome sl_result_set(sl_result *res, sl_outcome o, const char *cls, const ch
 typedef void (*sl_stage_process_fn)(void *ud, const rd_kafka_message_t *msg, sl_outbox *out,
                                     sl_result *res);
 
+/* Async processing (HTTP providers): start() is called on the loop thread
+ * and must not block; it starts I/O (sl_job_http) and, when the work is
+ * over, fills the job's outbox and result and calls sl_job_done(), also on
+ * the loop thread. Thousands of jobs can wait on I/O at once. */
+typedef struct sl_job sl_job;
+typedef void (*sl_stage_start_fn)(void *ud, sl_job *job);
+
+struct sl_httpc;
+const rd_kafka_message_t *sl_job_message(const sl_job *job);
+sl_outbox *sl_job_outbox(sl_job *job);
+sl_result *sl_job_result(sl_job *job);
+const char *sl_job_key(const sl_job *job);
+/* The stage's HTTP client (curl multi on the loop). */
+struct sl_httpc *sl_job_http(sl_job *job);
+/* Hands the job back to the runtime; it must not be touched afterwards. */
+void sl_job_done(sl_job *job);
+
 typedef struct {
   const char *stage;                 /* "stt"; retry topics are <stage>.retry.<tier> */
   const sl_common_conf *common;
   const char *const *topics;         /* main inputs; topics[0] is where replays go */
   size_t ntopics;
-  sl_stage_process_fn process;
+  sl_stage_process_fn process;       /* blocking, on the worker pool ... */
+  sl_stage_start_fn start;           /* ... or async on the loop (set one) */
   void *ud;
   const char *provider;              /* external provider name, or NULL */
   int idempotent;                    /* reuse stored outputs per (key, input digest) */

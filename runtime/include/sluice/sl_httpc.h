@@ -1,0 +1,62 @@
+/*
+ * sl_httpc.h — an HTTP client on a libuv loop (libcurl's multi interface
+ * driven by uv_poll and a uv_timer), for async processors that call external
+ * providers: thousands of requests in flight on one thread, no thread per
+ * call.
+ *
+ * Every request ends in exactly one callback, on the loop thread: with the
+ * HTTP status, or with status 0 and the transport error (timeout, refused
+ * connection, truncated body, response over its size limit, cancelled by
+ * sl_httpc_free). Bodies are collected into bounded memory.
+ * @locality loop thread only.
+ */
+#ifndef SLUICE_SL_HTTPC_H
+#define SLUICE_SL_HTTPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct sl_httpc sl_httpc;
+
+typedef struct {
+  long status;            /* HTTP status, 0 when the transfer failed */
+  const char *error;      /* transport error text when status is 0, else "" */
+  int timed_out;          /* the transfer hit its timeout */
+  const char *body;       /* NUL-terminated response body (may contain NULs) */
+  size_t body_len;
+  int64_t retry_after_ms; /* parsed Retry-After (seconds or HTTP date), else 0 */
+  double total_s;         /* transfer time */
+} sl_httpc_response;
+
+/* The response is valid only during the callback. */
+typedef void (*sl_httpc_cb)(const sl_httpc_response *r, void *ud);
+
+typedef struct {
+  const char *method;            /* "GET", "POST", ... */
+  const char *url;
+  const char *const *headers;    /* "Name: value" strings, NULL-terminated, or NULL */
+  const void *body;              /* request body (copied), or NULL */
+  size_t body_len;
+  void *mime;                    /* a curl_mime* for multipart/form-data (ownership
+                                    passes to the request), or NULL */
+  long timeout_ms;               /* whole transfer; 0 = 30 s */
+  long connect_timeout_ms;       /* 0 = 5 s */
+  size_t max_response;           /* 0 = 8 MiB */
+} sl_httpc_request;
+
+int sl_httpc_new(sl_httpc **out, uv_loop_t *loop);
+
+/* Starts a request. Returns 0 (the callback will run exactly once, never
+ * from inside this call) or a negative code (it will not run). */
+int sl_httpc_send(sl_httpc *c, const sl_httpc_request *req, sl_httpc_cb cb, void *ud);
+
+/* Requests in flight. */
+size_t sl_httpc_pending(const sl_httpc *c);
+
+/* Cancels what is in flight (callbacks run now with status 0, "cancelled")
+ * and frees the client; its handles close asynchronously, so run the loop
+ * afterwards. NULL-safe. */
+void sl_httpc_free(sl_httpc *c);
+
+#endif
