@@ -3,13 +3,13 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | bench-presign | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean
+.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean bench-presign
 
 all: build
 
@@ -32,6 +32,11 @@ test: bootstrap build build-san
 
 unit: build-san
 	ctest --test-dir $(SAN_BUILD) -L unit --output-on-failure
+
+# Presigned URLs/s/core: Sluice's signer vs boto3 and the AWS SDK for JS v3
+# (needs Node >= 20 and python3-venv; results go to docs/benchmarks.md).
+bench-presign: build
+	BUILD=$(BUILD) bench/presign/run
 
 stack-up:
 	tools/devstack up
