@@ -5,6 +5,7 @@
 #include "sluice/sl_redis.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_metrics.h"
+#include "sluice/sl_tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,4 +102,21 @@ redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t
   }
   if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
   return rep;
+}
+
+static void *tls_create(void *arg, char *err, unsigned long errlen) {
+  sl_redis *r = NULL;
+  int rc = sl_redis_new(&r, arg);
+  if (rc) snprintf(err, errlen, "redis.url: %s", sl_strerror(rc));
+  return r;
+}
+
+static void tls_destroy(void *v) { sl_redis_free(v); }
+
+int sl_redis_tls_new(sl_tls **out, const char *url) {
+  if (!url) return SL_EINVAL;
+  char host[256];
+  int port, db;
+  if (sl_redis_parse_url(url, host, sizeof host, &port, &db) != 0) return SL_EINVAL;
+  return sl_tls_new(out, tls_create, tls_destroy, (void *)url);
 }

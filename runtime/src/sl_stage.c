@@ -1122,6 +1122,20 @@ static void drain_consumer(void *ud) {
   }
 }
 
+/* Frees a partition's parked (not yet due) retry messages without
+ * processing them; their offsets stay uncommitted, so they come back. */
+static void release_parked(loop_t *L, part *p) {
+  while (p->parked_head) {
+    job *j = p->parked_head;
+    p->parked_head = j->next;
+    L->inflight--;
+    sl_metric_gauge_add(L->m_inflight, -1);
+    job_free(j);
+  }
+  p->parked_tail = NULL;
+  uv_timer_stop(&p->park_timer);
+}
+
 /* ---- rebalancing ---- */
 
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -1146,16 +1160,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     part *p, *tmp;
     HASH_ITER(hh, L->parts, p, tmp) {
       p->revoked = 1;
-      /* parked jobs of a revoked partition are released unprocessed */
-      while (p->parked_head) {
-        job *j = p->parked_head;
-        p->parked_head = j->next;
-        L->inflight--;
-        sl_metric_gauge_add(L->m_inflight, -1);
-        job_free(j);
-      }
-      p->parked_tail = NULL;
-      uv_timer_stop(&p->park_timer);
+      release_parked(L, p); /* unprocessed and uncommitted: redelivered */
       p->paused_for_park = 0;
     }
     rd_kafka_assign(rk, NULL);
@@ -1199,16 +1204,8 @@ static void begin_stop(loop_t *L) {
          (long long)L->active);
   set_pause(L, 1);
   part *p, *tmp;
-  HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight: release them */
-    while (p->parked_head) {
-      job *j = p->parked_head;
-      p->parked_head = j->next;
-      L->inflight--;
-      sl_metric_gauge_add(L->m_inflight, -1);
-      job_free(j);
-    }
-    p->parked_tail = NULL;
-    uv_timer_stop(&p->park_timer);
+  HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight */
+    release_parked(L, p);
   }
 }
 

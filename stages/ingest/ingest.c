@@ -45,14 +45,6 @@ typedef struct {
   sl_tls *redis; /* one sl_redis per worker thread */
 } ingest;
 
-static void *redis_create(void *arg, char *err, unsigned long errlen) {
-  sl_redis *r = NULL;
-  int rc = sl_redis_new(&r, arg);
-  if (rc) snprintf(err, errlen, "redis.url: %s", sl_strerror(rc));
-  return r;
-}
-
-static void redis_destroy(void *v) { sl_redis_free(v); }
 
 /* "submissions/<36-char uuid>/q<digits>.<ext>" -> sid, qno */
 static int parse_object_key(const char *key, char sid[64], unsigned *qno) {
@@ -231,7 +223,7 @@ int sl__ingest_main(int argc, char **argv) {
                            "transcription requests.", &cc, own, 1, "127.0.0.1:9181", &admin);
   if (rc) return rc;
   ingest in = {&cc, &ic, NULL};
-  rc = sl_tls_new(&in.redis, redis_create, redis_destroy, cc.redis_url);
+  rc = sl_redis_tls_new(&in.redis, cc.redis_url);
   if (rc == 0) {
     const char *topics[] = {cc.topic_storage_events};
     sl_stage_opts o = {.stage = "ingest", .common = &cc, .topics = topics, .ntopics = 1,

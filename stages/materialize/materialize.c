@@ -46,14 +46,6 @@ typedef struct {
   sl_tls *redis; /* one sl_redis per worker thread */
 } mat;
 
-static void *redis_create(void *arg, char *err, unsigned long errlen) {
-  sl_redis *r = NULL;
-  int rc = sl_redis_new(&r, arg);
-  if (rc) snprintf(err, errlen, "redis.url: %s", sl_strerror(rc));
-  return r;
-}
-
-static void redis_destroy(void *v) { sl_redis_free(v); }
 
 static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t errlen) {
   sl_redis *r = sl_tls_get(M->redis, err, errlen);
@@ -230,7 +222,7 @@ int sl__materialize_main(int argc, char **argv) {
                            "127.0.0.1:9184", &admin);
   if (rc) return rc;
   mat M = {&cc, &mc, NULL};
-  rc = sl_tls_new(&M.redis, redis_create, redis_destroy, cc.redis_url);
+  rc = sl_redis_tls_new(&M.redis, cc.redis_url);
   if (rc == 0) {
     const char *topics[] = {cc.topic_results, cc.topic_submissions};
     sl_stage_opts o = {.stage = "materialize", .common = &cc, .topics = topics, .ntopics = 2,

@@ -47,13 +47,6 @@ static void on_signal(int s) {
   stop_flag = 1;
 }
 
-static void *redis_create(void *arg, char *err, unsigned long errlen) {
-  sl_redis *r = NULL;
-  int rc = sl_redis_new(&r, arg);
-  if (rc) snprintf(err, errlen, "redis: %s", sl_strerror(rc));
-  return r;
-}
-static void redis_destroy(void *v) { sl_redis_free(v); }
 
 static long long cmd_int(sl_redis *r, int argc, const char **argv) {
   char err[256];
@@ -186,7 +179,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   sl_tls *tls = NULL;
-  rc = sl_tls_new(&tls, redis_create, redis_destroy, cc.redis_url);
+  rc = sl_redis_tls_new(&tls, cc.redis_url);
   const char *stage = getenv("HARNESS_STAGE") && *getenv("HARNESS_STAGE") ? getenv("HARNESS_STAGE")
                                                                           : "harness";
   char in_topic[128];

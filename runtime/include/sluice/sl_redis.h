@@ -27,4 +27,9 @@ void sl_redis_free(sl_redis *r);
 redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
                           char *err, size_t errlen);
 
+/* A registry of one sl_redis per worker thread (see sl_tls.h) for blocking
+ * processors: sl_tls_get() returns the calling thread's connection. */
+struct sl_tls;
+int sl_redis_tls_new(struct sl_tls **out, const char *url);
+
 #endif
