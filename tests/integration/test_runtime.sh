@@ -8,6 +8,7 @@
 #   4. the time budget dead-letters a message that keeps failing
 #   5. SIGKILL mid-work loses nothing; questions already done are not called again
 #   6. under a full outage the breaker opens and calls drop to the probe rate
+#   7. with stage.per_key_order one key is never in flight twice
 source "$(dirname "$0")/lib.sh"
 HARNESS=${SLUICE_HARNESS:-$(dirname "$SLUICE_BIN")/../tests/sluice-harness}
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
@@ -134,6 +135,31 @@ RC DEL harness:outage >/dev/null
 wait_for 40 test "$(distinct "t6-$run/")" -ge 30 || true
 got6=$(distinct "t6-$run/")
 check "after the outage all 30 complete ($got6)" test "$got6" = 30
+
+# 7 --------------------------------------------------------------------
+# per-key ordering: with stage.per_key_order two messages with the same key
+# are never in flight together; without it they overlap on the worker pool
+harness_down
+export SLUICE_STAGE_PER_KEY_ORDER=true
+harness_up
+for i in 1 2 3 4; do printf 't7-%s/1\t{"sleep_ms":300,"n":%d}\n' "$run" "$i"; done |
+  kcat -P -b "$B" -t harness.in -K $'\t' -p 0
+wait_for 20 test "$(calls "t7-$run/1")" -ge 4 || true
+wait_for 10 test "$(outputs "t7-$run/1")" -ge 4 || true
+mapfile -t t7 < <(RC LRANGE "harness:times:t7-$run/1" 0 -1)
+gaps=$(for ((i = 1; i < ${#t7[@]}; i++)); do echo $((t7[i] - t7[i - 1])); done | sort -n | head -1)
+check "per-key order: 4 calls for one key, each after the previous ended (min gap ${gaps:-none} ms >= 300)" \
+  test "${#t7[@]}" = 4 -a "${gaps:-0}" -ge 300
+harness_down
+unset SLUICE_STAGE_PER_KEY_ORDER
+harness_up
+for i in 1 2 3 4; do printf 't8-%s/1\t{"sleep_ms":300,"n":%d}\n' "$run" "$i"; done |
+  kcat -P -b "$B" -t harness.in -K $'\t' -p 0
+wait_for 20 test "$(calls "t8-$run/1")" -ge 4 || true
+mapfile -t t8 < <(RC LRANGE "harness:times:t8-$run/1" 0 -1)
+span=$((t8[${#t8[@]} - 1] - t8[0]))
+check "without it the same key runs concurrently (4 calls within ${span} ms < 300)" \
+  test "${#t8[@]}" = 4 -a "$span" -lt 300
 
 harness_down
 grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR/harness.log" &&
