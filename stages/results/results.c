@@ -8,7 +8,8 @@
  * writes. A missing token is 401; a wrong token and an unknown submission
  * are the same 404, so the API does not reveal which ids exist.
  * Replies carry an ETag (sha256 of the body) and honour If-None-Match with
- * 304; Cache-Control: no-store.
+ * 304; Cache-Control: no-store. Retry-After and the body's "poll" object
+ * carry the polling policy (poll_after_s), including when to stop.
  *
  * @locality single thread (libuv loop); Redis calls are synchronous on the
  * loop (sub-millisecond on the same host).
@@ -57,6 +58,17 @@ static int valid_id(const char *s) {
     if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return 0;
   }
   return 1;
+}
+
+/* The client polling policy, by time since the submission was accepted:
+ * every 2 s for the first 30 s, then 5 s (to 1 min), 10 s (to 2 min), 30 s;
+ * after 10 minutes, or once every question is done or failed, stop (0). */
+static int poll_after_s(int64_t age_s, int complete) {
+  if (complete || age_s >= 600) return 0;
+  if (age_s < 30) return 2;
+  if (age_s < 60) return 5;
+  if (age_s < 120) return 10;
+  return 30;
 }
 
 static const char *field(redisReply *rep, const char *name) {
@@ -128,10 +140,13 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
       json_array_set_new(qs, b, x);
     }
   const char *acc = field(rep, "accepted_at_ms");
-  json_t *body = json_pack("{s:s,s:I,s:{s:i,s:i,s:i,s:b},s:o}", "submission_id", sid,
-                           "accepted_at_ms", (json_int_t)(acc ? strtoll(acc, NULL, 10) : 0),
-                           "summary", "total", (int)n, "done", done, "failed", failed,
-                           "complete", done + failed == (int)n, "questions", qs);
+  int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
+  int complete = done + failed == (int)n;
+  int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
+  json_t *body = json_pack("{s:s,s:I,s:{s:i,s:i,s:i,s:b},s:{s:i,s:b},s:o}", "submission_id", sid,
+                           "accepted_at_ms", (json_int_t)accepted, "summary", "total", (int)n,
+                           "done", done, "failed", failed, "complete", complete, "poll",
+                           "retry_after_s", after, "stop", after == 0, "questions", qs);
   freeReplyObject(rep);
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
@@ -142,7 +157,11 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
   char digest[65], etag[80], headers[256];
   sl_sha256_hex(text, strlen(text), digest);
   snprintf(etag, sizeof etag, "\"%.32s\"", digest);
-  snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", etag);
+  if (after > 0)
+    snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n",
+             etag, after);
+  else
+    snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", etag);
   const char *inm = sl_http_req_header(req, "If-None-Match");
   if (inm && strcmp(inm, etag) == 0) {
     sl_metric_add(R->m_304, 1);

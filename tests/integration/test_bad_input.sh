@@ -68,8 +68,16 @@ curl -sS -o "$work/unknown" -w '%{http_code}' -H "Authorization: Bearer nope" \
 check "wrong token -> 404" test "$(cat "$work/wrong.code")" = 404
 check "unknown submission -> 404" test "$(cat "$work/unknown.code")" = 404
 check "wrong token and unknown id are indistinguishable" cmp -s "$work/wrong" "$work/unknown"
-check "the submission shows awaiting_upload" jqe '.questions[0].state == "awaiting_upload"' \
-  "$(curl -sS -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid")"
+curl -sS -D "$work/hdrs" -o "$work/view" -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid"
+check "the submission shows awaiting_upload" jqe '.questions[0].state == "awaiting_upload"' "$(cat "$work/view")"
+check "a fresh submission is polled every 2 s (Retry-After)" grep -qi '^Retry-After: 2' "$work/hdrs"
+check "the body carries the polling policy" jqe '.poll.retry_after_s == 2 and .poll.stop == false' "$(cat "$work/view")"
+check "replies are not cached" grep -qi '^Cache-Control: no-store' "$work/hdrs"
+etag=$(awk 'tolower($1)=="etag:"{print $2}' "$work/hdrs" | tr -d '\r')
+code=$(curl -sS -o "$work/304" -w '%{http_code}' -H "Authorization: Bearer $token" -H "If-None-Match: $etag" \
+  "$RESULTS_URL/v1/submissions/$sid")
+check "an unchanged view answers 304 to If-None-Match ($code)" test "$code" = 304
+check "the 304 has no body" test ! -s "$work/304"
 
 # ingest: three kinds of bad storage events
 before=$(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST")

@@ -19,6 +19,7 @@ out=$("$ROOT/tools/submit" --prompt "What do you do on weekends?" "$work/a1.wav"
   --prompt "Tell me about a trip you took." "$work/a3.ogg" 2>"$work/submit.log") ||
   { cat "$work/submit.log" >&2; fail "submission did not complete"; finish; }
 
+check "a complete submission tells the client to stop polling" jqe '.poll.stop == true and .poll.retry_after_s == 0' "$out"
 check "3 questions, all done" test "$(jq -r '[.summary.total, .summary.done, .summary.failed] | join(",")' <<<"$out")" = "3,3,0"
 for q in 1 2 3; do
   check "q$q has a non-empty transcript" test -n "$(jq -r ".questions[$((q - 1))].transcript // empty" <<<"$out")"
