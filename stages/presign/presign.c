@@ -7,6 +7,11 @@
  * (so storage itself refuses a different size or type), plus the submission
  * id (UUIDv7), a results bearer token and the results URL.
  *
+ * Idempotency-Key: a retried create with the same key and body returns the
+ * same submission (Idempotent-Replayed: true); the same key with another
+ * body is 422; while the first is still in flight, 409 + Retry-After. The
+ * records live in Redis as long as the presigned URLs do.
+ *
  * Durability: the reply is sent only after the SubmissionCreated message is
  * acknowledged by Kafka (idempotent producer, acks=all). The HTTP request
  * stays parked on its connection while the produce is in flight; the
@@ -28,6 +33,7 @@
 #include <uv.h>
 
 #include "sluice.pb-c.h"
+#include "sluice/sl_aredis.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_id.h"
@@ -84,14 +90,27 @@ typedef struct {
   sl_metric *m_created, *m_rejected, *m_unavailable;
   int fatal;         /* the producer failed for good */
   int shutting_down;
+  sl_aredis *redis;  /* Idempotency-Key records */
+  sl_metric *m_replayed;
 } presign;
 
 static presign *P_; /* the delivery-report callback's context */
+
+/* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(key)>
+ * holds "pending <body sha256>" while the create runs (30 s), then
+ * "done <body sha256> <201 body>" for as long as the presigned URLs live. */
+typedef struct {
+  presign *ps;
+  sl_http_req *req;
+  char rkey[96];
+  char body_hash[65];
+} idem;
 
 typedef struct {
   sl_http_req *req;
   char *body; /* the 201 reply, sent once Kafka acknowledges */
   char sid[37];
+  idem *ik;   /* or NULL */
 } pending;
 
 static const char *ext_for(const char *ct) {
@@ -105,6 +124,48 @@ static const char *ext_for(const char *ct) {
 }
 
 static void shutdown_loop(presign *ps);
+
+/* ---- Idempotency-Key ---- */
+
+/* Frees the claim (after a refusal or a failure): the key may be used again. */
+static void idem_release(idem *ik) {
+  if (!ik) return;
+  const char *argv[] = {"DEL", ik->rkey};
+  sl_aredis_argv(ik->ps->redis, NULL, NULL, 2, argv, NULL);
+  free(ik);
+}
+
+static void on_idem_stored(redisReply *r, void *ud) {
+  pending *p = ud;
+  if (!r || r->type == REDIS_REPLY_ERROR)
+    sl_log(SL_LOG_WARN, p->sid, "idempotency record not stored; a retry would create anew");
+  sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
+                  strlen(p->body));
+  free(p->ik);
+  free(p->body);
+  free(p);
+}
+
+/* Stores "done <hash> <reply>" for the URLs' lifetime. 1 if the reply now
+ * waits for Redis, 0 if the caller should answer at once. */
+static int idem_store(pending *p) {
+  presign *ps = p->ik->ps;
+  size_t n = strlen(p->body) + 80;
+  char *v = malloc(n), ttl[32];
+  if (!v) return 0;
+  int vl = snprintf(v, n, "done %s %s", p->ik->body_hash, p->body);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)ps->s3->url_expiry_s * 1000);
+  const char *argv[] = {"SET", p->ik->rkey, v, "PX", ttl};
+  size_t lens[] = {3, strlen(p->ik->rkey), (size_t)vl, 2, strlen(ttl)};
+  int rc = sl_aredis_argv(ps->redis, on_idem_stored, p, 5, argv, lens);
+  free(v);
+  if (rc != 0) {
+    free(p->ik);
+    p->ik = NULL;
+    return 0;
+  }
+  return 1;
+}
 
 static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   pending *p = opaque;
@@ -124,9 +185,11 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     sl_http_respond_error(p->req, 503, "unavailable",
                           "the submission could not be stored; retry later",
                           "Retry-After: 2\r\n");
+    idem_release(p->ik);
   } else {
     sl_metric_add(P_->m_created, 1);
     sl_log(SL_LOG_INFO, p->sid, "submission accepted");
+    if (p->ik && idem_store(p)) return; /* answers once the record is stored */
     sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
                     strlen(p->body));
   }
@@ -159,11 +222,14 @@ static void iso8601(time_t t, char out[32]) {
   strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static void create(presign *ps, sl_http_req *req) {
+/* Validates, signs and produces. Returns 0 when the request now waits for
+ * Kafka (the pending record owns ik), or 1 when it was answered already. */
+static int create(presign *ps, sl_http_req *req, idem *ik) {
+  int handed = 0;
   const char *ctype = sl_http_req_header(req, "Content-Type");
   if (ctype && strncmp(ctype, "application/json", 16) != 0) {
     bad(ps, req, 415, "unsupported_media_type", "send the body as application/json");
-    return;
+    return 1;
   }
   size_t blen;
   const char *body = sl_http_req_body(req, &blen);
@@ -172,7 +238,7 @@ static void create(presign *ps, sl_http_req *req) {
   if (!root) {
     bad(ps, req, 400, "invalid_json", "body is not valid JSON: %s (line %d)", jerr.text,
         jerr.line);
-    return;
+    return 1;
   }
   json_t *qs = NULL, *resp = NULL, *rqs = NULL;
   Sluice__V1__QuestionSpec *specs = NULL, **specp = NULL;
@@ -321,6 +387,7 @@ static void create(presign *ps, sl_http_req *req) {
   sluice__v1__submission_created__pack(&sc, payload);
   p->req = req;
   p->body = reply;
+  p->ik = ik;
   memcpy(p->sid, sid, sizeof sid);
   rd_kafka_resp_err_t e = rd_kafka_producev(
       ps->producer, RD_KAFKA_V_TOPIC(ps->cc->topic_submissions), RD_KAFKA_V_KEY(sid, 36),
@@ -333,6 +400,8 @@ static void create(presign *ps, sl_http_req *req) {
     sl_metric_add(ps->m_unavailable, 1);
     sl_http_respond_error(req, 503, "unavailable", "the submission queue is full; retry later",
                           "Retry-After: 2\r\n");
+  } else {
+    handed = 1;
   }
 out:
   json_decref(rqs);
@@ -341,14 +410,95 @@ out:
   free(specs);
   free(specp);
   free(keys);
+  return handed ? 0 : 1;
+}
+
+static void on_idem_existing(redisReply *r, void *ud) {
+  idem *ik = ud;
+  if (!r || r->type == REDIS_REPLY_ERROR) {
+    sl_http_respond_error(ik->req, 503, "unavailable", "idempotency store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+  } else if (r->type != REDIS_REPLY_STRING || r->len < 70) { /* expired meanwhile */
+    sl_http_respond_error(ik->req, 409, "in_progress",
+                          "a request with this Idempotency-Key is being processed; retry",
+                          "Retry-After: 1\r\n");
+  } else if (strncmp(r->str + (r->str[0] == 'd' ? 5 : 8), ik->body_hash, 64) != 0) {
+    sl_http_respond_error(ik->req, 422, "idempotency_key_reused",
+                          "this Idempotency-Key was used with a different request body", NULL);
+  } else if (strncmp(r->str, "done ", 5) == 0) {
+    sl_metric_add(ik->ps->m_replayed, 1);
+    const char *body = r->str + 5 + 64 + 1;
+    sl_http_respond(ik->req, 201, "application/json",
+                    "Cache-Control: no-store\r\nIdempotent-Replayed: true\r\n", body,
+                    r->len - (size_t)(body - r->str));
+  } else {
+    sl_http_respond_error(ik->req, 409, "in_progress",
+                          "a request with this Idempotency-Key is being processed; retry",
+                          "Retry-After: 1\r\n");
+  }
+  free(ik);
+}
+
+static void on_idem_claim(redisReply *r, void *ud) {
+  idem *ik = ud;
+  if (!r || r->type == REDIS_REPLY_ERROR) {
+    sl_http_respond_error(ik->req, 503, "unavailable", "idempotency store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(ik);
+  } else if (r->type == REDIS_REPLY_STATUS) { /* claimed: create it */
+    if (create(ik->ps, ik->req, ik) != 0) idem_release(ik);
+  } else { /* someone has the key: look at what they left */
+    const char *argv[] = {"GET", ik->rkey};
+    if (sl_aredis_argv(ik->ps->redis, on_idem_existing, ik, 2, argv, NULL) != 0) {
+      sl_http_respond_error(ik->req, 503, "unavailable",
+                            "idempotency store unavailable; retry later", "Retry-After: 2\r\n");
+      free(ik);
+    }
+  }
+}
+
+/* A create with an Idempotency-Key: claim it, or answer from the record. */
+static void create_idempotent(presign *ps, sl_http_req *req, const char *key) {
+  size_t kl = strlen(key);
+  int ok = kl >= 1 && kl <= 255;
+  for (size_t i = 0; ok && i < kl; i++) ok = key[i] > 0x20 && key[i] < 0x7f;
+  if (!ok) {
+    bad(ps, req, 400, "invalid_idempotency_key",
+        "Idempotency-Key must be 1 to 255 visible ASCII characters");
+    return;
+  }
+  idem *ik = calloc(1, sizeof *ik);
+  if (!ik) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return;
+  }
+  ik->ps = ps;
+  ik->req = req;
+  char kh[65];
+  size_t blen;
+  const char *body = sl_http_req_body(req, &blen);
+  sl_sha256_hex(key, kl, kh);
+  sl_sha256_hex(body, blen, ik->body_hash);
+  snprintf(ik->rkey, sizeof ik->rkey, "sl:idem:presign:%s", kh);
+  char val[80];
+  snprintf(val, sizeof val, "pending %s", ik->body_hash);
+  const char *argv[] = {"SET", ik->rkey, val, "NX", "PX", "30000"};
+  if (sl_aredis_argv(ps->redis, on_idem_claim, ik, 6, argv, NULL) != 0) {
+    sl_http_respond_error(req, 503, "unavailable", "idempotency store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(ik);
+  }
 }
 
 static void handle(sl_http_req *req, void *ud) {
   presign *ps = ud;
   const char *path = sl_http_req_path(req), *m = sl_http_req_method(req);
   if (strcmp(path, "/v1/submissions") == 0) {
-    if (strcmp(m, "POST") == 0)
-      create(ps, req);
+    const char *ikey = sl_http_req_header(req, "Idempotency-Key");
+    if (strcmp(m, "POST") == 0 && ikey)
+      create_idempotent(ps, req, ikey);
+    else if (strcmp(m, "POST") == 0)
+      create(ps, req, NULL);
     else
       sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
     return;
@@ -363,6 +513,8 @@ static void shutdown_loop(presign *ps) {
   ps->srv = NULL;
   sl_kafka_uv_detach(ps->ku);
   ps->ku = NULL;
+  sl_aredis_free(ps->redis); /* waiting Idempotency-Key requests get 503 */
+  ps->redis = NULL;
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
 }
@@ -391,6 +543,8 @@ int sl__presign_main(int argc, char **argv) {
                                      "Submission create requests by outcome");
   ps.m_unavailable = sl_metrics_counter("sluice_submissions_total", "outcome=\"unavailable\"",
                                         "Submission create requests by outcome");
+  ps.m_replayed = sl_metrics_counter("sluice_submissions_total", "outcome=\"replayed\"",
+                                     "Submission create requests by outcome");
   char err[512] = "", *save = NULL, timeout[32];
   ps.types_buf = strdup(pc.content_types);
   for (char *t = ps.types_buf ? strtok_r(ps.types_buf, ", ", &save) : NULL;
@@ -407,6 +561,10 @@ int sl__presign_main(int argc, char **argv) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   if (rc == 0) rc = sl_kafka_uv_attach(&ps.ku, ps.producer, &loop);
+  if (rc == 0) {
+    rc = sl_aredis_new(&ps.redis, &loop, cc.redis_url);
+    if (rc) snprintf(err, sizeof err, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
+  }
   if (rc == 0) {
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, NULL, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
@@ -425,6 +583,7 @@ int sl__presign_main(int argc, char **argv) {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
     sl_http_server_free(ps.srv);
     sl_kafka_uv_detach(ps.ku);
+    sl_aredis_free(ps.redis);
     uv_run(&loop, UV_RUN_DEFAULT);
   }
   if (ps.producer) {

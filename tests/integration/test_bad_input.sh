@@ -53,6 +53,25 @@ check "GET on the create endpoint -> 405 ($code)" test "$code" = 405
 check "nothing was accepted" test "$(metric sluice_submissions_total 'outcome="accepted"' "$ADMIN_PRESIGN")" = 0
 check "every bad request was counted as rejected" test "$(metric sluice_submissions_total 'outcome="rejected"' "$ADMIN_PRESIGN")" -ge 14
 
+# Idempotency-Key: a retried create returns the same submission
+ikey="retry-test-$(date +%s%N)"
+ibody="{\"questions\":[$(q 1 audio/wav 100)]}"
+icreate() { curl -sS -D "$work/ih" -o "$work/ib" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  -H "Idempotency-Key: $1" --data "$2" "$PRESIGN_URL/v1/submissions"; }
+c1=$(icreate "$ikey" "$ibody"); s1=$(jq -r .submission_id "$work/ib")
+c2=$(icreate "$ikey" "$ibody"); s2=$(jq -r .submission_id "$work/ib")
+check "Idempotency-Key: first create 201 ($c1), retry 201 ($c2)" test "$c1,$c2" = "201,201"
+check "Idempotency-Key: the retry returns the same submission" test "$s1" = "$s2" -a -n "$s1"
+check "Idempotency-Key: the retry says it was replayed" grep -qi '^Idempotent-Replayed: true' "$work/ih"
+c3=$(icreate "$ikey" "{\"questions\":[$(q 1 audio/wav 200)]}")
+check "Idempotency-Key reused with another body -> 422 ($c3)" test "$c3" = 422
+check "  ... with code idempotency_key_reused" jqe '.error.code == "idempotency_key_reused"' "$(cat "$work/ib")"
+c4=$(icreate "$(head -c 300 /dev/zero | tr '\0' k)" "$ibody")
+check "an over-long Idempotency-Key -> 400 ($c4)" test "$c4" = 400
+c5=$(icreate "other-$ikey" "$ibody"); s5=$(jq -r .submission_id "$work/ib")
+check "another key creates another submission" test "$c5" = 201 -a "$s5" != "$s1"
+check "one replay counted" test "$(metric sluice_submissions_total 'outcome="replayed"' "$ADMIN_PRESIGN")" = 1
+
 # results: missing token 401; wrong token and unknown id give the same 404
 reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
   --data "{\"questions\":[$(q 1 audio/wav 100)]}" "$PRESIGN_URL/v1/submissions")
@@ -80,6 +99,7 @@ check "an unchanged view answers 304 to If-None-Match ($code)" test "$code" = 30
 check "the 304 has no body" test ! -s "$work/304"
 
 # ingest: three kinds of bad storage events
+unknown_sid=$(cat /proc/sys/kernel/random/uuid) # a submission nobody created
 before=$(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST")
 printf 'this is not json' | kcat -P -b "$SLUICE_KAFKA_BROKERS" -t storage-events
 s3put() { curl -sS -o /dev/null -w '%{http_code}' -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" \
@@ -87,7 +107,7 @@ s3put() { curl -sS -o /dev/null -w '%{http_code}' -X PUT --aws-sigv4 "aws:amz:us
   --data-binary "hello" "$SLUICE_S3_ENDPOINT/$SLUICE_S3_BUCKET/$1"; }
 check "stray object uploaded" test "$(s3put junk/hello.wav)" = 200
 check "object for an unknown submission uploaded" \
-  test "$(s3put submissions/11111111-2222-7333-8444-555555555555/q01.wav)" = 200
+  test "$(s3put submissions/$unknown_sid/q01.wav)" = 200
 dl() { echo $(($(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST") - before)); }
 wait_for 30 test "$(dl)" -ge 3 || true
 check "ingest dead-lettered the 3 bad events ($(dl))" test "$(dl)" = 3
@@ -100,9 +120,9 @@ done
 check "unknown submission retried (it may be late) before it was dead-lettered" \
   jqany '.error_class == "unknown_submission" and .attempts >= 2 and (.original.topic | startswith("ingest.retry."))' "$(cat "$work/dlq.json")"
 check "the dead letter names the question it is about" \
-  jqany '.error_class == "unknown_submission" and .subject == "11111111-2222-7333-8444-555555555555/1"' "$(cat "$work/dlq.json")"
+  jqany ".error_class == \"unknown_submission\" and .subject == \"$unknown_sid/1\"" "$(cat "$work/dlq.json")"
 check "sluicectl finds it by submission" \
-  test "$("$SLUICECTL" dlq list --json --submission 11111111-2222-7333-8444-555555555555 2>/dev/null | grep -c unknown_submission)" = 1
+  test "$("$SLUICECTL" dlq list --json --submission $unknown_sid 2>/dev/null | grep -c unknown_submission)" = 1
 check "ingest is still healthy" curl -fsS -o /dev/null "$ADMIN_INGEST/healthz"
 code=$("$SLUICECTL" dlq frobnicate 2>/dev/null; echo $?)
 check "sluicectl rejects an unknown command with exit 2" test "$code" = 2
