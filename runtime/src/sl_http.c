@@ -41,6 +41,8 @@ struct sl_http_server {
   conn *conns; /* doubly linked list of open connections */
   int port;
   int closing;
+  char cors_origins[512]; /* "" = CORS off */
+  char cors_methods[128], cors_headers[256], cors_expose[128];
 };
 
 struct conn {
@@ -66,6 +68,9 @@ struct conn {
 };
 
 static http_parser_settings settings;
+
+static void cors_headers(const sl_http_server *srv, const sl_http_req *req, int preflight,
+                         char *out, size_t len);
 
 /* ---------- closing ---------- */
 
@@ -274,6 +279,14 @@ static void drive(conn *c) {
   c->pending_len -= n;
   if (e == HPE_PAUSED) {
     uv_read_stop((uv_stream_t *)&c->tcp);
+    if (c->srv->cors_origins[0] && strcmp(c->req.method, "OPTIONS") == 0 &&
+        sl_http_req_header(&c->req, "Access-Control-Request-Method")) {
+      /* a CORS preflight: answered here, allowed origin or not */
+      char cors[768];
+      cors_headers(c->srv, &c->req, 1, cors, sizeof cors);
+      sl_http_respond(&c->req, 204, NULL, cors[0] ? cors : NULL, NULL, 0);
+      return;
+    }
     c->srv->fn(&c->req, c->srv->ud);
   } else if (c->pending_len > c->srv->lim.max_header + c->srv->lim.max_body) {
     c->error_status = 413;
@@ -346,6 +359,56 @@ static const char *reason(int st) {
   }
 }
 
+/* Is origin (exact text of the Origin header) in the allowed list? */
+static int origin_allowed(const sl_http_server *srv, const char *origin) {
+  if (!srv->cors_origins[0] || !origin || !*origin) return 0;
+  if (strcmp(srv->cors_origins, "*") == 0) return 1;
+  size_t ol = strlen(origin);
+  for (const char *p = srv->cors_origins; *p;) {
+    while (*p == ',' || *p == ' ') p++;
+    size_t n = strcspn(p, ", ");
+    if (n == ol && strncmp(p, origin, n) == 0) return 1;
+    p += n;
+  }
+  return 0;
+}
+
+/* The CORS header lines for this request ("" when none apply). */
+static void cors_headers(const sl_http_server *srv, const sl_http_req *req, int preflight,
+                         char *out, size_t len) {
+  out[0] = '\0';
+  const char *origin = sl_http_req_header(req, "Origin");
+  if (!origin_allowed(srv, origin)) return;
+  int n = snprintf(out, len, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", origin);
+  if (n < 0 || (size_t)n >= len) {
+    out[0] = '\0';
+    return;
+  }
+  if (preflight)
+    snprintf(out + n, len - (size_t)n,
+             "Access-Control-Allow-Methods: %s\r\nAccess-Control-Allow-Headers: %s\r\n"
+             "Access-Control-Max-Age: 600\r\n",
+             srv->cors_methods, srv->cors_headers);
+  else if (srv->cors_expose[0])
+    snprintf(out + n, len - (size_t)n, "Access-Control-Expose-Headers: %s\r\n", srv->cors_expose);
+}
+
+int sl_http_server_set_cors(sl_http_server *srv, const char *origins, const char *methods,
+                            const char *headers, const char *expose) {
+  if (!srv) return SL_EINVAL;
+  if ((origins && strlen(origins) >= sizeof srv->cors_origins) ||
+      (methods && strlen(methods) >= sizeof srv->cors_methods) ||
+      (headers && strlen(headers) >= sizeof srv->cors_headers) ||
+      (expose && strlen(expose) >= sizeof srv->cors_expose))
+    return SL_ETOOBIG;
+  snprintf(srv->cors_origins, sizeof srv->cors_origins, "%s", origins ? origins : "");
+  snprintf(srv->cors_methods, sizeof srv->cors_methods, "%s", methods ? methods : "GET, POST");
+  snprintf(srv->cors_headers, sizeof srv->cors_headers, "%s",
+           headers ? headers : "Content-Type, Authorization");
+  snprintf(srv->cors_expose, sizeof srv->cors_expose, "%s", expose ? expose : "");
+  return 0;
+}
+
 int sl_http_respond(sl_http_req *req, int status, const char *ctype,
                     const char *extra, const void *body, size_t len) {
   if (!req || !req->c) return SL_EINVAL;
@@ -356,12 +419,14 @@ int sl_http_respond(sl_http_req *req, int status, const char *ctype,
     if (c->nclose == 0) conn_free(c);
     return 0;
   }
-  char head[1024];
+  char head[1536], cors[768];
   int keep = c->keep_alive && !c->srv->closing;
+  cors_headers(c->srv, req, 0, cors, sizeof cors);
   int hl = snprintf(head, sizeof head,
-                    "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\n%s%s%sConnection: %s\r\n",
+                    "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\n%s%s%sConnection: %s\r\n%s",
                     status, reason(status), len, ctype ? "Content-Type: " : "",
-                    ctype ? ctype : "", ctype ? "\r\n" : "", keep ? "keep-alive" : "close");
+                    ctype ? ctype : "", ctype ? "\r\n" : "", keep ? "keep-alive" : "close",
+                    cors);
   if (hl < 0 || (size_t)hl >= sizeof head) { /* only an absurd content type gets here */
     conn_close(c);
     return SL_ETOOBIG;

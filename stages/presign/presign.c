@@ -52,6 +52,7 @@ typedef struct {
   int64_t max_prompt;
   char *content_types;
   int64_t kafka_timeout_ms;
+  char *cors_origins;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -70,6 +71,8 @@ const sl_conf_entry sl__presign_table[] = {
      "comma-separated allowlist of answer content types", 0},
     {"presign.kafka_timeout_ms", SL_CONF_INT, "5000", P(kafka_timeout_ms),
      "how long a create waits for Kafka before answering 503", 0},
+    {"presign.cors_origins", SL_CONF_STR, "", P(cors_origins),
+     "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -568,6 +571,10 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0) {
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, NULL, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
+    if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "POST",
+                                                 "Content-Type, Idempotency-Key",
+                                                 "ETag, Retry-After, Idempotent-Replayed")))
+      snprintf(err, sizeof err, "presign.cors_origins: %s", sl_strerror(rc));
   }
   if (rc == 0) {
     uv_signal_init(&loop, &ps.sigterm);

@@ -32,11 +32,14 @@
 
 typedef struct {
   char *listen;
+  char *cors_origins;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
     {"results.listen", SL_CONF_STR, "127.0.0.1:8081", offsetof(results_conf, listen),
      "API listen address", 0},
+    {"results.cors_origins", SL_CONF_STR, "", offsetof(results_conf, cors_origins),
+     "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
 
@@ -216,6 +219,9 @@ int sl__results_main(int argc, char **argv) {
   uv_loop_init(&loop);
   rc = sl_redis_new(&R.redis, cc.redis_url);
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, NULL, handle, &R);
+  if (rc == 0)
+    rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
+                                 "Authorization, If-None-Match", "ETag, Retry-After");
   if (rc == 0) {
     uv_signal_init(&loop, &R.sigterm);
     uv_signal_init(&loop, &R.sigint);

@@ -6,6 +6,8 @@
 #    layout and uploads for unknown submissions, with the reason, and lives on.
 source "$(dirname "$0")/lib.sh"
 export SLUICE_INGEST_SUBMISSION_WAIT_S=3
+export SLUICE_PRESIGN_CORS_ORIGINS="https://app.example, https://other.example"
+export SLUICE_RESULTS_CORS_ORIGINS="https://app.example"
 stages_up
 ADMIN_PRESIGN=http://127.0.0.1:$((BASE + 100))
 work=$(mktemp -d)
@@ -52,6 +54,21 @@ code=$(curl -sS -o /dev/null -w '%{http_code}' "$PRESIGN_URL/v1/submissions")
 check "GET on the create endpoint -> 405 ($code)" test "$code" = 405
 check "nothing was accepted" test "$(metric sluice_submissions_total 'outcome="accepted"' "$ADMIN_PRESIGN")" = 0
 check "every bad request was counted as rejected" test "$(metric sluice_submissions_total 'outcome="rejected"' "$ADMIN_PRESIGN")" -ge 14
+
+# CORS: preflights answered for allowed origins only; responses expose ETag
+pre() { curl -sS -D - -o /dev/null -X OPTIONS -H "Origin: $2" -H 'Access-Control-Request-Method: POST' \
+  -H 'Access-Control-Request-Headers: content-type,idempotency-key' "$1" | tr -d '\r'; }
+pre "$PRESIGN_URL/v1/submissions" https://app.example >"$work/pre"
+check "CORS preflight from an allowed origin -> 204" grep -q '^HTTP/1.1 204' "$work/pre"
+check "  ... allows that origin" grep -q '^Access-Control-Allow-Origin: https://app.example' "$work/pre"
+check "  ... and the Idempotency-Key header" grep -qi '^Access-Control-Allow-Headers:.*Idempotency-Key' "$work/pre"
+h=$(pre "$PRESIGN_URL/v1/submissions" https://evil.example)
+check "CORS preflight from another origin gets no allow header" sh -c '! grep -qi "^Access-Control-Allow-Origin"' <<<"$h"
+curl -sS -D - -o /dev/null -H 'Origin: https://app.example' \
+  "$RESULTS_URL/v1/submissions/00000000-0000-7000-8000-000000000000" | tr -d '\r' >"$work/cors"
+check "results responses to an allowed origin carry Allow-Origin" \
+  grep -q '^Access-Control-Allow-Origin: https://app.example' "$work/cors"
+check "  ... and expose ETag" grep -q '^Access-Control-Expose-Headers: ETag' "$work/cors"
 
 # Idempotency-Key: a retried create returns the same submission
 ikey="retry-test-$(date +%s%N)"

@@ -41,6 +41,15 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
  * run the loop afterwards until it has no more work. NULL-safe. */
 void sl_http_server_free(sl_http_server *srv);
 
+/* CORS for browser clients. origins: comma-separated allowed origins, "*"
+ * for any, or ""/NULL to disable. With CORS on, the server answers
+ * preflights (OPTIONS with Access-Control-Request-Method) itself with 204,
+ * and every response to an allowed Origin carries Access-Control-Allow-Origin,
+ * Vary: Origin and Access-Control-Expose-Headers (expose, e.g. "ETag").
+ * methods / headers: what preflights allow. Strings are copied. */
+int sl_http_server_set_cors(sl_http_server *srv, const char *origins, const char *methods,
+                            const char *headers, const char *expose);
+
 /* The bound port (useful with port 0). */
 int sl_http_server_port(const sl_http_server *srv);
 
