@@ -2,9 +2,10 @@
  * presign.c — `sluice presign`: the API that creates submissions.
  *
  * POST /v1/submissions {"questions":[{"no":1,"content_type":"audio/wav",
- * "size":123456,"prompt":"…"}]} -> 201 with, per question, a SigV4
- * presigned PUT URL whose signature covers content-length and content-type
- * (so storage itself refuses a different size or type), plus the submission
+ * "size":123456,"prompt":"…","sha256":"<hex, optional>"}]} -> 201 with, per
+ * question, a SigV4 presigned PUT URL whose signature covers content-length
+ * and content-type, and x-amz-checksum-sha256 when sha256 is given (so storage
+ * itself refuses a different size, type or content), plus the submission
  * id (UUIDv7), a results bearer token and the results URL.
  *
  * Idempotency-Key: a retried create with the same key and body returns the
@@ -26,6 +27,7 @@
 #include "../stages.h"
 
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +221,25 @@ static int type_allowed(presign *ps, const char *ct) {
   return 0;
 }
 
+/* 64 hex digits -> the base64 form S3's x-amz-checksum-sha256 carries. */
+static int sha256_b64(const char *hex, char out[48]) {
+  unsigned char raw[32];
+  if (strlen(hex) != 64) return SL_EINVAL;
+  for (int i = 0; i < 32; i++) {
+    unsigned v = 0;
+    for (int k = 0; k < 2; k++) {
+      char c = hex[2 * i + k];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+      else return SL_EINVAL;
+    }
+    raw[i] = (unsigned char)v;
+  }
+  return EVP_EncodeBlock((unsigned char *)out, raw, 32) == 44 ? 0 : SL_ECRYPTO;
+}
+
 static void iso8601(time_t t, char out[32]) {
   struct tm tm;
   gmtime_r(&t, &tm);
@@ -297,7 +318,7 @@ static int create(presign *ps, sl_http_req *req, idem *ik) {
     }
     json_object_foreach(q, k, v) {
       if (strcmp(k, "no") && strcmp(k, "content_type") && strcmp(k, "size") &&
-          strcmp(k, "prompt")) {
+          strcmp(k, "prompt") && strcmp(k, "sha256")) {
         bad(ps, req, 400, "unknown_field", "questions[%zu]: unknown field \"%s\"", i, k);
         goto out;
       }
@@ -341,10 +362,21 @@ static int create(presign *ps, sl_http_req *req, idem *ik) {
     snprintf(okey, 128, "submissions/%s/q%02lld.%s", sid, (long long)no, ext_for(ct));
     char path[512], url[4096], len[24];
     snprintf(len, sizeof len, "%lld", (long long)json_integer_value(jsz));
-    sl_sigv4_header hdrs[] = {{"content-length", len}, {"content-type", ct}};
+    /* optional sha256 (hex): sign the S3 checksum header too, so storage
+     * rejects bytes that differ from what the client declared */
+    json_t *jsha = json_object_get(q, "sha256");
+    char sum64[48] = "";
+    if (jsha && (!json_is_string(jsha) || sha256_b64(json_string_value(jsha), sum64) != 0)) {
+      bad(ps, req, 400, "invalid_field", "questions[%zu].sha256 must be 64 hex digits", i);
+      goto out;
+    }
+    sl_sigv4_header hdrs[] = {{"content-length", len},
+                              {"content-type", ct},
+                              {"x-amz-checksum-sha256", sum64}};
+    size_t nh = sum64[0] ? 3 : 2;
     if (sl_s3_object_path(&ps->target, okey, path, sizeof path) ||
         sl_sigv4_presign(ps->sig, "PUT", ps->target.scheme, ps->target.host, path, NULL, now,
-                         (unsigned)ps->s3->url_expiry_s, hdrs, 2, url, sizeof url)) {
+                         (unsigned)ps->s3->url_expiry_s, hdrs, nh, url, sizeof url)) {
       sl_http_respond_error(req, 500, "internal", "signing failed", NULL);
       goto out;
     }
@@ -355,10 +387,11 @@ static int create(presign *ps, sl_http_req *req, idem *ik) {
     specs[i].prompt = (char *)(jpr ? json_string_value(jpr) : "");
     specs[i].object_key = okey;
     specp[i] = &specs[i];
-    json_array_append_new(
-        rqs, json_pack("{s:I,s:s,s:s,s:{s:s,s:s},s:s,s:s}", "no", no, "method", "PUT", "url",
-                       url, "headers", "Content-Type", ct, "Content-Length", len,
-                       "object_key", okey, "expires_at", expires));
+    json_t *qh = json_pack("{s:s,s:s}", "Content-Type", ct, "Content-Length", len);
+    if (sum64[0]) json_object_set_new(qh, "x-amz-checksum-sha256", json_string(sum64));
+    json_array_append_new(rqs, json_pack("{s:I,s:s,s:s,s:o,s:s,s:s}", "no", no, "method", "PUT",
+                                         "url", url, "headers", qh, "object_key", okey,
+                                         "expires_at", expires));
   }
   char results_url[512];
   snprintf(results_url, sizeof results_url, "%s/v1/submissions/%s", ps->pc->results_base_url,
