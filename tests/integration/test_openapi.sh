@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# docs/openapi.yaml describes what the APIs really answer: real responses of
+# presign and results (created, replayed, polled while awaiting upload and
+# when done, and the error bodies) validate against its schemas.
+source "$(dirname "$0")/lib.sh"
+PY=${TEST_PYTHON:-python3}
+SPEC=$ROOT/docs/openapi.yaml
+"$PY" -c 'import jsonschema, yaml' 2>/dev/null || { fail "python with jsonschema and PyYAML needed ($PY)"; finish; }
+stages_up
+work=$(mktemp -d)
+at_exit 'rm -rf "$work"'
+post() { curl -sS -o "$work/$1" -w '%{http_code}' -X POST -H 'Content-Type: application/json' "${@:3}" \
+  --data "$2" "$PRESIGN_URL/v1/submissions"; }
+valid() { # valid SCHEMA FILE...
+  "$PY" "$(dirname "$0")/openapi_check.py" "$SPEC" "$@" >"$work/check.out" 2>&1 || {
+    cat "$work/check.out" >&2; return 1; }
+}
+
+espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+sum=$(sha256sum "$work/a.wav" | cut -d' ' -f1)
+size=$(stat -c %s "$work/a.wav")
+body="{\"questions\":[{\"no\":1,\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\",\"sha256\":\"$sum\"},{\"no\":2,\"content_type\":\"audio/ogg\",\"size\":10}]}"
+check "create -> 201" test "$(post create.json "$body" -H "Idempotency-Key: oa-$$-$RANDOM")" = 201
+check "the create reply matches CreateReply" valid CreateReply "$work/create.json"
+sid=$(jq -r .submission_id "$work/create.json"); token=$(jq -r .results_token "$work/create.json")
+wait_for 20 sh -c "curl -fsS -o '$work/awaiting.json' -H 'Authorization: Bearer $token' '$RESULTS_URL/v1/submissions/$sid'" ||
+  fail "the view never appeared"
+check "a view awaiting upload matches SubmissionView" valid SubmissionView "$work/awaiting.json"
+
+q=$(jq -c '.questions[0]' "$work/create.json")
+hdrs=()
+while IFS= read -r h; do hdrs+=(-H "$h"); done < <(jq -r '.headers | to_entries[] | "\(.key): \(.value)"' <<<"$q")
+check "upload -> 200" test "$(curl -sS -o /dev/null -w '%{http_code}' -X PUT "${hdrs[@]}" \
+  --data-binary "@$work/a.wav" "$(jq -r .url <<<"$q")")" = 200
+wait_for 60 sh -c "curl -fsS -H 'Authorization: Bearer $token' '$RESULTS_URL/v1/submissions/$sid' |
+  jq -e '.questions[0].state == \"done\"' >/dev/null" || fail "question 1 not done"
+curl -fsS -o "$work/done.json" -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid"
+check "a view with a graded question matches SubmissionView" valid SubmissionView "$work/done.json"
+
+i=0
+for b in '{"questions":[' '{"questions":[]}' '{"x":1}' \
+  '{"questions":[{"no":1,"content_type":"video/mp4","size":1}]}'; do
+  i=$((i + 1)); post "e400-$i.json" "$b" >/dev/null
+done
+curl -sS -o "$work/e401.json" "$RESULTS_URL/v1/submissions/$sid"
+curl -sS -o "$work/e404.json" -H 'Authorization: Bearer nope' "$RESULTS_URL/v1/submissions/$sid"
+post e422.json '{"questions":[{"no":1,"content_type":"audio/wav","size":5}]}' -H "Idempotency-Key: oa-fixed-$sid" >/dev/null
+post e422.json '{"questions":[{"no":1,"content_type":"audio/wav","size":6}]}' -H "Idempotency-Key: oa-fixed-$sid" >/dev/null
+check "every error body matches Error (400, 401, 404, 422)" valid Error "$work"/e400-*.json \
+  "$work/e401.json" "$work/e404.json" "$work/e422.json"
+check "the 422 is the idempotency refusal" jqe '.error.code == "idempotency_key_reused"' "$(cat "$work/e422.json")"
+finish
