@@ -157,7 +157,11 @@ static int idem_store(pending *p) {
   presign *ps = p->ik->ps;
   size_t n = strlen(p->body) + 80;
   char *v = malloc(n), ttl[32];
-  if (!v) return 0;
+  if (!v) {
+    free(p->ik);
+    p->ik = NULL;
+    return 0;
+  }
   int vl = snprintf(v, n, "done %s %s", p->ik->body_hash, p->body);
   snprintf(ttl, sizeof ttl, "%lld", (long long)ps->s3->url_expiry_s * 1000);
   const char *argv[] = {"SET", p->ik->rkey, v, "PX", ttl};
