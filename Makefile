@@ -3,13 +3,13 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | bench-presign | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | bench-presign | bench-api | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean bench-presign
+.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean bench-presign bench-api
 
 all: build
 
@@ -37,6 +37,11 @@ unit: build-san
 # (needs Node >= 20 and python3-venv; results go to docs/benchmarks.md).
 bench-presign: build
 	BUILD=$(BUILD) bench/presign/run
+
+# Create latency of POST /v1/submissions (15 questions, durable Kafka write),
+# open loop at 67/s plus a ramp; results go to docs/benchmarks.md.
+bench-api: build
+	BUILD=$(BUILD) bench/api/run
 
 stack-up:
 	tools/devstack up

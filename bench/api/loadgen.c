@@ -1,0 +1,224 @@
+/* bench/api/loadgen.c — open-loop load generator for POST /v1/submissions.
+ *
+ * Sends one create (15 questions) every 1/R s for D s, scheduled by the clock
+ * (not after the previous answer), on plain libcurl multi with its own wait
+ * loop. Each latency runs from the request's *scheduled* send time to its
+ * complete response, so queueing in the server or in this client shows up.
+ * After D s nothing new is sent; stragglers get at most 10 s more, then are
+ * counted as "unfinished". Loopback targets only.
+ *
+ * Usage: loadgen URL RATE DURATION_S
+ * Output (stdout, one line): {"rate":R,"duration_s":D,"sent":n,"ok":n,
+ *   "achieved_rate":..,"errors":{"503":n,"curl_28":n,...},"p50_ms":..,
+ *   "p95_ms":..,"p99_ms":..,"max_ms":..}
+ * ok = 2xx answers; achieved_rate = ok / D. Percentiles (nearest rank) are
+ * over every request that got a complete HTTP answer, whatever its status;
+ * unfinished and transport failures are only in "errors".
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <curl/curl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define STRAGGLER_S 10.0
+#define MAX_ERR_KINDS 64
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct req {
+  double scheduled;
+  CURL *easy;
+};
+
+struct errcount {
+  char kind[32];
+  long n;
+};
+static struct errcount errs[MAX_ERR_KINDS];
+static int n_errs;
+
+static void count_err(const char *kind) {
+  for (int i = 0; i < n_errs; i++)
+    if (strcmp(errs[i].kind, kind) == 0) { errs[i].n++; return; }
+  if (n_errs < MAX_ERR_KINDS) {
+    snprintf(errs[n_errs].kind, sizeof errs[n_errs].kind, "%s", kind);
+    errs[n_errs].n = 1;
+    n_errs++;
+  }
+}
+
+static size_t discard(char *p, size_t s, size_t n, void *u) {
+  (void)p; (void)u;
+  return s * n;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double pct(const double *v, long n, double p) {
+  if (n == 0) return NAN;
+  long k = (long)ceil(p / 100.0 * (double)n);
+  if (k < 1) k = 1;
+  if (k > n) k = n;
+  return v[k - 1];
+}
+
+static int loopback_only(const char *url) {
+  CURLU *u = curl_url();
+  char *host = NULL;
+  int ok = 0;
+  if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+    ok = strcmp(host, "127.0.0.1") == 0 || strcasecmp(host, "localhost") == 0 ||
+         strcmp(host, "[::1]") == 0;
+  }
+  curl_free(host);
+  curl_url_cleanup(u);
+  return ok;
+}
+
+static void print_num(const char *key, double v) {
+  if (isnan(v)) printf("\"%s\":null", key);
+  else printf("\"%s\":%.3f", key, v);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s URL RATE DURATION_S\n", argv[0]);
+    return 2;
+  }
+  const char *url = argv[1];
+  double rate = strtod(argv[2], NULL), dur = strtod(argv[3], NULL);
+  if (!(rate > 0 && rate <= 100000) || !(dur > 0 && dur <= 3600)) {
+    fprintf(stderr, "loadgen: RATE must be in (0,100000], DURATION_S in (0,3600]\n");
+    return 2;
+  }
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 1;
+  if (!loopback_only(url)) {
+    fprintf(stderr, "loadgen: only loopback targets (127.0.0.1, localhost, [::1]): %s\n", url);
+    return 2;
+  }
+
+  /* body: 15 questions */
+  char body[4096];
+  size_t off = (size_t)snprintf(body, sizeof body, "{\"questions\":[");
+  for (int i = 1; i <= 15; i++)
+    off += (size_t)snprintf(body + off, sizeof body - off,
+                            "%s{\"no\":%d,\"content_type\":\"audio/webm\",\"size\":1500000,"
+                            "\"prompt\":\"Describe your weekend.\"}",
+                            i > 1 ? "," : "", i);
+  off += (size_t)snprintf(body + off, sizeof body - off, "]}");
+  if (off >= sizeof body) return 1;
+
+  struct curl_slist *hdrs = NULL;
+  hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+  hdrs = curl_slist_append(hdrs, "Expect:");
+
+  long total = (long)floor(rate * dur + 0.5);
+  if (total < 1) total = 1;
+  double *lat = malloc(sizeof(double) * (size_t)total);
+  struct req *reqs = calloc((size_t)total, sizeof *reqs);
+  if (!lat || !reqs) return 1;
+  long n_lat = 0, sent = 0, ok = 0, done = 0;
+
+  CURLM *multi = curl_multi_init();
+  curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 2048L);
+  curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+
+  double t0 = now_s() + 0.01; /* first send slightly in the future */
+  double hard_stop = t0 + dur + STRAGGLER_S;
+  int running = 0;
+
+  for (;;) {
+    double t = now_s();
+    /* start every request whose scheduled time has come */
+    while (sent < total) {
+      double sched = t0 + (double)sent / rate;
+      if (sched > t) break;
+      CURL *e = curl_easy_init();
+      if (!e) return 1;
+      reqs[sent].scheduled = sched;
+      reqs[sent].easy = e;
+      curl_easy_setopt(e, CURLOPT_URL, url);
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+      curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)off);
+      curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+      curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+      curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+      curl_easy_setopt(e, CURLOPT_PRIVATE, (void *)&reqs[sent]);
+      curl_multi_add_handle(multi, e);
+      sent++;
+    }
+    curl_multi_perform(multi, &running);
+
+    CURLMsg *m;
+    int q;
+    while ((m = curl_multi_info_read(multi, &q))) {
+      if (m->msg != CURLMSG_DONE) continue;
+      double tdone = now_s();
+      struct req *r = NULL;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+      long code = 0;
+      if (m->data.result == CURLE_OK) {
+        curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &code);
+        lat[n_lat++] = (tdone - r->scheduled) * 1000.0;
+        if (code >= 200 && code < 300) ok++;
+        else { char k[32]; snprintf(k, sizeof k, "%ld", code); count_err(k); }
+      } else {
+        char k[32];
+        snprintf(k, sizeof k, "curl_%d", (int)m->data.result);
+        count_err(k);
+      }
+      curl_multi_remove_handle(multi, m->easy_handle);
+      curl_easy_cleanup(m->easy_handle);
+      r->easy = NULL;
+      done++;
+    }
+
+    t = now_s();
+    if (sent >= total && done >= sent) break;
+    if (t >= hard_stop) break;
+    double wait_s = sent < total ? t0 + (double)sent / rate - t : hard_stop - t;
+    int wait_ms = wait_s <= 0 ? 0 : (int)ceil(wait_s * 1000.0);
+    if (wait_ms > 100) wait_ms = 100;
+    if (wait_ms > 0 || running) curl_multi_poll(multi, NULL, 0, wait_ms, NULL);
+  }
+
+  /* stragglers still open at the hard stop */
+  for (long i = 0; i < sent; i++) {
+    if (!reqs[i].easy) continue;
+    count_err("unfinished");
+    curl_multi_remove_handle(multi, reqs[i].easy);
+    curl_easy_cleanup(reqs[i].easy);
+  }
+
+  qsort(lat, (size_t)n_lat, sizeof *lat, cmp_d);
+  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f,\"errors\":{",
+         rate, dur, sent, ok, (double)ok / dur);
+  for (int i = 0; i < n_errs; i++) printf("%s\"%s\":%ld", i ? "," : "", errs[i].kind, errs[i].n);
+  printf("},");
+  print_num("p50_ms", pct(lat, n_lat, 50)); printf(",");
+  print_num("p95_ms", pct(lat, n_lat, 95)); printf(",");
+  print_num("p99_ms", pct(lat, n_lat, 99)); printf(",");
+  print_num("max_ms", n_lat ? lat[n_lat - 1] : NAN);
+  printf("}\n");
+
+  curl_multi_cleanup(multi);
+  curl_slist_free_all(hdrs);
+  free(lat);
+  free(reqs);
+  curl_global_cleanup();
+  return 0;
+}
