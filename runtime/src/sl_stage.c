@@ -114,6 +114,7 @@ int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void 
   o->len = len;
   strcpy(o->topic, topic);
   strcpy(o->key, key);
+  o->retry_copy = 0;
   ob->n++;
   return 0;
 }
@@ -505,11 +506,13 @@ static void job_drop(job *j) {
   job_free(j);
 }
 
-static void job_after(job *j, int64_t ms, uv_timer_cb cb) {
+/* Runs cb(timer whose data is j) after ms; now(j) at once if no timer can be
+ * allocated. */
+static void job_after(job *j, int64_t ms, uv_timer_cb cb, void (*now)(job *)) {
   if (!j->timer) {
     j->timer = malloc(sizeof *j->timer);
     if (!j->timer) { /* no memory for a timer: try at once */
-      cb(NULL);
+      now(j);
       return;
     }
     uv_timer_init(&j->L->loop, j->timer);
@@ -597,7 +600,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
       j->L->fatal = 1;
       *j->L->stop = 1;
     }
-    job_after(j, 1000, on_backoff);
+    job_after(j, 1000, on_backoff, produce);
     return;
   }
   finish(j);
@@ -617,9 +620,7 @@ static void produce(job *j) {
   for (size_t i = 0; i < j->out.n; i++) {
     sl_out *it = &j->out.items[i];
     rd_kafka_headers_t *hs = NULL;
-    if (strncmp(it->topic, L->o->stage, strlen(L->o->stage)) == 0 &&
-        strstr(it->topic, ".retry.")) {
-      /* a retry-tier copy carries the retry headers */
+    if (it->retry_copy) { /* a retry-tier copy carries the retry headers */
       char b[5][32];
       hs = rd_kafka_headers_new(6);
       snprintf(b[0], 32, "%u", j->attempts + 1);
@@ -723,7 +724,8 @@ static void to_retry(job *j) {
   while (j->res.retry_after_ms > L->tier_ms[t] && t + 1 < L->ntiers) t++;
   int64_t delay = L->tier_ms[t] > j->res.retry_after_ms ? L->tier_ms[t] : j->res.retry_after_ms;
   j->not_before_ms = now + delay;
-  sl_outbox_add(&j->out, L->tier_topic[t], j->key, j->m->payload, j->m->len);
+  if (sl_outbox_add(&j->out, L->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)
+    j->out.items[j->out.n - 1].retry_copy = 1;
   sl_metric_add(L->m_retried, 1);
   sl_metric_add(L->m_tier[t], 1);
   sl_log(SL_LOG_INFO, j->key, "transient failure (%s: %s); retry %u via %s", j->res.error_class,
@@ -880,7 +882,7 @@ static void on_pause(redisReply *r, void *ud) {
   int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   if (wait > 0) {
     sl_metric_add(j->L->m_limiter_waits, 1);
-    job_after(j, wait, on_pause_ttl);
+    job_after(j, wait, on_pause_ttl, gate);
     return;
   }
   run_process(j); /* not paused, or Redis unavailable: fail open */

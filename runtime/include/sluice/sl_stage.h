@@ -89,6 +89,7 @@ typedef struct {
   char key[128];
   void *value; /* owned by the outbox */
   size_t len;
+  int retry_copy; /* set by the runtime: produce with the retry headers */
 } sl_out;
 
 typedef struct {
