@@ -109,9 +109,7 @@ int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
     free(r);
     return SL_EINVAL;
   }
-  if (!m_errors)
-    m_errors = sl_metrics_counter("sluice_redis_errors_total", NULL,
-                                  "Redis connection and command errors");
+  m_errors = sl__redis_errors();
   r->loop = loop;
   uv_timer_init(loop, &r->timer);
   r->timer.data = r;

@@ -18,9 +18,8 @@ static sl_metric *m_kafka_errors;
 
 static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque) {
   (void)rk;
-  sl_kafka_dr_fn fn = conf_opaque ? (sl_kafka_dr_fn)conf_opaque : sl_kafka_batch_dr;
   if (m->err) sl_metric_add(m_kafka_errors, 1);
-  fn(m->err, m->_private);
+  ((sl_kafka_dr_fn)conf_opaque)(m->err, m->_private);
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
@@ -61,7 +60,7 @@ static rd_kafka_conf_t *base_conf(const char *brokers, const char *client_id, ch
 int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
                           sl_kafka_dr_fn dr, const char *const *extra, char *err,
                           size_t errlen) {
-  if (!out || !brokers) return SL_EINVAL;
+  if (!out || !brokers || !dr) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
   if (set(c, "enable.idempotence", "true", err, errlen) ||
@@ -123,13 +122,6 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
   rd_kafka_poll_set_consumer(rk);
   *out = rk;
   return 0;
-}
-
-void sl_kafka_batch_dr(rd_kafka_resp_err_t err, void *opaque) {
-  sl_kafka_batch *b = opaque;
-  if (!b) return;
-  if (err && !b->first_error) b->first_error = err;
-  b->outstanding--;
 }
 
 struct sl_kafka_uv {

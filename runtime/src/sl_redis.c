@@ -20,6 +20,11 @@ struct sl_redis {
 
 static sl_metric *m_errors;
 
+sl_metric *sl__redis_errors(void) {
+  return sl_metrics_counter("sluice_redis_errors_total", NULL,
+                            "Redis connection and command errors");
+}
+
 int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db) {
   if (!url || !host || !port || !db) return SL_EINVAL;
   const char *p = url;
@@ -55,9 +60,7 @@ int sl_redis_new(sl_redis **out, const char *url) {
     free(r);
     return SL_EINVAL;
   }
-  if (!m_errors)
-    m_errors = sl_metrics_counter("sluice_redis_errors_total", NULL,
-                                  "Redis connection and command errors");
+  m_errors = sl__redis_errors();
   *out = r;
   return 0;
 }

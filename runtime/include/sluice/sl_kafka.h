@@ -18,9 +18,9 @@
  * the producer (the loop thread with sl_kafka_uv_attach). */
 typedef void (*sl_kafka_dr_fn)(rd_kafka_resp_err_t err, void *msg_opaque);
 
-/* Creates an idempotent producer. dr may be NULL (then opaques must point to
- * an sl_kafka_batch, see below). extra: NULL-terminated key/value pairs of
- * librdkafka properties applied last, may be NULL. */
+/* Creates an idempotent producer; dr (required) gets every delivery report
+ * with the per-message opaque given at produce time. extra: NULL-terminated
+ * key/value pairs of librdkafka properties applied last, may be NULL. */
 int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
                           sl_kafka_dr_fn dr, const char *const *extra, char *err,
                           size_t errlen);
@@ -50,14 +50,5 @@ int sl_kafka_uv_attach_consumer(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *lo
                                 void (*ready)(void *ud), void *ud);
 void sl_kafka_uv_detach(sl_kafka_uv *ku);
 
-/* A group of produced messages awaited together (synchronous stages). */
-typedef struct {
-  int outstanding;
-  rd_kafka_resp_err_t first_error;
-} sl_kafka_batch;
-
-/* Counts a delivery report against an sl_kafka_batch opaque. Used as the
- * dr callback when sl_kafka_producer_new() is given dr == NULL. */
-void sl_kafka_batch_dr(rd_kafka_resp_err_t err, void *opaque);
 
 #endif

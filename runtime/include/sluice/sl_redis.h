@@ -17,6 +17,11 @@ typedef struct sl_redis sl_redis;
  * Returns 0 or SL_EINVAL. */
 int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db);
 
+/* The process-wide sluice_redis_errors_total counter (sync and async
+ * clients count into the same series). */
+struct sl_metric;
+struct sl_metric *sl__redis_errors(void);
+
 /* url: redis://host:port[/db]. Does not connect yet. */
 int sl_redis_new(sl_redis **out, const char *url);
 void sl_redis_free(sl_redis *r);
