@@ -69,10 +69,12 @@ int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t 
 
 typedef struct {
   char *data;
-  size_t len, max;
+  size_t len, cap, max;
   int too_big;
 } sink;
 
+/* Appends a chunk; the buffer grows geometrically (capped at max + 1), so a
+ * 64 MiB object costs a few dozen reallocations, not one per 16 KiB chunk. */
 static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
   sink *s = ud;
   size_t n = sz * nm;
@@ -80,9 +82,15 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
     s->too_big = 1;
     return 0;
   }
-  char *nd = realloc(s->data, s->len + n + 1);
-  if (!nd) return 0;
-  s->data = nd;
+  if (s->len + n + 1 > s->cap) {
+    size_t cap = s->cap ? s->cap : 65536;
+    while (cap < s->len + n + 1) cap *= 2;
+    if (s->max < SIZE_MAX && cap > s->max + 1) cap = s->max + 1;
+    char *nd = realloc(s->data, cap);
+    if (!nd) return 0;
+    s->data = nd;
+    s->cap = cap;
+  }
   memcpy(s->data + s->len, p, n);
   s->len += n;
   return n;
@@ -101,7 +109,7 @@ int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
   }
   CURL *h = curl_easy_init();
   if (!h) return SL_ENOMEM;
-  sink s = {NULL, 0, max, 0};
+  sink s = {NULL, 0, 0, max, 0};
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
