@@ -86,6 +86,9 @@ const sl_conf_entry sl_common_conf_table[] = {
      "calls in the window before the breaker may open", 0},
     {"breaker.window_ms", SL_CONF_INT, "10000", C(breaker_window_ms),
      "sliding window of the failure ratio", 0},
+    {"breaker.hold", SL_CONF_BOOL, "true", C(breaker_hold),
+     "while the breaker is open, hold messages (the backlog stays in Kafka, fetching stops "
+     "at stage.max_in_flight) instead of sending each through the retry tiers", 0},
     {"breaker.probe_interval_ms", SL_CONF_INT, "1000", C(breaker_probe_interval_ms),
      "while open, one probe call per interval", 0},
 };
@@ -307,6 +310,11 @@ struct loop_t {
   int lq_busy;
   uv_timer_t lq_timer;
   rd_kafka_topic_partition_list_t *assignment;
+  /* jobs held while the breaker is open (breaker.hold), in order */
+  job *bq_head, *bq_tail;
+  int64_t bq_len;
+  uv_timer_t bq_timer;
+  sl_metric *m_held;
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
       *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
       *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX];
@@ -860,9 +868,72 @@ static void limiter_try(loop_t *L) {
   }
 }
 
-static void circuit_open(job *j) {
+static void gate_limits(job *j);
+
+/* Lets a held job go without finishing it: its offset stays uncommitted and
+ * the message is redelivered (to this stage or the partition's next owner). */
+static void held_release(job *j) {
+  loop_t *L = j->L;
+  job_timer_release(j);
+  key_release(j);
+  L->inflight--;
+  L->active--;
+  sl_metric_gauge_add(L->m_inflight, -1);
+  job_free(j);
+}
+
+static void bq_push(loop_t *L, job *j) {
+  j->next = NULL;
+  if (L->bq_tail) L->bq_tail->next = j;
+  else L->bq_head = j;
+  L->bq_tail = j;
+  L->bq_len++;
+  sl_metric_set(L->m_held, L->bq_len);
+}
+
+static job *bq_pop(loop_t *L) {
+  job *j = L->bq_head;
+  if (!j) return NULL;
+  L->bq_head = j->next;
+  if (!L->bq_head) L->bq_tail = NULL;
+  j->next = NULL;
+  L->bq_len--;
+  sl_metric_set(L->m_held, L->bq_len);
+  return j;
+}
+
+/* The breaker may let something through: one probe while it is half-open,
+ * everything once it is closed again. */
+static void on_bq_timer(uv_timer_t *t) {
+  loop_t *L = t->data;
+  while (L->bq_head && !L->closing) {
+    int64_t retry_in = 0;
+    if (!sl_breaker_allow(L->breaker, sl_now_ms(), &retry_in)) {
+      uv_timer_start(&L->bq_timer, on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
+      return;
+    }
+    sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
+    gate_limits(bq_pop(L));
+    if (sl_breaker_get_state(L->breaker) != SL_BREAKER_CLOSED) { /* a probe is out */
+      uv_timer_start(&L->bq_timer, on_bq_timer, (uint64_t)L->cc->breaker_probe_interval_ms, 0);
+      return;
+    }
+  }
+}
+
+static void circuit_open(job *j, int64_t retry_in) {
   loop_t *L = j->L;
   sl_metric_add(L->m_circuit_skips, 1);
+  if (L->cc->breaker_hold) {
+    if (L->stopping) { /* not processed: redelivered after the restart */
+      held_release(j);
+      return;
+    }
+    bq_push(L, j);
+    if (!uv_is_active((uv_handle_t *)&L->bq_timer))
+      uv_timer_start(&L->bq_timer, on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
+    return;
+  }
   memset(&j->res, 0, sizeof j->res);
   sl_result_set(&j->res, SL_OUTCOME_RETRY, "circuit_open",
                 "provider %s is failing; its circuit breaker is open", L->o->provider);
@@ -896,11 +967,19 @@ static void gate(job *j) {
   }
   if (L->o->provider) {
     int64_t retry_in = 0;
-    if (!sl_breaker_allow(L->breaker, sl_now_ms(), &retry_in)) {
-      circuit_open(j);
+    if (L->bq_head || !sl_breaker_allow(L->breaker, sl_now_ms(), &retry_in)) {
+      circuit_open(j, retry_in); /* behind those already held, in order */
       return;
     }
     sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
+  }
+  gate_limits(j);
+}
+
+/* The rest of the gate, once the breaker let the job through. */
+static void gate_limits(job *j) {
+  loop_t *L = j->L;
+  if (L->o->provider) {
     if (L->cc->provider_rate > 0) { /* queue behind the limiter */
       if (L->lq_tail) L->lq_tail->next = j;
       else L->lq_head = j;
@@ -956,6 +1035,8 @@ static void complete(job *j) {
     if ((int64_t)st != (int64_t)sl_metric_value(L->m_breaker_state) && st == SL_BREAKER_OPEN)
       sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", L->o->provider);
     sl_metric_set(L->m_breaker_state, st);
+    if (L->bq_head && st != SL_BREAKER_OPEN) /* the probe answered: let the held go */
+      uv_timer_start(&L->bq_timer, on_bq_timer, 0, 0);
     if (j->res.provider_throttled && j->res.retry_after_ms > 0 && !L->closing) {
       /* pause the provider for every replica (one atomic script that only
        * ever extends a pause) */
@@ -1209,6 +1290,9 @@ static void begin_stop(loop_t *L) {
   HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight */
     release_parked(L, p);
   }
+  uv_timer_stop(&L->bq_timer);
+  job *h;
+  while ((h = bq_pop(L)) != NULL) held_release(h); /* redelivered after the restart */
 }
 
 /* ------------------------------------------------------------------ */
@@ -1274,7 +1358,10 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     L->m_breaker_state = metric("sluice_breaker_state", o->stage, pl,
                                 "Circuit breaker: 0 closed, 1 open, 2 half-open", 1);
     L->m_circuit_skips = metric("sluice_breaker_rejections_total", o->stage, pl,
-                                "Messages sent to a retry tier because the breaker was open", 0);
+                                "Messages the open breaker held back (breaker.hold) or sent "
+                                "to a retry tier", 0);
+    L->m_held = metric("sluice_breaker_held", o->stage, pl,
+                       "Messages held in memory while the breaker is open", 1);
     char okl[192], fl[192];
     snprintf(okl, sizeof okl, "%s,result=\"ok\"", pl);
     snprintf(fl, sizeof fl, "%s,result=\"transient_failure\"", pl);
@@ -1336,6 +1423,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->tick.data = L;
   uv_timer_init(&L->loop, &L->lq_timer);
   L->lq_timer.data = L;
+  uv_timer_init(&L->loop, &L->bq_timer);
+  L->bq_timer.data = L;
   uv_timer_start(&L->tick, on_tick, 100, 100);
   uv_run(&L->loop, UV_RUN_DEFAULT);
 

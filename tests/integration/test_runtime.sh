@@ -7,7 +7,8 @@
 #   3. a replayed dead letter completes; replaying it again calls nothing
 #   4. the time budget dead-letters a message that keeps failing
 #   5. SIGKILL mid-work loses nothing; questions already done are not called again
-#   6. under a full outage the breaker opens and calls drop to the probe rate
+#   6. under a full outage the breaker opens, calls drop to the probe rate and
+#      the messages are held (not sent through the retry tiers) until it closes
 #   7. with stage.per_key_order one key is never in flight twice
 source "$(dirname "$0")/lib.sh"
 HARNESS=${SLUICE_HARNESS:-$(dirname "$SLUICE_BIN")/../tests/sluice-harness}
@@ -129,8 +130,10 @@ c0=$(metric sluice_provider_calls_total 'stage="harness",provider="harness-provi
 sleep 8
 c1=$(metric sluice_provider_calls_total 'stage="harness",provider="harness-provider",result="transient_failure"' "$H_ADMIN")
 check "breaker open: $((c1 - c0)) calls in 8 s (probe rate 1/s)" test $((c1 - c0)) -le 10
-check "breaker open: messages went to the retry tiers instead" test \
+check "breaker open: messages held back" test \
   "$(metric sluice_breaker_rejections_total 'stage="harness",provider="harness-provider"' "$H_ADMIN")" -ge 10
+held=$(metric sluice_breaker_held 'stage="harness",provider="harness-provider"' "$H_ADMIN")
+check "breaker open: the held messages wait in memory, not in the retry tiers ($held held)" test "$held" -ge 10
 RC DEL harness:outage >/dev/null
 wait_for 40 test "$(distinct "t6-$run/")" -ge 30 || true
 got6=$(distinct "t6-$run/")

@@ -19,7 +19,12 @@
  *   2. idempotency lookup (stages with `idempotent`): stored outputs are
  *      produced again and the provider is not called;
  *   3. provider gate (stages with `provider`): circuit breaker, then the
- *      shared limiter in Redis (GCRA; a 429 pauses all replicas);
+ *      shared limiter in Redis (GCRA; a 429 pauses all replicas). While the
+ *      breaker is open, messages are held in memory (breaker.hold) and one
+ *      probe per probe interval goes through; at max_in_flight fetching
+ *      stops, so an outage's backlog waits in Kafka rather than hopping
+ *      through the retry tiers, and drains at the limiter's rate when the
+ *      provider is back;
  *   4. process() on the worker pool (it may block);
  *   5. outcome: DONE -> store outputs, produce them; RETRY -> a copy of the
  *      input goes to <stage>.retry.<tier> with the retry headers (or to the
@@ -79,6 +84,7 @@ typedef struct {
   int64_t breaker_min_calls;
   int64_t breaker_window_ms;
   int64_t breaker_probe_interval_ms;
+  int breaker_hold;
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
