@@ -1,6 +1,7 @@
 /*
  * main.c — the `sluice` binary: one subcommand per stage.
  *   sluice presign|ingest|stt|grade|materialize|results [--help]
+ *   sluice plugin run|list|doc   plugins outside a stage (stages/plugin)
  *   sluice config-doc      print every setting as Markdown (docs/configuration.md)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -17,15 +18,18 @@ const sl__subcommand sl__subcommands[] = {
      sl__presign_main, sl__presign_table, &sl__presign_table_len},
     {"ingest", "turns storage upload events into transcription requests", sl__ingest_main,
      sl__ingest_table, &sl__ingest_table_len},
-    {"stt", "transcribes uploaded answers (PocketSphinx)", sl__stt_main, sl__stt_table,
-     &sl__stt_table_len},
-    {"grade", "grades transcripts (rubric grader)", sl__grade_main, NULL, NULL},
+    {"stt", "transcribes uploaded answers (STT plugin, default pocketsphinx)", sl__stt_main,
+     sl__stt_table, &sl__stt_table_len},
+    {"grade", "grades transcripts (grading plugin, default rubric)", sl__grade_main,
+     sl__grade_table, &sl__grade_table_len},
     {"materialize", "writes question states and results into Redis", sl__materialize_main,
      sl__materialize_table, &sl__materialize_table_len},
     {"results", "HTTP API clients poll for results", sl__results_main,
      sl__results_table, &sl__results_table_len},
     {"fakeprovider", "stand-in for paid STT/LLM providers (tests, benchmarks)",
      sl__fakeprovider_main, sl__fakeprovider_table, &sl__fakeprovider_table_len},
+    {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main,
+     NULL, NULL},
 };
 const size_t sl__nsubcommands = sizeof sl__subcommands / sizeof sl__subcommands[0];
 
@@ -46,12 +50,16 @@ static int known_env(const char *env) {
   for (size_t i = 0; i < sizeof tooling / sizeof tooling[0]; i++)
     if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||
-      in_table(sl_s3_conf_table, sl_s3_conf_table_len, env))
+      in_table(sl_s3_conf_table, sl_s3_conf_table_len, env) ||
+      in_table(sl__plugin_table, sl__plugin_table_len, env))
     return 1;
   for (size_t i = 0; i < sl__nsubcommands; i++)
     if (sl__subcommands[i].table &&
         in_table(sl__subcommands[i].table, *sl__subcommands[i].table_len, env))
       return 1;
+  /* settings of plugins this process does not load (one shell, all stages) */
+  if (strncmp(env, "SLUICE_STT_", 11) == 0 || strncmp(env, "SLUICE_GRADE_", 13) == 0)
+    return sl_plugin_env_known(env);
   return 0;
 }
 
@@ -69,6 +77,9 @@ static void config_doc(void) {
   sl_conf_print_markdown(sl_common_conf_table, sl_common_conf_table_len, stdout);
   printf("\n## Object storage (presign, stt)\n\n");
   sl_conf_print_markdown(sl_s3_conf_table, sl_s3_conf_table_len, stdout);
+  printf("\n## Plugins (stt, grade)\n\nEach plugin's own settings are in "
+         "[plugins.md](plugins.md).\n\n");
+  sl_conf_print_markdown(sl__plugin_table, sl__plugin_table_len, stdout);
   for (size_t i = 0; i < sl__nsubcommands; i++) {
     const sl_conf_entry *t = sl__subcommands[i].table;
     if (!t) continue;

@@ -37,6 +37,36 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
 void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
                       sl_admin *admin);
 
+/* ---- plugins (stt, grade) ---- */
+#include "sluice/sl_pluginhost.h"
+
+typedef struct {
+  char *path; /* plugin.path ("" = next to the binary) */
+} sl__plugin_conf;
+extern const sl_conf_entry sl__plugin_table[];
+extern const size_t sl__plugin_table_len;
+
+typedef struct {
+  sl_plugin_lib **libs; /* every plugin of the kind along the path */
+  size_t nlibs;
+  sl_plugin_lib *chosen;
+  char **argv;          /* argv with --plugin NAME rewritten as --set <kind>.plugin=NAME */
+  int argc;
+  char set_buf[512];
+} sl__plugins;
+
+/* Rewrites --plugin NAME, reads plugin.path early (sl_cli_peek) and opens
+ * every plugin of `kind` along it, plus NAME itself when it is a file path,
+ * so their settings are known to the config loader. Returns 0 or an exit
+ * code + 1000 (message on stderr). */
+int sl__plugins_open(sl__plugins *p, int argc, char **argv, const char *kind);
+/* Appends one sl_conf_bind per plugin to b (at most max). Returns how many. */
+size_t sl__plugins_binds(sl__plugins *p, sl_conf_bind *b, size_t max);
+/* Picks the plugin named `name` (or the file path) among the opened ones. */
+int sl__plugins_choose(sl__plugins *p, const char *kind, const char *name, char *err,
+                       size_t errlen);
+void sl__plugins_close(sl__plugins *p);
+
 int sl__presign_main(int argc, char **argv);
 int sl__ingest_main(int argc, char **argv);
 int sl__stt_main(int argc, char **argv);
@@ -44,10 +74,12 @@ int sl__grade_main(int argc, char **argv);
 int sl__materialize_main(int argc, char **argv);
 int sl__results_main(int argc, char **argv);
 int sl__fakeprovider_main(int argc, char **argv);
+int sl__plugin_main(int argc, char **argv);
 
 extern const sl_conf_entry sl__presign_table[], sl__ingest_table[], sl__stt_table[],
-    sl__materialize_table[], sl__results_table[], sl__fakeprovider_table[];
+    sl__grade_table[], sl__materialize_table[], sl__results_table[], sl__fakeprovider_table[];
 extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_len,
-    sl__materialize_table_len, sl__results_table_len, sl__fakeprovider_table_len;
+    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len,
+    sl__fakeprovider_table_len;
 
 #endif

@@ -45,3 +45,15 @@ int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
   }
   return 0;
 }
+
+int sl_cli_peek(int argc, char **argv, const char *key, char *buf, size_t len) {
+  const char *file = NULL, *sets[MAX_SETS];
+  size_t nsets = 0;
+  for (int i = 1; i + 1 < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0)
+      file = argv[++i];
+    else if (strcmp(argv[i], "--set") == 0 && nsets < MAX_SETS)
+      sets[nsets++] = argv[++i];
+  }
+  return sl_conf_peek(file, sets, nsets, key, buf, len);
+}

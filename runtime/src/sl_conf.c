@@ -210,6 +210,45 @@ int sl_conf_load(const sl_conf_bind *b, size_t nb, const char *file,
   return 0;
 }
 
+/* Copies the value of `key` from one "key = value" text into buf when the
+ * key matches. Returns 1 when it did. */
+static int peek_kv(const char *text, const char *key, char *buf, size_t len) {
+  char line[4096];
+  if (strlen(text) >= sizeof line) return 0;
+  strcpy(line, text);
+  char *eq = strchr(line, '=');
+  if (!eq) return 0;
+  *eq = '\0';
+  if (strcmp(trim(line), key) != 0) return 0;
+  snprintf(buf, len, "%s", trim(eq + 1));
+  return 1;
+}
+
+int sl_conf_peek(const char *file, const char *const *ov, size_t nov, const char *key,
+                 char *buf, size_t len) {
+  if (!key || !buf || !len) return SL_EINVAL;
+  int found = 0;
+  if (file && *file) {
+    FILE *f = fopen(file, "r");
+    if (f) {
+      char line[4096];
+      while (fgets(line, sizeof line, f)) {
+        char *t = trim(line);
+        if (*t && *t != '#') found |= peek_kv(t, key, buf, len);
+      }
+      fclose(f);
+    }
+  }
+  char name[256];
+  const char *v = sl_conf_env_name(key, name, sizeof name) == 0 ? getenv(name) : NULL;
+  if (v) {
+    snprintf(buf, len, "%s", v);
+    found = 1;
+  }
+  for (size_t i = 0; i < nov; i++) found |= peek_kv(ov[i], key, buf, len);
+  return found;
+}
+
 void sl_conf_release(const sl_conf_bind *b, size_t nb) {
   if (!b) return;
   for (size_t i = 0; i < nb; i++)

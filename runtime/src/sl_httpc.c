@@ -71,6 +71,7 @@ static void finish_req(req *r, CURLcode code) {
   } else {
     res.status = 0;
     res.timed_out = code == CURLE_OPERATION_TIMEDOUT;
+    res.too_big = r->too_big;
     res.error = r->too_big ? "response body over its size limit"
                 : r->errbuf[0] ? r->errbuf
                                : curl_easy_strerror(code);

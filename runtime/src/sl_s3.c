@@ -78,13 +78,19 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
   return n;
 }
 
-int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
-              void **data, size_t *len, long *status, char *err, size_t errlen) {
-  char path[1024], url[4096];
+int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
+                      unsigned expires_s, char *url, size_t len) {
+  char path[1024];
   int rc = sl_s3_object_path(t, key, path, sizeof path);
   if (rc) return rc;
-  rc = sl_sigv4_presign(sig, "GET", t->scheme, t->host, path, NULL, time(NULL), 300, NULL,
-                        0, url, sizeof url);
+  return sl_sigv4_presign(sig, "GET", t->scheme, t->host, path, NULL, time(NULL), expires_s,
+                          NULL, 0, url, len);
+}
+
+int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
+              void **data, size_t *len, long *status, char *err, size_t errlen) {
+  char url[4096];
+  int rc = sl_s3_presign_get(sig, t, key, 300, url, sizeof url);
   if (rc) {
     snprintf(err, errlen, "signing GET %s: %s", key, sl_strerror(rc));
     return rc;

@@ -1,54 +1,120 @@
 /*
- * grade.c — `sluice grade`: transcript -> grade.
+ * grade.c — `sluice grade`: transcript -> grade, with a grading plugin
+ * (plugin ABI: runtime/include/sluice/sl_plugin.h).
  *
  * Input Transcript on grade.requests; output a DONE QuestionStatus carrying
- * the transcript and the GradeResult on results. The rubric grader is
- * deterministic and offline (plugins/grade/rubric, docs/grading.md); a
- * redelivered message therefore produces the identical result.
+ * the transcript and the GradeResult (with per-criterion scores) on results.
+ * SYNC plugins (rubric) run on the worker pool with one instance per worker
+ * thread; async plugins (openai) run on the loop and call their provider on
+ * the stage's HTTP client. The rubric is deterministic, so a redelivered
+ * message produces the identical result; for model graders the idempotency
+ * store answers a redelivery with the stored grade instead of a second call.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "grade/rubric/rubric.h"
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_tls.h"
+
+typedef struct {
+  char *plugin;
+} grade_conf;
+
+const sl_conf_entry sl__grade_table[] = {
+    {"grade.plugin", SL_CONF_STR, "rubric", offsetof(grade_conf, plugin),
+     "grading plugin: a name found along plugin.path (grade-<name>.so) or a file path "
+     "(also --plugin NAME); docs/plugins.md lists them", 0},
+};
+const size_t sl__grade_table_len = sizeof sl__grade_table / sizeof sl__grade_table[0];
 
 typedef struct {
   sl_common_conf *cc;
+  sl_plugin_lib *lib;
+  sl_tls *insts;        /* SYNC: one instance per worker thread */
+  sl_plugin_inst *inst; /* async: one on the loop */
 } grade;
 
-static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  grade *g = ud;
+static void *inst_create(void *arg, char *err, unsigned long errlen) {
+  grade *g = arg;
+  sl_plugin_inst *in = NULL;
+  return sl_plugin_inst_new(&in, g->lib, err, errlen) == 0 ? in : NULL;
+}
+static void inst_destroy(void *v) { sl_plugin_inst_free(v); }
+
+static Sluice__V1__Transcript *parse(const rd_kafka_message_t *m, sl_result *res,
+                                     char key[128]) {
   Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(NULL, m->len, m->payload);
   if (!t || !t->upload || !t->upload->submission_id[0] || !t->upload->question_no) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message",
                   "grade.requests message is not a valid Transcript");
     if (t) sluice__v1__transcript__free_unpacked(t, NULL);
+    return NULL;
+  }
+  snprintf(key, 128, "%s/%u", t->upload->submission_id, t->upload->question_no);
+  return t;
+}
+
+/* Builds the plugin input; words point into t (and into *wbuf, freed by the
+ * caller). */
+static void input_for(sl_plugin_input *in, const Sluice__V1__Transcript *t, const char *key,
+                      sl_plugin_word **wbuf) {
+  memset(in, 0, sizeof *in);
+  in->struct_size = sizeof *in;
+  in->question_no = t->upload->question_no;
+  in->key = key;
+  in->prompt = t->upload->prompt ? t->upload->prompt : "";
+  in->language = t->language ? t->language : "";
+  in->transcript = t->text ? t->text : "";
+  in->duration_s = t->duration_s;
+  *wbuf = t->n_words ? calloc(t->n_words, sizeof **wbuf) : NULL;
+  if (*wbuf) {
+    for (size_t i = 0; i < t->n_words; i++)
+      (*wbuf)[i] = (sl_plugin_word){t->words[i]->word, t->words[i]->start_s,
+                                    t->words[i]->end_s};
+    in->words = *wbuf;
+    in->nwords = t->n_words;
+  }
+}
+
+static void finish(grade *g, const Sluice__V1__Transcript *t, const char *key,
+                   sl_plugin_result *pr, sl_outbox *out, sl_result *res) {
+  res->provider_called = 1;
+  if (pr->outcome == SL_PLUGIN_RETRY) {
+    res->retry_after_ms = pr->retry_after_ms;
+    res->provider_throttled = pr->throttled;
+    sl_result_set(res, SL_OUTCOME_RETRY, pr->error_class, "%s", pr->reason);
     return;
   }
-  char key[128];
-  snprintf(key, sizeof key, "%s/%u", t->upload->submission_id, t->upload->question_no);
-  sl_rubric_result r;
-  int rc = sl_rubric_grade(t->text, t->duration_s > 0 ? t->duration_s : 0.001,
-                           t->upload->prompt, &r);
-  if (rc) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "grade_failed", "rubric: %s", sl_strerror(rc));
-    sluice__v1__transcript__free_unpacked(t, NULL);
+  if (pr->outcome == SL_PLUGIN_FAIL) {
+    sl_result_set(res, SL_OUTCOME_FAIL, pr->error_class, "%s", pr->reason);
     return;
   }
   Sluice__V1__GradeResult gr = SLUICE__V1__GRADE_RESULT__INIT;
-  gr.score = r.score;
-  gr.level = r.level;
-  gr.feedback = r.feedback;
-  gr.words_per_minute = r.words_per_minute;
-  gr.lexical_variety = r.lexical_variety;
-  gr.filler_rate = r.filler_rate;
-  gr.relevance = r.relevance;
-  gr.engine = "rubric";
+  gr.score = pr->score;
+  gr.level = pr->level ? pr->level : "";
+  gr.feedback = pr->feedback ? pr->feedback : "";
+  gr.words_per_minute = pr->words_per_minute;
+  gr.lexical_variety = pr->lexical_variety;
+  gr.filler_rate = pr->filler_rate;
+  gr.relevance = pr->relevance;
+  gr.engine = pr->engine ? pr->engine : "";
+  gr.cost_units = pr->cost_units;
+  Sluice__V1__Criterion crit[SL_PLUGIN_MAX_CRITERIA], *cp[SL_PLUGIN_MAX_CRITERIA];
+  for (size_t i = 0; i < pr->ncriteria; i++) {
+    sluice__v1__criterion__init(&crit[i]);
+    crit[i].name = pr->criteria[i].name;
+    crit[i].score = pr->criteria[i].score;
+    crit[i].comment = pr->criteria[i].comment ? pr->criteria[i].comment : "";
+    cp[i] = &crit[i];
+  }
+  gr.criteria = cp;
+  gr.n_criteria = pr->ncriteria;
   Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
   st.submission_id = t->upload->submission_id;
   st.question_no = t->upload->question_no;
@@ -59,27 +125,147 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   st.duration_s = t->duration_s;
   st.grade = &gr;
   st.accepted_at_ms = t->upload->accepted_at_ms;
-  res->provider_called = 1;
-  rc = sl_outbox_add_pb(out, g->cc->topic_results, key, &st.base);
+  int rc = sl_outbox_add_pb(out, g->cc->topic_results, key, &st.base);
   if (rc)
     sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing result: %s", sl_strerror(rc));
   else
-    sl_log(SL_LOG_INFO, key, "graded: score %.1f level %s", r.score, r.level);
+    sl_log(SL_LOG_INFO, key, "graded by %s in %lld ms: score %.1f level %s", gr.engine,
+           (long long)pr->elapsed_ms, gr.score, gr.level);
+}
+
+/* ---- SYNC plugins ---- */
+
+static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
+
+static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  grade *g = ud;
+  char key[128], err[512] = "";
+  Sluice__V1__Transcript *t = parse(m, res, key);
+  if (!t) return;
+  sl_plugin_inst *in = sl_tls_get(g->insts, err, sizeof err);
+  if (!in) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "grade_setup", "%s", err);
+    sluice__v1__transcript__free_unpacked(t, NULL);
+    return;
+  }
+  sl_plugin_input pin;
+  sl_plugin_word *wbuf = NULL;
+  input_for(&pin, t, key, &wbuf);
+  sl_plugin_result pr = {0};
+  int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
+  if (rc)
+    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
+  else
+    finish(g, t, key, &pr, out, res);
+  sl_plugin_result_clear(&pr);
+  free(wbuf);
   sluice__v1__transcript__free_unpacked(t, NULL);
 }
 
+/* ---- async plugins ---- */
+
+typedef struct {
+  grade *g;
+  sl_job *job;
+  Sluice__V1__Transcript *t;
+  sl_plugin_word *wbuf;
+  char key[128];
+} job_ctx;
+
+static void on_graded(sl_plugin_result *pr, void *ud) {
+  job_ctx *c = ud;
+  sl_job *job = c->job;
+  finish(c->g, c->t, c->key, pr, sl_job_outbox(job), sl_job_result(job));
+  sl_plugin_result_clear(pr);
+  sluice__v1__transcript__free_unpacked(c->t, NULL);
+  free(c->wbuf);
+  free(c);
+  sl_job_done(job);
+}
+
+static void start(void *ud, sl_job *job) {
+  grade *g = ud;
+  job_ctx *c = calloc(1, sizeof *c);
+  sl_result *res = sl_job_result(job);
+  if (!c) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "starting a job");
+    sl_job_done(job);
+    return;
+  }
+  c->g = g;
+  c->job = job;
+  c->t = parse(sl_job_message(job), res, c->key);
+  if (!c->t) {
+    free(c);
+    sl_job_done(job);
+    return;
+  }
+  sl_plugin_input pin;
+  input_for(&pin, c->t, c->key, &c->wbuf);
+  int rc = sl_plugin_run(g->inst, &pin, sl_job_http(job), on_graded, c);
+  if (rc) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
+    sluice__v1__transcript__free_unpacked(c->t, NULL);
+    free(c->wbuf);
+    free(c);
+    sl_job_done(job);
+  }
+}
+
 int sl__grade_main(int argc, char **argv) {
+  sl__plugins pl;
+  int rc = sl__plugins_open(&pl, argc, argv, "grade");
+  if (rc) {
+    sl__plugins_close(&pl);
+    return rc;
+  }
   sl_common_conf cc = {0};
+  grade_conf gc = {0};
+  sl__plugin_conf pc = {0};
+  sl_conf_bind own[24] = {{sl__grade_table, sl__grade_table_len, &gc},
+                          {sl__plugin_table, sl__plugin_table_len, &pc}};
+  size_t nown = 2 + sl__plugins_binds(&pl, own + 2, 24 - 2);
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "grade", "Grades transcripts with the rubric grader.",
-                           &cc, NULL, 0, "127.0.0.1:9183", &admin);
-  if (rc) return rc;
-  grade g = {&cc};
-  const char *topics[] = {cc.topic_grade_requests};
-  sl_stage_opts o = {.stage = "grade", .common = &cc, .topics = topics, .ntopics = 1,
-                     .process = process, .ud = &g, .provider = "grade-rubric", .idempotent = 1,
-                     .admin = admin};
-  rc = sl_stage_run(&o, &sl__stop);
-  sl__stage_finish(&cc, NULL, 0, admin);
+  rc = sl__stage_start(pl.argc, pl.argv, "grade", "Grades transcripts with a grading plugin.",
+                       &cc, own, nown, "127.0.0.1:9183", &admin);
+  if (rc) {
+    sl__plugins_close(&pl);
+    return rc;
+  }
+  grade g = {.cc = &cc};
+  char err[1024] = "", provider[80];
+  rc = sl__plugins_choose(&pl, "grade", gc.plugin, err, sizeof err);
+  if (rc == 0) g.lib = pl.chosen;
+  int sync = g.lib && (sl_plugin_lib_desc(g.lib)->flags & SL_PLUGIN_SYNC);
+  if (rc == 0 && sync) {
+    rc = sl_tls_new(&g.insts, inst_create, inst_destroy, &g);
+    if (rc == 0) { /* one instance now, so a bad setting fails at start-up */
+      sl_plugin_inst *probe = inst_create(&g, err, sizeof err);
+      if (!probe) rc = SL_ECONFIG;
+      sl_plugin_inst_free(probe);
+    }
+  } else if (rc == 0) {
+    rc = sl_plugin_inst_new(&g.inst, g.lib, err, sizeof err);
+  }
+  if (rc == 0) {
+    const sl_plugin *d = sl_plugin_lib_desc(g.lib);
+    snprintf(provider, sizeof provider, "grade-%s", d->name);
+    sl_log(SL_LOG_INFO, NULL, "plugin grade/%s %s (%s) from %s", d->name,
+           d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
+           sl_plugin_lib_file(g.lib));
+    const char *topics[] = {cc.topic_grade_requests};
+    sl_stage_opts o = {.stage = "grade", .common = &cc, .topics = topics, .ntopics = 1,
+                       .process = sync ? process : NULL, .start = sync ? NULL : start,
+                       .ud = &g, .provider = provider, .idempotent = 1, .admin = admin};
+    rc = sl_stage_run(&o, &sl__stop);
+  } else {
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
+  }
+  sl_tls_free(g.insts);
+  sl_plugin_inst_free(g.inst);
+  sl__stage_finish(&cc, own, nown, admin);
+  sl__plugins_close(&pl);
   return rc ? 1 : 0;
 }

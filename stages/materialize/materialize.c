@@ -181,6 +181,15 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
                   "feedback", g->feedback, "words_per_minute", g->words_per_minute,
                   "lexical_variety", g->lexical_variety, "filler_rate", g->filler_rate,
                   "relevance", g->relevance, "engine", g->engine));
+    json_t *gj = json_object_get(j, "grade");
+    if (gj && g->n_criteria) {
+      json_t *c = json_array();
+      for (size_t i = 0; i < g->n_criteria; i++)
+        json_array_append_new(c, json_pack("{s:s,s:f,s:s}", "name", g->criteria[i]->name,
+                                           "score", g->criteria[i]->score, "comment",
+                                           g->criteria[i]->comment));
+      json_object_set_new(gj, "criteria", c);
+    }
   }
   if (st->state == SLUICE__V1__QUESTION_STATE__FAILED)
     json_object_set_new(j, "error", json_pack("{s:s,s:s}", "class", st->error_class,

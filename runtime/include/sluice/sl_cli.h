@@ -17,4 +17,8 @@
 int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
                 const sl_conf_bind *binds, size_t nbinds);
 
+/* The value a setting will get from --config/--set/environment, read before
+ * the tables are loaded (see sl_conf_peek). Returns 1 when set, else 0. */
+int sl_cli_peek(int argc, char **argv, const char *key, char *buf, size_t len);
+
 #endif

@@ -51,6 +51,12 @@ int sl_conf_load(const sl_conf_bind *binds, size_t nbinds, const char *file,
                  const char *const *overrides, size_t noverrides, char *err,
                  size_t errlen);
 
+/* Reads one key's text from the same sources and precedence as
+ * sl_conf_load() without validating anything else (for settings that decide
+ * which tables to load, such as the plugin search path). Returns 1 and
+ * writes the value into buf when some source sets it, 0 when none does. */
+int sl_conf_peek(const char *file, const char *const *overrides, size_t noverrides,
+                 const char *key, char *buf, size_t len);
 /* Frees the strings sl_conf_load() stored. NULL-safe, idempotent. */
 void sl_conf_release(const sl_conf_bind *binds, size_t nbinds);
 

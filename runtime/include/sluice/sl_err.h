@@ -26,7 +26,8 @@
   X(TIMEDOUT, 1013, "timed out")                                             \
   X(UNAVAIL, 1014, "service unavailable")                                    \
   X(CRYPTO, 1015, "cryptographic library error")                             \
-  X(STATE, 1016, "operation not valid in this state")
+  X(STATE, 1016, "operation not valid in this state")                       \
+  X(PLUGIN, 1017, "plugin refused or misbehaved")
 
 enum {
 #define SL__ERR_ENUM(name, num, msg) SL_E##name = -(num),

@@ -27,6 +27,7 @@ typedef struct {
   size_t body_len;
   int64_t retry_after_ms; /* parsed Retry-After (seconds or HTTP date), else 0 */
   double total_s;         /* transfer time */
+  int too_big;            /* status 0 because the body exceeded max_response */
 } sl_httpc_response;
 
 /* The response is valid only during the callback. */

@@ -40,6 +40,11 @@ int sl_s3_target_init(sl_s3_target *t, const sl_s3_conf *c);
 /* Builds "<path_prefix>/<key>" into buf. */
 int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t len);
 
+/* A presigned GET URL for key, valid expires_s seconds (for fetching an
+ * object with any HTTP client, e.g. sl_httpc on a loop). Not thread-safe
+ * for the same sig. */
+int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
+                      unsigned expires_s, char *url, size_t len);
 /* GETs an object into a malloc'd buffer of at most max bytes.
  * Returns 0; SL_ENOTFOUND (404); SL_ETOOBIG; SL_ESTORAGE for other HTTP
  * statuses (*status set) or SL_EUNAVAIL for connection errors. */

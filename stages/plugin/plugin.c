@@ -1,0 +1,369 @@
+/*
+ * plugin.c — `sluice plugin`: run, list and document plugins outside a stage.
+ *
+ *   sluice plugin run stt|grade NAME [--config FILE] [--set k=v]... [--prompt TEXT] INPUT
+ *   sluice plugin list [--set plugin.path=DIR]
+ *   sluice plugin doc          (docs/plugins.md)
+ *
+ * `run` loads the plugin exactly as a stage does (same search path, same
+ * configuration keys and sources, sl_plugin_run with the same host), runs it
+ * once on INPUT — an audio file for STT, a transcript JSON for graders
+ * ({"transcript":..., "duration_s":..., "prompt":..., "words":[...]}) — and
+ * prints the outcome as one JSON object on stdout. Async plugins get a libuv
+ * loop and the runtime's HTTP client, as under the stage.
+ *
+ * Exit status: 0 done, 3 retry later, 4 failed for good, 2 usage or input
+ * error, 1 the plugin could not be loaded or created.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "../stages.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "sluice/sl_cli.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_httpc.h"
+#include "sluice/sl_log.h"
+
+#define SL_RUN_MAX_INPUT (512u << 20)
+#define MAX_SETS 64
+
+static int usage(FILE *f) {
+  fprintf(f,
+          "usage: sluice plugin run stt|grade NAME [--config FILE] [--set key=value]...\n"
+          "                         [--prompt TEXT] [--language LANG] INPUT\n"
+          "       sluice plugin list [--set plugin.path=DIRS]\n"
+          "       sluice plugin doc\n\n"
+          "run: one plugin call through the stage's plugin host; prints the outcome as JSON.\n"
+          "  INPUT is an audio file (stt) or a transcript JSON (grade):\n"
+          "  {\"transcript\": \"...\", \"duration_s\": 30.5, \"prompt\": \"...\", "
+          "\"words\": [{\"word\": \"...\", \"start_s\": 0, \"end_s\": 0.4}]}\n"
+          "  exit 0 done, 3 retry, 4 failed, 2 usage/input error, 1 plugin not loadable\n");
+  return f == stdout ? 0 : 2;
+}
+
+static int read_file(const char *path, char **data, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+    if (n == cap) {
+      if (cap >= SL_RUN_MAX_INPUT) {
+        free(buf);
+        buf = NULL;
+        fclose(f);
+        return -2;
+      }
+      char *g = realloc(buf, cap * 2 + 1);
+      if (!g) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = g;
+      cap *= 2;
+    }
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (!buf || err) {
+    free(buf);
+    return -1;
+  }
+  buf[n] = '\0';
+  *data = buf;
+  *len = n;
+  return 0;
+}
+
+static const char *content_type_of(const char *path) {
+  const char *dot = strrchr(path, '.');
+  static const char *map[][2] = {{".wav", "audio/wav"}, {".flac", "audio/flac"},
+                                 {".ogg", "audio/ogg"}, {".webm", "audio/webm"},
+                                 {".mp3", "audio/mpeg"}, {".m4a", "audio/mp4"}};
+  for (size_t i = 0; dot && i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(dot, map[i][0]) == 0) return map[i][1];
+  return "application/octet-stream";
+}
+
+typedef struct {
+  int finished;
+  sl_plugin_result res;
+} run_ctx;
+
+static void on_done(sl_plugin_result *r, void *ud) {
+  run_ctx *c = ud;
+  c->res = *r;
+  c->finished = 1;
+}
+
+static json_t *result_json(const sl_plugin *d, int sync, const sl_plugin_result *r) {
+  json_t *o = json_object();
+  char name[128];
+  snprintf(name, sizeof name, "%s/%s", d->kind, d->name);
+  json_object_set_new(o, "plugin", json_string(name));
+  json_object_set_new(o, "version", json_string(d->version ? d->version : ""));
+  json_object_set_new(o, "mode", json_string(sync ? "sync" : "async"));
+  json_object_set_new(o, "outcome", json_string(sl_plugin_outcome_name(r->outcome)));
+  if (r->outcome != SL_PLUGIN_DONE) {
+    json_object_set_new(o, "error_class", json_string(r->error_class));
+    json_object_set_new(o, "reason", json_string(r->reason));
+    if (r->outcome == SL_PLUGIN_RETRY) {
+      json_object_set_new(o, "retry_after_ms", json_integer(r->retry_after_ms));
+      json_object_set_new(o, "throttled", json_boolean(r->throttled));
+    }
+  }
+  json_object_set_new(o, "elapsed_ms", json_integer(r->elapsed_ms));
+  if (r->engine) json_object_set_new(o, "engine", json_string(r->engine));
+  json_object_set_new(o, "cost_units", json_real(r->cost_units));
+  if (!strcmp(d->kind, SL_PLUGIN_KIND_STT)) {
+    if (r->text) json_object_set_new(o, "text", json_string(r->text));
+    if (r->language) json_object_set_new(o, "language", json_string(r->language));
+    json_object_set_new(o, "duration_s", json_real(r->duration_s));
+    json_t *w = json_array();
+    for (size_t i = 0; i < r->nwords; i++)
+      json_array_append_new(w, json_pack("{s:s,s:f,s:f}", "word", r->words[i].word,
+                                         "start_s", r->words[i].start_s, "end_s",
+                                         r->words[i].end_s));
+    json_object_set_new(o, "words", w);
+  } else {
+    json_object_set_new(o, "score", json_real(r->score));
+    if (r->level) json_object_set_new(o, "level", json_string(r->level));
+    if (r->feedback) json_object_set_new(o, "feedback", json_string(r->feedback));
+    json_object_set_new(o, "words_per_minute", json_real(r->words_per_minute));
+    json_object_set_new(o, "lexical_variety", json_real(r->lexical_variety));
+    json_object_set_new(o, "filler_rate", json_real(r->filler_rate));
+    json_object_set_new(o, "relevance", json_real(r->relevance));
+    json_t *c = json_array();
+    for (size_t i = 0; i < r->ncriteria; i++)
+      json_array_append_new(c, json_pack("{s:s,s:f,s:s}", "name", r->criteria[i].name,
+                                         "score", r->criteria[i].score, "comment",
+                                         r->criteria[i].comment ? r->criteria[i].comment : ""));
+    json_object_set_new(o, "criteria", c);
+    if (r->raw_reply) json_object_set_new(o, "raw_reply", json_string(r->raw_reply));
+  }
+  return o;
+}
+
+/* Fills in for a grade call from the transcript JSON; words go to *wbuf. */
+static int grade_input(json_t *j, sl_plugin_input *in, sl_plugin_word **wbuf, char *err,
+                       size_t errlen) {
+  json_t *t = json_object_get(j, "transcript");
+  if (!t) t = json_object_get(j, "text");
+  json_t *d = json_object_get(j, "duration_s");
+  if (!json_is_string(t) || !json_is_number(d) || !(json_number_value(d) > 0)) {
+    snprintf(err, errlen, "grade input needs \"transcript\" (string) and \"duration_s\" "
+                          "(number > 0)");
+    return -1;
+  }
+  in->transcript = json_string_value(t);
+  in->duration_s = json_number_value(d);
+  json_t *p = json_object_get(j, "prompt");
+  if (json_is_string(p) && !in->prompt[0]) in->prompt = json_string_value(p);
+  json_t *l = json_object_get(j, "language");
+  if (json_is_string(l) && !in->language[0]) in->language = json_string_value(l);
+  json_t *w = json_object_get(j, "words");
+  if (json_is_array(w) && json_array_size(w)) {
+    *wbuf = calloc(json_array_size(w), sizeof **wbuf);
+    if (!*wbuf) return -1;
+    size_t i;
+    json_t *x;
+    json_array_foreach(w, i, x) {
+      json_t *ww = json_object_get(x, "word");
+      if (!json_is_string(ww)) {
+        snprintf(err, errlen, "words[%zu].word must be a string", i);
+        return -1;
+      }
+      (*wbuf)[i] = (sl_plugin_word){json_string_value(ww),
+                                    json_number_value(json_object_get(x, "start_s")),
+                                    json_number_value(json_object_get(x, "end_s"))};
+    }
+    in->words = *wbuf;
+    in->nwords = json_array_size(w);
+  }
+  return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+  if (argc < 4) return usage(stderr);
+  const char *kind = argv[1], *name = argv[2];
+  if (strcmp(kind, "stt") && strcmp(kind, "grade")) {
+    fprintf(stderr, "sluice plugin run: kind must be stt or grade, not \"%s\"\n", kind);
+    return 2;
+  }
+  const char *file = NULL, *sets[MAX_SETS], *input = NULL, *prompt = "", *lang = "";
+  size_t nsets = 0;
+  for (int i = 3; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+      file = argv[++i];
+    } else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < MAX_SETS) {
+      sets[nsets++] = argv[++i];
+    } else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) {
+      prompt = argv[++i];
+    } else if (!strcmp(argv[i], "--language") && i + 1 < argc) {
+      lang = argv[++i];
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "sluice plugin run: unknown or incomplete option \"%s\"\n", argv[i]);
+      return 2;
+    } else if (!input) {
+      input = argv[i];
+    } else {
+      fprintf(stderr, "sluice plugin run: one INPUT only (got \"%s\" too)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!input) {
+    fprintf(stderr, "sluice plugin run: INPUT missing\n");
+    return 2;
+  }
+  char path[4096] = "", err[1024] = "";
+  sl_conf_peek(file, sets, nsets, "plugin.path", path, sizeof path);
+  sl_plugin_lib *lib = NULL;
+  if (sl_plugin_lib_open(&lib, path, kind, name, err, sizeof err) != 0) {
+    fprintf(stderr, "sluice plugin run: %s\n", err);
+    return 1;
+  }
+  sl__plugin_conf pc = {0};
+  sl_conf_bind binds[2] = {{sl__plugin_table, sl__plugin_table_len, &pc},
+                           sl_plugin_lib_conf(lib)};
+  int rc = sl_conf_load(binds, 2, file, sets, nsets, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "sluice plugin run: %s\n", err);
+    sl_conf_release(binds, 2);
+    sl_plugin_lib_close(lib);
+    return 2;
+  }
+  char *data = NULL;
+  size_t len = 0;
+  json_t *tj = NULL;
+  sl_plugin_word *wbuf = NULL;
+  sl_plugin_input in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  in.question_no = 1;
+  in.key = "plugin-run/1";
+  in.prompt = prompt;
+  in.language = lang;
+  int exit_code = 0;
+  int r = read_file(input, &data, &len);
+  if (r) {
+    fprintf(stderr, "sluice plugin run: cannot read %s%s\n", input,
+            r == -2 ? ": larger than 512 MiB" : "");
+    exit_code = 2;
+  } else if (!strcmp(kind, "stt")) {
+    in.audio = data;
+    in.audio_len = len;
+    in.content_type = content_type_of(input);
+    const char *slash = strrchr(input, '/');
+    in.filename = slash ? slash + 1 : input;
+  } else {
+    json_error_t je;
+    tj = json_loadb(data, len, 0, &je);
+    if (!json_is_object(tj)) {
+      fprintf(stderr, "sluice plugin run: %s is not a JSON object (%s, line %d)\n", input,
+              je.text, je.line);
+      exit_code = 2;
+    } else if (grade_input(tj, &in, &wbuf, err, sizeof err)) {
+      fprintf(stderr, "sluice plugin run: %s: %s\n", input, err);
+      exit_code = 2;
+    }
+  }
+  sl_plugin_inst *inst = NULL;
+  if (!exit_code && sl_plugin_inst_new(&inst, lib, err, sizeof err) != 0) {
+    fprintf(stderr, "sluice plugin run: %s\n", err);
+    exit_code = 1;
+  }
+  if (!exit_code) {
+    run_ctx ctx = {0};
+    uv_loop_t loop;
+    sl_httpc *http = NULL;
+    int sync = sl_plugin_inst_is_sync(inst);
+    rc = uv_loop_init(&loop);
+    if (rc == 0 && !sync) rc = sl_httpc_new(&http, &loop);
+    if (rc == 0) rc = sl_plugin_run(inst, &in, http, on_done, &ctx);
+    if (rc == 0 && !sync) uv_run(&loop, UV_RUN_DEFAULT);
+    if (rc == 0 && !ctx.finished) {
+      ctx.res.outcome = SL_PLUGIN_FAIL;
+      snprintf(ctx.res.error_class, sizeof ctx.res.error_class, "plugin_error");
+      snprintf(ctx.res.reason, sizeof ctx.res.reason,
+               "the plugin left the loop idle without completing the call");
+    }
+    if (rc) {
+      fprintf(stderr, "sluice plugin run: %s\n", sl_strerror(rc));
+      exit_code = 1;
+    } else {
+      json_t *o = result_json(sl_plugin_lib_desc(lib), sync, &ctx.res);
+      char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+      if (s) puts(s);
+      free(s);
+      json_decref(o);
+      exit_code = ctx.res.outcome == SL_PLUGIN_DONE ? 0 : ctx.res.outcome == SL_PLUGIN_RETRY ? 3 : 4;
+    }
+    sl_plugin_result_clear(&ctx.res);
+    sl_plugin_inst_free(inst);
+    inst = NULL;
+    sl_httpc_free(http);
+    uv_run(&loop, UV_RUN_DEFAULT); /* let closed handles finish */
+    uv_loop_close(&loop);
+  }
+  sl_plugin_inst_free(inst);
+  json_decref(tj);
+  free(wbuf);
+  free(data);
+  sl_conf_release(binds, 2);
+  sl_plugin_lib_close(lib);
+  return exit_code;
+}
+
+static void warn_skip(const char *msg, void *ud) {
+  (void)ud;
+  fprintf(stderr, "sluice plugin: skipping: %s\n", msg);
+}
+
+static int cmd_list_doc(int argc, char **argv, int doc) {
+  char path[4096] = "";
+  const char *sets[MAX_SETS];
+  size_t nsets = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < MAX_SETS) {
+      sets[nsets++] = argv[++i];
+    } else {
+      fprintf(stderr, "sluice plugin: unknown argument \"%s\"\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!doc) sl_conf_peek(NULL, sets, nsets, "plugin.path", path, sizeof path);
+  sl_plugin_lib **libs = NULL;
+  size_t n = 0;
+  if (sl_plugin_scan(path, NULL, &libs, &n, warn_skip, NULL) != 0) return 1;
+  if (doc) {
+    sl_plugin_print_markdown(libs, n, stdout);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      const sl_plugin *d = sl_plugin_lib_desc(libs[i]);
+      printf("%-6s %-14s %-8s %-5s %s\n", d->kind, d->name, d->version ? d->version : "",
+             (d->flags & SL_PLUGIN_SYNC) ? "sync" : "async", sl_plugin_lib_file(libs[i]));
+    }
+  }
+  sl_plugin_libs_free(libs, n);
+  return n ? 0 : 1;
+}
+
+int sl__plugin_main(int argc, char **argv) {
+  sl_log_init("plugin", "warn");
+  if (argc < 2) return usage(stderr);
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
+  if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "list")) return cmd_list_doc(argc - 1, argv + 1, 0);
+  if (!strcmp(argv[1], "doc")) return cmd_list_doc(argc - 1, argv + 1, 1);
+  fprintf(stderr, "sluice plugin: unknown command \"%s\"\n", argv[1]);
+  return usage(stderr);
+}
