@@ -81,10 +81,10 @@ static void th_free_results(void) {
   }
 }
 
-static void th_reset(const sl_plugin *desc) {
+static void th_reset(const sl_plugin *plugin) {
   th_free_results();
   memset(&th, 0, sizeof th);
-  th.desc = desc;
+  th.desc = plugin;
   th.outcome = (sl_plugin_outcome)-1;
 }
 
@@ -234,24 +234,24 @@ static void th_reply_full(long status, const char *body, int64_t retry_after_ms,
                                    body ? strlen(body) : 0, retry_after_ms, 0.1};
   r->cb(&resp, r->ud);
 }
-static void th_reply(long status, const char *body) { th_reply_full(status, body, 0, 0, NULL); }
+static inline void th_reply(long status, const char *body) { th_reply_full(status, body, 0, 0, NULL); }
 
-static const char *th_str(const char *field) {
+static inline const char *th_str(const char *field) {
   for (int i = th.nstr - 1; i >= 0; i--)
     if (strcmp(th.str_field[i], field) == 0) return th.str_val[i];
   return NULL;
 }
-static double th_num(const char *field) {
+static inline double th_num(const char *field) {
   for (int i = th.nnum - 1; i >= 0; i--)
     if (strcmp(th.num_field[i], field) == 0) return th.num_val[i];
   return -1;
 }
-static const char *th_form(const th_request *r, const char *name) {
+static inline const char *th_form(const th_request *r, const char *name) {
   for (int i = 0; i < r->nform; i++)
     if (strcmp(r->form[i].name, name) == 0) return r->form[i].data;
   return NULL;
 }
-static int th_has_header(const th_request *r, const char *h) {
+static inline int th_has_header(const th_request *r, const char *h) {
   for (int i = 0; i < r->nheaders; i++)
     if (strcmp(r->headers[i], h) == 0) return 1;
   return 0;

@@ -110,6 +110,7 @@ typedef struct {
   json_t *messages; /* grows with each regeneration */
   int regenerations;
   int sent_schema; /* the last request asked for json_schema */
+  double wpm;      /* words per minute of the transcript, or -1 */
   int64_t tokens;
 } grade_req;
 
@@ -423,6 +424,7 @@ static int report(grade_req *q, const json_t *doc) {
   if (!rc)
     rc = h->out_str(q->call, "feedback", json_string_value(json_object_get(doc, "feedback")));
   if (!rc) rc = h->out_str(q->call, "engine", engine);
+  if (!rc && q->wpm >= 0) rc = h->out_num(q->call, "words_per_minute", q->wpm);
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(doc, "criteria"), i, c) {
@@ -551,6 +553,9 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   q->s = s;
   q->call = c;
   snprintf(q->key, sizeof q->key, "%s", in->key ? in->key : "");
+  q->wpm = in->duration_s > 0
+               ? (double)count_words(in->transcript ? in->transcript : "") * 60.0 / in->duration_s
+               : -1;
   json_t *user = render(s->tmpl, in);
   q->messages = user ? json_pack("[{s:s,s:s},{s:s,s:o}]", "role", "system", "content",
                                  s->system, "role", "user", "content", user)
