@@ -164,3 +164,26 @@ void sl__plugins_close(sl__plugins *p) {
   free(p->argv);
   memset(p, 0, sizeof *p);
 }
+
+int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {
+  res->provider_called = 1;
+  if (pr->outcome == SL_PLUGIN_DONE) return 1;
+  if (pr->outcome == SL_PLUGIN_RETRY) {
+    res->retry_after_ms = pr->retry_after_ms;
+    res->provider_throttled = pr->throttled;
+  }
+  sl_result_set(res, pr->outcome == SL_PLUGIN_RETRY ? SL_OUTCOME_RETRY : SL_OUTCOME_FAIL,
+                pr->error_class, "%s", pr->reason);
+  return 0;
+}
+
+const char *sl__audio_content_type(const char *name) {
+  const char *dot = name ? strrchr(name, '.') : NULL;
+  static const char *map[][2] = {{".wav", "audio/wav"},   {".flac", "audio/flac"},
+                                 {".ogg", "audio/ogg"},   {".oga", "audio/ogg"},
+                                 {".webm", "audio/webm"}, {".mp3", "audio/mpeg"},
+                                 {".m4a", "audio/mp4"},   {".mp4", "audio/mp4"}};
+  for (size_t i = 0; dot && i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(dot, map[i][0]) == 0) return map[i][1];
+  return "application/octet-stream";
+}

@@ -66,6 +66,12 @@ size_t sl__plugins_binds(sl__plugins *p, sl_conf_bind *b, size_t max);
 int sl__plugins_choose(sl__plugins *p, const char *kind, const char *name, char *err,
                        size_t errlen);
 void sl__plugins_close(sl__plugins *p);
+/* Copies a RETRY/FAIL plugin outcome into the stage result (the provider
+ * was called). Returns 1 when the outcome is DONE and outputs should follow. */
+int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res);
+/* Content type for a file name's extension ("audio/wav"), or
+ * "application/octet-stream". */
+const char *sl__audio_content_type(const char *name);
 
 int sl__presign_main(int argc, char **argv);
 int sl__ingest_main(int argc, char **argv);

@@ -84,17 +84,7 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__Transcript *t, cons
 
 static void finish(grade *g, const Sluice__V1__Transcript *t, const char *key,
                    sl_plugin_result *pr, sl_outbox *out, sl_result *res) {
-  res->provider_called = 1;
-  if (pr->outcome == SL_PLUGIN_RETRY) {
-    res->retry_after_ms = pr->retry_after_ms;
-    res->provider_throttled = pr->throttled;
-    sl_result_set(res, SL_OUTCOME_RETRY, pr->error_class, "%s", pr->reason);
-    return;
-  }
-  if (pr->outcome == SL_PLUGIN_FAIL) {
-    sl_result_set(res, SL_OUTCOME_FAIL, pr->error_class, "%s", pr->reason);
-    return;
-  }
+  if (!sl__plugin_outcome(pr, res)) return;
   Sluice__V1__GradeResult gr = SLUICE__V1__GRADE_RESULT__INIT;
   gr.score = pr->score;
   gr.level = pr->level ? pr->level : "";

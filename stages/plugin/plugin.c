@@ -84,16 +84,6 @@ static int read_file(const char *path, char **data, size_t *len) {
   return 0;
 }
 
-static const char *content_type_of(const char *path) {
-  const char *dot = strrchr(path, '.');
-  static const char *map[][2] = {{".wav", "audio/wav"}, {".flac", "audio/flac"},
-                                 {".ogg", "audio/ogg"}, {".webm", "audio/webm"},
-                                 {".mp3", "audio/mpeg"}, {".m4a", "audio/mp4"}};
-  for (size_t i = 0; dot && i < sizeof map / sizeof map[0]; i++)
-    if (strcmp(dot, map[i][0]) == 0) return map[i][1];
-  return "application/octet-stream";
-}
-
 typedef struct {
   int finished;
   sl_plugin_result res;
@@ -261,7 +251,7 @@ static int cmd_run(int argc, char **argv) {
   } else if (!strcmp(kind, "stt")) {
     in.audio = data;
     in.audio_len = len;
-    in.content_type = content_type_of(input);
+    in.content_type = sl__audio_content_type(input);
     const char *slash = strrchr(input, '/');
     in.filename = slash ? slash + 1 : input;
   } else {

@@ -89,17 +89,6 @@ static void *worker_create(void *arg, char *err, unsigned long errlen) {
   return w;
 }
 
-static const char *content_type_of(const char *key) {
-  const char *dot = strrchr(key, '.');
-  static const char *map[][2] = {{".wav", "audio/wav"},   {".flac", "audio/flac"},
-                                 {".ogg", "audio/ogg"},   {".webm", "audio/webm"},
-                                 {".mp3", "audio/mpeg"},  {".m4a", "audio/mp4"},
-                                 {".mp4", "audio/mp4"}};
-  for (size_t i = 0; dot && i < sizeof map / sizeof map[0]; i++)
-    if (strcmp(dot, map[i][0]) == 0) return map[i][1];
-  return "application/octet-stream";
-}
-
 static void input_for(sl_plugin_input *in, const Sluice__V1__UploadCompleted *up,
                       const char *key, const void *audio, size_t len) {
   memset(in, 0, sizeof *in);
@@ -110,7 +99,7 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__UploadCompleted *up
   in->language = "";
   in->audio = audio;
   in->audio_len = len;
-  in->content_type = content_type_of(up->object_key);
+  in->content_type = sl__audio_content_type(up->object_key);
   const char *slash = strrchr(up->object_key, '/');
   in->filename = slash ? slash + 1 : up->object_key;
 }
@@ -119,17 +108,7 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__UploadCompleted *up
  * transcript for grading and the GRADING status for the results view. */
 static void finish(stt *s, const Sluice__V1__UploadCompleted *up, const char *key,
                    sl_plugin_result *pr, sl_outbox *out, sl_result *res) {
-  res->provider_called = 1;
-  if (pr->outcome == SL_PLUGIN_RETRY) {
-    res->retry_after_ms = pr->retry_after_ms;
-    res->provider_throttled = pr->throttled;
-    sl_result_set(res, SL_OUTCOME_RETRY, pr->error_class, "%s", pr->reason);
-    return;
-  }
-  if (pr->outcome == SL_PLUGIN_FAIL) {
-    sl_result_set(res, SL_OUTCOME_FAIL, pr->error_class, "%s", pr->reason);
-    return;
-  }
+  if (!sl__plugin_outcome(pr, res)) return;
   const char *text = pr->text ? pr->text : "";
   Sluice__V1__Transcript t = SLUICE__V1__TRANSCRIPT__INIT;
   t.upload = (Sluice__V1__UploadCompleted *)up;

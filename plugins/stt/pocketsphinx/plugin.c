@@ -7,8 +7,9 @@
  * host runs it on its worker pool with one instance (one decoder, ~100 MB of
  * models) per worker thread.
  *
- * Outcomes: audio the decoder cannot read (empty, corrupt, unsupported) or
- * longer than max_seconds fails for good with the reason; out of memory is
+ * Outcomes: audio the decoder cannot read (empty, corrupt, unsupported),
+ * longer than max_seconds or shorter than min_seconds (libsndfile decodes a
+ * truncated file's surviving head) fails for good with the reason; out of memory is
  * transient; anything else from the recognizer fails for good.
  */
 #include <stdio.h>
@@ -22,6 +23,7 @@
 typedef struct {
   const sl_plugin_host *h;
   sl_ps *ps;
+  double min_seconds;
 } state;
 
 static const sl_plugin_conf_key conf[] = {
@@ -29,6 +31,8 @@ static const sl_plugin_conf_key conf[] = {
      "model directory holding en-us/, en-us.lm.bin and cmudict-en-us.dict", 0},
     {"max_seconds", SL_PLUGIN_CONF_DOUBLE, "600",
      "longest answer transcribed, in seconds of audio (also bounds memory, ~0.5 MB/s)", 0},
+    {"min_seconds", SL_PLUGIN_CONF_DOUBLE, "0.3",
+     "shorter audio fails for good as audio_too_short (e.g. a truncated recording)", 0},
 };
 
 static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, char *err,
@@ -42,6 +46,7 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
   if (!s) return SL_ENOMEM;
   s->h = h;
   s->ps = NULL;
+  s->min_seconds = h->conf_double(c, "min_seconds");
   int rc = sl_ps_new(&s->ps, h->conf_str(c, "model_dir"), max_s, err, errlen);
   if (rc) {
     h->free(s);
@@ -78,6 +83,13 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   }
   if (rc) {
     h->complete(c, SL_PLUGIN_FAIL, 0, 0, "stt_failed", err[0] ? err : "recognizer failed");
+    return;
+  }
+  if (r.duration_s < s->min_seconds) {
+    snprintf(err, sizeof err, "audio is %.2f s long, shorter than the %.2f s minimum "
+             "(a truncated or empty recording?)", r.duration_s, s->min_seconds);
+    sl_ps_result_clear(&r);
+    h->complete(c, SL_PLUGIN_FAIL, 0, 0, "audio_too_short", err);
     return;
   }
   int orc = h->out_str(c, "text", r.text);

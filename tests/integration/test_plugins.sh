@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# test_plugins.sh - plugin conformance: every built plugin is dlopen'ed, its
+# ABI checked (`sluice plugin list` refuses anything else), and run through
+# the same host path the stages use (`sluice plugin run`) on real inputs:
+#   stt plugins   espeak-ng speech as WAV, FLAC and Ogg/Vorbis (48 kHz stereo
+#                 too), then corrupt, truncated, zero-length and over-long audio;
+#   grade plugins fixed transcripts (levels, criteria, determinism) and bad
+#                 transcript files;
+#   HTTP plugins  against `sluice fakeprovider` (when such plugins are built).
+# Then the stages themselves: an unknown plugin, a plugin built for another
+# ABI and an unknown plugin setting stop `sluice stt|grade` at start-up with
+# a clear message.
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
+TMP=$(mktemp -d)
+at_exit "rm -rf '$TMP'"
+TEST_PLUGIN_DIR=${TEST_PLUGIN_DIR:-$(dirname "$(dirname "$SLUICE_BIN")")/tests/plugins}
+
+# ---- inventory ----
+mapfile -t PLUGINS < <("$SLUICE_BIN" plugin list | awk '{print $1 "/" $2 "/" $4}')
+check "plugins found (${PLUGINS[*]})" test "${#PLUGINS[@]}" -ge 2
+jqok() { jq -e "$1" >/dev/null; } # jqok FILTER <<<"$JSON"
+
+# ---- inputs ----
+espeak-ng -w "$TMP/speech.wav" "On weekends I usually go hiking with my friends in the mountains" 2>/dev/null
+sox "$TMP/speech.wav" "$TMP/speech.flac"
+sox "$TMP/speech.wav" "$TMP/speech.ogg"
+sox "$TMP/speech.wav" -r 48000 -c 2 "$TMP/speech48k.wav"
+head -c 4000 /dev/urandom >"$TMP/noise.wav"
+: >"$TMP/empty.wav"
+head -c 2000 "$TMP/speech.wav" >"$TMP/truncated.wav"
+sox -n -r 16000 -c 1 "$TMP/long.wav" trim 0 5 # 5 s of silence vs a 2 s limit below
+
+cat >"$TMP/t-good.json" <<'EOF'
+{"transcript": "on weekends i usually go hiking with my friends in the mountains and then we cook dinner together and talk about the week it is my favourite way to relax because the air is fresh and the views are beautiful", "duration_s": 18.5, "prompt": "What do you do on weekends?"}
+EOF
+cat >"$TMP/t-empty.json" <<'EOF'
+{"transcript": "", "duration_s": 3.0}
+EOF
+echo '{"transcript": 42}' >"$TMP/t-badtype.json"
+echo '{"transcript": "unterminated' >"$TMP/t-notjson.json"
+
+FAKE_PID=
+start_fake() { # an OpenAI-compatible fake for the HTTP plugins
+  [[ -n $FAKE_PID ]] && return 0
+  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
+    --set admin.listen=127.0.0.1:$((BASE + 150)) \
+    --set fakeprovider.stt_latency_ms=50 --set fakeprovider.chat_latency_ms=50 \
+    >"$TMP/fake.log" 2>&1 &
+  FAKE_PID=$!
+  at_exit "kill $FAKE_PID 2>/dev/null || true"
+  wait_for 20 curl -fsS -o /dev/null "http://127.0.0.1:$((BASE + 50))/stats" ||
+    fail "fake provider did not start: $(tail -3 "$TMP/fake.log")"
+}
+
+run() { # run KIND NAME INPUT [args...] -> JSON in $OUT, exit status in $RC
+  local kind=$1 name=$2 input=$3
+  shift 3
+  set +e
+  OUT=$("$SLUICE_BIN" plugin run "$kind" "$name" "$@" "$input" 2>"$TMP/err")
+  RC=$?
+  set -e
+}
+
+for p in "${PLUGINS[@]}"; do
+  IFS=/ read -r kind name mode <<<"$p"
+  args=()
+  if [[ $name != pocketsphinx && $name != rubric ]]; then
+    # an HTTP plugin: point it at the fake provider
+    start_fake
+    args=(--set "$kind.$name.base_url=http://127.0.0.1:$((BASE + 50))")
+  fi
+  if [[ $kind == stt ]]; then
+    for f in speech.wav speech.flac speech.ogg speech48k.wav; do
+      run stt "$name" "$TMP/$f" "${args[@]}"
+      check "$p: $f transcribed (exit 0)" test "$RC" -eq 0
+      check "$p: $f outcome done with text and duration" \
+        jqok '.outcome == "done" and (.text | length) > 0 and .duration_s > 3 and .duration_s < 8' <<<"$OUT"
+      check "$p: $f words have ordered timings" \
+        jqok '[.words[] | .end_s >= .start_s] | all' <<<"$OUT"
+    done
+    if [[ $name == pocketsphinx ]]; then
+      run stt "$name" "$TMP/speech.wav"
+      check "$p: recognises a topic word" jqok '.text | test("friends|hiking|mountains|weekends")' <<<"$OUT"
+      check "$p: reports cost units = audio seconds" jqok '.cost_units == .duration_s' <<<"$OUT"
+      for f in noise.wav:undecodable_audio empty.wav:undecodable_audio truncated.wav:audio_too_short; do
+        run stt "$name" "$TMP/${f%%:*}"
+        check "$p: ${f%%:*} fails for good (exit 4)" test "$RC" -eq 4
+        check "$p: ${f%%:*} is ${f##*:} with a reason" jqok ".outcome == \"failed\" and .error_class == \"${f##*:}\" and (.reason | length) > 5" <<<"$OUT"
+      done
+      run stt "$name" "$TMP/long.wav" --set stt.pocketsphinx.max_seconds=2
+      check "$p: over-long audio fails for good" jqok '.outcome == "failed" and .error_class == "audio_too_long"' <<<"$OUT"
+      run stt "$name" "$TMP/speech.wav" --set stt.pocketsphinx.model_dir=/nonexistent
+      check "$p: bad model dir refused at create (exit 1)" test "$RC" -eq 1
+      check "$p: bad model dir named in the error" grep -q nonexistent "$TMP/err"
+    fi
+  else
+    run grade "$name" "$TMP/t-good.json" "${args[@]}"
+    check "$p: graded (exit 0)" test "$RC" -eq 0
+    check "$p: score, OPIc level, feedback, criteria" jqok '
+      .outcome == "done" and .score >= 0 and .score <= 100 and
+      (.level | IN("NL","NM","NH","IL","IM1","IM2","IM3","IH","AL")) and
+      (.feedback | length) > 10 and (.criteria | length) >= 1' <<<"$OUT"
+    first=$OUT
+    run grade "$name" "$TMP/t-good.json" "${args[@]}"
+    check "$p: same transcript, same grade" test "$(jq -c '{score,level}' <<<"$first")" = "$(jq -c '{score,level}' <<<"$OUT")"
+    run grade "$name" "$TMP/t-empty.json" "${args[@]}"
+    check "$p: empty transcript handled (exit $RC)" test "$RC" -eq 0 -o "$RC" -eq 4
+    for f in t-badtype.json t-notjson.json; do
+      run grade "$name" "$TMP/$f"
+      check "$p: $f is a usage error (exit 2)" test "$RC" -eq 2
+      check "$p: $f error on stderr" test -s "$TMP/err"
+    done
+    if [[ $name == rubric ]]; then
+      run grade rubric "$TMP/t-empty.json"
+      check "$p: no speech -> NL with a reason" jqok '.outcome == "done" and .level == "NL" and .score == 0' <<<"$OUT"
+    fi
+  fi
+done
+
+# ---- refusals, in `plugin run` and in the stages ----
+run stt "$TEST_PLUGIN_DIR/stt-badabi.so" "$TMP/speech.wav"
+check "plugin run: other ABI refused (exit 1)" test "$RC" -eq 1
+check "plugin run: other ABI named" grep -q "ABI 99" "$TMP/err"
+run grade nosuch "$TMP/t-good.json"
+check "plugin run: unknown plugin (exit 1)" test "$RC" -eq 1
+run grade rubric "$TMP/t-good.json" --set grade.rubric.nope=1
+check "plugin run: unknown plugin setting (exit 2)" test "$RC" -eq 2
+
+stage_refuses() { # stage_refuses DESC PATTERN ARGS... : start-up fails with PATTERN on stderr
+  local desc=$1 pat=$2
+  shift 2
+  set +e
+  timeout 20 "$SLUICE_BIN" "$@" --set admin.listen=127.0.0.1:$((BASE + 160)) >"$TMP/stage.out" 2>&1
+  local rc=$?
+  set -e
+  check "$desc: exits non-zero ($rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+  check "$desc: says why" grep -q "$pat" "$TMP/stage.out"
+}
+stage_refuses "stt --plugin nosuch" 'no stt plugin \\"nosuch\\"' stt --plugin nosuch
+stage_refuses "stt --plugin <other ABI>" "ABI 99" stt --plugin "$TEST_PLUGIN_DIR/stt-badabi.so"
+stage_refuses "grade with an unknown plugin key" "grade.rubric.colour" grade --set grade.rubric.colour=red
+stage_refuses "stt with a bad model dir" "nonexistent" stt --set stt.pocketsphinx.model_dir=/nonexistent
+# one shell serves every stage: a setting of a plugin this stage does not
+# load is accepted, a variable no plugin declares is a typo and refused
+set +e
+SLUICE_STT_POCKETSPHINX_MAX_SECONDS=30 timeout 10 "$SLUICE_BIN" grade --plugin nosuch >"$TMP/stage.out" 2>&1
+set -e
+check "another kind's plugin setting accepted" grep -q 'no grade plugin' "$TMP/stage.out"
+set +e
+SLUICE_GRADE_RUBRIC_COLOUR=red timeout 10 "$SLUICE_BIN" grade >"$TMP/stage.out" 2>&1
+set -e
+check "unknown SLUICE_GRADE_* variable refused" grep -q "SLUICE_GRADE_RUBRIC_COLOUR" "$TMP/stage.out"
+
+finish
