@@ -324,6 +324,25 @@ static double audio_seconds(const unsigned char *d, size_t n) {
       off += 8 + sz + (sz & 1);
     }
   }
+  if (n >= 42 && memcmp(d, "fLaC", 4) == 0 && (d[4] & 0x7F) == 0) {
+    /* STREAMINFO: 20-bit sample rate, then 36-bit total samples */
+    const unsigned char *si = d + 8;
+    uint32_t rate = (uint32_t)si[10] << 12 | (uint32_t)si[11] << 4 | si[12] >> 4;
+    uint64_t total = (uint64_t)(si[13] & 0x0F) << 32 | (uint64_t)si[14] << 24 |
+                     (uint64_t)si[15] << 16 | (uint64_t)si[16] << 8 | si[17];
+    if (rate && total) return (double)total / rate;
+  }
+  if (n >= 58 && memcmp(d, "OggS", 4) == 0 && memcmp(d + 29, "vorbis", 6) == 0) {
+    /* Vorbis identification header: rate at 40; the last page's granule
+     * position counts the samples */
+    uint32_t rate = le32(d + 40);
+    for (size_t off = n - 27; rate && off > 0; off--) {
+      if (memcmp(d + off, "OggS", 4) != 0) continue;
+      uint64_t g = 0;
+      for (int i = 7; i >= 0; i--) g = g << 8 | d[off + 6 + (size_t)i];
+      return (double)g / rate;
+    }
+  }
   return (double)n / 32000.0;
 }
 
