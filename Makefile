@@ -3,13 +3,13 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | bench-presign | bench-api | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | bench-presign | bench-api | bench-poll | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean bench-presign bench-api
+.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean bench-presign bench-api bench-poll
 
 all: build
 
@@ -42,6 +42,12 @@ bench-presign: build
 # open loop at 67/s plus a ramp; results go to docs/benchmarks.md.
 bench-api: build
 	BUILD=$(BUILD) bench/api/run
+
+# Polling throughput of GET /v1/submissions/{id} with If-None-Match (304),
+# against the full 200 and a trivial route of the same server, same run;
+# results go to docs/benchmarks.md.
+bench-poll: build
+	BUILD=$(BUILD) bench/poll/run
 
 stack-up:
 	tools/devstack up

@@ -100,9 +100,19 @@ static void conn_close(conn *c) {
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
+static void fail_parse(conn *c);
+
+/* Idle between requests: close quietly. Part of a request received but not
+ * all of it in time (a slow client trickling headers or body): 408, then
+ * close. */
 static void on_timeout(uv_timer_t *t) {
   conn *c = t->data;
   if (c->busy) return; /* the handler owns it; it will answer */
+  if (c->in_request || c->pending_len) {
+    c->error_status = 408;
+    fail_parse(c);
+    return;
+  }
   conn_close(c);
 }
 
@@ -252,10 +262,13 @@ static void on_alloc(uv_handle_t *h, size_t sugg, uv_buf_t *buf) {
 
 static void fail_parse(conn *c) {
   int st = c->error_status ? c->error_status : 400;
-  const char *code = st == 413 ? "body_too_large" : st == 431 ? "headers_too_large"
-                                                               : "bad_request";
-  const char *msg = st == 413 ? "request body exceeds the limit"
+  const char *code = st == 413   ? "body_too_large"
+                     : st == 431 ? "headers_too_large"
+                     : st == 408 ? "request_timeout"
+                                 : "bad_request";
+  const char *msg = st == 413   ? "request body exceeds the limit"
                     : st == 431 ? "request headers exceed the limit"
+                    : st == 408 ? "the request did not arrive in time"
                                 : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
   c->keep_alive = 0;
   c->busy = 1;
@@ -354,6 +367,7 @@ static const char *reason(int st) {
   case 429: return "Too Many Requests";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
+  case 502: return "Bad Gateway";
   case 503: return "Service Unavailable";
   default: return "Status";
   }

@@ -12,6 +12,8 @@
  * stt.requests and a QUEUED status to results, both keyed "<sid>/<no>".
  * Materialize may lag presign by a moment, so an unknown submission is
  * retried until ingest.submission_wait_s after the event, then dead-lettered.
+ * An event without a size (CompleteMultipartUpload on Versity Gateway says
+ * 0) takes the question's declared size, which the upload paths enforce.
  * Anything unparseable is dead-lettered at once with the reason.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -183,7 +185,15 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     up.question_no = qno;
     up.bucket = (char *)bucket;
     up.object_key = key;
+    /* A CompleteMultipartUpload event may carry size 0 (Versity Gateway
+     * does). Every object under a question's key has exactly the declared
+     * size — the PUT URL signs content-length, and presign completes a
+     * multipart upload only when its parts add up to it — so the declared
+     * size stands in; stt fetches the object either way. */
     json_int_t size = json_integer_value(json_object_get(obj, "size"));
+    json_int_t declared = json_integer_value(json_object_get(spec, "size"));
+    int size_from_spec = size <= 0 && declared > 0;
+    if (size_from_spec) size = declared;
     up.size = size > 0 ? (uint64_t)size : 0;
     const char *etag = json_string_value(json_object_get(obj, "eTag"));
     up.etag = (char *)(etag ? etag : "");
@@ -208,8 +218,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       sl_result_set(res, SL_OUTCOME_FAIL, "too_many_records", "event: %s", sl_strerror(rc));
       break;
     }
-    sl_log(SL_LOG_INFO, rkey, "upload of %s complete (%llu bytes), queued for stt", key,
-           (unsigned long long)up.size);
+    sl_log(SL_LOG_INFO, rkey, "upload of %s complete (%llu bytes%s), queued for stt", key,
+           (unsigned long long)up.size, size_from_spec ? " as declared; the event said 0" : "");
   }
   json_decref(root);
 }

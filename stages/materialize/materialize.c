@@ -14,28 +14,47 @@
  * late event therefore changes nothing, and a replayed dead letter that
  * completes moves the question from failed to done. Kafka stays the source of
  * truth: replaying the topics from the start rebuilds the same view.
+ *
+ * Losing Redis (a restart without persistence, a failover to an empty
+ * replica) is detected and repaired: the marker key "sl:view:epoch" is set
+ * whenever a view is known to be complete; a watcher thread checks it every
+ * materialize.watch_interval_ms, and when it is missing — including on the
+ * very first start — it sets it and replays `submissions` and `results`
+ * from the beginning up to their current end with a group-less consumer,
+ * through the same monotonic apply. The live consumer keeps running
+ * meanwhile; both paths apply the same monotonic writes, so the result is
+ * the view a full replay gives. Topic retention bounds what can be rebuilt.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_kafka.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_tls.h"
 
 typedef struct {
   int64_t ttl_s;
+  int64_t watch_interval_ms;
 } mat_conf;
 
 const sl_conf_entry sl__materialize_table[] = {
     {"materialize.ttl_s", SL_CONF_INT, "604800", offsetof(mat_conf, ttl_s),
      "how long a submission's view stays in Redis after its last change", 0},
+    {"materialize.watch_interval_ms", SL_CONF_INT, "1000", offsetof(mat_conf, watch_interval_ms),
+     "how often the view marker is checked; a missing marker (Redis lost its data) "
+     "rebuilds the view from the topics", 0},
 };
 const size_t sl__materialize_table_len =
     sizeof sl__materialize_table / sizeof sl__materialize_table[0];
@@ -44,6 +63,8 @@ typedef struct {
   sl_common_conf *cc;
   mat_conf *mc;
   sl_tls *redis; /* one sl_redis per worker thread */
+  atomic_int stop_watch;
+  sl_metric *m_rebuilds, *m_rebuilt;
 } mat;
 
 
@@ -221,6 +242,130 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     on_status(M, m, res);
 }
 
+/* ---- rebuilding a lost view ---------------------------------------------------- */
+
+#define MARKER "sl:view:epoch"
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Replays both topics from the beginning to the end they have now. Returns
+ * 0 when everything up to that end was applied. */
+static int rebuild(mat *M) {
+  char err[512];
+  rd_kafka_t *rk = NULL;
+  int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
+                                 "sluice-materialize-rebuild", err, sizeof err, NULL, NULL,
+                                 NULL);
+  if (rc) {
+    sl_log(SL_LOG_ERROR, NULL, "rebuild: %s", err);
+    return rc;
+  }
+  const char *topics[] = {M->cc->topic_submissions, M->cc->topic_results};
+  rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
+  int64_t *high = NULL;
+  for (size_t t = 0; t < 2 && rc == 0; t++) {
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *kt = rd_kafka_topic_new(rk, topics[t], NULL);
+    if (!kt || rd_kafka_metadata(rk, 0, kt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        md->topic_cnt != 1 || md->topics[0].err) {
+      sl_log(SL_LOG_ERROR, NULL, "rebuild: no metadata for %s", topics[t]);
+      rc = SL_EKAFKA;
+    } else {
+      for (int p = 0; p < md->topics[0].partition_cnt; p++)
+        rd_kafka_topic_partition_list_add(parts, topics[t], md->topics[0].partitions[p].id)
+            ->offset = RD_KAFKA_OFFSET_BEGINNING;
+    }
+    if (md) rd_kafka_metadata_destroy(md);
+    if (kt) rd_kafka_topic_destroy(kt);
+  }
+  high = calloc((size_t)parts->cnt + 1, sizeof *high);
+  int open = 0;
+  for (int i = 0; rc == 0 && high && i < parts->cnt; i++) {
+    int64_t lo = 0, hi = 0;
+    if (rd_kafka_query_watermark_offsets(rk, parts->elems[i].topic, parts->elems[i].partition,
+                                         &lo, &hi, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rc = SL_EKAFKA;
+      break;
+    }
+    high[i] = hi;
+    if (hi > lo) open++;
+  }
+  if (rc == 0 && (!high || rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR))
+    rc = SL_EKAFKA;
+  long applied = 0;
+  int64_t deadline = sl_now_ms() + 600000;
+  while (rc == 0 && open > 0 && !atomic_load(&M->stop_watch) && sl_now_ms() < deadline) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 500);
+    if (!m) continue;
+    if (m->err) {
+      if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+        sl_log(SL_LOG_WARN, NULL, "rebuild: %s", rd_kafka_message_errstr(m));
+      rd_kafka_message_destroy(m);
+      continue;
+    }
+    int idx = -1;
+    for (int i = 0; i < parts->cnt; i++)
+      if (parts->elems[i].partition == m->partition &&
+          strcmp(parts->elems[i].topic, rd_kafka_topic_name(m->rkt)) == 0)
+        idx = i;
+    if (idx >= 0 && m->offset < high[idx]) {
+      sl_outbox ob = {0};
+      for (int attempt = 0;; attempt++) { /* Redis may still be coming back */
+        sl_result res = {0};
+        process(M, m, &ob, &res);
+        if (res.outcome != SL_OUTCOME_RETRY || attempt == 50 || atomic_load(&M->stop_watch))
+          break;
+        sleep_ms(200);
+      }
+      applied++;
+      if (m->offset + 1 >= high[idx]) open--;
+    }
+    rd_kafka_message_destroy(m);
+  }
+  if (rc == 0 && open > 0) rc = SL_ETIMEDOUT;
+  sl_log(rc ? SL_LOG_ERROR : SL_LOG_INFO, NULL, "rebuild: %ld message(s) replayed%s", applied,
+         rc ? " before giving up" : "; the view is complete");
+  sl_metric_add(M->m_rebuilt, (uint64_t)applied);
+  free(high);
+  rd_kafka_topic_partition_list_destroy(parts);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  return rc;
+}
+
+static void *watch(void *arg) {
+  mat *M = arg;
+  sl_redis *r = NULL;
+  if (sl_redis_new(&r, M->cc->redis_url) != 0) return NULL;
+  while (!atomic_load(&M->stop_watch)) {
+    char err[256];
+    const char *get[] = {"EXISTS", MARKER};
+    redisReply *rep = sl_redis_argv(r, 2, get, NULL, err, sizeof err);
+    int missing = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+    if (rep) freeReplyObject(rep);
+    if (missing) {
+      sl_log(SL_LOG_WARN, NULL, "the view marker %s is missing (a new or emptied Redis): "
+                                "rebuilding the view from the topics", MARKER);
+      sl_metric_add(M->m_rebuilds, 1);
+      char epoch[32];
+      snprintf(epoch, sizeof epoch, "%lld", (long long)sl_now_ms());
+      if (rebuild(M) == 0) {
+        /* set only now: a crash mid-rebuild rebuilds again on restart */
+        const char *set[] = {"SET", MARKER, epoch};
+        rep = sl_redis_argv(r, 3, set, NULL, err, sizeof err);
+        if (rep) freeReplyObject(rep);
+      }
+    }
+    for (int64_t t = 0; t < M->mc->watch_interval_ms && !atomic_load(&M->stop_watch); t += 100)
+      sleep_ms(100);
+  }
+  sl_redis_free(r);
+  return NULL;
+}
+
 int sl__materialize_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   mat_conf mc = {0};
@@ -230,14 +375,24 @@ int sl__materialize_main(int argc, char **argv) {
                            "Writes question states and results into Redis.", &cc, own, 1,
                            "127.0.0.1:9184", &admin);
   if (rc) return rc;
-  mat M = {&cc, &mc, NULL};
+  mat M = {.cc = &cc, .mc = &mc};
+  M.m_rebuilds = sl_metrics_counter("sluice_view_rebuilds_total", NULL,
+                                    "Times materialize found the Redis view gone and replayed the topics");
+  M.m_rebuilt = sl_metrics_counter("sluice_view_rebuild_messages_total", NULL,
+                                   "Messages replayed into Redis by view rebuilds");
   rc = sl_redis_tls_new(&M.redis, cc.redis_url);
+  pthread_t watcher;
+  int watching = 0;
+  if (rc == 0 && mc.watch_interval_ms > 0)
+    watching = pthread_create(&watcher, NULL, watch, &M) == 0;
   if (rc == 0) {
     const char *topics[] = {cc.topic_results, cc.topic_submissions};
     sl_stage_opts o = {.stage = "materialize", .common = &cc, .topics = topics, .ntopics = 2,
                        .process = process, .ud = &M, .admin = admin};
     rc = sl_stage_run(&o, &sl__stop);
   }
+  atomic_store(&M.stop_watch, 1);
+  if (watching) pthread_join(watcher, NULL);
   sl_tls_free(M.redis);
   sl__stage_finish(&cc, own, 1, admin);
   return rc ? 1 : 0;

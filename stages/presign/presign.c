@@ -27,6 +27,7 @@
 #include "../stages.h"
 
 #include <jansson.h>
+#include <libxml/parser.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_s3.h"
+#include "multipart.h"
 
 #define MAX_TYPES 16
 
@@ -55,6 +57,7 @@ typedef struct {
   char *content_types;
   int64_t kafka_timeout_ms;
   char *cors_origins;
+  int64_t request_timeout_ms;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -75,6 +78,8 @@ const sl_conf_entry sl__presign_table[] = {
      "how long a create waits for Kafka before answering 503", 0},
     {"presign.cors_origins", SL_CONF_STR, "", P(cors_origins),
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
+    {"presign.request_timeout_ms", SL_CONF_INT, "10000", P(request_timeout_ms),
+     "a request must arrive whole within this time (slow clients get 408 and are closed)", 0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -97,6 +102,7 @@ typedef struct {
   int shutting_down;
   sl_aredis *redis;  /* Idempotency-Key records */
   sl_metric *m_replayed;
+  sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
 } presign;
 
 static presign *P_; /* the delivery-report callback's context */
@@ -543,6 +549,7 @@ static void handle(sl_http_req *req, void *ud) {
       sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
     return;
   }
+  if (sl__mpu_handle(ps->mpu, req)) return;
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 
@@ -555,6 +562,8 @@ static void shutdown_loop(presign *ps) {
   ps->ku = NULL;
   sl_aredis_free(ps->redis); /* waiting Idempotency-Key requests get 503 */
   ps->redis = NULL;
+  sl__mpu_free(ps->mpu); /* multipart requests in flight finish first */
+  ps->mpu = NULL;
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
 }
@@ -606,10 +615,20 @@ int sl__presign_main(int argc, char **argv) {
     if (rc) snprintf(err, sizeof err, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
   }
   if (rc == 0) {
-    rc = sl_http_server_new(&ps.srv, &loop, pc.listen, NULL, handle, &ps);
+    xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
+    rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, cc.redis_url,
+                     (unsigned)s3.url_expiry_s);
+    if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
+  }
+  if (rc == 0) {
+    sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
+                                                        pc.request_timeout_ms < 3600000
+                                                    ? (unsigned)pc.request_timeout_ms
+                                                    : 10000};
+    rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
-    if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "POST",
-                                                 "Content-Type, Idempotency-Key",
+    if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",
+                                                 "Content-Type, Idempotency-Key, Authorization",
                                                  "ETag, Retry-After, Idempotent-Replayed")))
       snprintf(err, sizeof err, "presign.cors_origins: %s", sl_strerror(rc));
   }
@@ -628,6 +647,7 @@ int sl__presign_main(int argc, char **argv) {
     sl_http_server_free(ps.srv);
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
+    sl__mpu_free(ps.mpu);
     uv_run(&loop, UV_RUN_DEFAULT);
   }
   if (ps.producer) {

@@ -19,13 +19,41 @@ valid() { # valid SCHEMA FILE...
 espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
 sum=$(sha256sum "$work/a.wav" | cut -d' ' -f1)
 size=$(stat -c %s "$work/a.wav")
-body="{\"questions\":[{\"no\":1,\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\",\"sha256\":\"$sum\"},{\"no\":2,\"content_type\":\"audio/ogg\",\"size\":10}]}"
+body="{\"questions\":[{\"no\":1,\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\",\"sha256\":\"$sum\"},{\"no\":2,\"content_type\":\"audio/ogg\",\"size\":10},{\"no\":3,\"content_type\":\"audio/ogg\",\"size\":10}]}"
 check "create -> 201" test "$(post create.json "$body" -H "Idempotency-Key: oa-$$-$RANDOM")" = 201
 check "the create reply matches CreateReply" valid CreateReply "$work/create.json"
 sid=$(jq -r .submission_id "$work/create.json"); token=$(jq -r .results_token "$work/create.json")
 wait_for 20 sh -c "curl -fsS -o '$work/awaiting.json' -H 'Authorization: Bearer $token' '$RESULTS_URL/v1/submissions/$sid'" ||
   fail "the view never appeared"
 check "a view awaiting upload matches SubmissionView" valid SubmissionView "$work/awaiting.json"
+
+# the multipart (Companion-style) endpoints: question 2 in one 10-byte part
+MP=$PRESIGN_URL/s3/multipart
+mp() { curl -sS -o "$work/$1" -w '%{http_code}' -H "Authorization: Bearer $token" "${@:2}"; }
+check "multipart create -> 200" test "$(mp mp-create.json -X POST --data "{\"metadata\":{\"submission_id\":\"$sid\",\"question_no\":2}}" "$MP")" = 200
+check "  matches MultipartCreateReply" valid MultipartCreateReply "$work/mp-create.json"
+up=$(jq -r .uploadId "$work/mp-create.json" | jq -rR @uri); k=$(jq -r .key "$work/mp-create.json" | jq -rR @uri)
+check "batch sign -> 200" test "$(mp mp-batch.json "$MP/$up/batch?key=$k&partNumbers=1,2")" = 200
+check "  matches BatchSignReply" valid BatchSignReply "$work/mp-batch.json"
+check "sign one part -> 200" test "$(mp mp-sign.json "$MP/$up/1?key=$k")" = 200
+check "  matches SignPartReply" valid SignPartReply "$work/mp-sign.json"
+head -c 10 /dev/urandom >"$work/part1"
+curl -sS -o /dev/null -T "$work/part1" "$(jq -r .url "$work/mp-sign.json")"
+check "list parts -> 200" test "$(mp mp-list.json "$MP/$up?key=$k")" = 200
+check "  matches PartList (one part)" valid PartList "$work/mp-list.json"
+check "  and lists the part" jqe 'length == 1 and .[0].Size == 10' "$(cat "$work/mp-list.json")"
+mp mp-e400-1.json "$MP/$up/0?key=$k" >/dev/null
+mp mp-e400-2.json "$MP/$up/1" >/dev/null
+mp mp-e404-1.json "$MP/nope/1?key=$k" >/dev/null
+curl -sS -o "$work/mp-e401.json" "$MP/$up/1?key=$k"
+mp mp-e400-3.json -X POST --data '{"parts":[{"PartNumber":1,"ETag":"x"}]}' "$MP/$up/complete?key=$k" >/dev/null # storage refuses the ETag
+check "complete -> 200" test "$(mp mp-complete.json -X POST --data "$(jq -c '{parts: map({PartNumber, ETag})}' "$work/mp-list.json")" "$MP/$up/complete?key=$k")" = 200
+check "  matches CompleteReply" valid CompleteReply "$work/mp-complete.json"
+check "multipart create for question 3 -> 200" test "$(mp mp-create3.json -X POST --data "{\"metadata\":{\"submission_id\":\"$sid\",\"question_no\":3}}" "$MP")" = 200
+up3=$(jq -r .uploadId "$work/mp-create3.json" | jq -rR @uri); k3=$(jq -r .key "$work/mp-create3.json" | jq -rR @uri)
+check "abort -> 200" test "$(mp mp-abort.json -X DELETE "$MP/$up3?key=$k3")" = 200
+check "  matches AbortReply" valid AbortReply "$work/mp-abort.json"
+check "multipart error bodies match Error (400, 401, 404)" valid Error "$work"/mp-e*.json
 
 q=$(jq -c '.questions[0]' "$work/create.json")
 hdrs=()

@@ -718,12 +718,20 @@ static void test_request_timeout(void **state) {
   sl_http_limits lim = {.request_timeout_ms = 200, .idle_timeout_ms = 300};
   start_server(f, &lim);
 
-  /* half a header, then silence: cut off after request_timeout_ms */
+  /* half a header, then silence: 408 after request_timeout_ms, then closed */
   client *c = connect_client(f);
+  int64_t t1 = now_ms();
   send_str(c, "GET /slow HTTP/1.1\r\nHost: h\r\nX-Te");
-  int64_t t = wait_closed(c, 2000);
+  response r408;
+  assert_int_equal(read_response(c, &r408), 0);
+  int64_t t = now_ms() - t1;
+  assert_int_equal(r408.status, 408);
+  assert_non_null(strstr(r408.body, "\"request_timeout\""));
+  assert_string_equal(header(&r408, "Connection"), "close");
+  response_free(&r408);
   assert_true(t >= 150);
   assert_true(t < 1500);
+  assert_true(wait_closed(c, 2000) >= 0);
   client_close(c);
 
   /* trickling bytes does not extend the deadline */

@@ -1,7 +1,14 @@
 /*
  * sl_s3.h — the object-storage settings shared by presign and stt, and the
- * few server-side calls Sluice makes (GET an answer). Requests are signed with
- * sl_sigv4 and sent with libcurl; bodies are read into bounded memory.
+ * few server-side calls Sluice makes: GET an answer (blocking, for worker
+ * threads), and the multipart-upload calls presign makes on behalf of
+ * browser clients (CreateMultipartUpload, ListParts, CompleteMultipartUpload,
+ * AbortMultipartUpload: asynchronous, on a libuv loop through sl_httpc, so
+ * the HTTP server's loop never blocks on storage). Requests are signed with
+ * sl_sigv4 (GET by a short presigned URL; the multipart calls with an
+ * Authorization header over the sha256 of the body) and sent with libcurl;
+ * bodies are read into bounded memory. S3's XML replies are parsed with
+ * libxml2.
  *
  * Credentials come from the environment or a config file and are never
  * logged (the table marks them secret).
@@ -11,9 +18,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "sluice/sl_conf.h"
 #include "sluice/sl_sigv4.h"
+
+struct sl_httpc;
 
 typedef struct {
   char *endpoint;   /* http://127.0.0.1:7070 */
@@ -50,5 +60,70 @@ int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
  * statuses (*status set) or SL_EUNAVAIL for connection errors. */
 int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
               void **data, size_t *len, long *status, char *err, size_t errlen);
+
+/* ---- multipart uploads (asynchronous) ------------------------------- */
+
+#define SL_S3_MAX_PART_NO 10000 /* S3: part numbers are 1..10000 */
+
+/* Where multipart calls go. All three are borrowed; the sl_httpc decides
+ * the loop (@locality that loop's thread). */
+typedef struct {
+  sl_sigv4 *sig;
+  const sl_s3_target *target;
+  struct sl_httpc *http;
+} sl_s3_client;
+
+typedef struct {
+  int number;
+  int64_t size;   /* ListParts only */
+  char etag[80];  /* as S3 gives it, quotes included */
+} sl_s3_part;
+
+enum { SL_S3_OP_CREATE = 1, SL_S3_OP_LIST, SL_S3_OP_COMPLETE, SL_S3_OP_ABORT };
+
+/* The outcome of one multipart call; valid only during the callback.
+ *   rc  0; SL_ENOTFOUND the upload (or key) does not exist (NoSuchUpload,
+ *       NoSuchKey, 404); SL_EINVAL storage refused the request as the
+ *       client's fault (400: InvalidPart, InvalidPartOrder, EntityTooSmall…);
+ *       SL_EUNAVAIL no answer, or 5xx / SlowDown; SL_ESTORAGE anything else
+ *       (403, an unreadable reply). */
+typedef struct {
+  int rc;
+  long status;            /* HTTP status, 0 when there was no answer */
+  char code[64];          /* S3 <Error><Code>, "" when none */
+  char message[256];      /* for logs */
+  char upload_id[512];    /* CREATE */
+  sl_s3_part *parts;      /* LIST: this page, in storage order */
+  size_t nparts;
+  int truncated;          /* LIST: another page follows from next_marker */
+  int next_marker;
+  char etag[80];          /* COMPLETE: the object's ETag */
+} sl_s3_result;
+
+typedef void (*sl_s3_cb)(const sl_s3_result *r, void *ud);
+
+/* Each call returns 0 (cb runs exactly once, later, on the loop) or a
+ * negative code (cb never runs). key is the raw object key. */
+int sl_s3_create_multipart(const sl_s3_client *c, const char *key, const char *content_type,
+                           sl_s3_cb cb, void *ud);
+/* One page of at most max_parts (1..1000) parts after part number marker. */
+int sl_s3_list_parts(const sl_s3_client *c, const char *key, const char *upload_id,
+                     int marker, int max_parts, sl_s3_cb cb, void *ud);
+/* parts: n (1..10000) numbers with their ETags, ascending. */
+int sl_s3_complete_multipart(const sl_s3_client *c, const char *key, const char *upload_id,
+                             const sl_s3_part *parts, size_t n, sl_s3_cb cb, void *ud);
+int sl_s3_abort_multipart(const sl_s3_client *c, const char *key, const char *upload_id,
+                          sl_s3_cb cb, void *ud);
+
+/* A presigned UploadPart URL (PUT key?partNumber=N&uploadId=U); no headers
+ * are signed, so a client sends the part with any Content-Length. Sync and
+ * pure: no storage call. */
+int sl_s3_presign_part(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
+                       const char *upload_id, int part_no, time_t now, unsigned expires,
+                       char *url, size_t len);
+
+/* Reads a storage reply into r (which must be zeroed; free r->parts with
+ * free()). Exposed for unit tests. Returns r->rc. */
+int sl_s3_parse_reply(int op, long status, const char *body, size_t len, sl_s3_result *r);
 
 #endif

@@ -1,0 +1,447 @@
+/* bench/pipeline/loadgen.c — end-to-end load for the whole pipeline.
+ *
+ * Open loop: every 1/R s (by the clock, not after the previous answer) a
+ * client creates a submission of n questions (n drawn from a truncated
+ * geometric distribution with the given mean, 1..max), then PUTs each answer
+ * to storage through its presigned URL, as a browser would. Creates and
+ * uploads run concurrently on one libcurl multi handle.
+ *
+ * After the load phase it watches the results view every second (one
+ * HGETALL per unfinished submission, pipelined, on the Redis materialize
+ * writes — exactly what the results API serves) until every uploaded
+ * question is done or failed, or the drain timeout passes. An uploaded
+ * question that never reaches a final state is LOST.
+ *
+ * DUPLICATED counts questions whose view changed after it was first seen
+ * final (a second, different result reached the user); a final scan after
+ * the drain compares every view with the one first seen.
+ *
+ * Output: a summary JSON object on stdout; with --out, one JSON line per
+ * question (submission, no, n, accept_ms, uploaded, state, accept_to_done_ms,
+ * done_at_s relative to the start) for plots. Progress every 10 s on stderr.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <curl/curl.h>
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define MAXQ 30
+
+typedef struct {
+  int no;
+  int uploaded; /* 1 ok, -1 failed */
+  int final;    /* 1 done, 2 failed */
+  long accept_to_done_ms;
+  double final_at; /* seconds since start when first seen final */
+  char *final_view; /* the view when first seen final */
+} question;
+
+typedef struct {
+  double sched;
+  int n;
+  int status; /* HTTP status of the create, 0 = none yet */
+  double accept_ms;
+  char sid[64];
+  question q[MAXQ];
+  int pending_puts;
+  int finished; /* every uploaded question final */
+} sub;
+
+typedef struct {
+  sub *s;
+  int qi; /* -1 = the create */
+  char *buf;
+  size_t len;
+  struct curl_slist *hdrs;
+  char *body;
+} xfer;
+
+static double t0;
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - t0;
+}
+
+static size_t collect(char *p, size_t s, size_t n, void *u) {
+  xfer *x = u;
+  size_t k = s * n;
+  if (x->len + k > (1u << 20)) return 0;
+  char *g = realloc(x->buf, x->len + k + 1);
+  if (!g) return 0;
+  x->buf = g;
+  memcpy(x->buf + x->len, p, k);
+  x->len += k;
+  x->buf[x->len] = '\0';
+  return k;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double pct(double *v, size_t n, double p) {
+  if (!n) return 0;
+  size_t i = (size_t)ceil(p * (double)n);
+  return v[i ? i - 1 : 0];
+}
+
+static const char *audio;
+static size_t audio_len;
+static CURLM *multi;
+static long running_xfers;
+
+static void add_put(sub *s, int qi, json_t *qj) {
+  xfer *x = calloc(1, sizeof *x);
+  x->s = s;
+  x->qi = qi;
+  CURL *e = curl_easy_init();
+  const char *k;
+  json_t *v;
+  json_object_foreach(json_object_get(qj, "headers"), k, v) {
+    if (!strcasecmp(k, "Content-Length")) continue; /* curl sends it */
+    char h[512];
+    snprintf(h, sizeof h, "%s: %s", k, json_string_value(v));
+    x->hdrs = curl_slist_append(x->hdrs, h);
+  }
+  x->hdrs = curl_slist_append(x->hdrs, "Expect:");
+  curl_easy_setopt(e, CURLOPT_URL, json_string_value(json_object_get(qj, "url")));
+  curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, audio);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)audio_len);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT, 60L);
+  curl_multi_add_handle(multi, e);
+  running_xfers++;
+  s->pending_puts++;
+}
+
+static void start_create(sub *s, const char *url) {
+  xfer *x = calloc(1, sizeof *x);
+  x->s = s;
+  x->qi = -1;
+  json_t *qs = json_array();
+  for (int i = 0; i < s->n; i++)
+    json_array_append_new(qs, json_pack("{s:s,s:I,s:s}", "content_type", "audio/wav", "size",
+                                        (json_int_t)audio_len, "prompt",
+                                        "Tell me about your weekend."));
+  json_t *b = json_pack("{s:o}", "questions", qs);
+  x->body = json_dumps(b, JSON_COMPACT);
+  json_decref(b);
+  x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+  x->hdrs = curl_slist_append(x->hdrs, "Expect:");
+  CURL *e = curl_easy_init();
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT, 30L);
+  curl_multi_add_handle(multi, e);
+  running_xfers++;
+}
+
+static void finish_xfer(CURL *e, CURLcode cc) {
+  xfer *x = NULL;
+  curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&x);
+  long status = 0;
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+  sub *s = x->s;
+  if (x->qi < 0) {
+    s->accept_ms = (now_s() - s->sched) * 1000.0;
+    s->status = cc == CURLE_OK ? (int)status : -1;
+    json_t *j = s->status == 201 ? json_loadb(x->buf ? x->buf : "", x->len, 0, NULL) : NULL;
+    const char *sid = json_string_value(json_object_get(j, "submission_id"));
+    json_t *qs = json_object_get(j, "questions");
+    if (sid && json_array_size(qs) == (size_t)s->n) {
+      snprintf(s->sid, sizeof s->sid, "%s", sid);
+      for (int i = 0; i < s->n; i++) {
+        json_t *qj = json_array_get(qs, (size_t)i);
+        s->q[i].no = (int)json_integer_value(json_object_get(qj, "no"));
+        add_put(s, i, qj);
+      }
+    } else if (s->status == 201) {
+      s->status = -2; /* unparseable reply */
+    }
+    json_decref(j);
+  } else {
+    s->q[x->qi].uploaded = cc == CURLE_OK && status == 200 ? 1 : -1;
+    s->pending_puts--;
+  }
+  curl_multi_remove_handle(multi, e);
+  curl_easy_cleanup(e);
+  curl_slist_free_all(x->hdrs);
+  free(x->body);
+  free(x->buf);
+  free(x);
+  running_xfers--;
+}
+
+static void pump(double wait_s) {
+  int still = 0, nfds = 0;
+  curl_multi_perform(multi, &still);
+  CURLMsg *m;
+  int left;
+  while ((m = curl_multi_info_read(multi, &left)))
+    if (m->msg == CURLMSG_DONE) finish_xfer(m->easy_handle, m->data.result);
+  int ms = (int)(wait_s * 1000);
+  if (ms > 0) curl_multi_poll(multi, NULL, 0, ms, &nfds);
+}
+
+/* Reads the results view of every unfinished submission. Returns how many
+ * uploaded questions are still not final. */
+static char redis_host[256];
+static int redis_port = 6379;
+
+/* (Re)connects; Redis may be restarted under us (chaos runs). */
+static redisContext *redis_get(redisContext **rc) {
+  if (*rc && !(*rc)->err) return *rc;
+  if (*rc) redisFree(*rc);
+  struct timeval tv = {2, 0};
+  *rc = redisConnectWithTimeout(redis_host, redis_port, tv);
+  if (*rc && (*rc)->err) {
+    redisFree(*rc);
+    *rc = NULL;
+  }
+  return *rc;
+}
+
+/* Reads the results view of every unfinished submission. Returns how many
+ * uploaded questions are still not final, or -1 when Redis is unreachable. */
+static long scan_views(redisContext **rcp, sub *subs, long nsubs) {
+  redisContext *rc = redis_get(rcp);
+  if (!rc) return -1;
+  long outstanding = 0, queued = 0;
+  for (long i = 0; i < nsubs; i++) {
+    sub *s = &subs[i];
+    if (s->status != 201 || s->finished || s->pending_puts) continue;
+    redisAppendCommand(rc, "HGETALL sl:sub:%s", s->sid);
+    queued++;
+  }
+  for (long i = 0; i < nsubs; i++) {
+    sub *s = &subs[i];
+    if (s->status != 201 || s->finished || s->pending_puts) continue;
+    redisReply *r = NULL;
+    if (redisGetReply(rc, (void **)&r) != REDIS_OK || !r) {
+      fprintf(stderr, "[loadgen] redis: %s (will reconnect)\n", rc->errstr);
+      return -1; /* the context is in error; redis_get() replaces it */
+    }
+    int open = 0;
+    for (int k = 0; k < s->n; k++) {
+      question *q = &s->q[k];
+      if (q->uploaded != 1 || q->final) continue;
+      char field[16];
+      snprintf(field, sizeof field, "q%d", q->no);
+      for (size_t e = 0; r->type == REDIS_REPLY_ARRAY && e + 1 < r->elements; e += 2) {
+        if (strcmp(r->element[e]->str, field) != 0) continue;
+        json_t *j = json_loads(r->element[e + 1]->str, 0, NULL);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        if (st && (!strcmp(st, "done") || !strcmp(st, "failed"))) {
+          q->final = !strcmp(st, "done") ? 1 : 2;
+          q->accept_to_done_ms = (long)json_integer_value(json_object_get(j, "accept_to_done_ms"));
+          q->final_at = now_s();
+          q->final_view = strdup(r->element[e + 1]->str);
+        }
+        json_decref(j);
+      }
+      if (!q->final) open++;
+    }
+    freeReplyObject(r);
+    if (!open) s->finished = 1;
+    outstanding += open;
+  }
+  (void)queued;
+  return outstanding;
+}
+
+static int draw_n(double mean, int max) {
+  /* truncated geometric on 1..max with the given mean (before truncation) */
+  double p = 1.0 / mean;
+  int n = 1;
+  while (n < max && (double)rand() / RAND_MAX > p) n++;
+  return n;
+}
+
+int main(int argc, char **argv) {
+  const char *url = NULL, *audio_path = NULL, *redis_addr = "127.0.0.1:6379", *out = NULL;
+  double rate = 6.7, duration = 60, mean = 3.4, drain_timeout = 600;
+  int maxq = 15;
+  unsigned seed = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *k = argv[i], *v = argv[i + 1];
+    if (!strcmp(k, "--presign")) url = v;
+    else if (!strcmp(k, "--audio")) audio_path = v;
+    else if (!strcmp(k, "--redis")) redis_addr = v;
+    else if (!strcmp(k, "--out")) out = v;
+    else if (!strcmp(k, "--rate")) rate = atof(v);
+    else if (!strcmp(k, "--duration")) duration = atof(v);
+    else if (!strcmp(k, "--mean-questions")) mean = atof(v);
+    else if (!strcmp(k, "--max-questions")) maxq = atoi(v);
+    else if (!strcmp(k, "--drain-timeout")) drain_timeout = atof(v);
+    else if (!strcmp(k, "--seed")) seed = (unsigned)atoi(v);
+    else {
+      fprintf(stderr, "loadgen: unknown option %s\n", k);
+      return 2;
+    }
+  }
+  if (!url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 || maxq > MAXQ) {
+    fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE.wav "
+                    "[--rate R] [--duration S] [--mean-questions M] [--max-questions N<=30] "
+                    "[--redis HOST:PORT] [--drain-timeout S] [--seed N] [--out FILE.jsonl]\n");
+    return 2;
+  }
+  srand(seed);
+  FILE *af = fopen(audio_path, "rb");
+  if (!af) {
+    fprintf(stderr, "loadgen: cannot open %s\n", audio_path);
+    return 2;
+  }
+  static char abuf[8 << 20];
+  audio_len = fread(abuf, 1, sizeof abuf, af);
+  fclose(af);
+  audio = abuf;
+  snprintf(redis_host, sizeof redis_host, "%s", redis_addr);
+  char *colon = strrchr(redis_host, ':');
+  if (colon) {
+    *colon = '\0';
+    redis_port = atoi(colon + 1);
+  }
+  redisContext *rc = NULL;
+  if (!redis_get(&rc)) {
+    fprintf(stderr, "loadgen: cannot connect to redis %s\n", redis_addr);
+    return 1;
+  }
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  multi = curl_multi_init();
+  curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 512L);
+  long cap = (long)(rate * duration) + 2, nsubs = 0;
+  sub *subs = calloc((size_t)cap, sizeof *subs);
+  t0 = 0;
+  t0 = now_s();
+  double next_progress = 10;
+  /* ---- load ---- */
+  while (now_s() < duration) {
+    double t = now_s();
+    while (nsubs < cap && nsubs / rate <= t && nsubs / rate < duration) {
+      sub *s = &subs[nsubs++];
+      s->sched = nsubs / rate - 1 / rate;
+      s->n = draw_n(mean, maxq);
+      start_create(s, url);
+    }
+    if (t >= next_progress) {
+      fprintf(stderr, "[loadgen] t=%.0fs submissions=%ld in-flight HTTP=%ld\n", t, nsubs,
+              running_xfers);
+      next_progress += 10;
+    }
+    double wait = nsubs / rate - now_s();
+    pump(wait > 0.05 ? 0.05 : (wait > 0 ? wait : 0));
+  }
+  double load_end = now_s();
+  while (running_xfers > 0 && now_s() < load_end + 60) pump(0.05);
+  /* ---- drain: watch the results view ---- */
+  long outstanding = scan_views(&rc, subs, nsubs);
+  if (outstanding < 0) outstanding = 1; /* unknown until Redis answers */
+  double last = now_s();
+  while (outstanding > 0 && now_s() < load_end + drain_timeout) {
+    pump(0.5);
+    if (now_s() - last >= 1.0) {
+      long o = scan_views(&rc, subs, nsubs);
+      if (o >= 0) outstanding = o;
+      last = now_s();
+      if (now_s() >= next_progress) {
+        fprintf(stderr, "[loadgen] t=%.0fs draining: %ld question(s) not final yet\n", now_s(),
+                outstanding);
+        next_progress += 10;
+      }
+    }
+  }
+  double drain_end = now_s();
+  /* ---- duplicates: a final view that changed afterwards (a second grade
+   * reached the user) ---- */
+  long duplicated = 0;
+  for (long i = 0; i < nsubs; i++) {
+    sub *s = &subs[i];
+    if (s->status != 201) continue;
+    redisReply *r = redis_get(&rc) ? redisCommand(rc, "HGETALL sl:sub:%s", s->sid) : NULL;
+    for (int k = 0; r && k < s->n; k++) {
+      question *q = &s->q[k];
+      if (!q->final_view) continue;
+      char field[16];
+      snprintf(field, sizeof field, "q%d", q->no);
+      for (size_t e = 0; r->type == REDIS_REPLY_ARRAY && e + 1 < r->elements; e += 2)
+        if (!strcmp(r->element[e]->str, field) && strcmp(r->element[e + 1]->str, q->final_view))
+          duplicated++;
+      free(q->final_view);
+    }
+    if (r) freeReplyObject(r);
+  }
+  /* ---- summary ---- */
+  long accepted = 0, create_err = 0, questions = 0, uploaded = 0, upload_err = 0, done = 0,
+       failed = 0, lost = 0;
+  double *acc = calloc((size_t)nsubs + 1, sizeof *acc);
+  double *dl = calloc((size_t)nsubs * MAXQ + 1, sizeof *dl);
+  size_t nacc = 0, ndl = 0;
+  double last_final = load_end;
+  FILE *of = out ? fopen(out, "w") : NULL;
+  for (long i = 0; i < nsubs; i++) {
+    sub *s = &subs[i];
+    if (s->status != 201) {
+      create_err++;
+      continue;
+    }
+    accepted++;
+    acc[nacc++] = s->accept_ms;
+    for (int k = 0; k < s->n; k++) {
+      question *q = &s->q[k];
+      questions++;
+      if (q->uploaded != 1) {
+        upload_err++;
+        continue;
+      }
+      uploaded++;
+      if (q->final == 1) done++;
+      else if (q->final == 2) failed++;
+      else lost++;
+      if (q->final) {
+        dl[ndl++] = q->accept_to_done_ms / 1000.0;
+        if (q->final_at > last_final) last_final = q->final_at;
+      }
+      if (of)
+        fprintf(of,
+                "{\"submission\":\"%s\",\"no\":%d,\"n\":%d,\"sched_s\":%.3f,\"accept_ms\":%.3f,"
+                "\"state\":\"%s\",\"accept_to_done_ms\":%ld,\"final_at_s\":%.3f}\n",
+                s->sid, q->no, s->n, s->sched, s->accept_ms,
+                q->final == 1 ? "done" : q->final == 2 ? "failed" : "lost",
+                q->accept_to_done_ms, q->final_at);
+    }
+  }
+  if (of) fclose(of);
+  qsort(acc, nacc, sizeof *acc, cmp_d);
+  qsort(dl, ndl, sizeof *dl, cmp_d);
+  printf("{\"rate\":%.3f,\"duration_s\":%.1f,\"submissions\":%ld,\"accepted\":%ld,"
+         "\"create_errors\":%ld,\"questions\":%ld,\"uploaded\":%ld,\"upload_errors\":%ld,"
+         "\"done\":%ld,\"failed\":%ld,\"lost\":%ld,\"duplicated\":%ld,\"accept_p50_ms\":%.2f,\"accept_p95_ms\":%.2f,"
+         "\"accept_p99_ms\":%.2f,\"done_p50_s\":%.2f,\"done_p95_s\":%.2f,\"done_max_s\":%.2f,"
+         "\"drain_s\":%.1f,\"watch_s\":%.1f}\n",
+         rate, duration, nsubs, accepted, create_err, questions, uploaded, upload_err, done,
+         failed, lost, duplicated, pct(acc, nacc, .50), pct(acc, nacc, .95), pct(acc, nacc, .99),
+         pct(dl, ndl, .50), pct(dl, ndl, .95), ndl ? dl[ndl - 1] : 0, last_final - load_end,
+         drain_end - load_end);
+  free(acc);
+  free(dl);
+  free(subs);
+  curl_multi_cleanup(multi);
+  curl_global_cleanup();
+  if (rc) redisFree(rc);
+  return 0;
+}

@@ -1,0 +1,30 @@
+/*
+ * multipart.h — the Companion-style S3 multipart endpoints of `sluice
+ * presign` (internal to the presign stage; see multipart.c).
+ */
+#ifndef SLUICE_PRESIGN_MULTIPART_H
+#define SLUICE_PRESIGN_MULTIPART_H
+
+#include <uv.h>
+
+#include "sluice/sl_http.h"
+#include "sluice/sl_s3.h"
+
+typedef struct sl__mpu sl__mpu;
+
+/* Creates the endpoints' state: its own Redis connection (redis_url) and
+ * HTTP client on loop. sig, t and s3 are borrowed and must outlive it.
+ * part_expiry_s: lifetime of part URLs. */
+int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_target *t,
+                const sl_s3_conf *s3, const char *redis_url, unsigned part_expiry_s);
+
+/* Serves req when its path is one of the multipart routes (/s3/multipart…,
+ * also under /v1): returns 1 (answered now or later), else 0 (not ours). */
+int sl__mpu_handle(sl__mpu *m, sl_http_req *req);
+
+/* Stops: requests in flight finish (their storage calls complete), then the
+ * Redis connection and the HTTP client are closed and m is freed; run the
+ * loop until it has no more work. NULL-safe. */
+void sl__mpu_free(sl__mpu *m);
+
+#endif

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The results view survives losing Redis: a submission is graded, Redis is
+# emptied (FLUSHALL, what a restart without persistence leaves), and
+# materialize notices the missing view marker and replays the topics, so the
+# client polling with its token sees the same graded answer again — without
+# any stage being restarted.
+source "$(dirname "$0")/lib.sh"
+stages_up
+work=$(mktemp -d)
+at_exit 'rm -rf "$work"'
+ADMIN_MAT=http://127.0.0.1:$((BASE + 104))
+
+espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+size=$(stat -c %s "$work/a.wav")
+reply=$(curl -fsS -X POST "$PRESIGN_URL/v1/submissions" -H 'Content-Type: application/json' \
+  -d "{\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\"}]}")
+sid=$(jq -r .submission_id <<<"$reply")
+token=$(jq -r .results_token <<<"$reply")
+mapfile -t hdrs < <(jq -r '.questions[0].headers | to_entries[] | select(.key != "Content-Length") | "-H\n\(.key): \(.value)"' <<<"$reply")
+curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$work/a.wav" "$(jq -r '.questions[0].url' <<<"$reply")" >/dev/null
+
+view() { curl -sS -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid"; }
+done_view() { view >"$work/view.json" && jq -e '.questions[0].state == "done"' "$work/view.json" >/dev/null; }
+check "graded before Redis is lost" wait_for 90 done_view
+before=$(jq -c '.questions[0] | {state, transcript, grade}' "$work/view.json")
+
+rebuilds() { curl -fsS "$ADMIN_MAT/metrics" | awk '$1 == "sluice_view_rebuilds_total" {print $2}'; }
+rebuilds0=$(rebuilds)
+redis-cli -p "$DEVSTACK_REDIS_PORT" FLUSHALL >/dev/null
+check "the view is gone right after the flush" test "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid")" = 404
+check "the view comes back without restarting anything" wait_for 60 done_view
+after=$(jq -c '.questions[0] | {state, transcript, grade}' "$work/view.json")
+check "the rebuilt view is the one the client saw before" test "$before" = "$after"
+check "materialize counted a rebuild" test "$(rebuilds)" -gt "$rebuilds0"
+check "materialize logged why it rebuilt" grep -q 'rebuilding the view from the topics' "$STAGES_DIR/materialize.log"
+
+finish
