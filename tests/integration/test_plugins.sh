@@ -6,7 +6,11 @@
 #                 too), then corrupt, truncated, zero-length and over-long audio;
 #   grade plugins fixed transcripts (levels, criteria, determinism) and bad
 #                 transcript files;
-#   HTTP plugins  against `sluice fakeprovider` (when such plugins are built).
+#   HTTP plugins  against `sluice fakeprovider` (when such plugins are built),
+#                 then against a misbehaving one: outage, 429, truncated
+#                 bodies, no answer within the timeout, nothing listening,
+#                 unreadable and empty audio, schema-violating replies
+#                 (regenerations, then failed), no json_schema support.
 # Then the stages themselves: an unknown plugin, a plugin built for another
 # ABI and an unknown plugin setting stop `sluice stt|grade` at start-up with
 # a clear message.
@@ -116,6 +120,85 @@ for p in "${PLUGINS[@]}"; do
       run grade rubric "$TMP/t-empty.json"
       check "$p: no speech -> NL with a reason" jqok '.outcome == "done" and .level == "NL" and .score == 0' <<<"$OUT"
     fi
+  fi
+done
+
+# ---- the HTTP plugins against a misbehaving provider ----
+# Each case starts its own fake provider (ports BASE+52..) and checks the
+# outcome class, and where it matters what the provider saw (/stats).
+fake_case() { # fake_case PORT ARGS... : a fake provider for one case
+  local port=$1
+  shift
+  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$port \
+    --set admin.listen=127.0.0.1:$((port + 100)) --set fakeprovider.stt_latency_ms=20 \
+    --set fakeprovider.chat_latency_ms=20 --set fakeprovider.stt_jitter_ms=0 \
+    --set fakeprovider.chat_jitter_ms=0 "$@" >>"$TMP/fake-$port.log" 2>&1 &
+  local pid=$!
+  at_exit "kill $pid 2>/dev/null || true"
+  wait_for 20 curl -fsS -o /dev/null "http://127.0.0.1:$port/stats" ||
+    fail "fake provider on $port did not start: $(tail -3 "$TMP/fake-$port.log")"
+}
+outcome() { # outcome EXIT OUTCOME CLASS : the last run ended so
+  test "$RC" -eq "$1" && jqok ".outcome == \"$2\" and .error_class == \"$3\" and (.reason | length) > 5" <<<"$OUT"
+}
+if printf '%s\n' "${PLUGINS[@]}" | grep -q '^stt/openai/'; then
+  P=$((BASE + 52)) U=http://127.0.0.1:$((BASE + 52))
+  fake_case $P --set fakeprovider.outage=0-600
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=$U
+  check "stt/openai: provider outage (503) -> retry provider_unavailable" outcome 3 retry provider_unavailable
+  P=$((BASE + 53)) U=http://127.0.0.1:$((BASE + 53))
+  fake_case $P --set fakeprovider.quota_rps=0.01
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=$U
+  throttled() { outcome 3 retry provider_throttled && jqok '.throttled and .retry_after_ms >= 1000' <<<"$OUT"; }
+  check "stt/openai: 429 -> retry, throttled, with the Retry-After delay" throttled
+  P=$((BASE + 54)) U=http://127.0.0.1:$((BASE + 54))
+  fake_case $P --set fakeprovider.truncate_rate=1
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=$U
+  check "stt/openai: truncated body -> retry provider_bad_reply" outcome 3 retry provider_bad_reply
+  run grade openai "$TMP/t-good.json" --set grade.openai.base_url=$U
+  check "grade/openai: truncated body -> retry provider_bad_reply" outcome 3 retry provider_bad_reply
+  P=$((BASE + 55)) U=http://127.0.0.1:$((BASE + 55))
+  fake_case $P --set fakeprovider.stt_latency_ms=5000
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=$U --set stt.openai.timeout_ms=700
+  check "stt/openai: no answer within timeout_ms -> retry provider_timeout" outcome 3 retry provider_timeout
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=http://127.0.0.1:$((BASE + 59))
+  check "stt/openai: nothing listening -> retry provider_unreachable" outcome 3 retry provider_unreachable
+  P=$((BASE + 56)) U=http://127.0.0.1:$((BASE + 56))
+  fake_case $P
+  run stt openai "$TMP/noise.wav" --set stt.openai.base_url=$U
+  check "stt/openai: audio the provider cannot read (400) -> failed provider_rejected" outcome 4 failed provider_rejected
+  run stt openai "$TMP/empty.wav" --set stt.openai.base_url=$U
+  check "stt/openai: zero-length audio -> failed empty_audio, no request" outcome 4 failed empty_audio
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=$U --set stt.openai.response_format=json
+  check "stt/openai: plain json mode -> text and the WAV's duration" \
+    jqok '.outcome == "done" and (.text | length) > 0 and .duration_s > 3 and (.words | length) == 0' <<<"$OUT"
+  check "stt/openai: the provider saw one 400 and one 200 (none for the empty file)" \
+    jqok '.by_endpoint.transcriptions == {"200":1,"400":1}' <<<"$(curl -fsS "$U/stats")"
+fi
+if printf '%s\n' "${PLUGINS[@]}" | grep -q '^grade/openai/'; then
+  P=$((BASE + 57)) U=http://127.0.0.1:$((BASE + 57))
+  fake_case $P --set fakeprovider.bad_reply_rate=1
+  run grade openai "$TMP/t-good.json" --set grade.openai.base_url=$U --set grade.openai.max_regenerations=2
+  check "grade/openai: every reply violates the schema -> failed invalid_model_reply" outcome 4 failed invalid_model_reply
+  check "grade/openai: the last reply attached (raw_reply) and the attempts named" \
+    jqok '(.raw_reply | length) > 0 and (.reason | test("after 3 attempts")) and .cost_units > 0' <<<"$OUT"
+  check "grade/openai: 1 request + 2 regenerations reached the provider" \
+    jqok '.by_endpoint.chat["200"] == 3 and .bad_replies == 3' <<<"$(curl -fsS "$U/stats")"
+  P=$((BASE + 58)) U=http://127.0.0.1:$((BASE + 58))
+  fake_case $P --set fakeprovider.json_schema=false
+  run grade openai "$TMP/t-good.json" --set grade.openai.base_url=$U
+  check "grade/openai: a server without json_schema -> JSON mode, graded" \
+    jqok '.outcome == "done" and (.level | length) > 1 and .cost_units > 0' <<<"$OUT"
+  check "grade/openai: one 400 (json_schema refused), then one 200" \
+    jqok '.by_endpoint.chat == {"200":1,"400":1}' <<<"$(curl -fsS "$U/stats")"
+  run grade openai "$TMP/t-good.json" --set grade.openai.base_url=http://127.0.0.1:$((BASE + 52))
+  check "grade/openai: provider outage (503) -> retry provider_unavailable" outcome 3 retry provider_unavailable
+fi
+
+for f in "$TMP"/fake-*.log; do
+  [[ -f $f ]] || continue
+  if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$f"; then
+    fail "sanitizer report in $f: $(grep -m3 -E 'ERROR|runtime error' "$f")"
   fi
 done
 

@@ -1,0 +1,239 @@
+/* test_openai_stt.c — stt/openai against a scripted host (plugin_testhost.h):
+ * the request it builds, reply parsing, the HTTP status policy and bad
+ * replies. The plugin source is compiled into this test. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "plugin_testhost.h"
+#include "stt/openai/openai.c"
+
+/* a 1.5 s WAV: 16 kHz 16-bit mono, header + 48000 bytes of silence */
+static unsigned char wav[44 + 48000];
+
+static void make_wav(void) {
+  memset(wav, 0, sizeof wav);
+  memcpy(wav, "RIFF", 4);
+  uint32_t v = 36 + 48000;
+  memcpy(wav + 4, &v, 4);
+  memcpy(wav + 8, "WAVEfmt ", 8);
+  v = 16;
+  memcpy(wav + 16, &v, 4);
+  uint16_t fmt = 1, ch = 1, align = 2, bits = 16;
+  memcpy(wav + 20, &fmt, 2);
+  memcpy(wav + 22, &ch, 2);
+  v = 16000;
+  memcpy(wav + 24, &v, 4);
+  v = 32000;
+  memcpy(wav + 28, &v, 4);
+  memcpy(wav + 32, &align, 2);
+  memcpy(wav + 34, &bits, 2);
+  memcpy(wav + 36, "data", 4);
+  v = 48000;
+  memcpy(wav + 40, &v, 4);
+}
+
+static void *inst;
+
+static int setup(void **st) {
+  (void)st;
+  make_wav();
+  th_reset(sluice_plugin_entry());
+  return 0;
+}
+static int teardown(void **st) {
+  (void)st;
+  destroy(inst);
+  inst = NULL;
+  th_reset(sluice_plugin_entry());
+  return 0;
+}
+
+static void start(const void *audio, size_t len) {
+  char err[256] = "";
+  assert_int_equal(create(&th_host, NULL, &inst, err, sizeof err), 0);
+  sl_plugin_input in = {.struct_size = sizeof in, .key = "sub/1", .prompt = "Tell me",
+                        .language = "en-US", .audio = audio, .audio_len = len,
+                        .content_type = "audio/wav", .filename = "1.wav"};
+  call(inst, &in, (sl_plugin_call *)&th);
+}
+
+static const char verbose_reply[] =
+    "{\"task\":\"transcribe\",\"language\":\"english\",\"duration\":1.52,\"text\":\"I like "
+    "hiking.\",\"segments\":[{\"id\":0,\"start\":0,\"end\":1.52,\"text\":\" I like hiking.\"}],"
+    "\"words\":[{\"word\":\"I\",\"start\":0.0,\"end\":0.3},{\"word\":\"like\",\"start\":0.3,"
+    "\"end\":0.8},{\"word\":\"hiking\",\"start\":0.8,\"end\":1.4}]}";
+
+static void test_request_and_verbose_reply(void **st) {
+  (void)st;
+  th_set("base_url", "http://127.0.0.1:9/");
+  th_set("api_key", "sk-test");
+  start(wav, sizeof wav);
+  assert_int_equal(th.nreq, 1);
+  assert_int_equal(th.completes, 0); /* async: nothing until the answer */
+  const th_request *r = &th.req[0];
+  assert_string_equal(r->url, "http://127.0.0.1:9/v1/audio/transcriptions");
+  assert_true(th_has_header(r, "Authorization: Bearer sk-test"));
+  assert_string_equal(th_form(r, "model"), "whisper-1");
+  assert_string_equal(th_form(r, "response_format"), "verbose_json");
+  assert_string_equal(th_form(r, "language"), "en"); /* en-US -> en */
+  assert_null(th_form(r, "prompt"));
+  assert_int_equal(r->form[0].len, sizeof wav);
+  assert_string_equal(r->form[0].name, "file");
+  assert_string_equal(r->form[0].filename, "1.wav");
+  assert_string_equal(r->form[0].ctype, "audio/wav");
+  assert_memory_equal(r->form[0].data, wav, sizeof wav);
+  int grans = 0;
+  for (int i = 0; i < r->nform; i++)
+    grans += strcmp(r->form[i].name, "timestamp_granularities[]") == 0;
+  assert_int_equal(grans, 2);
+  assert_int_equal(r->timeout_ms, 120000);
+
+  th_reply(200, verbose_reply);
+  assert_int_equal(th.completes, 1);
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  assert_string_equal(th_str("text"), "I like hiking.");
+  assert_string_equal(th_str("language"), "english");
+  assert_string_equal(th_str("engine"), "openai:whisper-1");
+  assert_float_equal(th_num("duration_s"), 1.52, 1e-9);
+  assert_float_equal(th_num("cost_units"), 1.52, 1e-9);
+  assert_int_equal(th.nwords, 3);
+  assert_string_equal(th.first_word, "I");
+  assert_float_equal(th.last_word_end, 1.4, 1e-9);
+}
+
+static void test_json_mode_and_wav_duration(void **st) {
+  (void)st;
+  th_set("base_url", "https://api.example.com/v1");
+  th_set("response_format", "json");
+  th_set("language", "ko");
+  th_set("prompt", "OPIc answer");
+  start(wav, sizeof wav);
+  const th_request *r = &th.req[0];
+  assert_string_equal(r->url, "https://api.example.com/v1/audio/transcriptions");
+  assert_false(th_has_header(r, "Authorization: Bearer "));
+  for (int i = 0; i < r->nheaders; i++) assert_null(strstr(r->headers[i], "Authorization"));
+  assert_string_equal(th_form(r, "response_format"), "json");
+  assert_string_equal(th_form(r, "language"), "ko");
+  assert_string_equal(th_form(r, "prompt"), "OPIc answer");
+  assert_null(th_form(r, "timestamp_granularities[]"));
+  th_reply(200, "{\"text\":\"hello there\"}");
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  assert_string_equal(th_str("text"), "hello there");
+  /* no duration in the reply: taken from the WAV header (48000 B / 32000 B/s) */
+  assert_float_equal(th_num("duration_s"), 1.5, 1e-9);
+  assert_float_equal(th_num("cost_units"), 1.5, 1e-9);
+  assert_int_equal(th.nwords, 0);
+}
+
+static void expect(long status, const char *body, int64_t ra, int timed_out, const char *error,
+                   sl_plugin_outcome o, const char *cls, int throttled, int64_t want_ra,
+                   const char *in_reason) {
+  th_reset(sluice_plugin_entry());
+  destroy(inst);
+  inst = NULL;
+  start(wav, sizeof wav);
+  th_reply_full(status, body, ra, timed_out, error);
+  assert_int_equal(th.completes, 1);
+  if (th.outcome != o || strcmp(th.error_class, cls) != 0)
+    fail_msg("HTTP %ld: got outcome %d class %s (%s), want %d %s", status, th.outcome,
+             th.error_class, th.reason, o, cls);
+  assert_int_equal(th.throttled, throttled);
+  assert_int_equal(th.retry_after_ms, want_ra);
+  if (in_reason && !strstr(th.reason, in_reason))
+    fail_msg("HTTP %ld: reason \"%s\" lacks \"%s\"", status, th.reason, in_reason);
+}
+
+static void test_status_policy(void **st) {
+  (void)st;
+  const char *e = "{\"error\":{\"message\":\"Invalid file format.\",\"type\":\"x\"}}";
+  expect(408, e, 0, 0, NULL, SL_PLUGIN_RETRY, "provider_timeout", 0, 0, "HTTP 408");
+  expect(429, e, 7000, 0, NULL, SL_PLUGIN_RETRY, "provider_throttled", 1, 7000, "HTTP 429");
+  expect(429, e, 0, 0, NULL, SL_PLUGIN_RETRY, "provider_throttled", 1, 0, NULL);
+  expect(500, "oops", 0, 0, NULL, SL_PLUGIN_RETRY, "provider_unavailable", 0, 0, "oops");
+  expect(502, "", 0, 0, NULL, SL_PLUGIN_RETRY, "provider_unavailable", 0, 0, "HTTP 502");
+  expect(503, e, 2000, 0, NULL, SL_PLUGIN_RETRY, "provider_unavailable", 0, 2000, NULL);
+  expect(400, e, 0, 0, NULL, SL_PLUGIN_FAIL, "provider_rejected", 0, 0, "Invalid file format.");
+  expect(413, e, 0, 0, NULL, SL_PLUGIN_FAIL, "provider_rejected", 0, 0, "HTTP 413");
+  expect(415, e, 0, 0, NULL, SL_PLUGIN_FAIL, "provider_rejected", 0, 0, "HTTP 415");
+  expect(404, e, 0, 0, NULL, SL_PLUGIN_FAIL, "provider_rejected", 0, 0, "HTTP 404");
+  expect(401, e, 0, 0, NULL, SL_PLUGIN_FAIL, "provider_auth", 0, 0, "HTTP 401");
+  expect(0, NULL, 0, 1, "Operation timed out after 120000 milliseconds", SL_PLUGIN_RETRY,
+         "provider_timeout", 0, 0, "120000 ms");
+  expect(0, NULL, 0, 0, "Couldn't connect to server", SL_PLUGIN_RETRY, "provider_unreachable",
+         0, 0, "Couldn't connect");
+}
+
+static void test_bad_replies(void **st) {
+  (void)st;
+  /* not JSON (a proxy page), and a body cut short: transient */
+  expect(200, "<html><body>Bad Gateway</body></html>", 0, 0, NULL, SL_PLUGIN_RETRY,
+         "provider_bad_reply", 0, 0, "not a JSON object");
+  expect(200, "{\"task\":\"transcribe\",\"text\":\"I like hi", 0, 0, NULL, SL_PLUGIN_RETRY,
+         "provider_bad_reply", 0, 0, "truncated");
+  expect(200, "", 0, 0, NULL, SL_PLUGIN_RETRY, "provider_bad_reply", 0, 0, "0 bytes");
+  /* complete JSON but not a transcription: the same request would get it again */
+  expect(200, "{\"error\":\"failed to read audio\"}", 0, 0, NULL, SL_PLUGIN_FAIL,
+         "provider_bad_reply", 0, 0, "failed to read audio");
+  expect(200, "{\"text\":42}", 0, 0, NULL, SL_PLUGIN_FAIL, "provider_bad_reply", 0, 0,
+         "no \"text\"");
+  assert_int_equal(th.nstr, 0); /* nothing reported on failure */
+}
+
+static void test_empty_audio_and_send_failure(void **st) {
+  (void)st;
+  start(wav, 0);
+  assert_int_equal(th.nreq, 0);
+  assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(th.error_class, "empty_audio");
+  destroy(inst);
+  inst = NULL;
+  th_reset(sluice_plugin_entry());
+  th.http_fail = SL_ENOMEM;
+  start(wav, sizeof wav);
+  assert_int_equal(th.completes, 1);
+  assert_int_equal(th.outcome, SL_PLUGIN_RETRY);
+  assert_string_equal(th.error_class, "http_send_failed");
+}
+
+static void test_config_errors(void **st) {
+  (void)st;
+  static const char *bad[][2] = {{"base_url", "ftp://x"}, {"response_format", "srt"},
+                                 {"model", ""},           {"timeout_ms", "0"},
+                                 {"api_key", "a\nb"},     {"max_response", "10"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    th_reset(sluice_plugin_entry());
+    th_set(bad[i][0], bad[i][1]);
+    char err[256] = "";
+    void *s = NULL;
+    assert_int_equal(create(&th_host, NULL, &s, err, sizeof err), SL_ECONFIG);
+    assert_null(s);
+    if (!strstr(err, bad[i][0])) fail_msg("error for %s lacks the key: %s", bad[i][0], err);
+  }
+  /* the descriptor: async, the right kind and name, a secret api_key */
+  const sl_plugin *d = sluice_plugin_entry();
+  assert_int_equal(d->abi_version, SL_PLUGIN_ABI_VERSION);
+  assert_false(d->flags & SL_PLUGIN_SYNC);
+  assert_string_equal(d->kind, "stt");
+  assert_string_equal(d->name, "openai");
+  int secret = 0;
+  for (size_t i = 0; i < d->nconf; i++)
+    if (strcmp(d->conf[i].key, "api_key") == 0) secret = d->conf[i].secret;
+  assert_true(secret);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_request_and_verbose_reply, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_json_mode_and_wav_duration, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_status_policy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_replies, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_empty_audio_and_send_failure, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_errors, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
