@@ -87,8 +87,8 @@ struct sl_histogram {
 static sl_histogram hreg[SL_HISTOGRAMS_MAX];
 static atomic_size_t nhreg;
 
-const double sl_metrics_latency_bounds[] = {0.05, 0.1, 0.25, 0.5, 1,   2.5,  5,   10,
-                                            30,   60,  120,  300, 600, 1200, 1800};
+const double sl_metrics_latency_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
+                                            5,    10,    30,   60,  120,  300, 600, 1800};
 const size_t sl_metrics_latency_nbounds =
     sizeof sl_metrics_latency_bounds / sizeof sl_metrics_latency_bounds[0];
 

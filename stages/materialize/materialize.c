@@ -26,6 +26,7 @@
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_tls.h"
 
@@ -44,6 +45,7 @@ typedef struct {
   sl_common_conf *cc;
   mat_conf *mc;
   sl_tls *redis; /* one sl_redis per worker thread */
+  sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
 } mat;
 
 
@@ -197,7 +199,14 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
                 : SL_ENOMEM;
   if (rc < 0)
     sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err[0] ? err : sl_strerror(rc));
-  else
+  /* observed once per question and final state: only when this event moved
+   * the view (a redelivery or late duplicate is "not newer") */
+  if (rc == 1 && st->accepted_at_ms > 0 && st->at_ms >= st->accepted_at_ms &&
+      (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
+       st->state == SLUICE__V1__QUESTION_STATE__FAILED))
+    sl_histogram_observe(st->state == SLUICE__V1__QUESTION_STATE__DONE ? M->h_done : M->h_failed,
+                         (double)(st->at_ms - st->accepted_at_ms) / 1000.0);
+  if (rc >= 0)
     sl_log(SL_LOG_DEBUG, key, "%s %s", state_names[st->state], rc ? "applied" : "ignored (not newer)");
   free(view);
   sluice__v1__question_status__free_unpacked(st, NULL);
@@ -221,7 +230,12 @@ int sl__materialize_main(int argc, char **argv) {
                            "Writes question states and results into Redis.", &cc, own, 1,
                            "127.0.0.1:9184", &admin);
   if (rc) return rc;
-  mat M = {&cc, &mc, NULL};
+  const char *h_help = "Seconds from a submission's acceptance to its question's final state";
+  mat M = {&cc, &mc, NULL,
+           sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"done\"", h_help,
+                                sl_metrics_latency_bounds, sl_metrics_latency_nbounds),
+           sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"", h_help,
+                                sl_metrics_latency_bounds, sl_metrics_latency_nbounds)};
   rc = sl_redis_tls_new(&M.redis, cc.redis_url);
   if (rc == 0) {
     const char *topics[] = {cc.topic_results, cc.topic_submissions};

@@ -50,7 +50,7 @@ uint64_t sl_histogram_count(const sl_histogram *h);
 double sl_histogram_sum(const sl_histogram *h);
 
 /* Bucket bounds (seconds) shared by Sluice's latency histograms: provider
- * calls and accept-to-done, 50 ms .. 30 min. */
+ * calls and accept-to-done, 10 ms .. 30 min. */
 extern const double sl_metrics_latency_bounds[];
 extern const size_t sl_metrics_latency_nbounds;
 
