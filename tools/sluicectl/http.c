@@ -86,7 +86,7 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud) {
   if (strncasecmp(line, "etag:", 5) == 0) {
     const char *v = line + 5;
     while (*v == ' ') v++;
-    snprintf(r->etag, sizeof r->etag, "%s", v);
+    snprintf(r->etag, sizeof r->etag, "%.*s", (int)sizeof r->etag - 1, v); /* longer: no 304s */
   } else if (strncasecmp(line, "retry-after:", 12) == 0) {
     char *end;
     long v = strtol(line + 12, &end, 10);
