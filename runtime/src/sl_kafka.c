@@ -91,7 +91,7 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
                                             rd_kafka_topic_partition_list_t *, void *),
                           void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
                                             rd_kafka_topic_partition_list_t *, void *),
-                          void *opaque) {
+                          int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque) {
   if (!out || !brokers || !group_id) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
@@ -113,6 +113,13 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
   }
   if (rebalance) rd_kafka_conf_set_rebalance_cb(c, rebalance);
   if (committed) rd_kafka_conf_set_offset_commit_cb(c, committed);
+  if (stats) {
+    if (set(c, "statistics.interval.ms", "5000", err, errlen)) {
+      rd_kafka_conf_destroy(c);
+      return SL_ECONFIG;
+    }
+    rd_kafka_conf_set_stats_cb(c, stats);
+  }
   if (opaque) rd_kafka_conf_set_opaque(c, opaque);
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, errlen);
   if (!rk) {

@@ -1,12 +1,19 @@
 /*
  * sl_metrics.c — a fixed-size registry (no allocation after start-up) of
- * atomic counters and gauges, rendered grouped by metric name with one HELP
- * and TYPE line per name as the exposition format requires.
+ * atomic counters, gauges and histograms, rendered grouped by metric name with
+ * one HELP and TYPE line per name as the exposition format requires.
+ *
+ * A histogram keeps one atomic count per bucket (not cumulative, so an
+ * observation is one increment) and its sum as the bits of a double updated
+ * by compare-and-swap; rendering accumulates the buckets and derives _count
+ * from them, so _count always equals the +Inf bucket even while observations
+ * race with a scrape.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_err.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -67,6 +74,103 @@ uint64_t sl_metric_value(const sl_metric *m) {
   return m ? (uint64_t)atomic_load(&((sl_metric *)m)->v) : 0;
 }
 
+struct sl_histogram {
+  char name[96];
+  char labels[160];
+  const char *help;
+  size_t nb;                                  /* finite bounds */
+  double bounds[SL_HIST_BUCKETS_MAX];
+  _Atomic uint64_t counts[SL_HIST_BUCKETS_MAX + 1]; /* last one: above every bound */
+  _Atomic uint64_t sum_bits;
+};
+
+static sl_histogram hreg[SL_HISTOGRAMS_MAX];
+static atomic_size_t nhreg;
+
+const double sl_metrics_latency_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
+                                            5,    10,    30,   60,  120,  300, 600, 1800};
+const size_t sl_metrics_latency_nbounds =
+    sizeof sl_metrics_latency_bounds / sizeof sl_metrics_latency_bounds[0];
+
+sl_histogram *sl_metrics_histogram(const char *name, const char *labels, const char *help,
+                                   const double *bounds, size_t nbounds) {
+  if (!name || strncmp(name, "sluice_", 7) != 0 || strlen(name) + 7 >= sizeof hreg[0].name ||
+      (labels && strlen(labels) >= sizeof hreg[0].labels) || !bounds || nbounds == 0 ||
+      nbounds > SL_HIST_BUCKETS_MAX)
+    return NULL;
+  for (size_t i = 0; i < nbounds; i++)
+    if (!isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) return NULL;
+  const char *l = labels ? labels : "";
+  pthread_mutex_lock(&reg_mu);
+  size_t n = atomic_load(&nhreg);
+  sl_histogram *h = NULL;
+  for (size_t i = 0; i < n && !h; i++)
+    if (strcmp(hreg[i].name, name) == 0 && strcmp(hreg[i].labels, l) == 0) h = &hreg[i];
+  if (!h && n < SL_HISTOGRAMS_MAX) {
+    h = &hreg[n];
+    strcpy(h->name, name);
+    strcpy(h->labels, l);
+    h->help = help ? help : "";
+    h->nb = nbounds;
+    memcpy(h->bounds, bounds, nbounds * sizeof *bounds);
+    for (size_t i = 0; i <= SL_HIST_BUCKETS_MAX; i++) atomic_store(&h->counts[i], 0);
+    double z = 0;
+    uint64_t zb;
+    memcpy(&zb, &z, sizeof zb);
+    atomic_store(&h->sum_bits, zb);
+    atomic_store(&nhreg, n + 1);
+  }
+  pthread_mutex_unlock(&reg_mu);
+  return h;
+}
+
+void sl_histogram_observe(sl_histogram *h, double v) {
+  if (!h || isnan(v)) return;
+  size_t b = 0;
+  while (b < h->nb && v > h->bounds[b]) b++; /* le: v <= bound */
+  atomic_fetch_add(&h->counts[b], 1);
+  uint64_t old = atomic_load(&h->sum_bits), nw;
+  do {
+    double d;
+    memcpy(&d, &old, sizeof d);
+    d += v;
+    memcpy(&nw, &d, sizeof nw);
+  } while (!atomic_compare_exchange_weak(&h->sum_bits, &old, nw));
+}
+
+uint64_t sl_histogram_count(const sl_histogram *h) {
+  if (!h) return 0;
+  uint64_t c = 0;
+  for (size_t i = 0; i <= h->nb; i++) c += atomic_load(&((sl_histogram *)h)->counts[i]);
+  return c;
+}
+
+double sl_histogram_sum(const sl_histogram *h) {
+  if (!h) return 0;
+  uint64_t b = atomic_load(&((sl_histogram *)h)->sum_bits);
+  double d;
+  memcpy(&d, &b, sizeof d);
+  return d;
+}
+
+/* one series: cumulative buckets, then _sum and _count */
+static void render_histogram(FILE *f, sl_histogram *h) {
+  const char *sep = h->labels[0] ? "," : "";
+  uint64_t cum = 0;
+  for (size_t b = 0; b <= h->nb; b++) {
+    cum += atomic_load(&h->counts[b]);
+    if (b < h->nb)
+      fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", h->name, h->labels, sep, h->bounds[b],
+              (unsigned long long)cum);
+    else
+      fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", h->name, h->labels, sep,
+              (unsigned long long)cum);
+  }
+  const char *lb = h->labels[0] ? "{" : "", *rb = h->labels[0] ? "}" : "";
+  fprintf(f, "%s_sum%s%s%s %.9g\n", h->name, lb, h->labels, rb, sl_histogram_sum(h));
+  fprintf(f, "%s_count%s%s%s %llu\n", h->name, lb, h->labels, rb, (unsigned long long)cum);
+}
+
 int sl_metrics_render(char **out, size_t *len) {
   if (!out) return SL_EINVAL;
   char *buf = NULL;
@@ -89,6 +193,16 @@ int sl_metrics_render(char **out, size_t *len) {
       else
         fprintf(f, "%s %lld\n", reg[j].name, v);
     }
+  }
+  size_t nh = atomic_load(&nhreg);
+  for (size_t i = 0; i < nh; i++) {
+    int first = 1;
+    for (size_t j = 0; j < i && first; j++)
+      if (strcmp(hreg[j].name, hreg[i].name) == 0) first = 0;
+    if (!first) continue;
+    fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", hreg[i].name, hreg[i].help, hreg[i].name);
+    for (size_t j = i; j < nh; j++)
+      if (strcmp(hreg[j].name, hreg[i].name) == 0) render_histogram(f, &hreg[j]);
   }
   if (fclose(f) != 0) {
     free(buf);

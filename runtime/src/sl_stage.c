@@ -34,6 +34,7 @@
 #include "sluice.pb-c.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,9 @@ int sl_retry_tiers_parse(const char *spec, int64_t delays[SL_RETRY_TIERS_MAX],
 typedef struct loop_t loop_t;
 typedef struct sl_job job;
 
+/* at most this many per-partition lag series per process */
+#define SL_LAG_SERIES_MAX 128
+
 typedef struct {
   char topic[128];
   int32_t partition;
@@ -263,6 +267,7 @@ struct sl_job {
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t started_ms;
+  uint64_t call_ns;       /* uv_hrtime() when process()/start() began */
   char digest[65];
   sl_outbox out;
   sl_result res;
@@ -317,7 +322,16 @@ struct loop_t {
   sl_metric *m_held;
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
       *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
-      *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX];
+      *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm,
+      *m_assigned, *m_oldest_waiting;
+  sl_histogram *h_call;
+  /* consumer lag gauges, one per partition this process has been assigned */
+  struct {
+    char topic[128];
+    int32_t partition;
+    sl_metric *m;
+  } lag[SL_LAG_SERIES_MAX];
+  int nlag;
 };
 
 static void gate(job *j);
@@ -1030,7 +1044,12 @@ static void complete(job *j) {
   if (L->o->provider && j->res.provider_called) {
     int ok = j->res.outcome != SL_OUTCOME_RETRY;
     sl_breaker_record(L->breaker, sl_now_ms(), ok);
-    sl_metric_add(ok ? L->m_calls_ok : L->m_calls_fail, 1);
+    sl_metric_add(j->res.outcome == SL_OUTCOME_DONE   ? L->m_calls_ok
+                  : j->res.outcome == SL_OUTCOME_FAIL ? L->m_calls_perm
+                  : j->res.provider_throttled         ? L->m_calls_throttled
+                                                      : L->m_calls_fail,
+                  1);
+    sl_histogram_observe(L->h_call, (double)(uv_hrtime() - j->call_ns) / 1e9);
     sl_breaker_state st = sl_breaker_get_state(L->breaker);
     if ((int64_t)st != (int64_t)sl_metric_value(L->m_breaker_state) && st == SL_BREAKER_OPEN)
       sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", L->o->provider);
@@ -1071,6 +1090,7 @@ static void run_process(job *j) {
   j->work.data = j;
   j->out.producer = j->L->producer;
   j->res.outcome = SL_OUTCOME_DONE;
+  j->call_ns = uv_hrtime();
   if (j->L->o->start) {
     j->in_async = 1;
     j->L->o->start(j->L->o->ud, j);
@@ -1235,6 +1255,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     L->paused_all = 0;
     if (L->inflight >= L->cc->max_in_flight) set_pause(L, 1);
     sl_log(SL_LOG_INFO, NULL, "assigned %d partition(s)", parts->cnt);
+    sl_metric_set(L->m_assigned, parts->cnt);
     sl_admin_set_ready(L->o->admin, 1);
   } else {
     /* commit what is complete; in-flight work of revoked partitions still
@@ -1250,7 +1271,75 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
     L->assignment = NULL;
     sl_log(SL_LOG_INFO, NULL, "partitions revoked (%d)", parts->cnt);
+    sl_metric_set(L->m_assigned, 0);
   }
+}
+
+/* ---- consumer lag from librdkafka's statistics ---- */
+
+/* a series labelled with the stage (and extra labels) */
+static sl_metric *metric(const char *name, const char *stage, const char *extra,
+                         const char *help, int gauge) {
+  char l[256];
+  snprintf(l, sizeof l, "stage=\"%s\"%s%s", stage, extra ? "," : "", extra ? extra : "");
+  return gauge ? sl_metrics_gauge(name, l, help) : sl_metrics_counter(name, l, help);
+}
+
+static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
+  for (int i = 0; i < L->nlag; i++)
+    if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0)
+      return L->lag[i].m;
+  if (L->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof L->lag[0].topic) return NULL;
+  char l[200];
+  snprintf(l, sizeof l, "topic=\"%s\",partition=\"%d\"", topic, (int)partition);
+  sl_metric *m = metric("sluice_consumer_lag_messages", L->o->stage, l,
+                               "Messages not yet committed by this stage's group, by assigned "
+                               "partition (from the consumer's statistics, every 5 s)",
+                               1);
+  if (!m) return NULL;
+  snprintf(L->lag[L->nlag].topic, sizeof L->lag[0].topic, "%s", topic);
+  L->lag[L->nlag].partition = partition;
+  L->lag[L->nlag].m = m;
+  L->nlag++;
+  return m;
+}
+
+/* Statistics JSON (STATISTICS.md): topics.<t>.partitions.<p>.consumer_lag is
+ * the high watermark minus the committed offset (-1 while unknown). Only the
+ * partitions assigned to this process are reported; a partition that went
+ * elsewhere drops to 0 here (its new owner reports it). Runs inside
+ * rd_kafka_consumer_poll(), on the loop thread. */
+static int on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque) {
+  (void)rk;
+  loop_t *L = opaque;
+  json_t *root = json_loadb(js, len, 0, NULL);
+  if (!root) return 0;
+  json_t *topics = json_object_get(root, "topics");
+  int seen[SL_LAG_SERIES_MAX] = {0};
+  for (int i = 0; L->assignment && i < L->assignment->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &L->assignment->elems[i];
+    char pn[16];
+    snprintf(pn, sizeof pn, "%d", (int)tp->partition);
+    json_t *pj = json_object_get(
+        json_object_get(json_object_get(topics, tp->topic), "partitions"), pn);
+    json_t *lj = json_object_get(pj, "consumer_lag");
+    if (!json_is_integer(lj)) continue;
+    json_int_t lag = json_integer_value(lj);
+    if (lag < 0) { /* nothing committed yet: all that is retained waits */
+      json_int_t hi = json_integer_value(json_object_get(pj, "hi_offset"));
+      json_int_t lo = json_integer_value(json_object_get(pj, "lo_offset"));
+      if (!json_is_integer(json_object_get(pj, "hi_offset")) || hi < 0 || lo < 0) continue;
+      lag = hi - lo;
+    }
+    sl_metric *m = lag_series(L, tp->topic, tp->partition);
+    sl_metric_set(m, (int64_t)lag);
+    for (int k = 0; k < L->nlag; k++)
+      if (L->lag[k].m == m) seen[k] = 1;
+  }
+  for (int k = 0; k < L->nlag; k++)
+    if (!seen[k]) sl_metric_set(L->lag[k].m, 0);
+  json_decref(root);
+  return 0;
 }
 
 /* ---- the tick: commits, metrics, stop ---- */
@@ -1268,6 +1357,14 @@ static void on_tick(uv_timer_t *t) {
     if (p->n && !p->revoked && (!oldest || p->ts[p->head] < oldest)) oldest = p->ts[p->head];
   }
   sl_metric_set(L->m_oldest, oldest ? (now - oldest) / 1000 : 0);
+  /* the same over main inputs only: retry topics hold messages that wait on
+   * purpose (their tier's delay) */
+  int64_t waiting = 0;
+  HASH_ITER(hh, L->parts, p, tmp) {
+    if (p->n && !p->revoked && p->retry_tier < 0 && (!waiting || p->ts[p->head] < waiting))
+      waiting = p->ts[p->head];
+  }
+  sl_metric_set(L->m_oldest_waiting, waiting && now > waiting ? (now - waiting) / 1000 : 0);
   if (*L->stop && !L->stopping) begin_stop(L);
   if (L->stopping) {
     if (L->active == 0 || now >= L->stop_deadline) {
@@ -1297,12 +1394,6 @@ static void begin_stop(loop_t *L) {
 
 /* ------------------------------------------------------------------ */
 
-static sl_metric *metric(const char *name, const char *stage, const char *extra,
-                         const char *help, int gauge) {
-  char l[256];
-  snprintf(l, sizeof l, "stage=\"%s\"%s%s", stage, extra ? "," : "", extra ? extra : "");
-  return gauge ? sl_metrics_gauge(name, l, help) : sl_metrics_counter(name, l, help);
-}
 
 static void walk_close(uv_handle_t *h, void *arg) {
   (void)arg;
@@ -1350,6 +1441,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
                           "Inputs answered from stored outputs (provider calls avoided)", 0);
   L->m_oldest = metric("sluice_oldest_uncommitted_age_seconds", o->stage, NULL,
                        "Age of the oldest message taken and not yet finished", 1);
+  L->m_oldest_waiting =
+      metric("sluice_oldest_unprocessed_age_seconds", o->stage, NULL,
+             "Age of the oldest input message (main topics, not retry tiers) not yet finished", 1);
+  L->m_assigned = metric("sluice_assigned_partitions", o->stage, NULL,
+                         "Partitions assigned to this process (0: not consuming)", 1);
   if (o->provider) {
     char pl[128];
     snprintf(pl, sizeof pl, "provider=\"%s\"", o->provider);
@@ -1369,6 +1465,18 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
                            "Provider calls by result", 0);
     L->m_calls_fail = metric("sluice_provider_calls_total", o->stage, fl,
                              "Provider calls by result", 0);
+    char tl[192], perml[192];
+    snprintf(tl, sizeof tl, "%s,result=\"throttled\"", pl);
+    snprintf(perml, sizeof perml, "%s,result=\"permanent_failure\"", pl);
+    L->m_calls_throttled = metric("sluice_provider_calls_total", o->stage, tl,
+                                  "Provider calls by result", 0);
+    L->m_calls_perm = metric("sluice_provider_calls_total", o->stage, perml,
+                             "Provider calls by result", 0);
+    char hl[256];
+    snprintf(hl, sizeof hl, "stage=\"%s\",%s", o->stage, pl);
+    L->h_call = sl_metrics_histogram("sluice_provider_call_seconds", hl,
+                                     "Provider call latency (from the call to its outcome)",
+                                     sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
     sl_breaker_opts bo = {L->cc->breaker_failure_ratio, (unsigned)L->cc->breaker_min_calls,
                           L->cc->breaker_window_ms, L->cc->breaker_probe_interval_ms};
     if ((rc = sl_breaker_new(&L->breaker, &bo)) != 0) {
@@ -1388,7 +1496,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   snprintf(client, sizeof client, "sluice-%s", o->stage);
   uv_loop_init(&L->loop);
   rc = sl_kafka_consumer_new(&L->consumer, L->cc->kafka_brokers, group, client, err, sizeof err,
-                             on_rebalance, on_commit, L);
+                             on_rebalance, on_commit, on_stats, L);
   if (rc == 0)
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, on_delivery, NULL,
                                err, sizeof err);

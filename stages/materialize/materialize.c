@@ -63,10 +63,15 @@ typedef struct {
   sl_common_conf *cc;
   mat_conf *mc;
   sl_tls *redis; /* one sl_redis per worker thread */
+  sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
   atomic_int stop_watch;
   sl_metric *m_rebuilds, *m_rebuilt;
 } mat;
 
+
+/* Set on the rebuild thread: replayed events were observed when they first
+ * happened, so they do not count again in the latency histogram. */
+static _Thread_local int replaying;
 
 static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t errlen) {
   sl_redis *r = sl_tls_get(M->redis, err, errlen);
@@ -227,7 +232,14 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
                 : SL_ENOMEM;
   if (rc < 0)
     sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err[0] ? err : sl_strerror(rc));
-  else
+  /* observed once per question and final state: only when this event moved
+   * the view (a redelivery or late duplicate is "not newer") */
+  if (rc == 1 && !replaying && st->accepted_at_ms > 0 && st->at_ms >= st->accepted_at_ms &&
+      (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
+       st->state == SLUICE__V1__QUESTION_STATE__FAILED))
+    sl_histogram_observe(st->state == SLUICE__V1__QUESTION_STATE__DONE ? M->h_done : M->h_failed,
+                         (double)(st->at_ms - st->accepted_at_ms) / 1000.0);
+  if (rc >= 0)
     sl_log(SL_LOG_DEBUG, key, "%s %s", state_names[st->state], rc ? "applied" : "ignored (not newer)");
   free(view);
   sluice__v1__question_status__free_unpacked(st, NULL);
@@ -255,6 +267,7 @@ static void sleep_ms(int64_t ms) {
  * 0 when everything up to that end was applied. */
 static int rebuild(mat *M) {
   char err[512];
+  replaying = 1;
   rd_kafka_t *rk = NULL;
   int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
                                  "sluice-materialize-rebuild", err, sizeof err, NULL, NULL,
@@ -375,7 +388,12 @@ int sl__materialize_main(int argc, char **argv) {
                            "Writes question states and results into Redis.", &cc, own, 1,
                            "127.0.0.1:9184", &admin);
   if (rc) return rc;
+  const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
+  M.h_done = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"done\"", h_help,
+                                  sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
+  M.h_failed = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"",
+                                    h_help, sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
   M.m_rebuilds = sl_metrics_counter("sluice_view_rebuilds_total", NULL,
                                     "Times materialize found the Redis view gone and replayed the topics");
   M.m_rebuilt = sl_metrics_counter("sluice_view_rebuild_messages_total", NULL,

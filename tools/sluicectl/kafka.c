@@ -83,8 +83,8 @@ void sc_report_kafka_error(const sc_opts *o, const char *what, rd_kafka_resp_err
 
 /* ---- reading a topic ---------------------------------------------------------- */
 
-int sc_scan_topic(const sc_opts *o, const char *topic, int32_t only_partition, int64_t at,
-                  sc_msg_cb cb, void *arg) {
+static int scan(const sc_opts *o, const char *topic, int32_t only_partition, int64_t at,
+                sc_msg_cb cb, sc_kmsg_cb kcb, void *arg) {
   rd_kafka_conf_t *c = sc_conf_new(o);
   if (!c) return SC_EXIT_FAIL;
   if (sc_conf_set(c, "group.id", "sluicectl") ||
@@ -185,7 +185,7 @@ int sc_scan_topic(const sc_opts *o, const char *topic, int32_t only_partition, i
     } else if (in_range) {
       if (m->offset < high[p] && (only_partition < 0 || m->offset == at)) {
         found = 1;
-        if (cb(arg, p, m->offset, m->payload, m->len)) stop = 1;
+        if (cb ? cb(arg, p, m->offset, m->payload, m->len) : kcb(arg, m)) stop = 1;
       }
       if (m->offset + 1 >= high[p]) {
         done[p] = 1;
@@ -208,6 +208,15 @@ out:
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   return rc;
+}
+
+int sc_scan_topic(const sc_opts *o, const char *topic, int32_t only_partition, int64_t at,
+                  sc_msg_cb cb, void *arg) {
+  return scan(o, topic, only_partition, at, cb, NULL, arg);
+}
+
+int sc_scan_topic_msgs(const sc_opts *o, const char *topic, sc_kmsg_cb cb, void *arg) {
+  return scan(o, topic, -1, 0, NULL, cb, arg);
 }
 
 /* ---- producing ------------------------------------------------------------------ */

@@ -7,6 +7,9 @@
  *   sluicectl dlq audit  [--json]
  *   sluicectl topics ensure [--partitions N] [--replication R] [--config K=V]... TOPIC...
  *   sluicectl topics list [--all] [--json]
+ *   sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch [--interval S]] [--json]
+ *   sluicectl submission ID [--redis URL] [--json]
+ *   sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]
  *
  * This file parses the command line (options may come anywhere after the
  * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
@@ -30,6 +33,7 @@ enum {
   O_JSON, O_RATE, O_DRY_RUN, O_ACTOR, O_YES,
   O_PARTITIONS, O_REPLICATION, O_CONFIG, O_ALL,
   O_KEY, O_REPLAY_TOPIC, O_PAYLOAD_FILE, O_MESSAGE, O_ORIGIN_TOPIC, O_ATTEMPTS, O_FAILED_AT, O_COUNT_N,
+  O_ADMIN, O_REDIS, O_WATCH, O_INTERVAL, O_PRESIGN, O_PROMPT, O_WAIT,
   O_HELP, O_COUNT
 };
 
@@ -51,6 +55,10 @@ static const struct {
     [O_MESSAGE] = {"--message", 1},       [O_ORIGIN_TOPIC] = {"--origin-topic", 1},
     [O_ATTEMPTS] = {"--attempts", 1},     [O_FAILED_AT] = {"--failed-at", 1},
     [O_COUNT_N] = {"--count", 1},         [O_HELP] = {"--help", 0},
+    [O_ADMIN] = {"--admin", 1},           [O_REDIS] = {"--redis", 1},
+    [O_WATCH] = {"--watch", 0},           [O_INTERVAL] = {"--interval", 1},
+    [O_PRESIGN] = {"--presign", 1},       [O_PROMPT] = {"--prompt", 1},
+    [O_WAIT] = {"--wait", 1},
 };
 
 #define B(x) (1ull << (x))
@@ -80,6 +88,15 @@ static const command commands[] = {
     {"topics", "ensure", COMMON | B(O_PARTITIONS) | B(O_REPLICATION) | B(O_CONFIG), 1, 100000,
      sc_topics_ensure, "TOPIC..."},
     {"topics", "list", COMMON | B(O_ALL) | B(O_JSON), 0, 0, sc_topics_list, ""},
+    /* one-word commands (name NULL) */
+    {"status", NULL,
+     B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_ADMIN) | B(O_REDIS) | B(O_WATCH) |
+         B(O_INTERVAL) | B(O_JSON),
+     0, 0, sc_status, ""},
+    {"submission", NULL, B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_REDIS) | B(O_JSON), 1, 1,
+     sc_submission, "ID (a submission id)"},
+    {"submit", NULL, B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON), 1, 1000,
+     sc_submit, "FILE..."},
 };
 
 static void usage(FILE *f) {
@@ -92,6 +109,10 @@ static void usage(FILE *f) {
       "       sluicectl topics ensure [--partitions N] [--replication R]\n"
       "                               [--config KEY=VALUE]... TOPIC...\n"
       "       sluicectl topics list [--all] [--json]\n"
+      "       sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch] [--interval S]\n"
+      "                        [--json]\n"
+      "       sluicectl submission ID [--redis URL] [--json]\n"
+      "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
       "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
       "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
       "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
@@ -100,6 +121,12 @@ static void usage(FILE *f) {
       "every command: --brokers HOST:PORT (SLUICE_KAFKA_BROKERS, 127.0.0.1:9092)\n"
       "  --topic NAME (SLUICE_TOPIC_DLQ, dlq)  --audit-topic NAME (SLUICE_TOPIC_DLQ_AUDIT,\n"
       "  dlq.audit)  --timeout SECONDS (10: the longest wait on Kafka)\n"
+      "status: --admin the stages' admin endpoints, repeatable or comma-separated\n"
+      "  (SLUICECTL_ADMIN; default 127.0.0.1:9180..9185, the ports tools/stages uses);\n"
+      "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
+      "  --interval seconds (2).\n"
+      "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
+      "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600).\n"
       "exit status: 0 success, 1 failure, 2 usage error\n",
       SC_CONFIRM_ABOVE);
 }
@@ -179,6 +206,18 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
       return usage_error("--count wants a positive integer, not \"%s\"%s", val[O_COUNT_N], "");
     o->count = v;
   }
+  if (seen & B(O_INTERVAL)) {
+    if (sc_parse_long(val[O_INTERVAL], 1, 3600, &v))
+      return usage_error("--interval wants 1..3600 seconds, not \"%s\"%s", val[O_INTERVAL], "");
+    o->interval_s = (int)v;
+  }
+  if (seen & B(O_WAIT)) {
+    if (sc_parse_long(val[O_WAIT], 1, 86400, &v))
+      return usage_error("--wait wants 1..86400 seconds, not \"%s\"%s", val[O_WAIT], "");
+    o->wait_s = (int)v;
+  }
+  if ((seen & B(O_INTERVAL)) && !(seen & B(O_WATCH)))
+    return usage_error("--interval only goes with --watch%s%s", "", "");
   if (seen & B(O_RATE)) {
     char *end;
     double r = strtod(val[O_RATE], &end);
@@ -200,6 +239,17 @@ int main(int argc, char **argv) {
   o.rate = 10;
   o.partitions = -1;
   o.replication = -1;
+  o.redis_url = env_or("SLUICE_REDIS_URL", "redis://127.0.0.1:6379");
+  o.presign_url = env_or("PRESIGN_URL", "http://127.0.0.1:8080");
+  o.interval_s = 2;
+  o.wait_s = 600;
+  const char *admin_env = getenv("SLUICECTL_ADMIN");
+  if (admin_env && *admin_env && sc_add_admins(&o, admin_env)) {
+    fprintf(stderr, "sluicectl: SLUICECTL_ADMIN: too many endpoints (at most %d)\n",
+            SC_MAX_ADMINS);
+    return SC_EXIT_USAGE;
+  }
+  int admin_from_env = o.nadmins > 0;
 
   const char *val[O_COUNT] = {0};
   unsigned long long seen = 0;
@@ -243,6 +293,23 @@ int main(int argc, char **argv) {
       rc = usage_error("%s takes no value%s", opt_table[id].name, "");
       goto out;
     }
+    if (id == O_ADMIN) {
+      if (admin_from_env) { /* the command line replaces the environment */
+        o.nadmins = 0;
+        admin_from_env = 0;
+      }
+      if (sc_add_admins(&o, v)) {
+        rc = usage_error("too many --admin endpoints (at most %s)%s", SC_MAX_ADMINS_TEXT, "");
+        goto out;
+      }
+    }
+    if (id == O_PROMPT) {
+      if (o.nprompts == SC_MAX_FILES) {
+        rc = usage_error("too many --prompt options%s%s", "", "");
+        goto out;
+      }
+      o.prompts[o.nprompts++] = v;
+    }
     if (id == O_CONFIG) {
       if (o.nconfigs == SC_MAX_CONFIGS) {
         rc = usage_error("too many --config options%s%s", "", "");
@@ -258,34 +325,42 @@ int main(int argc, char **argv) {
     rc = SC_EXIT_OK;
     goto out;
   }
-  if (npos < 2) {
-    if (npos == 0) fprintf(stderr, "sluicectl: no command given\n");
-    else fprintf(stderr, "sluicectl: \"%s\" needs a subcommand\n", pos[0]);
+  if (npos == 0) {
+    fprintf(stderr, "sluicectl: no command given\n");
     usage(stderr);
     goto out;
   }
   const command *cmd = NULL;
   for (size_t i = 0; i < sizeof commands / sizeof commands[0] && !cmd; i++)
-    if (strcmp(commands[i].group, pos[0]) == 0 && strcmp(commands[i].name, pos[1]) == 0)
+    if (strcmp(commands[i].group, pos[0]) == 0 &&
+        (!commands[i].name || (npos >= 2 && strcmp(commands[i].name, pos[1]) == 0)))
       cmd = &commands[i];
   if (!cmd) {
-    fprintf(stderr, "sluicectl: unknown command \"%s %s\"\n", pos[0], pos[1]);
+    int known_group = 0;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+      if (strcmp(commands[i].group, pos[0]) == 0) known_group = 1;
+    if (known_group && npos < 2)
+      fprintf(stderr, "sluicectl: \"%s\" needs a subcommand\n", pos[0]);
+    else if (npos < 2)
+      fprintf(stderr, "sluicectl: unknown command \"%s\"\n", pos[0]);
+    else
+      fprintf(stderr, "sluicectl: unknown command \"%s %s\"\n", pos[0], pos[1]);
     usage(stderr);
     goto out;
   }
+  char cname[64];
+  snprintf(cname, sizeof cname, "%s%s%s", cmd->group, cmd->name ? " " : "",
+           cmd->name ? cmd->name : "");
   for (int id = 0; id < O_COUNT; id++) {
     if ((seen & B(id)) && !(cmd->allowed & B(id))) {
-      char c[64];
-      snprintf(c, sizeof c, "%s %s", cmd->group, cmd->name);
-      rc = usage_error("option %s does not apply to \"%s\"", opt_table[id].name, c);
+      rc = usage_error("option %s does not apply to \"%s\"", opt_table[id].name, cname);
       goto out;
     }
   }
-  o.args = pos + 2;
-  o.nargs = npos - 2;
+  o.args = pos + (cmd->name ? 2 : 1);
+  o.nargs = npos - (cmd->name ? 2 : 1);
   if (o.nargs < cmd->min_args || o.nargs > cmd->max_args) {
-    char c[64];
-    snprintf(c, sizeof c, "%s %s", cmd->group, cmd->name);
+    const char *c = cname;
     if (cmd->max_args == 0)
       rc = usage_error("\"%s\" takes no arguments (got \"%s\")", c, o.args[0]);
     else
@@ -309,6 +384,13 @@ int main(int argc, char **argv) {
   o.payload_file = val[O_PAYLOAD_FILE];
   o.message = val[O_MESSAGE];
   o.origin_topic = val[O_ORIGIN_TOPIC];
+  o.watch = !!(seen & B(O_WATCH));
+  if (seen & B(O_REDIS)) o.redis_url = val[O_REDIS];
+  if (seen & B(O_PRESIGN)) o.presign_url = val[O_PRESIGN];
+  if (o.nprompts > o.nargs && cmd->run == sc_submit) {
+    rc = usage_error("%s --prompt options for fewer files%s", "more", "");
+    goto out;
+  }
   rc = cmd->run(&o);
 out:
   free(pos);

@@ -8,6 +8,11 @@
  *   dlq.c        dlq list / show / audit / inject
  *   replay.c     dlq replay
  *   topics.c     topics ensure / list
+ *   status.c     status: per stage group members, lag, oldest age, rates,
+ *                breaker; per provider limiter use
+ *   submission.c submission ID: one submission across topics and Redis
+ *   submit.c     submit FILE...: presign, upload, poll, print
+ *   http.c       libcurl GET/POST/PUT and /metrics parsing, Redis via hiredis
  *
  * Exit status everywhere: 0 success, 1 failure, 2 usage error.
  */
@@ -27,6 +32,9 @@
 #define SC_EXIT_USAGE 2
 
 #define SC_MAX_CONFIGS 64
+#define SC_MAX_ADMINS 32
+#define SC_MAX_ADMINS_TEXT "32"
+#define SC_MAX_FILES 100
 /* --yes is needed to replay more than this many dead letters */
 #define SC_CONFIRM_ABOVE 100
 
@@ -57,6 +65,16 @@ typedef struct {
   long attempts, count;
   int has_failed_at;
   int64_t failed_at_ms;
+  /* status */
+  char admins[SC_MAX_ADMINS][128]; /* --admin / SLUICECTL_ADMIN host:port */
+  int nadmins;
+  const char *redis_url; /* --redis, SLUICE_REDIS_URL */
+  int watch, interval_s;
+  /* submit */
+  const char *presign_url; /* --presign, PRESIGN_URL */
+  const char *prompts[SC_MAX_FILES];
+  int nprompts;
+  int wait_s;
   /* positional arguments after the command words */
   char **args;
   int nargs;
@@ -123,6 +141,11 @@ typedef int (*sc_msg_cb)(void *arg, int32_t partition, int64_t offset, const voi
 int sc_scan_topic(const sc_opts *o, const char *topic, int32_t only_partition, int64_t at,
                   sc_msg_cb cb, void *arg);
 
+/* the same over whole messages (key, timestamp, headers): every partition,
+ * low to high watermark */
+typedef int (*sc_kmsg_cb)(void *arg, const rd_kafka_message_t *m);
+int sc_scan_topic_msgs(const sc_opts *o, const char *topic, sc_kmsg_cb cb, void *arg);
+
 typedef struct {
   rd_kafka_resp_err_t err;
   int done;
@@ -179,5 +202,54 @@ int sc_dlq_replay(const sc_opts *o);
 /* ---- topics.c ---- */
 int sc_topics_ensure(const sc_opts *o);
 int sc_topics_list(const sc_opts *o);
+
+/* ---- sluicectl.c / util.c ---- */
+/* adds comma-separated host:port (or http://host:port) endpoints; -1 when
+ * the list is full */
+int sc_add_admins(sc_opts *o, const char *list);
+
+/* ---- http.c ---- */
+typedef struct {
+  long status;          /* HTTP status, 0 when no answer */
+  char *body;           /* malloc'd, NUL-terminated */
+  size_t len;
+  char etag[128];
+  long retry_after_s;   /* -1 when absent */
+  char error[256];      /* transport error, when status is 0 */
+} sc_http_reply;
+void sc_http_reply_free(sc_http_reply *r);
+/* GET url with optional extra headers (NULL-terminated); body bounded to
+ * 8 MiB. Returns 0 when an HTTP answer came (any status). */
+int sc_http_get(const char *url, const char *const *headers, long timeout_ms, sc_http_reply *r);
+int sc_http_post_json(const char *url, const char *body, long timeout_ms, sc_http_reply *r);
+/* PUTs a file with the given headers, drawing a progress bar on stderr */
+int sc_http_put_file(const char *url, const char *path, const char *const *headers,
+                     long timeout_ms, sc_http_reply *r);
+
+/* one sample of a Prometheus text exposition */
+typedef struct {
+  char name[128];
+  char labels[384]; /* raw label text without braces */
+  double value;
+} sc_sample;
+typedef struct {
+  sc_sample *v;
+  size_t n, cap;
+} sc_samples;
+/* parses text format 0.0.4 (comments skipped); 0 or -1 on a malformed line */
+int sc_metrics_parse(const char *text, sc_samples *out);
+void sc_samples_free(sc_samples *s);
+/* value of label `name` in raw label text into out; 0 if found */
+int sc_label(const char *labels, const char *name, char *out, size_t n);
+
+/* Redis: a connection from redis://host:port[/db]; NULL with a message
+ * printed on failure */
+struct redisContext;
+struct redisContext *sc_redis_connect(const char *url, int timeout_ms);
+
+/* ---- status.c / submission.c / submit.c ---- */
+int sc_status(const sc_opts *o);
+int sc_submission(const sc_opts *o);
+int sc_submit(const sc_opts *o);
 
 #endif

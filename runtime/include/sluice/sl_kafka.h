@@ -28,14 +28,16 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
 /* Creates a consumer in group_id with auto-commit off, auto.offset.reset
  * earliest, and its poll queue redirected to the consumer queue. rebalance
  * and commit callbacks (may be NULL) get opaque; they run inside
- * rd_kafka_consumer_poll(). */
+ * rd_kafka_consumer_poll(). stats (may be NULL) gets librdkafka's statistics
+ * JSON every 5 s, also inside rd_kafka_consumer_poll(); it returns 0 (the
+ * library frees the JSON). */
 int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
                           const char *client_id, char *err, size_t errlen,
                           void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
                                             rd_kafka_topic_partition_list_t *, void *),
                           void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
                                             rd_kafka_topic_partition_list_t *, void *),
-                          void *opaque);
+                          int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque);
 
 /* Serves the producer's delivery reports on a libuv loop: librdkafka writes
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls

@@ -1,7 +1,7 @@
 /*
  * sl_metrics.h — Prometheus text exposition for every Sluice process.
  *
- * A process-wide registry of counters and gauges. Registration happens at
+ * A process-wide registry of counters, gauges and histograms. Registration happens at
  * start-up (mutex-protected, bounded to SL_METRICS_MAX series); updates are
  * lock-free atomics and may come from any thread. Series are identified by
  * name + label text; the same pair registered twice returns the same series.
@@ -27,6 +27,32 @@ void sl_metric_add(sl_metric *m, uint64_t n);    /* counters */
 void sl_metric_set(sl_metric *m, int64_t v);     /* gauges */
 void sl_metric_gauge_add(sl_metric *m, int64_t d);
 uint64_t sl_metric_value(const sl_metric *m);
+
+/* ---- histograms ----
+ * Cumulative-bucket histograms (rendered as <name>_bucket{...,le="..."},
+ * <name>_sum and <name>_count). Bounds are upper bounds in ascending order,
+ * at most SL_HIST_BUCKETS_MAX of them; "+Inf" is added. Registration is
+ * bounded to SL_HISTOGRAMS_MAX series and, like counters, returns the same
+ * series for the same name + labels (the bounds of the first registration
+ * win). sl_histogram_observe is lock-free and may be called from any thread.
+ */
+#define SL_HISTOGRAMS_MAX 64
+#define SL_HIST_BUCKETS_MAX 20
+
+typedef struct sl_histogram sl_histogram;
+
+/* Returns NULL when the registry is full, the name is invalid, the bounds are
+ * not strictly ascending finite numbers, or there are none / too many. */
+sl_histogram *sl_metrics_histogram(const char *name, const char *labels, const char *help,
+                                   const double *bounds, size_t nbounds);
+void sl_histogram_observe(sl_histogram *h, double v);
+uint64_t sl_histogram_count(const sl_histogram *h);
+double sl_histogram_sum(const sl_histogram *h);
+
+/* Bucket bounds (seconds) shared by Sluice's latency histograms: provider
+ * calls and accept-to-done, 10 ms .. 30 min. */
+extern const double sl_metrics_latency_bounds[];
+extern const size_t sl_metrics_latency_nbounds;
 
 /* Renders all series in text format 0.0.4 into a malloc'd string (caller
  * frees). Returns 0 or SL_ENOMEM. */

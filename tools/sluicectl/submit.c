@@ -1,0 +1,256 @@
+/*
+ * submit.c — `sluicectl submit FILE...`: the client a person or a script
+ * uses, behaving exactly as an app should (docs/openapi.yaml):
+ *   1. POST /v1/submissions with one question per file (type from the
+ *      extension, size from the file, the Nth --prompt for the Nth file);
+ *   2. PUT each file to its presigned URL with the headers the reply lists,
+ *      with a progress bar on stderr (one PUT per file: presigned multipart
+ *      uploads are not used by this client);
+ *   3. poll the results URL with the bearer token and If-None-Match, waiting
+ *      what Retry-After says, until every question is done or failed or the
+ *      API says poll.stop;
+ *   4. print a table, or with --json the final results document.
+ * Exit status: 0 every question done, 1 anything else (failed questions,
+ * an API error, --wait exceeded), 2 bad arguments (unreadable file, unknown
+ * audio type).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "sluicectl.h"
+
+static const char *content_type(const char *path) {
+  const char *dot = strrchr(path, '.');
+  if (!dot) return NULL;
+  static const struct {
+    const char *ext, *type;
+  } map[] = {{"wav", "audio/wav"},  {"flac", "audio/flac"}, {"ogg", "audio/ogg"},
+             {"oga", "audio/ogg"},  {"webm", "audio/webm"}, {"mp3", "audio/mpeg"},
+             {"m4a", "audio/mp4"},  {"mp4", "audio/mp4"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcasecmp(dot + 1, map[i].ext) == 0) return map[i].type;
+  return NULL;
+}
+
+static void api_error(const char *what, const sc_http_reply *r) {
+  if (r->status == 0) {
+    fprintf(stderr, "sluicectl: %s: %s\n", what, r->error[0] ? r->error : "no answer");
+    return;
+  }
+  json_t *j = json_loads(r->body ? r->body : "", 0, NULL);
+  json_t *e = json_object_get(j, "error");
+  const char *code = json_string_value(json_object_get(e, "code"));
+  const char *msg = json_string_value(json_object_get(e, "message"));
+  if (code)
+    fprintf(stderr, "sluicectl: %s: HTTP %ld %s: %s\n", what, r->status, code, msg ? msg : "");
+  else
+    fprintf(stderr, "sluicectl: %s: HTTP %ld %.300s\n", what, r->status, r->body ? r->body : "");
+  json_decref(j);
+}
+
+static void sleep_s(long s) {
+  struct timespec ts = {s, 0};
+  nanosleep(&ts, NULL);
+}
+
+static void print_table(json_t *res) {
+  json_t *sum = json_object_get(res, "summary");
+  printf("submission %s: %lld of %lld done, %lld failed\n\n",
+         json_string_value(json_object_get(res, "submission_id")),
+         (long long)json_integer_value(json_object_get(sum, "done")),
+         (long long)json_integer_value(json_object_get(sum, "total")),
+         (long long)json_integer_value(json_object_get(sum, "failed")));
+  printf("%-3s %-8s %6s %-6s %10s  %s\n", "NO", "STATE", "SCORE", "LEVEL", "ACCEPT>DONE",
+         "TRANSCRIPT / ERROR");
+  size_t i;
+  json_t *q;
+  json_array_foreach(json_object_get(res, "questions"), i, q) {
+    json_t *g = json_object_get(q, "grade");
+    char score[16] = "-", lat[32] = "-";
+    if (json_is_number(json_object_get(g, "score")))
+      snprintf(score, sizeof score, "%.0f", json_number_value(json_object_get(g, "score")));
+    if (json_is_integer(json_object_get(q, "accept_to_done_ms")))
+      snprintf(lat, sizeof lat, "%.1fs",
+               (double)json_integer_value(json_object_get(q, "accept_to_done_ms")) / 1000.0);
+    const char *level = json_string_value(json_object_get(g, "level"));
+    const char *text = json_string_value(json_object_get(q, "transcript"));
+    json_t *err = json_object_get(q, "error");
+    char what[200];
+    if (err)
+      snprintf(what, sizeof what, "%s: %s", json_string_value(json_object_get(err, "class")),
+               json_string_value(json_object_get(err, "message")));
+    else
+      snprintf(what, sizeof what, "%.120s", text ? text : "-");
+    printf("%-3lld %-8s %6s %-6s %10s  %s\n", (long long)json_integer_value(json_object_get(q, "no")),
+           json_string_value(json_object_get(q, "state")), score, level ? level : "-", lat, what);
+  }
+  size_t k;
+  json_array_foreach(json_object_get(res, "questions"), k, q) {
+    const char *fb = json_string_value(json_object_get(json_object_get(q, "grade"), "feedback"));
+    if (fb) printf("\nq%lld feedback: %s", (long long)json_integer_value(json_object_get(q, "no")), fb);
+  }
+  printf("\n");
+}
+
+int sc_submit(const sc_opts *o) {
+  /* check every file before anything is created */
+  json_t *qs = json_array();
+  for (int i = 0; i < o->nargs; i++) {
+    struct stat st;
+    const char *ct = content_type(o->args[i]);
+    if (stat(o->args[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+      fprintf(stderr, "sluicectl: no such file: %s\n", o->args[i]);
+      json_decref(qs);
+      return SC_EXIT_USAGE;
+    }
+    if (!ct) {
+      fprintf(stderr,
+              "sluicectl: %s: unknown audio type (want .wav .flac .ogg .oga .webm .mp3 .m4a .mp4)\n",
+              o->args[i]);
+      json_decref(qs);
+      return SC_EXIT_USAGE;
+    }
+    json_t *q = json_pack("{s:i,s:s,s:I}", "no", i + 1, "content_type", ct, "size",
+                          (json_int_t)st.st_size);
+    if (i < o->nprompts && o->prompts[i][0])
+      json_object_set_new(q, "prompt", json_string(o->prompts[i]));
+    json_array_append_new(qs, q);
+  }
+  json_t *req = json_pack("{s:o}", "questions", qs);
+  char *body = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  char url[1024];
+  snprintf(url, sizeof url, "%s/v1/submissions", o->presign_url);
+  sc_http_reply r;
+  int rc = body ? sc_http_post_json(url, body, 30000, &r) : -1;
+  free(body);
+  if (rc != 0 || r.status != 201) {
+    api_error("creating the submission", &r);
+    sc_http_reply_free(&r);
+    return SC_EXIT_FAIL;
+  }
+  json_t *created = json_loads(r.body, 0, NULL);
+  sc_http_reply_free(&r);
+  const char *sid = json_string_value(json_object_get(created, "submission_id"));
+  const char *token = json_string_value(json_object_get(created, "results_token"));
+  const char *results = json_string_value(json_object_get(created, "results_url"));
+  json_t *issued = json_object_get(created, "questions");
+  if (!sid || !token || !results || json_array_size(issued) != (size_t)o->nargs) {
+    fprintf(stderr, "sluicectl: the presign reply lacks submission_id, results_token, "
+                    "results_url or a question per file\n");
+    json_decref(created);
+    return SC_EXIT_FAIL;
+  }
+  fprintf(stderr, "submission %s: %d question(s)\n", sid, o->nargs);
+
+  int status = SC_EXIT_OK;
+  for (int i = 0; i < o->nargs && status == SC_EXIT_OK; i++) {
+    json_t *q = json_array_get(issued, (size_t)i);
+    const char *put = json_string_value(json_object_get(q, "url"));
+    json_t *hdrs = json_object_get(q, "headers");
+    const char *h[34];
+    char hb[32][512];
+    int nh = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(hdrs, k, v) {
+      if (nh == 32 || !json_is_string(v)) continue;
+      snprintf(hb[nh], sizeof hb[0], "%s: %s", k, json_string_value(v));
+      h[nh] = hb[nh];
+      nh++;
+    }
+    h[nh] = NULL;
+    fprintf(stderr, "  uploading q%d %s\n", i + 1, o->args[i]);
+    if (!put || sc_http_put_file(put, o->args[i], h, 600000, &r) != 0 || r.status / 100 != 2) {
+      char what[600];
+      snprintf(what, sizeof what, "uploading %s", o->args[i]);
+      if (!put) snprintf(r.error, sizeof r.error, "no upload URL for question %d", i + 1);
+      api_error(what, &r);
+      status = SC_EXIT_FAIL;
+    }
+    sc_http_reply_free(&r);
+  }
+  if (status != SC_EXIT_OK) {
+    json_decref(created);
+    return status;
+  }
+
+  char auth[300], inm[200];
+  snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+  char etag[128] = "";
+  json_t *last = NULL;
+  double deadline = sc_mono_s() + o->wait_s;
+  char last_line[512] = "";
+  for (;;) {
+    const char *h[3] = {auth, NULL, NULL};
+    if (etag[0]) {
+      snprintf(inm, sizeof inm, "If-None-Match: %s", etag);
+      h[1] = inm;
+    }
+    long wait = 1;
+    if (sc_http_get(results, h, 30000, &r) == 0 && r.status == 200) {
+      json_decref(last);
+      last = json_loads(r.body, 0, NULL);
+      snprintf(etag, sizeof etag, "%s", r.etag);
+      char line[512] = "";
+      size_t i;
+      json_t *q;
+      json_array_foreach(json_object_get(last, "questions"), i, q) {
+        size_t l = strlen(line);
+        snprintf(line + l, sizeof line - l, "%sq%lld:%s", i ? " " : "",
+                 (long long)json_integer_value(json_object_get(q, "no")),
+                 json_string_value(json_object_get(q, "state")));
+      }
+      if (strcmp(line, last_line) != 0) fprintf(stderr, "  %s\n", line);
+      snprintf(last_line, sizeof last_line, "%s", line);
+      json_t *sum = json_object_get(last, "summary");
+      if (json_is_true(json_object_get(sum, "complete"))) {
+        sc_http_reply_free(&r);
+        break;
+      }
+      if (json_is_true(json_object_get(json_object_get(last, "poll"), "stop"))) {
+        fprintf(stderr, "sluicectl: the results API says to stop polling before completion\n");
+        sc_http_reply_free(&r);
+        status = SC_EXIT_FAIL;
+        break;
+      }
+      json_int_t ra = json_integer_value(json_object_get(json_object_get(last, "poll"), "retry_after_s"));
+      if (ra > 0) wait = (long)ra;
+    } else if (r.status != 304) {
+      api_error("polling the results", &r);
+      if (r.status / 100 == 4 && r.status != 429) { /* will not get better */
+        sc_http_reply_free(&r);
+        status = SC_EXIT_FAIL;
+        break;
+      }
+    }
+    if (r.retry_after_s > 0) wait = r.retry_after_s; /* the header has the last word */
+    sc_http_reply_free(&r);
+    if (sc_mono_s() + (double)wait > deadline) {
+      fprintf(stderr, "sluicectl: submission %s not complete after %d s (--wait)\n", sid, o->wait_s);
+      status = SC_EXIT_FAIL;
+      break;
+    }
+    sleep_s(wait);
+  }
+  if (last) {
+    if (o->json) {
+      char *txt = json_dumps(last, JSON_COMPACT);
+      if (txt) printf("%s\n", txt);
+      free(txt);
+    } else {
+      print_table(last);
+    }
+    json_t *sum = json_object_get(last, "summary");
+    if (status == SC_EXIT_OK &&
+        json_integer_value(json_object_get(sum, "done")) != json_integer_value(json_object_get(sum, "total")))
+      status = SC_EXIT_FAIL;
+  }
+  json_decref(last);
+  json_decref(created);
+  return status;
+}
