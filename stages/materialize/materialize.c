@@ -271,7 +271,7 @@ static int rebuild(mat *M) {
   rd_kafka_t *rk = NULL;
   int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
                                  "sluice-materialize-rebuild", err, sizeof err, NULL, NULL,
-                                 NULL);
+                                 NULL, NULL);
   if (rc) {
     sl_log(SL_LOG_ERROR, NULL, "rebuild: %s", err);
     return rc;
