@@ -132,7 +132,8 @@ fi
 # --- 5. the runtime list covers what the binaries link
 sanitized=0
 grep -qE '^SLUICE_(ASAN|UBSAN):BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null && sanitized=1
-if python3 "$HERE/dpkg_closure.py" $(<"$WORK/runtime.txt") >"$WORK/closure.txt" 2>"$WORK/err"; then
+mapfile -t runtime_pkgs <"$WORK/runtime.txt"
+if python3 "$HERE/dpkg_closure.py" "${runtime_pkgs[@]}" >"$WORK/closure.txt" 2>"$WORK/err"; then
   uncovered=()
   nlibs=0
   ldconfig -p >"$WORK/ldcache"
