@@ -1,0 +1,92 @@
+{{/*
+sluice.stageConf (dict "root" $ "stage" NAME): the settings file of one stage.
+Keys the chart owns (listen addresses, topics, brokers, ...) may not be set
+again in `config`; secret keys may never be set there (use a Secret).
+*/}}
+{{- define "sluice.ownedKeys" -}}
+[kafka.brokers, redis.url, admin.listen, presign.listen, results.listen, retry.tiers,
+ retry.budget_s, stage.drain_timeout_s, log.level, stt.plugin, grade.plugin,
+ topic.submissions, topic.storage_events, topic.stt_requests, topic.grade_requests,
+ topic.results, topic.dlq, s3.endpoint, s3.region, s3.bucket, s3.path_style,
+ s3.url_expiry_s]
+{{- end -}}
+
+{{/* secret settings: never in a values file, always from a Secret */}}
+{{- define "sluice.isSecretKey" -}}
+{{- if or (hasSuffix "api_key" .) (hasSuffix "secret_key" .) (hasSuffix "access_key" .) (hasSuffix "password" .) (hasSuffix "token" .) (hasSuffix "secret" .) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "sluice.userConf" -}}
+{{- $owned := include "sluice.ownedKeys" . | fromYamlArray -}}
+{{- range $k := keys .conf | sortAlpha }}
+{{- if has $k $owned }}
+{{- fail (printf "%s: %q is set by the chart (see values.yaml); remove it from config" $.where $k) }}
+{{- end }}
+{{- if include "sluice.isSecretKey" $k }}
+{{- fail (printf "%s: %q is a credential: put it in a Secret and use secretEnv, never in config" $.where $k) }}
+{{- end }}
+{{ $k }} = {{ include "sluice.confValue" (index $.conf $k) }}
+{{- end }}
+{{- end -}}
+
+{{/* the chosen plugin's settings: plain ones into the file */}}
+{{- define "sluice.pluginConf" -}}
+{{- $kind := .kind -}}
+{{- $p := index .root.Values $kind -}}
+{{- $settings := index $p $p.plugin | default dict -}}
+{{- range $k := keys $settings | sortAlpha }}
+{{- $v := index $settings $k }}
+{{- if not (kindIs "map" $v) }}
+{{- if include "sluice.isSecretKey" $k }}
+{{- fail (printf "%s.%s.%s is a credential: give it as {existingSecret, key}" $kind $p.plugin $k) }}
+{{- end }}
+{{ $kind }}.{{ $p.plugin }}.{{ $k }} = {{ include "sluice.confValue" $v }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.stageConf" -}}
+{{- $root := .root -}}
+{{- $stage := .stage -}}
+{{- $v := $root.Values -}}
+{{- $s := index $v.stages $stage -}}
+{{- $t := $v.topics.names -}}
+# sluice {{ $stage }} - rendered by the Helm chart (release {{ $root.Release.Name }})
+kafka.brokers = {{ required "kafka.brokers is required" $v.kafka.brokers }}
+{{- if not $v.redis.existingSecret }}
+redis.url = {{ required "redis.url is required" $v.redis.url }}
+{{- end }}
+topic.submissions = {{ $t.submissions }}
+topic.storage_events = {{ $t.storageEvents }}
+topic.stt_requests = {{ $t.sttRequests }}
+topic.grade_requests = {{ $t.gradeRequests }}
+topic.results = {{ $t.results }}
+topic.dlq = {{ $t.dlq }}
+log.level = {{ $v.logLevel }}
+admin.listen = 0.0.0.0:{{ $v.adminPort }}
+stage.drain_timeout_s = {{ include "sluice.drainSeconds" . }}
+retry.tiers = {{ join "," $v.retry.tiers }}
+retry.budget_s = {{ include "sluice.confValue" $v.retry.budgetSeconds }}
+{{- if eq $stage "presign" }}
+presign.listen = 0.0.0.0:8080
+{{- if and $v.ingress.enabled (not (hasKey $s.config "presign.results_base_url")) }}
+presign.results_base_url = {{ ternary "https" "http" (gt (len $v.ingress.tls) 0) }}://{{ $v.ingress.host }}
+{{- end }}
+{{- end }}
+{{- if eq $stage "results" }}
+results.listen = 0.0.0.0:8081
+{{- end }}
+{{- if has $stage (list "presign" "stt") }}
+s3.endpoint = {{ required "s3.endpoint is required" $v.s3.endpoint }}
+s3.region = {{ $v.s3.region }}
+s3.bucket = {{ required "s3.bucket is required" $v.s3.bucket }}
+s3.path_style = {{ $v.s3.pathStyle }}
+s3.url_expiry_s = {{ include "sluice.confValue" $v.s3.urlExpirySeconds }}
+{{- end }}
+{{- if has $stage (list "stt" "grade") }}
+{{ $stage }}.plugin = {{ (index $v $stage).plugin }}
+{{- include "sluice.pluginConf" (dict "root" $root "kind" $stage) }}
+{{- end }}
+{{- include "sluice.userConf" (dict "conf" ($v.common.config | default dict) "where" "common.config") }}
+{{- include "sluice.userConf" (dict "conf" ($s.config | default dict) "where" (printf "stages.%s.config" $stage)) }}
+{{- end -}}

@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""check_chart.py - assertions on charts/sluice's rendered manifests.
+
+Called by tests/deploy/test_chart.sh with the output of `helm template`:
+
+  check_chart.py common FILE            what every render must satisfy
+  check_chart.py all FILE ALERTS        the every-option render (values-all.yaml)
+  check_chart.py per-stage FILE         the render of per-stage distinct values
+  check_chart.py conf FILE DIR          write each stage's sluice.conf and env
+                                        names into DIR (for the real binary)
+
+Kubernetes' own kinds are validated against the Kubernetes schemas by
+kubernetes-validate in test_chart.sh; the CRD kinds (ServiceMonitor,
+PrometheusRule, ScaledObject) are checked here field by field.
+Exit 0 when every check holds, 1 with one line per failure otherwise.
+"""
+import os
+import re
+import sys
+
+import yaml
+
+STAGES = ["presign", "ingest", "stt", "grade", "materialize", "results"]
+CONSUMERS = {"ingest": ["storage-events"], "stt": ["stt.requests"],
+             "grade": ["grade.requests"], "materialize": ["submissions", "results"]}
+HTTP = {"presign": 8080, "results": 8081}
+SECRET_WORDS = re.compile(r"(KEY|SECRET|PASSWORD|TOKEN)$")
+
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+    return cond
+
+
+def load(path):
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    return docs
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def stage_of(d):
+    return d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+
+
+def conf_of(docs, stage):
+    for cm in by_kind(docs, "ConfigMap"):
+        if stage_of(cm) == stage:
+            text = cm["data"]["sluice.conf"]
+            out = {}
+            for line in text.splitlines():
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                k, _, v = line.partition("=")
+                check(k.strip() not in out, f"{stage}: key {k.strip()} set twice in sluice.conf")
+                out[k.strip()] = v.strip()
+            return out
+    failures.append(f"{stage}: no ConfigMap")
+    return {}
+
+
+def deployments(docs):
+    return {stage_of(d): d for d in by_kind(docs, "Deployment")}
+
+
+def container(dep):
+    cs = dep["spec"]["template"]["spec"]["containers"]
+    check(len(cs) == 1, f"{dep['metadata']['name']}: {len(cs)} containers")
+    return cs[0]
+
+
+def check_common(docs):
+    deps = deployments(docs)
+    check(sorted(deps) == sorted(STAGES), f"Deployments for {sorted(deps)}, want all six stages")
+    for stage, dep in deps.items():
+        name = dep["metadata"]["name"]
+        pod = dep["spec"]["template"]["spec"]
+        c = container(dep)
+        conf = conf_of(docs, stage)
+        check(c["args"][:3] == [stage, "--config", "/etc/sluice/sluice.conf"],
+              f"{name}: args start {c['args'][:3]}")
+        check(pod.get("enableServiceLinks") is False,
+              f"{name}: enableServiceLinks must be false (service links are SLUICE_* variables)")
+        check(pod.get("automountServiceAccountToken") is False, f"{name}: token mounted")
+        sc = c.get("securityContext", {})
+        check(sc.get("readOnlyRootFilesystem") is True, f"{name}: root filesystem writable")
+        check(sc.get("allowPrivilegeEscalation") is False, f"{name}: privilege escalation")
+        check(pod["securityContext"].get("runAsNonRoot") is True, f"{name}: may run as root")
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        check("/tmp" in mounts, f"{name}: no writable /tmp")
+        check(mounts.get("/etc/sluice", {}).get("readOnly") is True, f"{name}: config not mounted read-only")
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        admin = conf.get("admin.listen", "")
+        check(admin == f"0.0.0.0:{ports.get('admin')}",
+              f"{name}: admin.listen {admin!r} is not the admin port {ports.get('admin')}")
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"),
+                            ("startupProbe", "/healthz")):
+            g = c.get(probe, {}).get("httpGet", {})
+            check(g.get("path") == path and g.get("port") == "admin",
+                  f"{name}: {probe} is {g}, want {path} on the admin port")
+        if stage in HTTP:
+            check(ports.get("http") == HTTP[stage], f"{name}: http port {ports.get('http')}")
+            check(conf.get(f"{stage}.listen") == f"0.0.0.0:{HTTP[stage]}",
+                  f"{name}: {stage}.listen is {conf.get(stage + '.listen')}")
+        else:
+            check("http" not in ports, f"{name}: a consumer stage exposes an http port")
+        # the grace period covers the preStop wait and the drain bound
+        drain = int(conf.get("stage.drain_timeout_s", "0"))
+        pre = 0
+        ps = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+        if ps:
+            pre = int(ps[-1])
+        grace = pod.get("terminationGracePeriodSeconds", 30)
+        check(drain > 0 and grace > pre + drain,
+              f"{name}: terminationGracePeriodSeconds {grace} does not cover preStop {pre} + drain {drain}")
+        # credentials only from Secrets
+        for e in c.get("env", []):
+            if SECRET_WORDS.search(e["name"]) or e["name"] == "SLUICE_REDIS_URL":
+                check("value" not in e and "secretKeyRef" in e.get("valueFrom", {}),
+                      f"{name}: {e['name']} is not read from a Secret")
+        for k in conf:
+            check(not re.search(r"(api_key|secret_key|access_key|password|token|secret)$", k),
+                  f"{name}: credential {k} inlined in the ConfigMap")
+        # S3 credentials only where they are used
+        names = {e["name"] for e in c.get("env", [])}
+        has_s3 = "SLUICE_S3_SECRET_KEY" in names
+        check(has_s3 == (stage in ("presign", "stt")),
+              f"{name}: S3 secret key {'given' if has_s3 else 'missing'}")
+        check(("s3.endpoint" in conf) == (stage in ("presign", "stt")), f"{name}: s3 settings")
+        if stage in ("stt", "grade"):
+            check(f"{stage}.plugin" in conf, f"{name}: no {stage}.plugin")
+    # services for the APIs only
+    api = {stage_of(s) for s in by_kind(docs, "Service")
+           if not s["metadata"]["name"].endswith("-metrics")}
+    check(api == {"presign", "results"}, f"API Services for {sorted(api)}")
+    # the topics hook Job
+    jobs = by_kind(docs, "Job")
+    if check(len(jobs) == 1, f"{len(jobs)} Jobs, want the topics hook"):
+        job = jobs[0]
+        hooks = job["metadata"]["annotations"].get("helm.sh/hook", "")
+        check(set(hooks.split(",")) == {"pre-install", "pre-upgrade"}, f"topics Job hooks {hooks!r}")
+        script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        topics = {}
+        for line in script.splitlines():
+            words = [w.strip("'") for w in line.split()]
+            if not words:
+                continue
+            check(words[:3] == ["sluicectl", "topics", "ensure"], f"topics Job line {line!r}")
+            cfg = [words[i + 1] for i, w in enumerate(words) if w == "--config"]
+            topics[words[-1]] = {"configs": cfg,
+                                 "partitions": int(words[words.index("--partitions") + 1])}
+        res = conf_of(docs, "materialize").get("topic.results")
+        check("cleanup.policy=compact" in topics.get(res, {}).get("configs", []),
+              f"results topic {res!r} is not compacted: {topics.get(res)}")
+        for stage in CONSUMERS:
+            conf = conf_of(docs, stage)
+            for tier in conf["retry.tiers"].split(","):
+                check(f"{stage}.retry.{tier}" in topics, f"no topic {stage}.retry.{tier}")
+            for key in ("topic.submissions", "topic.storage_events", "topic.stt_requests",
+                        "topic.grade_requests", "topic.results", "topic.dlq"):
+                check(conf[key] in topics, f"{stage}: {key}={conf[key]} not created by the Job")
+    return deps
+
+
+def check_all(docs, alerts_path):
+    deps = check_common(docs)
+    kinds = {d["kind"] for d in docs}
+    for k in ("Ingress", "HorizontalPodAutoscaler", "ScaledObject", "ServiceMonitor",
+              "PrometheusRule", "NetworkPolicy", "PodDisruptionBudget"):
+        check(k in kinds, f"every-option render has no {k}")
+    # KEDA: one trigger per input topic, on the stage's consumer group
+    keda = {stage_of(d): d for d in by_kind(docs, "ScaledObject")}
+    hpa = {stage_of(d): d for d in by_kind(docs, "HorizontalPodAutoscaler")}
+    check(not set(keda) & set(hpa), f"stages with both HPA and KEDA: {set(keda) & set(hpa)}")
+    for stage, so in keda.items():
+        check(stage in CONSUMERS, f"ScaledObject for non-consumer {stage}")
+        check(so["apiVersion"] == "keda.sh/v1alpha1", f"{stage}: ScaledObject apiVersion")
+        spec = so["spec"]
+        check(spec["scaleTargetRef"]["name"] == deps[stage]["metadata"]["name"],
+              f"{stage}: ScaledObject targets {spec['scaleTargetRef']}")
+        check(isinstance(spec["minReplicaCount"], int) and isinstance(spec["maxReplicaCount"], int)
+              and spec["minReplicaCount"] <= spec["maxReplicaCount"], f"{stage}: replica counts")
+        check("replicas" not in deps[stage]["spec"], f"{stage}: fixed replicas under KEDA")
+        got = []
+        for t in spec["triggers"]:
+            m = t["metadata"]
+            check(t["type"] == "kafka", f"{stage}: trigger {t['type']}")
+            check(m["consumerGroup"] == f"sluice-{stage}", f"{stage}: group {m['consumerGroup']}")
+            check(all(isinstance(v, str) for v in m.values()), f"{stage}: KEDA metadata must be strings")
+            check(m["bootstrapServers"] == conf_of(docs, stage)["kafka.brokers"],
+                  f"{stage}: KEDA brokers differ from the stage's")
+            got.append(m["topic"])
+        check(sorted(got) == sorted(CONSUMERS[stage]), f"{stage}: lag on {got}")
+    for stage, h in hpa.items():
+        check(h["spec"]["scaleTargetRef"]["name"] == deps[stage]["metadata"]["name"],
+              f"{stage}: HPA target")
+        check("replicas" not in deps[stage]["spec"], f"{stage}: fixed replicas under the HPA")
+    # ServiceMonitor selects the metrics Services on their admin port
+    sm = by_kind(docs, "ServiceMonitor")[0]
+    sel = sm["spec"]["selector"]["matchLabels"]
+    msvc = [s for s in by_kind(docs, "Service")
+            if all(s["metadata"]["labels"].get(k) == v for k, v in sel.items())]
+    check(sorted(stage_of(s) for s in msvc) == sorted(STAGES),
+          f"ServiceMonitor selects {[s['metadata']['name'] for s in msvc]}")
+    for s in msvc:
+        check([p["name"] for p in s["spec"]["ports"]] == ["admin"], f"{s['metadata']['name']} ports")
+    check([e["port"] for e in sm["spec"]["endpoints"]] == ["admin"] and
+          sm["spec"]["endpoints"][0]["path"] == "/metrics", "ServiceMonitor endpoint")
+    # PrometheusRule carries the alert file's groups unchanged
+    pr = by_kind(docs, "PrometheusRule")[0]
+    with open(alerts_path) as f:
+        want = yaml.safe_load(f)["groups"]
+    check(pr["spec"]["groups"] == want, "PrometheusRule groups differ from files/alerts.yaml")
+    check(sum(len(g["rules"]) for g in want) > 0, "no alert rules")
+    for g in pr["spec"]["groups"]:
+        for r in g["rules"]:
+            check(set(r) >= {"alert", "expr"} and set(r) <= {"alert", "expr", "for", "labels",
+                                                              "annotations", "keep_firing_for"},
+                  f"rule {r.get('alert')}: fields {sorted(r)}")
+    # Ingress: create (Exact) to presign, poll (Prefix) to results
+    ing = by_kind(docs, "Ingress")[0]
+    paths = ing["spec"]["rules"][0]["http"]["paths"]
+    route = {(p["path"], p["pathType"]): p["backend"]["service"]["name"] for p in paths}
+    check(route.get(("/v1/submissions", "Exact")) == deps["presign"]["metadata"]["name"] and
+          route.get(("/v1/submissions", "Prefix")) == deps["results"]["metadata"]["name"],
+          f"Ingress routes {route}")
+    check(conf_of(docs, "presign").get("presign.results_base_url") ==
+          "https://" + ing["spec"]["rules"][0]["host"], "presign.results_base_url not the ingress host")
+    # NetworkPolicies: one per stage, plus egress
+    nps = by_kind(docs, "NetworkPolicy")
+    check(sorted(stage_of(n) for n in nps if stage_of(n)) == sorted(STAGES), "NetworkPolicy per stage")
+    check(any("Egress" in n["spec"]["policyTypes"] for n in nps), "no egress NetworkPolicy")
+    # plugin secrets reach the stage as the plugin's own variables
+    for stage, var in (("stt", "SLUICE_STT_OPENAI_API_KEY"), ("grade", "SLUICE_GRADE_OPENAI_API_KEY")):
+        env = {e["name"]: e for e in container(deps[stage]).get("env", [])}
+        check(var in env and "secretKeyRef" in env[var]["valueFrom"], f"{stage}: {var} not from a Secret")
+        check(conf_of(docs, stage).get(f"{stage}.plugin") == "openai", f"{stage}: plugin")
+
+
+def check_per_stage(docs):
+    """Rendered with stages.<s>.replicas = i+1, resources cpu (i+1)*100m and
+    memory (i+1)*64Mi, args [--set, stage.workers=i+2], config
+    stage.max_in_flight = (i+1)*10: each Deployment must show its own."""
+    deps = deployments(docs)
+    for i, stage in enumerate(STAGES):
+        if not check(stage in deps, f"no Deployment for {stage}"):
+            continue
+        d = deps[stage]
+        c = container(d)
+        check(d["spec"].get("replicas") == i + 1, f"{stage}: replicas {d['spec'].get('replicas')}, want {i + 1}")
+        req = c["resources"].get("requests", {})
+        check(req.get("cpu") == f"{(i + 1) * 100}m" and req.get("memory") == f"{(i + 1) * 64}Mi",
+              f"{stage}: requests {req}")
+        check(c["resources"].get("limits", {}).get("memory") == f"{(i + 1) * 128}Mi",
+              f"{stage}: limits {c['resources'].get('limits')}")
+        check(c["args"] == [stage, "--config", "/etc/sluice/sluice.conf", "--set", f"stage.workers={i + 2}"],
+              f"{stage}: args {c['args']}")
+        check(conf_of(docs, stage).get("stage.max_in_flight") == str((i + 1) * 10),
+              f"{stage}: stage.max_in_flight {conf_of(docs, stage).get('stage.max_in_flight')}")
+        check(d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == stage,
+              f"{stage}: pod labels")
+
+
+def write_conf(docs, outdir):
+    for stage, dep in deployments(docs).items():
+        for cm in by_kind(docs, "ConfigMap"):
+            if stage_of(cm) == stage:
+                with open(os.path.join(outdir, f"{stage}.conf"), "w") as f:
+                    f.write(cm["data"]["sluice.conf"])
+        with open(os.path.join(outdir, f"{stage}.env"), "w") as f:
+            for e in container(dep).get("env", []):
+                f.write(e["name"] + "\n")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    mode, docs = sys.argv[1], load(sys.argv[2])
+    if mode == "common":
+        check_common(docs)
+    elif mode == "all":
+        check_all(docs, sys.argv[3])
+    elif mode == "per-stage":
+        check_per_stage(docs)
+    elif mode == "conf":
+        write_conf(docs, sys.argv[3])
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for f in failures:
+        print("FAIL:", f)
+    if not failures:
+        print(f"check_chart {mode}: ok ({len(docs)} objects)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

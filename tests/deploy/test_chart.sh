@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# tests/deploy/test_chart.sh - charts/sluice without a cluster:
+#   1. helm lint --strict with the defaults and with every option (values-all.yaml);
+#   2. helm template of both, validated offline against the Kubernetes 1.37
+#      schemas (kubernetes-validate --strict, bundled schemas) plus
+#      check_chart.py (probes, grace period vs drain, secrets, topics Job,
+#      KEDA groups, ServiceMonitor, PrometheusRule = files/alerts.yaml, ...);
+#   3. each stage's replicas, resources, args and config come from its own keys;
+#   4. bad values are refused with a clear message (too few partitions, HPA and
+#      KEDA together, inlined credentials, keys the chart owns, schema errors);
+#   5. the rendered sluice.conf files and env names are accepted by the real
+#      `sluice` binary (each stage starts up to consuming/listening; stages
+#      whose plugin is not built here are skipped, said so);
+#   6. files/alerts.yaml equals deploy/prometheus/alerts.yaml when that exists.
+# Needs helm (tools/bootstrap builds it) and Python for kubernetes-validate
+# (a venv in DEPLOY_VENV from tests/deploy/requirements.txt, made once).
+set -euo pipefail
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+ROOT=$(cd -- "$HERE/../.." && pwd -P)
+CHART=$ROOT/charts/sluice
+CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
+HELM=${HELM:-$CACHE/go/bin/helm}
+[[ -x $HELM ]] || HELM=$(command -v helm || true)
+[[ -n $HELM && -x $HELM ]] || { echo "FAIL: helm not found (run tools/bootstrap)"; exit 1; }
+KUBE=1.37.0
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf -- "$WORK"
+}
+trap cleanup EXIT
+
+pass=0
+fail=0
+ok() { printf 'ok   %s\n' "$*"; pass=$((pass + 1)); }
+bad() { printf 'FAIL %s\n' "$*"; fail=$((fail + 1)); }
+
+# --- the Python side: kubernetes-validate and PyYAML in a venv of their own
+VENV=${DEPLOY_VENV:-$ROOT/build/deploy-venv}
+REQ=$HERE/requirements.txt
+if [[ ! -x $VENV/bin/python ]] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
+  rm -rf -- "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q -r "$REQ"
+  cp "$REQ" "$VENV/requirements.txt"
+fi
+PY=$VENV/bin/python
+KV=$VENV/bin/kubernetes-validate
+
+tmpl() { "$HELM" template sluice "$CHART" --namespace speaking --kube-version "$KUBE" "$@"; }
+
+# --- 1. lint
+for vals in "" "$HERE/values-all.yaml"; do
+  name=${vals:+values-all.yaml}
+  if out=$("$HELM" lint --strict "$CHART" --kube-version "$KUBE" ${vals:+-f "$vals"} 2>&1); then
+    ok "helm lint --strict ${name:-defaults}"
+  else
+    bad "helm lint ${name:-defaults}:"$'\n'"$out"
+  fi
+done
+
+# --- 2. render and validate
+tmpl >"$WORK/default.yaml" 2>"$WORK/err" || { bad "helm template defaults: $(<"$WORK/err")"; exit 1; }
+tmpl -f "$HERE/values-all.yaml" >"$WORK/all.yaml" 2>"$WORK/err" ||
+  { bad "helm template values-all.yaml: $(<"$WORK/err")"; exit 1; }
+for r in default all; do
+  # --strict: unknown fields are errors; CRD kinds (no schema bundled) are
+  # reported as WARN and checked by check_chart.py instead
+  if out=$("$KV" --strict -k "$KUBE" "$WORK/$r.yaml" 2>&1) && ! grep -q '^ERROR' <<<"$out"; then
+    n=$(grep -c '^INFO' <<<"$out" || true)
+    ok "kubernetes-validate --strict ($r render): $n objects valid against Kubernetes $KUBE;" \
+      "$(grep -c '^WARN' <<<"$out" || true) CRD objects left to check_chart.py"
+  else
+    bad "kubernetes-validate ($r render):"$'\n'"$(grep -v '^INFO' <<<"$out")"
+  fi
+done
+if out=$("$PY" "$HERE/check_chart.py" common "$WORK/default.yaml" 2>&1); then ok "$out (defaults)"; else bad "$out"; fi
+if out=$("$PY" "$HERE/check_chart.py" all "$WORK/all.yaml" "$CHART/files/alerts.yaml" 2>&1); then
+  ok "$out (every option)"
+else
+  bad "$out"
+fi
+
+# --- 3. per-stage values: stage i gets replicas i+1, its own resources, args, config
+stages=(presign ingest stt grade materialize results)
+sets=()
+for i in "${!stages[@]}"; do
+  s=${stages[$i]}
+  n=$((i + 1))
+  sets+=(--set "stages.$s.replicas=$n"
+    --set "stages.$s.resources.requests.cpu=$((n * 100))m"
+    --set "stages.$s.resources.requests.memory=$((n * 64))Mi"
+    --set "stages.$s.resources.limits.memory=$((n * 128))Mi"
+    --set "stages.$s.args={--set,stage.workers=$((i + 2))}"
+    --set "stages.$s.config.stage\.max_in_flight=$((n * 10))")
+done
+if tmpl "${sets[@]}" >"$WORK/per-stage.yaml" 2>"$WORK/err" &&
+  out=$("$PY" "$HERE/check_chart.py" per-stage "$WORK/per-stage.yaml" 2>&1); then
+  ok "each stage's replicas, resources, args and config come from its own keys ($out)"
+else
+  bad "per-stage values: $(cat "$WORK/err") ${out:-}"
+fi
+
+# --- 4. values the chart refuses, and why
+refuse() { # refuse "what" "message substring" helm-args...
+  local what=$1 want=$2
+  shift 2
+  if out=$(tmpl "$@" 2>&1); then
+    bad "$what: rendered, should have been refused"
+  elif grep -qF -- "$want" <<<"$out"; then
+    ok "refused: $what ($(grep -F -- "$want" <<<"$out" | sed -n 1p | sed 's/^Error: //' | cut -c1-110)...)"
+  else
+    bad "$what: refused without \"$want\": $out"
+  fi
+}
+refuse "more stt replicas than partitions" "input topics have only 12 partitions" \
+  --set stages.stt.replicas=13
+refuse "KEDA may scale stt past the partitions" "may run 20 replicas" \
+  --set stages.stt.keda.enabled=true --set stages.stt.keda.maxReplicaCount=20
+refuse "materialize HPA past the results topic's partitions" "only 4 partitions" \
+  --set stages.materialize.hpa.enabled=true --set stages.materialize.hpa.maxReplicas=6 \
+  --set topics.overrides.results.partitions=4
+refuse "HPA and KEDA on one stage" "either hpa or keda" \
+  --set stages.grade.hpa.enabled=true --set stages.grade.keda.enabled=true
+refuse "an API key inlined in the plugin settings" "is a credential" \
+  --set stt.plugin=openai --set stt.openai.api_key=sk-inline
+refuse "a secret key inlined in a stage's config" "is a credential" \
+  --set-string 'stages.presign.config.s3\.secret_key=abc'
+refuse "a key the chart owns set again" "is set by the chart" \
+  --set 'stages.results.config.admin\.listen=0.0.0.0:1'
+refuse "a secretEnv name the stages would refuse (schema)" "does not match pattern '^SLUICE_" \
+  --set 'secretEnv[0].name=KAFKA_PASSWORD' --set 'secretEnv[0].secretName=s' --set 'secretEnv[0].key=k'
+refuse "a retry tier the runtime cannot parse (schema)" "retry/tiers/0" \
+  --set 'retry.tiers={5x}'
+refuse "an unknown per-stage key (schema)" "additional properties 'replica' not allowed" \
+  --set stages.ingest.replica=3
+refuse "a multi-line config value" "single lines" \
+  --set-string 'stages.presign.config.presign\.cors_origins=a
+b'
+
+# --- 5. the real binary accepts what the chart renders
+SLUICE=$(realpath -m -- "${SLUICE_BIN:-$ROOT/build/stages/sluice}")
+if [[ ! -x $SLUICE ]]; then
+  bad "no sluice binary at $SLUICE (set SLUICE_BIN)"
+else
+  plugdir=$(dirname "$SLUICE")/../lib/sluice/plugins
+  for r in default all; do
+    dir=$WORK/conf-$r
+    mkdir -p "$dir"
+    "$PY" "$HERE/check_chart.py" conf "$WORK/$r.yaml" "$dir" >/dev/null
+    for s in "${stages[@]}"; do
+      plugin=$(sed -n "s/^$s\.plugin = //p" "$dir/$s.conf")
+      if [[ -n $plugin && ! -e $plugdir/$s-$plugin.so ]]; then
+        printf 'skip %s render, %s: plugin %s-%s.so is not built in this tree\n' "$r" "$s" "$s" "$plugin"
+        continue
+      fi
+      # ports the chart binds (0.0.0.0:...) moved to ephemeral loopback ones
+      args=(--set admin.listen=127.0.0.1:0 --set log.level=info) # info: the start-up lines
+      [[ $s == presign || $s == results ]] && args+=(--set "$s.listen=127.0.0.1:0")
+      envs=()
+      while read -r v; do
+        [[ -z $v ]] && continue
+        [[ $v == SLUICE_REDIS_URL ]] && envs+=("$v=redis://127.0.0.1:1") || envs+=("$v=dummy")
+      done <"$dir/$s.env"
+      case $s in
+        presign | results) want="listening on" ;;
+        *) want="as group sluice-$s;" ;;
+      esac
+      (cd "$dir" && exec env -u SLUICE_KAFKA_BROKERS -u SLUICE_REDIS_URL "${envs[@]}" \
+        "$SLUICE" "$s" --config "$dir/$s.conf" "${args[@]}") >"$dir/$s.log" 2>&1 &
+      pid=$!
+      PIDS+=("$pid")
+      started=0
+      for _ in $(seq 1 300); do # until it says it started, or exits (at most 60 s)
+        if grep -qF -- "$want" "$dir/$s.log"; then
+          started=1
+          break
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+      done
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      if [[ $started == 1 ]]; then
+        ok "sluice $s starts with the $r render's sluice.conf and env ($(wc -l <"$dir/$s.env") variables): \"$(grep -oF -- "$want" "$dir/$s.log" | sed -n 1p)\""
+      else
+        bad "sluice $s with the $r render's config did not start:"$'\n'"$(grep -v rdkafka "$dir/$s.log" | sed -n 1,5p)"
+      fi
+    done
+  done
+fi
+
+# --- 6. the chart's copy of the alert rules
+if [[ -f $ROOT/deploy/prometheus/alerts.yaml ]]; then
+  if cmp -s "$ROOT/deploy/prometheus/alerts.yaml" "$CHART/files/alerts.yaml"; then
+    ok "charts/sluice/files/alerts.yaml equals deploy/prometheus/alerts.yaml"
+  else
+    bad "charts/sluice/files/alerts.yaml differs from deploy/prometheus/alerts.yaml: copy it over"
+  fi
+else
+  printf 'note deploy/prometheus/alerts.yaml is not in this tree: the chart ships its own copy\n'
+fi
+
+printf '%d passed, %d failed\n' "$pass" "$fail"
+[[ $fail -eq 0 ]]
