@@ -465,7 +465,12 @@ function schedule(seconds) {
 function ageS() { return (Date.now() - (poll.view?.accepted_at_ms || sub.accepted_at_ms)) / 1000; }
 
 async function pollOnce() {
-  if (poll.stopped || document.hidden) return;
+  if (poll.stopped || document.hidden || poll.inflight) return;
+  poll.inflight = true;
+  try { await pollStep(); } finally { poll.inflight = false; }
+}
+
+async function pollStep() {
   const headers = { Authorization: `Bearer ${sub.token}` };
   if (poll.etag) headers['If-None-Match'] = poll.etag;
   let next = null;
@@ -503,7 +508,7 @@ async function pollOnce() {
 }
 
 function startPolling() {
-  poll = { timer: 0, etag: null, stopped: false, view: null, announced: poll.announced };
+  poll = { timer: 0, etag: null, stopped: false, view: null, inflight: false, announced: poll.announced };
   const note = setInterval(() => {
     if (poll.stopped || poll.view?.summary?.complete) return clearInterval(note);
     if (ageS() >= LEAVE_NOTE_S) { $('#leave-note').hidden = false; clearInterval(note); }

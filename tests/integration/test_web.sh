@@ -75,6 +75,7 @@ curl -sS -D - -o /dev/null -X OPTIONS -H "Origin: $ORIGIN" -H 'Access-Control-Re
   "$RESULTS_URL/v1/submissions/00000000-0000-7000-8000-000000000000" | tr -d '\r' >"$work/pre"
 check "results preflight from the page's origin -> 204" grep -q '^HTTP/1.1 204' "$work/pre"
 check "  allows the origin" grep -q "^Access-Control-Allow-Origin: $ORIGIN\$" "$work/pre"
+check "  once (browsers refuse a repeated Allow-Origin)" test "$(grep -ci '^Access-Control-Allow-Origin' "$work/pre")" = 1
 check "  and If-None-Match" grep -qi '^Access-Control-Allow-Headers:.*If-None-Match' "$work/pre"
 
 # --- storage CORS for the page's origin (tools/devstack) ----------------------
