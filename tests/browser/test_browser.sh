@@ -12,7 +12,8 @@ PW_DIR=$BUILD_DIR/browser-node
 ART_DIR=$BUILD_DIR/browser-artifacts
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 [[ -x $CHROMIUM ]] || { fail "no Chromium at $CHROMIUM (tools/bootstrap installs Debian's chromium)"; exit 1; }
-command -v node >/dev/null || { fail "node not found (tools/bootstrap installs nodejs)"; exit 1; }
+command -v node >/dev/null && (($(node -p 'process.versions.node.split(".")[0]') >= 20)) ||
+  { fail "Node >= 20 is needed by the pinned playwright-core (have $(node -v 2>/dev/null || echo none))"; exit 1; }
 
 # playwright-core, exactly as locked, in the build directory (not globally)
 if [[ ! -d $PW_DIR/node_modules/playwright-core ]] || ! cmp -s "$HERE/package-lock.json" "$PW_DIR/package-lock.json"; then
