@@ -3,13 +3,13 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | bench-presign | bench-api | bench-poll | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test unit stack-up stack-down clean bench-presign bench-api bench-poll
+.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench-presign bench-api bench-poll
 
 all: build
 
@@ -29,6 +29,10 @@ demo: bootstrap build
 
 test: bootstrap build build-san
 	tools/test $(SAN_BUILD)
+
+# The browser client's end-to-end tests alone (headless Chromium, own test stack).
+test-browser: bootstrap build-san
+	tools/test $(SAN_BUILD) -L browser
 
 unit: build-san
 	ctest --test-dir $(SAN_BUILD) -L unit --output-on-failure

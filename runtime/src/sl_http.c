@@ -387,23 +387,28 @@ static int origin_allowed(const sl_http_server *srv, const char *origin) {
   return 0;
 }
 
-/* The CORS header lines for this request ("" when none apply). */
+/* The CORS header lines for this request ("" when none apply). A response
+ * gets Allow-Origin, Vary and Expose-Headers; a preflight's extra lines are
+ * only Allow-Methods, Allow-Headers and Max-Age (sl_http_respond adds the
+ * others, so Allow-Origin is sent once: browsers refuse it twice). */
 static void cors_headers(const sl_http_server *srv, const sl_http_req *req, int preflight,
                          char *out, size_t len) {
   out[0] = '\0';
   const char *origin = sl_http_req_header(req, "Origin");
   if (!origin_allowed(srv, origin)) return;
+  if (preflight) {
+    snprintf(out, len,
+             "Access-Control-Allow-Methods: %s\r\nAccess-Control-Allow-Headers: %s\r\n"
+             "Access-Control-Max-Age: 600\r\n",
+             srv->cors_methods, srv->cors_headers);
+    return;
+  }
   int n = snprintf(out, len, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", origin);
   if (n < 0 || (size_t)n >= len) {
     out[0] = '\0';
     return;
   }
-  if (preflight)
-    snprintf(out + n, len - (size_t)n,
-             "Access-Control-Allow-Methods: %s\r\nAccess-Control-Allow-Headers: %s\r\n"
-             "Access-Control-Max-Age: 600\r\n",
-             srv->cors_methods, srv->cors_headers);
-  else if (srv->cors_expose[0])
+  if (srv->cors_expose[0])
     snprintf(out + n, len - (size_t)n, "Access-Control-Expose-Headers: %s\r\n", srv->cors_expose);
 }
 

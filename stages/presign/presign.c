@@ -13,6 +13,9 @@
  * body is 422; while the first is still in flight, 409 + Retry-After. The
  * records live in Redis as long as the presigned URLs do.
  *
+ * With presign.static_dir set, the browser client (web/) is served at "/"
+ * from memory (sl_static): the page talks to this API from its own origin.
+ *
  * Durability: the reply is sent only after the SubmissionCreated message is
  * acknowledged by Kafka (idempotent producer, acks=all). The HTTP request
  * stays parked on its connection while the produce is in flight; the
@@ -44,6 +47,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_s3.h"
+#include "sluice/sl_static.h"
 #include "multipart.h"
 
 #define MAX_TYPES 16
@@ -58,6 +62,7 @@ typedef struct {
   int64_t kafka_timeout_ms;
   char *cors_origins;
   int64_t request_timeout_ms;
+  char *static_dir;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -80,6 +85,8 @@ const sl_conf_entry sl__presign_table[] = {
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
     {"presign.request_timeout_ms", SL_CONF_INT, "10000", P(request_timeout_ms),
      "a request must arrive whole within this time (slow clients get 408 and are closed)", 0},
+    {"presign.static_dir", SL_CONF_STR, "", P(static_dir),
+     "directory of the browser client served at / (read at start-up; empty: none)", 0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -103,6 +110,7 @@ typedef struct {
   sl_aredis *redis;  /* Idempotency-Key records */
   sl_metric *m_replayed;
   sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
+  sl_static *web;    /* presign.static_dir, or NULL */
 } presign;
 
 static presign *P_; /* the delivery-report callback's context */
@@ -550,6 +558,7 @@ static void handle(sl_http_req *req, void *ud) {
     return;
   }
   if (sl__mpu_handle(ps->mpu, req)) return;
+  if (sl_static_serve(ps->web, req)) return;
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 
@@ -614,6 +623,14 @@ int sl__presign_main(int argc, char **argv) {
     rc = sl_aredis_new(&ps.redis, &loop, cc.redis_url);
     if (rc) snprintf(err, sizeof err, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
   }
+  if (rc == 0 && pc.static_dir[0]) {
+    char serr[384];
+    rc = sl_static_new(&ps.web, pc.static_dir, serr, sizeof serr);
+    if (rc) snprintf(err, sizeof err, "presign.static_dir: %s", serr);
+    else
+      sl_log(SL_LOG_INFO, NULL, "serving %zu files of %s at /", sl_static_count(ps.web),
+             pc.static_dir);
+  }
   if (rc == 0) {
     xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
     rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, cc.redis_url,
@@ -656,6 +673,7 @@ int sl__presign_main(int argc, char **argv) {
   }
   uv_loop_close(&loop);
   sl_sigv4_free(ps.sig);
+  sl_static_free(ps.web);
   free(ps.types_buf);
   sl__stage_finish(&cc, own, 2, admin);
   return rc || ps.fatal ? 1 : 0;

@@ -1,0 +1,236 @@
+// e2e.test.mjs — the browser client (web/) in real headless Chromium
+// (Debian's /usr/bin/chromium driven by playwright-core), against the real
+// stack and stages that test_browser.sh started. Node's test runner.
+//
+// 1. Record three answers with Chromium's fake microphone (an espeak-ng WAV),
+//    using the keyboard for one; upload; three graded results appear, are
+//    announced in the aria-live region, and polls after the first send
+//    If-None-Match; a revisit (reload) shows them again without recording.
+// 2. A large answer goes up in S3 multipart parts; parts after the first are
+//    held back by request interception, the page is reloaded mid-upload, the
+//    same file is chosen again and only the missing parts are sent; no polls
+//    while the tab is hidden; all three answers graded.
+// 3. An answer never uploaded: after 30 s (the page's clock fast-forwarded)
+//    the page says the user may leave and come back; still "waiting".
+// Screenshots go to ART_DIR. Inputs come from the environment (see
+// test_browser.sh).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { writeFileSync } from 'node:fs';
+
+const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
+const PAGE = env('PAGE_URL'), RESULTS = env('RESULTS_URL'), ART = env('ART_DIR');
+const SPEECH = env('SPEECH_WAV'), BIG = env('BIG_WAV'), OUT = env('OUT_DIR');
+const { chromium } = createRequire(`${env('PW_DIR')}/`)('playwright-core');
+const PHONE = { width: 390, height: 844 };
+
+async function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+           `--use-file-for-fake-audio-capture=${SPEECH}`, '--autoplay-policy=no-user-gesture-required'],
+  });
+}
+
+async function newPage(browser, opts = {}) {
+  const context = await browser.newContext({ viewport: PHONE, deviceScaleFactor: 1, hasTouch: true });
+  if (opts.clock) await context.clock.install({ time: Date.now() });
+  const page = await context.newPage();
+  page.on('console', (m) => { if (m.type() === 'error') console.log(`[page] ${m.text()}`); });
+  page.on('pageerror', (e) => console.log(`[page error] ${e.message}`));
+  return { context, page };
+}
+
+const shot = (page, name) => page.screenshot({ path: `${ART}/${name}.png`, fullPage: true });
+
+async function gradedCount(page) {
+  return page.locator('#result-list .result[data-state="done"] .score strong').count();
+}
+
+// every control has an accessible name, every file input a label; no
+// horizontal scrolling on a phone-sized screen
+async function checkAccessible(page) {
+  const problems = await page.evaluate(() => {
+    const out = [];
+    for (const b of document.querySelectorAll('button'))
+      if (!b.hidden && !(b.textContent.trim() || b.getAttribute('aria-label'))) out.push(`unnamed button ${b.outerHTML}`);
+    for (const i of document.querySelectorAll('input'))
+      if (!document.querySelector(`label[for="${i.id}"]`) && !i.getAttribute('aria-label')) out.push(`unlabelled input ${i.id}`);
+    for (const p of document.querySelectorAll('progress'))
+      if (!p.getAttribute('aria-label')) out.push('unlabelled progress');
+    if (!document.querySelector('[aria-live]')) out.push('no aria-live region');
+    if (document.documentElement.scrollWidth > window.innerWidth) out.push(`scrolls sideways: ${document.documentElement.scrollWidth}px`);
+    return out;
+  });
+  assert.deepEqual(problems, []);
+}
+
+test('record three answers with the fake microphone and see three grades', { timeout: 150_000 }, async () => {
+  const browser = await launch();
+  try {
+    const { page } = await newPage(browser);
+    const polls = [];
+    page.on('request', (r) => {
+      if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.method() === 'GET')
+        polls.push({ inm: r.headers()['if-none-match'] || null });
+    });
+    await page.goto(PAGE);
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+    await checkAccessible(page);
+    assert.equal(await page.locator('#send').isDisabled(), true, 'send is disabled without answers');
+    for (const no of [1, 2, 3]) {
+      const q = page.locator(`.question[data-no="${no}"]`), rec = q.locator('.record');
+      if (no === 2) { await rec.focus(); await page.keyboard.press('Enter'); } // keyboard
+      else await rec.click();
+      await q.locator('.record[aria-pressed="true"]').waitFor();
+      await page.waitForTimeout(4500);
+      if (no === 2) await page.keyboard.press('Enter'); else await rec.click();
+      await page.locator(`.question[data-no="${no}"][data-answer="ready"]`).waitFor({ timeout: 15_000 });
+      assert.match(await q.locator('.status').textContent(), /answer-\d\.wav/);
+    }
+    await shot(page, '1-recorded');
+    await page.locator('#send').click();
+    await page.waitForFunction(() => document.querySelectorAll('.question[data-upload="done"]').length === 3,
+                               null, { timeout: 30_000 });
+    assert.equal(await page.locator('.question progress').evaluateAll((ps) => ps.every((p) => p.value === 100)), true);
+    await shot(page, '1-uploaded');
+    await page.waitForFunction(() => document.querySelectorAll('#result-list .result[data-state="done"] .score strong').length === 3,
+                               null, { timeout: 120_000 });
+    await shot(page, '1-graded');
+    const scores = await page.locator('#result-list .result .score strong').allTextContents();
+    assert.equal(scores.length, 3);
+    for (const s of scores) assert.ok(Number(s) >= 0 && Number(s) <= 100, `score ${s}`);
+    const transcripts = await page.locator('#result-list .transcript').allTextContents();
+    assert.equal(transcripts.filter((t) => t.replace(/[“”]/g, '').trim().length > 0).length, 3, 'three transcripts');
+    const announced = await page.locator('#announcer p').allTextContents();
+    assert.equal(announced.filter((t) => /^Question \d graded: \d+ out of 100/.test(t)).length, 3, announced.join(' | '));
+    assert.ok(polls.length >= 2, `polled ${polls.length} times`);
+    assert.equal(polls[0].inm, null, 'the first poll has no ETag to send');
+    assert.ok(polls.slice(1).every((p) => /^"[0-9a-f]{32}"$/.test(p.inm)), 'later polls send If-None-Match');
+    const sub = await page.evaluate(() => JSON.parse(localStorage.getItem('sluice.submission')));
+    assert.match(sub.id, /^[0-9a-f-]{36}$/);
+    assert.ok(sub.token.length > 10);
+    // the view from the API agrees with the page
+    const view = await (await fetch(sub.results_url, { headers: { Authorization: `Bearer ${sub.token}` } })).json();
+    assert.deepEqual(view.questions.map((q) => Math.round(q.grade.score)).map(String), scores);
+    // a revisit shows the results again, with no recording
+    await page.reload();
+    await page.waitForFunction(() => document.querySelectorAll('#result-list .result[data-state="done"] .score strong').length === 3,
+                               null, { timeout: 15_000 });
+    assert.equal(await page.locator('#results').isVisible(), true);
+    assert.equal(await page.locator('#send').isVisible(), false);
+    await checkAccessible(page);
+    await shot(page, '1-revisit');
+  } finally {
+    await browser.close();
+  }
+});
+
+test('a large answer resumes after a reload mid-upload, sending only the missing parts', { timeout: 180_000 }, async () => {
+  const browser = await launch();
+  try {
+    const { page } = await newPage(browser);
+    await page.goto(PAGE);
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+    await page.setInputFiles('#file-1', BIG);
+    await page.setInputFiles('#file-2', SPEECH);
+    await page.setInputFiles('#file-3', SPEECH);
+    // storage gets part 1; later parts are held until the page goes away
+    // (a held request is never continued: the reload cancels it, as closing
+    // the tab would)
+    const held = [];
+    let holding = true;
+    const isPart = (u) => u.searchParams.has('partNumber') && u.searchParams.has('uploadId');
+    await page.route(isPart, (route) => {
+      const n = Number(new URL(route.request().url()).searchParams.get('partNumber'));
+      if (n === 1 || !holding) route.continue(); else held.push(n);
+    });
+    await page.locator('#send').click();
+    await page.waitForFunction(() => {
+      const sub = JSON.parse(localStorage.getItem('sluice.submission') || 'null');
+      const rec = sub && JSON.parse(localStorage.getItem(`sluice.upload.${sub.id}.1`) || 'null');
+      return rec && rec.parts.length === 1;
+    }, null, { timeout: 60_000 });
+    await page.waitForFunction(() => document.querySelectorAll('.question[data-upload="done"]').length === 2,
+                               null, { timeout: 30_000 });
+    await page.waitForTimeout(300); // part 2 is requested and held
+    assert.deepEqual(held, [2], 'part 2 was held back');
+    const progressBefore = await page.locator('.question[data-no="1"] progress').evaluate((p) => p.value);
+    assert.ok(progressBefore > 0 && progressBefore < 100, `progress ${progressBefore}%`);
+    await shot(page, '2-mid-upload');
+
+    const parts = [];
+    page.on('request', (r) => {
+      const u = new URL(r.url());
+      if (r.method() === 'PUT' && isPart(u)) parts.push(Number(u.searchParams.get('partNumber')));
+    });
+    await page.reload();
+    holding = false;
+    await page.locator('.question[data-no="1"][data-upload="interrupted"]').waitFor();
+    assert.match(await page.locator('.question[data-no="1"] .status').textContent(), /after 1 part/);
+    assert.equal(await page.locator('.question[data-upload="done"]').count(), 2);
+    await shot(page, '2-after-reload');
+    await page.setInputFiles('#file-1', BIG);
+    await page.locator('.question[data-no="1"][data-upload="done"]').waitFor({ timeout: 60_000 });
+    assert.deepEqual(parts.sort(), [2, 3], 'only the missing parts were sent');
+    const sub = await page.evaluate(() => JSON.parse(localStorage.getItem('sluice.submission')));
+    assert.equal(await page.evaluate((k) => localStorage.getItem(k), `sluice.upload.${sub.id}.1`), null,
+                 'the finished upload is forgotten');
+    writeFileSync(`${OUT}/resumed-key`, sub.questions.find((q) => q.no === 1).key);
+
+    // no polling while the tab is hidden; polling again at once when shown
+    let polls = 0;
+    page.on('request', (r) => { if (r.url().startsWith(`${RESULTS}/v1/`) && r.method() === 'GET') polls++; });
+    const setHidden = (h) => page.evaluate((hidden) => {
+      Object.defineProperty(document, 'hidden', { value: hidden, configurable: true });
+      document.dispatchEvent(new Event('visibilitychange'));
+    }, h);
+    await setHidden(true);
+    polls = 0;
+    await page.waitForTimeout(5000);
+    assert.equal(polls, 0, 'polled while hidden');
+    await setHidden(false);
+    await page.waitForTimeout(1000);
+    assert.ok(polls >= 1, 'polled when shown again');
+
+    await page.waitForFunction(() => document.querySelectorAll('#result-list .result[data-state="done"] .score strong').length === 3,
+                               null, { timeout: 150_000 });
+    await shot(page, '2-graded');
+  } finally {
+    await browser.close();
+  }
+});
+
+test('after 30 s the page says the user may leave and come back', { timeout: 60_000 }, async () => {
+  // a submission whose answer is never uploaded: it stays "waiting"
+  const r = await fetch(`${PAGE}v1/submissions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ questions: [{ no: 1, content_type: 'audio/wav', size: 1000, prompt: 'Never answered' }] }),
+  });
+  assert.equal(r.status, 201);
+  const c = await r.json();
+  const browser = await launch();
+  try {
+    const { page } = await newPage(browser, { clock: true });
+    await page.goto(PAGE);
+    await page.evaluate((s) => localStorage.setItem('sluice.submission', JSON.stringify(s)), {
+      id: c.submission_id, token: c.results_token, results_url: c.results_url, accepted_at_ms: Date.now(),
+      questions: [{ no: 1, prompt: 'Never answered', size: 1000, type: 'audio/wav', name: 'a.wav',
+                    url: c.questions[0].url, headers: c.questions[0].headers, key: c.questions[0].object_key,
+                    uploaded: false }],
+    });
+    await page.reload();
+    await page.locator('#result-list .result[data-no="1"]').waitFor();
+    assert.equal(await page.locator('#leave-note').isVisible(), false, 'no note at first');
+    await page.clock.fastForward(31_000);
+    await page.locator('#leave-note').waitFor({ state: 'visible', timeout: 10_000 });
+    assert.match(await page.locator('#result-list .result[data-no="1"]').textContent(), /waiting for the upload/);
+    assert.match(await page.locator('.question[data-no="1"] .status').textContent(), /Choose the same file again/);
+    await shot(page, '3-leave-note');
+  } finally {
+    await browser.close();
+  }
+});
