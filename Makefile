@@ -9,7 +9,7 @@ BUILD     ?= build
 SAN_BUILD ?= build-san
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench-presign bench-api bench-poll
+.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll
 
 all: build
 
@@ -39,6 +39,16 @@ unit: build-san
 
 # Presigned URLs/s/core: Sluice's signer vs boto3 and the AWS SDK for JS v3
 # (needs Node >= 20 and python3-venv; results go to docs/benchmarks.md).
+# The published single-node load scenarios A-E end to end (about an hour;
+# appends to docs/benchmarks.md, plots in docs/img/).
+bench: bootstrap build
+	BUILD=$(BUILD) bench/pipeline/run
+
+# The same scenarios scaled down (A C D E, a few minutes): fails on any lost
+# or duplicated answer. `make test` runs it too (ctest label "bench").
+bench-quick: bootstrap build
+	BUILD=$(BUILD) bench/pipeline/run --quick
+
 bench-presign: build
 	BUILD=$(BUILD) bench/presign/run
 
