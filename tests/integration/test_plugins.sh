@@ -8,7 +8,8 @@
 #                 transcript files;
 #   HTTP plugins  against `sluice fakeprovider` (when such plugins are built),
 #                 then against a misbehaving one: outage, 429, truncated
-#                 bodies, no answer within the timeout, nothing listening,
+#                 bodies, no answer within the timeout, a reply trickling
+#                 past it (tests/tools/trickle_server.c), nothing listening,
 #                 unreadable and empty audio, schema-violating replies
 #                 (regenerations, then failed), no json_schema support.
 # Then the stages themselves: an unknown plugin, a plugin built for another
@@ -163,6 +164,22 @@ if printf '%s\n' "${PLUGINS[@]}" | grep -q '^stt/openai/'; then
   check "stt/openai: no answer within timeout_ms -> retry provider_timeout" outcome 3 retry provider_timeout
   run stt openai "$TMP/speech.wav" --set stt.openai.base_url=http://127.0.0.1:$((BASE + 59))
   check "stt/openai: nothing listening -> retry provider_unreachable" outcome 3 retry provider_unreachable
+  # a provider that answers 200 at once and then trickles its body, one byte
+  # every 200 ms: the whole-transfer timeout must end it
+  TRICKLE_SERVER=${TRICKLE_SERVER:-$(dirname "$(dirname "$SLUICE_BIN")")/tests/trickle_server}
+  "$TRICKLE_SERVER" $((BASE + 51)) 200 2>>"$TMP/trickle.log" &
+  trickle=$!
+  at_exit "kill $trickle 2>/dev/null || true"
+  wait_for 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$((BASE + 51))" 2>/dev/null || fail "trickle server did not start"
+  t0=$SECONDS
+  run stt openai "$TMP/speech.wav" --set stt.openai.base_url=http://127.0.0.1:$((BASE + 51)) \
+    --set stt.openai.timeout_ms=1500
+  check "stt/openai: a reply trickling past timeout_ms -> retry provider_timeout" outcome 3 retry provider_timeout
+  check "stt/openai: ... and it did not hang ($((SECONDS - t0)) s)" test $((SECONDS - t0)) -le 10
+  run grade openai "$TMP/t-good.json" --set grade.openai.base_url=http://127.0.0.1:$((BASE + 51)) \
+    --set grade.openai.timeout_ms=1500
+  check "grade/openai: a reply trickling past timeout_ms -> retry provider_timeout" outcome 3 retry provider_timeout
+  kill $trickle 2>/dev/null || true
   P=$((BASE + 56)) U=http://127.0.0.1:$((BASE + 56))
   fake_case $P
   run stt openai "$TMP/noise.wav" --set stt.openai.base_url=$U
