@@ -3,7 +3,8 @@
  * bounded bodies and the headers the client cares about (ETag,
  * Retry-After), a parser for the stages' Prometheus text (what `status`
  * scrapes), the admin endpoint list, and a hiredis connection from a
- * redis:// URL.
+ * redis:// URL. Uploads read the file through a small callback (libcurl's
+ * own buffer), so a part of any size is never held in memory.
  *
  * Every request has a timeout; nothing here waits unbounded.
  */
@@ -193,6 +194,86 @@ int sc_http_put_file(const char *url, const char *path, const char *const *heade
   sc_progress_end(&ps.bar);
   fclose(f);
   return rc;
+}
+
+int sc_http_send(const char *method, const char *url, const char *const *headers,
+                 const char *body, long timeout_ms, sc_http_reply *r) {
+  CURL *c = easy(url, timeout_ms, r);
+  if (!c) {
+    snprintf(r->error, sizeof r->error, "libcurl could not start");
+    return -1;
+  }
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  struct curl_slist *hl = headers_of(headers);
+  if (body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    struct curl_slist *n = curl_slist_append(hl, "Content-Type: application/json");
+    if (n) hl = n;
+  }
+  return perform(c, hl, r);
+}
+
+/* one part of a file: len bytes from off, rewindable */
+typedef struct {
+  FILE *f;
+  int64_t off, len, sent;
+  sc_progress *bar;
+  size_t base;
+} range_state;
+
+static size_t on_range_read(char *buf, size_t size, size_t nmemb, void *ud) {
+  range_state *s = ud;
+  size_t want = size * nmemb;
+  if ((int64_t)want > s->len - s->sent) want = (size_t)(s->len - s->sent);
+  if (want == 0) return 0;
+  size_t got = fread(buf, 1, want, s->f);
+  if (got == 0) return CURL_READFUNC_ABORT; /* the file shrank or broke */
+  s->sent += (int64_t)got;
+  return got;
+}
+
+static int on_range_seek(void *ud, curl_off_t offset, int origin) {
+  range_state *s = ud;
+  if (origin != SEEK_SET || offset < 0 || offset > s->len) return CURL_SEEKFUNC_CANTSEEK;
+  if (fseeko(s->f, (off_t)(s->off + offset), SEEK_SET) != 0) return CURL_SEEKFUNC_FAIL;
+  s->sent = offset;
+  return CURL_SEEKFUNC_OK;
+}
+
+static int on_range_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                             curl_off_t ulnow) {
+  (void)dltotal;
+  (void)dlnow;
+  (void)ultotal;
+  range_state *s = ud;
+  if (s->bar) sc_progress_update(s->bar, s->base + (size_t)ulnow);
+  return 0;
+}
+
+int sc_http_put_range(const char *url, FILE *f, int64_t off, int64_t len, sc_progress *bar,
+                      size_t base, long timeout_ms, sc_http_reply *r) {
+  if (fseeko(f, (off_t)off, SEEK_SET) != 0) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->error, sizeof r->error, "cannot seek to byte %lld of the file", (long long)off);
+    return -1;
+  }
+  CURL *c = easy(url, timeout_ms, r);
+  if (!c) {
+    snprintf(r->error, sizeof r->error, "libcurl could not start");
+    return -1;
+  }
+  range_state s = {f, off, len, 0, bar, base};
+  curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+  curl_easy_setopt(c, CURLOPT_READFUNCTION, on_range_read);
+  curl_easy_setopt(c, CURLOPT_READDATA, &s);
+  curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_range_seek);
+  curl_easy_setopt(c, CURLOPT_SEEKDATA, &s);
+  curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_range_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, &s);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  struct curl_slist *hl = curl_slist_append(NULL, "Expect:"); /* no 100-continue round trip */
+  return perform(c, hl, r);
 }
 
 /* ---- Prometheus text ---- */

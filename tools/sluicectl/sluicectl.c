@@ -10,6 +10,7 @@
  *   sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch [--interval S]] [--json]
  *   sluicectl submission ID [--redis URL] [--json]
  *   sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]
+ *                    [--multipart-threshold BYTES] [--part-size BYTES]
  *
  * This file parses the command line (options may come anywhere after the
  * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
@@ -22,6 +23,7 @@
  * exists for tests and drills.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +36,7 @@ enum {
   O_PARTITIONS, O_REPLICATION, O_CONFIG, O_ALL,
   O_KEY, O_REPLAY_TOPIC, O_PAYLOAD_FILE, O_MESSAGE, O_ORIGIN_TOPIC, O_ATTEMPTS, O_FAILED_AT, O_COUNT_N,
   O_ADMIN, O_REDIS, O_WATCH, O_INTERVAL, O_PRESIGN, O_PROMPT, O_WAIT,
+  O_MP_THRESHOLD, O_PART_SIZE,
   O_HELP, O_COUNT
 };
 
@@ -59,6 +62,7 @@ static const struct {
     [O_WATCH] = {"--watch", 0},           [O_INTERVAL] = {"--interval", 1},
     [O_PRESIGN] = {"--presign", 1},       [O_PROMPT] = {"--prompt", 1},
     [O_WAIT] = {"--wait", 1},
+    [O_MP_THRESHOLD] = {"--multipart-threshold", 1}, [O_PART_SIZE] = {"--part-size", 1},
 };
 
 #define B(x) (1ull << (x))
@@ -95,8 +99,10 @@ static const command commands[] = {
      0, 0, sc_status, ""},
     {"submission", NULL, B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_REDIS) | B(O_JSON), 1, 1,
      sc_submission, "ID (a submission id)"},
-    {"submit", NULL, B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON), 1, 1000,
-     sc_submit, "FILE..."},
+    {"submit", NULL,
+     B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON) | B(O_MP_THRESHOLD) |
+         B(O_PART_SIZE),
+     1, 1000, sc_submit, "FILE..."},
 };
 
 static void usage(FILE *f) {
@@ -113,6 +119,7 @@ static void usage(FILE *f) {
       "                        [--json]\n"
       "       sluicectl submission ID [--redis URL] [--json]\n"
       "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
+      "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
       "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
       "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
       "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
@@ -126,7 +133,9 @@ static void usage(FILE *f) {
       "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
       "  --interval seconds (2).\n"
       "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
-      "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600).\n"
+      "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600);\n"
+      "  files of at least --multipart-threshold bytes (16777216) go up in parts of\n"
+      "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart.\n"
       "exit status: 0 success, 1 failure, 2 usage error\n",
       SC_CONFIRM_ABOVE);
 }
@@ -216,6 +225,20 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
       return usage_error("--wait wants 1..86400 seconds, not \"%s\"%s", val[O_WAIT], "");
     o->wait_s = (int)v;
   }
+  if (seen & B(O_MP_THRESHOLD)) {
+    if (sc_parse_long(val[O_MP_THRESHOLD], 1, LONG_MAX, &v))
+      return usage_error("--multipart-threshold wants a size in bytes (> 0), not \"%s\"%s",
+                         val[O_MP_THRESHOLD], "");
+    o->mp_threshold = v;
+  }
+  if (seen & B(O_PART_SIZE)) {
+    if (sc_parse_long(val[O_PART_SIZE], 1, LONG_MAX, &v) || v < SC_MIN_PART_SIZE ||
+        v > SC_MAX_PART_SIZE)
+      return usage_error("--part-size wants bytes from 5242880 (5 MiB, the smallest part S3 "
+                         "takes but for the last) to 5368709120 (5 GiB), not \"%s\"%s",
+                         val[O_PART_SIZE], "");
+    o->part_size = v;
+  }
   if ((seen & B(O_INTERVAL)) && !(seen & B(O_WATCH)))
     return usage_error("--interval only goes with --watch%s%s", "", "");
   if (seen & B(O_RATE)) {
@@ -243,6 +266,8 @@ int main(int argc, char **argv) {
   o.presign_url = env_or("PRESIGN_URL", "http://127.0.0.1:8080");
   o.interval_s = 2;
   o.wait_s = 600;
+  o.mp_threshold = (int64_t)16 << 20;
+  o.part_size = (int64_t)8 << 20;
   const char *admin_env = getenv("SLUICECTL_ADMIN");
   if (admin_env && *admin_env && sc_add_admins(&o, admin_env)) {
     fprintf(stderr, "sluicectl: SLUICECTL_ADMIN: too many endpoints (at most %d)\n",

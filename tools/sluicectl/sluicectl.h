@@ -12,6 +12,7 @@
  *                breaker; per provider limiter use
  *   submission.c submission ID: one submission across topics and Redis
  *   submit.c     submit FILE...: presign, upload, poll, print
+ *   multipart.c  submit's multipart upload of a large file (resumable)
  *   http.c       libcurl GET/POST/PUT and /metrics parsing, Redis via hiredis
  *
  * Exit status everywhere: 0 success, 1 failure, 2 usage error.
@@ -75,6 +76,8 @@ typedef struct {
   const char *prompts[SC_MAX_FILES];
   int nprompts;
   int wait_s;
+  int64_t mp_threshold; /* --multipart-threshold: files this large go multipart (16 MiB) */
+  int64_t part_size;    /* --part-size (8 MiB; 5 MiB .. 5 GiB) */
   /* positional arguments after the command words */
   char **args;
   int nargs;
@@ -225,6 +228,14 @@ int sc_http_post_json(const char *url, const char *body, long timeout_ms, sc_htt
 /* PUTs a file with the given headers, drawing a progress bar on stderr */
 int sc_http_put_file(const char *url, const char *path, const char *const *headers,
                      long timeout_ms, sc_http_reply *r);
+/* Any method with extra headers (NULL-terminated) and an optional JSON body
+ * (Content-Type: application/json is added). 0 when an HTTP answer came. */
+int sc_http_send(const char *method, const char *url, const char *const *headers,
+                 const char *body, long timeout_ms, sc_http_reply *r);
+/* PUTs bytes [off, off+len) of f (streamed, not buffered), updating bar (when
+ * not NULL) with base + bytes sent; the answer's ETag lands in r->etag. */
+int sc_http_put_range(const char *url, FILE *f, int64_t off, int64_t len, sc_progress *bar,
+                      size_t base, long timeout_ms, sc_http_reply *r);
 
 /* one sample of a Prometheus text exposition */
 typedef struct {
@@ -251,5 +262,26 @@ struct redisContext *sc_redis_connect(const char *url, int timeout_ms);
 int sc_status(const sc_opts *o);
 int sc_submission(const sc_opts *o);
 int sc_submit(const sc_opts *o);
+
+/* ---- multipart.c ---- */
+#define SC_MIN_PART_SIZE ((int64_t)5 << 20)  /* S3: every part but the last */
+#define SC_MAX_PART_SIZE ((int64_t)5 << 30)
+#define SC_MAX_PARTS 10000
+typedef struct {
+  const char *presign_url; /* the public API base */
+  const char *token;       /* the submission's results token */
+  const char *sid;         /* submission id */
+  int qno;                 /* question number */
+  const char *key;         /* the question's object key (from the 201) */
+  const char *path;        /* the file */
+  int64_t size, part_size;
+} sc_mpu_job;
+/* Uploads j->path through presign's /s3/multipart endpoints: create, sign
+ * parts in batches, PUT each (transient failures retried with backoff, an
+ * expired URL signed again), list, upload what storage lacks, complete
+ * (again after a 409 size_mismatch). Progress on stderr. 0 when the object
+ * is complete; -1 after printing why on stderr (the upload is then aborted
+ * when it was created). */
+int sc_multipart_upload(const sc_mpu_job *j);
 
 #endif

@@ -4,15 +4,18 @@
  *   1. POST /v1/submissions with one question per file (type from the
  *      extension, size from the file, the Nth --prompt for the Nth file);
  *   2. PUT each file to its presigned URL with the headers the reply lists,
- *      with a progress bar on stderr (one PUT per file: presigned multipart
- *      uploads are not used by this client);
+ *      with a progress bar on stderr; a file of at least
+ *      --multipart-threshold bytes goes instead in parts of --part-size
+ *      through presign's /s3/multipart endpoints (multipart.c: resumable,
+ *      parts retried);
  *   3. poll the results URL with the bearer token and If-None-Match, waiting
  *      what Retry-After says, until every question is done or failed or the
  *      API says poll.stop;
  *   4. print a table, or with --json the final results document.
  * Exit status: 0 every question done, 1 anything else (failed questions,
- * an API error, --wait exceeded), 2 bad arguments (unreadable file, unknown
- * audio type).
+ * an API error, a failed upload, --wait exceeded), 2 bad arguments
+ * (unreadable file, unknown audio type, a file needing more than 10000
+ * parts).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -98,13 +101,19 @@ static void print_table(json_t *res) {
 
 int sc_submit(const sc_opts *o) {
   /* check every file before anything is created */
-  json_t *qs = json_array();
+  int64_t *sizes = calloc((size_t)o->nargs, sizeof *sizes);
+  json_t *qs = sizes ? json_array() : NULL;
+  if (!qs) {
+    free(sizes);
+    return SC_EXIT_FAIL;
+  }
   for (int i = 0; i < o->nargs; i++) {
     struct stat st;
     const char *ct = content_type(o->args[i]);
     if (stat(o->args[i], &st) != 0 || !S_ISREG(st.st_mode)) {
       fprintf(stderr, "sluicectl: no such file: %s\n", o->args[i]);
       json_decref(qs);
+      free(sizes);
       return SC_EXIT_USAGE;
     }
     if (!ct) {
@@ -112,6 +121,18 @@ int sc_submit(const sc_opts *o) {
               "sluicectl: %s: unknown audio type (want .wav .flac .ogg .oga .webm .mp3 .m4a .mp4)\n",
               o->args[i]);
       json_decref(qs);
+      free(sizes);
+      return SC_EXIT_USAGE;
+    }
+    sizes[i] = (int64_t)st.st_size;
+    if (sizes[i] >= o->mp_threshold &&
+        (sizes[i] + o->part_size - 1) / o->part_size > SC_MAX_PARTS) {
+      fprintf(stderr,
+              "sluicectl: %s: %lld bytes would need more than %d parts of %lld bytes "
+              "(raise --part-size)\n",
+              o->args[i], (long long)sizes[i], SC_MAX_PARTS, (long long)o->part_size);
+      json_decref(qs);
+      free(sizes);
       return SC_EXIT_USAGE;
     }
     json_t *q = json_pack("{s:i,s:s,s:I}", "no", i + 1, "content_type", ct, "size",
@@ -131,6 +152,7 @@ int sc_submit(const sc_opts *o) {
   if (rc != 0 || r.status != 201) {
     api_error("creating the submission", &r);
     sc_http_reply_free(&r);
+    free(sizes);
     return SC_EXIT_FAIL;
   }
   json_t *created = json_loads(r.body, 0, NULL);
@@ -143,6 +165,7 @@ int sc_submit(const sc_opts *o) {
     fprintf(stderr, "sluicectl: the presign reply lacks submission_id, results_token, "
                     "results_url or a question per file\n");
     json_decref(created);
+    free(sizes);
     return SC_EXIT_FAIL;
   }
   fprintf(stderr, "submission %s: %d question(s)\n", sid, o->nargs);
@@ -150,6 +173,21 @@ int sc_submit(const sc_opts *o) {
   int status = SC_EXIT_OK;
   for (int i = 0; i < o->nargs && status == SC_EXIT_OK; i++) {
     json_t *q = json_array_get(issued, (size_t)i);
+    if (sizes[i] >= o->mp_threshold) {
+      const char *key = json_string_value(json_object_get(q, "object_key"));
+      fprintf(stderr, "  uploading q%d %s (%lld bytes, multipart)\n", i + 1, o->args[i],
+              (long long)sizes[i]);
+      sc_mpu_job job = {o->presign_url, token, sid, i + 1, key ? key : "", o->args[i],
+                        sizes[i], o->part_size};
+      if (!key) {
+        fprintf(stderr, "sluicectl: the presign reply has no object_key for question %d\n", i + 1);
+        status = SC_EXIT_FAIL;
+      } else if (sc_multipart_upload(&job) != 0) {
+        fprintf(stderr, "sluicectl: uploading %s failed\n", o->args[i]);
+        status = SC_EXIT_FAIL;
+      }
+      continue;
+    }
     const char *put = json_string_value(json_object_get(q, "url"));
     json_t *hdrs = json_object_get(q, "headers");
     const char *h[34];
@@ -174,6 +212,7 @@ int sc_submit(const sc_opts *o) {
     }
     sc_http_reply_free(&r);
   }
+  free(sizes);
   if (status != SC_EXIT_OK) {
     json_decref(created);
     return status;
