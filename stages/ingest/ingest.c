@@ -19,7 +19,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
 
-#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +29,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_tls.h"
+#include "s3event.h"
 
 typedef struct {
   double submission_wait_s;
@@ -48,93 +48,41 @@ typedef struct {
 } ingest;
 
 
-/* "submissions/<36-char uuid>/q<digits>.<ext>" -> sid, qno */
-static int parse_object_key(const char *key, char sid[64], unsigned *qno) {
-  static const char pre[] = "submissions/";
-  if (strncmp(key, pre, sizeof pre - 1) != 0) return SL_EPARSE;
-  const char *p = key + sizeof pre - 1;
-  for (int i = 0; i < 36; i++) {
-    char c = p[i];
-    int dash = (i == 8 || i == 13 || i == 18 || i == 23);
-    if (dash ? c != '-' : !isxdigit((unsigned char)c)) return SL_EPARSE;
-  }
-  if (p[36] != '/' || p[37] != 'q') return SL_EPARSE;
-  memcpy(sid, p, 36);
-  sid[36] = '\0';
-  const char *d = p + 38;
-  unsigned q = 0;
-  int nd = 0;
-  while (isdigit((unsigned char)*d) && nd < 4) q = q * 10 + (unsigned)(*d++ - '0'), nd++;
-  if (nd == 0 || q == 0 || *d != '.' || strchr(d, '/')) return SL_EPARSE;
-  *qno = q;
-  return 0;
-}
-
-/* Decodes %XX and '+' (S3 event keys are URL-encoded on AWS). */
-static int url_decode(const char *in, char *out, size_t len) {
-  size_t o = 0;
-  for (const char *p = in; *p; p++) {
-    if (o + 1 >= len) return SL_ETOOBIG;
-    if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
-      char hex[3] = {p[1], p[2], 0};
-      out[o++] = (char)strtol(hex, NULL, 16);
-      p += 2;
-    } else {
-      out[o++] = *p == '+' ? ' ' : *p;
-    }
-  }
-  out[o] = '\0';
-  return 0;
-}
-
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   ingest *in = ud;
-  json_error_t jerr;
-  json_t *root = json_loadb(m->payload, m->len, 0, &jerr);
-  if (!root || !json_is_object(root)) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "storage event is not a JSON object: %s",
-                  root ? "wrong type" : jerr.text);
-    json_decref(root);
+  char why[512];
+  json_t *root, *recs;
+  if (sl__s3event_load(m->payload, m->len, &root, &recs, why, sizeof why) != 0) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "%s", why);
     return;
   }
-  const char *ev = json_string_value(json_object_get(root, "Event"));
-  if (ev && strcmp(ev, "s3:TestEvent") == 0) {
+  if (!recs) {
     sl_log(SL_LOG_DEBUG, NULL, "skipping s3:TestEvent");
-    json_decref(root);
-    return;
-  }
-  json_t *recs = json_object_get(root, "Records");
-  if (!json_is_array(recs) || json_array_size(recs) == 0) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "storage event has no Records array");
     json_decref(root);
     return;
   }
   size_t i;
   json_t *r;
   json_array_foreach(recs, i, r) {
-    const char *name = json_string_value(json_object_get(r, "eventName"));
-    json_t *s3 = json_object_get(r, "s3");
-    json_t *obj = json_object_get(s3, "object");
-    const char *bucket = json_string_value(json_object_get(json_object_get(s3, "bucket"), "name"));
-    const char *rawkey = json_string_value(json_object_get(obj, "key"));
-    if (!name || !bucket || !rawkey) {
-      sl_result_set(res, SL_OUTCOME_FAIL, "bad_event",
-                    "record %zu lacks eventName, s3.bucket.name or s3.object.key", i);
+    sl__s3rec rec;
+    if (sl__s3event_record(r, &rec, why, sizeof why) != 0) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "record %zu: %s", i, why);
       break;
     }
-    if (strncmp(name, "s3:ObjectCreated:", 17) != 0) {
-      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", name, rawkey);
+    if (!rec.created) {
+      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", rec.event_name, rec.raw_key);
       continue;
     }
-    char key[1024], sid[64], rkey[128];
-    unsigned qno;
-    if (url_decode(rawkey, key, sizeof key) != 0 || parse_object_key(key, sid, &qno) != 0) {
+    if (!rec.ours) {
       sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
                     "object key \"%.200s\" matches no submission (expected "
                     "submissions/<uuid>/q<N>.<ext>)",
-                    rawkey);
+                    rec.raw_key);
       break;
     }
+    const char *bucket = rec.bucket, *key = rec.key, *sid = rec.sid;
+    unsigned qno = rec.qno;
+    char rkey[128];
     snprintf(rkey, sizeof rkey, "%s/%u", sid, qno);
     snprintf(res->subject, sizeof res->subject, "%s", rkey);
 
@@ -181,22 +129,21 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       break;
     }
     Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
-    up.submission_id = sid;
+    up.submission_id = (char *)sid;
     up.question_no = qno;
     up.bucket = (char *)bucket;
-    up.object_key = key;
+    up.object_key = (char *)key;
     /* A CompleteMultipartUpload event may carry size 0 (Versity Gateway
      * does). Every object under a question's key has exactly the declared
      * size — the PUT URL signs content-length, and presign completes a
      * multipart upload only when its parts add up to it — so the declared
      * size stands in; stt fetches the object either way. */
-    json_int_t size = json_integer_value(json_object_get(obj, "size"));
+    json_int_t size = rec.size;
     json_int_t declared = json_integer_value(json_object_get(spec, "size"));
     int size_from_spec = size <= 0 && declared > 0;
     if (size_from_spec) size = declared;
     up.size = size > 0 ? (uint64_t)size : 0;
-    const char *etag = json_string_value(json_object_get(obj, "eTag"));
-    up.etag = (char *)(etag ? etag : "");
+    up.etag = (char *)(rec.etag ? rec.etag : "");
     const char *ct = json_string_value(json_object_get(spec, "content_type"));
     const char *prompt = json_string_value(json_object_get(spec, "prompt"));
     up.content_type = (char *)(ct ? ct : "");
@@ -206,7 +153,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up.base);
 
     Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
-    st.submission_id = sid;
+    st.submission_id = (char *)sid;
     st.question_no = qno;
     st.state = SLUICE__V1__QUESTION_STATE__QUEUED;
     st.at_ms = up.uploaded_at_ms;
