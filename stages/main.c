@@ -6,6 +6,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "stages.h"
+#include "auth/auth.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -46,12 +47,13 @@ static int known_env(const char *env) {
   /* read by the scripts in tools/ and tests/, not by the stages */
   static const char *tooling[] = {"SLUICE_BIN", "SLUICE_CACHE", "SLUICE_SOURCE_DIR",
                                   "SLUICE_TEST_PORT_BASE", "SLUICE_KEEP_SYSTEM_REDIS",
-                                  "SLUICE_HARNESS", "SLUICE_TOPIC_DLQ_AUDIT"};
+                                  "SLUICE_HARNESS", "SLUICE_TOPIC_DLQ_AUDIT", "SLUICE_API_KEY"};
   for (size_t i = 0; i < sizeof tooling / sizeof tooling[0]; i++)
     if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||
       in_table(sl_s3_conf_table, sl_s3_conf_table_len, env) ||
-      in_table(sl__plugin_table, sl__plugin_table_len, env))
+      in_table(sl__plugin_table, sl__plugin_table_len, env) ||
+      in_table(sl__auth_table, sl__auth_table_len, env))
     return 1;
   for (size_t i = 0; i < sl__nsubcommands; i++)
     if (sl__subcommands[i].table &&
@@ -80,6 +82,10 @@ static void config_doc(void) {
   printf("\n## Plugins (stt, grade)\n\nEach plugin's own settings are in "
          "[plugins.md](plugins.md).\n\n");
   sl_conf_print_markdown(sl__plugin_table, sl__plugin_table_len, stdout);
+  printf("\n## Authentication (presign, results)\n\nAPI keys need no setting: they are "
+         "issued with `sluicectl apikey add` and stored hashed in Redis. JWTs are accepted "
+         "once a key is configured here. See [security.md](security.md).\n\n");
+  sl_conf_print_markdown(sl__auth_table, sl__auth_table_len, stdout);
   for (size_t i = 0; i < sl__nsubcommands; i++) {
     const sl_conf_entry *t = sl__subcommands[i].table;
     if (!t) continue;

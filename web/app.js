@@ -253,7 +253,7 @@ async function send(ev) {
     const key = randomKey(); // the same key on every retry of this create
     for (let attempt = 0; ; attempt++) {
       try {
-        created = await api('POST', 'v1/submissions', body, null, { 'Idempotency-Key': key });
+        created = await api('POST', 'v1/submissions', body, credential(), { 'Idempotency-Key': key });
         break;
       } catch (e) {
         if (e.status || attempt >= 3) throw e; // a network error: the same request again
@@ -261,7 +261,10 @@ async function send(ev) {
       }
     }
   } catch (e) {
-    showFormError(`Your answers could not be sent: ${e.message}`);
+    if (e.status === 401) $('#credential').focus();
+    showFormError(e.status === 401
+      ? `Your access key was not accepted: ${e.message}`
+      : `Your answers could not be sent: ${e.message}`);
     btn.disabled = false;
     return;
   }
@@ -530,7 +533,26 @@ function startOver() {
   location.reload();
 }
 
+/* The credential that creates submissions: from the URL fragment
+ * (#credential=..., then removed from the address bar) or the field. Kept
+ * for this tab only (sessionStorage), never in localStorage. */
+const CRED_KEY = 'sluice.credential';
+function credential() {
+  const v = $('#credential').value.trim();
+  if (v) sessionStorage.setItem(CRED_KEY, v);
+  return v || null;
+}
+function loadCredential() {
+  const m = /(?:^|&)credential=([^&]+)/.exec(location.hash.slice(1));
+  if (m) {
+    sessionStorage.setItem(CRED_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  $('#credential').value = sessionStorage.getItem(CRED_KEY) || '';
+}
+
 function init() {
+  loadCredential();
   for (const li of document.querySelectorAll('.question')) buildQuestion(li);
   $('#answers').addEventListener('submit', send);
   $('#start-over').addEventListener('click', startOver);

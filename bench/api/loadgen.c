@@ -123,6 +123,13 @@ int main(int argc, char **argv) {
   struct curl_slist *hdrs = NULL;
   hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
   hdrs = curl_slist_append(hdrs, "Expect:");
+  /* presign wants an API key (SLUICE_API_KEY, made by the run script) */
+  char auth[160] = "";
+  const char *key = getenv("SLUICE_API_KEY");
+  if (key && *key) {
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+    hdrs = curl_slist_append(hdrs, auth);
+  }
 
   long total = (long)floor(rate * dur + 0.5);
   if (total < 1) total = 1;

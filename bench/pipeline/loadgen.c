@@ -96,6 +96,8 @@ static const char *audio;
 static size_t audio_len;
 static CURLM *multi;
 static long running_xfers;
+/* "Authorization: Bearer <SLUICE_API_KEY>" (presign wants an API key) */
+static char auth_header[160];
 
 static void add_put(sub *s, int qi, json_t *qj) {
   xfer *x = calloc(1, sizeof *x);
@@ -139,6 +141,7 @@ static void start_create(sub *s, const char *url) {
   json_decref(b);
   x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
   x->hdrs = curl_slist_append(x->hdrs, "Expect:");
+  if (auth_header[0]) x->hdrs = curl_slist_append(x->hdrs, auth_header);
   CURL *e = curl_easy_init();
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
@@ -273,6 +276,9 @@ static int draw_n(double mean, int max) {
 }
 
 int main(int argc, char **argv) {
+  const char *api_key = getenv("SLUICE_API_KEY");
+  if (api_key && *api_key)
+    snprintf(auth_header, sizeof auth_header, "Authorization: Bearer %s", api_key);
   const char *url = NULL, *audio_path = NULL, *redis_addr = "127.0.0.1:6379", *out = NULL;
   double rate = 6.7, duration = 60, mean = 3.4, drain_timeout = 600;
   int maxq = 15;

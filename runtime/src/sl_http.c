@@ -428,6 +428,17 @@ int sl_http_server_set_cors(sl_http_server *srv, const char *origins, const char
   return 0;
 }
 
+int sl_http_req_peer(const sl_http_req *req, char *buf, size_t len) {
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  if (!req || !req->c || len == 0) return SL_EINVAL;
+  if (uv_tcp_getpeername(&req->c->tcp, (struct sockaddr *)&ss, &sl) != 0) return SL_EINVAL;
+  int rc = ss.ss_family == AF_INET6
+               ? uv_ip6_name((const struct sockaddr_in6 *)&ss, buf, len)
+               : uv_ip4_name((const struct sockaddr_in *)&ss, buf, len);
+  return rc == 0 ? 0 : SL_EINVAL;
+}
+
 int sl_http_respond(sl_http_req *req, int status, const char *ctype,
                     const char *extra, const void *body, size_t len) {
   if (!req || !req->c) return SL_EINVAL;

@@ -2,7 +2,8 @@
  * materialize.c — `sluice materialize`: Kafka -> the Redis view clients poll.
  *
  * Redis layout, one hash per submission, key "sl:sub:<sid>":
- *   accepted_at_ms, n, token (sha256 hex of the results token)
+ *   accepted_at_ms, n, user (who created it), token (the results token hash
+ *   bound to sid and user, see stages/auth/auth.h)
  *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
  *   q<no>     JSON view of the question (state, transcript, grade, error)
  *   r<no>     rank of the state stored in q<no>
@@ -131,7 +132,7 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   snprintf(n, sizeof n, "%zu", sc->n_questions);
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
   /* HSET meta + specs in one command */
-  size_t argc = 0, cap = 8 + 2 * sc->n_questions;
+  size_t argc = 0, cap = 10 + 2 * sc->n_questions;
   const char **argv = calloc(cap, sizeof *argv);
   char **owned = calloc(2 * sc->n_questions + 1, sizeof *owned);
   if (!argv || !owned) {
@@ -149,6 +150,8 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   argv[argc++] = n;
   argv[argc++] = "token";
   argv[argc++] = sc->results_token_sha256;
+  argv[argc++] = "user";
+  argv[argc++] = sc->user_id;
   size_t nown = 0;
   for (size_t i = 0; i < sc->n_questions; i++) {
     const Sluice__V1__QuestionSpec *q = sc->questions[i];

@@ -40,6 +40,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "multipart.h"
+#include "../auth/auth.h"
+#include "../ingest/s3event.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -212,24 +214,6 @@ static int part_number(const char *s, size_t n) {
 }
 
 /* "submissions/<uuid>/q<N>.<ext>" -> sid, qno (the shape presign issues). */
-static int parse_key(const char *key, char sid[37], unsigned *qno) {
-  static const char pre[] = "submissions/";
-  if (strncmp(key, pre, sizeof pre - 1) != 0) return SL_EPARSE;
-  const char *p = key + sizeof pre - 1;
-  for (int i = 0; i < 36; i++) {
-    int dash = (i == 8 || i == 13 || i == 18 || i == 23);
-    if (dash ? p[i] != '-' : !isxdigit((unsigned char)p[i])) return SL_EPARSE;
-  }
-  if (p[36] != '/' || p[37] != 'q' || !isdigit((unsigned char)p[38])) return SL_EPARSE;
-  memcpy(sid, p, 36);
-  sid[36] = '\0';
-  char *end;
-  unsigned long q = strtoul(p + 38, &end, 10);
-  if (q < 1 || q > 999 || *end != '.') return SL_EPARSE;
-  *qno = (unsigned)q;
-  return 0;
-}
-
 static int valid_sid(const char *s) {
   if (strlen(s) != 36) return 0;
   for (int i = 0; i < 36; i++) {
@@ -379,18 +363,19 @@ static void on_aborted(const sl_s3_result *r, void *ud) {
   reply_json(o, json_object());
 }
 
-/* sl:sub:<sid> -> token hash, spec<no>, r<no> (materialize's hash). */
+/* sl:sub:<sid> -> token hash, spec<no>, r<no>, user (materialize's hash). */
 static void on_auth(redisReply *rep, void *ud) {
   op *o = ud;
-  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
     reply_error(o, 503, "unavailable", "submission store unavailable; retry later");
     return;
   }
-  char th[65];
-  sl_sha256_hex(o->token, strlen(o->token), th);
-  redisReply *tok = rep->element[0], *spec = rep->element[1], *rank = rep->element[2];
-  if (tok->type != REDIS_REPLY_STRING || tok->len != 64 || !sl_secure_equal(tok->str, th) ||
-      spec->type != REDIS_REPLY_STRING) {
+  char th[65] = "";
+  redisReply *tok = rep->element[0], *spec = rep->element[1], *rank = rep->element[2],
+             *user = rep->element[3];
+  if (user->type == REDIS_REPLY_STRING) sl__results_token_hash(o->sid, user->str, o->token, th);
+  if (tok->type != REDIS_REPLY_STRING || tok->len != 64 || !th[0] ||
+      !sl_secure_equal(tok->str, th) || spec->type != REDIS_REPLY_STRING) {
     reply_error(o, 404, "not_found",
                 "no such submission and question for this token (a new submission becomes "
                 "visible within a second)");
@@ -618,7 +603,7 @@ int sl__mpu_handle(sl__mpu *m, sl_http_req *req) {
     if (read_create(o) != 0) return 1;
   } else {
     int f = qparam(query, "key", o->key, sizeof o->key);
-    if (f <= 0 || parse_key(o->key, o->sid, &o->qno) != 0) {
+    if (f <= 0 || sl__object_key_parse(o->key, o->sid, &o->qno) != 0) {
       reply_error(o, 400, "invalid_key",
                   "pass the question's object key as ?key=submissions/<id>/q<N>.<ext>");
       return 1;
@@ -639,8 +624,8 @@ int sl__mpu_handle(sl__mpu *m, sl_http_req *req) {
   snprintf(hkey, sizeof hkey, "sl:sub:%s", o->sid);
   snprintf(spec, sizeof spec, "spec%u", o->qno);
   snprintf(rank, sizeof rank, "r%u", o->qno);
-  const char *argv[] = {"HMGET", hkey, "token", spec, rank};
-  if (sl_aredis_argv(m->redis, on_auth, o, 5, argv, NULL) != 0)
+  const char *argv[] = {"HMGET", hkey, "token", spec, rank, "user"};
+  if (sl_aredis_argv(m->redis, on_auth, o, 6, argv, NULL) != 0)
     reply_error(o, 503, "unavailable", "submission store unavailable; retry later");
   return 1;
 }

@@ -8,7 +8,15 @@
  * itself refuses a different size, type or content), plus the submission
  * id (UUIDv7), a results bearer token and the results URL.
  *
- * Idempotency-Key: a retried create with the same key and body returns the
+ * Callers authenticate with an API key or a JWT (stages/auth/auth.h) that
+ * names the user; the submission belongs to that user (SubmissionCreated
+ * .user_id) and its results token is bound to submission and user. Each
+ * user and each client address may create presign.rate_per_user /
+ * .rate_per_address submissions per minute (a fixed window in Redis); more
+ * get 429 with Retry-After.
+ *
+ * Idempotency-Key (scoped to the user: another user's identical key is
+ * another record): a retried create with the same key and body returns the
  * same submission (Idempotent-Replayed: true); the same key with another
  * body is 422; while the first is still in flight, 409 + Retry-After. The
  * records live in Redis as long as the presigned URLs do.
@@ -49,6 +57,7 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
 #include "multipart.h"
+#include "../auth/auth.h"
 
 #define MAX_TYPES 16
 
@@ -63,6 +72,9 @@ typedef struct {
   char *cors_origins;
   int64_t request_timeout_ms;
   char *static_dir;
+  int64_t rate_per_user;
+  int64_t rate_per_address;
+  char *client_address_header;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -87,6 +99,13 @@ const sl_conf_entry sl__presign_table[] = {
      "a request must arrive whole within this time (slow clients get 408 and are closed)", 0},
     {"presign.static_dir", SL_CONF_STR, "", P(static_dir),
      "directory of the browser client served at / (read at start-up; empty: none)", 0},
+    {"presign.rate_per_user", SL_CONF_INT, "30", P(rate_per_user),
+     "submissions one user may create per minute (0: no limit)", 0},
+    {"presign.rate_per_address", SL_CONF_INT, "300", P(rate_per_address),
+     "submissions one client address may create per minute (0: no limit)", 0},
+    {"presign.client_address_header", SL_CONF_STR, "", P(client_address_header),
+     "header a trusted proxy sets to the client address, e.g. X-Forwarded-For (its last "
+     "entry is used); empty: the TCP peer address", 0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -111,7 +130,16 @@ typedef struct {
   sl_metric *m_replayed;
   sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
   sl_static *web;    /* presign.static_dir, or NULL */
+  sl__auth *auth;
+  sl_metric *m_unauth, *m_limited;
 } presign;
+
+/* A create on its way through authentication and the rate limits. */
+typedef struct {
+  presign *ps;
+  sl_http_req *req;
+  char user[SL__USER_MAX + 1];
+} caller;
 
 static presign *P_; /* the delivery-report callback's context */
 
@@ -123,6 +151,7 @@ typedef struct {
   sl_http_req *req;
   char rkey[96];
   char body_hash[65];
+  char user[SL__USER_MAX + 1];
 } idem;
 
 typedef struct {
@@ -266,7 +295,7 @@ static void iso8601(time_t t, char out[32]) {
 
 /* Validates, signs and produces. Returns 0 when the request now waits for
  * Kafka (the pending record owns ik), or 1 when it was answered already. */
-static int create(presign *ps, sl_http_req *req, idem *ik) {
+static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
   int handed = 0;
   const char *ctype = sl_http_req_header(req, "Content-Type");
   if (ctype && strncmp(ctype, "application/json", 16) != 0) {
@@ -311,7 +340,7 @@ static int create(presign *ps, sl_http_req *req, idem *ik) {
   char sid[37], token[65], token_hash[65];
   int64_t now_ms = sl_now_ms();
   if (sl_uuid7(now_ms, sid) || sl_random_hex(24, token, sizeof token) ||
-      sl_sha256_hex(token, strlen(token), token_hash)) {
+      sl__results_token_hash(sid, user, token, token_hash)) {
     sl_http_respond_error(req, 500, "internal", "random source failed", NULL);
     goto out;
   }
@@ -427,6 +456,7 @@ static int create(presign *ps, sl_http_req *req, idem *ik) {
   sc.questions = specp;
   sc.n_questions = n;
   sc.results_token_sha256 = token_hash;
+  sc.user_id = (char *)user;
   size_t plen = sluice__v1__submission_created__get_packed_size(&sc);
   uint8_t *payload = malloc(plen ? plen : 1);
   pending *p = calloc(1, sizeof *p);
@@ -500,7 +530,7 @@ static void on_idem_claim(redisReply *r, void *ud) {
                           "Retry-After: 2\r\n");
     free(ik);
   } else if (r->type == REDIS_REPLY_STATUS) { /* claimed: create it */
-    if (create(ik->ps, ik->req, ik) != 0) idem_release(ik);
+    if (create(ik->ps, ik->req, ik, ik->user) != 0) idem_release(ik);
   } else { /* someone has the key: look at what they left */
     const char *argv[] = {"GET", ik->rkey};
     if (sl_aredis_argv(ik->ps->redis, on_idem_existing, ik, 2, argv, NULL) != 0) {
@@ -512,7 +542,8 @@ static void on_idem_claim(redisReply *r, void *ud) {
 }
 
 /* A create with an Idempotency-Key: claim it, or answer from the record. */
-static void create_idempotent(presign *ps, sl_http_req *req, const char *key) {
+static void create_idempotent(presign *ps, sl_http_req *req, const char *key,
+                              const char *user) {
   size_t kl = strlen(key);
   int ok = kl >= 1 && kl <= 255;
   for (size_t i = 0; ok && i < kl; i++) ok = key[i] > 0x20 && key[i] < 0x7f;
@@ -528,10 +559,22 @@ static void create_idempotent(presign *ps, sl_http_req *req, const char *key) {
   }
   ik->ps = ps;
   ik->req = req;
+  snprintf(ik->user, sizeof ik->user, "%s", user);
   char kh[65];
   size_t blen;
   const char *body = sl_http_req_body(req, &blen);
-  sl_sha256_hex(key, kl, kh);
+  /* the record is the user's own: another user's identical key is another record */
+  size_t ul = strlen(user);
+  char *scoped = malloc(ul + 1 + kl);
+  if (!scoped) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    free(ik);
+    return;
+  }
+  memcpy(scoped, user, ul + 1);
+  memcpy(scoped + ul + 1, key, kl);
+  sl_sha256_hex(scoped, ul + 1 + kl, kh);
+  free(scoped);
   sl_sha256_hex(body, blen, ik->body_hash);
   snprintf(ik->rkey, sizeof ik->rkey, "sl:idem:presign:%s", kh);
   char val[80];
@@ -544,15 +587,183 @@ static void create_idempotent(presign *ps, sl_http_req *req, const char *key) {
   }
 }
 
+/* ---- who is calling, and how often ---- */
+
+static int unauthorized(presign *ps, sl_http_req *req, const char *code, const char *msg) {
+  sl_metric_add(ps->m_unauth, 1);
+  return sl_http_respond_error(req, 401, code, msg, "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
+}
+
+/* Authenticated and within the limits: create (with or without a key). */
+static void proceed(caller *c) {
+  const char *ikey = sl_http_req_header(c->req, "Idempotency-Key");
+  if (ikey)
+    create_idempotent(c->ps, c->req, ikey, c->user);
+  else
+    create(c->ps, c->req, NULL, c->user);
+  free(c);
+}
+
+static void on_rate(redisReply *r, void *ud) {
+  caller *c = ud;
+  if (!r || r->type != REDIS_REPLY_INTEGER) {
+    sl_http_respond_error(c->req, 503, "unavailable", "rate limiter unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(c);
+    return;
+  }
+  if (r->integer > 0) {
+    char hdr[64], msg[160];
+    long long s = (r->integer + 999) / 1000;
+    snprintf(hdr, sizeof hdr, "Retry-After: %lld\r\n", s);
+    snprintf(msg, sizeof msg, "too many submissions from this user or address; retry in %lld s", s);
+    sl_metric_add(c->ps->m_limited, 1);
+    sl_log(SL_LOG_INFO, NULL, "rate limited: user %s", c->user);
+    sl_http_respond_error(c->req, 429, "rate_limited", msg, hdr);
+    free(c);
+    return;
+  }
+  proceed(c);
+}
+
+/* The client address: the TCP peer, or the last entry of the trusted
+ * proxy's header when presign.client_address_header is set. */
+static void client_address(presign *ps, sl_http_req *req, char *out, size_t len) {
+  const char *h = ps->pc->client_address_header[0]
+                      ? sl_http_req_header(req, ps->pc->client_address_header)
+                      : NULL;
+  if (h) {
+    const char *last = strrchr(h, ',');
+    last = last ? last + 1 : h;
+    while (*last == ' ') last++;
+    char tmp[64], bin[16];
+    size_t n = strcspn(last, " ");
+    if (n > 0 && n < sizeof tmp) {
+      memcpy(tmp, last, n);
+      tmp[n] = '\0';
+      if (uv_inet_pton(AF_INET, tmp, bin) == 0 || uv_inet_pton(AF_INET6, tmp, bin) == 0) {
+        snprintf(out, len, "%s", tmp);
+        return;
+      }
+    }
+  }
+  if (sl_http_req_peer(req, out, len) != 0) snprintf(out, len, "unknown");
+}
+
+/* One fixed one-minute window per user and per address. Every window is
+ * checked first and counted only when all allow the request, so a refused
+ * request uses up nothing. Returns the ms until the first exhausted window
+ * ends, or 0 (counted). */
+static const char rate_lua[] =
+    "for i, k in ipairs(KEYS) do\n"
+    "  if tonumber(redis.call('GET', k) or '0') >= tonumber(ARGV[i]) then\n"
+    "    local t = redis.call('PTTL', k)\n"
+    "    if t < 1 then t = 1 end\n"
+    "    return t\n"
+    "  end\n"
+    "end\n"
+    "for i, k in ipairs(KEYS) do\n"
+    "  if redis.call('INCR', k) == 1 then redis.call('PEXPIRE', k, 60000) end\n"
+    "end\n"
+    "return 0\n";
+
+static void authed(caller *c) {
+  presign *ps = c->ps;
+  char ukey[SL__USER_MAX + 16], akey[96], addr[64], ul[24], al[24];
+  const char *argv[8] = {"EVAL", rate_lua, NULL};
+  const char *keys[2], *lims[2];
+  int nk = 0;
+  if (ps->pc->rate_per_user > 0) {
+    snprintf(ukey, sizeof ukey, "sl:rl:u:%s", c->user);
+    snprintf(ul, sizeof ul, "%lld", (long long)ps->pc->rate_per_user);
+    keys[nk] = ukey, lims[nk++] = ul;
+  }
+  if (ps->pc->rate_per_address > 0) {
+    client_address(ps, c->req, addr, sizeof addr);
+    snprintf(akey, sizeof akey, "sl:rl:a:%s", addr);
+    snprintf(al, sizeof al, "%lld", (long long)ps->pc->rate_per_address);
+    keys[nk] = akey, lims[nk++] = al;
+  }
+  if (nk == 0) {
+    proceed(c);
+    return;
+  }
+  char nks[12];
+  snprintf(nks, sizeof nks, "%d", nk);
+  int argc = 3;
+  argv[2] = nks;
+  for (int i = 0; i < nk; i++) argv[argc++] = keys[i];
+  for (int i = 0; i < nk; i++) argv[argc++] = lims[i];
+  if (sl_aredis_argv(ps->redis, on_rate, c, argc, argv, NULL) != 0) {
+    sl_http_respond_error(c->req, 503, "unavailable", "rate limiter unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(c);
+  }
+}
+
+static void on_apikey(redisReply *r, void *ud) {
+  caller *c = ud;
+  if (!r || r->type == REDIS_REPLY_ERROR) {
+    sl_http_respond_error(c->req, 503, "unavailable", "credential store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(c);
+  } else if (r->type != REDIS_REPLY_STRING || r->len > SL__USER_MAX ||
+             (snprintf(c->user, sizeof c->user, "%s", r->str), !sl__user_valid(c->user))) {
+    unauthorized(c->ps, c->req, "invalid_credentials", "unknown or revoked API key");
+    free(c);
+  } else {
+    authed(c);
+  }
+}
+
+/* POST /v1/submissions: authenticate, rate-limit, then create. */
+static void begin_create(presign *ps, sl_http_req *req) {
+  sl__cred_kind kind;
+  const char *cred = sl__auth_bearer(req, &kind);
+  if (kind == SL__CRED_NONE) {
+    unauthorized(ps, req, "unauthenticated",
+                 "send an API key or a JWT as Authorization: Bearer <credential>");
+    return;
+  }
+  if (kind == SL__CRED_OTHER) {
+    unauthorized(ps, req, "invalid_credentials", "the credential is neither an API key nor a JWT");
+    return;
+  }
+  caller *c = calloc(1, sizeof *c);
+  if (!c) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return;
+  }
+  c->ps = ps;
+  c->req = req;
+  if (kind == SL__CRED_JWT) {
+    char why[160];
+    if (sl__auth_jwt(ps->auth, cred, sl_now_ms() / 1000, c->user, why, sizeof why) != 0) {
+      unauthorized(ps, req, "invalid_credentials", why);
+      free(c);
+      return;
+    }
+    authed(c);
+    return;
+  }
+  char rkey[80];
+  const char *argv[] = {"HGET", rkey, "user"};
+  if (sl__apikey_rkey(cred, rkey) != 0) {
+    unauthorized(ps, req, "invalid_credentials", "malformed API key");
+    free(c);
+  } else if (sl_aredis_argv(ps->redis, on_apikey, c, 3, argv, NULL) != 0) {
+    sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(c);
+  }
+}
+
 static void handle(sl_http_req *req, void *ud) {
   presign *ps = ud;
   const char *path = sl_http_req_path(req), *m = sl_http_req_method(req);
   if (strcmp(path, "/v1/submissions") == 0) {
-    const char *ikey = sl_http_req_header(req, "Idempotency-Key");
-    if (strcmp(m, "POST") == 0 && ikey)
-      create_idempotent(ps, req, ikey);
-    else if (strcmp(m, "POST") == 0)
-      create(ps, req, NULL);
+    if (strcmp(m, "POST") == 0)
+      begin_create(ps, req);
     else
       sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
     return;
@@ -586,12 +797,14 @@ int sl__presign_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   presign_conf pc = {0};
   sl_s3_conf s3 = {0};
+  sl__auth_conf ac = {0};
   sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
-                        {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
+                        {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
+                        {sl__auth_table, sl__auth_table_len, &ac}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.",
-                           &cc, own, 2, "127.0.0.1:9180", &admin);
+                           &cc, own, 3, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   P_ = &ps;
@@ -610,9 +823,18 @@ int sl__presign_main(int argc, char **argv) {
     ps.types[ps.ntypes++] = t;
   snprintf(timeout, sizeof timeout, "%lld", (long long)pc.kafka_timeout_ms);
   const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
-  rc = sl_s3_target_init(&ps.target, &s3);
+  ps.m_unauth = sl_metrics_counter("sluice_submissions_total", "outcome=\"unauthenticated\"",
+                                   "Submission create requests by outcome");
+  ps.m_limited = sl_metrics_counter("sluice_submissions_total", "outcome=\"rate_limited\"",
+                                    "Submission create requests by outcome");
+  rc = sl__auth_new(&ps.auth, &ac, err, sizeof err);
+  if (rc == 0 && (pc.rate_per_user < 0 || pc.rate_per_address < 0)) {
+    snprintf(err, sizeof err, "presign.rate_per_user and presign.rate_per_address must be >= 0");
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0) rc = sl_s3_target_init(&ps.target, &s3);
   if (rc == 0) rc = sl_sigv4_new(&ps.sig, s3.access_key, s3.secret_key, s3.region, "s3");
-  if (rc) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
+  if (rc && !err[0]) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
   if (rc == 0)
     rc = sl_kafka_producer_new(&ps.producer, cc.kafka_brokers, "sluice-presign", on_delivery,
                                extra, err, sizeof err);
@@ -675,6 +897,7 @@ int sl__presign_main(int argc, char **argv) {
   sl_sigv4_free(ps.sig);
   sl_static_free(ps.web);
   free(ps.types_buf);
-  sl__stage_finish(&cc, own, 2, admin);
+  sl__auth_free(ps.auth);
+  sl__stage_finish(&cc, own, 3, admin);
   return rc || ps.fatal ? 1 : 0;
 }

@@ -1,12 +1,15 @@
 /*
  * results.c — `sluice results`: the API clients poll.
  *
- * GET /v1/submissions/{id} with "Authorization: Bearer <results token>"
- * returns every question's state (awaiting_upload, queued, transcribing,
+ * GET /v1/submissions/{id} with "Authorization: Bearer <credential>" — the
+ * submission's results token, or its owner's API key or JWT — returns every question's state (awaiting_upload, queued, transcribing,
  * grading, done, failed) with transcript, grade or failure reason, and a
  * summary. It reads the hash materialize maintains (one HGETALL) and never
- * writes. A missing token is 401; a wrong token and an unknown submission
- * are the same 404, so the API does not reveal which ids exist.
+ * writes. A missing credential, or an API key/JWT that is not valid, is
+ * 401; a wrong token, another user's submission and an unknown submission
+ * are the same 404, so the API does not reveal which ids exist. The token
+ * check hashes sid, owner and token together (stages/auth/auth.h) and
+ * compares in constant time.
  * Replies carry an ETag (sha256 of the body) and honour If-None-Match with
  * 304; Cache-Control: no-store. Retry-After and the body's "poll" object
  * carry the polling policy (poll_after_s), including when to stop.
@@ -29,6 +32,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
+#include "../auth/auth.h"
 
 typedef struct {
   char *listen;
@@ -50,6 +54,7 @@ typedef struct {
   sl_http_server *srv;
   uv_signal_t sigterm, sigint;
   sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
+  sl__auth *auth;
 } results;
 
 static int valid_id(const char *s) {
@@ -80,18 +85,59 @@ static const char *field(redisReply *rep, const char *name) {
   return NULL;
 }
 
+static int unauthorized(results *R, sl_http_req *req, const char *code, const char *msg) {
+  sl_metric_add(R->m_401, 1);
+  return sl_http_respond_error(req, 401, code, msg, "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
+}
+
+/* The user an API key or a JWT names: 0 with user set, 401 answered (1),
+ * or 503 answered (2). */
+static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_kind kind,
+                       char user[SL__USER_MAX + 1]) {
+  char why[160], rkey[80], err[256];
+  if (kind == SL__CRED_JWT) {
+    if (sl__auth_jwt(R->auth, cred, sl_now_ms() / 1000, user, why, sizeof why) == 0) return 0;
+    unauthorized(R, req, "invalid_credentials", why);
+    return 1;
+  }
+  if (sl__apikey_rkey(cred, rkey) != 0) {
+    unauthorized(R, req, "invalid_credentials", "malformed API key");
+    return 1;
+  }
+  const char *argv[] = {"HGET", rkey, "user"};
+  redisReply *rep = sl_redis_argv(R->redis, 3, argv, NULL, err, sizeof err);
+  if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    if (rep) freeReplyObject(rep);
+    sl_metric_add(R->m_err, 1);
+    sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    return 2;
+  }
+  int ok = rep->type == REDIS_REPLY_STRING && rep->len <= SL__USER_MAX;
+  if (ok) snprintf(user, SL__USER_MAX + 1, "%s", rep->str);
+  freeReplyObject(rep);
+  if (ok && sl__user_valid(user)) return 0;
+  unauthorized(R, req, "invalid_credentials", "unknown or revoked API key");
+  return 1;
+}
+
+/* Readable by the submission's results token, or by its owner's API key or
+ * JWT. Everything else — another user, another submission's token, an
+ * unknown id — is the same 404. */
 static void get_submission(results *R, sl_http_req *req, const char *sid) {
-  static const char nf[] = "no submission with this id for this token";
-  const char *auth = sl_http_req_header(req, "Authorization");
-  if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
-    sl_metric_add(R->m_401, 1);
-    sl_http_respond_error(req, 401, "unauthorized",
-                          "send the results token as Authorization: Bearer <token>",
-                          "WWW-Authenticate: Bearer\r\n");
+  static const char nf[] = "no submission with this id for these credentials";
+  sl__cred_kind kind;
+  const char *cred = sl__auth_bearer(req, &kind);
+  if (!cred) {
+    unauthorized(R, req, "unauthorized",
+                 "send the results token (or the owner's API key or JWT) as "
+                 "Authorization: Bearer <credential>");
     return;
   }
-  char token_hash[65];
-  sl_sha256_hex(auth + 7, strlen(auth + 7), token_hash);
+  char user[SL__USER_MAX + 1] = "";
+  if ((kind == SL__CRED_JWT || kind == SL__CRED_APIKEY) &&
+      caller_user(R, req, cred, kind, user) != 0)
+    return;
   if (!valid_id(sid)) {
     sl_metric_add(R->m_404, 1);
     sl_http_respond_error(req, 404, "not_found", nf, NULL);
@@ -109,8 +155,16 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
                           "Retry-After: 2\r\n");
     return;
   }
-  const char *tok = field(rep, "token");
-  if (!tok || !sl_secure_equal(tok, token_hash)) {
+  const char *tok = field(rep, "token"), *owner = field(rep, "user");
+  int allowed = 0;
+  if (owner && user[0]) {
+    allowed = sl_secure_equal(owner, user);
+  } else if (owner && tok && !user[0]) {
+    char token_hash[65];
+    allowed = sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
+              sl_secure_equal(tok, token_hash);
+  }
+  if (!allowed) {
     freeReplyObject(rep);
     sl_metric_add(R->m_404, 1);
     sl_http_respond_error(req, 404, "not_found", nf, NULL);
@@ -203,10 +257,12 @@ static void on_signal(uv_signal_t *h, int sig) {
 int sl__results_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   results_conf rconf = {0};
-  sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf}};
+  sl__auth_conf ac = {0};
+  sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf},
+                        {sl__auth_table, sl__auth_table_len, &ac}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc,
-                           own, 1, "127.0.0.1:9185", &admin);
+                           own, 2, "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf};
   const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
@@ -217,11 +273,13 @@ int sl__results_main(int argc, char **argv) {
                                 "Results API requests by status");
   uv_loop_t loop;
   uv_loop_init(&loop);
-  rc = sl_redis_new(&R.redis, cc.redis_url);
+  char aerr[256] = "";
+  rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
+  if (rc == 0) rc = sl_redis_new(&R.redis, cc.redis_url);
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, NULL, handle, &R);
   if (rc == 0)
     rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
-                                 "Authorization, If-None-Match", "ETag, Retry-After");
+                                 "Authorization, If-None-Match", "ETag, Retry-After, WWW-Authenticate");
   if (rc == 0) {
     uv_signal_init(&loop, &R.sigterm);
     uv_signal_init(&loop, &R.sigint);
@@ -231,12 +289,13 @@ int sl__results_main(int argc, char **argv) {
     sl_log(SL_LOG_INFO, NULL, "listening on http://%s", rconf.listen);
     sl_admin_set_ready(admin, 1);
   } else {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s, redis %s): %s", rconf.listen,
-           cc.redis_url, sl_strerror(rc));
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s): %s%s%s", rconf.listen,
+           sl_strerror(rc), aerr[0] ? ": " : "", aerr);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   sl_redis_free(R.redis);
-  sl__stage_finish(&cc, own, 1, admin);
+  sl__auth_free(R.auth);
+  sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

@@ -21,6 +21,10 @@ import { writeFileSync } from 'node:fs';
 
 const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
 const PAGE = env('PAGE_URL'), RESULTS = env('RESULTS_URL'), ART = env('ART_DIR');
+// the test user's API key, handed to the page the way an embedding app
+// would: in the URL fragment, which the page moves to sessionStorage
+const KEY = env('SLUICE_API_KEY');
+const PAGE_AUTH = `${PAGE}#credential=${encodeURIComponent(KEY)}`;
 const SPEECH = env('SPEECH_WAV'), BIG = env('BIG_WAV'), OUT = env('OUT_DIR');
 const { chromium } = createRequire(`${env('PW_DIR')}/`)('playwright-core');
 const PHONE = { width: 390, height: 844 };
@@ -75,7 +79,7 @@ test('record three answers with the fake microphone and see three grades', { tim
       if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.method() === 'GET')
         polls.push({ inm: r.headers()['if-none-match'] || null });
     });
-    await page.goto(PAGE);
+    await page.goto(PAGE_AUTH);
     await page.evaluate(() => localStorage.clear());
     await page.reload();
     await checkAccessible(page);
@@ -132,7 +136,7 @@ test('a large answer resumes after a reload mid-upload, sending only the missing
   const browser = await launch();
   try {
     const { page } = await newPage(browser);
-    await page.goto(PAGE);
+    await page.goto(PAGE_AUTH);
     await page.evaluate(() => localStorage.clear());
     await page.reload();
     await page.setInputFiles('#file-1', BIG);
@@ -207,7 +211,7 @@ test('a large answer resumes after a reload mid-upload, sending only the missing
 test('after 30 s the page says the user may leave and come back', { timeout: 60_000 }, async () => {
   // a submission whose answer is never uploaded: it stays "waiting"
   const r = await fetch(`${PAGE}v1/submissions`, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}` },
     body: JSON.stringify({ questions: [{ no: 1, content_type: 'audio/wav', size: 1000, prompt: 'Never answered' }] }),
   });
   assert.equal(r.status, 201);

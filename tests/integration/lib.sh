@@ -30,6 +30,16 @@ eval "$("$ROOT/tools/devstack" env)"
 "$ROOT/tools/stages" down >/dev/null 2>&1 || true # leftovers of an interrupted run
 rm -rf "$STAGES_DIR"
 
+# Creating submissions needs an API key: one per test run, for user
+# "$TEST_NAME". KEY_AUTH is the curl header that presents it. The per-user
+# and per-address limits are raised here so that tests creating many
+# submissions are not throttled; test_security checks the defaults.
+SLUICE_API_KEY=$("$SLUICECTL" apikey add --user "$TEST_NAME" --label "integration test" 2>/dev/null)
+export SLUICE_API_KEY
+KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
+export SLUICE_PRESIGN_RATE_PER_USER=${SLUICE_PRESIGN_RATE_PER_USER:-100000}
+export SLUICE_PRESIGN_RATE_PER_ADDRESS=${SLUICE_PRESIGN_RATE_PER_ADDRESS:-100000}
+
 # Whatever happens, stop what this test started. Tests add their own
 # clean-up with at_exit instead of replacing the trap.
 EXIT_HOOKS=('"$ROOT/tools/stages" down >/dev/null 2>&1 || true')

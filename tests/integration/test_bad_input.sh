@@ -16,7 +16,7 @@ at_exit 'rm -rf "$work"'
 # post BODY [CONTENT-TYPE] -> "<status> <error.code>"; checks the error body shape
 post() {
   local body=$1 ct=${2:-application/json} code resp
-  resp=$(curl -sS -o "$work/resp" -w '%{http_code}' -X POST -H "Content-Type: $ct" \
+  resp=$(curl "${KEY_AUTH[@]}" -sS -o "$work/resp" -w '%{http_code}' -X POST -H "Content-Type: $ct" \
     --data-binary "$body" "$PRESIGN_URL/v1/submissions")
   if ! jq -e '.error.code | type == "string"' "$work/resp" >/dev/null 2>&1 ||
     ! jq -e '.error.message | length > 0' "$work/resp" >/dev/null 2>&1; then
@@ -73,7 +73,7 @@ check "  ... and expose ETag" grep -q '^Access-Control-Expose-Headers: ETag' "$w
 # Idempotency-Key: a retried create returns the same submission
 ikey="retry-test-$(date +%s%N)"
 ibody="{\"questions\":[$(q 1 audio/wav 100)]}"
-icreate() { curl -sS -D "$work/ih" -o "$work/ib" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+icreate() { curl "${KEY_AUTH[@]}" -sS -D "$work/ih" -o "$work/ib" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
   -H "Idempotency-Key: $1" --data "$2" "$PRESIGN_URL/v1/submissions"; }
 c1=$(icreate "$ikey" "$ibody"); s1=$(jq -r .submission_id "$work/ib")
 c2=$(icreate "$ikey" "$ibody"); s2=$(jq -r .submission_id "$work/ib")
@@ -90,7 +90,7 @@ check "another key creates another submission" test "$c5" = 201 -a "$s5" != "$s1
 check "one replay counted" test "$(metric sluice_submissions_total 'outcome="replayed"' "$ADMIN_PRESIGN")" = 1
 
 # results: missing token 401; wrong token and unknown id give the same 404
-reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+reply=$(curl "${KEY_AUTH[@]}" -sS -X POST -H 'Content-Type: application/json' \
   --data "{\"questions\":[$(q 1 audio/wav 100)]}" "$PRESIGN_URL/v1/submissions")
 sid=$(jq -r .submission_id <<<"$reply")
 token=$(jq -r .results_token <<<"$reply")

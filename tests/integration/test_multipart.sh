@@ -27,7 +27,7 @@ split -b $((8 * MiB)) -d -a 1 "$work/big.wav" "$work/part."
 check "8 parts of 8 MiB" test "$(ls "$work"/part.* | wc -l)" = 8
 sum=$(sha256sum "$work/big.wav" | cut -d' ' -f1)
 
-reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+reply=$(curl "${KEY_AUTH[@]}" -sS -X POST -H 'Content-Type: application/json' \
   --data "{\"questions\":[{\"no\":1,\"content_type\":\"audio/wav\",\"size\":$SIZE,\"prompt\":\"What do you do on weekends?\"},{\"no\":2,\"content_type\":\"audio/wav\",\"size\":100}]}" \
   "$PRESIGN_URL/v1/submissions")
 sid=$(jq -r .submission_id <<<"$reply"); token=$(jq -r .results_token <<<"$reply")

@@ -9,7 +9,7 @@ SPEC=$ROOT/docs/openapi.yaml
 stages_up
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-post() { curl -sS -o "$work/$1" -w '%{http_code}' -X POST -H 'Content-Type: application/json' "${@:3}" \
+post() { curl "${KEY_AUTH[@]}" -sS -o "$work/$1" -w '%{http_code}' -X POST -H 'Content-Type: application/json' "${@:3}" \
   --data "$2" "$PRESIGN_URL/v1/submissions"; }
 valid() { # valid SCHEMA FILE...
   "$PY" "$(dirname "$0")/openapi_check.py" "$SPEC" "$@" >"$work/check.out" 2>&1 || {

@@ -14,7 +14,7 @@ wait_for 10 curl -fsS -o /dev/null "http://127.0.0.1:$((BASE + 61))/healthz" 2>/
   fail "presign did not start"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-code=$(curl -sS -D "$work/h" -o "$work/b" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+code=$(curl "${KEY_AUTH[@]}" -sS -D "$work/h" -o "$work/b" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
   --data '{"questions":[{"no":1,"content_type":"audio/wav","size":100}]}' "http://127.0.0.1:$port/v1/submissions")
 check "Kafka unreachable -> 503 ($code)" test "$code" = 503
 check "  ... with Retry-After" grep -qi '^Retry-After:' "$work/h"

@@ -20,7 +20,7 @@ at_exit "kill $trickler 2>/dev/null || true"
 # others are served while it trickles
 ok=0
 for i in 1 2 3 4 5; do
-  code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  code=$(curl "${KEY_AUTH[@]}" -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
     --data '{"questions":[{"no":1,"content_type":"audio/wav","size":10}]}' "$PRESIGN_URL/v1/submissions")
   [[ $code == 201 ]] && ok=$((ok + 1))
   sleep 0.1

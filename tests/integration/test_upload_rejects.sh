@@ -11,7 +11,7 @@ head -c 4000 /dev/urandom >"$work/declared"
 head -c 4001 /dev/urandom >"$work/bigger"
 head -c 3999 /dev/urandom >"$work/smaller"
 
-reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+reply=$(curl "${KEY_AUTH[@]}" -sS -X POST -H 'Content-Type: application/json' \
   --data '{"questions":[{"no":1,"content_type":"audio/wav","size":4000}]}' "$PRESIGN_URL/v1/submissions")
 url=$(jq -r '.questions[0].url' <<<"$reply")
 key=$(jq -r '.questions[0].object_key' <<<"$reply")
@@ -31,7 +31,7 @@ code=$(exists); check "the accepted upload is stored ($code)" test "$code" = 200
 # of the same size are refused by the storage
 head -c 4000 /dev/urandom >"$work/other"
 sum=$(sha256sum "$work/declared" | cut -d' ' -f1)
-reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+reply=$(curl "${KEY_AUTH[@]}" -sS -X POST -H 'Content-Type: application/json' \
   --data "{\"questions\":[{\"no\":1,\"content_type\":\"audio/wav\",\"size\":4000,\"sha256\":\"$sum\"}]}" \
   "$PRESIGN_URL/v1/submissions")
 url=$(jq -r '.questions[0].url' <<<"$reply")
@@ -46,7 +46,7 @@ check "without the checksum header -> 403 ($code)" test "$code" = 403
 code=$(putsum "$work/other"); check "other bytes of the same size -> refused ($code)" test "$code" -ge 400 -a "$code" -lt 500
 code=$(exists); check "nothing stored for them ($code)" test "$code" = 404
 code=$(putsum "$work/declared"); check "the declared bytes -> 200 ($code)" test "$code" = 200
-code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+code=$(curl "${KEY_AUTH[@]}" -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
   --data '{"questions":[{"no":1,"content_type":"audio/wav","size":4000,"sha256":"xyz"}]}' "$PRESIGN_URL/v1/submissions")
 check "a malformed sha256 -> 400 ($code)" test "$code" = 400
 finish

@@ -12,7 +12,7 @@ ADMIN_MAT=http://127.0.0.1:$((BASE + 104))
 
 espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
 size=$(stat -c %s "$work/a.wav")
-reply=$(curl -fsS -X POST "$PRESIGN_URL/v1/submissions" -H 'Content-Type: application/json' \
+reply=$(curl "${KEY_AUTH[@]}" -fsS -X POST "$PRESIGN_URL/v1/submissions" -H 'Content-Type: application/json' \
   -d "{\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\"}]}")
 sid=$(jq -r .submission_id <<<"$reply")
 token=$(jq -r .results_token <<<"$reply")

@@ -66,7 +66,7 @@ for p in /../secret.txt /..%2fsecret.txt /%2e%2e/secret.txt /%2E%2E/%2E%2E/etc/p
   fi
 done
 check "the API still answers next to the page" \
-  test "$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  test "$(curl "${KEY_AUTH[@]}" -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
     "$PRESIGN_URL/v1/submissions" --data '{}')" = 400
 
 # --- results, cross-origin from the page ------------------------------------
@@ -79,7 +79,7 @@ check "  once (browsers refuse a repeated Allow-Origin)" test "$(grep -ci '^Acce
 check "  and If-None-Match" grep -qi '^Access-Control-Allow-Headers:.*If-None-Match' "$work/pre"
 
 # --- storage CORS for the page's origin (tools/devstack) ----------------------
-reply=$(curl -sS -X POST -H 'Content-Type: application/json' \
+reply=$(curl "${KEY_AUTH[@]}" -sS -X POST -H 'Content-Type: application/json' \
   --data '{"questions":[{"no":1,"content_type":"audio/wav","size":100}]}' "$PRESIGN_URL/v1/submissions")
 url=$(jq -r '.questions[0].url' <<<"$reply")
 s3pre() { curl -sS -D - -o /dev/null -X OPTIONS -H "Origin: $1" -H 'Access-Control-Request-Method: PUT' \

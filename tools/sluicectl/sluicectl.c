@@ -10,7 +10,8 @@
  *   sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch [--interval S]] [--json]
  *   sluicectl submission ID [--redis URL] [--json]
  *   sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]
- *                    [--multipart-threshold BYTES] [--part-size BYTES]
+ *                    [--multipart-threshold BYTES] [--part-size BYTES] [--api-key KEY]
+ *   sluicectl apikey add --user ID [--label TEXT] | list | revoke KEY-OR-ID
  *
  * This file parses the command line (options may come anywhere after the
  * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
@@ -36,7 +37,7 @@ enum {
   O_PARTITIONS, O_REPLICATION, O_CONFIG, O_ALL,
   O_KEY, O_REPLAY_TOPIC, O_PAYLOAD_FILE, O_MESSAGE, O_ORIGIN_TOPIC, O_ATTEMPTS, O_FAILED_AT, O_COUNT_N,
   O_ADMIN, O_REDIS, O_WATCH, O_INTERVAL, O_PRESIGN, O_PROMPT, O_WAIT,
-  O_MP_THRESHOLD, O_PART_SIZE,
+  O_MP_THRESHOLD, O_PART_SIZE, O_USER, O_LABEL, O_API_KEY,
   O_HELP, O_COUNT
 };
 
@@ -63,6 +64,8 @@ static const struct {
     [O_PRESIGN] = {"--presign", 1},       [O_PROMPT] = {"--prompt", 1},
     [O_WAIT] = {"--wait", 1},
     [O_MP_THRESHOLD] = {"--multipart-threshold", 1}, [O_PART_SIZE] = {"--part-size", 1},
+    [O_USER] = {"--user", 1},             [O_LABEL] = {"--label", 1},
+    [O_API_KEY] = {"--api-key", 1},
 };
 
 #define B(x) (1ull << (x))
@@ -101,8 +104,12 @@ static const command commands[] = {
      sc_submission, "ID (a submission id)"},
     {"submit", NULL,
      B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON) | B(O_MP_THRESHOLD) |
-         B(O_PART_SIZE),
+         B(O_PART_SIZE) | B(O_API_KEY),
      1, 1000, sc_submit, "FILE..."},
+    {"apikey", "add", B(O_HELP) | B(O_REDIS) | B(O_USER) | B(O_LABEL) | B(O_JSON), 0, 0,
+     sc_apikey_add, ""},
+    {"apikey", "list", B(O_HELP) | B(O_REDIS) | B(O_JSON), 0, 0, sc_apikey_list, ""},
+    {"apikey", "revoke", B(O_HELP) | B(O_REDIS), 1, 1, sc_apikey_revoke, "KEY-OR-ID"},
 };
 
 static void usage(FILE *f) {
@@ -120,6 +127,10 @@ static void usage(FILE *f) {
       "       sluicectl submission ID [--redis URL] [--json]\n"
       "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
       "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
+      "                        [--api-key KEY]\n"
+      "       sluicectl apikey add --user ID [--label TEXT] [--redis URL] [--json]\n"
+      "       sluicectl apikey list [--redis URL] [--json]\n"
+      "       sluicectl apikey revoke KEY-OR-ID [--redis URL]\n"
       "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
       "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
       "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
@@ -135,7 +146,10 @@ static void usage(FILE *f) {
       "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
       "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600);\n"
       "  files of at least --multipart-threshold bytes (16777216) go up in parts of\n"
-      "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart.\n"
+      "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart;\n"
+      "  --api-key (SLUICE_API_KEY; prefer the variable: arguments show in ps).\n"
+      "apikey: add prints a new key once (Redis keeps only its SHA-256); list shows ids;\n"
+      "  revoke takes the key or its id.\n"
       "exit status: 0 success, 1 failure, 2 usage error\n",
       SC_CONFIRM_ABOVE);
 }
@@ -264,6 +278,7 @@ int main(int argc, char **argv) {
   o.replication = -1;
   o.redis_url = env_or("SLUICE_REDIS_URL", "redis://127.0.0.1:6379");
   o.presign_url = env_or("PRESIGN_URL", "http://127.0.0.1:8080");
+  o.api_key = env_or("SLUICE_API_KEY", NULL);
   o.interval_s = 2;
   o.wait_s = 600;
   o.mp_threshold = (int64_t)16 << 20;
@@ -412,6 +427,9 @@ int main(int argc, char **argv) {
   o.watch = !!(seen & B(O_WATCH));
   if (seen & B(O_REDIS)) o.redis_url = val[O_REDIS];
   if (seen & B(O_PRESIGN)) o.presign_url = val[O_PRESIGN];
+  if (seen & B(O_API_KEY)) o.api_key = val[O_API_KEY];
+  if (seen & B(O_USER)) o.user = val[O_USER];
+  if (seen & B(O_LABEL)) o.label = val[O_LABEL];
   if (o.nprompts > o.nargs && cmd->run == sc_submit) {
     rc = usage_error("%s --prompt options for fewer files%s", "more", "");
     goto out;

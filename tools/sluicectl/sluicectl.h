@@ -78,6 +78,9 @@ typedef struct {
   int wait_s;
   int64_t mp_threshold; /* --multipart-threshold: files this large go multipart (16 MiB) */
   int64_t part_size;    /* --part-size (8 MiB; 5 MiB .. 5 GiB) */
+  const char *api_key;  /* --api-key, SLUICE_API_KEY */
+  /* apikey */
+  const char *user, *label;
   /* positional arguments after the command words */
   char **args;
   int nargs;
@@ -262,6 +265,9 @@ struct redisContext *sc_redis_connect(const char *url, int timeout_ms);
 int sc_status(const sc_opts *o);
 int sc_submission(const sc_opts *o);
 int sc_submit(const sc_opts *o);
+int sc_apikey_add(const sc_opts *o);
+int sc_apikey_list(const sc_opts *o);
+int sc_apikey_revoke(const sc_opts *o);
 
 /* ---- multipart.c ---- */
 #define SC_MIN_PART_SIZE ((int64_t)5 << 20)  /* S3: every part but the last */

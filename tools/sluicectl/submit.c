@@ -100,6 +100,11 @@ static void print_table(json_t *res) {
 }
 
 int sc_submit(const sc_opts *o) {
+  if (!o->api_key || !*o->api_key) {
+    fprintf(stderr, "sluicectl: submit needs an API key: set SLUICE_API_KEY (or --api-key); "
+                    "an operator creates one with `sluicectl apikey add --user ID`\n");
+    return SC_EXIT_USAGE;
+  }
   /* check every file before anything is created */
   int64_t *sizes = calloc((size_t)o->nargs, sizeof *sizes);
   json_t *qs = sizes ? json_array() : NULL;
@@ -146,8 +151,11 @@ int sc_submit(const sc_opts *o) {
   json_decref(req);
   char url[1024];
   snprintf(url, sizeof url, "%s/v1/submissions", o->presign_url);
+  char keyhdr[160];
+  snprintf(keyhdr, sizeof keyhdr, "Authorization: Bearer %s", o->api_key);
+  const char *create_hdrs[] = {keyhdr, NULL};
   sc_http_reply r;
-  int rc = body ? sc_http_post_json(url, body, 30000, &r) : -1;
+  int rc = body ? sc_http_send("POST", url, create_hdrs, body, 30000, &r) : -1;
   free(body);
   if (rc != 0 || r.status != 201) {
     api_error("creating the submission", &r);

@@ -27,7 +27,8 @@
   X(UNAVAIL, 1014, "service unavailable")                                    \
   X(CRYPTO, 1015, "cryptographic library error")                             \
   X(STATE, 1016, "operation not valid in this state")                       \
-  X(PLUGIN, 1017, "plugin refused or misbehaved")
+  X(PLUGIN, 1017, "plugin refused or misbehaved")                            \
+  X(AUTH, 1018, "credentials missing or not valid")
 
 enum {
 #define SL__ERR_ENUM(name, num, msg) SL_E##name = -(num),

@@ -59,6 +59,9 @@ const char *sl_http_req_query(const sl_http_req *req);  /* "" when none */
 /* Case-insensitive lookup; NULL when absent. */
 const char *sl_http_req_header(const sl_http_req *req, const char *name);
 const char *sl_http_req_body(const sl_http_req *req, size_t *len);
+/* The peer's IP address as text ("127.0.0.1", "::1") into buf. 0, or
+ * SL_EINVAL when the connection is gone or the name does not fit. */
+int sl_http_req_peer(const sl_http_req *req, char *buf, size_t len);
 
 /* Sends the response. extra_headers: "Name: value\r\n" lines or NULL.
  * The request object is invalid after this call. Returns 0, SL_ENOMEM, or

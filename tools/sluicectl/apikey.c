@@ -1,0 +1,209 @@
+/*
+ * apikey.c — `sluicectl apikey add|list|revoke`: the API keys presign and
+ * results accept (stages/auth/auth.h).
+ *
+ * A key is "slk_" + 64 hex digits (256 random bits from OpenSSL). It is
+ * printed once, by add; Redis keeps only its SHA-256, as the hash
+ * sl:apikey:<sha256 hex> {user, label, created_ms}. The key's id is the
+ * first 12 hex digits of that digest: list shows ids, revoke takes the key
+ * itself or an id (a unique prefix of at least 12 digits).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "sluicectl.h"
+
+static void hex(const unsigned char *in, size_t n, char *out) {
+  static const char d[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) out[2 * i] = d[in[i] >> 4], out[2 * i + 1] = d[in[i] & 15];
+  out[2 * n] = '\0';
+}
+
+static int user_ok(const char *u) {
+  size_t n = strlen(u);
+  if (n == 0 || n > 128) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (u[i] <= 0x20 || u[i] >= 0x7f) return 0;
+  return 1;
+}
+
+int sc_apikey_add(const sc_opts *o) {
+  if (!o->user || !user_ok(o->user)) {
+    fprintf(stderr, "sluicectl: apikey add needs --user ID (1..128 printable characters, no "
+                    "spaces)\n");
+    return SC_EXIT_USAGE;
+  }
+  if (o->label && strlen(o->label) > 200) {
+    fprintf(stderr, "sluicectl: --label is at most 200 bytes\n");
+    return SC_EXIT_USAGE;
+  }
+  unsigned char raw[32], digest[32];
+  char key[4 + 64 + 1], h[65], rkey[80], created[24];
+  if (RAND_bytes(raw, sizeof raw) != 1) {
+    fprintf(stderr, "sluicectl: the random source failed\n");
+    return SC_EXIT_FAIL;
+  }
+  memcpy(key, "slk_", 4);
+  hex(raw, sizeof raw, key + 4);
+  OPENSSL_cleanse(raw, sizeof raw);
+  SHA256((const unsigned char *)key, strlen(key), digest);
+  hex(digest, sizeof digest, h);
+  snprintf(rkey, sizeof rkey, "sl:apikey:%s", h);
+  snprintf(created, sizeof created, "%lld", (long long)sc_now_ms());
+  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  if (!c) return SC_EXIT_FAIL;
+  const char *argv[] = {"HSET", rkey, "user", o->user, "label", o->label ? o->label : "",
+                        "created_ms", created};
+  redisReply *r = redisCommandArgv(c, 8, argv, NULL);
+  int ok = r && r->type == REDIS_REPLY_INTEGER;
+  if (!ok)
+    fprintf(stderr, "sluicectl: storing the key failed: %s\n",
+            r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+  freeReplyObject(r);
+  redisFree(c);
+  if (!ok) {
+    OPENSSL_cleanse(key, sizeof key);
+    return SC_EXIT_FAIL;
+  }
+  if (o->json)
+    printf("{\"key\":\"%s\",\"id\":\"%.12s\",\"user\":\"%s\"}\n", key, h, o->user);
+  else
+    printf("%s\n", key);
+  fprintf(stderr, "sluicectl: API key %.12s for user %s created; it is shown only now\n", h,
+          o->user);
+  OPENSSL_cleanse(key, sizeof key);
+  return SC_EXIT_OK;
+}
+
+/* Calls fn for every sl:apikey:* key whose digest starts with prefix. */
+static int scan(redisContext *c, const char *prefix, int (*fn)(redisContext *, const char *, void *),
+                void *arg) {
+  char cursor[32] = "0", match[96];
+  snprintf(match, sizeof match, "sl:apikey:%s*", prefix);
+  do {
+    const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500"};
+    redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      fprintf(stderr, "sluicectl: SCAN failed: %s\n",
+              r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+      freeReplyObject(r);
+      return SC_EXIT_FAIL;
+    }
+    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+    for (size_t i = 0; i < r->element[1]->elements; i++)
+      if (fn(c, r->element[1]->element[i]->str, arg) != 0) {
+        freeReplyObject(r);
+        return SC_EXIT_FAIL;
+      }
+    freeReplyObject(r);
+  } while (strcmp(cursor, "0") != 0);
+  return SC_EXIT_OK;
+}
+
+static int list_one(redisContext *c, const char *rkey, void *arg) {
+  json_t *arr = arg;
+  const char *argv[] = {"HMGET", rkey, "user", "label", "created_ms"};
+  redisReply *r = redisCommandArgv(c, 5, argv, NULL);
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+    freeReplyObject(r);
+    return -1;
+  }
+  const char *f[3];
+  for (int i = 0; i < 3; i++) f[i] = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
+  char id[13];
+  snprintf(id, sizeof id, "%.12s", rkey + 10);
+  json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I}", "id", id, "user", f[0], "label", f[1],
+                                       "created_ms", (json_int_t)strtoll(f[2], NULL, 10)));
+  freeReplyObject(r);
+  return 0;
+}
+
+int sc_apikey_list(const sc_opts *o) {
+  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  if (!c) return SC_EXIT_FAIL;
+  json_t *arr = json_array();
+  int rc = scan(c, "", list_one, arr);
+  redisFree(c);
+  if (rc == SC_EXIT_OK) {
+    if (o->json) {
+      char *s = json_dumps(arr, JSON_COMPACT);
+      printf("%s\n", s ? s : "[]");
+      free(s);
+    } else {
+      printf("%-12s  %-24s  %-20s  %s\n", "ID", "USER", "CREATED", "LABEL");
+      size_t i;
+      json_t *e;
+      json_array_foreach(arr, i, e) {
+        char t[40];
+        sc_fmt_time_s(json_integer_value(json_object_get(e, "created_ms")), t);
+        printf("%-12s  %-24s  %-20s  %s\n", json_string_value(json_object_get(e, "id")),
+               json_string_value(json_object_get(e, "user")), t,
+               json_string_value(json_object_get(e, "label")));
+      }
+    }
+  }
+  json_decref(arr);
+  return rc;
+}
+
+typedef struct {
+  char found[80];
+  int n;
+} match_t;
+
+static int collect(redisContext *c, const char *rkey, void *arg) {
+  (void)c;
+  match_t *m = arg;
+  if (m->n++ == 0) snprintf(m->found, sizeof m->found, "%s", rkey);
+  return 0;
+}
+
+int sc_apikey_revoke(const sc_opts *o) {
+  const char *what = o->args[0];
+  char prefix[65];
+  size_t n = strlen(what);
+  if (n == 68 && strncmp(what, "slk_", 4) == 0) {
+    unsigned char d[32];
+    SHA256((const unsigned char *)what, n, d);
+    hex(d, sizeof d, prefix);
+  } else {
+    int ok = n >= 12 && n <= 64;
+    for (size_t i = 0; ok && i < n; i++)
+      ok = (what[i] >= '0' && what[i] <= '9') || (what[i] >= 'a' && what[i] <= 'f');
+    if (!ok) {
+      fprintf(stderr, "sluicectl: apikey revoke wants the key (slk_...) or its id (12 to 64 "
+                      "hex digits, as apikey list shows)\n");
+      return SC_EXIT_USAGE;
+    }
+    snprintf(prefix, sizeof prefix, "%s", what);
+  }
+  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  if (!c) return SC_EXIT_FAIL;
+  match_t m = {.n = 0};
+  int rc = scan(c, prefix, collect, &m);
+  if (rc == SC_EXIT_OK && m.n != 1) {
+    fprintf(stderr, "sluicectl: %s API key matches %s\n", m.n ? "more than one" : "no",
+            m.n ? "that id; give more digits" : "that key or id");
+    rc = SC_EXIT_FAIL;
+  }
+  if (rc == SC_EXIT_OK) {
+    const char *argv[] = {"DEL", m.found};
+    redisReply *r = redisCommandArgv(c, 2, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
+      fprintf(stderr, "sluicectl: revoking failed: %s\n",
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "the key vanished meanwhile");
+      rc = SC_EXIT_FAIL;
+    } else {
+      printf("revoked %.12s\n", m.found + 10);
+    }
+    freeReplyObject(r);
+  }
+  redisFree(c);
+  return rc;
+}
