@@ -28,6 +28,10 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_conf.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_redis.h"
+#include "sluice/sl_stage.h"
 
 enum {
   O_BROKERS, O_TOPIC, O_TIMEOUT, O_AUDIT_TOPIC,
@@ -136,6 +140,9 @@ static void usage(FILE *f) {
       "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600);\n"
       "  files of at least --multipart-threshold bytes (16777216) go up in parts of\n"
       "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart.\n"
+      "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
+      "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
+      "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"
       "exit status: 0 success, 1 failure, 2 usage error\n",
       SC_CONFIRM_ABOVE);
 }
@@ -250,6 +257,27 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
     o->rate = r;
   }
   return 0;
+}
+
+static int any_env(const char *name) {
+  (void)name;
+  return 1;
+}
+
+/* The stages' transport-security settings (common table) from SLUICE_*
+ * variables, installed for every Kafka and Redis client made here. */
+static int secure_from_env(void) {
+  sl_common_conf cc;
+  memset(&cc, 0, sizeof cc);
+  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
+  char err[1024];
+  sl_conf_set_known_env(any_env);
+  int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
+  if (rc == 0) rc = sl_common_secure(&cc, 0, err, sizeof err);
+  sl_conf_release(&b, 1);
+  if (rc == 0) return 0;
+  fprintf(stderr, "sluicectl: %s\n", err);
+  return SC_EXIT_USAGE;
 }
 
 int main(int argc, char **argv) {
@@ -416,7 +444,10 @@ int main(int argc, char **argv) {
     rc = usage_error("%s --prompt options for fewer files%s", "more", "");
     goto out;
   }
+  if ((rc = secure_from_env())) goto out;
   rc = cmd->run(&o);
+  sl_kafka_security_reset();
+  sl_redis_security_reset();
 out:
   free(pos);
   return rc;
