@@ -211,6 +211,10 @@ int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen
   }
   int rc = SL_EUNAVAIL;
   for (int waited = 0; waited < timeout_ms; waited += 250) {
+    /* nobody answers: no need to wait the whole timeout (a refusal, which
+     * comes before "all brokers down", has had its chance) */
+    if (ps.err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && waited + 1000 < timeout_ms)
+      waited = timeout_ms - 1000;
     const struct rd_kafka_metadata *md = NULL;
     if (rd_kafka_metadata(rk, 0, NULL, &md, 250) == RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_metadata_destroy(md);
