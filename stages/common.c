@@ -44,6 +44,12 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
     sl__stage_finish(cc, own, nown, NULL);
     return 1002;
   }
+  char err[1024];
+  if (sl_common_secure(cc, 1, err, sizeof err) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "%s", err);
+    sl__stage_finish(cc, own, nown, NULL);
+    return 1002;
+  }
   sl__install_signals();
   const char *listen = cc->admin_listen && *cc->admin_listen ? cc->admin_listen : def_admin;
   rc = sl_admin_start(admin, listen);

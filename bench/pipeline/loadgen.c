@@ -23,6 +23,16 @@
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
+
+#include "sluice/sl_conf.h"
+#include "sluice/sl_redis.h"
+#include "sluice/sl_stage.h"
+
+/* Presigned URLs on a private CA: SLUICE_S3_CA_FILE verifies https. */
+static void trust(CURL *e) {
+  const char *ca = getenv("SLUICE_S3_CA_FILE");
+  if (ca && *ca) curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+}
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -104,6 +114,7 @@ static void add_put(sub *s, int qi, json_t *qj) {
   x->s = s;
   x->qi = qi;
   CURL *e = curl_easy_init();
+  trust(e);
   const char *k;
   json_t *v;
   json_object_foreach(json_object_get(qj, "headers"), k, v) {
@@ -143,6 +154,7 @@ static void start_create(sub *s, const char *url) {
   x->hdrs = curl_slist_append(x->hdrs, "Expect:");
   if (auth_header[0]) x->hdrs = curl_slist_append(x->hdrs, auth_header);
   CURL *e = curl_easy_init();
+  trust(e);
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
@@ -203,42 +215,30 @@ static void pump(double wait_s) {
 
 /* Reads the results view of every unfinished submission. Returns how many
  * uploaded questions are still not final. */
-static char redis_host[256];
-static int redis_port = 6379;
+static char redis_url[600];
 
-/* (Re)connects; Redis may be restarted under us (chaos runs). */
-static redisContext *redis_get(redisContext **rc) {
-  if (*rc && !(*rc)->err) return *rc;
-  if (*rc) redisFree(*rc);
-  struct timeval tv = {2, 0};
-  *rc = redisConnectWithTimeout(redis_host, redis_port, tv);
-  if (*rc && (*rc)->err) {
-    redisFree(*rc);
-    *rc = NULL;
-  }
-  return *rc;
+/* (Re)connects lazily: sl_redis reconnects on the next command after an
+ * error (Redis may be restarted under us in chaos runs) and sends AUTH /
+ * speaks TLS as the SLUICE_REDIS_* settings say. */
+static redisReply *hgetall(sl_redis *rc, const char *sid) {
+  char key[160], err[512];
+  snprintf(key, sizeof key, "sl:sub:%s", sid);
+  const char *argv[] = {"HGETALL", key};
+  size_t lens[] = {7, strlen(key)};
+  redisReply *r = sl_redis_argv(rc, 2, argv, lens, err, sizeof err);
+  if (!r) fprintf(stderr, "[loadgen] %s (will reconnect)\n", err);
+  return r;
 }
 
 /* Reads the results view of every unfinished submission. Returns how many
  * uploaded questions are still not final, or -1 when Redis is unreachable. */
-static long scan_views(redisContext **rcp, sub *subs, long nsubs) {
-  redisContext *rc = redis_get(rcp);
-  if (!rc) return -1;
+static long scan_views(sl_redis *rc, sub *subs, long nsubs) {
   long outstanding = 0, queued = 0;
   for (long i = 0; i < nsubs; i++) {
     sub *s = &subs[i];
     if (s->status != 201 || s->finished || s->pending_puts) continue;
-    redisAppendCommand(rc, "HGETALL sl:sub:%s", s->sid);
-    queued++;
-  }
-  for (long i = 0; i < nsubs; i++) {
-    sub *s = &subs[i];
-    if (s->status != 201 || s->finished || s->pending_puts) continue;
-    redisReply *r = NULL;
-    if (redisGetReply(rc, (void **)&r) != REDIS_OK || !r) {
-      fprintf(stderr, "[loadgen] redis: %s (will reconnect)\n", rc->errstr);
-      return -1; /* the context is in error; redis_get() replaces it */
-    }
+    redisReply *r = hgetall(rc, s->sid);
+    if (!r) return -1;
     int open = 0;
     for (int k = 0; k < s->n; k++) {
       question *q = &s->q[k];
@@ -275,6 +275,26 @@ static int draw_n(double mean, int max) {
   return n;
 }
 
+static int any_env(const char *name) {
+  (void)name;
+  return 1;
+}
+
+/* The stages' transport-security settings (SLUICE_REDIS_PASSWORD,
+ * SLUICE_REDIS_TLS_*, ...) from the environment. */
+static int secure_from_env(void) {
+  sl_common_conf cc;
+  memset(&cc, 0, sizeof cc);
+  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
+  char err[1024];
+  sl_conf_set_known_env(any_env);
+  int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
+  if (rc == 0) rc = sl_common_secure(&cc, 0, err, sizeof err);
+  sl_conf_release(&b, 1);
+  if (rc) fprintf(stderr, "loadgen: %s\n", err);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *api_key = getenv("SLUICE_API_KEY");
   if (api_key && *api_key)
@@ -303,7 +323,7 @@ int main(int argc, char **argv) {
   if (!url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 || maxq > MAXQ) {
     fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE.wav "
                     "[--rate R] [--duration S] [--mean-questions M] [--max-questions N<=30] "
-                    "[--redis HOST:PORT] [--drain-timeout S] [--seed N] [--out FILE.jsonl]\n");
+                    "[--redis HOST:PORT|URL] [--drain-timeout S] [--seed N] [--out FILE.jsonl]\n");
     return 2;
   }
   srand(seed);
@@ -316,15 +336,17 @@ int main(int argc, char **argv) {
   audio_len = fread(abuf, 1, sizeof abuf, af);
   fclose(af);
   audio = abuf;
-  snprintf(redis_host, sizeof redis_host, "%s", redis_addr);
-  char *colon = strrchr(redis_host, ':');
-  if (colon) {
-    *colon = '\0';
-    redis_port = atoi(colon + 1);
-  }
-  redisContext *rc = NULL;
-  if (!redis_get(&rc)) {
-    fprintf(stderr, "loadgen: cannot connect to redis %s\n", redis_addr);
+  snprintf(redis_url, sizeof redis_url, "%s%s", strstr(redis_addr, "://") ? "" : "redis://",
+           redis_addr);
+  if (secure_from_env() != 0) return 2;
+  sl_redis *rc = NULL;
+  char rerr[768];
+  if (sl_redis_new(&rc, redis_url) != 0 || sl_redis_check(redis_url, rerr, sizeof rerr) != 0) {
+    char shown[600];
+    sl_redis_redact(redis_url, shown, sizeof shown);
+    fprintf(stderr, "loadgen: cannot connect to redis %s: %s\n", shown,
+            rc ? rerr : "bad URL");
+    sl_redis_free(rc);
     return 1;
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -355,13 +377,13 @@ int main(int argc, char **argv) {
   double load_end = now_s();
   while (running_xfers > 0 && now_s() < load_end + 60) pump(0.05);
   /* ---- drain: watch the results view ---- */
-  long outstanding = scan_views(&rc, subs, nsubs);
+  long outstanding = scan_views(rc, subs, nsubs);
   if (outstanding < 0) outstanding = 1; /* unknown until Redis answers */
   double last = now_s();
   while (outstanding > 0 && now_s() < load_end + drain_timeout) {
     pump(0.5);
     if (now_s() - last >= 1.0) {
-      long o = scan_views(&rc, subs, nsubs);
+      long o = scan_views(rc, subs, nsubs);
       if (o >= 0) outstanding = o;
       last = now_s();
       if (now_s() >= next_progress) {
@@ -378,7 +400,7 @@ int main(int argc, char **argv) {
   for (long i = 0; i < nsubs; i++) {
     sub *s = &subs[i];
     if (s->status != 201) continue;
-    redisReply *r = redis_get(&rc) ? redisCommand(rc, "HGETALL sl:sub:%s", s->sid) : NULL;
+    redisReply *r = hgetall(rc, s->sid);
     for (int k = 0; r && k < s->n; k++) {
       question *q = &s->q[k];
       if (!q->final_view) continue;
@@ -448,6 +470,6 @@ int main(int argc, char **argv) {
   free(subs);
   curl_multi_cleanup(multi);
   curl_global_cleanup();
-  if (rc) redisFree(rc);
+  sl_redis_free(rc);
   return 0;
 }

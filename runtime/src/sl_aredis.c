@@ -1,9 +1,19 @@
 /*
- * sl_aredis.c — async Redis with reconnect (see sl_aredis.h).
+ * sl_aredis.c — async Redis with reconnect, AUTH and TLS (see sl_aredis.h).
  *
- * hiredis owns the redisAsyncContext: after a failed connect or a
- * disconnect it frees the context itself, so we only drop our pointer in
- * those callbacks and arm the reconnect timer.
+ * redis:// runs on hiredis's async context and its libuv adapter. hiredis
+ * owns the redisAsyncContext: after a failed connect or a disconnect it
+ * frees the context itself, so we only drop our pointer in those callbacks
+ * and arm the reconnect timer. AUTH and SELECT are queued first on every
+ * context, so they reach the server before any caller's command.
+ *
+ * rediss:// runs on our own transport (hiredis 0.14 has no TLS): a libuv
+ * TCP handle, an OpenSSL SSL between two memory BIOs (bytes read from the
+ * socket go into one, what OpenSSL wants sent comes out of the other and is
+ * written with uv_write), hiredis's redisReader for the replies and a FIFO
+ * of pending callbacks (Redis answers in order). The connection counts as
+ * up once the handshake is done and AUTH/SELECT are sent; a refused AUTH or
+ * SELECT closes it and the reconnect timer tries again.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"
@@ -13,6 +23,10 @@
 #include "sluice/sl_redis.h"
 
 #include <hiredis/async.h>
+#include <netdb.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,21 +38,27 @@
 #include <hiredis/adapters/libuv.h>
 #pragma GCC diagnostic pop
 
+typedef struct tconn tconn;
+
 struct sl_aredis {
   uv_loop_t *loop;
   uv_timer_t timer;
-  redisAsyncContext *ac;
-  char host[256];
-  int port, db;
+  redisAsyncContext *ac; /* redis:// */
+  tconn *tc;             /* rediss:// */
+  sl_redis_addr a;
   int connected;
   int closing;
   int warned;
 };
 
-typedef struct {
-  sl_aredis_cb cb;
+typedef struct pending {
+  sl_aredis_cb cb; /* NULL: fire and forget */
   void *ud;
+  int kind;        /* K_USER, or the connection's own AUTH / SELECT */
+  struct pending *next;
 } pending;
+
+enum { K_USER, K_AUTH, K_SELECT };
 
 static sl_metric *m_errors;
 
@@ -50,21 +70,31 @@ static void schedule(sl_aredis *r) {
   if (!r->closing) uv_timer_start(&r->timer, on_timer, 500, 0);
 }
 
+static void warn_down(sl_aredis *r, const char *why) {
+  sl_metric_add(m_errors, 1);
+  if (!r->warned++)
+    sl_log(SL_LOG_WARN, NULL, "redis %s:%d%s: %s (retrying every 500 ms)", r->a.host, r->a.port,
+           r->a.tls ? " (TLS)" : "", why);
+}
+
+static void connected(sl_aredis *r) {
+  if (r->warned) sl_log(SL_LOG_INFO, NULL, "redis %s:%d: connected", r->a.host, r->a.port);
+  r->warned = 0;
+  r->connected = 1;
+}
+
+/* ---- redis:// on hiredis ------------------------------------------------- */
+
 static void on_connect(const redisAsyncContext *ac, int status) {
   sl_aredis *r = ac->data;
   if (status != REDIS_OK) {
-    if (!r->warned++)
-      sl_log(SL_LOG_WARN, NULL, "redis %s:%d: %s (retrying every 500 ms)", r->host, r->port,
-             ac->errstr);
-    sl_metric_add(m_errors, 1);
+    warn_down(r, ac->errstr);
     r->ac = NULL;
     r->connected = 0;
     schedule(r);
     return;
   }
-  if (r->warned) sl_log(SL_LOG_INFO, NULL, "redis %s:%d: connected", r->host, r->port);
-  r->warned = 0;
-  r->connected = 1;
+  connected(r);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -73,18 +103,324 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   r->connected = 0;
   if (status != REDIS_OK && !r->closing) {
     sl_metric_add(m_errors, 1);
-    sl_log(SL_LOG_WARN, NULL, "redis %s:%d: disconnected: %s", r->host, r->port, ac->errstr);
+    sl_log(SL_LOG_WARN, NULL, "redis %s:%d: disconnected: %s", r->a.host, r->a.port, ac->errstr);
   }
   schedule(r);
 }
 
+/* AUTH / SELECT answered on a hiredis context: a refusal closes it. */
+static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv) {
+  redisReply *rep = reply;
+  sl_aredis *r = ac->data;
+  if (!rep || rep->type != REDIS_REPLY_ERROR || r->closing) return;
+  sl_metric_add(m_errors, 1);
+  sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s refused: %s", r->a.host, r->a.port,
+         (const char *)priv, rep->str);
+  r->connected = 0;
+  redisAsyncDisconnect(ac);
+}
+
+/* ---- rediss:// on libuv + OpenSSL --------------------------------------- */
+
+struct tconn {
+  uv_tcp_t tcp;
+  uv_connect_t creq;
+  sl_aredis *r;   /* NULL once detached (closing) */
+  SSL *ssl;
+  BIO *rbio, *wbio;
+  redisReader *rd;
+  int ready;      /* handshake done */
+  int dead;
+  pending *head, *tail;
+};
+
+typedef struct {
+  uv_write_t req;
+  char data[];
+} wbuf;
+
+static void on_tcp_closed(uv_handle_t *h) {
+  tconn *tc = h->data;
+  if (tc->ssl) SSL_free(tc->ssl); /* frees both BIOs */
+  if (tc->rd) redisReaderFree(tc->rd);
+  free(tc);
+}
+
+/* Answers every pending callback with NULL and closes the socket. why may
+ * be NULL (a deliberate close). */
+static void t_fail(tconn *tc, const char *why) {
+  if (tc->dead) return;
+  tc->dead = 1;
+  sl_aredis *r = tc->r;
+  if (r && r->tc == tc) {
+    r->tc = NULL;
+    r->connected = 0;
+  }
+  pending *p = tc->head;
+  tc->head = tc->tail = NULL;
+  while (p) {
+    pending *n = p->next;
+    if (p->kind == K_USER) sl_metric_add(m_errors, 1);
+    if (p->cb) p->cb(NULL, p->ud);
+    free(p);
+    p = n;
+  }
+  uv_close((uv_handle_t *)&tc->tcp, on_tcp_closed);
+  if (r && !r->closing) {
+    if (why) warn_down(r, why);
+    schedule(r);
+  }
+}
+
+static void on_written(uv_write_t *req, int status) {
+  (void)status; /* a failed write shows up as a read error */
+  free(req);
+}
+
+/* Sends what OpenSSL has queued in the write BIO. */
+static int t_flush(tconn *tc) {
+  size_t n;
+  while ((n = BIO_ctrl_pending(tc->wbio)) > 0) {
+    wbuf *w = malloc(sizeof *w + n);
+    if (!w) return SL_ENOMEM;
+    int got = BIO_read(tc->wbio, w->data, (int)n);
+    if (got <= 0) {
+      free(w);
+      return SL_EREDIS;
+    }
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)got);
+    int rc = uv_write(&w->req, (uv_stream_t *)&tc->tcp, &b, 1, on_written);
+    if (rc) {
+      free(w);
+      return SL_EREDIS;
+    }
+  }
+  return 0;
+}
+
+static void t_push(tconn *tc, pending *p) {
+  p->next = NULL;
+  if (tc->tail) tc->tail->next = p;
+  else tc->head = p;
+  tc->tail = p;
+}
+
+/* Formats, encrypts and sends one command; p joins the FIFO. */
+static int t_send(tconn *tc, pending *p, int argc, const char **argv, const size_t *lens) {
+  char *cmd = NULL;
+  int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  if (n < 0) return SL_ENOMEM;
+  int w = SSL_write(tc->ssl, cmd, n);
+  redisFreeCommand(cmd);
+  if (w != n) return SL_EREDIS; /* memory BIOs take everything */
+  t_push(tc, p);
+  t_flush(tc); /* p is queued now: a broken link answers it with NULL */
+  return 0;
+}
+
+static int t_setup_cmd(tconn *tc, int kind, int argc, const char **argv) {
+  size_t lens[3];
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  pending *p = calloc(1, sizeof *p);
+  if (!p) return SL_ENOMEM;
+  p->kind = kind;
+  int rc = t_send(tc, p, argc, argv, lens);
+  if (rc) free(p);
+  return rc;
+}
+
+/* After the handshake: AUTH and SELECT go first, then the link is up. */
+static void t_ready(tconn *tc) {
+  sl_aredis *r = tc->r;
+  tc->ready = 1;
+  int rc = 0;
+  if (r->a.password[0]) {
+    const char *av[] = {"AUTH", r->a.user, r->a.password};
+    const char *av2[] = {"AUTH", r->a.password};
+    rc = r->a.user[0] ? t_setup_cmd(tc, K_AUTH, 3, av) : t_setup_cmd(tc, K_AUTH, 2, av2);
+  }
+  if (rc == 0 && r->a.db) {
+    char db[8];
+    snprintf(db, sizeof db, "%d", r->a.db);
+    const char *av[] = {"SELECT", db};
+    rc = t_setup_cmd(tc, K_SELECT, 2, av);
+  }
+  if (rc) {
+    t_fail(tc, "could not send AUTH/SELECT");
+    return;
+  }
+  connected(r);
+}
+
+static void t_reply(tconn *tc, redisReply *rep) {
+  pending *p = tc->head;
+  if (!p) { /* an answer nobody asked for: the stream is out of step */
+    freeReplyObject(rep);
+    t_fail(tc, "unexpected reply");
+    return;
+  }
+  tc->head = p->next;
+  if (!tc->head) tc->tail = NULL;
+  if (p->kind != K_USER) {
+    if (rep->type == REDIS_REPLY_ERROR) {
+      char why[300];
+      snprintf(why, sizeof why, "%s refused: %s", p->kind == K_AUTH ? "AUTH" : "SELECT",
+               rep->str);
+      sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s", tc->r->a.host, tc->r->a.port, why);
+      freeReplyObject(rep);
+      free(p);
+      t_fail(tc, why);
+      return;
+    }
+  } else {
+    if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
+    if (p->cb) p->cb(rep, p->ud);
+  }
+  freeReplyObject(rep);
+  free(p);
+}
+
+static void t_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  static __thread char slab[65536]; /* consumed before the next read */
+  (void)suggested;
+  *buf = uv_buf_init(slab, sizeof slab);
+}
+
+static void on_t_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  tconn *tc = s->data;
+  if (tc->dead) return;
+  if (nread < 0) {
+    char why[128];
+    snprintf(why, sizeof why, "%s", nread == UV_EOF ? "connection closed by the server"
+                                                    : uv_strerror((int)nread));
+    t_fail(tc, why);
+    return;
+  }
+  if (nread == 0) return;
+  BIO_write(tc->rbio, buf->base, (int)nread);
+  char why[512];
+  if (!tc->ready) {
+    ERR_clear_error();
+    int rc = SSL_do_handshake(tc->ssl);
+    if (t_flush(tc) != 0) {
+      t_fail(tc, "write failed");
+      return;
+    }
+    if (rc != 1) {
+      int e = SSL_get_error(tc->ssl, rc);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
+      sl__redis_ssl_why(tc->ssl, rc, why, sizeof why);
+      t_fail(tc, why);
+      return;
+    }
+    t_ready(tc);
+    if (tc->dead) return;
+  }
+  char plain[16384];
+  for (;;) {
+    int got = SSL_read(tc->ssl, plain, sizeof plain);
+    if (got <= 0) {
+      int e = SSL_get_error(tc->ssl, got);
+      if (e == SSL_ERROR_WANT_READ) break;
+      sl__redis_ssl_why(tc->ssl, got, why, sizeof why);
+      t_fail(tc, why);
+      return;
+    }
+    if (redisReaderFeed(tc->rd, plain, (size_t)got) != REDIS_OK) {
+      t_fail(tc, "out of memory");
+      return;
+    }
+    for (;;) {
+      void *rep = NULL;
+      if (redisReaderGetReply(tc->rd, &rep) != REDIS_OK) {
+        t_fail(tc, "protocol error");
+        return;
+      }
+      if (!rep) break;
+      t_reply(tc, rep);
+      if (tc->dead) return; /* a callback closed us */
+    }
+  }
+  if (t_flush(tc) != 0) t_fail(tc, "write failed"); /* post-handshake messages */
+}
+
+static void on_tcp_connect(uv_connect_t *req, int status) {
+  tconn *tc = req->data;
+  if (tc->dead) return;
+  if (status < 0) {
+    t_fail(tc, uv_strerror(status));
+    return;
+  }
+  char why[512];
+  tc->ssl = sl__redis_ssl_new(tc->r->a.host, why, sizeof why);
+  if (!tc->ssl) {
+    t_fail(tc, why);
+    return;
+  }
+  tc->rbio = BIO_new(BIO_s_mem());
+  tc->wbio = BIO_new(BIO_s_mem());
+  if (!tc->rbio || !tc->wbio) {
+    BIO_free(tc->rbio);
+    BIO_free(tc->wbio);
+    t_fail(tc, "out of memory");
+    return;
+  }
+  SSL_set_bio(tc->ssl, tc->rbio, tc->wbio); /* the SSL owns them now */
+  tc->rd = redisReaderCreate();
+  if (!tc->rd) {
+    t_fail(tc, "out of memory");
+    return;
+  }
+  uv_read_start((uv_stream_t *)&tc->tcp, t_alloc, on_t_read);
+  ERR_clear_error();
+  int rc = SSL_do_handshake(tc->ssl); /* produces the ClientHello */
+  int e = SSL_get_error(tc->ssl, rc);
+  if ((rc != 1 && e != SSL_ERROR_WANT_READ) || t_flush(tc) != 0) {
+    sl__redis_ssl_why(tc->ssl, rc, why, sizeof why);
+    t_fail(tc, why);
+  }
+}
+
+static void t_connect(sl_aredis *r) {
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", r->a.port);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  /* resolved synchronously, as hiredis does for redis:// */
+  int g = getaddrinfo(r->a.host, ps, &hints, &res);
+  if (g != 0) {
+    warn_down(r, gai_strerror(g));
+    schedule(r);
+    return;
+  }
+  tconn *tc = calloc(1, sizeof *tc);
+  if (!tc) {
+    freeaddrinfo(res);
+    schedule(r);
+    return;
+  }
+  tc->r = r;
+  uv_tcp_init(r->loop, &tc->tcp);
+  tc->tcp.data = tc;
+  tc->creq.data = tc;
+  uv_tcp_nodelay(&tc->tcp, 1);
+  r->tc = tc;
+  int rc = uv_tcp_connect(&tc->creq, &tc->tcp, res->ai_addr, on_tcp_connect);
+  freeaddrinfo(res);
+  if (rc) t_fail(tc, uv_strerror(rc));
+}
+
+/* ---- common ------------------------------------------------------------- */
+
 static void reconnect(sl_aredis *r) {
-  if (r->closing || r->ac) return;
-  redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+  if (r->closing || r->ac || r->tc) return;
+  if (r->a.tls) {
+    t_connect(r);
+    return;
+  }
+  redisAsyncContext *ac = redisAsyncConnect(r->a.host, r->a.port);
   if (!ac || ac->err) {
-    if (!r->warned++)
-      sl_log(SL_LOG_WARN, NULL, "redis %s:%d: %s", r->host, r->port,
-             ac ? ac->errstr : "out of memory");
+    warn_down(r, ac ? ac->errstr : "out of memory");
     if (ac) redisAsyncFree(ac);
     schedule(r);
     return;
@@ -98,14 +434,22 @@ static void reconnect(sl_aredis *r) {
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   r->ac = ac;
-  if (r->db) redisAsyncCommand(ac, NULL, NULL, "SELECT %d", r->db);
+  if (r->a.password[0]) {
+    const char *av[] = {"AUTH", r->a.user, r->a.password};
+    const char *av2[] = {"AUTH", r->a.password};
+    size_t lens[] = {4, strlen(r->a.user), strlen(r->a.password)};
+    size_t lens2[] = {4, strlen(r->a.password)};
+    if (r->a.user[0]) redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, av, lens);
+    else redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, av2, lens2);
+  }
+  if (r->a.db) redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", r->a.db);
 }
 
 int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
   if (!out || !loop || !url) return SL_EINVAL;
   sl_aredis *r = calloc(1, sizeof *r);
   if (!r) return SL_ENOMEM;
-  if (sl_redis_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != 0) {
+  if (sl__redis_target(url, &r->a) != 0) {
     free(r);
     return SL_EINVAL;
   }
@@ -118,7 +462,11 @@ int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
   return 0;
 }
 
-static void on_timer_closed(uv_handle_t *h) { free(h->data); }
+static void on_timer_closed(uv_handle_t *h) {
+  sl_aredis *r = h->data;
+  memset(r->a.password, 0, sizeof r->a.password);
+  free(r);
+}
 
 void sl_aredis_free(sl_aredis *r) {
   if (!r) return;
@@ -128,6 +476,12 @@ void sl_aredis_free(sl_aredis *r) {
     redisAsyncContext *ac = r->ac;
     r->ac = NULL;
     redisAsyncFree(ac); /* pending callbacks run now with a NULL reply */
+  }
+  if (r->tc) {
+    tconn *tc = r->tc;
+    r->tc = NULL;
+    t_fail(tc, NULL); /* the same: pending callbacks get NULL now */
+    tc->r = NULL;
   }
   uv_close((uv_handle_t *)&r->timer, on_timer_closed);
 }
@@ -144,9 +498,22 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
 int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char **argv,
                    const size_t *lens) {
   if (!r) return SL_EINVAL;
-  if (!r->ac || !r->connected) {
+  if (!r->connected || (!r->ac && !r->tc)) {
     sl_metric_add(m_errors, 1);
     return SL_EREDIS;
+  }
+  if (r->tc) {
+    pending *p = calloc(1, sizeof *p);
+    if (!p) return SL_ENOMEM;
+    p->cb = cb;
+    p->ud = ud;
+    p->kind = K_USER;
+    int rc = t_send(r->tc, p, argc, argv, lens);
+    if (rc) {
+      free(p);
+      return rc; /* the next read reports the broken link */
+    }
+    return 0;
   }
   if (!cb) /* fire and forget */
     return redisAsyncCommandArgv(r->ac, NULL, NULL, argc, argv, lens) == REDIS_OK ? 0

@@ -254,6 +254,7 @@ int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                    q->connect_timeout_ms > 0 ? q->connect_timeout_ms : 5000L);
   if (q->method) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, q->method);
+  if (q->ca_file && *q->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, q->ca_file);
   for (size_t i = 0; q->headers && q->headers[i]; i++) {
     struct curl_slist *nl = curl_slist_append(r->hdrs, q->headers[i]);
     if (!nl) goto oom;

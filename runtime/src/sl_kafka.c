@@ -8,10 +8,12 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static sl_metric *m_kafka_errors;
@@ -40,6 +42,200 @@ static int set(rd_kafka_conf_t *c, const char *k, const char *v, char *err, size
   return 0;
 }
 
+/* ---- security ------------------------------------------------------------ */
+
+#define SEC_MAX 12
+static struct {
+  int n;
+  int enabled;
+  char *kv[SEC_MAX][2];
+} sec;
+
+void sl_kafka_security_reset(void) {
+  for (int i = 0; i < sec.n; i++) {
+    free(sec.kv[i][0]);
+    if (sec.kv[i][1]) memset(sec.kv[i][1], 0, strlen(sec.kv[i][1]));
+    free(sec.kv[i][1]);
+  }
+  memset(&sec, 0, sizeof sec);
+}
+
+int sl_kafka_security_enabled(void) { return sec.enabled; }
+
+static int set_(const char *s) { return s && *s; }
+
+static int readable(const char *key, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "%s %s: %s", key, path, strerror(errno));
+    return 0;
+  }
+  fclose(f);
+  return 1;
+}
+
+static int push(const char *k, const char *v) {
+  if (sec.n >= SEC_MAX) return SL_ENOMEM;
+  sec.kv[sec.n][0] = strdup(k);
+  sec.kv[sec.n][1] = strdup(v);
+  sec.n++;
+  return sec.kv[sec.n - 1][0] && sec.kv[sec.n - 1][1] ? 0 : SL_ENOMEM;
+}
+
+int sl_kafka_security_set(const sl_kafka_security *s, char *err, size_t errlen) {
+  if (!s) return SL_EINVAL;
+  const char *proto = set_(s->protocol) ? s->protocol : "plaintext";
+  static const char *protos[] = {"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"};
+  int pi = -1;
+  for (int i = 0; i < 4; i++)
+    if (strcasecmp(proto, protos[i]) == 0) pi = i;
+  if (pi < 0) {
+    snprintf(err, errlen,
+             "kafka.security_protocol must be plaintext, ssl, sasl_plaintext or sasl_ssl, got "
+             "\"%s\"", proto);
+    return SL_ECONFIG;
+  }
+  int sasl = pi >= 2, tls = pi == 1 || pi == 3;
+  const char *mech = set_(s->mechanism) ? s->mechanism : "PLAIN";
+  if (sasl) {
+    if (strcmp(mech, "PLAIN") != 0 && strcmp(mech, "SCRAM-SHA-256") != 0 &&
+        strcmp(mech, "SCRAM-SHA-512") != 0) {
+      snprintf(err, errlen,
+               "kafka.sasl_mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got \"%s\"",
+               mech);
+      return SL_ECONFIG;
+    }
+    if (!set_(s->username) || !set_(s->password)) {
+      snprintf(err, errlen, "kafka.security_protocol=%s needs kafka.sasl_username and "
+               "kafka.sasl_password (%s is empty)", protos[pi],
+               set_(s->username) ? "kafka.sasl_password" : "kafka.sasl_username");
+      return SL_ECONFIG;
+    }
+  } else if (set_(s->username) || set_(s->password)) {
+    snprintf(err, errlen, "kafka.sasl_username/kafka.sasl_password are set but "
+             "kafka.security_protocol=%s does not use SASL (sasl_plaintext or sasl_ssl)",
+             protos[pi]);
+    return SL_ECONFIG;
+  }
+  if (!tls && (set_(s->ca_file) || set_(s->cert_file) || set_(s->key_file))) {
+    snprintf(err, errlen, "kafka.ssl_* files are set but kafka.security_protocol=%s does not "
+             "use TLS (ssl or sasl_ssl)", protos[pi]);
+    return SL_ECONFIG;
+  }
+  if (set_(s->cert_file) != set_(s->key_file)) {
+    snprintf(err, errlen, "kafka.ssl_cert_file and kafka.ssl_key_file go together");
+    return SL_ECONFIG;
+  }
+  if ((set_(s->ca_file) && !readable("kafka.ssl_ca_file", s->ca_file, err, errlen)) ||
+      (set_(s->cert_file) && !readable("kafka.ssl_cert_file", s->cert_file, err, errlen)) ||
+      (set_(s->key_file) && !readable("kafka.ssl_key_file", s->key_file, err, errlen)))
+    return SL_ECONFIG;
+  sl_kafka_security_reset();
+  int rc = push("security.protocol", protos[pi]);
+  if (rc == 0 && sasl) {
+    rc = push("sasl.mechanisms", mech);
+    if (rc == 0) rc = push("sasl.username", s->username);
+    if (rc == 0) rc = push("sasl.password", s->password);
+  }
+  if (rc == 0 && tls) {
+    rc = push("enable.ssl.certificate.verification", "true");
+    if (rc == 0)
+      rc = push("ssl.endpoint.identification.algorithm", s->verify_hostname ? "https" : "none");
+    if (rc == 0 && set_(s->ca_file)) rc = push("ssl.ca.location", s->ca_file);
+    if (rc == 0 && set_(s->cert_file)) rc = push("ssl.certificate.location", s->cert_file);
+    if (rc == 0 && set_(s->key_file)) rc = push("ssl.key.location", s->key_file);
+    if (rc == 0 && set_(s->key_password)) rc = push("ssl.key.password", s->key_password);
+  }
+  if (rc) {
+    sl_kafka_security_reset();
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
+  /* librdkafka's own checks (SASL/SSL support built in, file formats) */
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rc = sl_kafka_conf_secure(c, err, errlen);
+  rd_kafka_conf_destroy(c);
+  if (rc) {
+    sl_kafka_security_reset();
+    return rc;
+  }
+  sec.enabled = pi != 0;
+  return 0;
+}
+
+int sl_kafka_conf_secure(rd_kafka_conf_t *c, char *err, size_t errlen) {
+  if (!c) return SL_EINVAL;
+  for (int i = 0; i < sec.n; i++) {
+    char why[256];
+    if (rd_kafka_conf_set(c, sec.kv[i][0], sec.kv[i][1], why, sizeof why) != RD_KAFKA_CONF_OK) {
+      snprintf(err, errlen, "kafka %s: %s", sec.kv[i][0], why);
+      return SL_ECONFIG;
+    }
+  }
+  return 0;
+}
+
+typedef struct {
+  int err;
+  char reason[512];
+} probe_state;
+
+static void on_probe_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+  (void)rk;
+  probe_state *p = opaque;
+  /* a refusal outranks "all brokers down", which follows it */
+  if (p->err == RD_KAFKA_RESP_ERR__AUTHENTICATION || p->err == RD_KAFKA_RESP_ERR__SSL) return;
+  p->err = err;
+  snprintf(p->reason, sizeof p->reason, "%s", reason);
+}
+
+int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen) {
+  probe_state ps = {0, ""};
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  char why[512];
+  if (rd_kafka_conf_set(c, "bootstrap.servers", brokers, why, sizeof why) != RD_KAFKA_CONF_OK ||
+      rd_kafka_conf_set(c, "client.id", "sluice-check", why, sizeof why) != RD_KAFKA_CONF_OK ||
+      sl_kafka_conf_secure(c, why, sizeof why) != 0) {
+    rd_kafka_conf_destroy(c);
+    snprintf(err, errlen, "kafka: %s", why);
+    return SL_ECONFIG;
+  }
+  rd_kafka_conf_set_error_cb(c, on_probe_error);
+  rd_kafka_conf_set_log_cb(c, on_log);
+  rd_kafka_conf_set_opaque(c, &ps);
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, why, sizeof why);
+  if (!rk) {
+    rd_kafka_conf_destroy(c);
+    snprintf(err, errlen, "kafka: %s", why);
+    return SL_ECONFIG;
+  }
+  int rc = SL_EUNAVAIL;
+  for (int waited = 0; waited < timeout_ms; waited += 250) {
+    /* nobody answers: no need to wait the whole timeout (a refusal, which
+     * comes before "all brokers down", has had its chance) */
+    if (ps.err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && waited + 1000 < timeout_ms)
+      waited = timeout_ms - 1000;
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(rk, 0, NULL, &md, 250) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_metadata_destroy(md);
+      rc = 0;
+      break;
+    }
+    rd_kafka_poll(rk, 0);
+    if (ps.err == RD_KAFKA_RESP_ERR__AUTHENTICATION || ps.err == RD_KAFKA_RESP_ERR__SSL) {
+      rc = SL_ECONFIG;
+      break;
+    }
+  }
+  if (rc)
+    snprintf(err, errlen, "kafka %s: %s", brokers,
+             ps.reason[0] ? ps.reason : "no broker answered");
+  rd_kafka_destroy(rk);
+  return rc;
+}
+
+/* ---- clients --------------------------------------------------------------- */
+
 static rd_kafka_conf_t *base_conf(const char *brokers, const char *client_id, char *err,
                                   size_t errlen) {
   if (!m_kafka_errors)
@@ -48,7 +244,8 @@ static rd_kafka_conf_t *base_conf(const char *brokers, const char *client_id, ch
   rd_kafka_conf_t *c = rd_kafka_conf_new();
   if (!c) return NULL;
   if (set(c, "bootstrap.servers", brokers, err, errlen) ||
-      set(c, "client.id", client_id ? client_id : "sluice", err, errlen)) {
+      set(c, "client.id", client_id ? client_id : "sluice", err, errlen) ||
+      sl_kafka_conf_secure(c, err, errlen)) {
     rd_kafka_conf_destroy(c);
     return NULL;
   }

@@ -1,5 +1,12 @@
 /*
  * sl_redis.c — see sl_redis.h.
+ *
+ * Two transports behind one connection: a hiredis redisContext for redis://
+ * and, for rediss://, a blocking socket (timeouts from SO_RCVTIMEO /
+ * SO_SNDTIMEO) wrapped in an OpenSSL SSL; commands are formatted with
+ * redisFormatCommandArgv and replies parsed with a redisReader, so both
+ * return the same redisReply trees. The TLS context and the default
+ * credentials are process-wide, set once before threads start.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_redis.h"
@@ -7,15 +14,272 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_tls.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TIMEOUT_MS 2000
+
+/* ---- process-wide security --------------------------------------------- */
+
+static struct {
+  char user[128];
+  char password[512];
+  SSL_CTX *ctx; /* built by sl_redis_security_set or on first rediss:// use */
+} sec;
+
+void sl_redis_security_reset(void) {
+  SSL_CTX_free(sec.ctx);
+  memset(&sec, 0, sizeof sec);
+}
+
+static void ssl_queue(char *err, size_t errlen) {
+  unsigned long e = ERR_get_error();
+  char buf[256] = "";
+  if (e) ERR_error_string_n(e, buf, sizeof buf);
+  snprintf(err, errlen, "%s", buf[0] ? buf : "unknown OpenSSL error");
+  ERR_clear_error();
+}
+
+static SSL_CTX *ctx_new(const char *ca, const char *cert, const char *key, char *err,
+                        size_t errlen) {
+  SSL_CTX *c = SSL_CTX_new(TLS_client_method());
+  char why[256];
+  if (!c) {
+    ssl_queue(why, sizeof why);
+    snprintf(err, errlen, "redis TLS: %s", why);
+    return NULL;
+  }
+  SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
+  SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
+  int ok = ca && *ca ? SSL_CTX_load_verify_locations(c, ca, NULL)
+                     : SSL_CTX_set_default_verify_paths(c);
+  if (ok != 1) {
+    ssl_queue(why, sizeof why);
+    snprintf(err, errlen, "redis.tls_ca_file %s: %s", ca && *ca ? ca : "(system CAs)", why);
+    SSL_CTX_free(c);
+    return NULL;
+  }
+  if ((cert && *cert) != (key && *key)) {
+    snprintf(err, errlen, "redis.tls_cert_file and redis.tls_key_file go together");
+    SSL_CTX_free(c);
+    return NULL;
+  }
+  if (cert && *cert) {
+    if (SSL_CTX_use_certificate_chain_file(c, cert) != 1) {
+      ssl_queue(why, sizeof why);
+      snprintf(err, errlen, "redis.tls_cert_file %s: %s", cert, why);
+      SSL_CTX_free(c);
+      return NULL;
+    }
+    if (SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(c) != 1) {
+      ssl_queue(why, sizeof why);
+      snprintf(err, errlen, "redis.tls_key_file %s: %s", key, why);
+      SSL_CTX_free(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+int sl_redis_security_set(const sl_redis_security *s, char *err, size_t errlen) {
+  if (!s) return SL_EINVAL;
+  if ((s->user && strlen(s->user) >= sizeof sec.user) ||
+      (s->password && strlen(s->password) >= sizeof sec.password)) {
+    snprintf(err, errlen, "redis.username or redis.password is too long");
+    return SL_ECONFIG;
+  }
+  if (s->user && *s->user && !(s->password && *s->password)) {
+    snprintf(err, errlen, "redis.username is set but redis.password is empty");
+    return SL_ECONFIG;
+  }
+  SSL_CTX *c = ctx_new(s->ca_file, s->cert_file, s->key_file, err, errlen);
+  if (!c) return SL_ECONFIG;
+  sl_redis_security_reset();
+  sec.ctx = c;
+  snprintf(sec.user, sizeof sec.user, "%s", s->user ? s->user : "");
+  snprintf(sec.password, sizeof sec.password, "%s", s->password ? s->password : "");
+  return 0;
+}
+
+struct ssl_st *sl__redis_ssl_new(const char *host, char *err, size_t errlen) {
+  if (!sec.ctx) { /* rediss:// without sl_redis_security_set: the system's CAs */
+    sec.ctx = ctx_new(NULL, NULL, NULL, err, errlen);
+    if (!sec.ctx) return NULL;
+  }
+  SSL *s = SSL_new(sec.ctx);
+  if (!s) {
+    ssl_queue(err, errlen);
+    return NULL;
+  }
+  unsigned char ip[16];
+  int is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
+  int ok = is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), host)
+                 : (SSL_set_tlsext_host_name(s, host) == 1 && SSL_set1_host(s, host) == 1);
+  if (ok != 1) {
+    ssl_queue(err, errlen);
+    SSL_free(s);
+    return NULL;
+  }
+  SSL_set_connect_state(s);
+  return s;
+}
+
+void sl__redis_ssl_why(struct ssl_st *ssl, int ret, char *err, size_t errlen) {
+  int e = SSL_get_error(ssl, ret);
+  long v = SSL_get_verify_result(ssl);
+  unsigned long q = ERR_peek_error();
+  if (v != X509_V_OK && q && ERR_GET_REASON(q) == SSL_R_CERTIFICATE_VERIFY_FAILED)
+    snprintf(err, errlen, "TLS certificate verification failed: %s",
+             X509_verify_cert_error_string(v));
+  else if (q)
+    ssl_queue(err, errlen);
+  else if (e == SSL_ERROR_SYSCALL)
+    snprintf(err, errlen, "TLS: connection closed by the server%s%s", errno ? ": " : "",
+             errno ? strerror(errno) : "");
+  else if (e == SSL_ERROR_ZERO_RETURN)
+    snprintf(err, errlen, "TLS: connection closed by the server");
+  else
+    snprintf(err, errlen, "TLS error %d", e);
+  ERR_clear_error();
+}
+
+/* ---- URLs ------------------------------------------------------------- */
+
+static int unhex(int c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* %-decodes p[0..n) into out (cap bytes). */
+static int pct_decode(const char *p, size_t n, char *out, size_t cap) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    int c = (unsigned char)p[i];
+    if (c == '%') {
+      if (i + 2 >= n) return SL_EINVAL;
+      int h = unhex(p[i + 1]), l = unhex(p[i + 2]);
+      if (h < 0 || l < 0) return SL_EINVAL;
+      c = h * 16 + l;
+      i += 2;
+    }
+    if (c == 0 || o + 1 >= cap) return SL_EINVAL;
+    out[o++] = (char)c;
+  }
+  out[o] = '\0';
+  return 0;
+}
+
+int sl_redis_addr_parse(const char *url, sl_redis_addr *a) {
+  if (!url || !a) return SL_EINVAL;
+  memset(a, 0, sizeof *a);
+  const char *p = url;
+  if (strncmp(p, "redis://", 8) == 0) p += 8;
+  else if (strncmp(p, "rediss://", 9) == 0) p += 9, a->tls = 1;
+  else if (strstr(p, "://")) return SL_EINVAL;
+  const char *at = NULL;
+  for (const char *q = p; *q && *q != '/'; q++)
+    if (*q == '@') at = q; /* the last '@' before the path ends the user info */
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    size_t ul = colon ? (size_t)(colon - p) : (size_t)(at - p);
+    if (pct_decode(p, ul, a->user, sizeof a->user) != 0) return SL_EINVAL;
+    if (colon && pct_decode(colon + 1, (size_t)(at - colon - 1), a->password,
+                            sizeof a->password) != 0)
+      return SL_EINVAL;
+    if (!colon) { /* redis://password@host is a common shorthand */
+      snprintf(a->password, sizeof a->password, "%s", a->user);
+      a->user[0] = '\0';
+    }
+    if (a->user[0] && !a->password[0]) return SL_EINVAL;
+    p = at + 1;
+  }
+  const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
+  if (colon && slash && slash < colon) colon = NULL;
+  size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
+  if (hl == 0 || hl >= sizeof a->host) return SL_EINVAL;
+  memcpy(a->host, p, hl);
+  a->host[hl] = '\0';
+  a->port = 6379;
+  if (colon) {
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (v <= 0 || v > 65535 || (*end && *end != '/')) return SL_EINVAL;
+    a->port = (int)v;
+  }
+  if (slash && slash[1]) {
+    char *end;
+    long v = strtol(slash + 1, &end, 10);
+    if (v < 0 || v > 15 || *end) return SL_EINVAL;
+    a->db = (int)v;
+  }
+  return 0;
+}
+
+int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db) {
+  if (!host || !port || !db) return SL_EINVAL;
+  sl_redis_addr a;
+  if (sl_redis_addr_parse(url, &a) != 0 || strlen(a.host) >= hostlen) return SL_EINVAL;
+  snprintf(host, hostlen, "%s", a.host);
+  *port = a.port;
+  *db = a.db;
+  return 0;
+}
+
+void sl_redis_redact(const char *url, char *buf, size_t len) {
+  if (!buf || !len) return;
+  if (!url) {
+    buf[0] = '\0';
+    return;
+  }
+  const char *p = strstr(url, "://");
+  p = p ? p + 3 : url;
+  const char *at = NULL;
+  for (const char *q = p; *q && *q != '/'; q++)
+    if (*q == '@') at = q;
+  if (!at) {
+    snprintf(buf, len, "%s", url);
+    return;
+  }
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  if (colon) /* scheme:, user, ":***@", rest */
+    snprintf(buf, len, "%.*s:***%s", (int)(colon - url), url, at);
+  else /* a lone part is the password: "***@", rest */
+    snprintf(buf, len, "%.*s***%s", (int)(p - url), url, at);
+}
+
+int sl__redis_target(const char *url, sl_redis_addr *a) {
+  if (sl_redis_addr_parse(url, a) != 0) return SL_EINVAL;
+  if (!a->password[0] && sec.password[0]) {
+    snprintf(a->user, sizeof a->user, "%s", sec.user);
+    snprintf(a->password, sizeof a->password, "%s", sec.password);
+  }
+  return 0;
+}
+
+/* ---- the connection ----------------------------------------------------- */
 
 struct sl_redis {
-  char host[256];
-  int port;
-  int db;
-  redisContext *c;
+  sl_redis_addr a;
+  redisContext *c; /* redis:// */
+  int fd;          /* rediss:// : socket, SSL and reply reader */
+  SSL *ssl;
+  redisReader *rd;
+  int refused;     /* the last failure was a refusal (AUTH, TLS trust) */
 };
 
 static sl_metric *m_errors;
@@ -25,86 +289,270 @@ sl_metric *sl__redis_errors(void) {
                             "Redis connection and command errors");
 }
 
-int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db) {
-  if (!url || !host || !port || !db) return SL_EINVAL;
-  const char *p = url;
-  if (strncmp(p, "redis://", 8) == 0) p += 8;
-  const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
-  if (colon && slash && slash < colon) colon = NULL;
-  size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
-  if (hl == 0 || hl >= hostlen) return SL_EINVAL;
-  memcpy(host, p, hl);
-  host[hl] = '\0';
-  *port = 6379;
-  *db = 0;
-  if (colon) {
-    char *end;
-    long v = strtol(colon + 1, &end, 10);
-    if (v <= 0 || v > 65535 || (*end && *end != '/')) return SL_EINVAL;
-    *port = (int)v;
-  }
-  if (slash && slash[1]) {
-    char *end;
-    long v = strtol(slash + 1, &end, 10);
-    if (v < 0 || v > 15 || *end) return SL_EINVAL;
-    *db = (int)v;
-  }
-  return 0;
-}
-
 int sl_redis_new(sl_redis **out, const char *url) {
   if (!out || !url) return SL_EINVAL;
   sl_redis *r = calloc(1, sizeof *r);
   if (!r) return SL_ENOMEM;
-  if (sl_redis_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != 0) {
+  if (sl__redis_target(url, &r->a) != 0) {
     free(r);
     return SL_EINVAL;
   }
+  r->fd = -1;
   m_errors = sl__redis_errors();
   *out = r;
   return 0;
 }
 
+static void drop(sl_redis *r) {
+  if (r->c) redisFree(r->c);
+  r->c = NULL;
+  if (r->ssl) SSL_free(r->ssl);
+  r->ssl = NULL;
+  if (r->fd >= 0) close(r->fd);
+  r->fd = -1;
+  if (r->rd) redisReaderFree(r->rd);
+  r->rd = NULL;
+}
+
 void sl_redis_free(sl_redis *r) {
   if (!r) return;
-  if (r->c) redisFree(r->c);
+  drop(r);
+  memset(r->a.password, 0, sizeof r->a.password);
   free(r);
 }
 
-static int connect_(sl_redis *r, char *err, size_t errlen) {
-  struct timeval tv = {2, 0};
-  r->c = redisConnectWithTimeout(r->host, r->port, tv);
-  if (!r->c || r->c->err) {
-    snprintf(err, errlen, "redis %s:%d: %s", r->host, r->port,
-             r->c ? r->c->errstr : "out of memory");
-    if (r->c) redisFree(r->c);
-    r->c = NULL;
-    return SL_EREDIS;
+/* A TCP connection to host:port within TIMEOUT_MS, left blocking with
+ * send/receive timeouts. Returns the socket or -1 with err set. */
+static int tcp_connect(const char *host, int port, char *err, size_t errlen) {
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int g = getaddrinfo(host, ps, &hints, &res);
+  if (g != 0) {
+    snprintf(err, errlen, "%s", gai_strerror(g));
+    return -1;
   }
-  redisSetTimeout(r->c, tv);
-  if (r->db) {
-    redisReply *rep = redisCommand(r->c, "SELECT %d", r->db);
-    if (rep) freeReplyObject(rep);
+  int fd = -1;
+  const char *why = "no address";
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      struct pollfd pf = {.fd = fd, .events = POLLOUT};
+      int n = poll(&pf, 1, TIMEOUT_MS);
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+      rc = n == 1 && soerr == 0 ? 0 : -1;
+      errno = n == 0 ? ETIMEDOUT : soerr;
+    }
+    if (rc == 0) {
+      fcntl(fd, F_SETFL, fl);
+      struct timeval tv = {TIMEOUT_MS / 1000, (TIMEOUT_MS % 1000) * 1000};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      break;
+    }
+    why = strerror(errno);
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) snprintf(err, errlen, "%s", why);
+  return fd;
+}
+
+/* One command over the TLS connection; NULL with err on an I/O error. */
+static redisReply *tls_command(sl_redis *r, int argc, const char **argv, const size_t *lens,
+                               char *err, size_t errlen) {
+  char *cmd = NULL;
+  int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  if (n < 0) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  int w = SSL_write(r->ssl, cmd, n);
+  redisFreeCommand(cmd);
+  if (w != n) {
+    sl__redis_ssl_why(r->ssl, w, err, errlen);
+    return NULL;
+  }
+  for (;;) {
+    void *rep = NULL;
+    if (redisReaderGetReply(r->rd, &rep) != REDIS_OK) {
+      snprintf(err, errlen, "protocol error: %s", r->rd->errstr);
+      return NULL;
+    }
+    if (rep) return rep;
+    char buf[16384];
+    int got = SSL_read(r->ssl, buf, sizeof buf);
+    if (got <= 0) {
+      sl__redis_ssl_why(r->ssl, got, err, errlen);
+      return NULL;
+    }
+    redisReaderFeed(r->rd, buf, (size_t)got);
+  }
+}
+
+static redisReply *raw(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                       size_t errlen) {
+  if (r->ssl) return tls_command(r, argc, argv, lens, err, errlen);
+  redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
+  if (!rep) snprintf(err, errlen, "%s", r->c->errstr);
+  return rep;
+}
+
+/* AUTH and SELECT on a fresh connection. */
+static int handshake(sl_redis *r, char *why, size_t whylen) {
+  if (r->a.password[0]) {
+    const char *av[3] = {"AUTH", r->a.user, r->a.password};
+    const char **args = r->a.user[0] ? av : (const char *[]){"AUTH", r->a.password};
+    int n = r->a.user[0] ? 3 : 2;
+    size_t lens[3];
+    for (int i = 0; i < n; i++) lens[i] = strlen(args[i]);
+    redisReply *rep = raw(r, n, args, lens, why, whylen);
+    if (!rep) return SL_EREDIS;
+    if (rep->type == REDIS_REPLY_ERROR) {
+      snprintf(why, whylen, "AUTH refused: %s", rep->str);
+      freeReplyObject(rep);
+      r->refused = 1;
+      return SL_EREDIS;
+    }
+    freeReplyObject(rep);
+  }
+  if (r->a.db) {
+    char db[8];
+    snprintf(db, sizeof db, "%d", r->a.db);
+    const char *av[] = {"SELECT", db};
+    size_t lens[] = {6, strlen(db)};
+    redisReply *rep = raw(r, 2, av, lens, why, whylen);
+    if (!rep) return SL_EREDIS;
+    int bad = rep->type == REDIS_REPLY_ERROR;
+    if (bad) {
+      snprintf(why, whylen, "SELECT %d: %s", r->a.db, rep->str);
+      r->refused = 1;
+    }
+    freeReplyObject(rep);
+    if (bad) return SL_EREDIS;
   }
   return 0;
 }
 
+static int connect_(sl_redis *r, char *err, size_t errlen) {
+  char why[512] = "";
+  r->refused = 0;
+  if (r->a.tls) {
+    r->fd = tcp_connect(r->a.host, r->a.port, why, sizeof why);
+    if (r->fd >= 0) {
+      r->ssl = sl__redis_ssl_new(r->a.host, why, sizeof why);
+      r->rd = r->ssl ? redisReaderCreate() : NULL;
+      if (r->ssl && !r->rd) snprintf(why, sizeof why, "out of memory");
+    }
+    if (r->rd) {
+      SSL_set_fd(r->ssl, r->fd);
+      ERR_clear_error();
+      errno = 0;
+      int rc = SSL_connect(r->ssl);
+      if (rc != 1) {
+        sl__redis_ssl_why(r->ssl, rc, why, sizeof why);
+        r->refused = 1; /* the server answered, but not with TLS we trust */
+        drop(r);
+      }
+    } else {
+      drop(r);
+    }
+  } else {
+    struct timeval tv = {TIMEOUT_MS / 1000, (TIMEOUT_MS % 1000) * 1000};
+    r->c = redisConnectWithTimeout(r->a.host, r->a.port, tv);
+    if (!r->c || r->c->err) {
+      snprintf(why, sizeof why, "%s", r->c ? r->c->errstr : "out of memory");
+      drop(r);
+    } else {
+      redisSetTimeout(r->c, tv);
+    }
+  }
+  if ((r->c || r->ssl) && handshake(r, why, sizeof why) != 0) drop(r);
+  if (r->c || r->ssl) return 0;
+  snprintf(err, errlen, "redis %s:%d%s: %s", r->a.host, r->a.port, r->a.tls ? " (TLS)" : "",
+           why);
+  return SL_EREDIS;
+}
+
 redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
                           char *err, size_t errlen) {
-  if (!r->c && connect_(r, err, errlen) != 0) {
+  if (!r->c && !r->ssl && connect_(r, err, errlen) != 0) {
     sl_metric_add(m_errors, 1);
     return NULL;
   }
-  redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
+  char why[512];
+  redisReply *rep = raw(r, argc, argv, lens, why, sizeof why);
   if (!rep) {
-    snprintf(err, errlen, "redis %s:%d: %s", r->host, r->port, r->c->errstr);
-    redisFree(r->c);
-    r->c = NULL;
+    snprintf(err, errlen, "redis %s:%d: %s", r->a.host, r->a.port, why);
+    drop(r);
     sl_metric_add(m_errors, 1);
     return NULL;
   }
   if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
   return rep;
+}
+
+redisReply *sl_redis_cmd(sl_redis *r, char *err, size_t errlen, const char *fmt, ...) {
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof line) {
+    snprintf(err, errlen, "redis command too long");
+    return NULL;
+  }
+  const char *argv[32];
+  size_t lens[32];
+  int argc = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(line, " ", &save); t && argc < 32; t = strtok_r(NULL, " ", &save)) {
+    argv[argc] = t;
+    lens[argc++] = strlen(t);
+  }
+  if (argc == 0) {
+    snprintf(err, errlen, "empty redis command");
+    return NULL;
+  }
+  return sl_redis_argv(r, argc, argv, lens, err, errlen);
+}
+
+int sl_redis_check(const char *url, char *err, size_t errlen) {
+  sl_redis *r = NULL;
+  if (sl_redis_new(&r, url) != 0) {
+    snprintf(err, errlen, "redis.url is not redis[s]://[user:password@]host[:port][/db]");
+    return SL_ECONFIG;
+  }
+  int rc = connect_(r, err, errlen);
+  if (rc == 0) {
+    const char *av[] = {"PING"};
+    size_t lens[] = {4};
+    char why[512];
+    redisReply *rep = raw(r, 1, av, lens, why, sizeof why);
+    if (!rep) {
+      snprintf(err, errlen, "redis %s:%d: %s", r->a.host, r->a.port, why);
+      rc = SL_EUNAVAIL;
+    } else {
+      if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "redis %s:%d: PING: %s", r->a.host, r->a.port, rep->str);
+        rc = SL_ECONFIG; /* NOAUTH: a password is needed */
+      }
+      freeReplyObject(rep);
+    }
+  } else {
+    rc = r->refused ? SL_ECONFIG : SL_EUNAVAIL;
+  }
+  sl_redis_free(r);
+  return rc;
 }
 
 static void *tls_create(void *arg, char *err, unsigned long errlen) {
@@ -118,8 +566,7 @@ static void tls_destroy(void *v) { sl_redis_free(v); }
 
 int sl_redis_tls_new(sl_tls **out, const char *url) {
   if (!url) return SL_EINVAL;
-  char host[256];
-  int port, db;
-  if (sl_redis_parse_url(url, host, sizeof host, &port, &db) != 0) return SL_EINVAL;
+  sl_redis_addr a;
+  if (sl_redis_addr_parse(url, &a) != 0) return SL_EINVAL;
   return sl_tls_new(out, tls_create, tls_destroy, (void *)url);
 }

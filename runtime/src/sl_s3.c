@@ -36,6 +36,9 @@ const sl_conf_entry sl_s3_conf_table[] = {
      "path-style URLs (endpoint/bucket/key); false = virtual-hosted style", 0},
     {"s3.url_expiry_s", SL_CONF_INT, "900", S(url_expiry_s),
      "lifetime of presigned URLs in seconds", 0},
+    {"s3.ca_file", SL_CONF_STR, "", S(ca_file),
+     "PEM file of the CAs that verify an https s3.endpoint (empty: the system's CAs); "
+     "used by every signed request", 0},
 };
 const size_t sl_s3_conf_table_len = sizeof sl_s3_conf_table / sizeof sl_s3_conf_table[0];
 
@@ -45,6 +48,17 @@ int sl_s3_target_init(sl_s3_target *t, const sl_s3_conf *c) {
   if (!sep || (size_t)(sep - c->endpoint) >= sizeof t->scheme) return SL_ECONFIG;
   memcpy(t->scheme, c->endpoint, (size_t)(sep - c->endpoint));
   t->scheme[sep - c->endpoint] = '\0';
+  if (strcmp(t->scheme, "http") != 0 && strcmp(t->scheme, "https") != 0) return SL_ECONFIG;
+  t->ca_file[0] = '\0';
+  if (c->ca_file && *c->ca_file) {
+    FILE *f = strcmp(t->scheme, "https") == 0 ? fopen(c->ca_file, "r") : NULL;
+    if (!f || strlen(c->ca_file) >= sizeof t->ca_file) {
+      if (f) fclose(f);
+      return SL_ECONFIG;
+    }
+    fclose(f);
+    snprintf(t->ca_file, sizeof t->ca_file, "%s", c->ca_file);
+  }
   const char *host = sep + 3;
   size_t hl = strcspn(host, "/");
   if (hl == 0) return SL_ECONFIG;
@@ -120,6 +134,7 @@ int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  if (t->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_file);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 120000L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
@@ -299,7 +314,8 @@ static int send_signed(const sl_s3_client *c, int op, const char *method, const 
   k->ud = ud;
   sl_httpc_request q = {.method = method, .url = url, .headers = headers,
                         .body = strcmp(method, "POST") == 0 ? (body ? body : "") : NULL,
-                        .body_len = blen, .timeout_ms = 30000, .max_response = 4u << 20};
+                        .body_len = blen, .timeout_ms = 30000, .max_response = 4u << 20,
+                        .ca_file = c->target->ca_file};
   rc = sl_httpc_send(c->http, &q, on_reply, k);
   if (rc) free(k);
   return rc;

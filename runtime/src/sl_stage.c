@@ -31,6 +31,7 @@
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
+#include "sluice/sl_redis.h"
 #include "sluice.pb-c.h"
 
 #include <ctype.h>
@@ -47,8 +48,39 @@
 const sl_conf_entry sl_common_conf_table[] = {
     {"kafka.brokers", SL_CONF_STR, "127.0.0.1:9092", C(kafka_brokers),
      "Kafka bootstrap servers (host:port,...)", 0},
+    {"kafka.security_protocol", SL_CONF_STR, "plaintext", C(kafka_security_protocol),
+     "plaintext, ssl, sasl_plaintext or sasl_ssl (every Kafka client of the process)", 0},
+    {"kafka.sasl_mechanism", SL_CONF_STR, "PLAIN", C(kafka_sasl_mechanism),
+     "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (sasl_* protocols)", 0},
+    {"kafka.sasl_username", SL_CONF_STR, "", C(kafka_sasl_username),
+     "SASL user name (sasl_* protocols)", 0},
+    {"kafka.sasl_password", SL_CONF_STR, "", C(kafka_sasl_password),
+     "SASL password (sasl_* protocols)", 1},
+    {"kafka.ssl_ca_file", SL_CONF_STR, "", C(kafka_ssl_ca_file),
+     "PEM file of the CAs that verify the brokers (ssl, sasl_ssl; empty: the system's CAs)", 0},
+    {"kafka.ssl_cert_file", SL_CONF_STR, "", C(kafka_ssl_cert_file),
+     "PEM client certificate for mutual TLS (optional; needs kafka.ssl_key_file)", 0},
+    {"kafka.ssl_key_file", SL_CONF_STR, "", C(kafka_ssl_key_file),
+     "PEM private key of kafka.ssl_cert_file", 0},
+    {"kafka.ssl_key_password", SL_CONF_STR, "", C(kafka_ssl_key_password),
+     "password of an encrypted kafka.ssl_key_file", 1},
+    {"kafka.ssl_verify_hostname", SL_CONF_BOOL, "true", C(kafka_ssl_verify_hostname),
+     "check that a broker's certificate names the host connected to (endpoint "
+     "identification); the certificate chain is always verified", 0},
     {"redis.url", SL_CONF_STR, "redis://127.0.0.1:6379", C(redis_url),
-     "Redis URL redis://host:port[/db]", 0},
+     "Redis URL redis://[user:password@]host:port[/db]; rediss:// for TLS "
+     "(user and password %-encoded)", 0},
+    {"redis.username", SL_CONF_STR, "", C(redis_username),
+     "ACL user name sent with AUTH (when redis.url has none; empty: the default user)", 0},
+    {"redis.password", SL_CONF_STR, "", C(redis_password),
+     "password sent with AUTH on every (re)connect (when redis.url has none)", 1},
+    {"redis.tls_ca_file", SL_CONF_STR, "", C(redis_tls_ca_file),
+     "PEM file of the CAs that verify the server (rediss://; empty: the system's CAs)", 0},
+    {"redis.tls_cert_file", SL_CONF_STR, "", C(redis_tls_cert_file),
+     "PEM client certificate for mutual TLS (rediss://, optional; needs redis.tls_key_file)",
+     0},
+    {"redis.tls_key_file", SL_CONF_STR, "", C(redis_tls_key_file),
+     "PEM private key of redis.tls_cert_file (unencrypted)", 0},
     {"topic.submissions", SL_CONF_STR, "submissions", C(topic_submissions),
      "topic of SubmissionCreated messages", 0},
     {"topic.storage_events", SL_CONF_STR, "storage-events", C(topic_storage_events),
@@ -95,6 +127,57 @@ const sl_conf_entry sl_common_conf_table[] = {
 };
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
+
+int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errlen) {
+  if (!cc) return SL_EINVAL;
+  sl_kafka_security ks = {cc->kafka_security_protocol, cc->kafka_sasl_mechanism,
+                          cc->kafka_sasl_username,     cc->kafka_sasl_password,
+                          cc->kafka_ssl_ca_file,       cc->kafka_ssl_cert_file,
+                          cc->kafka_ssl_key_file,      cc->kafka_ssl_key_password,
+                          cc->kafka_ssl_verify_hostname};
+  int rc = sl_kafka_security_set(&ks, err, errlen);
+  if (rc) return rc;
+  sl_redis_addr a;
+  char shown[600];
+  sl_redis_redact(cc->redis_url, shown, sizeof shown);
+  if (sl_redis_addr_parse(cc->redis_url, &a) != 0) {
+    snprintf(err, errlen, "redis.url \"%s\" is not redis[s]://[user:password@]host[:port][/db]",
+             shown);
+    return SL_ECONFIG;
+  }
+  int tls_files = (cc->redis_tls_ca_file && *cc->redis_tls_ca_file) ||
+                  (cc->redis_tls_cert_file && *cc->redis_tls_cert_file) ||
+                  (cc->redis_tls_key_file && *cc->redis_tls_key_file);
+  if (tls_files && !a.tls) {
+    snprintf(err, errlen, "redis.tls_* files are set but redis.url \"%s\" is not rediss://",
+             shown);
+    return SL_ECONFIG;
+  }
+  sl_redis_security rs = {cc->redis_username, cc->redis_password, cc->redis_tls_ca_file,
+                          cc->redis_tls_cert_file, cc->redis_tls_key_file};
+  rc = sl_redis_security_set(&rs, err, errlen);
+  if (rc || !check) return rc;
+  char why[768];
+  if (sl_kafka_security_enabled()) {
+    rc = sl_kafka_check(cc->kafka_brokers, 10000, why, sizeof why);
+    if (rc == SL_ECONFIG) {
+      snprintf(err, errlen, "%s", why);
+      return rc;
+    }
+    if (rc) sl_log(SL_LOG_WARN, NULL, "%s (carrying on: the clients retry)", why);
+  }
+  sl__redis_target(cc->redis_url, &a);
+  if (a.tls || a.password[0]) {
+    rc = sl_redis_check(cc->redis_url, why, sizeof why);
+    if (rc == SL_ECONFIG) {
+      snprintf(err, errlen, "%s", why);
+      return rc;
+    }
+    if (rc) sl_log(SL_LOG_WARN, NULL, "%s (carrying on: the clients retry)", why);
+  }
+  memset(a.password, 0, sizeof a.password);
+  return 0;
+}
 
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */

@@ -289,8 +289,10 @@ int sl__results_main(int argc, char **argv) {
     sl_log(SL_LOG_INFO, NULL, "listening on http://%s", rconf.listen);
     sl_admin_set_ready(admin, 1);
   } else {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s): %s%s%s", rconf.listen,
-           sl_strerror(rc), aerr[0] ? ": " : "", aerr);
+    char shown[600]; /* a password in the URL is never logged */
+    sl_redis_redact(cc.redis_url, shown, sizeof shown);
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s, redis %s): %s%s%s", rconf.listen,
+           shown, sl_strerror(rc), aerr[0] ? ": " : "", aerr);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);

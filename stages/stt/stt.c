@@ -298,7 +298,8 @@ static void start(void *ud, sl_job *job) {
   int rc = sl_s3_presign_get(s->loop_sig, &s->target, c->up->object_key, 600, url, sizeof url);
   sl_httpc_request q = {.method = "GET", .url = url,
                         .timeout_ms = (long)s->sc->fetch_timeout_ms,
-                        .max_response = (size_t)s->sc->max_audio_bytes};
+                        .max_response = (size_t)s->sc->max_audio_bytes,
+                        .ca_file = s->target.ca_file};
   if (rc == 0) rc = sl_httpc_send(sl_job_http(job), &q, on_audio, c);
   if (rc) {
     sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",

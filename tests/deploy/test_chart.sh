@@ -146,6 +146,8 @@ if [[ ! -x $SLUICE ]]; then
   bad "no sluice binary at $SLUICE (set SLUICE_BIN)"
 else
   plugdir=$(dirname "$SLUICE")/../lib/sluice/plugins
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$WORK/tls-ca.key" -out "$WORK/tls-ca.pem" \
+    -days 1 -subj "/CN=chart test CA" 2>/dev/null
   for r in default all; do
     dir=$WORK/conf-$r
     mkdir -p "$dir"
@@ -159,10 +161,14 @@ else
       # ports the chart binds (0.0.0.0:...) moved to ephemeral loopback ones
       args=(--set admin.listen=127.0.0.1:0 --set log.level=info) # info: the start-up lines
       [[ $s == presign || $s == results ]] && args+=(--set "$s.listen=127.0.0.1:0")
+      # the CA bundles the chart mounts (/etc/sluice-tls/...) moved to a local one
+      sed -i "s|/etc/sluice-tls/[a-z0-9]*/[^ ]*|$WORK/tls-ca.pem|" "$dir/$s.conf"
+      scheme=redis
+      grep -q '^redis.tls_ca_file' "$dir/$s.conf" && scheme=rediss
       envs=()
       while read -r v; do
         [[ -z $v ]] && continue
-        [[ $v == SLUICE_REDIS_URL ]] && envs+=("$v=redis://127.0.0.1:1") || envs+=("$v=dummy")
+        [[ $v == SLUICE_REDIS_URL ]] && envs+=("$v=$scheme://127.0.0.1:1") || envs+=("$v=dummy")
       done <"$dir/$s.env"
       case $s in
         presign | results) want="listening on" ;;

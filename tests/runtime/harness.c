@@ -169,6 +169,12 @@ int main(int argc, char **argv) {
   int rc = sl_cli_load(argc, argv, "harness", "Stage runtime test harness.", &b, 1);
   if (rc) return rc - 1000;
   sl_log_init("harness", cc.log_level);
+  char serr[1024];
+  if (sl_common_secure(&cc, 1, serr, sizeof serr) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "%s", serr);
+    sl_conf_release(&b, 1);
+    return 2;
+  }
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
   sl_admin *admin = NULL;

@@ -18,6 +18,7 @@
 #include <sys/time.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_redis.h"
 
 static void hex(const unsigned char *in, size_t n, char *out) {
   static const char d[] = "0123456789abcdef";
@@ -56,17 +57,18 @@ int sc_apikey_add(const sc_opts *o) {
   hex(digest, sizeof digest, h);
   snprintf(rkey, sizeof rkey, "sl:apikey:%s", h);
   snprintf(created, sizeof created, "%lld", (long long)sc_now_ms());
-  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return SC_EXIT_FAIL;
+  char rerr[256] = "";
   const char *argv[] = {"HSET", rkey, "user", o->user, "label", o->label ? o->label : "",
                         "created_ms", created};
-  redisReply *r = redisCommandArgv(c, 8, argv, NULL);
+  redisReply *r = sl_redis_argv(c, 8, argv, NULL, rerr, sizeof rerr);
   int ok = r && r->type == REDIS_REPLY_INTEGER;
   if (!ok)
     fprintf(stderr, "sluicectl: storing the key failed: %s\n",
-            r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+            r && r->type == REDIS_REPLY_ERROR ? r->str : rerr);
   freeReplyObject(r);
-  redisFree(c);
+  sl_redis_free(c);
   if (!ok) {
     OPENSSL_cleanse(key, sizeof key);
     return SC_EXIT_FAIL;
@@ -82,16 +84,17 @@ int sc_apikey_add(const sc_opts *o) {
 }
 
 /* Calls fn for every sl:apikey:* key whose digest starts with prefix. */
-static int scan(redisContext *c, const char *prefix, int (*fn)(redisContext *, const char *, void *),
+static int scan(sl_redis *c, const char *prefix, int (*fn)(sl_redis *, const char *, void *),
                 void *arg) {
   char cursor[32] = "0", match[96];
   snprintf(match, sizeof match, "sl:apikey:%s*", prefix);
   do {
+    char rerr[256] = "";
     const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500"};
-    redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+    redisReply *r = sl_redis_argv(c, 6, argv, NULL, rerr, sizeof rerr);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
       fprintf(stderr, "sluicectl: SCAN failed: %s\n",
-              r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+              r && r->type == REDIS_REPLY_ERROR ? r->str : rerr);
       freeReplyObject(r);
       return SC_EXIT_FAIL;
     }
@@ -106,10 +109,11 @@ static int scan(redisContext *c, const char *prefix, int (*fn)(redisContext *, c
   return SC_EXIT_OK;
 }
 
-static int list_one(redisContext *c, const char *rkey, void *arg) {
+static int list_one(sl_redis *c, const char *rkey, void *arg) {
   json_t *arr = arg;
+  char rerr[256] = "";
   const char *argv[] = {"HMGET", rkey, "user", "label", "created_ms"};
-  redisReply *r = redisCommandArgv(c, 5, argv, NULL);
+  redisReply *r = sl_redis_argv(c, 5, argv, NULL, rerr, sizeof rerr);
   if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
     freeReplyObject(r);
     return -1;
@@ -125,11 +129,11 @@ static int list_one(redisContext *c, const char *rkey, void *arg) {
 }
 
 int sc_apikey_list(const sc_opts *o) {
-  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return SC_EXIT_FAIL;
   json_t *arr = json_array();
   int rc = scan(c, "", list_one, arr);
-  redisFree(c);
+  sl_redis_free(c);
   if (rc == SC_EXIT_OK) {
     if (o->json) {
       char *s = json_dumps(arr, JSON_COMPACT);
@@ -157,7 +161,7 @@ typedef struct {
   int n;
 } match_t;
 
-static int collect(redisContext *c, const char *rkey, void *arg) {
+static int collect(sl_redis *c, const char *rkey, void *arg) {
   (void)c;
   match_t *m = arg;
   if (m->n++ == 0) snprintf(m->found, sizeof m->found, "%s", rkey);
@@ -183,7 +187,7 @@ int sc_apikey_revoke(const sc_opts *o) {
     }
     snprintf(prefix, sizeof prefix, "%s", what);
   }
-  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return SC_EXIT_FAIL;
   match_t m = {.n = 0};
   int rc = scan(c, prefix, collect, &m);
@@ -193,8 +197,9 @@ int sc_apikey_revoke(const sc_opts *o) {
     rc = SC_EXIT_FAIL;
   }
   if (rc == SC_EXIT_OK) {
+    char rerr[256] = "";
     const char *argv[] = {"DEL", m.found};
-    redisReply *r = redisCommandArgv(c, 2, argv, NULL);
+    redisReply *r = sl_redis_argv(c, 2, argv, NULL, rerr, sizeof rerr);
     if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
       fprintf(stderr, "sluicectl: revoking failed: %s\n",
               r && r->type == REDIS_REPLY_ERROR ? r->str : "the key vanished meanwhile");
@@ -204,6 +209,6 @@ int sc_apikey_revoke(const sc_opts *o) {
     }
     freeReplyObject(r);
   }
-  redisFree(c);
+  sl_redis_free(c);
   return rc;
 }

@@ -2,8 +2,8 @@
  * http.c — sluicectl's HTTP and Redis plumbing: libcurl GET/POST/PUT with
  * bounded bodies and the headers the client cares about (ETag,
  * Retry-After), a parser for the stages' Prometheus text (what `status`
- * scrapes), the admin endpoint list, and a hiredis connection from a
- * redis:// URL. Uploads read the file through a small callback (libcurl's
+ * scrapes), the admin endpoint list, and a Redis connection (sl_redis:
+ * AUTH and TLS from the environment) from a redis[s]:// URL. Uploads read the file through a small callback (libcurl's
  * own buffer), so a part of any size is never held in memory.
  *
  * Every request has a timeout; nothing here waits unbounded.
@@ -12,6 +12,9 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
+#include <stdarg.h>
+
+#include "sluice/sl_redis.h"
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -60,7 +63,17 @@ static CURL *easy(const char *url, long timeout_ms, sc_http_reply *r) {
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "sluicectl");
+  sc_http_trust(c, url);
   return c;
+}
+
+void sc_http_trust(void *curl, const char *url) {
+  const char *ca = getenv("SLUICE_S3_CA_FILE"), *ep = getenv("SLUICE_S3_ENDPOINT");
+  if (!ca || !*ca || !ep || !*ep || !url) return;
+  size_t n = strlen(ep);
+  while (n && ep[n - 1] == '/') n--;
+  if (strncmp(url, ep, n) == 0 && (url[n] == '/' || url[n] == '?' || url[n] == '\0'))
+    curl_easy_setopt((CURL *)curl, CURLOPT_CAINFO, ca);
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
@@ -353,33 +366,45 @@ int sc_label(const char *labels, const char *name, char *out, size_t n) {
 
 /* ---- Redis ---- */
 
-redisContext *sc_redis_connect(const char *url, int timeout_ms) {
-  char host[256] = "127.0.0.1";
-  int port = 6379, db = 0;
-  const char *p = url;
-  if (strncmp(p, "redis://", 8) != 0) {
-    fprintf(stderr, "sluicectl: Redis URL \"%s\": expected redis://host:port[/db]\n", url);
+sl_redis *sc_redis_connect(const char *url) {
+  sl_redis *c = NULL;
+  char err[768];
+  if (sl_redis_new(&c, url) != 0) {
+    fprintf(stderr,
+            "sluicectl: Redis URL \"%s\": expected redis[s]://[user:password@]host:port[/db]\n",
+            sc_redis_shown(url));
     return NULL;
   }
-  p += 8;
-  size_t hl = strcspn(p, ":/");
-  if (hl > 0 && hl < sizeof host) snprintf(host, sizeof host, "%.*s", (int)hl, p);
-  p += hl;
-  if (*p == ':') port = atoi(p + 1);
-  const char *slash = strchr(p, '/');
-  if (slash && slash[1]) db = atoi(slash + 1);
-  struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-  redisContext *c = redisConnectWithTimeout(host, port, tv);
-  if (!c || c->err) {
-    fprintf(stderr, "sluicectl: cannot connect to Redis at %s: %s\n", url,
-            c ? c->errstr : "out of memory");
-    redisFree(c);
-    return NULL;
-  }
-  redisSetTimeout(c, tv);
-  if (db) {
-    redisReply *r = redisCommand(c, "SELECT %d", db);
+  const char *ping[] = {"PING"};
+  size_t plen[] = {4};
+  redisReply *r = sl_redis_argv(c, 1, ping, plen, err, sizeof err);
+  if (!r || r->type == REDIS_REPLY_ERROR) {
+    if (r) snprintf(err, sizeof err, "%s", r->str);
+    fprintf(stderr, "sluicectl: cannot connect to Redis at %s: %s\n", sc_redis_shown(url), err);
     freeReplyObject(r);
+    sl_redis_free(c);
+    return NULL;
   }
+  freeReplyObject(r);
   return c;
+}
+
+redisReply *sc_redis(sl_redis *c, int argc, ...) {
+  const char *argv[8];
+  size_t lens[8];
+  va_list ap;
+  va_start(ap, argc);
+  for (int i = 0; i < argc && i < 8; i++) {
+    argv[i] = va_arg(ap, const char *);
+    lens[i] = strlen(argv[i]);
+  }
+  va_end(ap);
+  char err[512];
+  return sl_redis_argv(c, argc < 8 ? argc : 8, argv, lens, err, sizeof err);
+}
+
+const char *sc_redis_shown(const char *url) {
+  static char buf[600];
+  sl_redis_redact(url, buf, sizeof buf);
+  return buf;
 }

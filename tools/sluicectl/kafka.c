@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_kafka.h"
 
 static pthread_mutex_t last_err_mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_err[512];
@@ -67,6 +68,12 @@ rd_kafka_conf_t *sc_conf_new(const sc_opts *o) {
    * turns on those debug contexts */
   const char *dbg = getenv("SLUICECTL_DEBUG");
   if (dbg && *dbg && strcmp(dbg, "1") != 0 && sc_conf_set(c, "debug", dbg)) {
+    rd_kafka_conf_destroy(c);
+    return NULL;
+  }
+  char err[512];
+  if (sl_kafka_conf_secure(c, err, sizeof err) != 0) { /* kafka.security_protocol & co. */
+    fprintf(stderr, "sluicectl: %s\n", err);
     rd_kafka_conf_destroy(c);
     return NULL;
   }

@@ -29,6 +29,10 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_conf.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_redis.h"
+#include "sluice/sl_stage.h"
 
 enum {
   O_BROKERS, O_TOPIC, O_TIMEOUT, O_AUDIT_TOPIC,
@@ -150,6 +154,9 @@ static void usage(FILE *f) {
       "  --api-key (SLUICE_API_KEY; prefer the variable: arguments show in ps).\n"
       "apikey: add prints a new key once (Redis keeps only its SHA-256); list shows ids;\n"
       "  revoke takes the key or its id.\n"
+      "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
+      "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
+      "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"
       "exit status: 0 success, 1 failure, 2 usage error\n",
       SC_CONFIRM_ABOVE);
 }
@@ -264,6 +271,27 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
     o->rate = r;
   }
   return 0;
+}
+
+static int any_env(const char *name) {
+  (void)name;
+  return 1;
+}
+
+/* The stages' transport-security settings (common table) from SLUICE_*
+ * variables, installed for every Kafka and Redis client made here. */
+static int secure_from_env(void) {
+  sl_common_conf cc;
+  memset(&cc, 0, sizeof cc);
+  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
+  char err[1024];
+  sl_conf_set_known_env(any_env);
+  int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
+  if (rc == 0) rc = sl_common_secure(&cc, 0, err, sizeof err);
+  sl_conf_release(&b, 1);
+  if (rc == 0) return 0;
+  fprintf(stderr, "sluicectl: %s\n", err);
+  return SC_EXIT_USAGE;
 }
 
 int main(int argc, char **argv) {
@@ -434,7 +462,10 @@ int main(int argc, char **argv) {
     rc = usage_error("%s --prompt options for fewer files%s", "more", "");
     goto out;
   }
+  if ((rc = secure_from_env())) goto out;
   rc = cmd->run(&o);
+  sl_kafka_security_reset();
+  sl_redis_security_reset();
 out:
   free(pos);
   return rc;

@@ -13,7 +13,7 @@
  *   submission.c submission ID: one submission across topics and Redis
  *   submit.c     submit FILE...: presign, upload, poll, print
  *   multipart.c  submit's multipart upload of a large file (resumable)
- *   http.c       libcurl GET/POST/PUT and /metrics parsing, Redis via hiredis
+ *   http.c       libcurl GET/POST/PUT and /metrics parsing, Redis via sl_redis
  *
  * Exit status everywhere: 0 success, 1 failure, 2 usage error.
  */
@@ -256,10 +256,20 @@ void sc_samples_free(sc_samples *s);
 /* value of label `name` in raw label text into out; 0 if found */
 int sc_label(const char *labels, const char *name, char *out, size_t n);
 
-/* Redis: a connection from redis://host:port[/db]; NULL with a message
- * printed on failure */
-struct redisContext;
-struct redisContext *sc_redis_connect(const char *url, int timeout_ms);
+/* Redis: a connection from redis[s]://[user:password@]host:port[/db] with
+ * the AUTH/TLS settings of the environment (sl_redis: SLUICE_REDIS_PASSWORD,
+ * SLUICE_REDIS_TLS_CA_FILE, ...); connects and PINGs now. NULL with a
+ * message printed (the URL's password redacted) on failure. */
+struct sl_redis;
+struct sl_redis *sc_redis_connect(const char *url);
+/* One command of NUL-terminated arguments (at most 8) on c; NULL on a
+ * connection error. Free the reply with freeReplyObject(). */
+struct redisReply *sc_redis(struct sl_redis *c, int argc, ...);
+/* url with its password replaced by *** (for messages) */
+const char *sc_redis_shown(const char *url);
+/* CURLOPT_CAINFO for URLs on the S3 endpoint (SLUICE_S3_ENDPOINT) when
+ * SLUICE_S3_CA_FILE is set */
+void sc_http_trust(void *curl, const char *url);
 
 /* ---- status.c / submission.c / submit.c ---- */
 int sc_status(const sc_opts *o);

@@ -21,6 +21,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
+
+#include "sluice/sl_redis.h"
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,7 +381,7 @@ static void scrape(const sc_opts *o, snapshot *s) {
 /* ---- Redis: the shared limiter ---- */
 
 static void limiter(const sc_opts *o, snapshot *s) {
-  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) {
     snprintf(s->redis_err, sizeof s->redis_err, "unreachable");
     return;
@@ -391,7 +393,7 @@ static void limiter(const sc_opts *o, snapshot *s) {
     char cursor[32] = "0";
     int rounds = 0;
     do {
-      redisReply *r = redisCommand(c, "SCAN %s MATCH %s COUNT 500", cursor, pats[k]);
+      redisReply *r = sc_redis(c, 6, "SCAN", cursor, "MATCH", pats[k], "COUNT", "500");
       if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
         freeReplyObject(r);
         break;
@@ -402,25 +404,28 @@ static void limiter(const sc_opts *o, snapshot *s) {
       freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0 && ++rounds < 100);
   }
-  redisReply *t = redisCommand(c, "TIME");
+  redisReply *t = sc_redis(c, 1, "TIME");
   int64_t now = 0;
   if (t && t->type == REDIS_REPLY_ARRAY && t->elements == 2)
     now = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
   freeReplyObject(t);
   for (int i = 0; i < s->nprov; i++) {
     provider_t *p = &s->prov[i];
-    redisReply *r = redisCommand(c, "GET sl:limit:%s", p->name);
+    char key[160];
+    snprintf(key, sizeof key, "sl:limit:%s", p->name);
+    redisReply *r = sc_redis(c, 2, "GET", key);
     p->booked_ahead_ms = 0;
     if (r && r->type == REDIS_REPLY_STRING && now) {
       double tat = atof(r->str);
       p->booked_ahead_ms = tat > (double)now ? (int64_t)(tat - (double)now) : 0;
     }
     freeReplyObject(r);
-    r = redisCommand(c, "PTTL sl:pause:%s", p->name);
+    snprintf(key, sizeof key, "sl:pause:%s", p->name);
+    r = sc_redis(c, 2, "PTTL", key);
     p->paused_ms = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? r->integer : 0;
     freeReplyObject(r);
   }
-  redisFree(c);
+  sl_redis_free(c);
 }
 
 static int take(const sc_opts *o, snapshot *s) {
@@ -515,7 +520,8 @@ static void fmt_age(char *out, size_t n, int64_t ms) {
 static void print_table(const sc_opts *o, const snapshot *s) {
   char at[40];
   sc_fmt_time_s(s->at_ms, at);
-  printf("Sluice status at %s (Kafka %s, Redis %s)\n\n", at, o->brokers, o->redis_url);
+  printf("Sluice status at %s (Kafka %s, Redis %s)\n\n", at, o->brokers,
+         sc_redis_shown(o->redis_url));
   printf("%-12s %-8s %-13s %8s %9s %9s %8s %8s %9s  %s\n", "STAGE", "MEMBERS", "GROUP", "LAG",
          "RETRYING", "OLDEST", "IN/s", "OUT/s", "IN-FLIGHT", "BREAKER");
   for (int i = 0; i < 4; i++) {
@@ -541,7 +547,7 @@ static void print_table(const sc_opts *o, const snapshot *s) {
            br[0] ? br : "-");
   }
   printf("\n%-24s %14s %10s %14s\n", "PROVIDER", "BOOKED-AHEAD", "PAUSED", "LIMITER-WAITS");
-  if (!s->redis_ok) printf("(Redis at %s unreachable: limiter unknown)\n", o->redis_url);
+  if (!s->redis_ok) printf("(Redis at %s unreachable: limiter unknown)\n", sc_redis_shown(o->redis_url));
   for (int i = 0; i < s->nprov; i++) {
     const provider_t *p = &s->prov[i];
     char b[32], pa[32], w[32];

@@ -18,6 +18,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <hiredis/hiredis.h>
+
+#include "sluice/sl_redis.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,9 +160,11 @@ static kind_t retry_kind(const char *topic) {
 
 static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
   *found = 0;
-  redisContext *c = sc_redis_connect(o->redis_url, 2000);
+  sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return json_string("Redis unreachable");
-  redisReply *r = redisCommand(c, "HGETALL sl:sub:%s", sid);
+  char key[300];
+  snprintf(key, sizeof key, "sl:sub:%s", sid);
+  redisReply *r = sc_redis(c, 2, "HGETALL", key);
   json_t *v = json_object();
   if (r && r->type == REDIS_REPLY_ARRAY) {
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
@@ -174,10 +178,10 @@ static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
     }
   }
   freeReplyObject(r);
-  r = redisCommand(c, "TTL sl:sub:%s", sid);
+  r = sc_redis(c, 2, "TTL", key);
   if (r && r->type == REDIS_REPLY_INTEGER && *found) json_object_set_new(v, "ttl_s", json_integer(r->integer));
   freeReplyObject(r);
-  redisFree(c);
+  sl_redis_free(c);
   return v;
 }
 

@@ -4,7 +4,8 @@ Keys the chart owns (listen addresses, topics, brokers, ...) may not be set
 again in `config`; secret keys may never be set there (use a Secret).
 */}}
 {{- define "sluice.ownedKeys" -}}
-[kafka.brokers, redis.url, admin.listen, presign.listen, results.listen, retry.tiers,
+[kafka.brokers, kafka.security_protocol, kafka.sasl_mechanism, kafka.ssl_ca_file,
+ kafka.ssl_verify_hostname, redis.tls_ca_file, s3.ca_file, redis.url, admin.listen, presign.listen, results.listen, retry.tiers,
  retry.budget_s, stage.drain_timeout_s, log.level, stt.plugin, grade.plugin,
  topic.submissions, topic.storage_events, topic.stt_requests, topic.grade_requests,
  topic.results, topic.dlq, s3.endpoint, s3.region, s3.bucket, s3.path_style,
@@ -45,6 +46,24 @@ again in `config`; secret keys may never be set there (use a Secret).
 {{- end }}
 {{- end -}}
 
+{{/* kafka.security_protocol & co. (the stages' file; the topics Job gets env) */}}
+{{- define "sluice.kafkaSecurityConf" -}}
+{{- $k := .kafka }}
+kafka.security_protocol = {{ $k.securityProtocol }}
+{{- if hasPrefix "sasl_" $k.securityProtocol }}
+{{- if not $k.sasl.existingSecret }}
+{{- fail (printf "kafka.securityProtocol=%s needs kafka.sasl.existingSecret (user name and password)" $k.securityProtocol) }}
+{{- end }}
+kafka.sasl_mechanism = {{ $k.sasl.mechanism }}
+{{- end }}
+{{- if has $k.securityProtocol (list "ssl" "sasl_ssl") }}
+kafka.ssl_verify_hostname = {{ $k.tls.verifyHostname }}
+{{- if $k.tls.caSecret }}
+kafka.ssl_ca_file = /etc/sluice-tls/kafka/{{ $k.tls.caKey }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "sluice.stageConf" -}}
 {{- $root := .root -}}
 {{- $stage := .stage -}}
@@ -53,6 +72,10 @@ again in `config`; secret keys may never be set there (use a Secret).
 {{- $t := $v.topics.names -}}
 # sluice {{ $stage }} - rendered by the Helm chart (release {{ $root.Release.Name }})
 kafka.brokers = {{ required "kafka.brokers is required" $v.kafka.brokers }}
+{{- include "sluice.kafkaSecurityConf" $v }}
+{{- if $v.redis.tls.caSecret }}
+redis.tls_ca_file = /etc/sluice-tls/redis/{{ $v.redis.tls.caKey }}
+{{- end }}
 {{- if not $v.redis.existingSecret }}
 redis.url = {{ required "redis.url is required" $v.redis.url }}
 {{- end }}
@@ -82,6 +105,9 @@ s3.region = {{ $v.s3.region }}
 s3.bucket = {{ required "s3.bucket is required" $v.s3.bucket }}
 s3.path_style = {{ $v.s3.pathStyle }}
 s3.url_expiry_s = {{ include "sluice.confValue" $v.s3.urlExpirySeconds }}
+{{- if $v.s3.tls.caSecret }}
+s3.ca_file = /etc/sluice-tls/s3/{{ $v.s3.tls.caKey }}
+{{- end }}
 {{- end }}
 {{- if has $stage (list "stt" "grade") }}
 {{ $stage }}.plugin = {{ (index $v $stage).plugin }}

@@ -15,6 +15,54 @@ container. Everything secret comes from a Secret (secretKeyRef), never inline.
 {{- end }}
 {{- end -}}
 
+{{/* SASL and Redis AUTH credentials from their Secrets (kafka: stages and the
+topics Job; redis: stages only) */}}
+{{- define "sluice.kafkaAuthEnv" -}}
+{{- $k := .kafka -}}
+{{- if and (hasPrefix "sasl_" $k.securityProtocol) $k.sasl.existingSecret }}
+- name: SLUICE_KAFKA_SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $k.sasl.existingSecret }}
+      key: {{ $k.sasl.usernameKey }}
+- name: SLUICE_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $k.sasl.existingSecret }}
+      key: {{ $k.sasl.passwordKey }}
+{{- end }}
+{{- end -}}
+
+{{/* volumes and mounts of the CA bundles (sluice.tlsVolumes / sluice.tlsMounts
+with (dict "v" .Values "kafkaOnly" BOOL)) */}}
+{{- define "sluice.tlsSources" -}}
+{{- $out := list -}}
+{{- if and (has .v.kafka.securityProtocol (list "ssl" "sasl_ssl")) .v.kafka.tls.caSecret -}}
+{{- $out = append $out (list "kafka" .v.kafka.tls.caSecret) -}}
+{{- end -}}
+{{- if not .kafkaOnly -}}
+{{- if .v.redis.tls.caSecret }}{{ $out = append $out (list "redis" .v.redis.tls.caSecret) }}{{ end -}}
+{{- if .v.s3.tls.caSecret }}{{ $out = append $out (list "s3" .v.s3.tls.caSecret) }}{{ end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{- define "sluice.tlsMounts" -}}
+{{- range include "sluice.tlsSources" . | fromJsonArray }}
+- name: tls-{{ index . 0 }}
+  mountPath: /etc/sluice-tls/{{ index . 0 }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.tlsVolumes" -}}
+{{- range include "sluice.tlsSources" . | fromJsonArray }}
+- name: tls-{{ index . 0 }}
+  secret:
+    secretName: {{ index . 1 }}
+{{- end }}
+{{- end -}}
+
 {{- define "sluice.stageEnv" -}}
 {{- $root := .root -}}
 {{- $stage := .stage -}}
@@ -26,6 +74,21 @@ container. Everything secret comes from a Secret (secretKeyRef), never inline.
     secretKeyRef:
       name: {{ $v.redis.existingSecret }}
       key: {{ $v.redis.urlKey }}
+{{- end }}
+{{- include "sluice.kafkaAuthEnv" $v }}
+{{- if $v.redis.auth.existingSecret }}
+{{- if $v.redis.auth.usernameKey }}
+- name: SLUICE_REDIS_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.redis.auth.existingSecret }}
+      key: {{ $v.redis.auth.usernameKey }}
+{{- end }}
+- name: SLUICE_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.redis.auth.existingSecret }}
+      key: {{ $v.redis.auth.passwordKey }}
 {{- end }}
 {{- if and (has $stage (list "presign" "stt")) $v.s3.credentials.existingSecret }}
 - name: SLUICE_S3_ACCESS_KEY

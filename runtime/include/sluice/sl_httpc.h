@@ -44,6 +44,8 @@ typedef struct {
   long timeout_ms;               /* whole transfer; 0 = 30 s */
   long connect_timeout_ms;       /* 0 = 5 s */
   size_t max_response;           /* 0 = 8 MiB */
+  const char *ca_file;           /* PEM CAs verifying an https peer (CURLOPT_CAINFO),
+                                    NULL/"" = the system's */
 } sl_httpc_request;
 
 int sl_httpc_new(sl_httpc **out, uv_loop_t *loop);

@@ -13,6 +13,41 @@
 #include <stddef.h>
 #include <uv.h>
 
+/* Transport security of every Kafka client of the process (producers,
+ * consumers and admin clients made here and by the tools). Strings may be
+ * NULL or "" (not set). protocol: plaintext, ssl, sasl_plaintext or
+ * sasl_ssl; mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. */
+typedef struct {
+  const char *protocol;
+  const char *mechanism;
+  const char *username;
+  const char *password;
+  const char *ca_file;      /* "" = the system's CAs */
+  const char *cert_file;    /* client certificate (mutual TLS), optional */
+  const char *key_file;
+  const char *key_password;
+  int verify_hostname;      /* endpoint identification (https) */
+} sl_kafka_security;
+
+/* Validates the combination (a sasl_* protocol needs a user name and a
+ * password; TLS files need an ssl protocol; files must be readable) and
+ * installs it process-wide. Returns 0 or SL_ECONFIG with the reason in err
+ * (never a password). Call before any thread makes a client. */
+int sl_kafka_security_set(const sl_kafka_security *s, char *err, size_t errlen);
+void sl_kafka_security_reset(void);
+/* 1 when a protocol other than plaintext is installed. */
+int sl_kafka_security_enabled(void);
+
+/* Applies the installed security properties to c (every rd_kafka_conf_t the
+ * process builds goes through this). Returns 0 or SL_ECONFIG. */
+int sl_kafka_conf_secure(rd_kafka_conf_t *c, char *err, size_t errlen);
+
+/* Asks brokers for metadata with the installed security. Returns 0 when
+ * they answer, SL_ECONFIG when they refuse us (SASL authentication failed,
+ * TLS certificate not trusted) and SL_EUNAVAIL when none answers within
+ * timeout_ms; err holds the reason. */
+int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen);
+
 /* Delivery-report callback for producers created here: `opaque` is the
  * per-message opaque given at produce time. Runs on whichever thread polls
  * the producer (the loop thread with sl_kafka_uv_attach). */

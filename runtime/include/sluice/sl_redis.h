@@ -1,9 +1,20 @@
 /*
- * sl_redis.h — a synchronous hiredis connection that reconnects.
+ * sl_redis.h — a synchronous Redis connection that reconnects, with AUTH
+ * and TLS.
  *
  * Commands that fail with an I/O error drop the connection; the next command
  * reconnects (one attempt per call), so a Redis restart costs the callers a
- * few errors, never a crash. Not thread-safe: one per thread.
+ * few errors, never a crash. Every (re)connect sends AUTH (when a password
+ * is known) and SELECT before any other command. Not thread-safe: one per
+ * thread.
+ *
+ * Security is process-wide: sl_redis_security_set() (called once at start-up
+ * from the common config, see sl_common_secure() in sl_stage.h) installs
+ * the credentials and the TLS trust that every sl_redis and sl_aredis made
+ * afterwards uses. Plain connections are hiredis contexts; rediss:// ones
+ * run hiredis's protocol pieces (redisFormatCommandArgv, redisReader) over an
+ * OpenSSL connection that verifies the server's certificate chain and its
+ * host name or IP address. There is no switch to skip verification.
  */
 #ifndef SLUICE_SL_REDIS_H
 #define SLUICE_SL_REDIS_H
@@ -13,16 +24,71 @@
 
 typedef struct sl_redis sl_redis;
 
-/* Splits redis://host[:port][/db] (port 6379 and db 0 when absent).
+/* A parsed redis.url: redis[s]://[user[:password]@]host[:port][/db]
+ * (port 6379 and db 0 when absent; user and password %-decoded). */
+typedef struct {
+  char host[256];
+  int port;
+  int db;
+  int tls;            /* rediss:// */
+  char user[128];     /* "" = the default user */
+  char password[512]; /* "" = no AUTH */
+} sl_redis_addr;
+
+/* Returns 0 or SL_EINVAL. */
+int sl_redis_addr_parse(const char *url, sl_redis_addr *a);
+
+/* Splits redis://host[:port][/db] (kept for callers that need only these).
  * Returns 0 or SL_EINVAL. */
 int sl_redis_parse_url(const char *url, char *host, size_t hostlen, int *port, int *db);
+
+/* Copies url into buf with any password replaced by "***", for logs and
+ * error messages ("rediss://app:***@host:6380/0"). Always NUL-terminates. */
+void sl_redis_redact(const char *url, char *buf, size_t len);
+
+/* Process-wide security of every Redis connection made afterwards. Strings
+ * may be NULL or "" (not set). user/password apply when the URL carries
+ * none. ca_file/cert_file/key_file are read now (the TLS context is built
+ * once); they only matter for rediss:// URLs. Returns 0 or SL_ECONFIG with
+ * the reason in err. Call before any thread uses Redis. */
+typedef struct {
+  const char *user;
+  const char *password;
+  const char *ca_file;   /* "" = the system's default CAs */
+  const char *cert_file; /* client certificate (mutual TLS), optional */
+  const char *key_file;
+} sl_redis_security;
+int sl_redis_security_set(const sl_redis_security *s, char *err, size_t errlen);
+/* Forgets what sl_redis_security_set() installed (tests, exit). */
+void sl_redis_security_reset(void);
+
+/* Connects once to url, authenticates and sends PING. Returns 0 on PONG,
+ * SL_EUNAVAIL when the server cannot be reached (refused, timed out),
+ * SL_ECONFIG when it can be reached but refuses us: AUTH rejected, TLS
+ * certificate not trusted or not for this host, TLS spoken to a plain port
+ * or the other way round. err holds the reason (never the password). */
+int sl_redis_check(const char *url, char *err, size_t errlen);
 
 /* The process-wide sluice_redis_errors_total counter (sync and async
  * clients count into the same series). */
 struct sl_metric;
 struct sl_metric *sl__redis_errors(void);
 
-/* url: redis://host:port[/db]. Does not connect yet. */
+/* The resolved target of url: its address with the process-wide user and
+ * password filled in where the URL has none. Returns 0 or SL_EINVAL. */
+int sl__redis_target(const char *url, sl_redis_addr *a);
+
+/* A new client-side SSL for host (SNI, and certificate checked against the
+ * host name or IP address) from the process-wide TLS context, or NULL with
+ * the reason in err. */
+struct ssl_st;
+struct ssl_st *sl__redis_ssl_new(const char *host, char *err, size_t errlen);
+
+/* Describes why an SSL call returned ret (OpenSSL's error queue, the
+ * certificate verification result), then clears the queue. */
+void sl__redis_ssl_why(struct ssl_st *ssl, int ret, char *err, size_t errlen);
+
+/* url: redis[s]://... (see sl_redis_addr). Does not connect yet. */
 int sl_redis_new(sl_redis **out, const char *url);
 void sl_redis_free(sl_redis *r);
 
@@ -31,6 +97,12 @@ void sl_redis_free(sl_redis *r);
  * A reply of type REDIS_REPLY_ERROR is returned as is. */
 redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
                           char *err, size_t errlen);
+
+/* printf-style convenience over sl_redis_argv for commands without binary
+ * arguments: fmt is split on spaces after formatting (so no argument may
+ * contain a space). */
+redisReply *sl_redis_cmd(sl_redis *r, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* A registry of one sl_redis per worker thread (see sl_tls.h) for blocking
  * processors: sl_tls_get() returns the calling thread's connection. */

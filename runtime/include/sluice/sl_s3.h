@@ -33,6 +33,7 @@ typedef struct {
   char *secret_key;
   int path_style;   /* 1: endpoint/bucket/key; 0: bucket.endpoint/key */
   int64_t url_expiry_s;
+  char *ca_file;    /* PEM CAs for an https endpoint ("" = the system's) */
 } sl_s3_conf;
 
 extern const sl_conf_entry sl_s3_conf_table[];
@@ -43,8 +44,12 @@ typedef struct {
   char scheme[8];     /* "http" / "https" */
   char host[256];     /* host[:port] requests go to (bucket. prefix when virtual) */
   char path_prefix[300]; /* "/bucket" (path style) or "" (virtual host) */
+  char ca_file[1024]; /* CURLOPT_CAINFO of every request to the endpoint ("" = default) */
 } sl_s3_target;
 
+/* Splits the endpoint; the scheme must be http or https, and s3.ca_file
+ * (readable) goes only with https. Returns 0 or SL_ECONFIG. Certificate
+ * verification is never turned off. */
 int sl_s3_target_init(sl_s3_target *t, const sl_s3_conf *c);
 
 /* Builds "<path_prefix>/<key>" into buf. */

@@ -62,7 +62,21 @@
 /* Settings shared by every stage (one table: sl_common_conf_table). */
 typedef struct {
   char *kafka_brokers;
+  char *kafka_security_protocol; /* plaintext|ssl|sasl_plaintext|sasl_ssl */
+  char *kafka_sasl_mechanism;    /* PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 */
+  char *kafka_sasl_username;
+  char *kafka_sasl_password;     /* secret */
+  char *kafka_ssl_ca_file;
+  char *kafka_ssl_cert_file;
+  char *kafka_ssl_key_file;
+  char *kafka_ssl_key_password;  /* secret */
+  int kafka_ssl_verify_hostname;
   char *redis_url;
+  char *redis_username;
+  char *redis_password;          /* secret */
+  char *redis_tls_ca_file;
+  char *redis_tls_cert_file;
+  char *redis_tls_key_file;
   char *topic_submissions;
   char *topic_storage_events;
   char *topic_stt_requests;
@@ -89,6 +103,16 @@ typedef struct {
 
 extern const sl_conf_entry sl_common_conf_table[];
 extern const size_t sl_common_conf_table_len;
+
+/* Installs the transport security of cc (kafka.security_protocol and
+ * friends, redis.password / redis.tls_*) process-wide, for every Kafka and
+ * Redis client made afterwards (sl_kafka_security_set,
+ * sl_redis_security_set). With check set, and only where security is
+ * configured, it then connects once to each: a refusal (wrong password,
+ * certificate not trusted) is an error, an unreachable service only a
+ * warning (the clients retry). Returns 0 or SL_ECONFIG with the reason in
+ * err (never a secret). Call once at start-up, before threads. */
+int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errlen);
 
 typedef struct {
   char topic[160];

@@ -1,0 +1,163 @@
+/*
+ * test_transport_security.c — redis[s]:// URLs (user info, %-decoding,
+ * redaction), the Kafka security combinations refused at start-up, and the
+ * s3.ca_file / endpoint rules. No network.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sluice/sl_err.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_redis.h"
+#include "sluice/sl_s3.h"
+
+static void test_redis_url(void **state) {
+  (void)state;
+  sl_redis_addr a;
+  assert_int_equal(sl_redis_addr_parse("redis://127.0.0.1:6380/2", &a), 0);
+  assert_string_equal(a.host, "127.0.0.1");
+  assert_int_equal(a.port, 6380);
+  assert_int_equal(a.db, 2);
+  assert_int_equal(a.tls, 0);
+  assert_string_equal(a.password, "");
+
+  assert_int_equal(sl_redis_addr_parse("rediss://app:p%40ss%3Aw0rd@redis.internal:6390/1", &a),
+                   0);
+  assert_int_equal(a.tls, 1);
+  assert_string_equal(a.user, "app");
+  assert_string_equal(a.password, "p@ss:w0rd");
+  assert_string_equal(a.host, "redis.internal");
+  assert_int_equal(a.port, 6390);
+  assert_int_equal(a.db, 1);
+
+  /* a lone user-info part is the password (default user) */
+  assert_int_equal(sl_redis_addr_parse("redis://s3cret@h", &a), 0);
+  assert_string_equal(a.user, "");
+  assert_string_equal(a.password, "s3cret");
+  assert_int_equal(a.port, 6379);
+
+  assert_int_equal(sl_redis_addr_parse("http://h:1", &a), SL_EINVAL);
+  assert_int_equal(sl_redis_addr_parse("redis://u:@h", &a), SL_EINVAL);
+  assert_int_equal(sl_redis_addr_parse("redis://u:%zz@h", &a), SL_EINVAL);
+  assert_int_equal(sl_redis_addr_parse("redis://u:%0@h", &a), SL_EINVAL);
+  assert_int_equal(sl_redis_addr_parse("redis://u:%00x@h", &a), SL_EINVAL);
+  assert_int_equal(sl_redis_addr_parse("redis://:pw@h:0", &a), SL_EINVAL);
+  assert_int_equal(sl_redis_addr_parse("redis://h/16", &a), SL_EINVAL);
+}
+
+static void test_redact(void **state) {
+  (void)state;
+  char b[128];
+  sl_redis_redact("rediss://app:hunter2@h:6390/1", b, sizeof b);
+  assert_string_equal(b, "rediss://app:***@h:6390/1");
+  sl_redis_redact("redis://hunter2@h", b, sizeof b);
+  assert_string_equal(b, "redis://***@h");
+  sl_redis_redact("redis://h:1/0", b, sizeof b);
+  assert_string_equal(b, "redis://h:1/0");
+  assert_null(strstr(b, "hunter2"));
+}
+
+static void test_redis_security(void **state) {
+  (void)state;
+  char err[512];
+  sl_redis_security s = {.user = "app", .password = ""};
+  assert_int_equal(sl_redis_security_set(&s, err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "redis.password"));
+  sl_redis_security bad_ca = {.ca_file = "/nonexistent/ca.pem"};
+  assert_int_equal(sl_redis_security_set(&bad_ca, err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "redis.tls_ca_file"));
+  sl_redis_security half = {.cert_file = "/etc/hostname"};
+  assert_int_equal(sl_redis_security_set(&half, err, sizeof err), SL_ECONFIG);
+  /* the process-wide password fills in a URL without one, not one with */
+  sl_redis_security ok = {.user = "app", .password = "pw1"};
+  assert_int_equal(sl_redis_security_set(&ok, err, sizeof err), 0);
+  sl_redis_addr a;
+  assert_int_equal(sl__redis_target("redis://h:1", &a), 0);
+  assert_string_equal(a.user, "app");
+  assert_string_equal(a.password, "pw1");
+  assert_int_equal(sl__redis_target("redis://other:pw2@h:1", &a), 0);
+  assert_string_equal(a.user, "other");
+  assert_string_equal(a.password, "pw2");
+  sl_redis_security_reset();
+  assert_int_equal(sl__redis_target("redis://h:1", &a), 0);
+  assert_string_equal(a.password, "");
+}
+
+static void test_kafka_security(void **state) {
+  (void)state;
+  char err[512];
+  sl_kafka_security s = {.protocol = "sasl_ssl", .username = "sluice", .verify_hostname = 1};
+  assert_int_equal(sl_kafka_security_set(&s, err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "kafka.sasl_password"));
+  assert_int_equal(sl_kafka_security_enabled(), 0);
+
+  sl_kafka_security bogus = {.protocol = "tls"};
+  assert_int_equal(sl_kafka_security_set(&bogus, err, sizeof err), SL_ECONFIG);
+  sl_kafka_security mech = {.protocol = "sasl_plaintext", .mechanism = "GSSAPI",
+                            .username = "u", .password = "p"};
+  assert_int_equal(sl_kafka_security_set(&mech, err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "kafka.sasl_mechanism"));
+  /* a password without SASL is a mistake, not something to ignore */
+  sl_kafka_security stray = {.protocol = "ssl", .username = "u", .password = "p"};
+  assert_int_equal(sl_kafka_security_set(&stray, err, sizeof err), SL_ECONFIG);
+  sl_kafka_security files = {.protocol = "plaintext", .ca_file = "/etc/hostname"};
+  assert_int_equal(sl_kafka_security_set(&files, err, sizeof err), SL_ECONFIG);
+  sl_kafka_security missing = {.protocol = "ssl", .ca_file = "/nonexistent/ca.pem"};
+  assert_int_equal(sl_kafka_security_set(&missing, err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "/nonexistent/ca.pem"));
+
+  sl_kafka_security ok = {.protocol = "SASL_SSL", .mechanism = "SCRAM-SHA-512",
+                          .username = "u", .password = "very-secret", .verify_hostname = 1};
+  assert_int_equal(sl_kafka_security_set(&ok, err, sizeof err), 0);
+  assert_int_equal(sl_kafka_security_enabled(), 1);
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  assert_int_equal(sl_kafka_conf_secure(c, err, sizeof err), 0);
+  char v[128];
+  size_t n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(c, "security.protocol", v, &n), RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "sasl_ssl");
+  n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(c, "sasl.mechanisms", v, &n), RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "SCRAM-SHA-512");
+  n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(c, "ssl.endpoint.identification.algorithm", v, &n),
+                   RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "https");
+  rd_kafka_conf_destroy(c);
+  sl_kafka_security_reset();
+  assert_int_equal(sl_kafka_security_enabled(), 0);
+}
+
+static void test_s3_ca(void **state) {
+  (void)state;
+  sl_s3_target t;
+  sl_s3_conf c = {.endpoint = "https://s3.internal:7443", .bucket = "answers", .path_style = 1,
+                  .ca_file = "/etc/hostname"};
+  assert_int_equal(sl_s3_target_init(&t, &c), 0);
+  assert_string_equal(t.scheme, "https");
+  assert_string_equal(t.ca_file, "/etc/hostname");
+  c.ca_file = "/nonexistent/ca.pem";
+  assert_int_equal(sl_s3_target_init(&t, &c), SL_ECONFIG);
+  c.endpoint = "http://127.0.0.1:7070"; /* a CA file for plain http is a mistake */
+  c.ca_file = "/etc/hostname";
+  assert_int_equal(sl_s3_target_init(&t, &c), SL_ECONFIG);
+  c.endpoint = "ftp://h";
+  c.ca_file = "";
+  assert_int_equal(sl_s3_target_init(&t, &c), SL_ECONFIG);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_redis_url),      cmocka_unit_test(test_redact),
+      cmocka_unit_test(test_redis_security), cmocka_unit_test(test_kafka_security),
+      cmocka_unit_test(test_s3_ca),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
