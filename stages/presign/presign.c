@@ -49,6 +49,7 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
 #include "multipart.h"
+#include "webhook.h"
 
 #define MAX_TYPES 16
 
@@ -111,6 +112,7 @@ typedef struct {
   sl_metric *m_replayed;
   sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
   sl_static *web;    /* presign.static_dir, or NULL */
+  sl__webhook *hook; /* POST /v1/storage-events (webhook.c), or NULL when off */
 } presign;
 
 static presign *P_; /* the delivery-report callback's context */
@@ -558,6 +560,7 @@ static void handle(sl_http_req *req, void *ud) {
     return;
   }
   if (sl__mpu_handle(ps->mpu, req)) return;
+  if (sl__webhook_handle(ps->hook, req)) return;
   if (sl_static_serve(ps->web, req)) return;
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
@@ -573,6 +576,8 @@ static void shutdown_loop(presign *ps) {
   ps->redis = NULL;
   sl__mpu_free(ps->mpu); /* multipart requests in flight finish first */
   ps->mpu = NULL;
+  sl__webhook_free(ps->hook); /* events in flight are flushed and answered */
+  ps->hook = NULL;
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
 }
@@ -586,12 +591,14 @@ int sl__presign_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   presign_conf pc = {0};
   sl_s3_conf s3 = {0};
+  sl__webhook_conf wc = {0};
   sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
-                        {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
+                        {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
+                        {sl__webhook_table, sl__webhook_table_len, &wc}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.",
-                           &cc, own, 2, "127.0.0.1:9180", &admin);
+                           &cc, own, 3, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   P_ = &ps;
@@ -637,6 +644,8 @@ int sl__presign_main(int argc, char **argv) {
                      (unsigned)s3.url_expiry_s);
     if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
   }
+  if (rc == 0)
+    rc = sl__webhook_new(&ps.hook, &loop, &wc, &cc, pc.kafka_timeout_ms, err, sizeof err);
   if (rc == 0) {
     sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
                                                         pc.request_timeout_ms < 3600000
@@ -665,6 +674,7 @@ int sl__presign_main(int argc, char **argv) {
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
     sl__mpu_free(ps.mpu);
+    sl__webhook_free(ps.hook);
     uv_run(&loop, UV_RUN_DEFAULT);
   }
   if (ps.producer) {
@@ -675,6 +685,6 @@ int sl__presign_main(int argc, char **argv) {
   sl_sigv4_free(ps.sig);
   sl_static_free(ps.web);
   free(ps.types_buf);
-  sl__stage_finish(&cc, own, 2, admin);
+  sl__stage_finish(&cc, own, 3, admin);
   return rc || ps.fatal ? 1 : 0;
 }
