@@ -3,9 +3,12 @@
  * object stores that notify by webhook instead of writing to Kafka.
  *
  * A delivery is checked, then produced unchanged (AWS format) or normalised
- * (Cloudflare R2 format) to the storage-events topic, keyed "<bucket>/<key>";
- * ingest then judges it exactly as it judges events that arrive through
- * Kafka (bucket, submission, declared size and type, a HEAD of the object).
+ * (Cloudflare R2 format) to the storage-events topic without a message key,
+ * as Versity Gateway writes it: the stage runtime reads a message key as
+ * "<submission>/<question>" (it names dead letters and FAILED statuses), so
+ * a "<bucket>/<key>" key would mislabel them. Ingest then judges the event
+ * exactly as it judges events that arrive through Kafka (bucket,
+ * submission, declared size and type, a HEAD of the object).
  * The webhook itself decides only whether the sender may speak and whether
  * it is saying something new:
  *
@@ -97,7 +100,7 @@ typedef struct {
   char *payload; /* normalised body, or NULL: the request body */
   size_t plen;
   size_t nrec;
-  char msg_key[SL__S3KEY_MAX + 300];
+  char label[SL__S3KEY_MAX + 300];
 } delivery;
 
 /* ---- pure parts ------------------------------------------------------ */
@@ -299,12 +302,12 @@ static int r2_normalize(json_t *doc, size_t max_records, char **out, size_t *out
 }
 
 int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char **out,
-                          size_t *outlen, size_t *nrec, char *msg_key, size_t keylen,
+                          size_t *outlen, size_t *nrec, char *label, size_t keylen,
                           char *why, size_t whylen) {
   *out = NULL;
   *outlen = 0;
   *nrec = 0;
-  msg_key[0] = '\0';
+  label[0] = '\0';
   json_error_t jerr;
   json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!doc) {
@@ -339,7 +342,7 @@ int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char
         rc = SL_EPARSE;
         break;
       }
-      if (i == 0) snprintf(msg_key, keylen, "%s/%s", rec.bucket, rec.key);
+      if (i == 0) snprintf(label, keylen, "%s/%s", rec.bucket, rec.key);
     }
     if (rc == 0) *nrec = json_array_size(recs);
   }
@@ -387,7 +390,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     char why[256];
     if (rd_kafka_fatal_error(w->producer, why, sizeof why))
       sl_log(SL_LOG_ERROR, NULL, "webhook: kafka producer fatal error: %s", why);
-    sl_log(SL_LOG_WARN, NULL, "webhook: event %s not stored: kafka: %s", d->msg_key,
+    sl_log(SL_LOG_WARN, NULL, "webhook: event %s not stored: kafka: %s", d->label,
            rd_kafka_err2str(err));
     sl_metric_add(w->m_unavailable, 1);
     unclaim(d);
@@ -397,7 +400,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     return;
   }
   sl_metric_add(w->m_accepted, 1);
-  sl_log(SL_LOG_INFO, NULL, "webhook: event for %s accepted (%zu records)", d->msg_key,
+  sl_log(SL_LOG_INFO, NULL, "webhook: event for %s accepted (%zu records)", d->label,
          d->nrec);
   /* the claim becomes the replay record for its full lifetime */
   char ttl[32];
@@ -414,7 +417,6 @@ static void produce(delivery *d) {
   size_t vl = d->payload ? d->plen : blen;
   rd_kafka_resp_err_t e = rd_kafka_producev(
       w->producer, RD_KAFKA_V_TOPIC(w->cc->topic_storage_events),
-      RD_KAFKA_V_KEY(d->msg_key, strlen(d->msg_key)),
       RD_KAFKA_V_VALUE((void *)v, vl), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
       RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
   if (e) {
@@ -543,7 +545,7 @@ static void serve(sl__webhook *w, sl_http_req *req) {
   }
   char why[512];
   int rc = sl__webhook_normalize(body, blen, MAX_RECORDS, &d->payload, &d->plen, &d->nrec,
-                                 d->msg_key, sizeof d->msg_key, why, sizeof why);
+                                 d->label, sizeof d->label, why, sizeof why);
   if (rc == SL_ENOMEM) {
     free(d);
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);

@@ -69,11 +69,11 @@ int sl__webhook_check_bearer(const char *authorization, const char *const *secre
  * AWS Records format. AWS bodies ({"Records":…}) pass as they are (*out
  * NULL: produce the body itself); Cloudflare R2 event notifications (one
  * object, or an array of them from a batch) are rewritten (*out malloc'd,
- * *outlen). *nrec is the number of records (0 for s3:TestEvent), msg_key
- * the Kafka key "<bucket>/<key>" of the first record. 0, or SL_EPARSE with
+ * *outlen). *nrec is the number of records (0 for s3:TestEvent), label
+ * "<bucket>/<key>" of the first record (for logs). 0, or SL_EPARSE with
  * why set, SL_ETOOBIG (more than max_records records), SL_ENOMEM. */
 int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char **out,
-                          size_t *outlen, size_t *nrec, char *msg_key, size_t keylen,
+                          size_t *outlen, size_t *nrec, char *label, size_t keylen,
                           char *why, size_t whylen);
 
 #endif
