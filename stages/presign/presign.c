@@ -63,6 +63,7 @@ typedef struct {
   int64_t kafka_timeout_ms;
   char *cors_origins;
   int64_t request_timeout_ms;
+  int64_t max_connections;
   char *static_dir;
 } presign_conf;
 
@@ -86,6 +87,8 @@ const sl_conf_entry sl__presign_table[] = {
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
     {"presign.request_timeout_ms", SL_CONF_INT, "10000", P(request_timeout_ms),
      "a request must arrive whole within this time (slow clients get 408 and are closed)", 0},
+    {"presign.max_connections", SL_CONF_INT, "1024", P(max_connections),
+     "open connections at once; more get 503 and are closed", 0},
     {"presign.static_dir", SL_CONF_STR, "", P(static_dir),
      "directory of the browser client served at / (read at start-up; empty: none)", 0},
 };
@@ -650,7 +653,9 @@ int sl__presign_main(int argc, char **argv) {
     sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
                                                         pc.request_timeout_ms < 3600000
                                                     ? (unsigned)pc.request_timeout_ms
-                                                    : 10000};
+                                                    : 10000,
+                          .max_connections =
+                              pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
     if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",
