@@ -17,6 +17,8 @@
 #   - a Cloudflare R2 event notification (bearer auth) is normalised and
 #     processed; with webhook.secret unset the route is 404.
 source "$(dirname "$0")/lib.sh"
+PY=${TEST_PYTHON:-python3}
+"$PY" -c 'import jsonschema, yaml' 2>/dev/null || { fail "python with jsonschema and PyYAML needed ($PY)"; finish; }
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 TOPIC=webhook.storage-events
@@ -87,6 +89,12 @@ sig="t=$t,v1=$(sign "$SECRET" "$t" "$body")"
 code=$(post "$body" -H "X-Sluice-Signature: $sig")
 check "signed event -> 202 ($code)" test "$code" = 202
 check "  reply counts 1 record" jqe '.accepted == true and .records == 1' "$(cat "$work/out")"
+# docs/openapi.yaml describes the reply and the event sent
+valid() { "$PY" "$(dirname "$0")/openapi_check.py" "$ROOT/docs/openapi.yaml" "$@" >"$work/check.out" 2>&1 ||
+  { cat "$work/check.out" >&2; return 1; }; }
+cp "$work/out" "$work/accepted.json"; printf '%s' "$body" >"$work/aws-event.json"
+check "  the reply matches StorageEventAccepted" valid StorageEventAccepted "$work/accepted.json"
+check "  the event matches S3Event" valid S3Event "$work/aws-event.json"
 check "  produced once, byte for byte" test "$(produced "$body")" = 1
 code=$(post "$body" -H "X-Sluice-Signature: $sig")
 check "the same delivery again -> 409 ($code)" test "$code" = 409
@@ -107,6 +115,7 @@ t=$(date +%s)
 code=$(post "$body2" -H "X-Sluice-Signature: t=$t,v1=$(sign "not-the-secret-at-all" "$t" "$body2")")
 check "signature with another secret -> 401 ($code)" test "$code" = 401
 check "  JSON error invalid_signature" jqe '.error.code == "invalid_signature"' "$(cat "$work/out")"
+check "  matches Error" valid Error "$work/out"
 code=$(post "$body2" -H "X-Sluice-Signature: t=$t,v1=$(sign "$SECRET" "$t" "$body")")
 check "signature of another body -> 401 ($code)" test "$code" = 401
 code=$(post "$body2" -H "X-Sluice-Signature: t=$((t + 1)),v1=$(sign "$SECRET" "$t" "$body2")")
@@ -181,6 +190,8 @@ curl -sS -o /dev/null -X PUT -H 'Content-Type: audio/wav' --data-binary "@$work/
 r2=$(jq -cn --arg b "$SLUICE_S3_BUCKET" --arg k "$key7" --argjson s "$SIZE" \
   '{account:"3f4b7e3dcab231cbfdaa90a6a28bd548",action:"PutObject",bucket:$b,
     object:{key:$k,size:$s,eTag:"c846ff7a18f28c2e262116d6e8719ef0"},eventTime:"2026-11-30T04:00:00.000Z"}')
+printf '%s' "$r2" >"$work/r2-event.json"
+check "the R2 event matches R2Event" valid R2Event "$work/r2-event.json"
 code=$(post "$r2" -H "Authorization: Bearer $SECRET"); check "R2 event with the bearer secret -> 202 ($code)" test "$code" = 202
 code=$(post "$r2" -H "Authorization: Bearer $SECRET"); check "  the same body again -> 409 ($code)" test "$code" = 409
 check "  produced once" test "$(produced "$key7")" = 1
