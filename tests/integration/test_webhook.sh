@@ -15,7 +15,8 @@
 #     or size (size_mismatch), an event whose size is not the declared one
 #     (size_mismatch), another bucket (wrong_bucket);
 #   - a Cloudflare R2 event notification (bearer auth) is normalised and
-#     processed; with webhook.secret unset the route is 404.
+#     processed; with webhook.secret unset the route is 404;
+#   - ingest.verify_object=when_needed still HEADs events without a size.
 source "$(dirname "$0")/lib.sh"
 PY=${TEST_PYTHON:-python3}
 "$PY" -c 'import jsonschema, yaml' 2>/dev/null || { fail "python with jsonschema and PyYAML needed ($PY)"; finish; }
@@ -209,7 +210,22 @@ check "the R2-notified question reached done ($(state "$sid7" "$token7"))" test 
 "$ROOT/tools/stages" down >/dev/null || fail "a stage did not stop on SIGTERM within 30 s"
 check "presign stopped cleanly with events answered" grep -q '"msg":"stopped"' "$STAGES_DIR/presign.log"
 unset SLUICE_WEBHOOK_SECRET SLUICE_WEBHOOK_SECRET_PREVIOUS
+rc=0; timeout 30 "$SLUICE_BIN" ingest --set ingest.verify_object=sometimes >"$work/bad-mode.log" 2>&1 || rc=$?
+check "ingest refuses ingest.verify_object=sometimes (exit $rc)" test "$rc" -ne 0
+check "  saying why" grep -q "verify_object must be always or when_needed" "$work/bad-mode.log"
+export SLUICE_INGEST_VERIFY_OBJECT=when_needed
 stages_up
 code=$(post_signed "$body2"); check "no webhook.secret -> 404 ($code)" test "$code" = 404
 check "  JSON error not_found" jqe '.error.code == "not_found"' "$(cat "$work/out")"
+# ingest.verify_object=when_needed, events straight onto the topic (the Kafka
+# path): an event without a size is still HEADed, one with a wrong size is
+# refused without a HEAD
+reply=$(submission audio/wav "$SIZE"); sid8=$(jq -r .submission_id <<<"$reply")
+key8=$(jq -r '.questions[0].object_key' <<<"$reply")
+event "$SLUICE_S3_BUCKET" "$key8" 0 | kcat -P -b "$SLUICE_KAFKA_BROKERS" -t "$TOPIC"
+check_dlq "$sid8" object_missing "when_needed: an event with size 0 for an object never uploaded"
+reply=$(submission audio/wav "$SIZE"); sid9=$(jq -r .submission_id <<<"$reply")
+key9=$(jq -r '.questions[0].object_key' <<<"$reply")
+event "$SLUICE_S3_BUCKET" "$key9" 7 | kcat -P -b "$SLUICE_KAFKA_BROKERS" -t "$TOPIC"
+check_dlq "$sid9" size_mismatch "when_needed: an event whose size is not the declared one"
 finish
