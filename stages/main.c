@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "presign/webhook.h"
 #include "sluice/sl_s3.h"
 
 const sl__subcommand sl__subcommands[] = {
@@ -53,7 +54,8 @@ static int known_env(const char *env) {
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||
       in_table(sl_s3_conf_table, sl_s3_conf_table_len, env) ||
       in_table(sl__plugin_table, sl__plugin_table_len, env) ||
-      in_table(sl__auth_table, sl__auth_table_len, env))
+      in_table(sl__auth_table, sl__auth_table_len, env) ||
+      in_table(sl__webhook_table, sl__webhook_table_len, env))
     return 1;
   for (size_t i = 0; i < sl__nsubcommands; i++)
     if (sl__subcommands[i].table &&
@@ -77,7 +79,7 @@ static void config_doc(void) {
          "set in a `--config` file, as the environment variable shown, or with "
          "`--set key=value`.\n\n## Common (every stage)\n\n");
   sl_conf_print_markdown(sl_common_conf_table, sl_common_conf_table_len, stdout);
-  printf("\n## Object storage (presign, stt)\n\n");
+  printf("\n## Object storage (presign, ingest, stt)\n\n");
   sl_conf_print_markdown(sl_s3_conf_table, sl_s3_conf_table_len, stdout);
   printf("\n## Plugins (stt, grade)\n\nEach plugin's own settings are in "
          "[plugins.md](plugins.md).\n\n");
@@ -91,6 +93,10 @@ static void config_doc(void) {
     if (!t) continue;
     printf("\n## sluice %s\n\n", sl__subcommands[i].name);
     sl_conf_print_markdown(t, *sl__subcommands[i].table_len, stdout);
+    if (strcmp(sl__subcommands[i].name, "presign") == 0) {
+      printf("\n### Storage-event webhook (presign; see [security.md](security.md))\n\n");
+      sl_conf_print_markdown(sl__webhook_table, sl__webhook_table_len, stdout);
+    }
   }
 }
 

@@ -39,6 +39,7 @@ struct sl_http_server {
   sl_http_handler_fn fn;
   void *ud;
   conn *conns; /* doubly linked list of open connections */
+  size_t nconns; /* counted connections in conns (not the refused ones) */
   int port;
   int closing;
   char cors_origins[512]; /* "" = CORS off */
@@ -65,6 +66,8 @@ struct conn {
   int closing;
   int error_status;   /* limit hit while parsing */
   int nclose;         /* handles still to close */
+  int counted;        /* one of srv->nconns */
+  uv_shutdown_t shut; /* lingering close of a refused connection */
 };
 
 static http_parser_settings settings;
@@ -91,6 +94,8 @@ static void on_handle_closed(uv_handle_t *h) {
 static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = 1;
+  if (c->counted && c->srv) c->srv->nconns--;
+  c->counted = 0;
   if (c->prev) c->prev->next = c->next;
   else if (c->srv) c->srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -265,16 +270,18 @@ static void fail_parse(conn *c) {
   const char *code = st == 413   ? "body_too_large"
                      : st == 431 ? "headers_too_large"
                      : st == 408 ? "request_timeout"
+                     : st == 503 ? "too_many_connections"
                                  : "bad_request";
   const char *msg = st == 413   ? "request body exceeds the limit"
                     : st == 431 ? "request headers exceed the limit"
                     : st == 408 ? "the request did not arrive in time"
+                    : st == 503 ? "the server has too many open connections; retry"
                                 : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
   c->keep_alive = 0;
   c->busy = 1;
   c->req.c = c;
   uv_read_stop((uv_stream_t *)&c->tcp);
-  sl_http_respond_error(&c->req, st, code, msg, NULL);
+  sl_http_respond_error(&c->req, st, code, msg, st == 503 ? "Retry-After: 1\r\n" : NULL);
 }
 
 /* Parses buffered input; dispatches at most one complete request. */
@@ -320,6 +327,32 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   drive(c);
 }
 
+/* A connection refused for being over the cap: its 503 is out. Half-close
+ * and read (discarding) until the peer closes or 1 s passes, so that the
+ * request it may already have sent does not turn the close into a reset
+ * that destroys the 503 before the client reads it. */
+static void on_linger_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = s->data;
+  (void)buf;
+  c->pending_len = 0;
+  if (nread < 0) conn_close(c);
+}
+
+static void on_linger_timeout(uv_timer_t *t) { conn_close(t->data); }
+
+static void on_shutdown(uv_shutdown_t *sh, int status) {
+  (void)sh;
+  (void)status; /* on failure the read sees the error and closes */
+}
+
+static void linger_close(conn *c) {
+  c->pending_len = 0;
+  uv_timer_start(&c->timer, on_linger_timeout, 1000, 0);
+  if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) != 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_linger_read) != 0)
+    conn_close(c);
+}
+
 typedef struct {
   uv_write_t w;
   conn *c;
@@ -335,7 +368,8 @@ static void on_written(uv_write_t *w, int status) {
   c->busy = 0; /* the response is out: the connection owns itself again */
   if (c->closing) return; /* close callbacks run after this one and free c */
   if (close_after) {
-    conn_close(c);
+    if (c->error_status == 503 && status == 0) linger_close(c);
+    else conn_close(c);
     return;
   }
   http_parser_pause(&c->parser, 0);
@@ -521,6 +555,15 @@ static void on_connection(uv_stream_t *ls, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  if (srv->nconns >= srv->lim.max_connections) {
+    /* over the cap: answer 503 without reading and close once it is out
+     * (the request, if any, is never parsed) */
+    c->error_status = 503;
+    fail_parse(c);
+    return;
+  }
+  c->counted = 1;
+  srv->nconns++;
   arm_timer(c, srv->lim.idle_timeout_ms);
 }
 
@@ -557,6 +600,7 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
   srv->lim.max_header = lim && lim->max_header ? lim->max_header : 16384;
   srv->lim.request_timeout_ms = lim && lim->request_timeout_ms ? lim->request_timeout_ms : 10000;
   srv->lim.idle_timeout_ms = lim && lim->idle_timeout_ms ? lim->idle_timeout_ms : 60000;
+  srv->lim.max_connections = lim && lim->max_connections ? lim->max_connections : 1024;
   uv_tcp_init(loop, &srv->tcp);
   srv->tcp.data = srv;
   int rc = uv_tcp_bind(&srv->tcp, (const struct sockaddr *)&addr, 0);

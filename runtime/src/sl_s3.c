@@ -1,7 +1,7 @@
 /*
- * sl_s3.c — S3 settings, signed GET and the multipart-upload calls (see
- * sl_s3.h). The GET uses a short-lived presigned URL, so one signer code
- * path serves clients and servers alike. The multipart calls are
+ * sl_s3.c — S3 settings, signed GET and HEAD, and the multipart-upload
+ * calls (see sl_s3.h). GET and HEAD use a short-lived presigned URL, so
+ * one signer code path serves clients and servers alike. The multipart calls are
  * header-signed (the body's sha256 is signed) and go out through sl_httpc;
  * their XML replies are read with libxml2 (a tree, walked by element name:
  * namespaces and unknown elements are ignored, as S3 clients do), and the
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define S(field) offsetof(sl_s3_conf, field)
@@ -166,6 +167,71 @@ int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
   }
   *data = s.data ? s.data : calloc(1, 1);
   *len = s.len;
+  return 0;
+}
+
+/* Collects ETag (the only header curl does not expose by itself). */
+static size_t on_head_header(char *p, size_t sz, size_t nm, void *ud) {
+  sl_s3_head_info *info = ud;
+  size_t n = sz * nm;
+  if (n > 5 && strncasecmp(p, "etag:", 5) == 0) {
+    size_t a = 5, b = n;
+    while (a < b && (p[a] == ' ' || p[a] == '\t')) a++;
+    while (b > a && (p[b - 1] == '\r' || p[b - 1] == '\n' || p[b - 1] == ' ')) b--;
+    snprintf(info->etag, sizeof info->etag, "%.*s", (int)(b - a), p + a);
+  }
+  return n;
+}
+
+int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
+               long *status, char *err, size_t errlen) {
+  char url[4096], path[1024];
+  if (status) *status = 0;
+  if (!sig || !t || !key || !info) return SL_EINVAL;
+  memset(info, 0, sizeof *info);
+  info->size = -1;
+  int rc = sl_s3_object_path(t, key, path, sizeof path);
+  if (rc == 0)
+    rc = sl_sigv4_presign(sig, "HEAD", t->scheme, t->host, path, NULL, time(NULL), 300, NULL, 0,
+                          url, sizeof url);
+  if (rc) {
+    snprintf(err, errlen, "signing HEAD %s: %s", key, sl_strerror(rc));
+    return rc;
+  }
+  CURL *h = curl_easy_init();
+  if (!h) return SL_ENOMEM;
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_head_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, info);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+  CURLcode cc = curl_easy_perform(h);
+  long code = 0;
+  curl_off_t clen = -1;
+  char *ct = NULL;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  if (cc == CURLE_OK && code == 200) {
+    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &clen);
+    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+    info->size = clen >= 0 ? (int64_t)clen : -1;
+    snprintf(info->content_type, sizeof info->content_type, "%s", ct ? ct : "");
+  }
+  curl_easy_cleanup(h);
+  if (status) *status = code;
+  if (cc != CURLE_OK) {
+    snprintf(err, errlen, "HEAD %s: %s", key, curl_easy_strerror(cc));
+    return SL_EUNAVAIL;
+  }
+  if (code == 404) {
+    snprintf(err, errlen, "object %s not found in storage", key);
+    return SL_ENOTFOUND;
+  }
+  if (code != 200) {
+    snprintf(err, errlen, "HEAD %s: HTTP %ld", key, code);
+    return code >= 500 ? SL_EUNAVAIL : SL_ESTORAGE;
+  }
   return 0;
 }
 

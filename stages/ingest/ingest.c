@@ -12,9 +12,21 @@
  * stt.requests and a QUEUED status to results, both keyed "<sid>/<no>".
  * Materialize may lag presign by a moment, so an unknown submission is
  * retried until ingest.submission_wait_s after the event, then dead-lettered.
- * An event without a size (CompleteMultipartUpload on Versity Gateway says
- * 0) takes the question's declared size, which the upload paths enforce.
  * Anything unparseable is dead-lettered at once with the reason.
+ *
+ * An event is a claim, not proof (it may come through the webhook, or be
+ * forged by anyone who can write to the topic), so before anything is
+ * queued it is checked against what presign signed for the question:
+ *   - the bucket must be s3.bucket                        (else wrong_bucket)
+ *   - a size in the event must equal the declared size    (else size_mismatch)
+ *   - the object is HEADed (SigV4-signed, blocking: process() runs on the
+ *     worker pool, one signer per thread) and must exist  (else object_missing)
+ *     with the declared Content-Length                    (else size_mismatch)
+ *     and Content-Type (media type, case-insensitive)     (else type_mismatch);
+ *     storage unreachable or 5xx is a RETRY.
+ * ingest.verify_object = always HEADs every object; when_needed only when
+ * the event has no size (Versity Gateway sends 0 for CompleteMultipartUpload),
+ * trusting the event's size otherwise and not checking the type.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -23,29 +35,99 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_s3.h"
 #include "sluice/sl_tls.h"
 #include "s3event.h"
 
 typedef struct {
   double submission_wait_s;
+  char *verify_object;
 } ingest_conf;
 
 const sl_conf_entry sl__ingest_table[] = {
     {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
      "how long an upload may wait for its submission to appear before it is dead-lettered", 0},
+    {"ingest.verify_object", SL_CONF_STR, "always", offsetof(ingest_conf, verify_object),
+     "always: HEAD every uploaded object and compare its size and type with what was "
+     "declared; when_needed: only when the event carries no size", 0},
 };
 const size_t sl__ingest_table_len = sizeof sl__ingest_table / sizeof sl__ingest_table[0];
 
 typedef struct {
   sl_common_conf *cc;
   ingest_conf *ic;
-  sl_tls *redis; /* one sl_redis per worker thread */
+  sl_s3_conf *s3;
+  sl_s3_target target;
+  int head_always;  /* ingest.verify_object = always */
+  sl_tls *redis;    /* one sl_redis per worker thread */
+  sl_tls *signers;  /* one sl_sigv4 per worker thread */
 } ingest;
+
+static void *signer_create(void *arg, char *err, unsigned long errlen) {
+  ingest *in = arg;
+  sl_sigv4 *sig = NULL;
+  int rc = sl_sigv4_new(&sig, in->s3->access_key, in->s3->secret_key, in->s3->region, "s3");
+  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  return sig;
+}
+
+static void signer_destroy(void *v) { sl_sigv4_free(v); }
+
+/* The media type of a Content-Type (before ';', blanks trimmed) equals
+ * the declared one, ignoring case. */
+static int same_type(const char *stored, const char *declared) {
+  while (*stored == ' ') stored++;
+  size_t n = strcspn(stored, ";");
+  while (n > 0 && stored[n - 1] == ' ') n--;
+  return strlen(declared) == n && strncasecmp(stored, declared, n) == 0;
+}
+
+/* Checks the object behind rec against the declared size and type. Returns
+ * 1 when it may be queued (*etag may be set from the HEAD), 0 when res says
+ * why not. */
+static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, const char *ctype,
+                         sl_s3_head_info *head, sl_result *res) {
+  if (rec->size > 0 && rec->size != declared) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "size_mismatch",
+                  "event for %s says %lld bytes, the question declared %lld", rec->key,
+                  (long long)rec->size, (long long)declared);
+    return 0;
+  }
+  if (!in->head_always && rec->size > 0) return 1;
+  char err[512];
+  long status = 0;
+  sl_sigv4 *sig = sl_tls_get(in->signers, err, sizeof err);
+  int rc = sig ? sl_s3_head(sig, &in->target, rec->key, head, &status, err, sizeof err)
+               : SL_ESTORAGE;
+  if (rc == SL_ENOTFOUND) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "object_missing",
+                  "object %s does not exist in bucket %s (HEAD: 404)", rec->key, rec->bucket);
+    return 0;
+  }
+  if (rc) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
+    return 0;
+  }
+  if (head->size != declared) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "size_mismatch",
+                  "stored object %s has %lld bytes, the question declared %lld", rec->key,
+                  (long long)head->size, (long long)declared);
+    return 0;
+  }
+  if (!same_type(head->content_type, ctype)) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "type_mismatch",
+                  "stored object %s has Content-Type \"%.100s\", the question declared \"%.100s\"",
+                  rec->key, head->content_type, ctype);
+    return 0;
+  }
+  return 1;
+}
 
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
@@ -72,6 +154,13 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     if (!rec.created) {
       sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", rec.event_name, rec.raw_key);
       continue;
+    }
+    if (strcmp(rec.bucket, in->s3->bucket) != 0) {
+      if (rec.ours) snprintf(res->subject, sizeof res->subject, "%s/%u", rec.sid, rec.qno);
+      sl_result_set(res, SL_OUTCOME_FAIL, "wrong_bucket",
+                    "event for %.200s names bucket \"%.100s\", answers live in \"%.100s\"",
+                    rec.raw_key, rec.bucket, in->s3->bucket);
+      break;
     }
     if (!rec.ours) {
       sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
@@ -128,23 +217,22 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       json_decref(spec);
       break;
     }
+    json_int_t declared = json_integer_value(json_object_get(spec, "size"));
+    const char *ct = json_string_value(json_object_get(spec, "content_type"));
+    sl_s3_head_info head = {.size = -1};
+    if (!verify_object(in, &rec, declared, ct ? ct : "", &head, res)) {
+      json_decref(spec);
+      break;
+    }
     Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
     up.submission_id = (char *)sid;
     up.question_no = qno;
     up.bucket = (char *)bucket;
     up.object_key = (char *)key;
-    /* A CompleteMultipartUpload event may carry size 0 (Versity Gateway
-     * does). Every object under a question's key has exactly the declared
-     * size — the PUT URL signs content-length, and presign completes a
-     * multipart upload only when its parts add up to it — so the declared
-     * size stands in; stt fetches the object either way. */
-    json_int_t size = rec.size;
-    json_int_t declared = json_integer_value(json_object_get(spec, "size"));
-    int size_from_spec = size <= 0 && declared > 0;
-    if (size_from_spec) size = declared;
-    up.size = size > 0 ? (uint64_t)size : 0;
-    up.etag = (char *)(rec.etag ? rec.etag : "");
-    const char *ct = json_string_value(json_object_get(spec, "content_type"));
+    /* verified: the event's size, the stored object's (HEAD) or both equal
+     * the declared size (a CompleteMultipartUpload event may say 0) */
+    up.size = declared > 0 ? (uint64_t)declared : 0;
+    up.etag = (char *)(rec.etag ? rec.etag : head.etag);
     const char *prompt = json_string_value(json_object_get(spec, "prompt"));
     up.content_type = (char *)(ct ? ct : "");
     up.prompt = (char *)(prompt ? prompt : "");
@@ -166,7 +254,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       break;
     }
     sl_log(SL_LOG_INFO, rkey, "upload of %s complete (%llu bytes%s), queued for stt", key,
-           (unsigned long long)up.size, size_from_spec ? " as declared; the event said 0" : "");
+           (unsigned long long)up.size, head.size >= 0 ? ", checked in storage" : "");
   }
   json_decref(root);
 }
@@ -174,13 +262,24 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
 int sl__ingest_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   ingest_conf ic = {0};
-  sl_conf_bind own[] = {{sl__ingest_table, sl__ingest_table_len, &ic}};
+  sl_s3_conf s3 = {0};
+  sl_conf_bind own[] = {{sl__ingest_table, sl__ingest_table_len, &ic},
+                        {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "ingest", "Turns storage upload events into "
-                           "transcription requests.", &cc, own, 1, "127.0.0.1:9181", &admin);
+                           "transcription requests.", &cc, own, 2, "127.0.0.1:9181", &admin);
   if (rc) return rc;
-  ingest in = {&cc, &ic, NULL};
-  rc = sl_redis_tls_new(&in.redis, cc.redis_url);
+  ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
+  in.head_always = strcmp(ic.verify_object, "always") == 0;
+  if (!in.head_always && strcmp(ic.verify_object, "when_needed") != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "ingest.verify_object must be always or when_needed, not \"%s\"",
+           ic.verify_object);
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0 && (rc = sl_s3_target_init(&in.target, &s3)) != 0)
+    sl_log(SL_LOG_ERROR, NULL, "s3 settings: %s", sl_strerror(rc));
+  if (rc == 0) rc = sl_tls_new(&in.signers, signer_create, signer_destroy, &in);
+  if (rc == 0) rc = sl_redis_tls_new(&in.redis, cc.redis_url);
   if (rc == 0) {
     const char *topics[] = {cc.topic_storage_events};
     sl_stage_opts o = {.stage = "ingest", .common = &cc, .topics = topics, .ntopics = 1,
@@ -188,6 +287,7 @@ int sl__ingest_main(int argc, char **argv) {
     rc = sl_stage_run(&o, &sl__stop);
   }
   sl_tls_free(in.redis);
-  sl__stage_finish(&cc, own, 1, admin);
+  sl_tls_free(in.signers);
+  sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

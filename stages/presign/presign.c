@@ -58,6 +58,7 @@
 #include "sluice/sl_static.h"
 #include "multipart.h"
 #include "../auth/auth.h"
+#include "webhook.h"
 
 #define MAX_TYPES 16
 
@@ -71,6 +72,7 @@ typedef struct {
   int64_t kafka_timeout_ms;
   char *cors_origins;
   int64_t request_timeout_ms;
+  int64_t max_connections;
   char *static_dir;
   int64_t rate_per_user;
   int64_t rate_per_address;
@@ -97,6 +99,8 @@ const sl_conf_entry sl__presign_table[] = {
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
     {"presign.request_timeout_ms", SL_CONF_INT, "10000", P(request_timeout_ms),
      "a request must arrive whole within this time (slow clients get 408 and are closed)", 0},
+    {"presign.max_connections", SL_CONF_INT, "1024", P(max_connections),
+     "open connections at once; more get 503 and are closed", 0},
     {"presign.static_dir", SL_CONF_STR, "", P(static_dir),
      "directory of the browser client served at / (read at start-up; empty: none)", 0},
     {"presign.rate_per_user", SL_CONF_INT, "30", P(rate_per_user),
@@ -132,6 +136,7 @@ typedef struct {
   sl_static *web;    /* presign.static_dir, or NULL */
   sl__auth *auth;
   sl_metric *m_unauth, *m_limited;
+  sl__webhook *hook; /* POST /v1/storage-events (webhook.c), or NULL when off */
 } presign;
 
 /* A create on its way through authentication and the rate limits. */
@@ -769,6 +774,7 @@ static void handle(sl_http_req *req, void *ud) {
     return;
   }
   if (sl__mpu_handle(ps->mpu, req)) return;
+  if (sl__webhook_handle(ps->hook, req)) return;
   if (sl_static_serve(ps->web, req)) return;
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
@@ -784,6 +790,8 @@ static void shutdown_loop(presign *ps) {
   ps->redis = NULL;
   sl__mpu_free(ps->mpu); /* multipart requests in flight finish first */
   ps->mpu = NULL;
+  sl__webhook_free(ps->hook); /* events in flight are flushed and answered */
+  ps->hook = NULL;
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
 }
@@ -798,13 +806,15 @@ int sl__presign_main(int argc, char **argv) {
   presign_conf pc = {0};
   sl_s3_conf s3 = {0};
   sl__auth_conf ac = {0};
+  sl__webhook_conf wc = {0};
   sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
-                        {sl__auth_table, sl__auth_table_len, &ac}};
+                        {sl__auth_table, sl__auth_table_len, &ac},
+                        {sl__webhook_table, sl__webhook_table_len, &wc}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.",
-                           &cc, own, 3, "127.0.0.1:9180", &admin);
+                           &cc, own, 4, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   P_ = &ps;
@@ -859,11 +869,15 @@ int sl__presign_main(int argc, char **argv) {
                      (unsigned)s3.url_expiry_s);
     if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
   }
+  if (rc == 0)
+    rc = sl__webhook_new(&ps.hook, &loop, &wc, &cc, pc.kafka_timeout_ms, err, sizeof err);
   if (rc == 0) {
     sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
                                                         pc.request_timeout_ms < 3600000
                                                     ? (unsigned)pc.request_timeout_ms
-                                                    : 10000};
+                                                    : 10000,
+                          .max_connections =
+                              pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
     if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",
@@ -887,6 +901,7 @@ int sl__presign_main(int argc, char **argv) {
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
     sl__mpu_free(ps.mpu);
+    sl__webhook_free(ps.hook);
     uv_run(&loop, UV_RUN_DEFAULT);
   }
   if (ps.producer) {
@@ -898,6 +913,6 @@ int sl__presign_main(int argc, char **argv) {
   sl_static_free(ps.web);
   free(ps.types_buf);
   sl__auth_free(ps.auth);
-  sl__stage_finish(&cc, own, 3, admin);
+  sl__stage_finish(&cc, own, 4, admin);
   return rc || ps.fatal ? 1 : 0;
 }

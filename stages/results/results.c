@@ -36,12 +36,15 @@
 
 typedef struct {
   char *listen;
+  int64_t max_connections;
   char *cors_origins;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
     {"results.listen", SL_CONF_STR, "127.0.0.1:8081", offsetof(results_conf, listen),
      "API listen address", 0},
+    {"results.max_connections", SL_CONF_INT, "1024", offsetof(results_conf, max_connections),
+     "open connections at once; more get 503 and are closed", 0},
     {"results.cors_origins", SL_CONF_STR, "", offsetof(results_conf, cors_origins),
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
 };
@@ -276,7 +279,9 @@ int sl__results_main(int argc, char **argv) {
   char aerr[256] = "";
   rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
   if (rc == 0) rc = sl_redis_new(&R.redis, cc.redis_url);
-  if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, NULL, handle, &R);
+  sl_http_limits lim = {
+      .max_connections = rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
+  if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)
     rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
                                  "Authorization, If-None-Match", "ETag, Retry-After, WWW-Authenticate");

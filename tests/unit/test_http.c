@@ -867,6 +867,65 @@ static void test_new_errors(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* max_connections: N open connections are served; connection N+1 gets a
+ * 503 JSON and is closed (whether or not it sent its request first), the N
+ * keep working, and once one closes a new connection is served again. */
+static void test_max_connections(void **state) {
+  fixture *f = *state;
+  enum { N = 3 };
+  sl_http_limits lim = {.max_connections = N};
+  start_server(f, &lim);
+  client *c[N];
+  response r;
+  for (int i = 0; i < N; i++) { /* answered: the server has counted them */
+    c[i] = connect_client(f);
+    send_str(c[i], "GET /held HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_int_equal(read_response(c[i], &r), 0);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+  }
+  /* N+1: request sent before the refusal arrives */
+  client *x = connect_client(f);
+  send_str(x, "GET /extra HTTP/1.1\r\nHost: h\r\n\r\n");
+  assert_int_equal(read_response(x, &r), 0);
+  assert_int_equal(r.status, 503);
+  assert_non_null(strstr(r.body, "\"too_many_connections\""));
+  assert_string_equal(header(&r, "Content-Type"), "application/json");
+  assert_string_equal(header(&r, "Connection"), "close");
+  assert_string_equal(header(&r, "Retry-After"), "1");
+  response_free(&r);
+  assert_true(wait_closed(x, 3000) >= 0);
+  client_close(x);
+  /* N+1 again, silent: refused all the same */
+  x = connect_client(f);
+  assert_int_equal(read_response(x, &r), 0);
+  assert_int_equal(r.status, 503);
+  response_free(&r);
+  client_close(x);
+  /* the refused connections did not disturb the N */
+  for (int i = 0; i < N; i++) {
+    send_str(c[i], "GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_int_equal(read_response(c[i], &r), 0);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+  }
+  /* one leaves: a place frees up (once the server has seen the close) */
+  client_close(c[0]);
+  int status = 0;
+  for (int tries = 0; tries < 200 && status != 200; tries++) {
+    x = connect_client(f);
+    send_str(x, "GET /later-one HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_int_equal(read_response(x, &r), 0);
+    status = r.status;
+    assert_true(status == 200 || status == 503);
+    response_free(&r);
+    client_close(x);
+  }
+  assert_int_equal(status, 200);
+  for (int i = 1; i < N; i++) client_close(c[i]);
+  stop_server(f);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -882,6 +941,7 @@ int main(void) {
       T(test_request_timeout),
       T(test_free_closes_connections),
       T(test_new_errors),
+      T(test_max_connections),
   };
 #undef T
   sl_log_init("test_http", "error");

@@ -6,8 +6,9 @@
  * complete the connection stops reading (pipelined bytes stay buffered) until
  * the handler responds, so a handler may respond later (e.g. after a Kafka
  * delivery report) without any queueing. Keep-alive, bounded header and body
- * sizes, a per-request deadline (slow clients trickling headers are cut off)
- * and an idle timeout between requests.
+ * sizes, a per-request deadline (slow clients trickling headers are cut off),
+ * an idle timeout between requests and a cap on open connections (each
+ * holds buffers, so without one a flood of idle sockets is a memory attack).
  *
  * @locality everything runs on the loop thread given to sl_http_server_new();
  * sl_http_respond() must be called on that thread too.
@@ -30,6 +31,8 @@ typedef struct {
   size_t max_header;           /* URL + all header bytes; -> 431. default 16 KiB */
   unsigned request_timeout_ms; /* whole request must arrive within. default 10 s */
   unsigned idle_timeout_ms;    /* keep-alive idle. default 60 s */
+  size_t max_connections;      /* open at once; beyond it a new connection gets
+                                  503 JSON and is closed. default 1024 */
 } sl_http_limits;
 
 /* listen: "host:port" (IPv4). limits may be NULL for defaults.

@@ -1,7 +1,7 @@
 /*
  * sl_s3.h — the object-storage settings shared by presign and stt, and the
- * few server-side calls Sluice makes: GET an answer (blocking, for worker
- * threads), and the multipart-upload calls presign makes on behalf of
+ * few server-side calls Sluice makes: GET or HEAD an answer (blocking, for
+ * worker threads), and the multipart-upload calls presign makes on behalf of
  * browser clients (CreateMultipartUpload, ListParts, CompleteMultipartUpload,
  * AbortMultipartUpload: asynchronous, on a libuv loop through sl_httpc, so
  * the HTTP server's loop never blocks on storage). Requests are signed with
@@ -65,6 +65,21 @@ int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
  * statuses (*status set) or SL_EUNAVAIL for connection errors. */
 int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
               void **data, size_t *len, long *status, char *err, size_t errlen);
+
+/* What a HEAD of an object says. */
+typedef struct {
+  int64_t size;           /* Content-Length, -1 when storage sent none */
+  char content_type[128]; /* Content-Type as stored, "" when none */
+  char etag[80];          /* ETag, quotes included, "" when none */
+} sl_s3_head_info;
+
+/* HEADs an object (blocking, for worker threads; a presigned HEAD URL, so
+ * the same signer as sl_s3_get). Returns 0 with *info filled; SL_ENOTFOUND
+ * (404); SL_EUNAVAIL for connection errors, timeouts and 5xx; SL_ESTORAGE
+ * for any other status (*status set when not NULL). Not thread-safe for the
+ * same sig. */
+int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
+               long *status, char *err, size_t errlen);
 
 /* ---- multipart uploads (asynchronous) ------------------------------- */
 

@@ -1,0 +1,79 @@
+/*
+ * webhook.h — POST /v1/storage-events, the storage-event webhook of `sluice
+ * presign` (internal to the presign stage; see webhook.c and the "Storage
+ * events" section of docs/security.md).
+ */
+#ifndef SLUICE_PRESIGN_WEBHOOK_H
+#define SLUICE_PRESIGN_WEBHOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "sluice/sl_conf.h"
+#include "sluice/sl_http.h"
+#include "sluice/sl_stage.h"
+
+typedef struct {
+  char *secret;          /* "" = webhook off (404) */
+  char *secret_previous; /* also accepted while rotating, or "" */
+  int64_t tolerance_s;
+  int64_t replay_window_s;
+  int64_t max_body;
+} sl__webhook_conf;
+
+extern const sl_conf_entry sl__webhook_table[];
+extern const size_t sl__webhook_table_len;
+
+typedef struct sl__webhook sl__webhook;
+
+/* Creates the endpoint's state when c->secret is set: its own idempotent
+ * producer (to cc->topic_storage_events, delivery reports on loop) and
+ * Redis connection (the replay cache). With no secret *out is NULL and
+ * returns 0: the route then answers 404. c and cc are borrowed. */
+int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *c,
+                    const sl_common_conf *cc, int64_t kafka_timeout_ms, char *err,
+                    size_t errlen);
+
+/* Serves req when its path is /v1/storage-events: returns 1 (answered now
+ * or later), else 0 (not ours). w may be NULL (webhook off). */
+int sl__webhook_handle(sl__webhook *w, sl_http_req *req);
+
+/* Stops: requests waiting on Redis get 503, produces in flight are flushed
+ * (waiting at most the Kafka timeout) and answered. Blocks for that flush.
+ * NULL-safe. Run the loop afterwards until it has no more work. */
+void sl__webhook_free(sl__webhook *w);
+
+/* ---- pure parts (unit-tested) ---- */
+
+/* Checks an X-Sluice-Signature header "t=<unix s>,v1=<hex>[,v1=<hex>…]"
+ * against HMAC-SHA256(secret, "<t>.<body>") for each of the nsecrets
+ * secrets (non-empty ones; constant-time comparison). Returns 0 and *t;
+ * SL_EPARSE (malformed header), SL_EINVAL (no signature matches),
+ * SL_ETIMEDOUT (signature good but t is more than tolerance_s away from
+ * now), SL_ECRYPTO (OpenSSL failed). */
+int sl__webhook_check_signature(const char *header, const void *body, size_t len,
+                                const char *const *secrets, size_t nsecrets, int64_t now,
+                                int64_t tolerance_s, int64_t *t);
+
+/* Hex HMAC-SHA256(secret, "<t>.<body>") into out (what a sender puts in v1). */
+int sl__webhook_sign(const char *secret, int64_t t, const void *body, size_t len,
+                     char out[65]);
+
+/* Checks "Bearer <secret>" against each non-empty secret (constant time).
+ * 0 or SL_EINVAL. */
+int sl__webhook_check_bearer(const char *authorization, const char *const *secrets,
+                             size_t nsecrets);
+
+/* Validates an event body with the parser ingest uses and brings it into the
+ * AWS Records format. AWS bodies ({"Records":…}) pass as they are (*out
+ * NULL: produce the body itself); Cloudflare R2 event notifications (one
+ * object, or an array of them from a batch) are rewritten (*out malloc'd,
+ * *outlen). *nrec is the number of records (0 for s3:TestEvent), label
+ * "<bucket>/<key>" of the first record (for logs). 0, or SL_EPARSE with
+ * why set, SL_ETOOBIG (more than max_records records), SL_ENOMEM. */
+int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char **out,
+                          size_t *outlen, size_t *nrec, char *label, size_t keylen,
+                          char *why, size_t whylen);
+
+#endif
