@@ -10,8 +10,8 @@
 #    the multipart endpoints, not by PUTting to A's object key with B's URL;
 #    A's view is unchanged afterwards;
 #  - per-user and per-address rate limits answer 429 with Retry-After;
-#  - a full flow (upload -> done) with every secret configured leaves none
-#    of them in any stage log (debug level).
+#  - a full flow (upload -> done, plus the webhook) with every secret
+#    configured leaves none of them in any stage log (debug level).
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
@@ -26,6 +26,8 @@ export SLUICE_AUTH_JWT_RS256_PUBLIC_KEY_FILE=$work/rsa.pub
 export SLUICE_AUTH_JWT_ISSUER=https://login.example
 export SLUICE_AUTH_JWT_AUDIENCE=sluice
 export SLUICE_LOG_LEVEL=debug
+WEBHOOK_SECRET=$(openssl rand -hex 24)
+export SLUICE_WEBHOOK_SECRET=$WEBHOOK_SECRET
 b64url() { basenc --base64url -w0 | tr -d '='; }
 # jwt ALG CLAIMS-JSON [KEY-MODE] : KEY-MODE hs (default for HS256), rs, none,
 # wrong (another secret), pubkey (the RS256 public key file as HMAC secret)
@@ -167,6 +169,19 @@ check "alice uploads her answer ($code)" test "$code" = 200
 wait_for 120 sh -c "curl -fsS -H 'Authorization: Bearer $TA' '$RESULTS_URL/v1/submissions/$SA' | jq -e '.questions[] | select(.no == 1) | .state == \"done\"' >/dev/null" ||
   fail "alice's answer was not graded"
 
+# the same upload's event once more through the webhook, with its shared secret
+ev=$(jq -cn --arg k "$akey" --arg b "$SLUICE_S3_BUCKET" --argjson s "$size" \
+  '{Records:[{eventName:"s3:ObjectCreated:Put",s3:{bucket:{name:$b},object:{key:$k,size:$s}}}]}')
+hook() { curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  -H "Authorization: Bearer $1" --data "$ev" "$PRESIGN_URL/v1/storage-events"; }
+check "the webhook refuses a wrong secret" test "$(hook "not-$WEBHOOK_SECRET")" = 401
+check "the webhook takes the event with its secret" test "$(hook "$WEBHOOK_SECRET")" = 202
+check "  ... and refuses the replay" test "$(hook "$WEBHOOK_SECRET")" = 409
+before=$(curl -fsS -H "Authorization: Bearer $TA" "$RESULTS_URL/v1/submissions/$SA" | jq -c '.questions[] | select(.no == 1)')
+sleep 5
+after=$(curl -fsS -H "Authorization: Bearer $TA" "$RESULTS_URL/v1/submissions/$SA" | jq -c '.questions[] | select(.no == 1)')
+check "the repeated event changed nothing in alice's result" test "$before" = "$after"
+
 # ---- rate limits ---------------------------------------------------------------
 "$ROOT/tools/stages" down >/dev/null
 export SLUICE_PRESIGN_RATE_PER_USER=3 SLUICE_PRESIGN_RATE_PER_ADDRESS=5
@@ -198,7 +213,7 @@ check "rate-limited creates are counted" \
 # ---- secrets in logs -------------------------------------------------------------
 "$ROOT/tools/stages" down >/dev/null
 secrets=("$SLUICE_API_KEY" "$KEY_A" "$KEY_B" "$KEY_C" "$KEY_D" "$KEY_E" "$KEY_REVOKED" "$HS_SECRET"
-         "$JWT_A_HS" "$JWT_A_RS" "$JWT_B" "$TA" "$TB" "$SLUICE_S3_SECRET_KEY")
+         "$JWT_A_HS" "$JWT_A_RS" "$JWT_B" "$TA" "$TB" "$SLUICE_S3_SECRET_KEY" "$WEBHOOK_SECRET")
 logs=("$STAGES_DIR"/*.log)
 check "the stages wrote logs (${#logs[@]} files, debug level)" test "${#logs[@]}" -ge 6
 leaks=0
