@@ -74,6 +74,7 @@ struct conn {
   int keep_alive;
   int closing;
   int error_status;   /* limit hit while parsing */
+  const char *error_msg; /* why, when not the parser's own error or a limit */
   int nclose;         /* handles still to close */
   wreq *held;         /* detached: a response "being written" */
 };
@@ -134,7 +135,14 @@ static void arm_timer(conn *c, unsigned ms) {
 /* ---------- parser callbacks ---------- */
 
 static int arena_put(conn *c, const char *at, size_t len, int new_item) {
-  /* new_item: terminate the previous item and start a new one */
+  /* new_item: terminate the previous item and start a new one. A NUL byte
+   * (http-parser lets it through in header values) would split an item in
+   * the arena and shift every name/value pair after it: refused. */
+  if (len && memchr(at, '\0', len)) {
+    c->error_status = 400;
+    c->error_msg = "NUL byte in the request line or a header";
+    return -1;
+  }
   size_t need = len + (new_item ? 1 : 0);
   if (c->arena_len + need + 1 > c->srv->lim.max_header) {
     c->error_status = 431;
@@ -196,7 +204,7 @@ static int on_headers_complete(http_parser *p) {
   while (s < end) {
     char *name = s;
     s += strlen(s) + 1;
-    if (s > end) break;
+    if (s >= end) break; /* cannot happen (names and values alternate); never read past end */
     char *val = s;
     s += strlen(s) + 1;
     if (r->nh >= MAX_HEADERS) {
@@ -281,6 +289,7 @@ static void fail_parse(conn *c) {
   const char *msg = st == 413   ? "request body exceeds the limit"
                     : st == 431 ? "request headers exceed the limit"
                     : st == 408 ? "the request did not arrive in time"
+                    : c->error_msg ? c->error_msg
                                 : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
   c->keep_alive = 0;
   c->busy = 1;

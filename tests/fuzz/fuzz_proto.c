@@ -10,6 +10,12 @@
  * Oracle (abort() on violation): a message that unpacks passes
  * protobuf_c_message_check, packs to exactly get_packed_size bytes, those
  * bytes unpack again, and packing that gives the same bytes.
+ *
+ * One exception, a quirk of protobuf-c 1.4.1 (Debian 12) and not Sluice's:
+ * an unknown field with the invalid field number 0 is accepted when its tag
+ * is a padded varint (0x82 0x00) but refused in the one-byte form (0x02)
+ * that packing writes, so such a message does not unpack again. Its
+ * round trip is not checked (found by this target; see docs/security.md).
  */
 #include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
@@ -27,6 +33,28 @@
       abort();                                                                             \
     }                                                                                      \
   } while (0)
+
+/* Does m or a message inside it keep an unknown field numbered 0? */
+static int has_field0(const ProtobufCMessage *m) {
+  if (!m) return 0;
+  for (unsigned i = 0; i < m->n_unknown_fields; i++)
+    if (m->unknown_fields[i].tag == 0) return 1;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    const char *at = (const char *)m + f->offset;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+      ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)at;
+      for (size_t k = 0; k < n; k++)
+        if (has_field0(v[k])) return 1;
+    } else if (has_field0(*(const ProtobufCMessage *const *)at)) {
+      return 1;
+    }
+  }
+  return 0;
+}
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len) {
   size_t n = protobuf_c_message_get_packed_size(m);
@@ -47,6 +75,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n1, n2;
   uint8_t *b1 = pack(m, &n1);
   ProtobufCMessage *m2 = protobuf_c_message_unpack(d, NULL, n1, b1);
+  if (!m2 && has_field0(m)) { /* the protobuf-c quirk above */
+    free(b1);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return 0;
+  }
   CHECK(m2 != NULL);
   uint8_t *b2 = pack(m2, &n2);
   CHECK(n1 == n2 && memcmp(b1, b2, n1) == 0);
