@@ -85,8 +85,11 @@ static void route(sl_http_req *req, void *ud) {
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 
+static int verbose; /* FUZZ_HTTP_VERBOSE=1: print every response (seeing what a seed reaches) */
+
 static void check_response(const char *d, size_t n, void *ud) {
   (void)ud;
+  if (verbose) fprintf(stderr, "%.*s\n----\n", (int)n, d);
   CHECK(n > 12 && memcmp(d, "HTTP/1.1 ", 9) == 0);
   int status = 0;
   for (int i = 9; i < 12; i++) {
@@ -124,6 +127,7 @@ static void check_response(const char *d, size_t n, void *ud) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   sl_log_init("fuzz", "error");
+  verbose = getenv("FUZZ_HTTP_VERBOSE") != NULL;
   if (uv_loop_init(&loop) != 0) abort();
   sl_http_limits lim = {MAX_BODY, MAX_HEADER, 10000, 60000};
   if (sl__http_server_new_detached(&srv, &loop, &lim, route, NULL) != 0) abort();
