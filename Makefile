@@ -3,13 +3,15 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | fuzz | fuzz-merge | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll
+.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll fuzz fuzz-merge
 
 all: build
 
@@ -63,6 +65,19 @@ bench-api: build
 bench-poll: build
 	BUILD=$(BUILD) bench/poll/run
 
+# libFuzzer targets of tests/fuzz (clang, ASan+UBSan) in build-fuzz: each runs
+# FUZZ_SECONDS (per target: FUZZ_SECONDS_http=...) on a copy of its committed
+# corpus; crashes land in build-fuzz/crashes/<target>/ and fail the run.
+# `make unit` replays the corpora and tests/fuzz/regressions without clang.
+fuzz:
+	CC=clang cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_FUZZ=ON
+	cmake --build $(FUZZ_BUILD)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run $(FUZZ_BUILD)
+
+# Minimises what `make fuzz` found into tests/fuzz/corpus (review, then commit).
+fuzz-merge:
+	tests/fuzz/run --merge $(FUZZ_BUILD)
+
 stack-up:
 	tools/devstack up
 
@@ -71,4 +86,4 @@ stack-down:
 	tools/devstack down
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)

@@ -8,9 +8,15 @@
  * the input waits until the handler has answered. Errors found by the parser
  * (bad syntax, limits) are answered with a JSON error and the connection is
  * closed.
+ *
+ * A detached server (sl_http_internal.h, for the fuzz target) has no
+ * listening socket: sl__http_feed() pushes bytes through the same read path
+ * (on_alloc/on_read) and takes responses from sl_http_respond() instead of
+ * uv_write; everything else is shared.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_http.h"
+#include "sl_http_internal.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 
@@ -23,6 +29,7 @@
 #define MAX_HEADERS 48
 
 typedef struct conn conn;
+typedef struct wreq wreq;
 
 struct sl_http_req {
   conn *c;
@@ -44,6 +51,9 @@ struct sl_http_server {
   int closing;
   char cors_origins[512]; /* "" = CORS off */
   char cors_methods[128], cors_headers[256], cors_expose[128];
+  int detached;          /* no socket: sl__http_feed() (sl_http_internal.h) */
+  sl__http_sink_fn sink; /* detached: where responses go */
+  void *sink_ud;
 };
 
 struct conn {
@@ -65,9 +75,11 @@ struct conn {
   int keep_alive;
   int closing;
   int error_status;   /* limit hit while parsing */
+  const char *error_msg; /* why, when not the parser's own error or a limit */
   int nclose;         /* handles still to close */
   int counted;        /* one of srv->nconns */
   uv_shutdown_t shut; /* lingering close of a refused connection */
+  wreq *held;         /* detached: a response "being written" */
 };
 
 static http_parser_settings settings;
@@ -128,7 +140,14 @@ static void arm_timer(conn *c, unsigned ms) {
 /* ---------- parser callbacks ---------- */
 
 static int arena_put(conn *c, const char *at, size_t len, int new_item) {
-  /* new_item: terminate the previous item and start a new one */
+  /* new_item: terminate the previous item and start a new one. A NUL byte
+   * (http-parser lets it through in header values) would split an item in
+   * the arena and shift every name/value pair after it: refused. */
+  if (len && memchr(at, '\0', len)) {
+    c->error_status = 400;
+    c->error_msg = "NUL byte in the request line or a header";
+    return -1;
+  }
   size_t need = len + (new_item ? 1 : 0);
   if (c->arena_len + need + 1 > c->srv->lim.max_header) {
     c->error_status = 431;
@@ -146,6 +165,7 @@ static int on_message_begin(http_parser *p) {
   c->in_request = 1;
   c->arena_len = 0;
   c->body_len = 0;
+  if (c->body) c->body[0] = '\0'; /* not the previous request's body */
   c->last_was_value = 1;
   memset(&c->req, 0, sizeof c->req);
   c->req.c = c;
@@ -189,7 +209,7 @@ static int on_headers_complete(http_parser *p) {
   while (s < end) {
     char *name = s;
     s += strlen(s) + 1;
-    if (s > end) break;
+    if (s >= end) break; /* cannot happen (names and values alternate); never read past end */
     char *val = s;
     s += strlen(s) + 1;
     if (r->nh >= MAX_HEADERS) {
@@ -276,6 +296,7 @@ static void fail_parse(conn *c) {
                     : st == 431 ? "request headers exceed the limit"
                     : st == 408 ? "the request did not arrive in time"
                     : st == 503 ? "the server has too many open connections; retry"
+                    : c->error_msg ? c->error_msg
                                 : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
   c->keep_alive = 0;
   c->busy = 1;
@@ -353,12 +374,12 @@ static void linger_close(conn *c) {
     conn_close(c);
 }
 
-typedef struct {
+struct wreq {
   uv_write_t w;
   conn *c;
   int close_after;
   char data[];
-} wreq;
+};
 
 static void on_written(uv_write_t *w, int status) {
   wreq *r = (wreq *)w;
@@ -374,7 +395,7 @@ static void on_written(uv_write_t *w, int status) {
   }
   http_parser_pause(&c->parser, 0);
   arm_timer(c, c->srv->lim.idle_timeout_ms);
-  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+  if (!c->srv->detached && uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
     conn_close(c);
     return;
   }
@@ -510,6 +531,11 @@ int sl_http_respond(sl_http_req *req, int status, const char *ctype,
   w->c = c;
   w->close_after = !keep;
   uv_buf_t b = uv_buf_init(w->data, (unsigned)(p - w->data));
+  if (c->srv->detached) { /* sl__http_feed completes it, as uv_write would later */
+    if (c->srv->sink) c->srv->sink(b.base, b.len, c->srv->sink_ud);
+    c->held = w;
+    return 0;
+  }
   if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
     free(w);
     conn_close(c);
@@ -531,14 +557,13 @@ int sl_http_respond_error(sl_http_req *req, int status, const char *code,
 
 /* ---------- accepting ---------- */
 
-static void on_connection(uv_stream_t *ls, int status) {
-  sl_http_server *srv = ls->data;
-  if (status < 0) return;
+/* A new connection on srv's list, its handles initialised (not connected). */
+static conn *conn_new(sl_http_server *srv) {
   conn *c = calloc(1, sizeof *c);
   if (c) c->arena = malloc(srv->lim.max_header + 1);
   if (!c || !c->arena) {
     if (c) free(c);
-    return;
+    return NULL;
   }
   c->srv = srv;
   uv_tcp_init(srv->loop, &c->tcp);
@@ -549,6 +574,14 @@ static void on_connection(uv_stream_t *ls, int status) {
   c->next = srv->conns;
   if (srv->conns) srv->conns->prev = c;
   srv->conns = c;
+  return c;
+}
+
+static void on_connection(uv_stream_t *ls, int status) {
+  sl_http_server *srv = ls->data;
+  if (status < 0) return;
+  conn *c = conn_new(srv);
+  if (!c) return;
   if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
     conn_close(c);
@@ -569,9 +602,7 @@ static void on_connection(uv_stream_t *ls, int status) {
 
 static void on_srv_closed(uv_handle_t *h) { free(h->data); }
 
-int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen,
-                       const sl_http_limits *lim, sl_http_handler_fn fn, void *ud) {
-  if (!out || !loop || !listen || !fn) return SL_EINVAL;
+static void init_settings(void) {
   settings.on_message_begin = on_message_begin;
   settings.on_url = on_url;
   settings.on_header_field = on_header_field;
@@ -579,6 +610,20 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
   settings.on_headers_complete = on_headers_complete;
   settings.on_body = on_body;
   settings.on_message_complete = on_message_complete;
+}
+
+static void set_limits(sl_http_server *srv, const sl_http_limits *lim) {
+  srv->lim.max_body = lim && lim->max_body ? lim->max_body : 1 << 20;
+  srv->lim.max_header = lim && lim->max_header ? lim->max_header : 16384;
+  srv->lim.request_timeout_ms = lim && lim->request_timeout_ms ? lim->request_timeout_ms : 10000;
+  srv->lim.idle_timeout_ms = lim && lim->idle_timeout_ms ? lim->idle_timeout_ms : 60000;
+  srv->lim.max_connections = lim && lim->max_connections ? lim->max_connections : 1024;
+}
+
+int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen,
+                       const sl_http_limits *lim, sl_http_handler_fn fn, void *ud) {
+  if (!out || !loop || !listen || !fn) return SL_EINVAL;
+  init_settings();
 
   char host[256];
   const char *colon = strrchr(listen, ':');
@@ -596,11 +641,7 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
   srv->loop = loop;
   srv->fn = fn;
   srv->ud = ud;
-  srv->lim.max_body = lim && lim->max_body ? lim->max_body : 1 << 20;
-  srv->lim.max_header = lim && lim->max_header ? lim->max_header : 16384;
-  srv->lim.request_timeout_ms = lim && lim->request_timeout_ms ? lim->request_timeout_ms : 10000;
-  srv->lim.idle_timeout_ms = lim && lim->idle_timeout_ms ? lim->idle_timeout_ms : 60000;
-  srv->lim.max_connections = lim && lim->max_connections ? lim->max_connections : 1024;
+  set_limits(srv, lim);
   uv_tcp_init(loop, &srv->tcp);
   srv->tcp.data = srv;
   int rc = uv_tcp_bind(&srv->tcp, (const struct sockaddr *)&addr, 0);
@@ -620,6 +661,67 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
 }
 
 int sl_http_server_port(const sl_http_server *srv) { return srv ? srv->port : -1; }
+
+/* ---------- detached servers (sl_http_internal.h) ---------- */
+
+int sl__http_server_new_detached(sl_http_server **out, uv_loop_t *loop,
+                                 const sl_http_limits *lim, sl_http_handler_fn fn, void *ud) {
+  if (!out || !loop || !fn) return SL_EINVAL;
+  init_settings();
+  sl_http_server *srv = calloc(1, sizeof *srv);
+  if (!srv) return SL_ENOMEM;
+  srv->loop = loop;
+  srv->fn = fn;
+  srv->ud = ud;
+  srv->detached = 1;
+  set_limits(srv, lim);
+  uv_tcp_init(loop, &srv->tcp); /* never bound: sl_http_server_free closes it */
+  srv->tcp.data = srv;
+  *out = srv;
+  return 0;
+}
+
+/* Completes the response "being written", as uv_write's callback would;
+ * that may dispatch the next pipelined request, whose answer is then held. */
+static void complete_held(conn *c) {
+  while (c->held) {
+    wreq *w = c->held;
+    c->held = NULL;
+    on_written(&w->w, 0);
+  }
+}
+
+int sl__http_feed(sl_http_server *srv, const void *data, size_t len, size_t chunk, int timeout,
+                  sl__http_sink_fn sink, void *sink_ud) {
+  if (!srv || !srv->detached) return SL_EINVAL;
+  conn *c = conn_new(srv);
+  if (!c) return SL_ENOMEM;
+  srv->sink = sink;
+  srv->sink_ud = sink_ud;
+  arm_timer(c, srv->lim.idle_timeout_ms);
+  const char *p = data;
+  /* reading stops while the handler holds a request and after an error */
+  while (len && !c->closing && !c->busy) {
+    uv_buf_t buf;
+    on_alloc((uv_handle_t *)&c->tcp, 65536, &buf);
+    if (!buf.base) break;
+    size_t n = buf.len < len ? buf.len : len;
+    if (chunk && n > chunk) n = chunk;
+    memcpy(buf.base, p, n);
+    p += n;
+    len -= n;
+    on_read((uv_stream_t *)&c->tcp, (ssize_t)n, &buf);
+    complete_held(c);
+  }
+  if (timeout && !c->closing) {
+    on_timeout(&c->timer);
+    complete_held(c);
+  }
+  if (!c->closing) on_read((uv_stream_t *)&c->tcp, UV_EOF, NULL);
+  srv->sink = NULL;
+  srv->sink_ud = NULL;
+  return 0;
+}
 
 void sl_http_server_free(sl_http_server *srv) {
   if (!srv) return;

@@ -690,6 +690,30 @@ static void test_malformed(void **state) {
   assert_int_equal(atomic_load(&f->nreq), 1);
 }
 
+/* A NUL byte starting a header value (http-parser passes it on) is a 400, and
+ * a request after it on a new connection is parsed normally (fuzz_http
+ * found it overrunning the header arena). */
+static void test_nul_in_header(void **state) {
+  fixture *f = *state;
+  start_server(f, NULL);
+  static const char req[] = "GET /x HTTP/1.1\r\nHost: h\r\nX-Test:\0b\r\nA: b\r\n\r\n";
+  client *c = connect_client(f);
+  send_all(c, req, sizeof req - 1);
+  response r;
+  if (read_response(c, &r) != 0) fail_msg("no response");
+  assert_json_error(&r, 400, "bad_request");
+  assert_non_null(strstr(r.body, "NUL byte"));
+  response_free(&r);
+  if (wait_closed(c, 2000) < 0) fail_msg("connection left open");
+  client_close(c);
+  c = connect_client(f);
+  send_str(c, "GET /fine HTTP/1.1\r\nHost: h\r\nX-Test: ok\r\n\r\n");
+  if (read_response(c, &r) != 0) fail_msg("no response to the good request");
+  assert_int_equal(r.status, 200);
+  response_free(&r);
+  client_close(c);
+}
+
 static void test_delayed_response(void **state) {
   fixture *f = *state;
   start_server(f, NULL);
@@ -937,6 +961,7 @@ int main(void) {
       T(test_headers_too_large),
       T(test_too_many_headers),
       T(test_malformed),
+      T(test_nul_in_header),
       T(test_delayed_response),
       T(test_request_timeout),
       T(test_free_closes_connections),
