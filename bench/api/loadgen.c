@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
   hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
   hdrs = curl_slist_append(hdrs, "Expect:");
   /* presign wants an API key (SLUICE_API_KEY, made by the run script) */
-  char auth[160] = "";
+  static char auth[8300] = ""; /* a JWT can be long */
   const char *key = getenv("SLUICE_API_KEY");
   if (key && *key) {
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);

@@ -107,7 +107,7 @@ static size_t audio_len;
 static CURLM *multi;
 static long running_xfers;
 /* "Authorization: Bearer <SLUICE_API_KEY>" (presign wants an API key) */
-static char auth_header[160];
+static char auth_header[8300]; /* a JWT can be long (auth.c accepts up to 8 KiB) */
 
 static void add_put(sub *s, int qi, json_t *qj) {
   xfer *x = calloc(1, sizeof *x);

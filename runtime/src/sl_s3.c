@@ -207,6 +207,7 @@ int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+  if (t->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_file); /* https storage */
   CURLcode cc = curl_easy_perform(h);
   long code = 0;
   curl_off_t clen = -1;

@@ -151,7 +151,7 @@ int sc_submit(const sc_opts *o) {
   json_decref(req);
   char url[1024];
   snprintf(url, sizeof url, "%s/v1/submissions", o->presign_url);
-  char keyhdr[160];
+  char keyhdr[8300]; /* an API key, or a JWT (up to 8 KiB) */
   snprintf(keyhdr, sizeof keyhdr, "Authorization: Bearer %s", o->api_key);
   const char *create_hdrs[] = {keyhdr, NULL};
   sc_http_reply r;
