@@ -148,7 +148,7 @@ typedef struct {
 
 static presign *P_; /* the delivery-report callback's context */
 
-/* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(key)>
+/* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(user\0key)>
  * holds "pending <body sha256>" while the create runs (30 s), then
  * "done <body sha256> <201 body>" for as long as the presigned URLs live. */
 typedef struct {
