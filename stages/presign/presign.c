@@ -57,6 +57,7 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
 #include "multipart.h"
+#include "request.h"
 #include "../auth/auth.h"
 #include "webhook.h"
 
@@ -267,31 +268,6 @@ static int bad(presign *ps, sl_http_req *req, int status, const char *code, cons
   return sl_http_respond_error(req, status, code, msg, NULL);
 }
 
-static int type_allowed(presign *ps, const char *ct) {
-  for (size_t i = 0; i < ps->ntypes; i++)
-    if (strcmp(ps->types[i], ct) == 0) return 1;
-  return 0;
-}
-
-/* 64 hex digits -> the base64 form S3's x-amz-checksum-sha256 carries. */
-static int sha256_b64(const char *hex, char out[48]) {
-  unsigned char raw[32];
-  if (strlen(hex) != 64) return SL_EINVAL;
-  for (int i = 0; i < 32; i++) {
-    unsigned v = 0;
-    for (int k = 0; k < 2; k++) {
-      char c = hex[2 * i + k];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-      else return SL_EINVAL;
-    }
-    raw[i] = (unsigned char)v;
-  }
-  return EVP_EncodeBlock((unsigned char *)out, raw, 32) == 44 ? 0 : SL_ECRYPTO;
-}
-
 static void iso8601(time_t t, char out[32]) {
   struct tm tm;
   gmtime_r(&t, &tm);
@@ -302,45 +278,24 @@ static void iso8601(time_t t, char out[32]) {
  * Kafka (the pending record owns ik), or 1 when it was answered already. */
 static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
   int handed = 0;
-  const char *ctype = sl_http_req_header(req, "Content-Type");
-  if (ctype && strncmp(ctype, "application/json", 16) != 0) {
-    bad(ps, req, 415, "unsupported_media_type", "send the body as application/json");
-    return 1;
-  }
-  size_t blen;
+  size_t blen, n = 0;
   const char *body = sl_http_req_body(req, &blen);
-  json_error_t jerr;
-  json_t *root = json_loadb(body, blen, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    bad(ps, req, 400, "invalid_json", "body is not valid JSON: %s (line %d)", jerr.text,
-        jerr.line);
+  sl__create_limits lim = {ps->pc->max_questions, ps->pc->max_size, ps->pc->max_prompt,
+                           (const char *const *)ps->types, ps->ntypes, ps->pc->content_types};
+  sl__question_req *qr = calloc((size_t)ps->pc->max_questions, sizeof *qr);
+  json_t *root = NULL, *resp = NULL, *rqs = NULL;
+  Sluice__V1__QuestionSpec *specs = NULL, **specp = NULL;
+  char *keys = NULL, code[64], msg[512];
+  if (!qr) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
     return 1;
   }
-  json_t *qs = NULL, *resp = NULL, *rqs = NULL;
-  Sluice__V1__QuestionSpec *specs = NULL, **specp = NULL;
-  char *keys = NULL;
-  const char *k;
-  json_t *v;
-  if (!json_is_object(root)) {
-    bad(ps, req, 400, "invalid_body", "body must be a JSON object");
-    goto out;
-  }
-  json_object_foreach(root, k, v) {
-    if (strcmp(k, "questions") != 0) {
-      bad(ps, req, 400, "unknown_field", "unknown field \"%s\"", k);
-      goto out;
-    }
-  }
-  qs = json_object_get(root, "questions");
-  if (!json_is_array(qs)) {
-    bad(ps, req, 400, "invalid_field", "\"questions\" must be an array");
-    goto out;
-  }
-  size_t n = json_array_size(qs);
-  if (n == 0 || n > (size_t)ps->pc->max_questions) {
-    bad(ps, req, 400, "question_count", "a submission has 1 to %lld questions, got %zu",
-        (long long)ps->pc->max_questions, n);
-    goto out;
+  int st = sl__create_parse(sl_http_req_header(req, "Content-Type"), body, blen, &lim, &root, qr,
+                            &n, code, sizeof code, msg, sizeof msg);
+  if (st) {
+    bad(ps, req, st, code, "%s", msg);
+    free(qr);
+    return 1;
   }
   char sid[37], token[65], token_hash[65];
   int64_t now_ms = sl_now_ms();
@@ -361,71 +316,16 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
   time_t now = (time_t)(now_ms / 1000);
   char expires[32];
   iso8601(now + (time_t)ps->s3->url_expiry_s, expires);
-  unsigned char seen[1000] = {0};
   for (size_t i = 0; i < n; i++) {
-    json_t *q = json_array_get(qs, i);
-    if (!json_is_object(q)) {
-      bad(ps, req, 400, "invalid_field", "questions[%zu] must be an object", i);
-      goto out;
-    }
-    json_object_foreach(q, k, v) {
-      if (strcmp(k, "no") && strcmp(k, "content_type") && strcmp(k, "size") &&
-          strcmp(k, "prompt") && strcmp(k, "sha256")) {
-        bad(ps, req, 400, "unknown_field", "questions[%zu]: unknown field \"%s\"", i, k);
-        goto out;
-      }
-    }
-    json_t *jno = json_object_get(q, "no"), *jct = json_object_get(q, "content_type"),
-           *jsz = json_object_get(q, "size"), *jpr = json_object_get(q, "prompt");
-    json_int_t no = jno ? json_integer_value(jno) : (json_int_t)(i + 1);
-    if ((jno && !json_is_integer(jno)) || no < 1 || no > 999) {
-      bad(ps, req, 400, "invalid_field", "questions[%zu].no must be an integer 1..999", i);
-      goto out;
-    }
-    if (seen[no]++) {
-      bad(ps, req, 400, "invalid_field", "questions[%zu].no %lld is repeated", i,
-          (long long)no);
-      goto out;
-    }
-    if (!json_is_string(jct)) {
-      bad(ps, req, 400, "invalid_field", "questions[%zu].content_type must be a string", i);
-      goto out;
-    }
-    const char *ct = json_string_value(jct);
-    if (!type_allowed(ps, ct)) {
-      bad(ps, req, 400, "unsupported_content_type",
-          "questions[%zu].content_type \"%.64s\" is not allowed (allowed: %s)", i, ct,
-          ps->pc->content_types);
-      goto out;
-    }
-    if (!json_is_integer(jsz) || json_integer_value(jsz) < 1 ||
-        json_integer_value(jsz) > ps->pc->max_size) {
-      bad(ps, req, 400, "invalid_size", "questions[%zu].size must be an integer 1..%lld", i,
-          (long long)ps->pc->max_size);
-      goto out;
-    }
-    if (jpr && (!json_is_string(jpr) ||
-                json_string_length(jpr) > (size_t)ps->pc->max_prompt)) {
-      bad(ps, req, 400, "invalid_field", "questions[%zu].prompt must be a string of at most %lld bytes",
-          i, (long long)ps->pc->max_prompt);
-      goto out;
-    }
+    const sl__question_req *q = &qr[i];
     char *okey = keys + 128 * i;
-    snprintf(okey, 128, "submissions/%s/q%02lld.%s", sid, (long long)no, ext_for(ct));
+    snprintf(okey, 128, "submissions/%s/q%02u.%s", sid, q->no, ext_for(q->content_type));
     char path[512], url[4096], len[24];
-    snprintf(len, sizeof len, "%lld", (long long)json_integer_value(jsz));
-    /* optional sha256 (hex): sign the S3 checksum header too, so storage
-     * rejects bytes that differ from what the client declared */
-    json_t *jsha = json_object_get(q, "sha256");
-    char sum64[48] = "";
-    if (jsha && (!json_is_string(jsha) || sha256_b64(json_string_value(jsha), sum64) != 0)) {
-      bad(ps, req, 400, "invalid_field", "questions[%zu].sha256 must be 64 hex digits", i);
-      goto out;
-    }
+    snprintf(len, sizeof len, "%lld", (long long)q->size);
     sl_sigv4_header hdrs[] = {{"content-length", len},
-                              {"content-type", ct},
-                              {"x-amz-checksum-sha256", sum64}};
-    size_t nh = sum64[0] ? 3 : 2;
+                              {"content-type", q->content_type},
+                              {"x-amz-checksum-sha256", q->sha256_b64}};
+    size_t nh = q->sha256_b64[0] ? 3 : 2;
     if (sl_s3_object_path(&ps->target, okey, path, sizeof path) ||
         sl_sigv4_presign(ps->sig, "PUT", ps->target.scheme, ps->target.host, path, NULL, now,
                          (unsigned)ps->s3->url_expiry_s, hdrs, nh, url, sizeof url)) {
@@ -433,17 +333,18 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
       goto out;
     }
     sluice__v1__question_spec__init(&specs[i]);
-    specs[i].no = (uint32_t)no;
-    specs[i].content_type = (char *)ct;
-    specs[i].size = (uint64_t)json_integer_value(jsz);
-    specs[i].prompt = (char *)(jpr ? json_string_value(jpr) : "");
+    specs[i].no = q->no;
+    specs[i].content_type = (char *)q->content_type;
+    specs[i].size = (uint64_t)q->size;
+    specs[i].prompt = (char *)q->prompt;
     specs[i].object_key = okey;
     specp[i] = &specs[i];
-    json_t *qh = json_pack("{s:s,s:s}", "Content-Type", ct, "Content-Length", len);
-    if (sum64[0]) json_object_set_new(qh, "x-amz-checksum-sha256", json_string(sum64));
-    json_array_append_new(rqs, json_pack("{s:I,s:s,s:s,s:o,s:s,s:s}", "no", no, "method", "PUT",
-                                         "url", url, "headers", qh, "object_key", okey,
-                                         "expires_at", expires));
+    json_t *qh = json_pack("{s:s,s:s}", "Content-Type", q->content_type, "Content-Length", len);
+    if (q->sha256_b64[0])
+      json_object_set_new(qh, "x-amz-checksum-sha256", json_string(q->sha256_b64));
+    json_array_append_new(rqs, json_pack("{s:I,s:s,s:s,s:o,s:s,s:s}", "no", (json_int_t)q->no,
+                                         "method", "PUT", "url", url, "headers", qh,
+                                         "object_key", okey, "expires_at", expires));
   }
   char results_url[512];
   snprintf(results_url, sizeof results_url, "%s/v1/submissions/%s", ps->pc->results_base_url,
@@ -499,6 +400,7 @@ out:
   free(specs);
   free(specp);
   free(keys);
+  free(qr);
   return handed ? 0 : 1;
 }
 

@@ -10,10 +10,12 @@
  * configured port; sl_aredis refuses commands while disconnected) and is
  * answered 503 — deterministic, no socket is ever read.
  *
- * Not reachable here: presign's POST /v1/submissions and the results
- * stage's GET /v1/submissions/{id} (their handlers and id checks are static
- * in stages/presign/presign.c and stages/results/results.c); the router
- * below answers those paths itself so pipelining through them is covered.
+ * POST /v1/submissions goes through presign's request validation
+ * (sl__create_parse, stages/presign/request.c: the same limits and content
+ * types as presign's defaults) and is answered with its 4xx, or 201 with
+ * the number of questions (signing and Kafka are not here). Not reachable:
+ * the results stage's GET /v1/submissions/{id} (static in results.c); the
+ * router answers it itself so pipelining through it is covered.
  *
  * Input: byte 0 picks how the bytes arrive (bits 0-2: read size 1, 2, 3, 7,
  * 64, 1000 or all at once; bit 3: the client then goes quiet until the
@@ -35,6 +37,7 @@
 #include <uv.h>
 
 #include "multipart.h"
+#include "request.h"
 #include "sl_http_internal.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_http.h"
@@ -69,11 +72,37 @@ static void route(sl_http_req *req, void *ud) {
   (void)sl_http_req_query(req);
   (void)sl_http_req_header(req, "Content-Type");
   (void)sl_http_req_header(req, "Idempotency-Key");
-  if (strcmp(path, "/v1/submissions") == 0) { /* presign's create: not reachable */
-    if (strcmp(meth, "POST") != 0)
+  if (strcmp(path, "/v1/submissions") == 0) { /* presign's create, up to signing */
+    if (strcmp(meth, "POST") != 0) {
       sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
-    else
-      sl_http_respond_error(req, 503, "unavailable", "not in this test", "Retry-After: 1\r\n");
+      return;
+    }
+    static const char *const types[] = {"audio/webm", "audio/ogg", "audio/mp4",
+                                        "audio/mpeg", "audio/wav",  "audio/flac"};
+    static const sl__create_limits lim = {30, 104857600, 4000, types, 6,
+                                          "audio/webm,audio/ogg,audio/mp4,audio/mpeg,audio/wav,audio/flac"};
+    sl__question_req q[30];
+    json_t *root = NULL;
+    size_t n = 99;
+    char code[64], msg[512];
+    int st = sl__create_parse(sl_http_req_header(req, "Content-Type"), body, blen, &lim, &root,
+                              q, &n, code, sizeof code, msg, sizeof msg);
+    if (st) {
+      CHECK((st == 400 || st == 415) && !root && code[0] && msg[0]);
+      sl_http_respond_error(req, st, code, msg, NULL);
+      return;
+    }
+    CHECK(root && n >= 1 && n <= 30);
+    for (size_t i = 0; i < n; i++) {
+      CHECK(q[i].no >= 1 && q[i].no <= 999 && q[i].size >= 1 && q[i].size <= 104857600);
+      CHECK(q[i].prompt && strlen(q[i].prompt) <= 4000);
+      CHECK(q[i].sha256_b64[0] == '\0' || strlen(q[i].sha256_b64) == 44);
+      for (size_t j = 0; j < i; j++) CHECK(q[j].no != q[i].no);
+    }
+    char reply[64];
+    int rl = snprintf(reply, sizeof reply, "{\"questions\":%zu}", n);
+    json_decref(root);
+    sl_http_respond(req, 201, "application/json", NULL, reply, (size_t)rl);
     return;
   }
   if (sl__mpu_handle(mpu, req)) return;
