@@ -34,6 +34,22 @@ int sl_log_init(const char *comp, const char *level) {
 
 int sl_log_enabled(sl_log_level lvl) { return (int)lvl >= atomic_load(&min_level); }
 
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s) {
+  unsigned char c = s[0];
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else return 0;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+  return n;
+}
+
 void sl_json_escape(char *buf, size_t len, size_t *pos, const char *s) {
   static const char hex[] = "0123456789abcdef";
   size_t p = *pos;
@@ -51,8 +67,22 @@ void sl_json_escape(char *buf, size_t len, size_t *pos, const char *s) {
       p += 4;
       buf[p++] = hex[c >> 4];
       buf[p++] = hex[c & 15];
-    } else {
+    } else if (c < 0x80) {
       buf[p++] = (char)c;
+    } else {
+      /* only whole, well-formed UTF-8 goes out (JSON must be UTF-8, and a
+       * cut sequence would be as bad as a wrong one): else U+FFFD */
+      size_t n = utf8_len((const unsigned char *)s);
+      if (n == 0) {
+        memcpy(buf + p, "\\ufffd", 6);
+        p += 6;
+      } else if (p + n + 1 < len) {
+        memcpy(buf + p, s, n);
+        p += n;
+        s += n - 1;
+      } else {
+        break;
+      }
     }
   }
   if (p < len) buf[p] = '\0';

@@ -25,7 +25,9 @@ void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Appends s as a JSON string body (no quotes) to buf at *pos, bounded by
- * len; truncates safely. Used by the logger and small JSON writers. */
+ * len; truncates safely, never inside a UTF-8 sequence, and writes bytes
+ * that are not well-formed UTF-8 as \ufffd (the output is always valid
+ * JSON text). Used by the logger and small JSON writers. */
 void sl_json_escape(char *buf, size_t len, size_t *pos, const char *s);
 
 #endif
