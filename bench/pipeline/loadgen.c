@@ -275,22 +275,11 @@ static int draw_n(double mean, int max) {
   return n;
 }
 
-static int any_env(const char *name) {
-  (void)name;
-  return 1;
-}
-
 /* The stages' transport-security settings (SLUICE_REDIS_PASSWORD,
  * SLUICE_REDIS_TLS_*, ...) from the environment. */
 static int secure_from_env(void) {
-  sl_common_conf cc;
-  memset(&cc, 0, sizeof cc);
-  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
   char err[1024];
-  sl_conf_set_known_env(any_env);
-  int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
-  if (rc == 0) rc = sl_common_secure(&cc, 0, err, sizeof err);
-  sl_conf_release(&b, 1);
+  int rc = sl_common_secure_from_env(err, sizeof err);
   if (rc) fprintf(stderr, "loadgen: %s\n", err);
   return rc;
 }

@@ -128,6 +128,22 @@ const sl_conf_entry sl_common_conf_table[] = {
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
 
+static int any_env(const char *name) {
+  (void)name;
+  return 1;
+}
+
+int sl_common_secure_from_env(char *err, size_t errlen) {
+  sl_common_conf cc;
+  memset(&cc, 0, sizeof cc);
+  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
+  sl_conf_set_known_env(any_env);
+  int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, errlen);
+  if (rc == 0) rc = sl_common_secure(&cc, 0, err, errlen);
+  sl_conf_release(&b, 1);
+  return rc;
+}
+
 int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errlen) {
   if (!cc) return SL_EINVAL;
   sl_kafka_security ks = {cc->kafka_security_protocol, cc->kafka_sasl_mechanism,

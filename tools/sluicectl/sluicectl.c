@@ -273,23 +273,11 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
   return 0;
 }
 
-static int any_env(const char *name) {
-  (void)name;
-  return 1;
-}
-
-/* The stages' transport-security settings (common table) from SLUICE_*
- * variables, installed for every Kafka and Redis client made here. */
+/* The stages' transport-security settings from SLUICE_* variables,
+ * installed for every Kafka and Redis client made here. */
 static int secure_from_env(void) {
-  sl_common_conf cc;
-  memset(&cc, 0, sizeof cc);
-  sl_conf_bind b = {sl_common_conf_table, sl_common_conf_table_len, &cc};
   char err[1024];
-  sl_conf_set_known_env(any_env);
-  int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
-  if (rc == 0) rc = sl_common_secure(&cc, 0, err, sizeof err);
-  sl_conf_release(&b, 1);
-  if (rc == 0) return 0;
+  if (sl_common_secure_from_env(err, sizeof err) == 0) return 0;
   fprintf(stderr, "sluicectl: %s\n", err);
   return SC_EXIT_USAGE;
 }

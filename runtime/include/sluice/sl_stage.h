@@ -114,6 +114,12 @@ extern const size_t sl_common_conf_table_len;
  * err (never a secret). Call once at start-up, before threads. */
 int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errlen);
 
+/* For tools that are not stages (sluicectl, load generators): reads the
+ * common table from SLUICE_* variables only (any other SLUICE_* variable is
+ * allowed: those belong to the stages) and calls sl_common_secure() without
+ * the check. 0 or an error code with err set. Call once, before threads. */
+int sl_common_secure_from_env(char *err, size_t errlen);
+
 typedef struct {
   char topic[160];
   char key[128];
