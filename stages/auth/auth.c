@@ -157,13 +157,17 @@ static int aud_ok(jwt_t *j, const char *want) {
 }
 
 /* An integer claim: 1 present (value in *v), 0 absent, -1 present but not
- * an integer (read from the claim's JSON, whatever libjwt would coerce). */
+ * an integer (read from the claim's JSON, whatever libjwt would coerce) or
+ * not a plausible time (0..2^40 s, so sums with the leeway cannot overflow). */
 static int int_claim(jwt_t *j, const char *name, long *v) {
   char *js = jwt_get_grants_json(j, name);
   if (!js) return 0;
   json_t *x = json_loads(js, JSON_DECODE_ANY, NULL);
   free(js);
-  int rc = json_is_integer(x) ? 1 : -1;
+  int rc = json_is_integer(x) && json_integer_value(x) >= 0 &&
+                   json_integer_value(x) <= ((json_int_t)1 << 40)
+               ? 1
+               : -1;
   if (rc == 1) *v = (long)json_integer_value(x);
   json_decref(x);
   return rc;
@@ -224,7 +228,6 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
   const char *u = jwt_get_grant(j, a->c->jwt_user_claim);
   if (hexp != 1) {
     fail(why, whylen, "JWT has no integer exp");
-
   } else if (hnbf < 0 || hiat < 0) {
     fail(why, whylen, "JWT nbf/iat must be integers");
   } else if (now_s > exp + leeway) {

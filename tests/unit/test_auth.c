@@ -170,6 +170,9 @@ static void jwt_checks_claims(void **st) {
       "{\"sub\":\"a\",\"aud\":\"sluice\",\"exp\":1800000600}",
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":[\"x\"],\"exp\":1800000600}",
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"exp\":1800000600}",
+      /* times that would overflow a sum with the leeway, negative times */
+      "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":9223372036854775807}",
+      CLAIMS(",\"nbf\":-9223372036854775807"), CLAIMS(",\"iat\":-5"),
       /* lifetime over a day */
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":1800090000}",
       /* no user, a user with a space, a numeric sub, an over-long one */
