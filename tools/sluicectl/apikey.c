@@ -73,9 +73,16 @@ int sc_apikey_add(const sc_opts *o) {
     OPENSSL_cleanse(key, sizeof key);
     return SC_EXIT_FAIL;
   }
-  if (o->json)
-    printf("{\"key\":\"%s\",\"id\":\"%.12s\",\"user\":\"%s\"}\n", key, h, o->user);
-  else
+  if (o->json) {
+    char id[13];
+    snprintf(id, sizeof id, "%.12s", h);
+    json_t *j = json_pack("{s:s,s:s,s:s}", "key", key, "id", id, "user", o->user);
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    printf("%s\n", t ? t : "{}");
+    if (t) OPENSSL_cleanse(t, strlen(t));
+    free(t);
+    json_decref(j);
+  } else
     printf("%s\n", key);
   fprintf(stderr, "sluicectl: API key %.12s for user %s created; it is shown only now\n", h,
           o->user);
