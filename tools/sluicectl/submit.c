@@ -155,6 +155,7 @@ int sc_submit(const sc_opts *o) {
   snprintf(keyhdr, sizeof keyhdr, "Authorization: Bearer %s", o->api_key);
   const char *create_hdrs[] = {keyhdr, NULL};
   sc_http_reply r;
+  double created_at = sc_mono_s();
   int rc = body ? sc_http_send("POST", url, create_hdrs, body, 30000, &r) : -1;
   free(body);
   if (rc != 0 || r.status != 201) {
@@ -267,6 +268,9 @@ int sc_submit(const sc_opts *o) {
       }
       json_int_t ra = json_integer_value(json_object_get(json_object_get(last, "poll"), "retry_after_s"));
       if (ra > 0) wait = (long)ra;
+    } else if (r.status == 404 && sc_mono_s() < created_at + 30) {
+      /* the view appears a moment after the create (materialize reads the
+       * submissions topic); not there yet is not an error */
     } else if (r.status != 304) {
       api_error("polling the results", &r);
       if (r.status / 100 == 4 && r.status != 429) { /* will not get better */
