@@ -2,7 +2,7 @@
  * apikey.c — `sluicectl apikey add|list|revoke`: the API keys presign and
  * results accept (stages/auth/auth.h).
  *
- * A key is "slk_" + 64 hex digits (256 random bits from OpenSSL). It is
+ * A key is "slk_" + 64 hex digits (256 random bits, sl_random_hex). It is
  * printed once, by add; Redis keeps only its SHA-256, as the hash
  * sl:apikey:<sha256 hex> {user, label, created_ms}. The key's id is the
  * first 12 hex digits of that digest: list shows ids, revoke takes the key
@@ -11,20 +11,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_id.h"
 #include "sluice/sl_redis.h"
-
-static void hex(const unsigned char *in, size_t n, char *out) {
-  static const char d[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) out[2 * i] = d[in[i] >> 4], out[2 * i + 1] = d[in[i] & 15];
-  out[2 * n] = '\0';
-}
 
 static int user_ok(const char *u) {
   size_t n = strlen(u);
@@ -44,17 +37,13 @@ int sc_apikey_add(const sc_opts *o) {
     fprintf(stderr, "sluicectl: --label is at most 200 bytes\n");
     return SC_EXIT_USAGE;
   }
-  unsigned char raw[32], digest[32];
   char key[4 + 64 + 1], h[65], rkey[80], created[24];
-  if (RAND_bytes(raw, sizeof raw) != 1) {
+  memcpy(key, "slk_", 4);
+  if (sl_random_hex(32, key + 4, sizeof key - 4) != 0) {
     fprintf(stderr, "sluicectl: the random source failed\n");
     return SC_EXIT_FAIL;
   }
-  memcpy(key, "slk_", 4);
-  hex(raw, sizeof raw, key + 4);
-  OPENSSL_cleanse(raw, sizeof raw);
-  SHA256((const unsigned char *)key, strlen(key), digest);
-  hex(digest, sizeof digest, h);
+  sl_sha256_hex(key, strlen(key), h);
   snprintf(rkey, sizeof rkey, "sl:apikey:%s", h);
   snprintf(created, sizeof created, "%lld", (long long)sc_now_ms());
   sl_redis *c = sc_redis_connect(o->redis_url);
@@ -180,9 +169,7 @@ int sc_apikey_revoke(const sc_opts *o) {
   char prefix[65];
   size_t n = strlen(what);
   if (n == 68 && strncmp(what, "slk_", 4) == 0) {
-    unsigned char d[32];
-    SHA256((const unsigned char *)what, n, d);
-    hex(d, sizeof d, prefix);
+    sl_sha256_hex(what, n, prefix);
   } else {
     int ok = n >= 12 && n <= 64;
     for (size_t i = 0; ok && i < n; i++)
