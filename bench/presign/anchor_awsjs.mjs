@@ -17,7 +17,7 @@
 // check accepts the same scheme/host/path and the same raw name=value
 // parameters (signature included) in another order, and says so in
 // "vector_match". First the fixed-time check (signingDate 20261129T120000Z)
-// against shared/test-vectors/sigv4-presign-put.txt — on a mismatch exit 1,
+// against tests/vectors/sigv4-presign-put.txt — on a mismatch exit 1,
 // no rate — then one live-clock call must give the same URL but for date,
 // signature and question, then warm-up and timed rounds of sequential
 // `await getSignedUrl(...)` with the question q01..q15 varying per call.
@@ -54,7 +54,7 @@ const { values: args } = parseArgs({
     vector: {
       type: "string",
       default: join(process.env.SLUICE_TEST_VECTORS ??
-        join(HERE, "..", "..", "..", "shared", "test-vectors"),
+        join(HERE, "..", "..", "tests", "vectors"),
       "sigv4-presign-put.txt"),
     },
   },

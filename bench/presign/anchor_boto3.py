@@ -42,8 +42,7 @@ from botocore.config import Config  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_VECTOR = os.path.join(
     os.environ.get("SLUICE_TEST_VECTORS",
-                   os.path.join(HERE, "..", "..", "..", "shared",
-                                "test-vectors")),
+                   os.path.join(HERE, "..", "..", "tests", "vectors")),
     "sigv4-presign-put.txt")
 VECTOR_TIME = datetime.datetime(2026, 11, 29, 12, 0, 0)  # naive UTC
 KEY_FMT = "submissions/0b7e0b4e-0000-4000-8000-000000000001/q{:02d}.webm"

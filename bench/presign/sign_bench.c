@@ -5,7 +5,7 @@
  * Design: one signer object, created once (as the presign stage does). First
  * the fixed-time check: sign the shared test vector's request at
  * 20261129T120000Z and compare with the URL in
- * shared/test-vectors/sigv4-presign-put.txt; on a mismatch nothing is timed
+ * tests/vectors/sigv4-presign-put.txt; on a mismatch nothing is timed
  * and the exit status is 1. Then a warm-up and `rounds` timed rounds of
  * `seconds` each; every iteration reads the wall clock with time() (the key
  * cache is per day, so this is the production path), patches the question
