@@ -383,6 +383,13 @@ static int attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop, int consum
   rd_kafka_queue_t *q = queue_of(ku);
   rd_kafka_queue_io_event_enable(q, ku->fds[1], "1", 1);
   rd_kafka_queue_destroy(q);
+  /* librdkafka writes its wake-up only when the queue goes from empty to
+   * one op: events queued before this point (a refused broker's errors, on a
+   * busy machine) would never be served, nor anything queued after them.
+   * One wake-up of our own makes the first turn of the loop serve them. */
+  if (write(ku->fds[1], "1", 1) != 1) {
+    /* the pipe is new and empty: cannot be full */
+  }
   uv_poll_init(loop, &ku->poll, ku->fds[0]);
   ku->poll.data = ku;
   uv_poll_start(&ku->poll, UV_READABLE, on_readable);
