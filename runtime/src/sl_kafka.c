@@ -283,7 +283,8 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
 }
 
 int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
-                          const char *client_id, char *err, size_t errlen,
+                          const char *client_id, const sl_kafka_group_opts *group, char *err,
+                          size_t errlen,
                           void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
                                             rd_kafka_topic_partition_list_t *, void *),
                           void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
@@ -301,10 +302,19 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
     return SL_ECONFIG;
   }
   /* bounded prefetch: memory follows in-flight work, not the backlog;
-   * a member that dies (SIGKILL) is replaced within ~10 s */
+   * a member that dies (SIGKILL) loses its partitions after the session
+   * timeout */
+  sl_kafka_group_opts g = {"roundrobin", 10000, 2000};
+  if (group && group->assignment && group->assignment[0]) g.assignment = group->assignment;
+  if (group && group->session_timeout_ms > 0) g.session_timeout_ms = group->session_timeout_ms;
+  if (group && group->heartbeat_ms > 0) g.heartbeat_ms = group->heartbeat_ms;
+  char st[32], hb[32];
+  snprintf(st, sizeof st, "%lld", (long long)g.session_timeout_ms);
+  snprintf(hb, sizeof hb, "%lld", (long long)g.heartbeat_ms);
   if (set(c, "queued.max.messages.kbytes", "8192", err, errlen) ||
-      set(c, "session.timeout.ms", "10000", err, errlen) ||
-      set(c, "heartbeat.interval.ms", "2000", err, errlen)) {
+      set(c, "partition.assignment.strategy", g.assignment, err, errlen) ||
+      set(c, "session.timeout.ms", st, err, errlen) ||
+      set(c, "heartbeat.interval.ms", hb, err, errlen)) {
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }

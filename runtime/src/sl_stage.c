@@ -24,6 +24,7 @@
 #include "sluice/sl_stage.h"
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_breaker.h"
+#include "sluice/sl_claim.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_id.h"
@@ -42,6 +43,7 @@
 #include <string.h>
 #include <time.h>
 #include <uthash.h>
+#include <unistd.h>
 #include <uv.h>
 
 #define C(field) offsetof(sl_common_conf, field)
@@ -124,6 +126,31 @@ const sl_conf_entry sl_common_conf_table[] = {
      "at stage.max_in_flight) instead of sending each through the retry tiers", 0},
     {"breaker.probe_interval_ms", SL_CONF_INT, "1000", C(breaker_probe_interval_ms),
      "while open, one probe call per interval", 0},
+    {"kafka.assignment_strategy", SL_CONF_STR, "roundrobin", C(kafka_assignment),
+     "how a stage's replicas share partitions: roundrobin (eager: a rebalance revokes every "
+     "partition, running calls finish first; each topic's partitions spread evenly) or "
+     "cooperative-sticky (incremental, KIP-429: only the partitions that change owner move, "
+     "but librdkafka 2.0 balances the count over all topics, so a new replica may get only "
+     "retry tiers, and loses assignments on ILLEGAL_GENERATION; see docs/architecture.md); "
+     "all replicas of a stage must agree", 0},
+    {"kafka.session_timeout_ms", SL_CONF_INT, "10000", C(kafka_session_timeout_ms),
+     "a replica that stops heart-beating (SIGKILL, lost node) loses its partitions after "
+     "this long (the broker's group.min/max.session.timeout.ms bound it)", 0},
+    {"kafka.heartbeat_interval_ms", SL_CONF_INT, "2000", C(kafka_heartbeat_ms),
+     "group heartbeat; also how soon the others learn of a rebalance", 0},
+    {"stage.revoke_wait_ms", SL_CONF_INT, "10000", C(revoke_wait_ms),
+     "when partitions are taken away, work on them that is already running (a provider "
+     "call) may finish, store its outputs and commit for this long before they are handed "
+     "over; waiting work is released at once, uncalled (0: release everything at once)", 0},
+    {"provider.max_retry_after_ms", SL_CONF_INT, "600000", C(max_retry_after_ms),
+     "the longest wait a provider's Retry-After may impose; longer ones are cut to this, both "
+     "the pause every replica honours after a 429 and the delay of the message's retry copy "
+     "(a misbehaving \"Retry-After: 86400\" must not stop a stage for a day)", 0},
+    {"stage.claim_lease_ms", SL_CONF_INT, "15000", C(claim_lease_ms),
+     "before a provider call, a stage with a provider claims the input in Redis for this "
+     "long, renewed every third of it while the call runs; a replica that meets another's "
+     "claim waits for its stored outputs instead of calling, so an input is paid once across "
+     "replicas (a crash costs a second call after the lease) (0: no claims)", 0},
 };
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
@@ -340,7 +367,8 @@ typedef struct part {
   size_t cap, head, n;
   int64_t commit_next; /* next offset to commit (-1: nothing yet) */
   int dirty;
-  int revoked;
+  int revoked;     /* no longer ours: nothing of it is committed */
+  int revoking;    /* being taken away: running work may still finish */
   int retry_tier;  /* index of the tier this topic is, or -1 for a main input */
   job *parked_head, *parked_tail;
   int paused_for_park;
@@ -368,10 +396,15 @@ struct sl_job {
   int64_t started_ms;
   uint64_t call_ns;       /* uv_hrtime() when process()/start() began */
   char digest[65];
+  char owner[112];        /* its claim's owner id (sl_claim.h) */
+  int claimed;            /* it holds the claim on its input */
+  unsigned claim_waits;   /* times it found another replica's claim */
   sl_outbox out;
   sl_result res;
   int outstanding;        /* deliveries pending */
   int produce_error;
+  rd_kafka_resp_err_t produce_err; /* the error worth acting on, first permanent one */
+  int rejected;           /* Kafka refused an output for good: now a dead letter */
   int stored;             /* outputs came from the idempotency store */
   uv_work_t work;
   uv_timer_t *timer;      /* limiter waits, produce backoff */
@@ -414,6 +447,24 @@ struct loop_t {
   int lq_busy;
   uv_timer_t lq_timer;
   rd_kafka_topic_partition_list_t *assignment;
+  /* partitions being revoked: unassigned once their running work is over
+   * or stage.revoke_wait_ms has passed */
+  rd_kafka_topic_partition_list_t *revoking;
+  int revoking_lost;  /* the assignment was lost: commit nothing */
+  /* after a cooperative revoke the member rejoins at once; an asynchronous
+   * commit in flight across that join gets ILLEGAL_GENERATION, which
+   * librdkafka < 2.10 (#4059) turns into a lost assignment. Periodic
+   * commits wait for the rejoin's assign (or rejoin_until_ms). */
+  int rejoin_assigns;
+  int64_t rejoin_until_ms;
+  int cooperative;    /* the group's protocol is incremental (KIP-429) */
+  uv_timer_t revoke_timer;
+  /* input claims (sl_claim.h): this process's owner prefix, renewed while
+   * their calls run */
+  char owner[80];
+  uint64_t owner_seq;
+  uv_timer_t claim_timer;
+  sl_metric *m_claim_waits;
   /* jobs held while the breaker is open (breaker.hold), in order */
   job *bq_head, *bq_tail;
   int64_t bq_len;
@@ -434,6 +485,7 @@ struct loop_t {
 };
 
 static void gate(job *j);
+static void revoke_check(loop_t *L);
 static void run_process(job *j);
 static void finish(job *j);
 static void produce(job *j);
@@ -506,6 +558,7 @@ static void part_reset(part *p) {
   p->commit_next = -1;
   p->dirty = 0;
   p->revoked = 0;
+  p->revoking = 0;
   p->paused_for_park = 0;
 }
 
@@ -654,6 +707,12 @@ static const char *hdr(const rd_kafka_message_t *m, const char *name, char *buf,
   return buf;
 }
 
+const char *sl_message_origin(const rd_kafka_message_t *m, char *buf, size_t len) {
+  const char *h = m && buf && len ? hdr(m, SL_HDR_ORIGIN_TOPIC, buf, len) : NULL;
+  if (h && *h) return h;
+  return m && m->rkt ? rd_kafka_topic_name(m->rkt) : "";
+}
+
 static int64_t hdr_i64(const rd_kafka_message_t *m, const char *name) {
   char buf[32];
   return hdr(m, name, buf, sizeof buf) ? strtoll(buf, NULL, 10) : 0;
@@ -686,6 +745,7 @@ static void key_release(job *j) {
  * acknowledged (the caller guarantees that). */
 static void finish(job *j) {
   loop_t *L = j->L;
+  int revoking = j->p && j->p->revoking;
   job_timer_release(j);
   key_release(j);
   if (j->p && !j->p->revoked && j->epoch == j->p->epoch) ring_done(j->p, j->offset);
@@ -695,26 +755,67 @@ static void finish(job *j) {
   job_free(j);
   if (L->paused_all && !L->stopping && L->inflight < L->cc->max_in_flight * 8 / 10)
     set_pause(L, 0);
+  if (revoking) revoke_check(L);
 }
 
 /* ---- producing ---- */
 
 static void on_backoff(uv_timer_t *t) { produce(t->data); }
 
+static void add_dead_letter(job *j);
+
+/* Errors that producing the same message again cannot cure. */
+static int produce_permanent(rd_kafka_resp_err_t e) {
+  switch (e) {
+  case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+  case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+  case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+  case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+  case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+  case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+  case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   job *j = opaque;
   if (!j) return; /* emit_now notices */
-  if (err) j->produce_error = 1;
+  if (err) {
+    j->produce_error = 1;
+    if (!j->produce_err || produce_permanent(err)) j->produce_err = err;
+  }
   if (--j->outstanding > 0) return;
   if (j->produce_error && j->L->closing) {
     job_drop(j);
     return;
   }
+  if (j->produce_error && produce_permanent(j->produce_err) && !j->rejected) {
+    /* producing it again cannot work and would hold the partition's commit
+     * for ever: the input becomes a dead letter instead (what was delivered
+     * of the set stays; duplicates are harmless) */
+    rd_kafka_resp_err_t e = j->produce_err;
+    j->produce_error = 0;
+    j->produce_err = 0;
+    j->rejected = 1;
+    sl_outbox_clear(&j->out);
+    sl_result_set(&j->res, SL_OUTCOME_FAIL, "output_rejected",
+                  "Kafka refused an output for good: %s", rd_kafka_err2str(e));
+    add_dead_letter(j);
+    produce(j);
+    return;
+  }
   if (j->produce_error) {
     /* never drop: produce the whole set again (duplicates are harmless) */
+    rd_kafka_resp_err_t e = j->produce_err;
     j->produce_error = 0;
+    j->produce_err = 0;
     sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s",
-           rd_kafka_err2str(err));
+           rd_kafka_err2str(e));
     char why[256];
     if (rd_kafka_fatal_error(j->L->producer, why, sizeof why)) {
       sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error: %s; stopping", why);
@@ -737,13 +838,22 @@ static void produce(job *j) {
     finish(j);
     return;
   }
-  j->outstanding = (int)j->out.n;
-  for (size_t i = 0; i < j->out.n; i++) {
+  /* Delivery reports come only from rd_kafka_poll on the loop, never from
+   * inside producev; a message librdkafka refuses at once is counted here
+   * and reported after the loop (reporting it inside would let the outcome
+   * replace the outbox this loop walks). */
+  size_t n = j->out.n;
+  int refused = 0;
+  rd_kafka_resp_err_t refused_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  j->outstanding = (int)n;
+  for (size_t i = 0; i < n; i++) {
     sl_out *it = &j->out.items[i];
     rd_kafka_headers_t *hs = NULL;
     if (it->retry_copy) { /* a retry-tier copy carries the retry headers */
-      char b[5][32];
-      hs = rd_kafka_headers_new(6);
+      char b[5][32], origin[160];
+      hs = rd_kafka_headers_new(7);
+      rd_kafka_header_add(hs, SL_HDR_ORIGIN_TOPIC, -1,
+                          sl_message_origin(j->m, origin, sizeof origin), -1);
       snprintf(b[0], 32, "%u", j->attempts + 1);
       snprintf(b[1], 32, "%lld", (long long)j->first_failure_ms);
       snprintf(b[2], 32, "%lld", (long long)j->not_before_ms);
@@ -768,17 +878,24 @@ static void produce(job *j) {
                             RD_KAFKA_V_END);
     if (e) {
       if (hs) rd_kafka_headers_destroy(hs);
-      /* not queued: count it as a failed delivery */
+      /* not queued: a failed delivery, reported below */
       j->produce_error = 1;
-      if (--j->outstanding == 0) {
-        j->outstanding = 1;
-        on_delivery(e, j);
-      }
+      if (!j->produce_err || produce_permanent(e)) j->produce_err = e;
+      refused++;
+      refused_err = e;
     }
+  }
+  if (refused) {
+    j->outstanding -= refused - 1; /* on_delivery takes the last one */
+    on_delivery(refused_err, j);
   }
 }
 
 /* ---- outcomes ---- */
+
+/* A dead letter of class output_rejected keeps at most this much of its
+ * input, so that it fits where the rejected output did not. */
+#define SL_DL_REJECTED_PAYLOAD_MAX (256 * 1024)
 
 static void add_dead_letter(job *j) {
   loop_t *L = j->L;
@@ -792,12 +909,24 @@ static void add_dead_letter(job *j) {
   dl.key.len = m->key_len;
   dl.payload.data = m->payload;
   dl.payload.len = m->len;
+  if (j->rejected && dl.payload.len > SL_DL_REJECTED_PAYLOAD_MAX) {
+    /* the input itself may be what Kafka refuses: keep its head */
+    dl.payload.len = SL_DL_REJECTED_PAYLOAD_MAX;
+    size_t n = strlen(j->res.error_message);
+    snprintf(j->res.error_message + n, sizeof j->res.error_message - n,
+             " (payload cut to %d of %zu bytes)", SL_DL_REJECTED_PAYLOAD_MAX, m->len);
+  }
   dl.error_class = j->res.error_class;
   dl.error_message = j->res.error_message;
   dl.attempts = j->attempts + 1;
   dl.last_failure_ms = sl_now_ms();
   dl.first_failure_ms = j->first_failure_ms ? j->first_failure_ms : dl.last_failure_ms;
-  dl.replay_topic = (char *)L->o->topics[0];
+  /* a replay goes where the message first came from; a retry copy written
+   * before copies carried their origin: the stage's first input */
+  char origin[160];
+  dl.replay_topic = (char *)sl_message_origin(m, origin, sizeof origin);
+  if (j->p && j->p->retry_tier >= 0 && !hdr(m, SL_HDR_ORIGIN_TOPIC, origin, sizeof origin))
+    dl.replay_topic = (char *)L->o->topics[0];
   const char *subject = j->key[0] ? j->key : j->res.subject;
   dl.subject_key = (char *)subject;
   char key[128];
@@ -827,6 +956,12 @@ static void add_dead_letter(job *j) {
 
 /* Transient failure: to the next retry tier, or the dead-letter topic when
  * the budget from the first failure is spent. */
+/* The provider's Retry-After, cut to provider.max_retry_after_ms. */
+static int64_t retry_after(const loop_t *L, const sl_result *res) {
+  int64_t cap = L->cc->max_retry_after_ms > 0 ? L->cc->max_retry_after_ms : 0;
+  return res->retry_after_ms > cap ? cap : res->retry_after_ms > 0 ? res->retry_after_ms : 0;
+}
+
 static void to_retry(job *j) {
   loop_t *L = j->L;
   int64_t now = sl_now_ms();
@@ -842,8 +977,9 @@ static void to_retry(job *j) {
     return;
   }
   int t = (int)(j->attempts < (unsigned)L->ntiers ? j->attempts : (unsigned)L->ntiers - 1);
-  while (j->res.retry_after_ms > L->tier_ms[t] && t + 1 < L->ntiers) t++;
-  int64_t delay = L->tier_ms[t] > j->res.retry_after_ms ? L->tier_ms[t] : j->res.retry_after_ms;
+  int64_t ra = retry_after(L, &j->res);
+  while (ra > L->tier_ms[t] && t + 1 < L->ntiers) t++;
+  int64_t delay = L->tier_ms[t] > ra ? L->tier_ms[t] : ra;
   j->not_before_ms = now + delay;
   if (sl_outbox_add(&j->out, L->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)
     j->out.items[j->out.n - 1].retry_copy = 1;
@@ -859,6 +995,8 @@ static void idem_key(job *j, char *buf, size_t len) {
   snprintf(buf, len, "sl:idem:%s:%s:%.32s", j->L->o->stage, j->key, j->digest);
 }
 
+static void claim_release(job *j);
+
 static void on_stored(redisReply *r, void *ud) {
   job *j = ud;
   if (j->L->closing) {
@@ -867,6 +1005,7 @@ static void on_stored(redisReply *r, void *ud) {
   }
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
+  claim_release(j); /* after the store: a waiting replica finds the outputs */
   produce(j);
 }
 
@@ -898,7 +1037,30 @@ static void store_and_produce(job *j) {
     free(buf);
     if (rc == 0) return;
   }
+  claim_release(j);
   produce(j);
+}
+
+/* Answers the job from outputs stored by an earlier run (this replica's or
+ * another's): 1 when they were usable and are being produced. */
+static int use_stored(job *j, const char *v, size_t n) {
+  loop_t *L = j->L;
+  Sluice__V1__StoredOutputs *so = sluice__v1__stored_outputs__unpack(NULL, n, (const uint8_t *)v);
+  int ok = so != NULL;
+  for (size_t i = 0; ok && i < so->n_outputs; i++)
+    ok = sl_outbox_add(&j->out, so->outputs[i]->topic, so->outputs[i]->key,
+                       so->outputs[i]->value.data, so->outputs[i]->value.len) == 0;
+  if (so) sluice__v1__stored_outputs__free_unpacked(so, NULL);
+  if (!ok) {
+    sl_outbox_clear(&j->out);
+    return 0;
+  }
+  sl_metric_add(L->m_idem_hits, 1);
+  sl_metric_add(L->m_done, 1);
+  j->stored = 1;
+  sl_log(SL_LOG_INFO, j->key, "already processed: stored outputs reused, no provider call");
+  produce(j);
+  return 1;
 }
 
 static void on_lookup(redisReply *r, void *ud) {
@@ -909,22 +1071,7 @@ static void on_lookup(redisReply *r, void *ud) {
     return;
   }
   if (r && r->type == REDIS_REPLY_STRING) {
-    Sluice__V1__StoredOutputs *so =
-        sluice__v1__stored_outputs__unpack(NULL, r->len, (const uint8_t *)r->str);
-    int ok = so != NULL;
-    for (size_t i = 0; ok && i < so->n_outputs; i++)
-      ok = sl_outbox_add(&j->out, so->outputs[i]->topic, so->outputs[i]->key,
-                         so->outputs[i]->value.data, so->outputs[i]->value.len) == 0;
-    if (so) sluice__v1__stored_outputs__free_unpacked(so, NULL);
-    if (ok) {
-      sl_metric_add(L->m_idem_hits, 1);
-      sl_metric_add(L->m_done, 1);
-      j->stored = 1;
-      sl_log(SL_LOG_INFO, j->key, "already processed: stored outputs reused, no provider call");
-      produce(j);
-      return;
-    }
-    sl_outbox_clear(&j->out);
+    if (use_stored(j, r->str, r->len)) return;
   } else if (!r || r->type == REDIS_REPLY_ERROR) {
     sl_log(SL_LOG_DEBUG, j->key, "idempotency lookup unavailable; processing");
   }
@@ -987,12 +1134,20 @@ static void gate_limits(job *j);
  * the message is redelivered (to this stage or the partition's next owner). */
 static void held_release(job *j) {
   loop_t *L = j->L;
+  int revoking = j->p && j->p->revoking;
   job_timer_release(j);
   key_release(j);
   L->inflight--;
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   job_free(j);
+  if (revoking) revoke_check(L);
+}
+
+/* The job's partition is being taken away (or was): it must not start a
+ * provider call; its message is redelivered to the partition's owner. */
+static int job_stale(const job *j) {
+  return j->p && (j->p->revoking || j->p->revoked || j->epoch != j->p->epoch);
 }
 
 static void bq_push(loop_t *L, job *j) {
@@ -1078,6 +1233,10 @@ static void gate(job *j) {
     job_drop(j);
     return;
   }
+  if (job_stale(j)) {
+    held_release(j);
+    return;
+  }
   if (L->o->provider) {
     int64_t retry_in = 0;
     if (L->bq_head || !sl_breaker_allow(L->breaker, sl_now_ms(), &retry_in)) {
@@ -1155,17 +1314,19 @@ static void complete(job *j) {
     sl_metric_set(L->m_breaker_state, st);
     if (L->bq_head && st != SL_BREAKER_OPEN) /* the probe answered: let the held go */
       uv_timer_start(&L->bq_timer, on_bq_timer, 0, 0);
-    if (j->res.provider_throttled && j->res.retry_after_ms > 0 && !L->closing) {
+    if (j->res.provider_throttled && retry_after(L, &j->res) > 0 && !L->closing) {
       /* pause the provider for every replica (one atomic script that only
-       * ever extends a pause) */
+       * ever extends a pause), for at most provider.max_retry_after_ms */
       char ms[32];
-      snprintf(ms, sizeof ms, "%lld", (long long)j->res.retry_after_ms);
+      snprintf(ms, sizeof ms, "%lld", (long long)retry_after(L, &j->res));
       const char *a[] = {"EVAL", sl_limiter_pause_lua, "1", L->pause_key, ms};
       sl_aredis_argv(L->redis, NULL, NULL, 5, a, NULL);
       sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
              L->o->provider, ms);
     }
   }
+  if (!(j->res.outcome == SL_OUTCOME_DONE && L->o->idempotent && j->out.n))
+    claim_release(j); /* nothing to store: the next claimant calls */
   switch (j->res.outcome) {
   case SL_OUTCOME_DONE:
     sl_metric_add(L->m_done, 1);
@@ -1185,7 +1346,140 @@ static void complete(job *j) {
   produce(j);
 }
 
+/* ---- the claim: one paid call per input across replicas (sl_claim.h) ---- */
+
+static void call_now(job *j);
+static void claim_try(job *j);
+
+static int claims_on(const job *j) {
+  const loop_t *L = j->L;
+  return L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0 && j->digest[0];
+}
+
+static void claim_key(const job *j, char *buf, size_t len) {
+  snprintf(buf, len, "sl:claim:%s:%s:%.32s", j->L->o->stage, j->key, j->digest);
+}
+
+static void claim_release(job *j) {
+  if (!j->claimed) return;
+  j->claimed = 0;
+  char k[256];
+  claim_key(j, k, sizeof k);
+  const char *argv[] = {"EVAL", sl_claim_release_lua, "1", k, j->owner};
+  sl_aredis_argv(j->L->redis, NULL, NULL, 5, argv, NULL);
+}
+
+static void on_claim_timer(uv_timer_t *t) { claim_try(t->data); }
+
+static void on_claim(redisReply *r, void *ud) {
+  job *j = ud;
+  loop_t *L = j->L;
+  if (L->closing) {
+    job_drop(j);
+    return;
+  }
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING) {
+    call_now(j); /* Redis unavailable: fail open, as the store does */
+    return;
+  }
+  long long code = r->element[0]->integer;
+  const redisReply *v = r->element[1];
+  if (code == SL_CLAIM_STORED) {
+    if (use_stored(j, v->str, v->len)) return;
+    call_now(j); /* unusable stored outputs: as if there were none */
+    return;
+  }
+  if (code == SL_CLAIM_CLAIMED) {
+    j->claimed = 1;
+    call_now(j);
+    return;
+  }
+  /* another replica is calling for this input: wait for its outputs (or
+   * for its lease to end), asking again every half second */
+  int64_t ttl = strtoll(v->str, NULL, 10);
+  if (j->claim_waits++ == 0) {
+    sl_metric_add(L->m_claim_waits, 1);
+    sl_log(SL_LOG_INFO, j->key,
+           "another replica is calling %s for this input (lease %lld ms left): waiting for "
+           "its outputs instead of calling",
+           L->o->provider, (long long)ttl);
+  }
+  job_after(j, ttl > 0 && ttl < 500 ? ttl + 1 : 500, on_claim_timer, claim_try);
+}
+
+static void claim_try(job *j) {
+  loop_t *L = j->L;
+  if (job_stale(j)) { /* its partition went away while it waited */
+    held_release(j);
+    return;
+  }
+  char k[256], sk[256], lease[32];
+  claim_key(j, k, sizeof k);
+  idem_key(j, sk, sizeof sk);
+  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  if (!j->owner[0])
+    snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
+  const char *argv[] = {"EVAL", sl_claim_take_lua, "2", k, sk, j->owner, lease};
+  if (sl_aredis_argv(L->redis, on_claim, j, 7, argv, NULL) != 0) call_now(j);
+}
+
+/* Extends the claims of every call still running (one script per batch). */
+static void on_claim_renew(uv_timer_t *t) {
+  loop_t *L = t->data;
+  enum { BATCH = 256 };
+  char(*keys)[256] = malloc(BATCH * sizeof *keys);
+  const char **argv = malloc((3 + 2 * BATCH + 1) * sizeof *argv);
+  if (!keys || !argv) { /* next time: the leases outlast two missed renewals */
+    free(keys);
+    free(argv);
+    return;
+  }
+  char lease[32];
+  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  job *j = L->jobs;
+  while (j) {
+    const char *owners[BATCH];
+    int n = 0;
+    for (; j && n < BATCH; j = j->all_next)
+      if (j->claimed) {
+        claim_key(j, keys[n], sizeof keys[n]);
+        owners[n++] = j->owner;
+      }
+    if (!n) break;
+    char nk[16];
+    snprintf(nk, sizeof nk, "%d", n);
+    int a = 0;
+    argv[a++] = "EVAL";
+    argv[a++] = sl_claim_renew_lua;
+    argv[a++] = nk;
+    for (int i = 0; i < n; i++) argv[a++] = keys[i];
+    argv[a++] = lease;
+    for (int i = 0; i < n; i++) argv[a++] = owners[i];
+    sl_aredis_argv(L->redis, NULL, NULL, a, argv, NULL);
+  }
+  free(keys);
+  free(argv);
+}
+
 static void run_process(job *j) {
+  if (job_stale(j)) { /* released by a revoke while it waited at the gate */
+    held_release(j);
+    return;
+  }
+  if (claims_on(j) && !j->claimed) {
+    claim_try(j);
+    return;
+  }
+  call_now(j);
+}
+
+static void call_now(job *j) {
+  if (job_stale(j)) {
+    claim_release(j);
+    held_release(j);
+    return;
+  }
   j->work.data = j;
   j->out.producer = j->L->producer;
   j->res.outcome = SL_OUTCOME_DONE;
@@ -1286,6 +1580,12 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   snprintf(j->key, sizeof j->key, "%.*s", (int)(m->key_len < 127 ? m->key_len : 127),
            m->key ? (const char *)m->key : "");
   j->p = part_get(L, rd_kafka_topic_name(m->rkt), m->partition, 1);
+  if (j->p && (j->p->revoking || j->p->revoked)) {
+    /* fetched before the partition was taken away: its owner reads it */
+    rd_kafka_message_destroy(m);
+    free(j);
+    return;
+  }
   int64_t ts = rd_kafka_message_timestamp(m, NULL);
   if (!j->p || ring_push(j->p, m->offset, ts > 0 ? ts : sl_now_ms()) != 0) {
     sl_log(SL_LOG_ERROR, NULL, "out of memory tracking a message");
@@ -1300,6 +1600,14 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   j->attempts = (unsigned)hdr_i64(m, SL_HDR_ATTEMPT);
   j->first_failure_ms = hdr_i64(m, SL_HDR_FIRST_FAILURE);
   j->not_before_ms = hdr_i64(m, SL_HDR_NOT_BEFORE);
+  if (j->p->retry_tier >= 0) {
+    /* the header is the sending replica's clock: never wait longer than
+     * this tier's delay (or the Retry-After cap) from now, whatever it says
+     * (a clock ahead, a copy written before the cap existed) */
+    int64_t tier = L->tier_ms[j->p->retry_tier], cap = L->cc->max_retry_after_ms;
+    int64_t latest = sl_now_ms() + (tier > cap ? tier : cap);
+    if (j->not_before_ms > latest) j->not_before_ms = latest;
+  }
   L->inflight++;
   sl_metric_gauge_add(L->m_inflight, 1);
   if (L->inflight >= L->cc->max_in_flight) set_pause(L, 1);
@@ -1338,39 +1646,193 @@ static void release_parked(loop_t *L, part *p) {
   uv_timer_stop(&p->park_timer);
 }
 
-/* ---- rebalancing ---- */
+/* ---- rebalancing ----
+ *
+ * Cooperative (KIP-429, the default): an assign or revoke names only the
+ * partitions that change owner; the others keep running. Eager (range,
+ * roundrobin): every rebalance revokes everything first. Either way a
+ * revoke is two steps:
+ *   1. at once: the partitions are paused; their parked retries, the jobs
+ *      held by the breaker or queued at the limiter, and every job that has
+ *      not yet reached its provider call are released uncalled (their
+ *      offsets stay uncommitted: the new owner reads them);
+ *   2. once the calls already running on them have finished, stored their
+ *      outputs and had them acknowledged, or stage.revoke_wait_ms has
+ *      passed: commit, then unassign, which lets the rebalance complete.
+ * So the new owner repeats a paid call only when one ran longer than the
+ * wait. A lost assignment (session timed out) skips the wait and commits
+ * nothing: someone else owns those partitions already.
+ */
+
+static int list_has(const rd_kafka_topic_partition_list_t *l, const char *topic, int32_t pn) {
+  return l && rd_kafka_topic_partition_list_find(l, topic, pn) != NULL;
+}
+
+/* Jobs of partitions being revoked that have not finished. */
+static int64_t revoke_pending(loop_t *L) {
+  int64_t n = 0;
+  for (job *j = L->jobs; j; j = j->all_next)
+    if (j->p && j->p->revoking && j->epoch == j->p->epoch) n++;
+  return n;
+}
+
+/* Removes the stale jobs of a FIFO (breaker hold, limiter queue) and
+ * releases them uncalled. */
+static void release_stale(loop_t *L, job **head, job **tail, int64_t *len) {
+  job *keep = NULL, *keep_tail = NULL, *stale = NULL;
+  for (job *j = *head, *nx; j; j = nx) {
+    nx = j->next;
+    j->next = NULL;
+    if (job_stale(j)) {
+      j->next = stale;
+      stale = j;
+      if (len) (*len)--;
+    } else {
+      if (keep_tail) keep_tail->next = j;
+      else keep = j;
+      keep_tail = j;
+    }
+  }
+  *head = keep;
+  *tail = keep_tail;
+  while (stale) {
+    job *j = stale;
+    stale = j->next;
+    j->next = NULL;
+    held_release(j);
+  }
+}
+
+static void revoke_finish(loop_t *L) {
+  rd_kafka_topic_partition_list_t *l = L->revoking;
+  if (!l) return;
+  uv_timer_stop(&L->revoke_timer);
+  int64_t left = revoke_pending(L);
+  if (!L->revoking_lost) commit(L, 1, NULL); /* what finished on them, and the rest */
+  L->revoking = NULL;
+  for (int i = 0; i < l->cnt; i++) {
+    part *p = part_get(L, l->elems[i].topic, l->elems[i].partition, 0);
+    if (!p) continue;
+    p->revoking = 0;
+    p->revoked = 1;
+    release_parked(L, p);
+    p->paused_for_park = 0;
+  }
+  if (L->cooperative) {
+    rd_kafka_error_t *e = rd_kafka_incremental_unassign(L->consumer, l);
+    if (e) {
+      sl_log(SL_LOG_WARN, NULL, "incremental unassign: %s", rd_kafka_error_string(e));
+      rd_kafka_error_destroy(e);
+    }
+  } else {
+    rd_kafka_assign(L->consumer, NULL);
+  }
+  /* what stays assigned */
+  rd_kafka_topic_partition_list_t *keep =
+      rd_kafka_topic_partition_list_new(L->assignment ? L->assignment->cnt : 0);
+  for (int i = 0; L->assignment && i < L->assignment->cnt; i++)
+    if (!list_has(l, L->assignment->elems[i].topic, L->assignment->elems[i].partition))
+      rd_kafka_topic_partition_list_add(keep, L->assignment->elems[i].topic,
+                                        L->assignment->elems[i].partition);
+  if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+  L->assignment = keep;
+  if (left)
+    sl_log(SL_LOG_WARN, NULL,
+           "revoked %d partition(s)%s with %lld message(s) still running: the new owner "
+           "reads them again (and waits for their outputs where a claim holds them)",
+           l->cnt, L->revoking_lost ? " (lost)" : " after stage.revoke_wait_ms", (long long)left);
+  else
+    sl_log(SL_LOG_INFO, NULL, "revoked %d partition(s)%s; %d assigned", l->cnt,
+           L->revoking_lost ? " (lost)" : "", keep->cnt);
+  sl_metric_set(L->m_assigned, keep->cnt);
+  sl_admin_set_ready(L->o->admin, 1);
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void revoke_check(loop_t *L) {
+  if (L->revoking && revoke_pending(L) == 0) revoke_finish(L);
+}
+
+static void on_revoke_timer(uv_timer_t *t) { revoke_finish(t->data); }
+
+static void revoke_begin(loop_t *L, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
+  if (L->revoking) revoke_finish(L); /* not expected: librdkafka waits for the first */
+  if (L->cooperative) { /* this generation's assign, then the rejoin's */
+    L->rejoin_assigns = rd_kafka_assignment_lost(rk) ? 1 : 2;
+    L->rejoin_until_ms = sl_now_ms() + L->cc->revoke_wait_ms + L->cc->kafka_session_timeout_ms;
+  }
+  L->revoking = rd_kafka_topic_partition_list_copy(parts);
+  L->revoking_lost = rd_kafka_assignment_lost(rk);
+  rd_kafka_pause_partitions(rk, parts); /* nothing new from them */
+  for (int i = 0; i < parts->cnt; i++) {
+    part *p = part_get(L, parts->elems[i].topic, parts->elems[i].partition, 0);
+    if (!p) continue;
+    p->revoking = 1;
+    release_parked(L, p); /* not due yet, uncalled: redelivered */
+    p->paused_for_park = 0;
+  }
+  sl_admin_set_ready(L->o->admin, 0);
+  release_stale(L, &L->bq_head, &L->bq_tail, &L->bq_len);
+  sl_metric_set(L->m_held, L->bq_len);
+  if (!L->lq_busy) { /* the head may be waiting on Redis: it checks itself */
+    release_stale(L, &L->lq_head, &L->lq_tail, NULL);
+  } else if (L->lq_head) {
+    job *h = L->lq_head, *rest_tail = L->lq_tail;
+    job *rest = h->next;
+    h->next = NULL;
+    job *rt = rest ? rest_tail : NULL;
+    release_stale(L, &rest, &rt, NULL);
+    h->next = rest;
+    L->lq_tail = rest ? rt : h;
+  }
+  int64_t pending = revoke_pending(L);
+  sl_log(SL_LOG_INFO, NULL, "revoking %d partition(s)%s; %lld message(s) of them still running",
+         parts->cnt, L->revoking_lost ? " (assignment lost)" : "", (long long)pending);
+  if (pending == 0 || L->revoking_lost || L->closing || L->cc->revoke_wait_ms <= 0) {
+    revoke_finish(L);
+    return;
+  }
+  uv_timer_start(&L->revoke_timer, on_revoke_timer, (uint64_t)L->cc->revoke_wait_ms, 0);
+}
 
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
   loop_t *L = opaque;
+  L->cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-    part *p, *tmp;
-    HASH_ITER(hh, L->parts, p, tmp) {
-      if (p->revoked) part_reset(p);
+    if (L->revoking) revoke_finish(L);
+    if (L->rejoin_assigns > 0) L->rejoin_assigns--;
+    for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */
+      part *p = part_get(L, parts->elems[i].topic, parts->elems[i].partition, 1);
+      if (p) part_reset(p);
     }
-    rd_kafka_assign(rk, parts);
-    if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
-    L->assignment = rd_kafka_topic_partition_list_copy(parts);
-    L->paused_all = 0;
-    if (L->inflight >= L->cc->max_in_flight) set_pause(L, 1);
-    sl_log(SL_LOG_INFO, NULL, "assigned %d partition(s)", parts->cnt);
-    sl_metric_set(L->m_assigned, parts->cnt);
+    if (L->cooperative) {
+      rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
+      if (e) {
+        sl_log(SL_LOG_WARN, NULL, "incremental assign: %s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+      }
+    } else {
+      rd_kafka_assign(rk, parts);
+    }
+    if (!L->assignment || !L->cooperative) {
+      if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+      L->assignment = rd_kafka_topic_partition_list_new(parts->cnt);
+    }
+    for (int i = 0; i < parts->cnt; i++)
+      if (!list_has(L->assignment, parts->elems[i].topic, parts->elems[i].partition))
+        rd_kafka_topic_partition_list_add(L->assignment, parts->elems[i].topic,
+                                          parts->elems[i].partition);
+    /* librdkafka keeps a partition's pause flag across unassign and assign:
+     * resume what was handed to us, then pause again where we must */
+    rd_kafka_resume_partitions(rk, parts);
+    if (L->paused_all || L->stopping) rd_kafka_pause_partitions(rk, parts);
+    sl_log(SL_LOG_INFO, NULL, "assigned %d partition(s) (%s); %d in all", parts->cnt,
+           L->cooperative ? "incremental" : "eager", L->assignment->cnt);
+    sl_metric_set(L->m_assigned, L->assignment->cnt);
     sl_admin_set_ready(L->o->admin, 1);
   } else {
-    /* commit what is complete; in-flight work of revoked partitions still
-     * produces its outputs but no longer commits: the new owner redelivers */
-    commit(L, 1, NULL);
-    part *p, *tmp;
-    HASH_ITER(hh, L->parts, p, tmp) {
-      p->revoked = 1;
-      release_parked(L, p); /* unprocessed and uncommitted: redelivered */
-      p->paused_for_park = 0;
-    }
-    rd_kafka_assign(rk, NULL);
-    if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
-    L->assignment = NULL;
-    sl_log(SL_LOG_INFO, NULL, "partitions revoked (%d)", parts->cnt);
-    sl_metric_set(L->m_assigned, 0);
+    revoke_begin(L, rk, parts);
   }
 }
 
@@ -1448,7 +1910,12 @@ static void begin_stop(loop_t *L);
 static void on_tick(uv_timer_t *t) {
   loop_t *L = t->data;
   drain_consumer(L);
-  commit(L, 0, NULL);
+  if (L->rejoin_assigns > 0 && sl_now_ms() < L->rejoin_until_ms) {
+    /* rejoining after a revoke: commit once the new generation is ours */
+  } else {
+    L->rejoin_assigns = 0;
+    commit(L, 0, NULL);
+  }
   /* age of the oldest message taken and not finished */
   int64_t oldest = 0, now = sl_now_ms();
   part *p, *tmp;
@@ -1543,6 +2010,18 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->m_oldest_waiting =
       metric("sluice_oldest_unprocessed_age_seconds", o->stage, NULL,
              "Age of the oldest input message (main topics, not retry tiers) not yet finished", 1);
+  L->m_claim_waits =
+      metric("sluice_claim_waits_total", o->stage, NULL,
+             "Inputs another replica was already calling the provider for: waited for its "
+             "outputs instead of calling", 0);
+  {
+    char host[40] = "", rnd[17] = "";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = '\0';
+    if (sl_random_hex(8, rnd, sizeof rnd) != 0) snprintf(rnd, sizeof rnd, "%llx",
+                                                          (unsigned long long)uv_hrtime());
+    snprintf(L->owner, sizeof L->owner, "%.39s:%ld:%.16s", host, (long)getpid(), rnd);
+  }
   L->m_assigned = metric("sluice_assigned_partitions", o->stage, NULL,
                          "Partitions assigned to this process (0: not consuming)", 1);
   if (o->provider) {
@@ -1594,8 +2073,10 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   snprintf(group, sizeof group, "sluice-%s", o->stage);
   snprintf(client, sizeof client, "sluice-%s", o->stage);
   uv_loop_init(&L->loop);
-  rc = sl_kafka_consumer_new(&L->consumer, L->cc->kafka_brokers, group, client, err, sizeof err,
-                             on_rebalance, on_commit, on_stats, L);
+  sl_kafka_group_opts gopts = {L->cc->kafka_assignment, L->cc->kafka_session_timeout_ms,
+                               L->cc->kafka_heartbeat_ms};
+  rc = sl_kafka_consumer_new(&L->consumer, L->cc->kafka_brokers, group, client, &gopts, err,
+                             sizeof err, on_rebalance, on_commit, on_stats, L);
   if (rc == 0)
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, on_delivery, NULL,
                                err, sizeof err);
@@ -1632,11 +2113,20 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->lq_timer.data = L;
   uv_timer_init(&L->loop, &L->bq_timer);
   L->bq_timer.data = L;
+  uv_timer_init(&L->loop, &L->revoke_timer);
+  L->revoke_timer.data = L;
+  uv_timer_init(&L->loop, &L->claim_timer);
+  L->claim_timer.data = L;
+  if (L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0) {
+    uint64_t every = (uint64_t)(L->cc->claim_lease_ms / 3 > 0 ? L->cc->claim_lease_ms / 3 : 1);
+    uv_timer_start(&L->claim_timer, on_claim_renew, every, every);
+  }
   uv_timer_start(&L->tick, on_tick, 100, 100);
   uv_run(&L->loop, UV_RUN_DEFAULT);
 
   /* stopped: from here on unfinished jobs are dropped (never committed) */
   L->closing = 1;
+  revoke_finish(L); /* a revoke still waiting: hand its partitions over now */
   commit(L, 1, NULL);
   sl_log(SL_LOG_INFO, NULL, "closing consumer");
   sl_kafka_uv_detach(L->cku);

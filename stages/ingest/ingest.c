@@ -237,7 +237,12 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     up.content_type = (char *)(ct ? ct : "");
     up.prompt = (char *)(prompt ? prompt : "");
     up.accepted_at_ms = accepted;
-    up.uploaded_at_ms = sl_now_ms();
+    /* the storage event's own time (its Kafka timestamp), not the clock of
+     * whichever replica reads it: reading the event again (a rebalance, a
+     * lost assignment, a replay) gives byte-identical outputs, so stt's
+     * idempotency store and claim recognise the input and pay nothing */
+    int64_t ev_ms = rd_kafka_message_timestamp(m, NULL);
+    up.uploaded_at_ms = ev_ms > 0 ? ev_ms : sl_now_ms();
     int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up.base);
 
     Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;

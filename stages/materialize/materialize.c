@@ -251,7 +251,8 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   mat *M = ud;
   (void)out;
-  if (strcmp(rd_kafka_topic_name(m->rkt), M->cc->topic_submissions) == 0)
+  char origin[160]; /* a retry copy comes back on materialize.retry.*: its origin decides */
+  if (strcmp(sl_message_origin(m, origin, sizeof origin), M->cc->topic_submissions) == 0)
     on_submission(M, m, res);
   else
     on_status(M, m, res);
@@ -273,7 +274,7 @@ static int rebuild(mat *M) {
   replaying = 1;
   rd_kafka_t *rk = NULL;
   int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
-                                 "sluice-materialize-rebuild", err, sizeof err, NULL, NULL,
+                                 "sluice-materialize-rebuild", NULL, err, sizeof err, NULL, NULL,
                                  NULL, NULL);
   if (rc) {
     sl_log(SL_LOG_ERROR, NULL, "rebuild: %s", err);

@@ -92,8 +92,35 @@ finish() {
   log "all checks passed"
 }
 
+# sluice-harness (tests/runtime/harness.c): the real stage runtime around a
+# scripted provider, as stage $HARNESS_STAGE (default "harness"), one process
+# at a time: harness_up starts it on admin port HARNESS_PORT (default BASE +
+# 190) and waits until it is ready; harness_down stops it with SIGTERM and
+# checks that it exited cleanly. Its log: $STAGES_DIR/harness.log.
+HARNESS=${SLUICE_HARNESS:-$(dirname "$SLUICE_BIN")/../tests/sluice-harness}
+HARNESS_PORT=${HARNESS_PORT:-$((BASE + 190))}
+H_ADMIN=http://127.0.0.1:$HARNESS_PORT
+hpid=""
+at_exit '[[ -n $hpid ]] && kill -TERM "$hpid" 2>/dev/null; true'
+harness_up() {
+  mkdir -p "$STAGES_DIR"
+  SLUICE_ADMIN_LISTEN=127.0.0.1:$HARNESS_PORT "$HARNESS" >>"$STAGES_DIR/harness.log" 2>&1 &
+  hpid=$!
+  wait_for 30 sh -c "curl -fsS $H_ADMIN/readyz 2>/dev/null | grep -q 'ready pid=$hpid'" ||
+    fail "harness not ready"
+}
+harness_down() {
+  kill -TERM "$hpid" 2>/dev/null || true
+  local rc=0
+  wait "$hpid" || rc=$?
+  hpid=""
+  check "harness stopped cleanly on SIGTERM (exit $rc)" test "$rc" = 0
+}
+
 # jqe FILTER JSON : true when the jq filter yields true (quietly)
-jqe() { jq -e "$1" <<<"$2" >/dev/null 2>&1; }
+# (jq 1.6 exits 0 with -e when its input holds no JSON value at all, so an
+# empty answer would pass any check: it is false here)
+jqe() { [[ -n ${2//[[:space:]]/} ]] && jq -e "$1" <<<"$2" >/dev/null 2>&1; }
 
 # jqany CONDITION JSON_LINES : true when the condition holds for some line
 jqany() { jq -s -e "any(.[]; $1)" <<<"$2" >/dev/null 2>&1; }

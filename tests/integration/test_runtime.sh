@@ -11,11 +11,9 @@
 #      the messages are held (not sent through the retry tiers) until it closes
 #   7. with stage.per_key_order one key is never in flight twice
 source "$(dirname "$0")/lib.sh"
-HARNESS=${SLUICE_HARNESS:-$(dirname "$SLUICE_BIN")/../tests/sluice-harness}
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
 RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
-H_ADMIN=http://127.0.0.1:$((BASE + 190))
 run=$(date +%s%N | tail -c 9)   # keys unique to this run
 mkdir -p "$STAGES_DIR"
 export SLUICE_RETRY_TIERS=1s,2s SLUICE_RETRY_BUDGET_S=6 SLUICE_BREAKER_MIN_CALLS=5 \
@@ -25,21 +23,6 @@ export SLUICE_RETRY_TIERS=1s,2s SLUICE_RETRY_BUDGET_S=6 SLUICE_BREAKER_MIN_CALLS
   >/dev/null || fail "could not create the harness topics"
 RC DEL harness:outage >/dev/null
 
-hpid=""
-at_exit '[[ -n $hpid ]] && kill -TERM "$hpid" 2>/dev/null; true'
-harness_up() {
-  SLUICE_ADMIN_LISTEN=127.0.0.1:$((BASE + 190)) "$HARNESS" >>"$STAGES_DIR/harness.log" 2>&1 &
-  hpid=$!
-  wait_for 30 sh -c "curl -fsS $H_ADMIN/readyz 2>/dev/null | grep -q 'ready pid=$hpid'" ||
-    fail "harness not ready"
-}
-harness_down() {
-  kill -TERM "$hpid" 2>/dev/null
-  local rc=0
-  wait "$hpid" || rc=$?
-  hpid=""
-  check "harness stopped cleanly on SIGTERM (exit $rc)" test "$rc" = 0
-}
 outputs() { kcat -C -b "$B" -t harness.out -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
 distinct() { { kcat -C -b "$B" -t harness.out -o beginning -e -q -f '%k\n' 2>/dev/null || true; } |
   { grep "^$1" || true; } | sort -u | wc -l; }

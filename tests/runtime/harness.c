@@ -11,6 +11,7 @@
  *   {"permanent": true}   every call fails for good (unless healed)
  *   {"sleep_ms": M}       each call takes M ms
  *   {"retry_after_ms": R, "throttle": true}  transient failures say 429
+ *   {"out_bytes": N}      the output is N bytes (JSON padded with spaces)
  * Redis switches the test flips while the stage runs:
  *   harness:outage        exists -> every call fails transiently (503)
  *   harness:heal:<key>    exists -> that key succeeds
@@ -105,8 +106,15 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   } else {
     char body[256];
     int n = snprintf(body, sizeof body, "{\"key\":\"%s\",\"calls\":%lld}", key, calls);
-    if (sl_outbox_add(out, out_topic, key, body, (size_t)n) != 0)
+    json_int_t pad = json_integer_value(json_object_get(j, "out_bytes"));
+    char *big = pad > n && pad <= (64 << 20) ? malloc((size_t)pad) : NULL;
+    if (big) { /* an output of out_bytes bytes: the JSON, then spaces */
+      memset(big, ' ', (size_t)pad);
+      memcpy(big, body, (size_t)n);
+    }
+    if (sl_outbox_add(out, out_topic, key, big ? big : body, big ? (size_t)pad : (size_t)n) != 0)
       sl_result_set(res, SL_OUTCOME_FAIL, "internal", "outbox full");
+    free(big);
   }
   json_decref(j);
 }

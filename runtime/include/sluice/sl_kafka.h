@@ -66,8 +66,21 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
  * rd_kafka_consumer_poll(). stats (may be NULL) gets librdkafka's statistics
  * JSON every 5 s, also inside rd_kafka_consumer_poll(); it returns 0 (the
  * library frees the JSON). */
+/* Group membership of a consumer (NULL for sl_kafka_consumer_new: the
+ * defaults in brackets). assignment: partition.assignment.strategy
+ * ["roundrobin"; "range": eager too; "cooperative-sticky": incremental,
+ * KIP-429]. session_timeout_ms [10000] and heartbeat_ms [2000]: a member that
+ * stops heart-beating (SIGKILL, lost node) loses its partitions after the
+ * session timeout. */
+typedef struct {
+  const char *assignment;
+  int64_t session_timeout_ms;
+  int64_t heartbeat_ms;
+} sl_kafka_group_opts;
+
 int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
-                          const char *client_id, char *err, size_t errlen,
+                          const char *client_id, const sl_kafka_group_opts *group, char *err,
+                          size_t errlen,
                           void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
                                             rd_kafka_topic_partition_list_t *, void *),
                           void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,

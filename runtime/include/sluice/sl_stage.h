@@ -58,6 +58,9 @@
 #define SL_HDR_ERROR_CLASS "sluice-error-class"
 #define SL_HDR_ERROR_MESSAGE "sluice-error-message"
 #define SL_HDR_REPLAY_ID "sluice-replay-id"
+/* On retry copies: the topic the message first came from (its stage's input,
+ * not the retry tier it comes back on). */
+#define SL_HDR_ORIGIN_TOPIC "sluice-origin-topic"
 
 /* Settings shared by every stage (one table: sl_common_conf_table). */
 typedef struct {
@@ -99,6 +102,12 @@ typedef struct {
   int64_t breaker_window_ms;
   int64_t breaker_probe_interval_ms;
   int breaker_hold;
+  char *kafka_assignment;   /* partition.assignment.strategy */
+  int64_t kafka_session_timeout_ms;
+  int64_t kafka_heartbeat_ms;
+  int64_t revoke_wait_ms;   /* a revoke waits this long for running calls */
+  int64_t claim_lease_ms;   /* lease of an input claimed before a paid call */
+  int64_t max_retry_after_ms; /* a provider's Retry-After is cut to this */
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
@@ -195,7 +204,8 @@ void sl_job_done(sl_job *job);
 typedef struct {
   const char *stage;                 /* "stt"; retry topics are <stage>.retry.<tier> */
   const sl_common_conf *common;
-  const char *const *topics;         /* main inputs; topics[0] is where replays go */
+  const char *const *topics;         /* main inputs; a dead letter replays to its
+                                      * message's origin (sl_message_origin) */
   size_t ntopics;
   sl_stage_process_fn process;       /* blocking, on the worker pool ... */
   sl_stage_start_fn start;           /* ... or async on the loop (set one) */
@@ -222,5 +232,11 @@ int sl_key_parse(const char *key, size_t len, char sid[64], unsigned *qno);
 
 /* Unix time in milliseconds (CLOCK_REALTIME). */
 int64_t sl_now_ms(void);
+
+/* The topic m first came from: its sluice-origin-topic header (retry copies
+ * carry it) or else the topic it was read from. Dispatch on this, never on
+ * the topic name, when a stage has several inputs. Returns buf or the
+ * topic's own name; buf holds at least 160 bytes. */
+const char *sl_message_origin(const rd_kafka_message_t *m, char *buf, size_t len);
 
 #endif

@@ -1,0 +1,48 @@
+/*
+ * sl_claim.h — at most one paid provider call per input across every replica
+ * of a stage: a lease on the input, kept in Redis.
+ *
+ * Before a provider call a stage claims the input (its idempotency key: the
+ * stage, the message key and the input's digest). The claim is a Redis key
+ * holding the claimant's owner id with a TTL (the lease), renewed while the
+ * call runs and deleted by its owner once the outputs are stored (or the
+ * call failed). A replica that finds a live claim does not call: it waits,
+ * asking again, until the outputs are stored (it reuses them) or the claim
+ * is gone (its owner failed or died: it claims and calls). So two replicas
+ * holding the same message at once (a rebalance that gave a partition away
+ * while a call ran, a lost session) pay once; a crash costs a second call
+ * only after the dead owner's lease expires.
+ *
+ * Keys:
+ *   sl:claim:<stage>:<key>:<digest32>   owner id; PX = the lease
+ *   sl:idem:<stage>:<key>:<digest32>    the stored outputs (sl_stage)
+ * The owner id is unique per job (process id + random + a sequence), so two
+ * jobs of one process for the same input do not share a claim.
+ *
+ * ---- Script contract: sl_claim_take_lua ---------------------------------
+ *   EVAL sl_claim_take_lua 2 <claim key> <stored key> <owner> <lease ms>
+ *   Reply: array {code, value}
+ *     {1, outputs}  the outputs are stored already: reuse them, no call
+ *     {0, ""}       claimed (or already ours: the lease is extended): call
+ *     {2, ms}       someone else holds it for ms more: ask again later
+ * ---- sl_claim_release_lua ------------------------------------------------
+ *   EVAL sl_claim_release_lua 1 <claim key> <owner>: deletes the claim when
+ *   it is still ours. Reply: integer 1 deleted, 0 not ours (or gone).
+ * ---- sl_claim_renew_lua --------------------------------------------------
+ *   EVAL sl_claim_renew_lua N <claim key>... <lease ms> <owner>...: extends
+ *   each claim still held by the owner at the same position. Reply: integer,
+ *   how many were extended.
+ */
+#ifndef SLUICE_SL_CLAIM_H
+#define SLUICE_SL_CLAIM_H
+
+#include <stddef.h>
+
+extern const char sl_claim_take_lua[];
+extern const char sl_claim_release_lua[];
+extern const char sl_claim_renew_lua[];
+
+/* Reply codes of sl_claim_take_lua. */
+enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2 };
+
+#endif
