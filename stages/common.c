@@ -12,8 +12,26 @@
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice.pb-c.h"
 
 volatile sig_atomic_t sl__stop;
+
+void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
+                            const char *error_class, const char *error_message, int64_t at_ms,
+                            sl_outbox *out) {
+  char sid[64];
+  unsigned qno;
+  if (!subject || sl_key_parse(subject, strlen(subject), sid, &qno) != 0) return;
+  Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
+  st.submission_id = sid;
+  st.question_no = qno;
+  st.state = SLUICE__V1__QUESTION_STATE__FAILED;
+  st.at_ms = at_ms;
+  st.stage = (char *)o->stage;
+  st.error_class = (char *)error_class;
+  st.error_message = (char *)error_message;
+  sl_outbox_add_pb(out, o->common->topic_results, subject, &st.base);
+}
 
 static void on_signal(int sig) {
   (void)sig;

@@ -33,6 +33,13 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
                     sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
                     const char *def_admin, sl_admin **admin);
 
+/* The stages' dead-letter hook (sl_stage_opts.on_dead_letter): a subject
+ * "<submission>/<question>" gets a FAILED QuestionStatus on topic.results
+ * with the dead letter's class and message, so the user sees the reason. */
+void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
+                            const char *error_class, const char *error_message, int64_t at_ms,
+                            sl_outbox *out);
+
 /* Releases what sl__stage_start() set up. */
 void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
                       sl_admin *admin);

@@ -936,19 +936,9 @@ static void add_dead_letter(job *j) {
     snprintf(key, sizeof key, "%s/%d/%lld", dl.topic, m->partition, (long long)m->offset);
   sl_outbox_add_pb(&j->out, L->cc->topic_dlq, key, &dl.base);
 
-  char sid[64];
-  unsigned qno;
-  if (sl_key_parse(subject, strlen(subject), sid, &qno) == 0) {
-    Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
-    st.submission_id = sid;
-    st.question_no = qno;
-    st.state = SLUICE__V1__QUESTION_STATE__FAILED;
-    st.at_ms = dl.last_failure_ms;
-    st.stage = (char *)L->o->stage;
-    st.error_class = j->res.error_class;
-    st.error_message = j->res.error_message;
-    sl_outbox_add_pb(&j->out, L->cc->topic_results, subject, &st.base);
-  }
+  if (L->o->on_dead_letter) /* the stage's own word about it (stages/common.c) */
+    L->o->on_dead_letter(L->o, subject, j->res.error_class, j->res.error_message,
+                         dl.last_failure_ms, &j->out);
   sl_metric_add(L->m_dead, 1);
   sl_log(SL_LOG_WARN, subject, "dead-lettered after %u attempt(s) (%s): %s", j->attempts + 1,
          j->res.error_class, j->res.error_message);

@@ -248,7 +248,8 @@ int sl__grade_main(int argc, char **argv) {
     const char *topics[] = {cc.topic_grade_requests};
     sl_stage_opts o = {.stage = "grade", .common = &cc, .topics = topics, .ntopics = 1,
                        .process = sync ? process : NULL, .start = sync ? NULL : start,
-                       .ud = &g, .provider = provider, .idempotent = 1, .admin = admin};
+                       .ud = &g, .provider = provider, .idempotent = 1, .admin = admin,
+                       .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);

@@ -12,7 +12,9 @@
  * stt.requests and a QUEUED status to results, both keyed "<sid>/<no>".
  * Materialize may lag presign by a moment, so an unknown submission is
  * retried until ingest.submission_wait_s after the event, then dead-lettered.
- * Anything unparseable is dead-lettered at once with the reason.
+ * Anything unparseable is dead-lettered at once with the reason. An event
+ * of several records is first split into single-record events (fan_out),
+ * so each record succeeds, retries or fails on its own.
  *
  * An event is a claim, not proof (it may come through the webhook, or be
  * forged by anyone who can write to the topic), so before anything is
@@ -29,6 +31,7 @@
  * trusting the event's size otherwise and not checking the type.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* timegm */
 #include "../stages.h"
 
 #include <jansson.h>
@@ -36,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
@@ -130,6 +134,65 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
 }
 
 
+/* A record's eventTime ("2026-12-01T08:58:52Z", optional fraction) in ms
+ * since the epoch, or -1. */
+static int64_t event_time_ms(json_t *r) {
+  const char *t = json_string_value(json_object_get(r, "eventTime"));
+  struct tm tm;
+  int ms = 0, n = 0;
+  memset(&tm, 0, sizeof tm);
+  if (!t || sscanf(t, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
+    return -1;
+  if (t[n] == '.') {
+    int digits = 0;
+    for (const char *c = t + n + 1; *c >= '0' && *c <= '9'; c++)
+      if (digits++ < 3) ms = ms * 10 + (*c - '0');
+    while (digits > 0 && digits < 3) ms *= 10, digits++;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t secs = timegm(&tm);
+  return secs < 0 ? -1 : (int64_t)secs * 1000 + ms;
+}
+
+/* An event of several records (some storages batch them) becomes one event
+ * per record on the same topic, keyed by its question, and each is checked,
+ * retried or dead-lettered on its own: one bad record must not dead-letter
+ * the uploads beside it, nor a transient one hold them back. */
+static void fan_out(ingest *in, json_t *recs, sl_outbox *out, sl_result *res) {
+  if (json_array_size(recs) > SL_OUTBOX_MAX) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "too_many_records",
+                  "event of %zu records; at most %d are split into single events",
+                  json_array_size(recs), SL_OUTBOX_MAX);
+    return;
+  }
+  size_t i;
+  json_t *r;
+  json_array_foreach(recs, i, r) {
+    sl__s3rec rec;
+    char why[256], key[128];
+    if (sl__s3event_record(r, &rec, why, sizeof why) == 0 && rec.ours)
+      snprintf(key, sizeof key, "%s/%u", rec.sid, rec.qno);
+    else
+      snprintf(key, sizeof key, "record/%zu", i); /* its own run dead-letters it */
+    json_t *one = json_pack("{s:[O]}", "Records", r);
+    char *body = one ? json_dumps(one, JSON_COMPACT) : NULL;
+    json_decref(one);
+    int rc = body ? sl_outbox_add(out, in->cc->topic_storage_events, key, body, strlen(body))
+                  : SL_ENOMEM;
+    free(body);
+    if (rc) { /* nothing of the split is produced: the whole event again */
+      sl_outbox_clear(out);
+      sl_result_set(res, SL_OUTCOME_RETRY, "internal", "splitting an event: %s",
+                    sl_strerror(rc));
+      return;
+    }
+  }
+  sl_log(SL_LOG_INFO, NULL, "event of %zu records split into single-record events",
+         json_array_size(recs));
+}
+
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   ingest *in = ud;
   char why[512];
@@ -145,6 +208,11 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   }
   size_t i;
   json_t *r;
+  if (json_array_size(recs) > 1) {
+    fan_out(in, recs, out, res);
+    json_decref(root);
+    return;
+  }
   json_array_foreach(recs, i, r) {
     sl__s3rec rec;
     if (sl__s3event_record(r, &rec, why, sizeof why) != 0) {
@@ -237,11 +305,13 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     up.content_type = (char *)(ct ? ct : "");
     up.prompt = (char *)(prompt ? prompt : "");
     up.accepted_at_ms = accepted;
-    /* the storage event's own time (its Kafka timestamp), not the clock of
-     * whichever replica reads it: reading the event again (a rebalance, a
-     * lost assignment, a replay) gives byte-identical outputs, so stt's
+    /* the storage event's own time (the record's eventTime, else the
+     * message's Kafka timestamp), not the clock of whichever replica reads
+     * it: reading the event again (a rebalance, a lost assignment, a
+     * replay, a split copy) gives byte-identical outputs, so stt's
      * idempotency store and claim recognise the input and pay nothing */
-    int64_t ev_ms = rd_kafka_message_timestamp(m, NULL);
+    int64_t ev_ms = event_time_ms(r);
+    if (ev_ms <= 0) ev_ms = rd_kafka_message_timestamp(m, NULL);
     up.uploaded_at_ms = ev_ms > 0 ? ev_ms : sl_now_ms();
     int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up.base);
 
@@ -288,7 +358,8 @@ int sl__ingest_main(int argc, char **argv) {
   if (rc == 0) {
     const char *topics[] = {cc.topic_storage_events};
     sl_stage_opts o = {.stage = "ingest", .common = &cc, .topics = topics, .ntopics = 1,
-                       .process = process, .ud = &in, .admin = admin};
+                       .process = process, .ud = &in, .admin = admin,
+                       .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   }
   sl_tls_free(in.redis);

@@ -410,7 +410,8 @@ int sl__materialize_main(int argc, char **argv) {
   if (rc == 0) {
     const char *topics[] = {cc.topic_results, cc.topic_submissions};
     sl_stage_opts o = {.stage = "materialize", .common = &cc, .topics = topics, .ntopics = 2,
-                       .process = process, .ud = &M, .admin = admin};
+                       .process = process, .ud = &M, .admin = admin,
+                       .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   }
   atomic_store(&M.stop_watch, 1);

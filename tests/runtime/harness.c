@@ -40,6 +40,7 @@
 #include "sluice/sl_redis.h"
 #include "sluice/sl_stage.h"
 #include "sluice/sl_tls.h"
+#include "stages.h" /* sl__dead_letter_status */
 
 static volatile sig_atomic_t stop_flag;
 static char out_topic[128] = "harness.out"; /* <stage>.out, set in main */
@@ -202,7 +203,8 @@ int main(int argc, char **argv) {
   const char *topics[] = {in_topic};
   sl_stage_opts o = {.stage = stage, .common = &cc, .topics = topics, .ntopics = 1,
                      .process = process, .ud = tls, .provider = "harness-provider",
-                     .idempotent = 1, .admin = admin};
+                     .idempotent = 1, .admin = admin,
+                     .on_dead_letter = sl__dead_letter_status}; /* as Sluice's stages */
   const char *url = getenv("HARNESS_PROVIDER_URL");
   if (url && *url) {
     snprintf(provider_url, sizeof provider_url, "%s", url);

@@ -201,7 +201,19 @@ struct sl_httpc *sl_job_http(sl_job *job);
 /* Hands the job back to the runtime; it must not be touched afterwards. */
 void sl_job_done(sl_job *job);
 
-typedef struct {
+struct sl_stage_opts;
+
+/* A message of the stage is being dead-lettered. subject is the message key
+ * (or what the processor named in sl_result.subject; may be ""); the hook
+ * may add outputs to out that tell the domain about it (Sluice's stages add
+ * a FAILED QuestionStatus for "<submission>/<question>", see stages/common.c),
+ * produced with the dead letter, all or nothing. Runs on the loop thread and
+ * must not block; the runtime itself knows nothing of questions. */
+typedef void (*sl_stage_dead_letter_fn)(const struct sl_stage_opts *o, const char *subject,
+                                        const char *error_class, const char *error_message,
+                                        int64_t at_ms, sl_outbox *out);
+
+typedef struct sl_stage_opts {
   const char *stage;                 /* "stt"; retry topics are <stage>.retry.<tier> */
   const sl_common_conf *common;
   const char *const *topics;         /* main inputs; a dead letter replays to its
@@ -213,6 +225,7 @@ typedef struct {
   const char *provider;              /* external provider name, or NULL */
   int idempotent;                    /* reuse stored outputs per (key, input digest) */
   sl_admin *admin;                   /* readiness follows partition assignment; may be NULL */
+  sl_stage_dead_letter_fn on_dead_letter; /* may be NULL */
 } sl_stage_opts;
 
 /* Runs until *stop becomes non-zero (checked every 100 ms; set it from a
