@@ -29,8 +29,17 @@ fp_up() { # fp_up PORT ARGS... : starts a fake provider, waits for /stats
   wait_for 10 curl -fsS -o /dev/null "http://127.0.0.1:$port/stats" 2>/dev/null ||
     fail "fakeprovider on $port not up"
 }
-# the last argument is the file; jq 1.6 -e passes on an empty one, so that fails here
-jqe() { [[ -s ${*: -1} ]] && jq -e "$@" >/dev/null; }
+# jqe [JQ ARGS...] FILTER [FILE]: the JSON comes from FILE or stdin. jq 1.6
+# -e passes on an input with no JSON value at all, so an empty one fails here.
+jqe() {
+  local last=${*: -1} in
+  if [[ -f $last ]]; then
+    [[ -s $last ]] && jq -e "$@" >/dev/null
+  else
+    in=$(cat)
+    [[ -n ${in//[[:space:]]/} ]] && jq -e "$@" <<<"$in" >/dev/null
+  fi
+}
 schema_ok='(.score|type=="number" and . >= 0 and . <= 100)
   and (.level|IN("NL","NM","NH","IL","IM1","IM2","IM3","IH","AL"))
   and (.criteria|type=="array" and length > 0
