@@ -282,6 +282,11 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
   return 0;
 }
 
+int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms) {
+  int64_t t = answer_within_ms - 1000;
+  return t >= 100 ? t : 100;
+}
+
 int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
                           const char *client_id, const sl_kafka_group_opts *group, char *err,
                           size_t errlen,

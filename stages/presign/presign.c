@@ -733,7 +733,9 @@ int sl__presign_main(int argc, char **argv) {
   for (char *t = ps.types_buf ? strtok_r(ps.types_buf, ", ", &save) : NULL;
        t && ps.ntypes < MAX_TYPES; t = strtok_r(NULL, ", ", &save))
     ps.types[ps.ntypes++] = t;
-  snprintf(timeout, sizeof timeout, "%lld", (long long)pc.kafka_timeout_ms);
+  /* the 503 must come within kafka_timeout_ms, librdkafka's 1 s scan included */
+  snprintf(timeout, sizeof timeout, "%lld",
+           (long long)sl_kafka_message_timeout_for(pc.kafka_timeout_ms));
   const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
   ps.m_unauth = sl_metrics_counter("sluice_submissions_total", "outcome=\"unauthenticated\"",
                                    "Submission create requests by outcome");

@@ -618,7 +618,8 @@ int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *
   w->m_unavailable =
       sl_metrics_counter("sluice_webhook_events_total", "outcome=\"unavailable\"", help);
   char timeout[32];
-  snprintf(timeout, sizeof timeout, "%lld", (long long)kafka_timeout_ms);
+  snprintf(timeout, sizeof timeout, "%lld",
+           (long long)sl_kafka_message_timeout_for(kafka_timeout_ms));
   const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
   int rc = sl_kafka_producer_new(&w->producer, cc->kafka_brokers, "sluice-presign-webhook",
                                  on_delivery, extra, err, errlen);

@@ -53,6 +53,12 @@ int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen
  * the producer (the loop thread with sl_kafka_uv_attach). */
 typedef void (*sl_kafka_dr_fn)(rd_kafka_resp_err_t err, void *msg_opaque);
 
+/* The message.timeout.ms that makes a delivery report arrive within
+ * answer_within_ms: librdkafka looks for timed-out messages once a second,
+ * so its report may come up to 1 s after the message timeout. Returns
+ * answer_within_ms - 1000, at least 100. */
+int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms);
+
 /* Creates an idempotent producer; dr (required) gets every delivery report
  * with the per-message opaque given at produce time. extra: NULL-terminated
  * key/value pairs of librdkafka properties applied last, may be NULL. */
