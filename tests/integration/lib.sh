@@ -73,6 +73,19 @@ wait_for() {
 
 stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 
+# retry_topics TIER...: creates <stage>.retry.<tier> for every consuming
+# stage, for tests that run the stages with their own SLUICE_RETRY_TIERS (a
+# stage whose retry topic is missing dead-letters what it would retry, as
+# output_rejected)
+retry_topics() {
+  local s t names=()
+  for s in ingest stt grade materialize; do
+    for t in "$@"; do names+=("$s.retry.$t"); done
+  done
+  "$SLUICECTL" topics ensure --partitions 4 "${names[@]}" >/dev/null ||
+    fail "could not create the retry topics ${names[*]}"
+}
+
 finish() {
   "$ROOT/tools/stages" down >/dev/null || fail "a stage did not stop on SIGTERM within 30 s"
   for s in presign ingest stt grade materialize results; do

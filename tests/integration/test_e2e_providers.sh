@@ -20,8 +20,7 @@ wait_for 20 curl -fs -o /dev/null "http://$FAKE/stats" || fail "fake provider di
 export SLUICE_STT_PLUGIN=openai SLUICE_GRADE_PLUGIN=openai
 export SLUICE_STT_OPENAI_BASE_URL=http://$FAKE SLUICE_GRADE_OPENAI_BASE_URL=http://$FAKE
 export SLUICE_RETRY_TIERS=1s,2s,4s SLUICE_BREAKER_MIN_CALLS=1000
-"$SLUICECTL" topics ensure --partitions 4 stt.retry.1s stt.retry.2s stt.retry.4s \
-  grade.retry.1s grade.retry.2s grade.retry.4s >/dev/null
+retry_topics 1s 2s 4s
 stages_up
 
 files=()

@@ -16,8 +16,7 @@ export SLUICE_PRESIGN_RATE_PER_USER=0 SLUICE_PRESIGN_RATE_PER_ADDRESS=0
 SLUICE_AUTH_JWT_HS256_SECRET=$(openssl rand -hex 32)
 export SLUICE_AUTH_JWT_HS256_SECRET
 export SLUICE_RETRY_TIERS=1s,2s
-"$SLUICECTL" topics ensure --partitions 4 materialize.retry.1s materialize.retry.2s >/dev/null ||
-  fail "could not create materialize's retry topics"
+retry_topics 1s 2s
 stages_up
 b64url() { basenc --base64url -w0 | tr -d '='; }
 jh=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
