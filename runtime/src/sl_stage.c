@@ -402,8 +402,8 @@ struct sl_job {
   sl_outbox out;
   sl_result res;
   int outstanding;        /* deliveries pending */
-  int produce_error;
-  rd_kafka_resp_err_t produce_err; /* the error worth acting on, first permanent one */
+  rd_kafka_resp_err_t produce_err; /* a delivery of the set failed: the first permanent
+                                    * error, else the first one (0: none) */
   int rejected;           /* Kafka refused an output for good: now a dead letter */
   int stored;             /* outputs came from the idempotency store */
   uv_work_t work;
@@ -785,21 +785,17 @@ static int produce_permanent(rd_kafka_resp_err_t e) {
 static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   job *j = opaque;
   if (!j) return; /* emit_now notices */
-  if (err) {
-    j->produce_error = 1;
-    if (!j->produce_err || produce_permanent(err)) j->produce_err = err;
-  }
+  if (err && (!j->produce_err || produce_permanent(err))) j->produce_err = err;
   if (--j->outstanding > 0) return;
-  if (j->produce_error && j->L->closing) {
+  if (j->produce_err && j->L->closing) {
     job_drop(j);
     return;
   }
-  if (j->produce_error && produce_permanent(j->produce_err) && !j->rejected) {
+  if (produce_permanent(j->produce_err) && !j->rejected) {
     /* producing it again cannot work and would hold the partition's commit
      * for ever: the input becomes a dead letter instead (what was delivered
      * of the set stays; duplicates are harmless) */
     rd_kafka_resp_err_t e = j->produce_err;
-    j->produce_error = 0;
     j->produce_err = 0;
     j->rejected = 1;
     sl_outbox_clear(&j->out);
@@ -809,10 +805,9 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     produce(j);
     return;
   }
-  if (j->produce_error) {
+  if (j->produce_err) {
     /* never drop: produce the whole set again (duplicates are harmless) */
     rd_kafka_resp_err_t e = j->produce_err;
-    j->produce_error = 0;
     j->produce_err = 0;
     sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s",
            rd_kafka_err2str(e));
@@ -879,7 +874,6 @@ static void produce(job *j) {
     if (e) {
       if (hs) rd_kafka_headers_destroy(hs);
       /* not queued: a failed delivery, reported below */
-      j->produce_error = 1;
       if (!j->produce_err || produce_permanent(e)) j->produce_err = e;
       refused++;
       refused_err = e;
@@ -924,9 +918,10 @@ static void add_dead_letter(job *j) {
   /* a replay goes where the message first came from; a retry copy written
    * before copies carried their origin: the stage's first input */
   char origin[160];
-  dl.replay_topic = (char *)sl_message_origin(m, origin, sizeof origin);
-  if (j->p && j->p->retry_tier >= 0 && !hdr(m, SL_HDR_ORIGIN_TOPIC, origin, sizeof origin))
-    dl.replay_topic = (char *)L->o->topics[0];
+  const char *from = hdr(m, SL_HDR_ORIGIN_TOPIC, origin, sizeof origin);
+  dl.replay_topic = (char *)(from && *from                          ? from
+                             : j->p && j->p->retry_tier >= 0 ? L->o->topics[0]
+                                                             : dl.topic);
   const char *subject = j->key[0] ? j->key : j->res.subject;
   dl.subject_key = (char *)subject;
   char key[128];
@@ -944,13 +939,14 @@ static void add_dead_letter(job *j) {
          j->res.error_class, j->res.error_message);
 }
 
-/* Transient failure: to the next retry tier, or the dead-letter topic when
- * the budget from the first failure is spent. */
 /* The provider's Retry-After, cut to provider.max_retry_after_ms. */
 static int64_t retry_after(const loop_t *L, const sl_result *res) {
   int64_t cap = L->cc->max_retry_after_ms > 0 ? L->cc->max_retry_after_ms : 0;
   return res->retry_after_ms > cap ? cap : res->retry_after_ms > 0 ? res->retry_after_ms : 0;
 }
+
+/* Transient failure: to the next retry tier, or the dead-letter topic when
+ * the budget from the first failure is spent. */
 
 static void to_retry(job *j) {
   loop_t *L = j->L;
@@ -1452,11 +1448,8 @@ static void on_claim_renew(uv_timer_t *t) {
   free(argv);
 }
 
+/* claim_try and call_now release a job whose partition went away meanwhile */
 static void run_process(job *j) {
-  if (job_stale(j)) { /* released by a revoke while it waited at the gate */
-    held_release(j);
-    return;
-  }
   if (claims_on(j) && !j->claimed) {
     claim_try(j);
     return;
