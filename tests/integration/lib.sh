@@ -122,6 +122,24 @@ harness_up() {
   wait_for 30 sh -c "curl -fsS $H_ADMIN/readyz 2>/dev/null | grep -q 'ready pid=$hpid'" ||
     fail "harness not ready"
 }
+# harness_topics PARTITIONS TIER...: the harness binary must exist; creates
+# $HARNESS_STAGE.in, .out and .retry.<tier> (a test's own topics)
+harness_topics() {
+  [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
+  local st=${HARNESS_STAGE:-harness} p=$1 t names=()
+  shift
+  names=("$st.in" "$st.out")
+  for t in "$@"; do names+=("$st.retry.$t"); done
+  "$SLUICECTL" topics ensure --partitions "$p" "${names[@]}" >/dev/null ||
+    fail "could not create the harness topics"
+}
+# harness_outputs KEY: how many outputs KEY has on $HARNESS_STAGE.out;
+# harness_calls KEY: how many provider calls the harness made for KEY
+harness_outputs() {
+  kcat -C -b "$SLUICE_KAFKA_BROKERS" -t "${HARNESS_STAGE:-harness}.out" -o beginning -e -q \
+    -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true
+}
+harness_calls() { local c; c=$(redis-cli -u "$SLUICE_REDIS_URL" GET "harness:calls:$1"); echo "${c:-0}"; }
 harness_down() {
   kill -TERM "$hpid" 2>/dev/null || true
   local rc=0

@@ -6,17 +6,11 @@
 # again (its offset was committed). sluice-harness with {"out_bytes": N}
 # (the real runtime; the real producer refuses the 2 MB message).
 source "$(dirname "$0")/lib.sh"
-[[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
-RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 run=$(date +%s%N | tail -c 9)
-mkdir -p "$STAGES_DIR"
 export HARNESS_STAGE=hrej SLUICE_RETRY_TIERS=1s,2s SLUICE_STAGE_DRAIN_TIMEOUT_S=3
 # one partition: the rejected input and the one after it share it
-"$SLUICECTL" topics ensure --partitions 1 hrej.in hrej.out hrej.retry.1s hrej.retry.2s >/dev/null ||
-  fail "could not create the harness topics"
-outputs() { kcat -C -b "$B" -t hrej.out -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
-calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
+harness_topics 1 1s 2s
 
 harness_up
 sid=$(cat /proc/sys/kernel/random/uuid)
@@ -28,9 +22,9 @@ dl=$("$SLUICECTL" dlq list --json --submission "$sid" 2>/dev/null || true)
 check "the refused output became one dead letter of class output_rejected" \
   jqe '.error_class == "output_rejected" and .stage == "hrej" and .original.topic == "hrej.in"' "$dl"
 check "  ... whose reason names Kafka's refusal" jqe '.error_message | test("too large|size"; "i")' "$dl"
-wait_for 20 test "$(outputs "$k2")" -ge 1 || true
-check "the message after it on the partition was processed" test "$(outputs "$k2")" = 1
-check "the rejected input was called once" test "$(calls "$k1")" = 1
+wait_for 20 test "$(harness_outputs "$k2")" -ge 1 || true
+check "the message after it on the partition was processed" test "$(harness_outputs "$k2")" = 1
+check "the rejected input was called once" test "$(harness_calls "$k1")" = 1
 # committed past both: a restarted stage in the same group reads neither again
 # (the harness stores outputs, so a redelivered input would not be called
 # again; its log says "already processed" instead)
@@ -41,8 +35,8 @@ harness_up
 sleep 8
 seen=$(tail -n +$((mark + 1)) "$STAGES_DIR/harness.log" | grep -c "\"$sid\"" || true)
 check "after a restart the rejected input is not redelivered ($seen log lines of it)" test "$seen" = 0
-check "  ... and neither input was called again ($(calls "$k1"), $(calls "$k2") calls)" \
-  test "$(calls "$k1"),$(calls "$k2")" = "1,1"
+check "  ... and neither input was called again ($(harness_calls "$k1"), $(harness_calls "$k2") calls)" \
+  test "$(harness_calls "$k1"),$(harness_calls "$k2")" = "1,1"
 harness_down
 grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR/harness.log" &&
   fail "sanitizer report in the harness log: $(grep -m3 -E 'ERROR|runtime error' "$STAGES_DIR/harness.log")"

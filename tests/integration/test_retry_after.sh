@@ -9,22 +9,17 @@
 #   - the throttled message succeeds on its second call within seconds;
 #   - a message behind it on the same retry-tier partition is not held.
 source "$(dirname "$0")/lib.sh"
-[[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
 RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 run=$(date +%s%N | tail -c 9)
-mkdir -p "$STAGES_DIR"
 export HARNESS_STAGE=hra SLUICE_RETRY_TIERS=1s,2s SLUICE_PROVIDER_MAX_RETRY_AFTER_MS=4000
 # one partition per topic: both retry copies share the 2s tier's partition
-"$SLUICECTL" topics ensure --partitions 1 hra.in hra.out hra.retry.1s hra.retry.2s >/dev/null ||
-  fail "could not create the harness topics"
+harness_topics 1 1s 2s
 RC DEL sl:pause:harness-provider >/dev/null
 at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL sl:pause:harness-provider >/dev/null 2>&1; true'
 
 harness_up
 
-outputs() { kcat -C -b "$B" -t hra.out -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
-calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
 
 k1="ra-$run/1" k2="ra-$run/2"
 t0=$(date +%s%N)
@@ -39,10 +34,10 @@ check "the shared pause is capped at 4 s ($pttl ms left)" test "$pttl" -le 4000
 printf '%s\t%s\n' "$k2" '{"transient":1,"retry_after_ms":1500}' | kcat -P -b "$B" -t hra.in -K $'\t'
 wait_for 30 sh -c "test \$(kcat -C -b '$B' -t hra.out -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c '^$k1\$') -ge 1" || true
 t1=$(date +%s%N)
-check "the throttled message succeeded on its second call" test "$(outputs "$k1"),$(calls "$k1")" = "1,2"
+check "the throttled message succeeded on its second call" test "$(harness_outputs "$k1"),$(harness_calls "$k1")" = "1,2"
 check "  ... within 20 s, not a day ($(((t1 - t0) / 1000000)) ms)" test $(((t1 - t0) / 1000000)) -le 20000
-wait_for 30 test "$(outputs "$k2")" -ge 1 || true
-check "the message behind it on the same tier partition was not held" test "$(outputs "$k2"),$(calls "$k2")" = "1,2"
+wait_for 30 test "$(harness_outputs "$k2")" -ge 1 || true
+check "the message behind it on the same tier partition was not held" test "$(harness_outputs "$k2"),$(harness_calls "$k2")" = "1,2"
 hdr=$(kcat -C -b "$B" -t hra.retry.2s -o beginning -e -q -f '%k %h\n' 2>/dev/null | grep "^$k1 " | head -n 1)
 nb=$(sed -nE 's/.*sluice-not-before-ms=([0-9]+).*/\1/p' <<<"$hdr")
 check "the retry copy is due within the cap (not-before - produced: $((nb - t0 / 1000000)) ms)" \
