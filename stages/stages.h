@@ -22,6 +22,10 @@ typedef struct {
 extern const sl__subcommand sl__subcommands[];
 extern const size_t sl__nsubcommands;
 
+/* The Redis sorted set of questions still awaiting their upload: written by
+ * materialize with the view, read by ingest's sweep (stages/ingest/sweep.h). */
+#define SL__PENDING "sl:pending"
+
 /* Raised by SIGTERM/SIGINT. */
 extern volatile sig_atomic_t sl__stop;
 void sl__install_signals(void);

@@ -204,19 +204,22 @@ int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head
   curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_head_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, info);
+  curl_easy_setopt(h, CURLOPT_FILETIME, 1L); /* Last-Modified, parsed by curl */
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
   if (t->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_file); /* https storage */
   CURLcode cc = curl_easy_perform(h);
   long code = 0;
-  curl_off_t clen = -1;
+  curl_off_t clen = -1, mtime = -1;
   char *ct = NULL;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   if (cc == CURLE_OK && code == 200) {
     curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &clen);
     curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+    curl_easy_getinfo(h, CURLINFO_FILETIME_T, &mtime);
     info->size = clen >= 0 ? (int64_t)clen : -1;
+    info->last_modified_ms = mtime > 0 ? (int64_t)mtime * 1000 : 0;
     snprintf(info->content_type, sizeof info->content_type, "%s", ct ? ct : "");
   }
   curl_easy_cleanup(h);

@@ -29,6 +29,12 @@
  * ingest.verify_object = always HEADs every object; when_needed only when
  * the event has no size (Versity Gateway sends 0 for CompleteMultipartUpload),
  * trusting the event's size otherwise and not checking the type.
+ *
+ * Storage events are at most once (a gateway drops one Kafka does not take
+ * at once), so a sweep thread (sweep.c) looks in storage for questions still
+ * awaiting their upload and writes the missing events; the first event of an
+ * upload to reach ingest fixes its upload time (first_upload_time), so the
+ * sweep's event and a late real one give the same UploadCompleted.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* timegm */
@@ -48,10 +54,12 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_tls.h"
 #include "s3event.h"
+#include "sweep.h"
 
 typedef struct {
   double submission_wait_s;
   char *verify_object;
+  sl__sweep_conf sweep;
 } ingest_conf;
 
 const sl_conf_entry sl__ingest_table[] = {
@@ -60,6 +68,16 @@ const sl_conf_entry sl__ingest_table[] = {
     {"ingest.verify_object", SL_CONF_STR, "always", offsetof(ingest_conf, verify_object),
      "always: HEAD every uploaded object and compare its size and type with what was "
      "declared; when_needed: only when the event carries no size", 0},
+    {"ingest.sweep_interval_s", SL_CONF_INT, "30", offsetof(ingest_conf, sweep.interval_s),
+     "how often questions still awaiting their upload are looked for in storage (an "
+     "upload whose storage event was lost); 0 turns the sweep off", 0},
+    {"ingest.sweep_grace_s", SL_CONF_INT, "60", offsetof(ingest_conf, sweep.grace_s),
+     "how long after an object was stored its own event is waited for before the sweep "
+     "writes one", 0},
+    {"ingest.sweep_max_age_s", SL_CONF_INT, "86400", offsetof(ingest_conf, sweep.max_age_s),
+     "how long after acceptance a question's upload is looked for", 0},
+    {"ingest.sweep_batch", SL_CONF_INT, "500", offsetof(ingest_conf, sweep.batch),
+     "questions looked at per sweep round", 0},
 };
 const size_t sl__ingest_table_len = sizeof sl__ingest_table / sizeof sl__ingest_table[0];
 
@@ -133,6 +151,33 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   return 1;
 }
 
+
+/* KEYS[1] the submission's hash; ARGV: field, time. The first time
+ * recorded for the field wins; returns it. */
+static const char first_time_lua[] =
+    "redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])\n"
+    "return redis.call('HGET', KEYS[1], ARGV[1])\n";
+
+/* *ms: in, this event's upload time; out, the first one recorded for this
+ * upload (question and ETag). 0, or SL_EREDIS with err set. */
+static int first_upload_time(sl_redis *redis, const char *hkey, unsigned qno, const char *etag,
+                             int64_t *ms, char *err, size_t errlen) {
+  char field[128], val[32];
+  snprintf(field, sizeof field, "u%u:%s", qno, etag);
+  snprintf(val, sizeof val, "%lld", (long long)*ms);
+  const char *argv[] = {"EVAL", first_time_lua, "1", hkey, field, val};
+  redisReply *rep = sl_redis_argv(redis, 6, argv, NULL, err, errlen);
+  if (!rep) return SL_EREDIS;
+  int rc = 0;
+  if (rep->type == REDIS_REPLY_STRING)
+    *ms = strtoll(rep->str, NULL, 10);
+  else {
+    snprintf(err, errlen, "redis: %s", rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    rc = SL_EREDIS;
+  }
+  freeReplyObject(rep);
+  return rc;
+}
 
 /* A record's eventTime ("2026-12-01T08:58:52Z", optional fraction) in ms
  * since the epoch, or -1. */
@@ -292,6 +337,25 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       json_decref(spec);
       break;
     }
+    /* the storage event's own time (the record's eventTime, else the
+     * message's Kafka timestamp), not the clock of whichever replica reads
+     * it: reading the event again (a rebalance, a lost assignment, a
+     * replay, a split copy) gives byte-identical outputs, so stt's
+     * idempotency store and claim recognise the input and pay nothing.
+     * Two different events of one upload (the storage's, late, and the
+     * one the sweep wrote for it) agree through the submission's hash: the
+     * first to get here records its time under u<no>:<etag>, the other
+     * takes it. */
+    char etag[80];
+    sl__etag_bare(rec.etag ? rec.etag : head.etag, etag, sizeof etag);
+    int64_t ev_ms = event_time_ms(r);
+    if (ev_ms <= 0) ev_ms = rd_kafka_message_timestamp(m, NULL);
+    if (ev_ms <= 0) ev_ms = sl_now_ms();
+    if (first_upload_time(redis, hkey, qno, etag, &ev_ms, rerr, sizeof rerr) != 0) {
+      sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);
+      json_decref(spec);
+      break;
+    }
     Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
     up.submission_id = (char *)sid;
     up.question_no = qno;
@@ -300,19 +364,12 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     /* verified: the event's size, the stored object's (HEAD) or both equal
      * the declared size (a CompleteMultipartUpload event may say 0) */
     up.size = declared > 0 ? (uint64_t)declared : 0;
-    up.etag = (char *)(rec.etag ? rec.etag : head.etag);
+    up.etag = etag;
     const char *prompt = json_string_value(json_object_get(spec, "prompt"));
     up.content_type = (char *)(ct ? ct : "");
     up.prompt = (char *)(prompt ? prompt : "");
     up.accepted_at_ms = accepted;
-    /* the storage event's own time (the record's eventTime, else the
-     * message's Kafka timestamp), not the clock of whichever replica reads
-     * it: reading the event again (a rebalance, a lost assignment, a
-     * replay, a split copy) gives byte-identical outputs, so stt's
-     * idempotency store and claim recognise the input and pay nothing */
-    int64_t ev_ms = event_time_ms(r);
-    if (ev_ms <= 0) ev_ms = rd_kafka_message_timestamp(m, NULL);
-    up.uploaded_at_ms = ev_ms > 0 ? ev_ms : sl_now_ms();
+    up.uploaded_at_ms = ev_ms;
     int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up.base);
 
     Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
@@ -355,6 +412,12 @@ int sl__ingest_main(int argc, char **argv) {
     sl_log(SL_LOG_ERROR, NULL, "s3 settings: %s", sl_strerror(rc));
   if (rc == 0) rc = sl_tls_new(&in.signers, signer_create, signer_destroy, &in);
   if (rc == 0) rc = sl_redis_tls_new(&in.redis, cc.redis_url);
+  sl__sweep *sweep = NULL;
+  if (rc == 0) {
+    char err[512] = "";
+    rc = sl__sweep_start(&sweep, &ic.sweep, &cc, &s3, &in.target, err, sizeof err);
+    if (rc) sl_log(SL_LOG_ERROR, NULL, "sweep: %s", err[0] ? err : sl_strerror(rc));
+  }
   if (rc == 0) {
     const char *topics[] = {cc.topic_storage_events};
     sl_stage_opts o = {.stage = "ingest", .common = &cc, .topics = topics, .ntopics = 1,
@@ -362,6 +425,7 @@ int sl__ingest_main(int argc, char **argv) {
                        .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   }
+  sl__sweep_stop(sweep);
   sl_tls_free(in.redis);
   sl_tls_free(in.signers);
   sl__stage_finish(&cc, own, 2, admin);

@@ -109,3 +109,9 @@ int sl__s3event_record(json_t *r, sl__s3rec *out, char *why, size_t whylen) {
   out->ours = sl__object_key_parse(out->key, out->sid, &out->qno) == 0;
   return 0;
 }
+
+void sl__etag_bare(const char *in, char *out, size_t len) {
+  size_t a = 0, b = in ? strlen(in) : 0;
+  if (b >= 2 && in[0] == '"' && in[b - 1] == '"') a = 1, b--;
+  snprintf(out, len, "%.*s", (int)(b - a), in ? in + a : "");
+}

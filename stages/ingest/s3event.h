@@ -49,4 +49,8 @@ int sl__s3event_load(const void *buf, size_t len, json_t **root, json_t **record
  * not ours is not an error here: out->ours says so. */
 int sl__s3event_record(json_t *r, sl__s3rec *out, char *why, size_t whylen);
 
+/* An ETag without its surrounding quotes (the gateway's events and a HEAD
+ * quote it, other stores may not), into out (len bytes with the NUL). */
+void sl__etag_bare(const char *in, char *out, size_t len);
+
 #endif

@@ -7,7 +7,10 @@
  *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
  *   q<no>     JSON view of the question (state, transcript, grade, error)
  *   r<no>     rank of the state stored in q<no>
- * The hash expires materialize.ttl_s after its last change.
+ *   u<no>:<etag>  the upload's time, written by ingest (first event wins)
+ * The hash expires materialize.ttl_s after its last change. The same script
+ * keeps "<sid>/<no>" in the sorted set SL__PENDING while the question awaits
+ * its upload (ingest's sweep reads it, stages/ingest/sweep.h).
  *
  * Monotonic: a state is written only if its rank is higher than the stored
  * one (awaiting_upload 1 < queued 2 < transcribing 3 < grading 4 < failed 5
@@ -79,12 +82,18 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
   return r ? sl_redis_argv(r, argc, argv, NULL, err, errlen) : NULL;
 }
 
-/* KEYS[1] hash; ARGV: qno, rank, json, ttl. Returns 1 if written. */
+/* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
+ * stages/ingest/sweep.h); ARGV: qno, rank, json, ttl, "<sid>/<qno>",
+ * accepted_at_ms. A question leaves the set with any state past
+ * awaiting_upload and enters it only when awaiting_upload is written.
+ * Returns 1 if written. */
 static const char apply_lua[] =
+    "if tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
     "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
     "if tonumber(ARGV[2]) <= r then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+    "if tonumber(ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) end\n"
     "return 1\n";
 
 static const char *state_names[] = {"unknown",  "awaiting_upload", "queued", "transcribing",
@@ -103,14 +112,16 @@ static int rank_of(int state) {
 
 /* Runs the monotonic apply. Returns 1 written, 0 not, <0 on Redis error. */
 static int apply(mat *M, const char *sid, unsigned qno, int rank, const char *json,
-                 char *err, size_t errlen) {
-  char hkey[96], q[16], r[16], ttl[32];
+                 int64_t accepted_ms, char *err, size_t errlen) {
+  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32];
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   snprintf(q, sizeof q, "%u", qno);
   snprintf(r, sizeof r, "%d", rank);
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
-  const char *argv[] = {"EVAL", apply_lua, "1", hkey, q, r, json, ttl};
-  redisReply *rep = cmd(M, 8, argv, err, errlen);
+  snprintf(member, sizeof member, "%s/%u", sid, qno);
+  snprintf(acc, sizeof acc, "%lld", (long long)accepted_ms);
+  const char *argv[] = {"EVAL", apply_lua, "2", hkey, SL__PENDING, q, r, json, ttl, member, acc};
+  redisReply *rep = cmd(M, 11, argv, err, errlen);
   if (!rep) return SL_EREDIS;
   int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : SL_EREDIS;
   if (rep->type == REDIS_REPLY_ERROR) snprintf(err, errlen, "redis: %s", rep->str);
@@ -173,7 +184,8 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
     char view[256];
     snprintf(view, sizeof view, "{\"no\":%u,\"state\":\"awaiting_upload\",\"updated_at_ms\":%lld}",
              sc->questions[i]->no, (long long)sc->accepted_at_ms);
-    ok = apply(M, sc->submission_id, sc->questions[i]->no, 1, view, err, sizeof err) >= 0;
+    ok = apply(M, sc->submission_id, sc->questions[i]->no, 1, view,
+               sc->accepted_at_ms, err, sizeof err) >= 0;
   }
   for (size_t i = 0; i < nown; i++) free(owned[i]);
   free(owned);
@@ -231,7 +243,7 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   json_decref(j);
   char err[256] = "", key[96];
   snprintf(key, sizeof key, "%s/%u", st->submission_id, st->question_no);
-  int rc = view ? apply(M, st->submission_id, st->question_no, rank, view, err, sizeof err)
+  int rc = view ? apply(M, st->submission_id, st->question_no, rank, view, st->accepted_at_ms, err, sizeof err)
                 : SL_ENOMEM;
   if (rc < 0)
     sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err[0] ? err : sl_strerror(rc));

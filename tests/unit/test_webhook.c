@@ -260,13 +260,32 @@ static void test_normalize_r2(void **state) {
   assert_null(out);
 }
 
+/* Ingest compares the ETags of a gateway's event (quoted), a HEAD (quoted)
+ * and the sweep's event (bare) without their quotes. */
+static void test_etag_bare(void **state) {
+  (void)state;
+  char out[16];
+  sl__etag_bare("\"abc\"", out, sizeof out);
+  assert_string_equal(out, "abc");
+  sl__etag_bare("abc", out, sizeof out);
+  assert_string_equal(out, "abc");
+  sl__etag_bare("\"", out, sizeof out); /* one quote is not a pair */
+  assert_string_equal(out, "\"");
+  sl__etag_bare("\"\"", out, sizeof out);
+  assert_string_equal(out, "");
+  sl__etag_bare(NULL, out, sizeof out);
+  assert_string_equal(out, "");
+  sl__etag_bare("\"0123456789abcdefXYZ\"", out, sizeof out); /* bounded */
+  assert_string_equal(out, "0123456789abcde");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sign_vectors),      cmocka_unit_test(test_signature_good),
       cmocka_unit_test(test_signature_rotation), cmocka_unit_test(test_signature_forged),
       cmocka_unit_test(test_signature_tolerance), cmocka_unit_test(test_signature_malformed),
       cmocka_unit_test(test_bearer),            cmocka_unit_test(test_normalize_aws),
-      cmocka_unit_test(test_normalize_r2),
+      cmocka_unit_test(test_normalize_r2),      cmocka_unit_test(test_etag_bare),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,7 @@ typedef struct {
   int64_t size;           /* Content-Length, -1 when storage sent none */
   char content_type[128]; /* Content-Type as stored, "" when none */
   char etag[80];          /* ETag, quotes included, "" when none */
+  int64_t last_modified_ms; /* Last-Modified (whole seconds), 0 when none */
 } sl_s3_head_info;
 
 /* HEADs an object (blocking, for worker threads; a presigned HEAD URL, so

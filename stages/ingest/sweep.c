@@ -1,0 +1,285 @@
+/*
+ * sweep.c — ingest's reconciliation sweep (see sweep.h for the design).
+ *
+ * One round: take the lock, read up to ingest.sweep_batch due members of
+ * SL__PENDING, and for each look at the submission's hash (gone, or the
+ * question already past awaiting_upload: drop it) and HEAD the object
+ * (missing: look again later; stored less than the grace ago: look again
+ * when the grace is over; stored earlier: write the event it should have
+ * had). Storage or Redis unreachable ends the round early; the members stay
+ * due and the next round tries again. The events of a round are flushed
+ * before the next round starts; one that Kafka refused is written again
+ * when its member is next due.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sweep.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sluice/sl_err.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
+#include "sluice/sl_redis.h"
+#include "s3event.h"
+
+#define LOCK_KEY "sl:lock:ingest-sweep"
+#define MAX_DELAY_MS (3600 * 1000LL)
+
+struct sl__sweep {
+  const sl__sweep_conf *sc;
+  const sl_common_conf *cc;
+  const sl_s3_conf *s3;
+  const sl_s3_target *target;
+  sl_redis *redis;
+  sl_sigv4 *sig;
+  rd_kafka_t *producer;
+  pthread_t thread;
+  atomic_int stop;
+  int refused; /* deliveries Kafka refused this round (the sweep thread only) */
+  char owner[64];
+  sl_metric *m_found, *m_dropped;
+};
+
+static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
+  sl__sweep *s = opaque;
+  if (err) {
+    s->refused++;
+    sl_log(SL_LOG_WARN, NULL, "sweep: an event was not written: %s", rd_kafka_err2str(err));
+  }
+}
+
+static void iso8601_ms(int64_t ms, char out[32]) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out + n, 32 - n, ".%03dZ", (int)(ms % 1000));
+}
+
+/* Sets member's score so it is due again after delay_ms (due = score +
+ * grace <= now). */
+static void reschedule(sl__sweep *s, const char *member, int64_t now, int64_t delay_ms) {
+  char score[32], err[256];
+  snprintf(score, sizeof score, "%lld",
+           (long long)(now + delay_ms - s->sc->grace_s * 1000));
+  const char *argv[] = {"ZADD", SL__PENDING, "XX", score, member};
+  redisReply *rep = sl_redis_argv(s->redis, 5, argv, NULL, err, sizeof err);
+  if (rep) freeReplyObject(rep);
+}
+
+static void drop(sl__sweep *s, const char *member, const char *why) {
+  char err[256];
+  const char *argv[] = {"ZREM", SL__PENDING, member};
+  redisReply *rep = sl_redis_argv(s->redis, 3, argv, NULL, err, sizeof err);
+  if (rep) freeReplyObject(rep);
+  sl_log(SL_LOG_DEBUG, member, "sweep: no longer awaited (%s)", why);
+}
+
+/* Writes the event the storage should have sent. 0, or a negative code. */
+static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_head_info *h) {
+  char when[32], etag[80];
+  iso8601_ms(h->last_modified_ms > 0 ? h->last_modified_ms : sl_now_ms(), when);
+  sl__etag_bare(h->etag, etag, sizeof etag);
+  json_t *ev = json_pack("{s:[{s:s,s:s,s:s,s:s,s:{s:{s:s},s:{s:s,s:I,s:s}}}]}", "Records",
+                         "eventVersion", "2.2", "eventSource", "sluice:sweep", "eventTime", when,
+                         "eventName", "s3:ObjectCreated:Put", "s3", "bucket", "name",
+                         s->s3->bucket, "object", "key", key, "size", (json_int_t)h->size,
+                         "eTag", etag);
+  char *body = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+  json_decref(ev);
+  if (!body) return SL_ENOMEM;
+  rd_kafka_resp_err_t e = rd_kafka_producev(
+      s->producer, RD_KAFKA_V_TOPIC(s->cc->topic_storage_events),
+      RD_KAFKA_V_KEY(member, strlen(member)), RD_KAFKA_V_VALUE(body, strlen(body)),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(s), RD_KAFKA_V_END);
+  free(body);
+  if (e) {
+    sl_log(SL_LOG_WARN, member, "sweep: cannot queue the event: %s", rd_kafka_err2str(e));
+    return SL_EKAFKA;
+  }
+  return 0;
+}
+
+/* Looks at one due member. Returns 0 to go on, 1 to end the round (storage
+ * or Redis unreachable). */
+static int look_at(sl__sweep *s, const char *member, int64_t now) {
+  char sid[64], err[512];
+  unsigned qno = 0;
+  const char *slash = strchr(member, '/');
+  if (!slash || (size_t)(slash - member) >= sizeof sid || sscanf(slash + 1, "%u", &qno) != 1) {
+    drop(s, member, "not <sid>/<no>");
+    return 0;
+  }
+  snprintf(sid, sizeof sid, "%.*s", (int)(slash - member), member);
+  char hkey[96], spec[32], rank[32];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  snprintf(spec, sizeof spec, "spec%u", qno);
+  snprintf(rank, sizeof rank, "r%u", qno);
+  const char *argv[] = {"HMGET", hkey, "accepted_at_ms", spec, rank};
+  redisReply *rep = sl_redis_argv(s->redis, 5, argv, NULL, err, sizeof err);
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+    sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", rep ? "unexpected reply" : err);
+    if (rep) freeReplyObject(rep);
+    return 1;
+  }
+  if (rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_STRING) {
+    freeReplyObject(rep);
+    drop(s, member, "submission gone");
+    return 0;
+  }
+  int64_t accepted = strtoll(rep->element[0]->str, NULL, 10);
+  long r = rep->element[2]->type == REDIS_REPLY_STRING ? strtol(rep->element[2]->str, NULL, 10) : 0;
+  json_t *j = json_loads(rep->element[1]->str, 0, NULL);
+  freeReplyObject(rep);
+  const char *key = json_string_value(json_object_get(j, "key"));
+  if (r >= 2 || !key) {
+    json_decref(j);
+    drop(s, member, r >= 2 ? "upload recorded" : "no object key");
+    return 0;
+  }
+  if (now - accepted > s->sc->max_age_s * 1000) {
+    json_decref(j);
+    sl_metric_add(s->m_dropped, 1);
+    sl_log(SL_LOG_INFO, member, "sweep: nothing uploaded within %lld s of acceptance; "
+           "no longer looked for", (long long)s->sc->max_age_s);
+    drop(s, member, "too old");
+    return 0;
+  }
+  sl_s3_head_info h;
+  long status = 0;
+  int rc = sl_s3_head(s->sig, s->target, key, &h, &status, err, sizeof err);
+  int64_t delay = (now - accepted) / 2;
+  if (delay < s->sc->interval_s * 1000) delay = s->sc->interval_s * 1000;
+  if (delay > MAX_DELAY_MS) delay = MAX_DELAY_MS;
+  if (rc == SL_ENOTFOUND) {
+    json_decref(j);
+    reschedule(s, member, now, delay);
+    return 0;
+  }
+  if (rc) {
+    json_decref(j);
+    sl_log(SL_LOG_WARN, member, "sweep: %s", err);
+    return rc == SL_EUNAVAIL;
+  }
+  int64_t grace_ms = s->sc->grace_s * 1000;
+  if (h.last_modified_ms > 0 && now - h.last_modified_ms < grace_ms) {
+    /* stored just now: its event is most likely on its way */
+    json_decref(j);
+    reschedule(s, member, now, h.last_modified_ms + grace_ms - now);
+    return 0;
+  }
+  sl_log(SL_LOG_WARN, member, "sweep: %s was stored %lld s ago and no event for it has "
+         "been seen: writing it", key,
+         (long long)((now - (h.last_modified_ms > 0 ? h.last_modified_ms : accepted)) / 1000));
+  if (emit(s, member, key, &h) == 0) sl_metric_add(s->m_found, 1);
+  json_decref(j);
+  reschedule(s, member, now, delay);
+  return 0;
+}
+
+static int lock_round(sl__sweep *s) {
+  char ttl[32], err[256];
+  snprintf(ttl, sizeof ttl, "%lld", (long long)s->sc->interval_s * 1000);
+  const char *argv[] = {"SET", LOCK_KEY, s->owner, "NX", "PX", ttl};
+  redisReply *rep = sl_redis_argv(s->redis, 6, argv, NULL, err, sizeof err);
+  int ok = rep && rep->type == REDIS_REPLY_STATUS;
+  if (rep) freeReplyObject(rep);
+  return ok;
+}
+
+static void round_once(sl__sweep *s) {
+  if (!lock_round(s)) return;
+  int64_t now = sl_now_ms();
+  char max[32], lim[32], err[256];
+  snprintf(max, sizeof max, "%lld", (long long)(now - s->sc->grace_s * 1000));
+  snprintf(lim, sizeof lim, "%lld", (long long)s->sc->batch);
+  const char *argv[] = {"ZRANGEBYSCORE", SL__PENDING, "-inf", max, "LIMIT", "0", lim};
+  redisReply *rep = sl_redis_argv(s->redis, 7, argv, NULL, err, sizeof err);
+  if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+    if (!rep) sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", err);
+    if (rep) freeReplyObject(rep);
+    return;
+  }
+  s->refused = 0;
+  for (size_t i = 0; i < rep->elements && !atomic_load(&s->stop); i++) {
+    if (rep->element[i]->type != REDIS_REPLY_STRING) continue;
+    if (look_at(s, rep->element[i]->str, now)) break;
+  }
+  freeReplyObject(rep);
+  rd_kafka_flush(s->producer, 30000);
+  if (s->refused) /* their members stay in the set: written again when next due */
+    sl_log(SL_LOG_WARN, NULL, "sweep: %d event(s) not written; written again when due",
+           s->refused);
+}
+
+static void *run(void *arg) {
+  sl__sweep *s = arg;
+  while (!atomic_load(&s->stop)) {
+    round_once(s);
+    for (int64_t t = 0; t < s->sc->interval_s * 1000 && !atomic_load(&s->stop); t += 100) {
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+void sl__sweep_stop(sl__sweep *s) {
+  if (!s) return;
+  atomic_store(&s->stop, 1);
+  pthread_join(s->thread, NULL);
+  if (s->producer) {
+    rd_kafka_flush(s->producer, 5000);
+    rd_kafka_destroy(s->producer);
+  }
+  sl_sigv4_free(s->sig);
+  sl_redis_free(s->redis);
+  free(s);
+}
+
+int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_conf *cc,
+                    const sl_s3_conf *s3, const sl_s3_target *target, char *err,
+                    size_t errlen) {
+  *out = NULL;
+  if (sc->interval_s <= 0) return 0;
+  if (sc->grace_s < 0 || sc->max_age_s <= 0 || sc->batch <= 0) {
+    snprintf(err, errlen, "ingest.sweep_grace_s must be >= 0, sweep_max_age_s and "
+             "sweep_batch > 0");
+    return SL_ECONFIG;
+  }
+  sl__sweep *s = calloc(1, sizeof *s);
+  if (!s) return SL_ENOMEM;
+  s->sc = sc, s->cc = cc, s->s3 = s3, s->target = target;
+  char host[32] = "";
+  gethostname(host, sizeof host - 1);
+  snprintf(s->owner, sizeof s->owner, "%s:%ld", host, (long)getpid());
+  const char *help = "Uploads found in storage whose storage event never arrived";
+  s->m_found = sl_metrics_counter("sluice_ingest_sweep_events_total", NULL, help);
+  s->m_dropped = sl_metrics_counter("sluice_ingest_sweep_abandoned_total", NULL,
+                                    "Questions never uploaded within ingest.sweep_max_age_s");
+  int rc = sl_redis_new(&s->redis, cc->redis_url);
+  if (rc) snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc));
+  if (rc == 0 && (rc = sl_sigv4_new(&s->sig, s3->access_key, s3->secret_key, s3->region, "s3")))
+    snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  if (rc == 0)
+    rc = sl_kafka_producer_new(&s->producer, cc->kafka_brokers, "sluice-ingest-sweep",
+                               on_delivery, NULL, err, errlen);
+  if (rc == 0 && pthread_create(&s->thread, NULL, run, s) != 0) rc = SL_ENOMEM;
+  if (rc) {
+    if (s->producer) rd_kafka_destroy(s->producer);
+    sl_sigv4_free(s->sig);
+    sl_redis_free(s->redis);
+    free(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
