@@ -742,13 +742,16 @@ static void key_release(job *j) {
 }
 
 /* The job is over: its offset is done once everything it produced is
- * acknowledged (the caller guarantees that). */
+ * acknowledged (the caller guarantees that). After a fatal producer error
+ * no job counts as done: its outputs may not all be written (produce()
+ * ends such jobs without writing), and the offsets committed on the way
+ * out must not pass them. */
 static void finish(job *j) {
   loop_t *L = j->L;
   int revoking = j->p && j->p->revoking;
   job_timer_release(j);
   key_release(j);
-  if (j->p && !j->p->revoked && j->epoch == j->p->epoch) ring_done(j->p, j->offset);
+  if (!L->fatal && j->p && !j->p->revoked && j->epoch == j->p->epoch) ring_done(j->p, j->offset);
   L->inflight--;
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
