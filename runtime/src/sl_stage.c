@@ -233,13 +233,14 @@ int64_t sl_now_ms(void) {
 
 int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
                   size_t len) {
-  if (!ob || !topic || !key) return SL_EINVAL;
+  if (!ob) return SL_EINVAL;
+  if (!topic || !key) return ob->failed = SL_EINVAL;
   if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key ||
       strlen(topic) >= sizeof ob->items[0].topic)
-    return SL_ETOOBIG;
+    return ob->failed = SL_ETOOBIG;
   sl_out *o = &ob->items[ob->n];
   o->value = malloc(len ? len : 1);
-  if (!o->value) return SL_ENOMEM;
+  if (!o->value) return ob->failed = SL_ENOMEM;
   if (len) memcpy(o->value, value, len);
   o->len = len;
   strcpy(o->topic, topic);
@@ -253,6 +254,7 @@ void sl_outbox_clear(sl_outbox *ob) {
   if (!ob) return;
   for (size_t i = 0; i < ob->n; i++) free(ob->items[i].value);
   ob->n = 0;
+  ob->failed = 0;
 }
 
 int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
@@ -405,6 +407,7 @@ struct sl_job {
   rd_kafka_resp_err_t produce_err; /* a delivery of the set failed: the first permanent
                                     * error, else the first one (0: none) */
   int rejected;           /* Kafka refused an output for good: now a dead letter */
+  int uncommitted;        /* ends without its offset counting as done */
   int stored;             /* outputs came from the idempotency store */
   uv_work_t work;
   uv_timer_t *timer;      /* limiter waits, produce backoff */
@@ -751,7 +754,8 @@ static void finish(job *j) {
   int revoking = j->p && j->p->revoking;
   job_timer_release(j);
   key_release(j);
-  if (!L->fatal && j->p && !j->p->revoked && j->epoch == j->p->epoch) ring_done(j->p, j->offset);
+  if (!L->fatal && !j->uncommitted && j->p && !j->p->revoked && j->epoch == j->p->epoch)
+    ring_done(j->p, j->offset);
   L->inflight--;
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
@@ -829,6 +833,18 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
 static void produce(job *j) {
   loop_t *L = j->L;
   if (L->fatal) { /* nothing more can be written; the offset stays uncommitted */
+    finish(j);
+    return;
+  }
+  if (j->out.failed) {
+    /* what had to be written (a dead letter, a retry copy, a status) could
+     * not even be added: finishing would commit the input without it, so
+     * its offset stays uncommitted (the partition commits up to it; a
+     * restart or a rebalance delivers it again) */
+    sl_log(SL_LOG_ERROR, j->key, "an output could not be added to the outbox (%s): the input "
+           "stays uncommitted", sl_strerror(j->out.failed));
+    sl_outbox_clear(&j->out);
+    j->uncommitted = 1;
     finish(j);
     return;
   }
@@ -1313,6 +1329,15 @@ static void complete(job *j) {
       sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
              L->o->provider, ms);
     }
+  }
+  if (j->res.outcome == SL_OUTCOME_DONE && j->out.failed) {
+    /* the processor's outputs are incomplete (an add failed: outbox full,
+     * topic or key too long, no memory): storing or producing the rest and
+     * committing would lose the missing one */
+    int e = j->out.failed;
+    sl_outbox_clear(&j->out);
+    sl_result_set(&j->res, SL_OUTCOME_FAIL, "output_invalid",
+                  "an output could not be added to the outbox: %s", sl_strerror(e));
   }
   if (!(j->res.outcome == SL_OUTCOME_DONE && L->o->idempotent && j->out.n))
     claim_release(j); /* nothing to store: the next claimant calls */

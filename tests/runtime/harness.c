@@ -12,6 +12,9 @@
  *   {"sleep_ms": M}       each call takes M ms
  *   {"retry_after_ms": R, "throttle": true}  transient failures say 429
  *   {"out_bytes": N}      the output is N bytes (JSON padded with spaces)
+ *   {"careless": true}    also adds an output to a topic name too long for
+ *                         the outbox and ignores the error, as a careless
+ *                         processor or plugin would
  * Redis switches the test flips while the stage runs:
  *   harness:outage        exists -> every call fails transiently (503)
  *   harness:heal:<key>    exists -> that key succeeds
@@ -116,6 +119,12 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     if (sl_outbox_add(out, out_topic, key, big ? big : body, big ? (size_t)pad : (size_t)n) != 0)
       sl_result_set(res, SL_OUTCOME_FAIL, "internal", "outbox full");
     free(big);
+    if (json_is_true(json_object_get(j, "careless"))) {
+      char topic[300];
+      memset(topic, 't', sizeof topic - 1);
+      topic[sizeof topic - 1] = '\0';
+      (void)sl_outbox_add(out, topic, key, body, (size_t)n); /* SL_ETOOBIG, ignored */
+    }
   }
   json_decref(j);
 }

@@ -141,10 +141,15 @@ typedef struct {
   sl_out items[SL_OUTBOX_MAX];
   size_t n;
   void *producer; /* set by the runtime; used by sl_outbox_emit_now() */
+  int failed;     /* the error of the first add that failed, 0 when none */
 } sl_outbox;
 
 /* Appends copies of topic, key and value. Returns 0, SL_ETOOBIG (outbox
- * full, topic or key too long) or SL_ENOMEM. */
+ * full, topic or key too long) or SL_ENOMEM. A failed add is also kept in
+ * ob->failed (until sl_outbox_clear()): the runtime then neither stores,
+ * produces nor commits the job's outputs as they are. A job the processor
+ * called done becomes a dead letter of class output_invalid; a dead letter
+ * or retry copy that cannot be added leaves the input uncommitted. */
 int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
                   size_t len);
 void sl_outbox_clear(sl_outbox *ob);
