@@ -488,6 +488,7 @@ struct loop_t {
 };
 
 static void gate(job *j);
+static void holds_key(job *j);
 static void revoke_check(loop_t *L);
 static void run_process(job *j);
 static void finish(job *j);
@@ -737,7 +738,7 @@ static void key_release(job *j) {
     if (L->closing)
       job_drop(next);
     else
-      gate(next);
+      holds_key(next);
   } else {
     HASH_DEL(L->keys, q);
     free(q);
@@ -1532,6 +1533,14 @@ static void start(job *j) {
       j->keyed = 1;
     }
   }
+  holds_key(j);
+}
+
+/* The job may run (it holds its key, or keys are not ordered): the
+ * idempotency lookup, then the gate. A job handed its key by the one
+ * before it comes here too, so it finds what that one stored. */
+static void holds_key(job *j) {
+  loop_t *L = j->L;
   if (L->o->idempotent) {
     sl_sha256_hex(j->m->payload, j->m->len, j->digest);
     char k[256];

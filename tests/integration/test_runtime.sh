@@ -9,7 +9,8 @@
 #   5. SIGKILL mid-work loses nothing; questions already done are not called again
 #   6. under a full outage the breaker opens, calls drop to the probe rate and
 #      the messages are held (not sent through the retry tiers) until it closes
-#   7. with stage.per_key_order one key is never in flight twice
+#   7. with stage.per_key_order one key is never in flight twice, and an
+#      input waiting for its key is answered from what the one before stored
 source "$(dirname "$0")/lib.sh"
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
@@ -136,6 +137,13 @@ mapfile -t t7 < <(RC LRANGE "harness:times:t7-$run/1" 0 -1)
 gaps=$(for ((i = 1; i < ${#t7[@]}; i++)); do echo $((t7[i] - t7[i - 1])); done | sort -n | head -1)
 check "per-key order: 4 calls for one key, each after the previous ended (min gap ${gaps:-none} ms >= 300)" \
   test "${#t7[@]}" = 4 -a "${gaps:-0}" -ge 300
+# the same input twice: the second waits for the key, then finds what the
+# first stored (the idempotency lookup happens after the key is handed on)
+k7b="t7b-$run/1"
+for i in 1 2; do printf '%s\t{"sleep_ms":800}\n' "$k7b"; done | kcat -P -b "$B" -t harness.in -K $'\t' -p 0
+wait_for 20 test "$(outputs "$k7b")" -ge 2 || true
+check "per-key order: the same input twice, both answered ($(outputs "$k7b") outputs)" test "$(outputs "$k7b")" = 2
+check "  ... with one provider call ($(calls "$k7b")): the second came from the store" test "$(calls "$k7b")" = 1
 harness_down
 unset SLUICE_STAGE_PER_KEY_ORDER
 harness_up
