@@ -5,7 +5,9 @@
  * Input UploadCompleted on stt.requests; output a Transcript on
  * grade.requests and a GRADING status (carrying the transcript) on results,
  * both keyed "<sid>/<no>". A TRANSCRIBING status is emitted at once, best
- * effort. Storage connection errors and 5xx are transient (retried); a
+ * effort. Storage connection errors and 5xx are transient (retried), and so
+ * is a 403/401 (storage_denied: the object exists, so this replica's clock
+ * or keys are wrong; another replica or a fixed one can fetch it); a
  * missing object or an oversized one is permanent and dead-lettered with the
  * reason; the plugin decides about the audio itself (undecodable -> failed,
  * provider down -> retry).
@@ -176,6 +178,17 @@ static Sluice__V1__UploadCompleted *parse(stt *s, const rd_kafka_message_t *m, s
 
 static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
 
+/* Storage refused this replica's signature (403/401). The object exists
+ * (ingest saw it), so the fault is this replica's: a clock off by more
+ * than the signature allows, or credentials being rotated. Retried, so the
+ * copy can reach a replica that signs correctly (or this one, fixed), not
+ * failed for good; the time budget still ends it. */
+static void denied(sl_result *res, const char *key, long status) {
+  sl_result_set(res, SL_OUTCOME_RETRY, "storage_denied",
+                "GET %s: HTTP %ld: storage refused this replica's signature (is its clock "
+                "right? are s3.access_key/s3.secret_key current?)", key, status);
+}
+
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   stt *s = ud;
   char key[128];
@@ -196,6 +209,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
                                                    status == 408))) {
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
+  } else if (rc == SL_ESTORAGE && (status == 403 || status == 401)) {
+    denied(res, up->object_key, status);
   } else if (rc) {
     sl_result_set(res, SL_OUTCOME_FAIL, rc == SL_ETOOBIG ? "audio_too_large" : "storage",
                   "%s", err);
@@ -273,6 +288,8 @@ static void on_audio(const sl_httpc_response *r, void *ud) {
   else if (r->status == 0 || r->status >= 500 || r->status == 429 || r->status == 408)
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "GET %s: %s", k,
                   r->status ? "server error" : r->error);
+  else if (r->status == 403 || r->status == 401)
+    denied(res, k, r->status);
   else
     sl_result_set(res, SL_OUTCOME_FAIL, "storage", "GET %s: HTTP %ld", k, r->status);
   job_end(c);
