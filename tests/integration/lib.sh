@@ -73,6 +73,31 @@ wait_for() {
 
 stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 
+# new_submission FILE... : creates a submission of one audio/wav answer per
+# file (prompt "Question <n>?"); sets SUB_REPLY (presign's answer), SID and TOKEN
+new_submission() {
+  local f qs=() n=0
+  for f in "$@"; do
+    n=$((n + 1))
+    qs+=("{\"content_type\":\"audio/wav\",\"size\":$(stat -c %s "$f"),\"prompt\":\"Question $n?\"}")
+  done
+  SUB_REPLY=$(IFS=,; curl "${KEY_AUTH[@]}" -fsS -X POST "$PRESIGN_URL/v1/submissions" \
+    -H 'Content-Type: application/json' -d "{\"questions\":[${qs[*]}]}") || return 1
+  SID=$(jq -r .submission_id <<<"$SUB_REPLY")
+  TOKEN=$(jq -r .results_token <<<"$SUB_REPLY")
+}
+
+# put_answer INDEX FILE : uploads FILE with the presigned PUT of question
+# INDEX (0-based) of $SUB_REPLY and its signed headers
+put_answer() {
+  local -a hdrs
+  mapfile -t hdrs < <(jq -r ".questions[$1].headers | to_entries[] | select(.key != \"Content-Length\") | \"-H\\n\(.key): \(.value)\"" <<<"$SUB_REPLY")
+  curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$2" "$(jq -r ".questions[$1].url" <<<"$SUB_REPLY")" >/dev/null
+}
+
+# view_of SID TOKEN : the results view of a submission
+view_of() { curl -sS -H "Authorization: Bearer $2" "$RESULTS_URL/v1/submissions/$1"; }
+
 # retry_topics TIER...: creates <stage>.retry.<tier> for every consuming
 # stage, for tests that run the stages with their own SLUICE_RETRY_TIERS (a
 # stage whose retry topic is missing dead-letters what it would retry, as

@@ -26,18 +26,9 @@ stages_up
 
 espeak-ng -s 140 -w "$work/a1.wav" "I usually go hiking on weekends with my friends."
 espeak-ng -s 140 -w "$work/a2.wav" "My favourite food is kimchi stew."
-s1=$(stat -c %s "$work/a1.wav") s2=$(stat -c %s "$work/a2.wav")
-reply=$(curl "${KEY_AUTH[@]}" -fsS -X POST "$PRESIGN_URL/v1/submissions" -H 'Content-Type: application/json' \
-  -d "{\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$s1,\"prompt\":\"Weekends?\"},
-                      {\"content_type\":\"audio/wav\",\"size\":$s2,\"prompt\":\"Food?\"}]}")
-sid=$(jq -r .submission_id <<<"$reply")
-token=$(jq -r .results_token <<<"$reply")
-view() { curl -sS -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid"; }
-put() { # put INDEX FILE
-  local -a hdrs
-  mapfile -t hdrs < <(jq -r ".questions[$1].headers | to_entries[] | select(.key != \"Content-Length\") | \"-H\n\(.key): \(.value)\"" <<<"$reply")
-  curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$2" "$(jq -r ".questions[$1].url" <<<"$reply")" >/dev/null
-}
+new_submission "$work/a1.wav" "$work/a2.wav"
+sid=$SID token=$TOKEN
+view() { view_of "$SID" "$TOKEN"; }
 check "the submission is recorded (awaiting its uploads)" \
   wait_for 30 sh -c "curl -sS -H 'Authorization: Bearer $token' '$RESULTS_URL/v1/submissions/$sid' | jq -e '.questions | length == 2' >/dev/null"
 
@@ -45,12 +36,12 @@ gw_log=$DEVSTACK_DIR/versitygw.log
 lost0=$(grep -c "failed to send kafka event" "$gw_log" || true)
 kill -KILL "$(cat "$DEVSTACK_DIR/kafka.pid")"
 sleep 1
-check "storage accepts answer 1 while Kafka is down" put 0 "$work/a1.wav"
+check "storage accepts answer 1 while Kafka is down" put_answer 0 "$work/a1.wav"
 check "the gateway could not send its event" \
   wait_for 30 sh -c "test \$(grep -c 'failed to send kafka event' '$gw_log') -gt $lost0"
 "$ROOT/tools/devstack" up >/dev/null
 "$ROOT/tools/stages" up >/dev/null # whatever exited while Kafka was away comes back
-check "answer 2 uploaded with Kafka back" put 1 "$work/a2.wav"
+check "answer 2 uploaded with Kafka back" put_answer 1 "$work/a2.wav"
 
 both_done() { view >"$work/view.json" && jq -e '[.questions[].state] == ["done","done"]' "$work/view.json" >/dev/null; }
 check "both answers end done" wait_for 150 both_done

@@ -17,14 +17,10 @@ stages_up
 SLUICE_S3_SECRET_KEY=not-the-secret "$ROOT/tools/stages" up >/dev/null # only stt was missing
 
 espeak-ng -s 140 -w "$work/a.wav" "I usually go hiking on weekends with my friends."
-size=$(stat -c %s "$work/a.wav")
-reply=$(curl "${KEY_AUTH[@]}" -fsS -X POST "$PRESIGN_URL/v1/submissions" -H 'Content-Type: application/json' \
-  -d "{\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"Weekends?\"}]}")
-sid=$(jq -r .submission_id <<<"$reply")
-token=$(jq -r .results_token <<<"$reply")
-mapfile -t hdrs < <(jq -r '.questions[0].headers | to_entries[] | select(.key != "Content-Length") | "-H\n\(.key): \(.value)"' <<<"$reply")
-curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$work/a.wav" "$(jq -r '.questions[0].url' <<<"$reply")" >/dev/null
-view() { curl -sS -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid"; }
+new_submission "$work/a.wav"
+sid=$SID
+put_answer 0 "$work/a.wav"
+view() { view_of "$SID" "$TOKEN"; }
 denials() { grep "\"$sid\"" "$STAGES_DIR/stt.log" | grep -c "storage_denied" || true; }
 denied_twice() { test "$(denials)" -ge 2; }
 

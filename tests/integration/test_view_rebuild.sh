@@ -11,15 +11,11 @@ at_exit 'rm -rf "$work"'
 ADMIN_MAT=http://127.0.0.1:$((BASE + 104))
 
 espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
-size=$(stat -c %s "$work/a.wav")
-reply=$(curl "${KEY_AUTH[@]}" -fsS -X POST "$PRESIGN_URL/v1/submissions" -H 'Content-Type: application/json' \
-  -d "{\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\"}]}")
-sid=$(jq -r .submission_id <<<"$reply")
-token=$(jq -r .results_token <<<"$reply")
-mapfile -t hdrs < <(jq -r '.questions[0].headers | to_entries[] | select(.key != "Content-Length") | "-H\n\(.key): \(.value)"' <<<"$reply")
-curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$work/a.wav" "$(jq -r '.questions[0].url' <<<"$reply")" >/dev/null
+new_submission "$work/a.wav"
+sid=$SID token=$TOKEN
+put_answer 0 "$work/a.wav"
 
-view() { curl -sS -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid"; }
+view() { view_of "$sid" "$token"; }
 done_view() { view >"$work/view.json" && jq -e '.questions[0].state == "done"' "$work/view.json" >/dev/null; }
 check "graded before Redis is lost" wait_for 90 done_view
 before=$(jq -c '.questions[0] | {state, transcript, grade}' "$work/view.json")
