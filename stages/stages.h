@@ -26,6 +26,10 @@ extern const size_t sl__nsubcommands;
  * materialize with the view, read by ingest's sweep (stages/ingest/sweep.h). */
 #define SL__PENDING "sl:pending"
 
+/* The marker materialize sets once the Redis view is complete; missing while
+ * it rebuilds a lost view (stages/materialize/materialize.c). */
+#define SL__VIEW_MARKER "sl:view:epoch"
+
 /* Raised by SIGTERM/SIGINT. */
 extern volatile sig_atomic_t sl__stop;
 void sl__install_signals(void);

@@ -722,6 +722,10 @@ static int64_t hdr_i64(const rd_kafka_message_t *m, const char *name) {
   return hdr(m, name, buf, sizeof buf) ? strtoll(buf, NULL, 10) : 0;
 }
 
+int64_t sl_message_first_failure_ms(const rd_kafka_message_t *m) {
+  return m ? hdr_i64(m, SL_HDR_FIRST_FAILURE) : 0;
+}
+
 static void key_release(job *j) {
   if (!j->keyed) return;
   loop_t *L = j->L;

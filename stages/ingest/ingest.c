@@ -11,7 +11,10 @@
  * materialize has recorded in Redis; then an UploadCompleted goes to
  * stt.requests and a QUEUED status to results, both keyed "<sid>/<no>".
  * Materialize may lag presign by a moment, so an unknown submission is
- * retried until ingest.submission_wait_s after the event, then dead-lettered.
+ * retried until ingest.submission_wait_s after the first failure, then
+ * dead-lettered; while materialize rebuilds a lost view (its marker
+ * SL__VIEW_MARKER is missing) it is retried as view_rebuilding, without limit
+ * but the time budget.
  * Anything unparseable is dead-lettered at once with the reason. An event
  * of several records is first split into single-record events (fan_out),
  * so each record succeeds, retries or fails on its own.
@@ -64,7 +67,8 @@ typedef struct {
 
 const sl_conf_entry sl__ingest_table[] = {
     {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
-     "how long an upload may wait for its submission to appear before it is dead-lettered", 0},
+     "how long an upload may wait for its submission to appear before it is dead-lettered "
+     "(from its first failure; not counted while materialize rebuilds the view)", 0},
     {"ingest.verify_object", SL_CONF_STR, "always", offsetof(ingest_conf, verify_object),
      "always: HEAD every uploaded object and compare its size and type with what was "
      "declared; when_needed: only when the event carries no size", 0},
@@ -151,6 +155,17 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   return 1;
 }
 
+
+/* 1 when materialize's view is complete (its marker is set), 0 while it is
+ * being rebuilt or Redis cannot say (err set then). */
+static int view_complete(sl_redis *redis, char *err, size_t errlen) {
+  err[0] = '\0';
+  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
+  redisReply *rep = sl_redis_argv(redis, 2, argv, NULL, err, errlen);
+  int ok = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+  if (rep) freeReplyObject(rep);
+  return ok;
+}
 
 /* KEYS[1] the submission's hash; ARGV: field, time. The first time
  * recorded for the field wins; returns it. */
@@ -302,9 +317,18 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     }
     if (rep->element[0]->type != REDIS_REPLY_STRING) {
       freeReplyObject(rep);
-      int64_t ts_ms = 0;
-      rd_kafka_timestamp_type_t tt;
-      ts_ms = rd_kafka_message_timestamp(m, &tt);
+      if (!view_complete(redis, rerr, sizeof rerr)) {
+        /* materialize is replaying the topics into an emptied Redis: the
+         * submission may well exist; wait for the view, however long */
+        sl_result_set(res, SL_OUTCOME_RETRY, "view_rebuilding",
+                      "submission %s not in the view: the view is being rebuilt%s%s", sid,
+                      rerr[0] ? ": " : "", rerr);
+        break;
+      }
+      /* the wait is measured from the first failure (a retry copy carries
+       * it), not from the copy's own timestamp */
+      int64_t ts_ms = sl_message_first_failure_ms(m);
+      if (ts_ms <= 0) ts_ms = rd_kafka_message_timestamp(m, NULL);
       double age = ts_ms > 0 ? (double)(sl_now_ms() - ts_ms) / 1000.0 : 1e9;
       if (age < in->ic->submission_wait_s)
         sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",

@@ -272,7 +272,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
 
 /* ---- rebuilding a lost view ---------------------------------------------------- */
 
-#define MARKER "sl:view:epoch"
+#define MARKER SL__VIEW_MARKER
 
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};

@@ -257,4 +257,8 @@ int64_t sl_now_ms(void);
  * topic's own name; buf holds at least 160 bytes. */
 const char *sl_message_origin(const rd_kafka_message_t *m, char *buf, size_t len);
 
+/* When the message first failed (its SL_HDR_FIRST_FAILURE header, which
+ * retry copies carry), in ms since the epoch; 0 for a first attempt. */
+int64_t sl_message_first_failure_ms(const rd_kafka_message_t *m);
+
 #endif
