@@ -7,7 +7,9 @@
  * summary. It reads the hash materialize maintains (one HGETALL) and never
  * writes. A missing credential, or an API key/JWT that is not valid, is
  * 401; a wrong token, another user's submission and an unknown submission
- * are the same 404, so the API does not reveal which ids exist. The token
+ * are the same 404, so the API does not reveal which ids exist; except
+ * while materialize rebuilds a lost view (its marker missing), when any id
+ * not in Redis is 503 view_rebuilding with Retry-After. The token
  * check hashes sid, owner and token together (stages/auth/auth.h) and
  * compares in constant time.
  * Replies carry an ETag (sha256 of the body) and honour If-None-Match with
@@ -127,6 +129,17 @@ static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_
 /* Readable by the submission's results token, or by its owner's API key or
  * JWT. Everything else — another user, another submission's token, an
  * unknown id — is the same 404. */
+/* 1 when materialize's view is complete (its marker is set) or Redis cannot
+ * say; 0 while a lost view is being rebuilt. */
+static int view_complete(results *R) {
+  char err[256];
+  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
+  redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
+  int missing = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+  if (rep) freeReplyObject(rep);
+  return !missing;
+}
+
 static void get_submission(results *R, sl_http_req *req, const char *sid) {
   static const char nf[] = "no submission with this id for these credentials";
   sl__cred_kind kind;
@@ -166,6 +179,17 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     char token_hash[65];
     allowed = sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
               sl_secure_equal(tok, token_hash);
+  }
+  if (!allowed && rep->elements == 0 && !view_complete(R)) {
+    /* Redis lost the view and materialize is replaying the topics: the
+     * submission may well exist, so no 404 (a client would give up); the
+     * same answer for every id, so nothing is revealed */
+    freeReplyObject(rep);
+    sl_metric_add(R->m_err, 1);
+    sl_http_respond_error(req, 503, "view_rebuilding",
+                          "results are being rebuilt after a storage fault; retry shortly",
+                          "Retry-After: 2\r\n");
+    return;
   }
   if (!allowed) {
     freeReplyObject(rep);

@@ -23,7 +23,8 @@ before=$(jq -c '.questions[0] | {state, transcript, grade}' "$work/view.json")
 rebuilds() { curl -fsS "$ADMIN_MAT/metrics" | awk '$1 == "sluice_view_rebuilds_total" {print $2}'; }
 rebuilds0=$(rebuilds)
 redis-cli -p "$DEVSTACK_REDIS_PORT" FLUSHALL >/dev/null
-check "the view is gone right after the flush" test "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid")" = 404
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid")
+check "right after the flush the view is being rebuilt (503, not 404: $code)" test "$code" = 503
 check "the view comes back without restarting anything" wait_for 60 done_view
 after=$(jq -c '.questions[0] | {state, transcript, grade}' "$work/view.json")
 check "the rebuilt view is the one the client saw before" test "$before" = "$after"

@@ -7,7 +7,9 @@
 #      (SIGSTOP: a stalled pod) and Redis emptied (FLUSHALL);
 #   2. the answer is uploaded: ingest retries it as view_rebuilding well past
 #      ingest.submission_wait_s (3 s here) with no dead letter;
-#   3. materialize resumes (SIGCONT), rebuilds the view, and the answer ends
+#   3. meanwhile results answers 503 view_rebuilding (Retry-After), never
+#      404 for the submission that exists;
+#   4. materialize resumes (SIGCONT), rebuilds the view, and the answer ends
 #      done.
 source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
@@ -25,6 +27,11 @@ mat=$(cat "$STAGES_DIR/materialize.pid")
 at_exit "kill -CONT $mat 2>/dev/null"
 kill -STOP "$mat"
 redis-cli -p "$DEVSTACK_REDIS_PORT" FLUSHALL >/dev/null
+code=$(curl -sS -o "$work/503.json" -D "$work/503.h" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+  "$RESULTS_URL/v1/submissions/$SID")
+check "while the view is rebuilt the client gets 503, not 404 ($code)" test "$code" = 503
+check "  ... with Retry-After and the reason" \
+  sh -c "grep -qi '^retry-after: ' '$work/503.h' && jq -e '.error.code == \"view_rebuilding\"' '$work/503.json' >/dev/null"
 put_answer 0 "$work/a.wav"
 t0=$SECONDS
 waits() { grep -F "$SID" "$STAGES_DIR/ingest.log" | grep -c "view_rebuilding" || true; }
