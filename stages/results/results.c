@@ -200,10 +200,15 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
   long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
   json_t *qs = json_array();
   int done = 0, failed = 0;
-  /* questions are numbered by the client; collect every q<no> field */
+  /* questions are numbered by the client; collect every q<no> field of a
+   * declared question (one with a spec<no>): a status for a number the
+   * submission never had (forged, misrouted) is not shown or counted */
   for (size_t i = 0; i + 1 < rep->elements; i += 2) {
     const char *f = rep->element[i]->str;
     if (f[0] != 'q') continue;
+    char spec[32];
+    snprintf(spec, sizeof spec, "spec%.20s", f + 1);
+    if (!field(rep, spec)) continue;
     json_t *q = json_loads(rep->element[i + 1]->str, 0, NULL);
     if (!q) continue;
     const char *st = json_string_value(json_object_get(q, "state"));
