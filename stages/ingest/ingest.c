@@ -168,8 +168,10 @@ static int view_complete(sl_redis *redis, char *err, size_t errlen) {
 }
 
 /* KEYS[1] the submission's hash; ARGV: field, time. The first time
- * recorded for the field wins; returns it. */
+ * recorded for the field wins; returns it. A hash that expired meanwhile is
+ * not recreated (it would have no TTL): the time given is returned. */
 static const char first_time_lua[] =
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return ARGV[2] end\n"
     "redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])\n"
     "return redis.call('HGET', KEYS[1], ARGV[1])\n";
 
