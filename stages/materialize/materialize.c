@@ -28,6 +28,9 @@
  * through the same monotonic apply. The live consumer keeps running
  * meanwhile; both paths apply the same monotonic writes, so the result is
  * the view a full replay gives. Topic retention bounds what can be rebuilt.
+ * One replica rebuilds at a time (the lease REBUILD_LOCK, renewed while it
+ * works); a rebuild gives up only when no message was applied for
+ * REBUILD_STALL_MS, so a large view is not cut off by a fixed deadline.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -39,8 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sluice.pb-c.h"
+#include "sluice/sl_claim.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_log.h"
@@ -70,6 +75,8 @@ typedef struct {
   sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
   atomic_int stop_watch;
   sl_metric *m_rebuilds, *m_rebuilt;
+  sl_redis *watch_r;  /* the watcher thread's connection (rebuild lock) */
+  char owner[64];     /* this process in the rebuild lock */
 } mat;
 
 
@@ -273,6 +280,20 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
 /* ---- rebuilding a lost view ---------------------------------------------------- */
 
 #define MARKER SL__VIEW_MARKER
+/* One replica rebuilds at a time: it holds this lock (its owner id, a lease
+ * renewed while messages are applied); the others wait for the marker. A
+ * rebuilder that dies lets its lease lapse and another one starts over. */
+#define REBUILD_LOCK "sl:lock:view-rebuild"
+#define REBUILD_LEASE_MS 30000
+#define REBUILD_STALL_MS 60000 /* no message applied this long: give up, retry */
+
+static void lock_renew(mat *M) {
+  char err[256], lease[32];
+  snprintf(lease, sizeof lease, "%d", REBUILD_LEASE_MS);
+  const char *argv[] = {"EVAL", sl_claim_renew_lua, "1", REBUILD_LOCK, lease, M->owner};
+  redisReply *rep = sl_redis_argv(M->watch_r, 6, argv, NULL, err, sizeof err);
+  if (rep) freeReplyObject(rep);
+}
 
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -325,8 +346,13 @@ static int rebuild(mat *M) {
   if (rc == 0 && (!high || rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR))
     rc = SL_EKAFKA;
   long applied = 0;
-  int64_t deadline = sl_now_ms() + 600000;
+  /* bounded by progress, not by size: it goes on while messages come */
+  int64_t deadline = sl_now_ms() + REBUILD_STALL_MS, renewed = sl_now_ms();
   while (rc == 0 && open > 0 && !atomic_load(&M->stop_watch) && sl_now_ms() < deadline) {
+    if (sl_now_ms() - renewed >= REBUILD_LEASE_MS / 3) {
+      lock_renew(M);
+      renewed = sl_now_ms();
+    }
     rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 500);
     if (!m) continue;
     if (m->err) {
@@ -350,6 +376,7 @@ static int rebuild(mat *M) {
         sleep_ms(200);
       }
       applied++;
+      deadline = sl_now_ms() + REBUILD_STALL_MS;
       if (m->offset + 1 >= high[idx]) open--;
     }
     rd_kafka_message_destroy(m);
@@ -369,13 +396,25 @@ static void *watch(void *arg) {
   mat *M = arg;
   sl_redis *r = NULL;
   if (sl_redis_new(&r, M->cc->redis_url) != 0) return NULL;
+  M->watch_r = r;
   while (!atomic_load(&M->stop_watch)) {
     char err[256];
     const char *get[] = {"EXISTS", MARKER};
     redisReply *rep = sl_redis_argv(r, 2, get, NULL, err, sizeof err);
     int missing = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
     if (rep) freeReplyObject(rep);
+    int locked = 0;
     if (missing) {
+      char lease[32];
+      snprintf(lease, sizeof lease, "%d", REBUILD_LEASE_MS);
+      const char *take[] = {"SET", REBUILD_LOCK, M->owner, "NX", "PX", lease};
+      rep = sl_redis_argv(r, 6, take, NULL, err, sizeof err);
+      locked = rep && rep->type == REDIS_REPLY_STATUS;
+      if (rep) freeReplyObject(rep);
+      if (!locked)
+        sl_log(SL_LOG_DEBUG, NULL, "the view marker is missing; another replica rebuilds");
+    }
+    if (locked) {
       sl_log(SL_LOG_WARN, NULL, "the view marker %s is missing (a new or emptied Redis): "
                                 "rebuilding the view from the topics", MARKER);
       sl_metric_add(M->m_rebuilds, 1);
@@ -387,6 +426,9 @@ static void *watch(void *arg) {
         rep = sl_redis_argv(r, 3, set, NULL, err, sizeof err);
         if (rep) freeReplyObject(rep);
       }
+      const char *rel[] = {"EVAL", sl_claim_release_lua, "1", REBUILD_LOCK, M->owner};
+      rep = sl_redis_argv(r, 5, rel, NULL, err, sizeof err);
+      if (rep) freeReplyObject(rep);
     }
     for (int64_t t = 0; t < M->mc->watch_interval_ms && !atomic_load(&M->stop_watch); t += 100)
       sleep_ms(100);
@@ -406,6 +448,9 @@ int sl__materialize_main(int argc, char **argv) {
   if (rc) return rc;
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
+  char host[32] = "";
+  gethostname(host, sizeof host - 1);
+  snprintf(M.owner, sizeof M.owner, "%s:%ld", host, (long)getpid());
   M.h_done = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"done\"", h_help,
                                   sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
   M.h_failed = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"",
