@@ -8,13 +8,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_redis.h"
 #include "sluice.pb-c.h"
 
 volatile sig_atomic_t sl__stop;
+
+int sl__view_marker(sl_redis *r, char *err, size_t errlen) {
+  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
+  redisReply *rep = sl_redis_argv(r, 2, argv, NULL, err, errlen);
+  int rc = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer == 1 : SL_EREDIS;
+  if (rep && rep->type == REDIS_REPLY_ERROR) snprintf(err, errlen, "redis: %s", rep->str);
+  if (rep) freeReplyObject(rep);
+  return rc;
+}
+
+void sl__owner_id(char *buf, size_t len) {
+  char host[32] = "";
+  gethostname(host, sizeof host - 1);
+  snprintf(buf, len, "%s:%ld", host, (long)getpid());
+}
 
 void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
                             const char *error_class, const char *error_message, int64_t at_ms,

@@ -30,6 +30,14 @@ extern const size_t sl__nsubcommands;
  * it rebuilds a lost view (stages/materialize/materialize.c). */
 #define SL__VIEW_MARKER "sl:view:epoch"
 
+/* 1 when the view marker is set, 0 when it is missing (a rebuild is due or
+ * under way), SL_EREDIS with err set when Redis cannot say. */
+struct sl_redis;
+int sl__view_marker(struct sl_redis *r, char *err, size_t errlen);
+
+/* "<host>:<pid>": who holds a Redis lock this process takes. */
+void sl__owner_id(char *buf, size_t len);
+
 /* Raised by SIGTERM/SIGINT. */
 extern volatile sig_atomic_t sl__stop;
 void sl__install_signals(void);

@@ -156,17 +156,6 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
 }
 
 
-/* 1 when materialize's view is complete (its marker is set), 0 while it is
- * being rebuilt or Redis cannot say (err set then). */
-static int view_complete(sl_redis *redis, char *err, size_t errlen) {
-  err[0] = '\0';
-  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
-  redisReply *rep = sl_redis_argv(redis, 2, argv, NULL, err, errlen);
-  int ok = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
-  if (rep) freeReplyObject(rep);
-  return ok;
-}
-
 /* KEYS[1] the submission's hash; ARGV: field, time. The first time
  * recorded for the field wins; returns it. A hash that expired meanwhile is
  * not recreated (it would have no TTL): the time given is returned. */
@@ -319,7 +308,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     }
     if (rep->element[0]->type != REDIS_REPLY_STRING) {
       freeReplyObject(rep);
-      if (!view_complete(redis, rerr, sizeof rerr)) {
+      rerr[0] = '\0';
+      if (sl__view_marker(redis, rerr, sizeof rerr) != 1) {
         /* materialize is replaying the topics into an emptied Redis: the
          * submission may well exist; wait for the view, however long */
         sl_result_set(res, SL_OUTCOME_RETRY, "view_rebuilding",

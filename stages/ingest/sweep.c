@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
@@ -113,12 +112,10 @@ static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_h
 static int look_at(sl__sweep *s, const char *member, int64_t now) {
   char sid[64], err[512];
   unsigned qno = 0;
-  const char *slash = strchr(member, '/');
-  if (!slash || (size_t)(slash - member) >= sizeof sid || sscanf(slash + 1, "%u", &qno) != 1) {
+  if (sl_key_parse(member, strlen(member), sid, &qno) != 0) {
     drop(s, member, "not <sid>/<no>");
     return 0;
   }
-  snprintf(sid, sizeof sid, "%.*s", (int)(slash - member), member);
   char hkey[96], spec[32], rank[32];
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   snprintf(spec, sizeof spec, "spec%u", qno);
@@ -258,9 +255,7 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
   sl__sweep *s = calloc(1, sizeof *s);
   if (!s) return SL_ENOMEM;
   s->sc = sc, s->cc = cc, s->s3 = s3, s->target = target;
-  char host[32] = "";
-  gethostname(host, sizeof host - 1);
-  snprintf(s->owner, sizeof s->owner, "%s:%ld", host, (long)getpid());
+  sl__owner_id(s->owner, sizeof s->owner);
   const char *help = "Uploads found in storage whose storage event never arrived";
   s->m_found = sl_metrics_counter("sluice_ingest_sweep_events_total", NULL, help);
   s->m_dropped = sl_metrics_counter("sluice_ingest_sweep_abandoned_total", NULL,

@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "sluice.pb-c.h"
 #include "sluice/sl_claim.h"
@@ -91,12 +90,13 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
 
 /* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
  * stages/ingest/sweep.h); ARGV: qno, rank, json, ttl, "<sid>/<qno>",
- * accepted_at_ms. A question leaves the set with any state past
- * awaiting_upload and enters it only when awaiting_upload is written.
+ * accepted_at_ms. A question is in the set exactly while its stored rank
+ * is 1: it enters when awaiting_upload is written and leaves when a later
+ * state replaces it (no ZREM for the statuses after that).
  * Returns 1 if written. */
 static const char apply_lua[] =
-    "if tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
     "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
+    "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
     "if tonumber(ARGV[2]) <= r then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
@@ -448,9 +448,7 @@ int sl__materialize_main(int argc, char **argv) {
   if (rc) return rc;
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
-  char host[32] = "";
-  gethostname(host, sizeof host - 1);
-  snprintf(M.owner, sizeof M.owner, "%s:%ld", host, (long)getpid());
+  sl__owner_id(M.owner, sizeof M.owner);
   M.h_done = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"done\"", h_help,
                                   sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
   M.h_failed = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"",

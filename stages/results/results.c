@@ -129,17 +129,6 @@ static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_
 /* Readable by the submission's results token, or by its owner's API key or
  * JWT. Everything else — another user, another submission's token, an
  * unknown id — is the same 404. */
-/* 1 when materialize's view is complete (its marker is set) or Redis cannot
- * say; 0 while a lost view is being rebuilt. */
-static int view_complete(results *R) {
-  char err[256];
-  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
-  redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
-  int missing = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
-  if (rep) freeReplyObject(rep);
-  return !missing;
-}
-
 static void get_submission(results *R, sl_http_req *req, const char *sid) {
   static const char nf[] = "no submission with this id for these credentials";
   sl__cred_kind kind;
@@ -180,7 +169,7 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     allowed = sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
               sl_secure_equal(tok, token_hash);
   }
-  if (!allowed && rep->elements == 0 && !view_complete(R)) {
+  if (!allowed && rep->elements == 0 && sl__view_marker(R->redis, err, sizeof err) == 0) {
     /* Redis lost the view and materialize is replaying the topics: the
      * submission may well exist, so no 404 (a client would give up); the
      * same answer for every id, so nothing is revealed */
