@@ -47,9 +47,9 @@
 
 #include "sluice/sl_admin.h"
 #include "sluice/sl_conf.h"
+#include "sluice/sl_retry.h"
 
 #define SL_OUTBOX_MAX 32
-#define SL_RETRY_TIERS_MAX 8
 
 /* Retry headers on <stage>.retry.<tier> messages (text values). */
 #define SL_HDR_ATTEMPT "sluice-attempt"
@@ -238,11 +238,6 @@ typedef struct sl_stage_opts {
  * drain_timeout_s, commits and closes the consumer. Returns 0 on a clean
  * stop or a negative code on a fatal error. */
 int sl_stage_run(const sl_stage_opts *opts, volatile sig_atomic_t *stop);
-
-/* Parses "5s,30s,2m,10m" (ms, s, m, h suffixes) into ascending delays.
- * Returns the number of tiers (1..SL_RETRY_TIERS_MAX) or SL_ECONFIG. */
-int sl_retry_tiers_parse(const char *spec, int64_t delays_ms[SL_RETRY_TIERS_MAX],
-                         char labels[SL_RETRY_TIERS_MAX][16]);
 
 /* Message key helpers: "<submission>/<question>". sid must hold 64 bytes.
  * Returns 0 or SL_EPARSE. */

@@ -1,0 +1,37 @@
+/*
+ * sl_idem.h — the idempotency store's records: what a stage stored for an
+ * input (its outputs) and under which Redis keys.
+ *
+ * A stage that finished an input stores its outputs (a StoredOutputs
+ * protobuf) under sl:idem:<stage>:<key>:<digest32>, where digest32 is the
+ * first 32 hex digits of the input's SHA-256: a redelivered or refetched
+ * copy of the same input is answered from there, with no provider call. A
+ * replica about to call the provider claims sl:claim:<stage>:<key>:<digest32>
+ * first (sl_claim.h). The Redis conversation itself is the runtime's.
+ *
+ * Pure. @locality any thread.
+ */
+#ifndef SLUICE_SL_IDEM_H
+#define SLUICE_SL_IDEM_H
+
+#include "sluice/sl_stage.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The store's and the claim's key for (stage, message key, input digest
+ * in hex). Returns 0 or SL_ETOOBIG (buf too small: nothing usable). */
+int sl_idem_key(char *buf, size_t len, const char *stage, const char *key, const char *digest);
+int sl_idem_claim_key(char *buf, size_t len, const char *stage, const char *key,
+                      const char *digest);
+
+/* Packs ob's outputs with their store time. *out is malloc'd (the caller
+ * frees it). Returns 0 or SL_ENOMEM. */
+int sl_idem_pack(const sl_outbox *ob, int64_t stored_at_ms, uint8_t **out, size_t *len);
+
+/* Adds a stored record's outputs to ob (which should be empty). On a
+ * malformed record, or one that does not fit the outbox, ob is cleared and
+ * SL_EPARSE (or the add's error) is returned. */
+int sl_idem_unpack(const void *v, size_t n, sl_outbox *ob);
+
+#endif

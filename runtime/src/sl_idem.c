@@ -1,0 +1,60 @@
+/*
+ * sl_idem.c — idempotency store records and keys (see sl_idem.h).
+ */
+#include "sluice/sl_idem.h"
+#include "sluice/sl_err.h"
+#include "sluice.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int key_of(char *buf, size_t len, const char *kind, const char *stage, const char *key,
+                  const char *digest) {
+  int n = snprintf(buf, len, "sl:%s:%s:%s:%.32s", kind, stage, key, digest);
+  return n < 0 || (size_t)n >= len ? SL_ETOOBIG : 0;
+}
+
+int sl_idem_key(char *buf, size_t len, const char *stage, const char *key, const char *digest) {
+  return key_of(buf, len, "idem", stage, key, digest);
+}
+
+int sl_idem_claim_key(char *buf, size_t len, const char *stage, const char *key,
+                      const char *digest) {
+  return key_of(buf, len, "claim", stage, key, digest);
+}
+
+int sl_idem_pack(const sl_outbox *ob, int64_t stored_at_ms, uint8_t **out, size_t *len) {
+  Sluice__V1__StoredOutputs so = SLUICE__V1__STORED_OUTPUTS__INIT;
+  Sluice__V1__StoredOutputs__Output outs[SL_OUTBOX_MAX], *op[SL_OUTBOX_MAX];
+  size_t n = ob->n <= SL_OUTBOX_MAX ? ob->n : SL_OUTBOX_MAX;
+  for (size_t i = 0; i < n; i++) {
+    sluice__v1__stored_outputs__output__init(&outs[i]);
+    outs[i].topic = (char *)ob->items[i].topic;
+    outs[i].key = (char *)ob->items[i].key;
+    outs[i].value.data = ob->items[i].value;
+    outs[i].value.len = ob->items[i].len;
+    op[i] = &outs[i];
+  }
+  so.outputs = op;
+  so.n_outputs = n;
+  so.stored_at_ms = stored_at_ms;
+  size_t sz = sluice__v1__stored_outputs__get_packed_size(&so);
+  uint8_t *buf = malloc(sz ? sz : 1);
+  if (!buf) return SL_ENOMEM;
+  sluice__v1__stored_outputs__pack(&so, buf);
+  *out = buf;
+  *len = sz;
+  return 0;
+}
+
+int sl_idem_unpack(const void *v, size_t n, sl_outbox *ob) {
+  Sluice__V1__StoredOutputs *so = sluice__v1__stored_outputs__unpack(NULL, n, v);
+  if (!so) return SL_EPARSE;
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < so->n_outputs; i++)
+    rc = sl_outbox_add(ob, so->outputs[i]->topic, so->outputs[i]->key,
+                       so->outputs[i]->value.data, so->outputs[i]->value.len);
+  sluice__v1__stored_outputs__free_unpacked(so, NULL);
+  if (rc) sl_outbox_clear(ob);
+  return rc;
+}

@@ -1,0 +1,95 @@
+/*
+ * sl_outbox.c — what a processor hands the runtime (see sl_stage.h): the
+ * outbox of outputs, the result, and the "<submission>/<question>" key.
+ * Pure except sl_outbox_emit_now, which produces at once, fire and forget.
+ */
+#include "sluice/sl_err.h"
+#include "sluice/sl_stage.h"
+
+#include <protobuf-c/protobuf-c.h>
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
+                  size_t len) {
+  if (!ob) return SL_EINVAL;
+  if (!topic || !key) return ob->failed = SL_EINVAL;
+  if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key ||
+      strlen(topic) >= sizeof ob->items[0].topic)
+    return ob->failed = SL_ETOOBIG;
+  sl_out *o = &ob->items[ob->n];
+  o->value = malloc(len ? len : 1);
+  if (!o->value) return ob->failed = SL_ENOMEM;
+  if (len) memcpy(o->value, value, len);
+  o->len = len;
+  strcpy(o->topic, topic);
+  strcpy(o->key, key);
+  o->retry_copy = 0;
+  ob->n++;
+  return 0;
+}
+
+void sl_outbox_clear(sl_outbox *ob) {
+  if (!ob) return;
+  for (size_t i = 0; i < ob->n; i++) free(ob->items[i].value);
+  ob->n = 0;
+  ob->failed = 0;
+}
+
+int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
+                     const ProtobufCMessage *msg) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  uint8_t stackbuf[4096], *buf = n <= sizeof stackbuf ? stackbuf : malloc(n);
+  if (!buf) return SL_ENOMEM;
+  protobuf_c_message_pack(msg, buf);
+  int rc = sl_outbox_add(ob, topic, key, buf, n);
+  if (buf != stackbuf) free(buf);
+  return rc;
+}
+
+void sl_outbox_emit_now(sl_outbox *ob, const char *topic, const char *key,
+                        const ProtobufCMessage *msg) {
+  if (!ob || !ob->producer) return;
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) return;
+  protobuf_c_message_pack(msg, buf);
+  rd_kafka_resp_err_t e = rd_kafka_producev(
+      ob->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
+      RD_KAFKA_V_VALUE(buf, n), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+      RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
+  if (e) free(buf); /* on error librdkafka did not take ownership */
+}
+
+sl_outcome sl_result_set(sl_result *res, sl_outcome o, const char *cls, const char *fmt, ...) {
+  res->outcome = o;
+  snprintf(res->error_class, sizeof res->error_class, "%s", cls ? cls : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(res->error_message, sizeof res->error_message, fmt, ap);
+  va_end(ap);
+  return o;
+}
+
+int sl_key_parse(const char *key, size_t len, char sid[64], unsigned *qno) {
+  if (!key || !len) return SL_EPARSE;
+  const char *slash = memchr(key, '/', len);
+  if (!slash || slash == key || (size_t)(slash - key) >= 64) return SL_EPARSE;
+  size_t sl = (size_t)(slash - key), rest = len - sl - 1;
+  if (rest == 0 || rest > 4) return SL_EPARSE;
+  unsigned q = 0;
+  for (size_t i = 0; i < rest; i++) {
+    if (!isdigit((unsigned char)slash[1 + i])) return SL_EPARSE;
+    q = q * 10 + (unsigned)(slash[1 + i] - '0');
+  }
+  if (q == 0) return SL_EPARSE;
+  memcpy(sid, key, sl);
+  sid[sl] = '\0';
+  *qno = q;
+  return 0;
+}
+

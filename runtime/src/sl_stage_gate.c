@@ -1,0 +1,352 @@
+/*
+ * sl_stage_gate.c — the provider gate: what a job passes between its
+ * idempotency lookup and its provider call.
+ *
+ *   breaker  while the provider's breaker is open, jobs are held in order
+ *            (breaker.hold) or sent to a retry tier; one probe per interval;
+ *   limiter  with provider.rate, jobs queue in order and only the head asks
+ *            the shared Redis limiter, so a backlog costs one call per grant;
+ *   pause    without a rate, a provider's 429 pause (a Redis key every
+ *            replica reads) holds the call;
+ *   claim    an idempotent stage claims the input in Redis with a lease
+ *            before calling (sl_claim.h): one paid call across replicas.
+ * A job whose partition was taken away meanwhile is released uncalled.
+ * Redis unavailable: every step fails open. Loop thread only.
+ */
+#include "sl_stage_int.h"
+#include "sluice/sl_claim.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_id.h"
+#include "sluice/sl_idem.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_limiter.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_redis.h"
+#include "sluice.pb-c.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the provider gate ---- */
+
+static void limiter_try(loop_t *L);
+
+static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
+
+static job *lq_pop(loop_t *L) {
+  job *j = L->lq_head;
+  if (!j) return NULL;
+  L->lq_head = j->next;
+  if (!L->lq_head) L->lq_tail = NULL;
+  j->next = NULL;
+  return j;
+}
+
+/* The head's answer: go (or Redis unavailable: fail open), or wait. */
+static void on_limit_q(redisReply *r, void *ud) {
+  loop_t *L = ud;
+  L->lq_busy = 0;
+  if (L->closing) {
+    job *j;
+    while ((j = lq_pop(L)) != NULL) sl__job_drop(j);
+    return;
+  }
+  int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+  if (wait > 0) {
+    sl_metric_add(L->m_limiter_waits, 1);
+    uv_timer_start(&L->lq_timer, on_lq_timer, (uint64_t)wait, 0);
+    return;
+  }
+  job *j = lq_pop(L);
+  if (j) sl__run_process(j);
+  limiter_try(L);
+}
+
+static void limiter_try(loop_t *L) {
+  if (L->lq_busy || !L->lq_head || L->closing) return;
+  char rate[32], burst[32];
+  snprintf(rate, sizeof rate, "%.17g", L->cc->provider_rate);
+  snprintf(burst, sizeof burst, "%.17g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
+  const char *argv[] = {"EVAL", sl_limiter_lua, "2", L->limit_key, L->pause_key, rate, burst, "1"};
+  L->lq_busy = 1;
+  if (sl_aredis_argv(L->redis, on_limit_q, L, 8, argv, NULL) != 0) {
+    L->lq_busy = 0; /* Redis unavailable: fail open for the head */
+    job *j = lq_pop(L);
+    if (j) sl__run_process(j);
+    if (L->lq_head) uv_timer_start(&L->lq_timer, on_lq_timer, 10, 0);
+  }
+}
+
+static void gate_limits(job *j);
+
+
+static void bq_push(loop_t *L, job *j) {
+  j->next = NULL;
+  if (L->bq_tail) L->bq_tail->next = j;
+  else L->bq_head = j;
+  L->bq_tail = j;
+  L->bq_len++;
+  sl_metric_set(L->m_held, L->bq_len);
+}
+
+job *sl__bq_pop(loop_t *L) {
+  job *j = L->bq_head;
+  if (!j) return NULL;
+  L->bq_head = j->next;
+  if (!L->bq_head) L->bq_tail = NULL;
+  j->next = NULL;
+  L->bq_len--;
+  sl_metric_set(L->m_held, L->bq_len);
+  return j;
+}
+
+/* The breaker may let something through: one probe while it is half-open,
+ * everything once it is closed again. */
+void sl__on_bq_timer(uv_timer_t *t) {
+  loop_t *L = t->data;
+  while (L->bq_head && !L->closing) {
+    int64_t retry_in = 0;
+    if (!sl_breaker_allow(L->breaker, sl__mono_ms(), &retry_in)) {
+      uv_timer_start(&L->bq_timer, sl__on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
+      return;
+    }
+    sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
+    gate_limits(sl__bq_pop(L));
+    if (sl_breaker_get_state(L->breaker) != SL_BREAKER_CLOSED) { /* a probe is out */
+      uv_timer_start(&L->bq_timer, sl__on_bq_timer, (uint64_t)L->cc->breaker_probe_interval_ms, 0);
+      return;
+    }
+  }
+}
+
+static void circuit_open(job *j, int64_t retry_in) {
+  loop_t *L = j->L;
+  sl_metric_add(L->m_circuit_skips, 1);
+  if (L->cc->breaker_hold) {
+    if (L->stopping) { /* not processed: redelivered after the restart */
+      sl__held_release(j);
+      return;
+    }
+    bq_push(L, j);
+    if (!uv_is_active((uv_handle_t *)&L->bq_timer))
+      uv_timer_start(&L->bq_timer, sl__on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
+    return;
+  }
+  memset(&j->res, 0, sizeof j->res);
+  sl_result_set(&j->res, SL_OUTCOME_RETRY, "circuit_open",
+                "provider %s is failing; its circuit breaker is open", L->o->provider);
+  sl__to_retry(j);
+  sl__produce(j);
+}
+
+/* Without a rate: only a 429 pause (PTTL of the pause key) can hold a call. */
+static void on_pause_ttl(uv_timer_t *t) { sl__gate(t->data); }
+
+static void on_pause(redisReply *r, void *ud) {
+  job *j = ud;
+  if (j->L->closing) {
+    sl__job_drop(j);
+    return;
+  }
+  int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+  if (wait > 0) {
+    sl_metric_add(j->L->m_limiter_waits, 1);
+    sl__job_after(j, wait, on_pause_ttl, sl__gate);
+    return;
+  }
+  sl__run_process(j); /* not paused, or Redis unavailable: fail open */
+}
+
+void sl__gate(job *j) {
+  loop_t *L = j->L;
+  if (L->closing) {
+    sl__job_drop(j);
+    return;
+  }
+  if (sl__job_stale(j)) {
+    sl__held_release(j);
+    return;
+  }
+  if (L->o->provider) {
+    int64_t retry_in = 0;
+    if (L->bq_head || !sl_breaker_allow(L->breaker, sl__mono_ms(), &retry_in)) {
+      circuit_open(j, retry_in); /* behind those already held, in order */
+      return;
+    }
+    sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
+  }
+  gate_limits(j);
+}
+
+/* The rest of the gate, once the breaker let the job through. */
+static void gate_limits(job *j) {
+  loop_t *L = j->L;
+  if (L->o->provider) {
+    if (L->cc->provider_rate > 0) { /* queue behind the limiter */
+      if (L->lq_tail) L->lq_tail->next = j;
+      else L->lq_head = j;
+      L->lq_tail = j;
+      limiter_try(L);
+      return;
+    }
+    const char *argv[] = {"PTTL", L->pause_key};
+    if (sl_aredis_argv(L->redis, on_pause, j, 2, argv, NULL) == 0) return;
+  }
+  sl__run_process(j);
+}
+
+/* ---- the claim: one paid call per input across replicas (sl_claim.h) ---- */
+
+static void call_now(job *j);
+static void claim_try(job *j);
+
+static int claims_on(const job *j) {
+  const loop_t *L = j->L;
+  return L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0 && j->digest[0];
+}
+
+static void claim_key(const job *j, char *buf, size_t len) {
+  if (sl_idem_claim_key(buf, len, j->L->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
+}
+
+void sl__claim_release(job *j) {
+  if (!j->claimed) return;
+  j->claimed = 0;
+  char k[256];
+  claim_key(j, k, sizeof k);
+  const char *argv[] = {"EVAL", sl_claim_release_lua, "1", k, j->owner};
+  sl_aredis_argv(j->L->redis, NULL, NULL, 5, argv, NULL);
+}
+
+static void on_claim_timer(uv_timer_t *t) { claim_try(t->data); }
+
+static void on_claim(redisReply *r, void *ud) {
+  job *j = ud;
+  loop_t *L = j->L;
+  if (L->closing) {
+    sl__job_drop(j);
+    return;
+  }
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING) {
+    call_now(j); /* Redis unavailable: fail open, as the store does */
+    return;
+  }
+  long long code = r->element[0]->integer;
+  const redisReply *v = r->element[1];
+  if (code == SL_CLAIM_STORED) {
+    if (sl__use_stored(j, v->str, v->len)) return;
+    call_now(j); /* unusable stored outputs: as if there were none */
+    return;
+  }
+  if (code == SL_CLAIM_CLAIMED) {
+    j->claimed = 1;
+    call_now(j);
+    return;
+  }
+  /* another replica is calling for this input: wait for its outputs (or
+   * for its lease to end), asking again every half second */
+  int64_t ttl = strtoll(v->str, NULL, 10);
+  if (j->claim_waits++ == 0) {
+    sl_metric_add(L->m_claim_waits, 1);
+    sl_log(SL_LOG_INFO, j->key,
+           "another replica is calling %s for this input (lease %lld ms left): waiting for "
+           "its outputs instead of calling",
+           L->o->provider, (long long)ttl);
+  }
+  sl__job_after(j, ttl > 0 && ttl < 500 ? ttl + 1 : 500, on_claim_timer, claim_try);
+}
+
+static void claim_try(job *j) {
+  loop_t *L = j->L;
+  if (sl__job_stale(j)) { /* its partition went away while it waited */
+    sl__held_release(j);
+    return;
+  }
+  char k[256], sk[256], lease[32];
+  claim_key(j, k, sizeof k);
+  sl__idem_key(j, sk, sizeof sk);
+  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  if (!j->owner[0])
+    snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
+  const char *argv[] = {"EVAL", sl_claim_take_lua, "2", k, sk, j->owner, lease};
+  if (sl_aredis_argv(L->redis, on_claim, j, 7, argv, NULL) != 0) call_now(j);
+}
+
+/* Extends the claims of every call still running (one script per batch). */
+void sl__on_claim_renew(uv_timer_t *t) {
+  loop_t *L = t->data;
+  enum { BATCH = 256 };
+  char(*keys)[256] = malloc(BATCH * sizeof *keys);
+  const char **argv = malloc((3 + 2 * BATCH + 1) * sizeof *argv);
+  if (!keys || !argv) { /* next time: the leases outlast two missed renewals */
+    free(keys);
+    free(argv);
+    return;
+  }
+  char lease[32];
+  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  job *j = L->jobs;
+  while (j) {
+    const char *owners[BATCH];
+    int n = 0;
+    for (; j && n < BATCH; j = j->all_next)
+      if (j->claimed) {
+        claim_key(j, keys[n], sizeof keys[n]);
+        owners[n++] = j->owner;
+      }
+    if (!n) break;
+    char nk[16];
+    snprintf(nk, sizeof nk, "%d", n);
+    int a = 0;
+    argv[a++] = "EVAL";
+    argv[a++] = sl_claim_renew_lua;
+    argv[a++] = nk;
+    for (int i = 0; i < n; i++) argv[a++] = keys[i];
+    argv[a++] = lease;
+    for (int i = 0; i < n; i++) argv[a++] = owners[i];
+    sl_aredis_argv(L->redis, NULL, NULL, a, argv, NULL);
+  }
+  free(keys);
+  free(argv);
+}
+
+/* claim_try and call_now release a job whose partition went away meanwhile */
+void sl__run_process(job *j) {
+  if (claims_on(j) && !j->claimed) {
+    claim_try(j);
+    return;
+  }
+  call_now(j);
+}
+
+static void call_now(job *j) {
+  if (sl__job_stale(j)) {
+    sl__claim_release(j);
+    sl__held_release(j);
+    return;
+  }
+  j->work.data = j;
+  j->out.producer = j->L->producer;
+  j->res.outcome = SL_OUTCOME_DONE;
+  j->call_ns = uv_hrtime();
+  if (j->L->o->start) {
+    j->in_async = 1;
+    j->L->o->start(j->L->o->ud, j);
+    return;
+  }
+  j->in_pool = 1;
+  if (uv_queue_work(&j->L->loop, &j->work, sl__work_cb, sl__after_work_cb) != 0) {
+    j->in_pool = 0;
+    sl_result_set(&j->res, SL_OUTCOME_RETRY, "internal", "could not queue work");
+    sl__to_retry(j);
+    sl__produce(j);
+  }
+}
+

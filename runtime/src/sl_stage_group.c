@@ -1,0 +1,397 @@
+/*
+ * sl_stage_group.c — partitions of a stage's consumer group: the commit of
+ * each partition's offsets (sl_offsets.h), pausing, rebalances and
+ * revocation, and the lag gauges from librdkafka's statistics.
+ *
+ * Offsets are committed asynchronously every tick (coalesced) and
+ * synchronously on revoke and shutdown; a failed asynchronous commit makes
+ * the partition's commit point pending again, so the next tick repeats it.
+ * Loop thread only (the rebalance and statistics callbacks run inside
+ * rd_kafka_consumer_poll on the loop).
+ */
+#include "sl_stage_int.h"
+#include "sluice/sl_claim.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_id.h"
+#include "sluice/sl_idem.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_limiter.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_redis.h"
+#include "sluice.pb-c.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ */
+/* partitions                                                          */
+
+part *sl__part_get(loop_t *L, const char *topic, int32_t partition, int create) {
+  part_id id;
+  memset(&id, 0, sizeof id);
+  snprintf(id.topic, sizeof id.topic, "%s", topic);
+  id.partition = partition;
+  part *p = NULL;
+  HASH_FIND(hh, L->parts, &id, sizeof id, p);
+  if (p || !create) return p;
+  p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->id = id;
+  p->L = L;
+  sl_offsets_init(&p->ring);
+  p->retry_tier = -1;
+  for (int i = 0; i < L->rp.ntiers; i++)
+    if (strcmp(topic, L->tier_topic[i]) == 0) p->retry_tier = i;
+  uv_timer_init(&L->loop, &p->park_timer);
+  p->park_timer.data = p;
+  p->timer_inited = 1;
+  HASH_ADD(hh, L->parts, id, sizeof id, p);
+  return p;
+}
+
+/* The partition is ours again: a fresh ring (jobs of the old epoch no
+ * longer count). */
+static void part_reset(part *p) {
+  sl_offsets_reset(&p->ring);
+  p->revoked = 0;
+  p->revoking = 0;
+  p->paused_for_park = 0;
+}
+
+static void part_close_cb(uv_handle_t *h) {
+  part *p = h->data;
+  sl_offsets_free(&p->ring);
+  free(p);
+}
+
+void sl__part_drop(loop_t *L, part *p) {
+  HASH_DEL(L->parts, p);
+  uv_timer_stop(&p->park_timer);
+  uv_close((uv_handle_t *)&p->park_timer, part_close_cb);
+}
+
+/* Commits every dirty partition; sync on revoke/shutdown. */
+void sl__commit(loop_t *L, int sync, part *only) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+  part *p, *tmp;
+  HASH_ITER(hh, L->parts, p, tmp) {
+    if (only && p != only) continue;
+    if (p->revoked) continue;
+    int64_t next = sl_offsets_commit_take(&p->ring);
+    if (next < 0) continue;
+    rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition)->offset = next;
+  }
+  if (l->cnt) {
+    rd_kafka_resp_err_t e = rd_kafka_commit(L->consumer, l, sync ? 0 : 1);
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+      sl_log(SL_LOG_WARN, NULL, "offset commit: %s", rd_kafka_err2str(e));
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                   rd_kafka_topic_partition_list_t *offsets, void *opaque) {
+  (void)rk;
+  loop_t *L = opaque;
+  int failed = 0;
+  for (int i = 0; offsets && i < offsets->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &offsets->elems[i];
+    rd_kafka_resp_err_t e = tp->err ? tp->err : err;
+    if (!e || e == RD_KAFKA_RESP_ERR__NO_OFFSET || tp->offset < 0) continue;
+    /* commit it again next tick (a partition since revoked commits nothing) */
+    part *p = L ? sl__part_get(L, tp->topic, tp->partition, 0) : NULL;
+    if (p && !p->revoked) sl_offsets_commit_failed(&p->ring, tp->offset);
+    if (!failed++)
+      sl_log(SL_LOG_WARN, NULL, "offset commit of %s [%d] at %lld failed: %s (committing again)",
+             tp->topic, (int)tp->partition, (long long)tp->offset, rd_kafka_err2str(e));
+  }
+  if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET && !failed)
+    sl_log(SL_LOG_WARN, NULL, "offset commit failed: %s", rd_kafka_err2str(err));
+}
+
+void sl__set_pause(loop_t *L, int pause) {
+  if (!L->assignment || L->paused_all == pause) return;
+  L->paused_all = pause;
+  if (pause)
+    rd_kafka_pause_partitions(L->consumer, L->assignment);
+  else {
+    /* resume all but the ones parked for a retry tier */
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(L->assignment->cnt);
+    for (int i = 0; i < L->assignment->cnt; i++) {
+      part *p = sl__part_get(L, L->assignment->elems[i].topic, L->assignment->elems[i].partition, 0);
+      if (p && p->paused_for_park) continue;
+      rd_kafka_topic_partition_list_add(l, L->assignment->elems[i].topic,
+                                        L->assignment->elems[i].partition);
+    }
+    rd_kafka_resume_partitions(L->consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+  }
+}
+
+void sl__pause_one(loop_t *L, part *p, int pause) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition);
+  if (pause)
+    rd_kafka_pause_partitions(L->consumer, l);
+  else if (!L->paused_all && !L->stopping)
+    rd_kafka_resume_partitions(L->consumer, l);
+  rd_kafka_topic_partition_list_destroy(l);
+  p->paused_for_park = pause;
+}
+
+/* ---- rebalancing ----
+ *
+ * Cooperative (KIP-429, the default): an assign or revoke names only the
+ * partitions that change owner; the others keep running. Eager (range,
+ * roundrobin): every rebalance revokes everything first. Either way a
+ * revoke is two steps:
+ *   1. at once: the partitions are paused; their parked retries, the jobs
+ *      held by the breaker or queued at the limiter, and every job that has
+ *      not yet reached its provider call are released uncalled (their
+ *      offsets stay uncommitted: the new owner reads them);
+ *   2. once the calls already running on them have finished, stored their
+ *      outputs and had them acknowledged, or stage.revoke_wait_ms has
+ *      passed: commit, then unassign, which lets the rebalance complete.
+ * So the new owner repeats a paid call only when one ran longer than the
+ * wait. A lost assignment (session timed out) skips the wait and commits
+ * nothing: someone else owns those partitions already.
+ */
+
+static int list_has(const rd_kafka_topic_partition_list_t *l, const char *topic, int32_t pn) {
+  return l && rd_kafka_topic_partition_list_find(l, topic, pn) != NULL;
+}
+
+/* Jobs of partitions being revoked that have not finished. */
+static int64_t revoke_pending(loop_t *L) {
+  int64_t n = 0;
+  for (job *j = L->jobs; j; j = j->all_next)
+    if (j->p && j->p->revoking && j->epoch == j->p->ring.epoch) n++;
+  return n;
+}
+
+/* Removes the stale jobs of a FIFO (breaker hold, limiter queue) and
+ * releases them uncalled. */
+static void release_stale(loop_t *L, job **head, job **tail, int64_t *len) {
+  job *keep = NULL, *keep_tail = NULL, *stale = NULL;
+  for (job *j = *head, *nx; j; j = nx) {
+    nx = j->next;
+    j->next = NULL;
+    if (sl__job_stale(j)) {
+      j->next = stale;
+      stale = j;
+      if (len) (*len)--;
+    } else {
+      if (keep_tail) keep_tail->next = j;
+      else keep = j;
+      keep_tail = j;
+    }
+  }
+  *head = keep;
+  *tail = keep_tail;
+  while (stale) {
+    job *j = stale;
+    stale = j->next;
+    j->next = NULL;
+    sl__held_release(j);
+  }
+}
+
+void sl__revoke_finish(loop_t *L) {
+  rd_kafka_topic_partition_list_t *l = L->revoking;
+  if (!l) return;
+  uv_timer_stop(&L->revoke_timer);
+  int64_t left = revoke_pending(L);
+  if (!L->revoking_lost) sl__commit(L, 1, NULL); /* what finished on them, and the rest */
+  L->revoking = NULL;
+  for (int i = 0; i < l->cnt; i++) {
+    part *p = sl__part_get(L, l->elems[i].topic, l->elems[i].partition, 0);
+    if (!p) continue;
+    p->revoking = 0;
+    p->revoked = 1;
+    sl__release_parked(L, p);
+    p->paused_for_park = 0;
+  }
+  if (L->cooperative) {
+    rd_kafka_error_t *e = rd_kafka_incremental_unassign(L->consumer, l);
+    if (e) {
+      sl_log(SL_LOG_WARN, NULL, "incremental unassign: %s", rd_kafka_error_string(e));
+      rd_kafka_error_destroy(e);
+    }
+  } else {
+    rd_kafka_assign(L->consumer, NULL);
+  }
+  /* what stays assigned */
+  rd_kafka_topic_partition_list_t *keep =
+      rd_kafka_topic_partition_list_new(L->assignment ? L->assignment->cnt : 0);
+  for (int i = 0; L->assignment && i < L->assignment->cnt; i++)
+    if (!list_has(l, L->assignment->elems[i].topic, L->assignment->elems[i].partition))
+      rd_kafka_topic_partition_list_add(keep, L->assignment->elems[i].topic,
+                                        L->assignment->elems[i].partition);
+  if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+  L->assignment = keep;
+  if (left)
+    sl_log(SL_LOG_WARN, NULL,
+           "revoked %d partition(s)%s with %lld message(s) still running: the new owner "
+           "reads them again (and waits for their outputs where a claim holds them)",
+           l->cnt, L->revoking_lost ? " (lost)" : " after stage.revoke_wait_ms", (long long)left);
+  else
+    sl_log(SL_LOG_INFO, NULL, "revoked %d partition(s)%s; %d assigned", l->cnt,
+           L->revoking_lost ? " (lost)" : "", keep->cnt);
+  sl_metric_set(L->m_assigned, keep->cnt);
+  sl_admin_set_ready(L->o->admin, 1);
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+void sl__revoke_check(loop_t *L) {
+  if (L->revoking && revoke_pending(L) == 0) sl__revoke_finish(L);
+}
+
+static void on_revoke_timer(uv_timer_t *t) { sl__revoke_finish(t->data); }
+
+static void revoke_begin(loop_t *L, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
+  if (L->revoking) sl__revoke_finish(L); /* not expected: librdkafka waits for the first */
+  if (L->cooperative) { /* this generation's assign, then the rejoin's */
+    L->rejoin_assigns = rd_kafka_assignment_lost(rk) ? 1 : 2;
+    L->rejoin_until_ms = sl_now_ms() + L->cc->revoke_wait_ms + L->cc->kafka_session_timeout_ms;
+  }
+  L->revoking = rd_kafka_topic_partition_list_copy(parts);
+  L->revoking_lost = rd_kafka_assignment_lost(rk);
+  rd_kafka_pause_partitions(rk, parts); /* nothing new from them */
+  for (int i = 0; i < parts->cnt; i++) {
+    part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 0);
+    if (!p) continue;
+    p->revoking = 1;
+    sl__release_parked(L, p); /* not due yet, uncalled: redelivered */
+    p->paused_for_park = 0;
+  }
+  sl_admin_set_ready(L->o->admin, 0);
+  release_stale(L, &L->bq_head, &L->bq_tail, &L->bq_len);
+  sl_metric_set(L->m_held, L->bq_len);
+  if (!L->lq_busy) { /* the head may be waiting on Redis: it checks itself */
+    release_stale(L, &L->lq_head, &L->lq_tail, NULL);
+  } else if (L->lq_head) {
+    job *h = L->lq_head, *rest_tail = L->lq_tail;
+    job *rest = h->next;
+    h->next = NULL;
+    job *rt = rest ? rest_tail : NULL;
+    release_stale(L, &rest, &rt, NULL);
+    h->next = rest;
+    L->lq_tail = rest ? rt : h;
+  }
+  int64_t pending = revoke_pending(L);
+  sl_log(SL_LOG_INFO, NULL, "revoking %d partition(s)%s; %lld message(s) of them still running",
+         parts->cnt, L->revoking_lost ? " (assignment lost)" : "", (long long)pending);
+  if (pending == 0 || L->revoking_lost || L->closing || L->cc->revoke_wait_ms <= 0) {
+    sl__revoke_finish(L);
+    return;
+  }
+  uv_timer_start(&L->revoke_timer, on_revoke_timer, (uint64_t)L->cc->revoke_wait_ms, 0);
+}
+
+void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+  loop_t *L = opaque;
+  L->cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    if (L->revoking) sl__revoke_finish(L);
+    if (L->rejoin_assigns > 0) L->rejoin_assigns--;
+    for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */
+      part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 1);
+      if (p) part_reset(p);
+    }
+    if (L->cooperative) {
+      rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
+      if (e) {
+        sl_log(SL_LOG_WARN, NULL, "incremental assign: %s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+      }
+    } else {
+      rd_kafka_assign(rk, parts);
+    }
+    if (!L->assignment || !L->cooperative) {
+      if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+      L->assignment = rd_kafka_topic_partition_list_new(parts->cnt);
+    }
+    for (int i = 0; i < parts->cnt; i++)
+      if (!list_has(L->assignment, parts->elems[i].topic, parts->elems[i].partition))
+        rd_kafka_topic_partition_list_add(L->assignment, parts->elems[i].topic,
+                                          parts->elems[i].partition);
+    /* librdkafka keeps a partition's pause flag across unassign and assign:
+     * resume what was handed to us, then pause again where we must */
+    rd_kafka_resume_partitions(rk, parts);
+    if (L->paused_all || L->stopping) rd_kafka_pause_partitions(rk, parts);
+    sl_log(SL_LOG_INFO, NULL, "assigned %d partition(s) (%s); %d in all", parts->cnt,
+           L->cooperative ? "incremental" : "eager", L->assignment->cnt);
+    sl_metric_set(L->m_assigned, L->assignment->cnt);
+    sl_admin_set_ready(L->o->admin, 1);
+  } else {
+    revoke_begin(L, rk, parts);
+  }
+}
+
+/* ---- consumer lag from librdkafka's statistics ---- */
+
+
+static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
+  for (int i = 0; i < L->nlag; i++)
+    if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0)
+      return L->lag[i].m;
+  if (L->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof L->lag[0].topic) return NULL;
+  char l[200];
+  snprintf(l, sizeof l, "topic=\"%s\",partition=\"%d\"", topic, (int)partition);
+  sl_metric *m = sl__metric("sluice_consumer_lag_messages", L->o->stage, l,
+                               "Messages not yet committed by this stage's group, by assigned "
+                               "partition (from the consumer's statistics, every 5 s)",
+                               1);
+  if (!m) return NULL;
+  snprintf(L->lag[L->nlag].topic, sizeof L->lag[0].topic, "%s", topic);
+  L->lag[L->nlag].partition = partition;
+  L->lag[L->nlag].m = m;
+  L->nlag++;
+  return m;
+}
+
+/* Statistics JSON (STATISTICS.md): topics.<t>.partitions.<p>.consumer_lag is
+ * the high watermark minus the committed offset (-1 while unknown). Only the
+ * partitions assigned to this process are reported; a partition that went
+ * elsewhere drops to 0 here (its new owner reports it). Runs inside
+ * rd_kafka_consumer_poll(), on the loop thread. */
+int sl__on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque) {
+  (void)rk;
+  loop_t *L = opaque;
+  json_t *root = json_loadb(js, len, 0, NULL);
+  if (!root) return 0;
+  json_t *topics = json_object_get(root, "topics");
+  int seen[SL_LAG_SERIES_MAX] = {0};
+  for (int i = 0; L->assignment && i < L->assignment->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &L->assignment->elems[i];
+    char pn[16];
+    snprintf(pn, sizeof pn, "%d", (int)tp->partition);
+    json_t *pj = json_object_get(
+        json_object_get(json_object_get(topics, tp->topic), "partitions"), pn);
+    json_t *lj = json_object_get(pj, "consumer_lag");
+    if (!json_is_integer(lj)) continue;
+    json_int_t lag = json_integer_value(lj);
+    if (lag < 0) { /* nothing committed yet: all that is retained waits */
+      json_int_t hi = json_integer_value(json_object_get(pj, "hi_offset"));
+      json_int_t lo = json_integer_value(json_object_get(pj, "lo_offset"));
+      if (!json_is_integer(json_object_get(pj, "hi_offset")) || hi < 0 || lo < 0) continue;
+      lag = hi - lo;
+    }
+    sl_metric *m = lag_series(L, tp->topic, tp->partition);
+    sl_metric_set(m, (int64_t)lag);
+    for (int k = 0; k < L->nlag; k++)
+      if (L->lag[k].m == m) seen[k] = 1;
+  }
+  for (int k = 0; k < L->nlag; k++)
+    if (!seen[k]) sl_metric_set(L->lag[k].m, 0);
+  json_decref(root);
+  return 0;
+}
+

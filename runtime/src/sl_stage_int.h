@@ -1,0 +1,236 @@
+/*
+ * sl_stage_int.h — the stage runtime's internals, shared by its files.
+ *
+ * The runtime (sl_stage.h is its contract) is split the way librdkafka
+ * splits its consumer:
+ *   sl_stage.c        the loop: configuration, taking messages, parking
+ *                     retry copies until due, per-key order, the tick,
+ *                     start-up and shutdown;
+ *   sl_stage_group.c  partitions: commits, pausing, rebalances (eager and
+ *                     cooperative), revocation, lag from the statistics;
+ *   sl_stage_gate.c   the provider gate: breaker hold, the shared limiter,
+ *                     the 429 pause, claims (one paid call across replicas);
+ *   sl_stage_out.c    outcomes: processing on the pool, the idempotency
+ *                     store, retry copies and dead letters, producing;
+ * and the pure parts, with unit tests of their own: sl_offsets.c (offsets
+ * in flight, the commit point), sl_retry.c (tiers, budget, Retry-After),
+ * sl_idem.c (stored outputs, store and claim keys), sl_outbox.c.
+ *
+ * Everything here runs on the loop thread, except sl__work_cb (the worker
+ * pool). Not installed; nothing outside runtime/src includes it.
+ */
+#ifndef SLUICE_SL_STAGE_INT_H
+#define SLUICE_SL_STAGE_INT_H
+
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_aredis.h"
+#include "sluice/sl_breaker.h"
+#include "sluice/sl_httpc.h"
+#include "sluice/sl_kafka.h"
+#include "sluice/sl_metrics.h"
+#include "sluice/sl_offsets.h"
+#include "sluice/sl_retry.h"
+#include "sluice/sl_stage.h"
+
+#include <uthash.h>
+#include <uv.h>
+
+typedef struct loop_t loop_t;
+typedef struct sl_job job;
+
+/* at most this many per-partition lag series per process */
+#define SL_LAG_SERIES_MAX 128
+
+typedef struct {
+  char topic[128];
+  int32_t partition;
+} part_id;
+
+/* One assigned partition. */
+typedef struct part {
+  part_id id;
+  UT_hash_handle hh;
+  loop_t *L;
+  sl_offsets ring;  /* offsets in flight and the commit point (sl_offsets.h) */
+  int revoked;     /* no longer ours: nothing of it is committed */
+  int revoking;    /* being taken away: running work may still finish */
+  int retry_tier;  /* index of the tier this topic is, or -1 for a main input */
+  job *parked_head, *parked_tail;
+  int paused_for_park;
+  uv_timer_t park_timer;
+  int timer_inited;
+} part;
+
+/* Per-key ordering: the key's queue of waiting jobs. */
+typedef struct keyq {
+  char key[128];
+  UT_hash_handle hh;
+  job *head, *tail; /* waiting, in arrival order */
+} keyq;
+
+struct sl_job {
+  loop_t *L;
+  rd_kafka_message_t *m;
+  part *p;
+  uint64_t epoch;         /* p->ring.epoch when taken */
+  int64_t offset;
+  char key[128];
+  unsigned attempts;      /* failed attempts before this one */
+  int64_t first_failure_ms;
+  int64_t not_before_ms;
+  int64_t started_ms;
+  uint64_t call_ns;       /* uv_hrtime() when process()/start() began */
+  char digest[65];
+  char owner[112];        /* its claim's owner id (sl_claim.h) */
+  int claimed;            /* it holds the claim on its input */
+  unsigned claim_waits;   /* times it found another replica's claim */
+  sl_outbox out;
+  sl_result res;
+  int outstanding;        /* deliveries pending */
+  rd_kafka_resp_err_t produce_err; /* a delivery of the set failed: the first permanent
+                                    * error, else the first one (0: none) */
+  int rejected;           /* Kafka refused an output for good: now a dead letter */
+  int uncommitted;        /* ends without its offset counting as done */
+  int stored;             /* outputs came from the idempotency store */
+  uv_work_t work;
+  uv_timer_t *timer;      /* limiter waits, produce backoff */
+  job *next;              /* park FIFO / key queue */
+  job *all_prev, *all_next; /* every live job, for shutdown */
+  int keyed;              /* holds its key's slot */
+  int in_pool;            /* process() is running on the worker pool */
+  int in_async;           /* start() was called, sl_job_done() not yet */
+};
+
+struct loop_t {
+  const sl_stage_opts *o;
+  const sl_common_conf *cc;
+  uv_loop_t loop;
+  rd_kafka_t *consumer, *producer;
+  sl_kafka_uv *cku, *pku;
+  sl_aredis *redis;
+  sl_httpc *http;     /* for async processors */
+  sl_breaker *breaker;
+  part *parts;
+  keyq *keys;
+  uv_timer_t tick;
+  int64_t inflight;   /* jobs taken and not finished (parked included) */
+  int64_t active;     /* jobs past parking: what a drain waits for */
+  job *jobs;          /* every live job */
+  int paused_all;
+  int stopping;
+  int closing;        /* the loop has stopped: drop instead of continuing */
+  int64_t stop_deadline;
+  int fatal;
+  volatile sig_atomic_t *stop;
+  sl_retry_policy rp;  /* tiers, budget, Retry-After cap (sl_retry.h) */
+  char tier_label[SL_RETRY_TIERS_MAX][16];
+  char tier_topic[SL_RETRY_TIERS_MAX][160];
+  char limit_key[160], pause_key[160];
+  /* jobs waiting for the shared limiter, in order: only the head asks Redis,
+   * so a backlog costs one limiter call per grant, not one per waiter */
+  job *lq_head, *lq_tail;
+  int lq_busy;
+  uv_timer_t lq_timer;
+  rd_kafka_topic_partition_list_t *assignment;
+  /* partitions being revoked: unassigned once their running work is over
+   * or stage.revoke_wait_ms has passed */
+  rd_kafka_topic_partition_list_t *revoking;
+  int revoking_lost;  /* the assignment was lost: commit nothing */
+  /* after a cooperative revoke the member rejoins at once; an asynchronous
+   * commit in flight across that join gets ILLEGAL_GENERATION, which
+   * librdkafka < 2.10 (#4059) turns into a lost assignment. Periodic
+   * commits wait for the rejoin's assign (or rejoin_until_ms). */
+  int rejoin_assigns;
+  int64_t rejoin_until_ms;
+  int cooperative;    /* the group's protocol is incremental (KIP-429) */
+  uv_timer_t revoke_timer;
+  /* input claims (sl_claim.h): this process's owner prefix, renewed while
+   * their calls run */
+  char owner[80];
+  uint64_t owner_seq;
+  uv_timer_t claim_timer;
+  sl_metric *m_claim_waits;
+  /* jobs held while the breaker is open (breaker.hold), in order */
+  job *bq_head, *bq_tail;
+  int64_t bq_len;
+  uv_timer_t bq_timer;
+  sl_metric *m_held;
+  sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
+      *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
+      *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm,
+      *m_assigned, *m_oldest_waiting;
+  sl_histogram *h_call;
+  /* consumer lag gauges, one per partition this process has been assigned */
+  struct {
+    char topic[128];
+    int32_t partition;
+    sl_metric *m;
+  } lag[SL_LAG_SERIES_MAX];
+  int nlag;
+};
+
+/* ---- sl_stage.c: jobs and the loop ---- */
+void sl__job_free(job *j);
+void sl__job_timer_release(job *j);
+/* Drops a job during shutdown: its offset stays uncommitted (redelivered). */
+void sl__job_drop(job *j);
+/* Runs cb (a timer whose data is j) after ms; now(j) at once if no timer
+ * can be allocated. */
+void sl__job_after(job *j, int64_t ms, uv_timer_cb cb, void (*now)(job *));
+/* A header's value as a string in buf (NULL: absent), or as a number (0). */
+const char *sl__hdr(const rd_kafka_message_t *m, const char *name, char *buf, size_t len);
+int64_t sl__hdr_i64(const rd_kafka_message_t *m, const char *name);
+void sl__key_release(job *j);
+/* The job is over and its outputs acknowledged: its offset is done. */
+void sl__job_finish(job *j);
+/* Lets a job go unfinished: its offset stays uncommitted (redelivered). */
+void sl__held_release(job *j);
+/* Its partition was or is being taken away: it must not call the provider. */
+int sl__job_stale(const job *j);
+/* The job holds its key (or keys are not ordered): lookup, then the gate. */
+void sl__holds_key(job *j);
+void sl__release_parked(loop_t *L, part *p);
+sl_metric *sl__metric(const char *name, const char *stage, const char *extra, const char *help,
+                      int gauge);
+/* Monotonic milliseconds (CLOCK_MONOTONIC): for durations, never for
+ * times written into messages. */
+int64_t sl__mono_ms(void);
+
+/* ---- sl_stage_group.c: partitions and rebalances ---- */
+part *sl__part_get(loop_t *L, const char *topic, int32_t partition, int create);
+void sl__part_drop(loop_t *L, part *p);
+/* Commits every partition whose commit point moved; sync on revoke and
+ * shutdown. */
+void sl__commit(loop_t *L, int sync, part *only);
+void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                   rd_kafka_topic_partition_list_t *offsets, void *opaque);
+void sl__set_pause(loop_t *L, int pause);
+void sl__pause_one(loop_t *L, part *p, int pause);
+void sl__revoke_finish(loop_t *L);
+void sl__revoke_check(loop_t *L);
+void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *parts, void *opaque);
+int sl__on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque);
+
+/* ---- sl_stage_gate.c: the provider gate and claims ---- */
+void sl__gate(job *j);
+job *sl__bq_pop(loop_t *L);
+void sl__on_bq_timer(uv_timer_t *t);
+void sl__claim_release(job *j);
+void sl__on_claim_renew(uv_timer_t *t);
+void sl__run_process(job *j);
+
+/* ---- sl_stage_out.c: outcomes, the store, producing ---- */
+void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque);
+void sl__produce(job *j);
+void sl__add_dead_letter(job *j);
+int64_t sl__retry_after(const loop_t *L, const sl_result *res);
+void sl__to_retry(job *j);
+void sl__idem_key(job *j, char *buf, size_t len);
+int sl__use_stored(job *j, const char *v, size_t n);
+void sl__on_lookup(redisReply *r, void *ud);
+void sl__work_cb(uv_work_t *w);
+void sl__after_work_cb(uv_work_t *w, int status);
+void sl__complete(job *j);
+
+#endif
