@@ -23,14 +23,22 @@
  * replica) is detected and repaired: the marker key "sl:view:epoch" is set
  * whenever a view is known to be complete; a watcher thread checks it every
  * materialize.watch_interval_ms, and when it is missing — including on the
- * very first start — it sets it and replays `submissions` and `results`
- * from the beginning up to their current end with a group-less consumer,
+ * very first start — it sets it and replays `submissions`, then `results`,
+ * each from the beginning up to its current end with a group-less consumer,
  * through the same monotonic apply. The live consumer keeps running
  * meanwhile; both paths apply the same monotonic writes, so the result is
  * the view a full replay gives. Topic retention bounds what can be rebuilt.
  * One replica rebuilds at a time (the lease REBUILD_LOCK, renewed while it
  * works); a rebuild gives up only when no message was applied for
  * REBUILD_STALL_MS, so a large view is not cut off by a fixed deadline.
+ *
+ * A partial loss leaves the marker in place: Redis restarted from an older
+ * snapshot or failed over to a lagging replica still holds the marker it
+ * had. Every apply therefore increments the view's write sequence and
+ * returns it with the marker's value (Redis's clock when the last rebuild
+ * started); a thread that sees the sequence go down under the same marker,
+ * or an older marker, knows writes it saw are gone and deletes the marker,
+ * which rebuilds the view as above (went_back()).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -73,7 +81,7 @@ typedef struct {
   sl_tls *redis; /* one sl_redis per worker thread */
   sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
   atomic_int stop_watch;
-  sl_metric *m_rebuilds, *m_rebuilt;
+  sl_metric *m_rebuilds, *m_rebuilt, *m_rollbacks;
   sl_redis *watch_r;  /* the watcher thread's connection (rebuild lock) */
   char owner[64];     /* this process in the rebuild lock */
 } mat;
@@ -89,19 +97,70 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
 }
 
 /* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
- * stages/ingest/sweep.h); ARGV: qno, rank, json, ttl, "<sid>/<qno>",
- * accepted_at_ms. A question is in the set exactly while its stored rank
- * is 1: it enters when awaiting_upload is written and leaves when a later
- * state replaces it (no ZREM for the statuses after that).
- * Returns 1 if written. */
+ * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
+ * view marker; ARGV: qno, rank, json, ttl, "<sid>/<qno>", accepted_at_ms.
+ * A question is in the set exactly while its stored rank is 1: it enters
+ * when awaiting_upload is written and leaves when a later state replaces it
+ * (no ZREM for the statuses after that).
+ * Returns {1 if written else 0, the sequence after this apply, the marker
+ * (nil while the view is missing)}: see went_back(). */
 static const char apply_lua[] =
+    "local seq = redis.call('INCR', KEYS[3])\n"
+    "local mk = redis.call('GET', KEYS[4])\n"
     "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
     "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
-    "if tonumber(ARGV[2]) <= r then return 0 end\n"
+    "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
     "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
     "if tonumber(ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) end\n"
-    "return 1\n";
+    "return {1, seq, mk}\n";
+
+/* Every apply increments this; a Redis that answers with a lower value than
+ * one this process saw under the same marker lost writes. */
+#define VIEW_SEQ "sl:view:seq"
+
+/* Redis went back in time (restarted from an older snapshot, failed over to
+ * a replica that lagged): writes this process saw applied are gone, while
+ * the marker — restored with them — says the view is complete, so nothing
+ * would rebuild it. Detected from the apply script's answer: under one
+ * marker value the sequence only grows, and marker values (Redis's own
+ * clock when a rebuild started) only grow. A lower sequence under the same
+ * marker, or an older marker, means writes were lost: the marker is
+ * deleted (if it is still the one seen), which makes ingest wait
+ * (view_rebuilding), results answer 503, and one replica rebuild the view.
+ * What a thread saw is its own (thread-local): one thread's commands run
+ * one after the other, so what it reads can only grow, while two threads'
+ * answers may arrive in either order. The watcher thread reads the same two
+ * keys every tick, so an idle view is checked too. */
+static _Thread_local long long seen_marker, seen_seq;
+
+static void went_back(mat *M, long long seq, const char *marker) {
+  if (!marker) return; /* the view is missing already: the watcher rebuilds */
+  long long mk = strtoll(marker, NULL, 10);
+  int back = 0;
+  if (mk < seen_marker) {
+    back = 1;
+  } else if (mk > seen_marker) { /* a rebuild since: a new life of the view */
+    seen_marker = mk;
+    seen_seq = seq;
+  } else if (seq < seen_seq) {
+    back = 1;
+  } else {
+    seen_seq = seq;
+  }
+  long long was_seq = seen_seq, was_mk = seen_marker;
+  if (back) seen_marker = seen_seq = 0;
+  if (!back) return;
+  sl_log(SL_LOG_ERROR, NULL,
+         "Redis went back in time (view sequence %lld under marker %lld, %lld under %lld seen "
+         "before): it lost writes (an older snapshot, a lagging replica); rebuilding the view",
+         seq, mk, was_seq, was_mk);
+  sl_metric_add(M->m_rollbacks, 1);
+  char err[256];
+  const char *argv[] = {"EVAL", sl_claim_release_lua, "1", SL__VIEW_MARKER, marker};
+  redisReply *rep = cmd(M, 5, argv, err, sizeof err);
+  if (rep) freeReplyObject(rep);
+}
 
 static const char *state_names[] = {"unknown",  "awaiting_upload", "queued", "transcribing",
                                     "grading", "done",            "failed"};
@@ -127,11 +186,23 @@ static int apply(mat *M, const char *sid, unsigned qno, int rank, const char *js
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
   snprintf(member, sizeof member, "%s/%u", sid, qno);
   snprintf(acc, sizeof acc, "%lld", (long long)accepted_ms);
-  const char *argv[] = {"EVAL", apply_lua, "2", hkey, SL__PENDING, q, r, json, ttl, member, acc};
-  redisReply *rep = cmd(M, 11, argv, err, errlen);
+  const char *argv[] = {"EVAL", apply_lua,  "4", hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER,
+                        q,      r,         json, ttl,  member,      acc};
+  redisReply *rep = cmd(M, 13, argv, err, errlen);
   if (!rep) return SL_EREDIS;
-  int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : SL_EREDIS;
-  if (rep->type == REDIS_REPLY_ERROR) snprintf(err, errlen, "redis: %s", rep->str);
+  int rc = SL_EREDIS;
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
+      rep->element[0]->type == REDIS_REPLY_INTEGER &&
+      rep->element[1]->type == REDIS_REPLY_INTEGER) {
+    rc = (int)rep->element[0]->integer;
+    const redisReply *mk = rep->elements > 2 ? rep->element[2] : NULL;
+    went_back(M, rep->element[1]->integer,
+              mk && mk->type == REDIS_REPLY_STRING ? mk->str : NULL);
+  } else if (rep->type == REDIS_REPLY_ERROR) {
+    snprintf(err, errlen, "redis: %s", rep->str);
+  } else {
+    snprintf(err, errlen, "redis: unexpected reply to the apply script");
+  }
   freeReplyObject(rep);
   return rc;
 }
@@ -300,43 +371,31 @@ static void sleep_ms(int64_t ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Replays both topics from the beginning to the end they have now. Returns
- * 0 when everything up to that end was applied. */
-static int rebuild(mat *M) {
-  char err[512];
-  replaying = 1;
-  rd_kafka_t *rk = NULL;
-  int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
-                                 "sluice-materialize-rebuild", NULL, err, sizeof err, NULL, NULL,
-                                 NULL, NULL);
-  if (rc) {
-    sl_log(SL_LOG_ERROR, NULL, "rebuild: %s", err);
-    return rc;
-  }
-  const char *topics[] = {M->cc->topic_submissions, M->cc->topic_results};
+/* Replays one topic from its beginning to the end it has now, with rk (a
+ * group-less consumer). Returns 0 when everything up to that end was
+ * applied; *applied counts what was. */
+static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied) {
+  int rc = 0;
   rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
-  int64_t *high = NULL;
-  for (size_t t = 0; t < 2 && rc == 0; t++) {
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_topic_t *kt = rd_kafka_topic_new(rk, topics[t], NULL);
-    if (!kt || rd_kafka_metadata(rk, 0, kt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        md->topic_cnt != 1 || md->topics[0].err) {
-      sl_log(SL_LOG_ERROR, NULL, "rebuild: no metadata for %s", topics[t]);
-      rc = SL_EKAFKA;
-    } else {
-      for (int p = 0; p < md->topics[0].partition_cnt; p++)
-        rd_kafka_topic_partition_list_add(parts, topics[t], md->topics[0].partitions[p].id)
-            ->offset = RD_KAFKA_OFFSET_BEGINNING;
-    }
-    if (md) rd_kafka_metadata_destroy(md);
-    if (kt) rd_kafka_topic_destroy(kt);
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_topic_t *kt = rd_kafka_topic_new(rk, topic, NULL);
+  if (!kt || rd_kafka_metadata(rk, 0, kt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      md->topic_cnt != 1 || md->topics[0].err) {
+    sl_log(SL_LOG_ERROR, NULL, "rebuild: no metadata for %s", topic);
+    rc = SL_EKAFKA;
+  } else {
+    for (int p = 0; p < md->topics[0].partition_cnt; p++)
+      rd_kafka_topic_partition_list_add(parts, topic, md->topics[0].partitions[p].id)->offset =
+          RD_KAFKA_OFFSET_BEGINNING;
   }
-  high = calloc((size_t)parts->cnt + 1, sizeof *high);
+  if (md) rd_kafka_metadata_destroy(md);
+  if (kt) rd_kafka_topic_destroy(kt);
+  int64_t *high = calloc((size_t)parts->cnt + 1, sizeof *high);
   int open = 0;
   for (int i = 0; rc == 0 && high && i < parts->cnt; i++) {
     int64_t lo = 0, hi = 0;
-    if (rd_kafka_query_watermark_offsets(rk, parts->elems[i].topic, parts->elems[i].partition,
-                                         &lo, &hi, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (rd_kafka_query_watermark_offsets(rk, topic, parts->elems[i].partition, &lo, &hi,
+                                         10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
       rc = SL_EKAFKA;
       break;
     }
@@ -345,7 +404,6 @@ static int rebuild(mat *M) {
   }
   if (rc == 0 && (!high || rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR))
     rc = SL_EKAFKA;
-  long applied = 0;
   /* bounded by progress, not by size: it goes on while messages come */
   int64_t deadline = sl_now_ms() + REBUILD_STALL_MS, renewed = sl_now_ms();
   while (rc == 0 && open > 0 && !atomic_load(&M->stop_watch) && sl_now_ms() < deadline) {
@@ -363,9 +421,7 @@ static int rebuild(mat *M) {
     }
     int idx = -1;
     for (int i = 0; i < parts->cnt; i++)
-      if (parts->elems[i].partition == m->partition &&
-          strcmp(parts->elems[i].topic, rd_kafka_topic_name(m->rkt)) == 0)
-        idx = i;
+      if (parts->elems[i].partition == m->partition) idx = i;
     if (idx >= 0 && m->offset < high[idx]) {
       sl_outbox ob = {0};
       for (int attempt = 0;; attempt++) { /* Redis may still be coming back */
@@ -375,18 +431,40 @@ static int rebuild(mat *M) {
           break;
         sleep_ms(200);
       }
-      applied++;
+      (*applied)++;
       deadline = sl_now_ms() + REBUILD_STALL_MS;
       if (m->offset + 1 >= high[idx]) open--;
     }
     rd_kafka_message_destroy(m);
   }
   if (rc == 0 && open > 0) rc = SL_ETIMEDOUT;
+  rd_kafka_assign(rk, NULL);
+  free(high);
+  rd_kafka_topic_partition_list_destroy(parts);
+  return rc;
+}
+
+/* Replays `submissions`, then `results`, each from the beginning to the end
+ * it has now: every question exists (awaiting_upload) before its statuses
+ * land, as it did live. Returns 0 when everything up to those ends was
+ * applied. */
+static int rebuild(mat *M) {
+  char err[512];
+  replaying = 1;
+  rd_kafka_t *rk = NULL;
+  int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
+                                 "sluice-materialize-rebuild", NULL, err, sizeof err, NULL, NULL,
+                                 NULL, NULL);
+  if (rc) {
+    sl_log(SL_LOG_ERROR, NULL, "rebuild: %s", err);
+    return rc;
+  }
+  long applied = 0;
+  rc = replay_topic(M, rk, M->cc->topic_submissions, &applied);
+  if (rc == 0) rc = replay_topic(M, rk, M->cc->topic_results, &applied);
   sl_log(rc ? SL_LOG_ERROR : SL_LOG_INFO, NULL, "rebuild: %ld message(s) replayed%s", applied,
          rc ? " before giving up" : "; the view is complete");
   sl_metric_add(M->m_rebuilt, (uint64_t)applied);
-  free(high);
-  rd_kafka_topic_partition_list_destroy(parts);
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   return rc;
@@ -399,9 +477,15 @@ static void *watch(void *arg) {
   M->watch_r = r;
   while (!atomic_load(&M->stop_watch)) {
     char err[256];
-    const char *get[] = {"EXISTS", MARKER};
-    redisReply *rep = sl_redis_argv(r, 2, get, NULL, err, sizeof err);
-    int missing = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+    const char *get[] = {"MGET", MARKER, VIEW_SEQ};
+    redisReply *rep = sl_redis_argv(r, 3, get, NULL, err, sizeof err);
+    int missing = 0;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+      const redisReply *mk = rep->element[0], *seq = rep->element[1];
+      missing = mk->type != REDIS_REPLY_STRING;
+      if (!missing && seq->type == REDIS_REPLY_STRING) /* an idle view is checked too */
+        went_back(M, strtoll(seq->str, NULL, 10), mk->str);
+    }
     if (rep) freeReplyObject(rep);
     int locked = 0;
     if (missing) {
@@ -418,8 +502,19 @@ static void *watch(void *arg) {
       sl_log(SL_LOG_WARN, NULL, "the view marker %s is missing (a new or emptied Redis): "
                                 "rebuilding the view from the topics", MARKER);
       sl_metric_add(M->m_rebuilds, 1);
+      /* the marker's value is Redis's own clock (ms) when the rebuild
+       * started: a later rebuild always sets a larger one (went_back()) */
       char epoch[32];
-      snprintf(epoch, sizeof epoch, "%lld", (long long)sl_now_ms());
+      const char *tm[] = {"TIME"};
+      rep = sl_redis_argv(r, 1, tm, NULL, err, sizeof err);
+      if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+          rep->element[0]->type == REDIS_REPLY_STRING && rep->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(epoch, sizeof epoch, "%lld",
+                 strtoll(rep->element[0]->str, NULL, 10) * 1000 +
+                     strtoll(rep->element[1]->str, NULL, 10) / 1000);
+      else
+        snprintf(epoch, sizeof epoch, "%lld", (long long)sl_now_ms());
+      if (rep) freeReplyObject(rep);
       if (rebuild(M) == 0) {
         /* set only now: a crash mid-rebuild rebuilds again on restart */
         const char *set[] = {"SET", MARKER, epoch};
@@ -457,6 +552,11 @@ int sl__materialize_main(int argc, char **argv) {
                                     "Times materialize found the Redis view gone and replayed the topics");
   M.m_rebuilt = sl_metrics_counter("sluice_view_rebuild_messages_total", NULL,
                                    "Messages replayed into Redis by view rebuilds");
+  M.m_rollbacks = sl_metrics_counter(
+      "sluice_view_rollbacks_total", NULL,
+      "Times materialize found Redis behind writes it had seen (an older snapshot, a lagging "
+      "replica) and dropped the view marker to rebuild");
+
   rc = sl_redis_tls_new(&M.redis, cc.redis_url);
   pthread_t watcher;
   int watching = 0;
