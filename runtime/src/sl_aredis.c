@@ -1,11 +1,33 @@
 /*
- * sl_aredis.c — async Redis with reconnect, AUTH and TLS (see sl_aredis.h).
+ * sl_aredis.c — async Redis with reconnect, AUTH, TLS and a command deadline
+ * (see sl_aredis.h).
  *
  * redis:// runs on hiredis's async context and its libuv adapter. hiredis
  * owns the redisAsyncContext: after a failed connect or a disconnect it
  * frees the context itself, so we only drop our pointer in those callbacks
- * and arm the reconnect timer. AUTH and SELECT are queued first on every
- * context, so they reach the server before any caller's command.
+ * and arm the reconnect timer. AUTH, SELECT and a PING are queued first on
+ * every context, so they reach the server before any caller's command.
+ *
+ * A connection counts as up only once that PING is answered: until then
+ * (connecting, handshaking, or talking to a server that accepts connections
+ * but never answers, such as a SIGSTOPped Redis whose kernel still completes
+ * handshakes) callers' commands fail at once instead of queueing.
+ *
+ * The deadline: Redis answers in order, so one watchdog timer per client is
+ * enough. We count the requests sent on the current connection and not yet
+ * answered (its connect / TLS handshake counts as one) and note the time of
+ * the last progress: the last answer, or when the count left 0. When the
+ * count is not 0 and nothing moved for the deadline (redis.command_timeout_ms),
+ * the watchdog drops the connection: every pending callback gets NULL now (the
+ * callers' "Redis unavailable"), a warning is logged once per outage, the
+ * error metric counts it, and the reconnect timer runs as after any failure.
+ * For hiredis the watchdog calls redisAsyncFree itself (hiredis 0.14 runs the
+ * pending callbacks with NULL and the disconnect callback with REDIS_OK, the
+ * latter only for a context that had connected); we forget the context
+ * before that, so on_disconnect recognises it as already handled. For TLS it
+ * is t_fail, the transport's own failure path. Both sockets also get TCP
+ * keepalive and TCP_USER_TIMEOUT = the deadline, so the kernel notices a
+ * peer that vanished (a blackholed network) on its own, idle or not.
  *
  * rediss:// runs on our own transport (hiredis 0.14 has no TLS): a libuv
  * TCP handle, an OpenSSL SSL between two memory BIOs (bytes read from the
@@ -23,13 +45,17 @@
 #include "sluice/sl_redis.h"
 
 #include <hiredis/async.h>
+#include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
@@ -40,34 +66,87 @@
 
 typedef struct tconn tconn;
 
+#define DEFAULT_TIMEOUT_MS 2000
+#define WATCH_MS 250   /* how often the watchdog looks */
+#define KEEPALIVE_S 15 /* idle seconds before keepalive probes (hiredis's value) */
+
 struct sl_aredis {
   uv_loop_t *loop;
-  uv_timer_t timer;
+  uv_timer_t timer;      /* reconnect */
+  uv_timer_t watchdog;   /* the deadline; runs while requests are outstanding */
   redisAsyncContext *ac; /* redis:// */
   tconn *tc;             /* rediss:// */
   sl_redis_addr a;
-  int connected;
+  int connected;         /* the current connection answered its PING */
   int closing;
   int warned;
+  int handles;           /* timers not closed yet (sl_aredis_free) */
+  int64_t timeout_ms;    /* 0: no deadline */
+  unsigned outstanding;  /* requests on the current connection not yet answered */
+  uint64_t progress_ms;  /* uv_now of the last answer, or when outstanding left 0 */
+  uint64_t tick_ms;      /* uv_now of the watchdog's previous look */
 };
 
 typedef struct pending {
   sl_aredis_cb cb; /* NULL: fire and forget */
   void *ud;
-  int kind;        /* K_USER, or the connection's own AUTH / SELECT */
+  int kind;        /* K_USER, or the connection's own AUTH / SELECT / PING */
   struct pending *next;
 } pending;
 
-enum { K_USER, K_AUTH, K_SELECT };
+enum { K_USER, K_AUTH, K_SELECT, K_PING };
+static const char *const kind_name[] = {"command", "AUTH", "SELECT", "PING"};
 
 static sl_metric *m_errors;
 
 static void reconnect(sl_aredis *r);
+static void on_watchdog(uv_timer_t *t);
 
 static void on_timer(uv_timer_t *t) { reconnect(t->data); }
 
 static void schedule(sl_aredis *r) {
   if (!r->closing) uv_timer_start(&r->timer, on_timer, 500, 0);
+}
+
+/* ---- the deadline's bookkeeping ----------------------------------------- */
+
+static void watch(sl_aredis *r) {
+  if (r->closing || r->timeout_ms <= 0 || uv_is_active((uv_handle_t *)&r->watchdog)) return;
+  r->tick_ms = uv_now(r->loop);
+  uv_timer_start(&r->watchdog, on_watchdog, WATCH_MS, WATCH_MS);
+}
+
+/* A request went out on the current connection. */
+static void sent(sl_aredis *r) {
+  if (r->outstanding++ == 0) {
+    r->progress_ms = uv_now(r->loop);
+    watch(r);
+  }
+}
+
+/* The current connection answered one request. */
+static void answered(sl_aredis *r) {
+  if (r->outstanding) r->outstanding--;
+  r->progress_ms = uv_now(r->loop);
+}
+
+/* The current connection is gone: nothing is outstanding any more. */
+static void dropped(sl_aredis *r) {
+  r->connected = 0;
+  r->outstanding = 0;
+}
+
+/* Deadline and keepalive settings of a connection's socket (best effort:
+ * the watchdog works without them). */
+static void tune_socket(int fd, int64_t timeout_ms) {
+#ifdef TCP_USER_TIMEOUT
+  if (fd < 0) return;
+  unsigned int ms = timeout_ms <= 0 ? 0 : timeout_ms > UINT_MAX ? UINT_MAX : (unsigned)timeout_ms;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+#else
+  (void)fd;
+  (void)timeout_ms;
+#endif
 }
 
 static void warn_down(sl_aredis *r, const char *why) {
@@ -85,22 +164,21 @@ static void connected(sl_aredis *r) {
 
 /* ---- redis:// on hiredis ------------------------------------------------- */
 
+/* Only a failed connect matters here: the link is up once PING answers. */
 static void on_connect(const redisAsyncContext *ac, int status) {
   sl_aredis *r = ac->data;
-  if (status != REDIS_OK) {
-    warn_down(r, ac->errstr);
-    r->ac = NULL;
-    r->connected = 0;
-    schedule(r);
-    return;
-  }
-  connected(r);
+  if (status == REDIS_OK || r->ac != ac) return;
+  warn_down(r, ac->errstr);
+  r->ac = NULL; /* hiredis frees it after this callback */
+  dropped(r);
+  schedule(r);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
   sl_aredis *r = ac->data;
+  if (r->ac != ac) return; /* dropped by us (deadline, sl_aredis_free): handled there */
   r->ac = NULL;
-  r->connected = 0;
+  dropped(r);
   if (status != REDIS_OK && !r->closing) {
     sl_metric_add(m_errors, 1);
     sl_log(SL_LOG_WARN, NULL, "redis %s:%d: disconnected: %s", r->a.host, r->a.port, ac->errstr);
@@ -108,16 +186,24 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   schedule(r);
 }
 
-/* AUTH / SELECT answered on a hiredis context: a refusal closes it. */
+/* AUTH / SELECT / PING answered on a hiredis context: a refusal closes it,
+ * the PING's answer (the last of them) makes the connection usable. priv is
+ * the command's name. */
 static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv) {
   redisReply *rep = reply;
   sl_aredis *r = ac->data;
-  if (!rep || rep->type != REDIS_REPLY_ERROR || r->closing) return;
-  sl_metric_add(m_errors, 1);
-  sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s refused: %s", r->a.host, r->a.port,
-         (const char *)priv, rep->str);
-  r->connected = 0;
-  redisAsyncDisconnect(ac);
+  if (!rep || r->ac != ac || r->closing) return; /* dropped: the reconnect is armed */
+  answered(r);
+  if (ac->c.flags & REDIS_DISCONNECTING) return; /* an earlier step was refused */
+  if (rep->type == REDIS_REPLY_ERROR) {
+    sl_metric_add(m_errors, 1);
+    sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s refused: %s", r->a.host, r->a.port,
+           (const char *)priv, rep->str);
+    r->connected = 0;
+    redisAsyncDisconnect(ac);
+    return;
+  }
+  if (strcmp(priv, "PING") == 0) connected(r);
 }
 
 /* ---- rediss:// on libuv + OpenSSL --------------------------------------- */
@@ -154,7 +240,7 @@ static void t_fail(tconn *tc, const char *why) {
   sl_aredis *r = tc->r;
   if (r && r->tc == tc) {
     r->tc = NULL;
-    r->connected = 0;
+    dropped(r);
   }
   pending *p = tc->head;
   tc->head = tc->tail = NULL;
@@ -203,6 +289,7 @@ static void t_push(tconn *tc, pending *p) {
   if (tc->tail) tc->tail->next = p;
   else tc->head = p;
   tc->tail = p;
+  if (tc->r && tc->r->tc == tc) sent(tc->r);
 }
 
 /* Formats, encrypts and sends one command; p joins the FIFO. */
@@ -219,7 +306,7 @@ static int t_send(tconn *tc, pending *p, int argc, const char **argv, const size
 }
 
 static int t_setup_cmd(tconn *tc, int kind, int argc, const char **argv) {
-  size_t lens[3];
+  size_t lens[3] = {0};
   for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
   pending *p = calloc(1, sizeof *p);
   if (!p) return SL_ENOMEM;
@@ -229,10 +316,12 @@ static int t_setup_cmd(tconn *tc, int kind, int argc, const char **argv) {
   return rc;
 }
 
-/* After the handshake: AUTH and SELECT go first, then the link is up. */
+/* After the handshake: AUTH, SELECT and PING go first; the link is up once
+ * the PING is answered (t_reply). */
 static void t_ready(tconn *tc) {
   sl_aredis *r = tc->r;
   tc->ready = 1;
+  answered(r); /* the handshake */
   int rc = 0;
   if (r->a.password[0]) {
     const char *av[] = {"AUTH", r->a.user, r->a.password};
@@ -245,11 +334,11 @@ static void t_ready(tconn *tc) {
     const char *av[] = {"SELECT", db};
     rc = t_setup_cmd(tc, K_SELECT, 2, av);
   }
-  if (rc) {
-    t_fail(tc, "could not send AUTH/SELECT");
-    return;
+  if (rc == 0) {
+    const char *av[] = {"PING"};
+    rc = t_setup_cmd(tc, K_PING, 1, av);
   }
-  connected(r);
+  if (rc) t_fail(tc, "could not send AUTH/SELECT/PING");
 }
 
 static void t_reply(tconn *tc, redisReply *rep) {
@@ -261,17 +350,18 @@ static void t_reply(tconn *tc, redisReply *rep) {
   }
   tc->head = p->next;
   if (!tc->head) tc->tail = NULL;
+  answered(tc->r);
   if (p->kind != K_USER) {
     if (rep->type == REDIS_REPLY_ERROR) {
       char why[300];
-      snprintf(why, sizeof why, "%s refused: %s", p->kind == K_AUTH ? "AUTH" : "SELECT",
-               rep->str);
+      snprintf(why, sizeof why, "%s refused: %s", kind_name[p->kind], rep->str);
       sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s", tc->r->a.host, tc->r->a.port, why);
       freeReplyObject(rep);
       free(p);
       t_fail(tc, why);
       return;
     }
+    if (p->kind == K_PING) connected(tc->r);
   } else {
     if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
     if (p->cb) p->cb(rep, p->ud);
@@ -352,6 +442,9 @@ static void on_tcp_connect(uv_connect_t *req, int status) {
     t_fail(tc, uv_strerror(status));
     return;
   }
+  uv_os_fd_t fd;
+  (void)uv_tcp_keepalive(&tc->tcp, 1, KEEPALIVE_S);
+  if (uv_fileno((uv_handle_t *)&tc->tcp, &fd) == 0) tune_socket(fd, tc->r->timeout_ms);
   char why[512];
   tc->ssl = sl__redis_ssl_new(tc->r->a.host, why, sizeof why);
   if (!tc->ssl) {
@@ -405,6 +498,8 @@ static void t_connect(sl_aredis *r) {
   tc->creq.data = tc;
   uv_tcp_nodelay(&tc->tcp, 1);
   r->tc = tc;
+  r->outstanding = 0;
+  sent(r); /* the connect and TLS handshake: answered in t_ready */
   int rc = uv_tcp_connect(&tc->creq, &tc->tcp, res->ai_addr, on_tcp_connect);
   freeaddrinfo(res);
   if (rc) t_fail(tc, uv_strerror(rc));
@@ -426,6 +521,15 @@ static void reconnect(sl_aredis *r) {
     return;
   }
   ac->data = r;
+  /* keepalive on the connecting socket; a failure would leave its error on
+   * the context, so it counts as a failed connect */
+  if (redisEnableKeepAlive(&ac->c) != REDIS_OK) {
+    warn_down(r, ac->c.errstr);
+    redisAsyncFree(ac);
+    schedule(r);
+    return;
+  }
+  tune_socket(ac->c.fd, r->timeout_ms);
   if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
     redisAsyncFree(ac);
     schedule(r);
@@ -434,15 +538,66 @@ static void reconnect(sl_aredis *r) {
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   r->ac = ac;
+  r->outstanding = 0;
+  int ok = REDIS_OK;
   if (r->a.password[0]) {
     const char *av[] = {"AUTH", r->a.user, r->a.password};
     const char *av2[] = {"AUTH", r->a.password};
     size_t lens[] = {4, strlen(r->a.user), strlen(r->a.password)};
     size_t lens2[] = {4, strlen(r->a.password)};
-    if (r->a.user[0]) redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, av, lens);
-    else redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, av2, lens2);
+    ok = r->a.user[0] ? redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, av, lens)
+                      : redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, av2, lens2);
+    if (ok == REDIS_OK) sent(r);
   }
-  if (r->a.db) redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", r->a.db);
+  if (ok == REDIS_OK && r->a.db) {
+    ok = redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", r->a.db);
+    if (ok == REDIS_OK) sent(r);
+  }
+  if (ok == REDIS_OK) ok = redisAsyncCommand(ac, on_setup_reply, "PING", "PING");
+  if (ok == REDIS_OK) {
+    sent(r);
+    return;
+  }
+  warn_down(r, "could not queue AUTH/SELECT/PING"); /* out of memory */
+  r->ac = NULL;
+  dropped(r);
+  redisAsyncFree(ac);
+  schedule(r);
+}
+
+/* Drops the current connection now: its pending callbacks get NULL before
+ * this returns, and the reconnect timer is armed. */
+static void drop_connection(sl_aredis *r) {
+  if (r->ac) {
+    redisAsyncContext *ac = r->ac;
+    r->ac = NULL; /* first: callbacks that issue commands fail at once */
+    dropped(r);
+    redisAsyncFree(ac);
+    schedule(r);
+  }
+  if (r->tc) t_fail(r->tc, NULL); /* schedules the reconnect itself */
+}
+
+static void on_watchdog(uv_timer_t *t) {
+  sl_aredis *r = t->data;
+  if (r->closing || r->timeout_ms <= 0 || !r->outstanding) {
+    uv_timer_stop(t); /* sent() starts it again */
+    return;
+  }
+  uint64_t now = uv_now(r->loop), prev = r->tick_ms;
+  r->tick_ms = now;
+  /* the loop itself was stuck (timers run before I/O in an iteration): let
+   * it read what may be waiting before anything is judged */
+  if (now - prev > 4 * WATCH_MS) return;
+  if (now - r->progress_ms < (uint64_t)r->timeout_ms) return;
+  sl_metric_add(m_errors, 1);
+  if (!r->warned++)
+    sl_log(SL_LOG_WARN, NULL,
+           "redis %s:%d%s: no reply for %lld ms (%u requests waiting): dropping the connection; "
+           "commands fail at once until a new one answers (retrying every 500 ms)",
+           r->a.host, r->a.port, r->a.tls ? " (TLS)" : "", (long long)r->timeout_ms,
+           r->outstanding);
+  drop_connection(r);
 }
 
 int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
@@ -455,15 +610,31 @@ int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
   }
   m_errors = sl__redis_errors();
   r->loop = loop;
+  r->timeout_ms = DEFAULT_TIMEOUT_MS;
   uv_timer_init(loop, &r->timer);
   r->timer.data = r;
+  uv_timer_init(loop, &r->watchdog);
+  r->watchdog.data = r;
+  uv_unref((uv_handle_t *)&r->watchdog); /* never what keeps a loop running */
+  r->handles = 2;
   reconnect(r);
   *out = r;
   return 0;
 }
 
+int sl_aredis_set_timeout(sl_aredis *r, int64_t ms) {
+  if (!r || ms < 0) return SL_EINVAL;
+  r->timeout_ms = ms;
+  if (r->ac) tune_socket(r->ac->c.fd, ms);
+  uv_os_fd_t fd;
+  if (r->tc && uv_fileno((uv_handle_t *)&r->tc->tcp, &fd) == 0) tune_socket(fd, ms);
+  if (r->outstanding) watch(r); /* the watchdog stops itself when there is none */
+  return 0;
+}
+
 static void on_timer_closed(uv_handle_t *h) {
   sl_aredis *r = h->data;
+  if (--r->handles > 0) return;
   memset(r->a.password, 0, sizeof r->a.password);
   free(r);
 }
@@ -472,26 +643,29 @@ void sl_aredis_free(sl_aredis *r) {
   if (!r) return;
   r->closing = 1;
   uv_timer_stop(&r->timer);
+  uv_timer_stop(&r->watchdog);
   if (r->ac) {
     redisAsyncContext *ac = r->ac;
     r->ac = NULL;
+    dropped(r);
     redisAsyncFree(ac); /* pending callbacks run now with a NULL reply */
   }
   if (r->tc) {
     tconn *tc = r->tc;
-    r->tc = NULL;
     t_fail(tc, NULL); /* the same: pending callbacks get NULL now */
     tc->r = NULL;
   }
   uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+  uv_close((uv_handle_t *)&r->watchdog, on_timer_closed);
 }
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
-  (void)ac;
   pending *p = priv;
   redisReply *rep = reply;
+  sl_aredis *r = ac->data;
+  if (rep && r->ac == ac) answered(r);
   if (!rep || rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
-  p->cb(rep, p->ud);
+  if (p->cb) p->cb(rep, p->ud);
   free(p);
 }
 
@@ -515,10 +689,7 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
     }
     return 0;
   }
-  if (!cb) /* fire and forget */
-    return redisAsyncCommandArgv(r->ac, NULL, NULL, argc, argv, lens) == REDIS_OK ? 0
-                                                                                   : SL_EREDIS;
-  pending *p = malloc(sizeof *p);
+  pending *p = malloc(sizeof *p); /* also for fire and forget: its answer is progress */
   if (!p) return SL_ENOMEM;
   p->cb = cb;
   p->ud = ud;
@@ -526,6 +697,7 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
     free(p);
     return SL_EREDIS;
   }
+  sent(r);
   return 0;
 }
 

@@ -79,6 +79,10 @@ const sl_conf_entry sl_common_conf_table[] = {
      0},
     {"redis.tls_key_file", SL_CONF_STR, "", C(redis_tls_key_file),
      "PEM private key of redis.tls_cert_file (unencrypted)", 0},
+    {"redis.command_timeout_ms", SL_CONF_INT, "2000", C(redis_command_timeout_ms),
+     "a Redis that has answered none of the waiting commands for this long is treated as "
+     "unavailable: the connection is dropped, its commands fail (stages fail open) and it "
+     "reconnects; also the socket's TCP_USER_TIMEOUT (0: no deadline)", 0},
     {"topic.submissions", SL_CONF_STR, "submissions", C(topic_submissions),
      "topic of SubmissionCreated messages", 0},
     {"topic.storage_events", SL_CONF_STR, "storage-events", C(topic_storage_events),
@@ -720,6 +724,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, sl__on_delivery, NULL,
                                err, sizeof err);
   if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);
+  if (rc == 0) rc = sl_aredis_set_timeout(L->redis, L->cc->redis_command_timeout_ms);
   if (rc == 0 && o->start) rc = sl_httpc_new(&L->http, &L->loop);
   if (rc == 0) rc = sl_kafka_uv_attach(&L->pku, L->producer, &L->loop);
   if (rc == 0) rc = sl_kafka_uv_attach_consumer(&L->cku, L->consumer, &L->loop, drain_consumer, L);

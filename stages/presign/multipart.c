@@ -633,7 +633,8 @@ int sl__mpu_handle(sl__mpu *m, sl_http_req *req) {
 /* ---- life cycle ---- */
 
 int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_target *t,
-                const sl_s3_conf *s3, const char *redis_url, unsigned part_expiry_s) {
+                const sl_s3_conf *s3, const char *redis_url, int64_t redis_timeout_ms,
+                unsigned part_expiry_s) {
   sl__mpu *m = calloc(1, sizeof *m);
   if (!m) return SL_ENOMEM;
   m->loop = loop;
@@ -643,7 +644,9 @@ int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_targe
   m->part_expiry_s = part_expiry_s;
   int rc = sl_httpc_new(&m->http, loop);
   if (rc == 0) rc = sl_aredis_new(&m->redis, loop, redis_url);
+  if (rc == 0) rc = sl_aredis_set_timeout(m->redis, redis_timeout_ms);
   if (rc) {
+    sl_aredis_free(m->redis); /* NULL-safe */
     sl_httpc_free(m->http);
     free(m);
     return rc;

@@ -12,11 +12,13 @@
 
 typedef struct sl__mpu sl__mpu;
 
-/* Creates the endpoints' state: its own Redis connection (redis_url) and
- * HTTP client on loop. sig, t and s3 are borrowed and must outlive it.
+/* Creates the endpoints' state: its own Redis connection (redis_url, with
+ * the command deadline redis_timeout_ms, see sl_aredis_set_timeout) and HTTP
+ * client on loop. sig, t and s3 are borrowed and must outlive it.
  * part_expiry_s: lifetime of part URLs. */
 int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_target *t,
-                const sl_s3_conf *s3, const char *redis_url, unsigned part_expiry_s);
+                const sl_s3_conf *s3, const char *redis_url, int64_t redis_timeout_ms,
+                unsigned part_expiry_s);
 
 /* Serves req when its path is one of the multipart routes (/s3/multipart…,
  * also under /v1): returns 1 (answered now or later), else 0 (not ours). */

@@ -758,6 +758,9 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0) {
     rc = sl_aredis_new(&ps.redis, &loop, cc.redis_url);
     if (rc) snprintf(err, sizeof err, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
+    if (rc == 0 && (rc = sl_aredis_set_timeout(ps.redis, cc.redis_command_timeout_ms)) != 0)
+      snprintf(err, sizeof err, "redis.command_timeout_ms %lld: %s",
+               (long long)cc.redis_command_timeout_ms, sl_strerror(rc));
   }
   if (rc == 0 && pc.static_dir[0]) {
     char serr[384];
@@ -770,7 +773,7 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0) {
     xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
     rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, cc.redis_url,
-                     (unsigned)s3.url_expiry_s);
+                     cc.redis_command_timeout_ms, (unsigned)s3.url_expiry_s);
     if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
   }
   if (rc == 0)

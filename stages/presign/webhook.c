@@ -627,6 +627,9 @@ int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *
     snprintf(err, errlen, "kafka: %s", sl_strerror(rc));
   if (rc == 0 && (rc = sl_aredis_new(&w->redis, loop, cc->redis_url)) != 0)
     snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc));
+  if (rc == 0 && (rc = sl_aredis_set_timeout(w->redis, cc->redis_command_timeout_ms)) != 0)
+    snprintf(err, errlen, "redis.command_timeout_ms %lld: %s",
+             (long long)cc->redis_command_timeout_ms, sl_strerror(rc));
   if (rc) {
     sl__webhook_free(w);
     return rc;

@@ -164,7 +164,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   /* borrowed by the multipart endpoints; never used (Redis never answers) */
   static sl_s3_target target;
   static sl_s3_conf s3conf;
-  if (sl__mpu_new(&mpu, &loop, NULL, &target, &s3conf, "redis://127.0.0.1:1", 900) != 0)
+  if (sl__mpu_new(&mpu, &loop, NULL, &target, &s3conf, "redis://127.0.0.1:1", 2000, 900) != 0)
     abort();
   char err[256];
   if (sl_static_new(&web, SLUICE_SOURCE_DIR "/web", err, sizeof err) != 0) {

@@ -2,15 +2,24 @@
  * sl_aredis.h — an asynchronous Redis connection on a libuv loop (hiredis
  * async API with its libuv adapter) that reconnects by itself.
  *
- * Commands issued while disconnected fail at once (the callback gets NULL),
- * so callers decide what a missing answer means; a reconnect is attempted
- * every 500 ms until it succeeds. @locality loop thread only.
+ * Commands issued while disconnected fail at once (sl_aredis_argv returns
+ * non-zero, the callback is never called), so callers decide what a missing
+ * answer means; a reconnect is attempted every 500 ms until it succeeds. A
+ * connection counts as up only once the server has answered on it (a PING
+ * after AUTH/SELECT), so a server that accepts connections but never
+ * answers does not make every command wait.
+ *
+ * Commands have a deadline (sl_aredis_set_timeout, default 2000 ms): when
+ * commands are waiting and the server has answered none of them for that
+ * long, the connection is dropped, every waiting callback gets NULL, and
+ * the client reconnects as after any failure. @locality loop thread only.
  */
 #ifndef SLUICE_SL_AREDIS_H
 #define SLUICE_SL_AREDIS_H
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 typedef struct sl_aredis sl_aredis;
@@ -18,7 +27,19 @@ typedef struct sl_aredis sl_aredis;
 /* reply is NULL on a connection error; it is freed after the callback. */
 typedef void (*sl_aredis_cb)(redisReply *reply, void *ud);
 
+/* Starts connecting to url (redis[s]://…, see sl_redis.h) on loop with the
+ * default deadline. *out is owned by the caller: release it with
+ * sl_aredis_free. Returns 0, SL_EINVAL or SL_ENOMEM. */
 int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url);
+
+/* The command deadline in ms (redis.command_timeout_ms): with commands
+ * waiting and no answer for this long, the connection is dropped and every
+ * waiting callback gets NULL. It is also the socket's TCP_USER_TIMEOUT
+ * (with TCP keepalive on), so the kernel notices a vanished peer too. 0: no
+ * deadline (a silent server holds commands until the connection breaks).
+ * Applies at once, also to the current connection. Returns 0, or SL_EINVAL
+ * for a NULL r or a negative ms. Loop thread only. */
+int sl_aredis_set_timeout(sl_aredis *r, int64_t ms);
 
 /* Closes the connection; pending callbacks get NULL. Handles close
  * asynchronously: run the loop afterwards. NULL-safe. */

@@ -80,6 +80,7 @@ typedef struct {
   char *redis_tls_ca_file;
   char *redis_tls_cert_file;
   char *redis_tls_key_file;
+  int64_t redis_command_timeout_ms; /* sl_aredis_set_timeout */
   char *topic_submissions;
   char *topic_storage_events;
   char *topic_stt_requests;

@@ -1,0 +1,250 @@
+/*
+ * test_aredis.c — sl_aredis's command deadline against a fake Redis on the
+ * same loop (a libuv TCP server on 127.0.0.1 that answers PING with PONG and
+ * nothing else, or nothing at all):
+ *   - a command the server never answers gets NULL one deadline later, the
+ *     connection is dropped and commands fail at once until a new one has
+ *     answered its PING;
+ *   - a server that accepts connections but never answers (a SIGSTOPped
+ *     Redis) never counts as up: commands fail at once, and the client keeps
+ *     dropping and reopening the silent connection;
+ *   - with the deadline off (0) a command waits, and sl_aredis_free answers
+ *     it with NULL.
+ * No Redis is needed.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "sluice/sl_aredis.h"
+#include "sluice/sl_err.h"
+
+/* ---- the fake server ---------------------------------------------------- */
+
+#define MAX_CLIENTS 32
+
+static uv_loop_t loop;
+static uv_tcp_t server;
+static int port;
+static int answer_ping; /* 0: never answer anything */
+static int accepted;
+static uv_tcp_t *clients[MAX_CLIENTS];
+static uv_timer_t tick; /* keeps UV_RUN_ONCE from blocking long; closed in teardown */
+static int tick_on;
+
+static void on_client_closed(uv_handle_t *h) {
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    if (clients[i] == (uv_tcp_t *)h) clients[i] = NULL;
+  free(h);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  static char slab[4096];
+  *buf = uv_buf_init(slab, sizeof slab - 1);
+}
+
+static void on_written(uv_write_t *w, int status) {
+  (void)status;
+  free(w);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  if (n < 0) {
+    if (!uv_is_closing((uv_handle_t *)s)) uv_close((uv_handle_t *)s, on_client_closed);
+    return;
+  }
+  if (!answer_ping || n == 0) return;
+  buf->base[n] = '\0';
+  static char pong[] = "+PONG\r\n";
+  for (const char *p = buf->base; (p = strstr(p, "PING")) != NULL; p += 4) {
+    uv_write_t *w = malloc(sizeof *w);
+    assert_non_null(w);
+    uv_buf_t b = uv_buf_init(pong, sizeof pong - 1);
+    assert_int_equal(uv_write(w, s, &b, 1, on_written), 0);
+  }
+}
+
+static void on_connection(uv_stream_t *srv, int status) {
+  assert_int_equal(status, 0);
+  uv_tcp_t *c = malloc(sizeof *c);
+  assert_non_null(c);
+  uv_tcp_init(&loop, c);
+  assert_int_equal(uv_accept(srv, (uv_stream_t *)c), 0);
+  accepted++;
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    if (!clients[i]) {
+      clients[i] = c;
+      break;
+    }
+  uv_read_start((uv_stream_t *)c, on_alloc, on_read);
+}
+
+static int setup(void **state) {
+  (void)state;
+  uv_loop_init(&loop);
+  uv_tcp_init(&loop, &server);
+  struct sockaddr_in a;
+  uv_ip4_addr("127.0.0.1", 0, &a);
+  assert_int_equal(uv_tcp_bind(&server, (const struct sockaddr *)&a, 0), 0);
+  assert_int_equal(uv_listen((uv_stream_t *)&server, 64, on_connection), 0);
+  struct sockaddr_storage got;
+  int len = sizeof got;
+  uv_tcp_getsockname(&server, (struct sockaddr *)&got, &len);
+  port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+  accepted = 0;
+  answer_ping = 1;
+  tick_on = 0;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    if (clients[i] && !uv_is_closing((uv_handle_t *)clients[i]))
+      uv_close((uv_handle_t *)clients[i], on_client_closed);
+  uv_close((uv_handle_t *)&server, NULL);
+  if (tick_on) uv_close((uv_handle_t *)&tick, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Runs the loop until cond(arg) holds or ms pass; returns cond's value. */
+static int run_until(int (*cond)(void *), void *arg, uint64_t ms) {
+  uint64_t end = uv_now(&loop) + ms;
+  while (!cond(arg) && uv_now(&loop) < end) uv_run(&loop, UV_RUN_ONCE);
+  return cond(arg);
+}
+
+static void on_tick(uv_timer_t *t) { (void)t; }
+static void start_tick(void) {
+  uv_timer_init(&loop, &tick);
+  uv_timer_start(&tick, on_tick, 20, 20);
+  tick_on = 1;
+}
+
+static int is_connected(void *r) { return sl_aredis_connected(r); }
+
+typedef struct {
+  int called;
+  int null_reply;
+  uint64_t at;
+} answer;
+
+static int answered(void *a) { return ((answer *)a)->called; }
+
+static void on_answer(redisReply *reply, void *ud) {
+  answer *a = ud;
+  a->called++;
+  a->null_reply = reply == NULL;
+  a->at = uv_now(&loop);
+}
+
+static int get(sl_aredis *r, answer *a) {
+  const char *argv[] = {"GET", "k"};
+  return sl_aredis_argv(r, on_answer, a, 2, argv, NULL);
+}
+
+static int accepted_two(void *unused) {
+  (void)unused;
+  return accepted >= 2;
+}
+
+static sl_aredis *client(int64_t timeout_ms) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  sl_aredis *r = NULL;
+  assert_int_equal(sl_aredis_new(&r, &loop, url), 0);
+  assert_int_equal(sl_aredis_set_timeout(r, timeout_ms), 0);
+  return r;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_unanswered_command_gets_null_after_the_deadline(void **state) {
+  (void)state;
+  start_tick();
+  sl_aredis *r = client(300);
+  answer a = {0};
+  assert_int_not_equal(get(r, &a), 0); /* nothing has answered yet */
+  assert_true(run_until(is_connected, r, 3000));
+  uint64_t t0 = uv_now(&loop);
+  assert_int_equal(get(r, &a), 0); /* our server never answers a GET */
+  assert_true(run_until(answered, &a, 3000));
+  assert_int_equal(a.called, 1);
+  assert_true(a.null_reply);
+  uint64_t took = a.at - t0;
+  assert_true(took >= 300 && took < 900);
+  /* dropped: commands fail at once (the callback is never called) */
+  assert_false(sl_aredis_connected(r));
+  answer b = {0};
+  assert_int_not_equal(get(r, &b), 0);
+  /* the reconnect answers its PING and the client is usable again */
+  assert_true(run_until(is_connected, r, 3000));
+  assert_true(accepted >= 2);
+  assert_int_equal(b.called, 0);
+  sl_aredis_free(r);
+}
+
+static void test_silent_server_never_counts_as_up(void **state) {
+  (void)state;
+  answer_ping = 0; /* accepts (the kernel does), never answers */
+  start_tick();
+  sl_aredis *r = client(300);
+  /* the PING is never answered: dropped after the deadline, reopened */
+  assert_true(run_until(accepted_two, NULL, 3000));
+  assert_false(sl_aredis_connected(r));
+  answer a = {0};
+  assert_int_not_equal(get(r, &a), 0);
+  sl_aredis_free(r);
+  assert_int_equal(a.called, 0);
+}
+
+static void test_no_deadline_waits_and_free_answers_null(void **state) {
+  (void)state;
+  start_tick();
+  sl_aredis *r = client(0);
+  assert_true(run_until(is_connected, r, 3000));
+  answer a = {0};
+  assert_int_equal(get(r, &a), 0);
+  assert_false(run_until(answered, &a, 800)); /* no deadline: still waiting */
+  assert_true(sl_aredis_connected(r));
+  sl_aredis_free(r); /* answers what waits, now */
+  assert_int_equal(a.called, 1);
+  assert_true(a.null_reply);
+}
+
+static void test_set_timeout_arguments(void **state) {
+  (void)state;
+  assert_int_equal(sl_aredis_set_timeout(NULL, 100), SL_EINVAL);
+  sl_aredis *r = client(100);
+  assert_int_equal(sl_aredis_set_timeout(r, -1), SL_EINVAL);
+  assert_int_equal(sl_aredis_set_timeout(r, 0), 0);
+  sl_aredis_free(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_unanswered_command_gets_null_after_the_deadline, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_silent_server_never_counts_as_up, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_no_deadline_waits_and_free_answers_null, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_set_timeout_arguments, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
