@@ -5,6 +5,7 @@
 # `finish`, which stops the stages and fails on any sanitizer report.
 set -euo pipefail
 ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
+source "$ROOT/tests/integration/lane.sh"
 export PATH=/usr/local/go/bin:$PATH
 export DEVSTACK_DIR=${DEVSTACK_DIR:-$ROOT/build-san/test-stack}
 export DEVSTACK_KAFKA_PORT=${DEVSTACK_KAFKA_PORT:-19092}

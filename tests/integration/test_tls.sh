@@ -13,6 +13,7 @@
 #     (audio fetched over https) -> grade -> materialize (Redis TLS+ACL) ->
 #     results; a multipart upload (presign's signed S3 calls over https)
 #     and sluicectl (Kafka SASL_SSL, Redis TLS) work too.
+source "$(dirname "$0")/lane.sh" # this test's lane (tools/test runs two)
 BASE=${SLUICE_TEST_PORT_BASE:-18080}
 _dir=${DEVSTACK_DIR:-${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "$0")/../.." && pwd -P)}/build-san/test-stack}
 export DEVSTACK_DIR=$_dir-tls
