@@ -59,9 +59,11 @@ int sl_retry_plan(const sl_retry_policy *p, unsigned attempts, int64_t first_fai
   return t;
 }
 
-int64_t sl_retry_due(const sl_retry_policy *p, int tier, int64_t not_before_ms, int64_t now_ms) {
+int64_t sl_retry_due(const sl_retry_policy *p, int tier, int64_t not_before_ms, int64_t delay_ms,
+                     int64_t now_ms) {
   int64_t d = tier >= 0 && tier < p->ntiers ? p->tier_ms[tier] : 0;
   int64_t cap = p->max_retry_after_ms > 0 ? p->max_retry_after_ms : 0;
-  int64_t latest = now_ms + (d > cap ? d : cap);
+  int64_t most = d > cap ? d : cap;
+  int64_t latest = now_ms + (delay_ms > 0 && delay_ms < most ? delay_ms : most);
   return not_before_ms > latest ? latest : not_before_ms;
 }

@@ -514,9 +514,11 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   j->not_before_ms = sl__hdr_i64(m, SL_HDR_NOT_BEFORE);
   if (j->p->retry_tier >= 0) {
     /* the header is the sending replica's clock: never wait longer than
-     * this tier's delay (or the Retry-After cap) from now, whatever it says
-     * (a clock ahead, a copy written before the cap existed) */
-    j->not_before_ms = sl_retry_due(&L->rp, j->p->retry_tier, j->not_before_ms, sl_now_ms());
+     * the delay it chose (or, without one, this tier's delay or the
+     * Retry-After cap) from now, whatever it says (a clock ahead, a copy
+     * written before the cap existed) */
+    j->not_before_ms = sl_retry_due(&L->rp, j->p->retry_tier, j->not_before_ms,
+                                    sl__hdr_i64(m, SL_HDR_DELAY), sl_now_ms());
   }
   L->inflight++;
   sl_metric_gauge_add(L->m_inflight, 1);

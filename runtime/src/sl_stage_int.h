@@ -78,6 +78,7 @@ struct sl_job {
   unsigned attempts;      /* failed attempts before this one */
   int64_t first_failure_ms;
   int64_t not_before_ms;
+  int64_t retry_delay_ms; /* of the retry copy it produces (its not-before - now) */
   int64_t started_ms;
   uint64_t call_ns;       /* uv_hrtime() when process()/start() began */
   char digest[65];

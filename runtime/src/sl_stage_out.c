@@ -128,7 +128,7 @@ void sl__produce(job *j) {
     rd_kafka_headers_t *hs = NULL;
     if (it->retry_copy) { /* a retry-tier copy carries the retry headers */
       char b[5][32], origin[160];
-      hs = rd_kafka_headers_new(7);
+      hs = rd_kafka_headers_new(8);
       rd_kafka_header_add(hs, SL_HDR_ORIGIN_TOPIC, -1,
                           sl_message_origin(j->m, origin, sizeof origin), -1);
       snprintf(b[0], 32, "%u", j->attempts + 1);
@@ -137,6 +137,8 @@ void sl__produce(job *j) {
       rd_kafka_header_add(hs, SL_HDR_ATTEMPT, -1, b[0], -1);
       rd_kafka_header_add(hs, SL_HDR_FIRST_FAILURE, -1, b[1], -1);
       rd_kafka_header_add(hs, SL_HDR_NOT_BEFORE, -1, b[2], -1);
+      snprintf(b[3], 32, "%lld", (long long)j->retry_delay_ms);
+      rd_kafka_header_add(hs, SL_HDR_DELAY, -1, b[3], -1);
       rd_kafka_header_add(hs, SL_HDR_ERROR_CLASS, -1, j->res.error_class, -1);
       rd_kafka_header_add(hs, SL_HDR_ERROR_MESSAGE, -1, j->res.error_message, -1);
     }
@@ -236,6 +238,7 @@ void sl__to_retry(job *j) {
   sl_outbox_clear(&j->out);
   int t = sl_retry_plan(&L->rp, j->attempts, j->first_failure_ms, now, j->res.retry_after_ms,
                         &j->not_before_ms);
+  j->retry_delay_ms = t >= 0 ? j->not_before_ms - now : 0;
   if (t < 0) {
     char why[sizeof j->res.error_message];
     snprintf(why, sizeof why, "%s", j->res.error_message);

@@ -93,18 +93,24 @@ static void test_plan_budget(void **state) {
 }
 
 /* A copy read from a tier: its not-before header, but never later than the
- * tier's delay (or the Retry-After cap) from now. */
+ * delay its sender chose — or, without one, the tier's delay (or the
+ * Retry-After cap) — from now. */
 static void test_due(void **state) {
   (void)state;
   sl_retry_policy p = policy();
   int64_t now = 5000000;
-  assert_int_equal(sl_retry_due(&p, 0, now + 3000, now), now + 3000);
-  assert_int_equal(sl_retry_due(&p, 0, now - 3000, now), now - 3000); /* due already */
-  /* the sender's clock an hour ahead: held at most the cap (the larger) */
-  assert_int_equal(sl_retry_due(&p, 0, now + 3600000, now), now + 600000);
+  assert_int_equal(sl_retry_due(&p, 0, now + 3000, 5000, now), now + 3000);
+  assert_int_equal(sl_retry_due(&p, 0, now - 3000, 5000, now), now - 3000); /* due already */
+  /* the sender's clock 9 minutes ahead: held only the 5 s it chose */
+  assert_int_equal(sl_retry_due(&p, 0, now + 540000, 5000, now), now + 5000);
+  /* a sender that chose more than is allowed: the cap */
+  assert_int_equal(sl_retry_due(&p, 0, now + 3600000, 86400000, now), now + 600000);
+  /* a copy without the delay (written by an older version): the larger of
+   * the tier's delay and the cap */
+  assert_int_equal(sl_retry_due(&p, 0, now + 3600000, 0, now), now + 600000);
   p.max_retry_after_ms = 0;
-  assert_int_equal(sl_retry_due(&p, 1, now + 3600000, now), now + 30000);
-  assert_int_equal(sl_retry_due(&p, 7, now + 3600000, now), now); /* unknown tier */
+  assert_int_equal(sl_retry_due(&p, 1, now + 3600000, 0, now), now + 30000);
+  assert_int_equal(sl_retry_due(&p, 7, now + 3600000, 0, now), now); /* unknown tier */
 }
 
 int main(void) {

@@ -6,9 +6,10 @@
  * longer wait (Retry-After, cut to max_retry_after_ms) — until
  * budget_ms have passed since its first failure; then it is a dead letter
  * (budget_exhausted). A retry copy is due at its not-before time, but never
- * later than its tier's delay (or the Retry-After cap) after it is read:
- * the not-before header is the sending replica's wall clock, and a clock
- * that runs ahead must not hold a partition.
+ * later than the delay its sender chose (at most its tier's delay or the
+ * Retry-After cap) after it is read: the not-before header is the sending
+ * replica's wall clock, and a clock that runs ahead must not hold a
+ * partition.
  *
  * Pure: no Kafka, no clock (callers pass "now"). @locality any thread.
  */
@@ -42,7 +43,10 @@ int sl_retry_plan(const sl_retry_policy *p, unsigned attempts, int64_t first_fai
                   int64_t now_ms, int64_t retry_after_ms, int64_t *not_before_ms);
 
 /* When a retry copy read from tier now is due: its not-before header, but
- * no later than now + max(tier delay, Retry-After cap). */
-int64_t sl_retry_due(const sl_retry_policy *p, int tier, int64_t not_before_ms, int64_t now_ms);
+ * no later than now + the delay its sender chose (delay_ms > 0, itself at
+ * most max(tier delay, Retry-After cap)), or now + that maximum when the
+ * copy carries no delay. */
+int64_t sl_retry_due(const sl_retry_policy *p, int tier, int64_t not_before_ms, int64_t delay_ms,
+                     int64_t now_ms);
 
 #endif

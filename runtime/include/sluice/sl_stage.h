@@ -55,6 +55,9 @@
 #define SL_HDR_ATTEMPT "sluice-attempt"
 #define SL_HDR_FIRST_FAILURE "sluice-first-failure-ms"
 #define SL_HDR_NOT_BEFORE "sluice-not-before-ms"
+/* the delay the sender chose (ms): a reader never waits longer than this
+ * from when it reads the copy, whatever the sender's clock wrote above */
+#define SL_HDR_DELAY "sluice-delay-ms"
 #define SL_HDR_ERROR_CLASS "sluice-error-class"
 #define SL_HDR_ERROR_MESSAGE "sluice-error-message"
 #define SL_HDR_REPLAY_ID "sluice-replay-id"
