@@ -72,6 +72,22 @@ wait_for() {
   until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done
 }
 
+# at_least N COMMAND... : COMMAND prints a number >= N. For wait_for, which
+# runs its command again each time: `wait_for 9 test "$(f)" -ge 1` would
+# test the one number $(f) printed before the wait began
+at_least() {
+  local n=$1 v; shift
+  v=$("$@") && [[ $v =~ ^[0-9]+$ ]] && ((v >= n))
+}
+# wait_count SECONDS N COMMAND... : waits until COMMAND prints a number >= N,
+# then SETTLE_S (2) seconds more, so that an extra one (a duplicate output, a
+# repeated call) arriving late is there when the test counts exactly
+wait_count() {
+  local t=$1 n=$2; shift 2
+  wait_for "$t" at_least "$n" "$@" || return 1
+  sleep "${SETTLE_S:-2}"
+}
+
 stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 
 # new_submission FILE... : creates a submission of one audio/wav answer per

@@ -52,7 +52,7 @@ stat() { curl -fsS "$FP/stats" | jq -r "$1"; }
 fake_up 1000
 SLUICE_STAGE_WORKERS=1 SLUICE_STAGE_MAX_IN_FLIGHT=500 harness_up $((BASE + 190))
 for i in $(seq 1 200); do printf 'a-%s/%d\t{}\n' "$run" "$i"; done | kcat -P -b "$B" -t hasync.in -K $'\t'
-wait_for 60 test "$(distinct "a-$run/")" -ge 200 || true
+wait_count 60 200 distinct "a-$run/" || true
 check "async: all 200 messages done" test "$(distinct "a-$run/")" = 200
 peak=$(stat .peak_in_flight)
 check "async: the provider saw $peak calls at once with one worker thread (>= 100)" test "$peak" -ge 100
@@ -79,7 +79,7 @@ check "both replicas worked ($d1 and $d2 done)" test "$d1" -gt 20 -a "$d2" -gt 2
 w=$(( $(metric sluice_limiter_waits_total 'stage="hasync",provider="harness-provider"' "http://127.0.0.1:$((BASE + 190))") + \
       $(metric sluice_limiter_waits_total 'stage="hasync",provider="harness-provider"' "http://127.0.0.1:$((BASE + 191))") ))
 check "limiter waits were counted ($w)" test "$w" -gt 0
-wait_for 30 test "$(distinct "r-$run/")" -ge 300 || true
+wait_count 30 300 distinct "r-$run/" || true
 check "all 300 done at the shared rate" test "$(distinct "r-$run/")" = 300
 stop_all
 for f in "$STAGES_DIR"/harness-*.log "$STAGES_DIR"/fakeprovider.log; do

@@ -126,7 +126,7 @@ check "stray object uploaded" test "$(s3put junk/hello.wav)" = 200
 check "object for an unknown submission uploaded" \
   test "$(s3put submissions/$unknown_sid/q01.wav)" = 200
 dl() { echo $(($(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST") - before)); }
-wait_for 30 test "$(dl)" -ge 3 || true
+wait_count 30 3 dl || true
 check "ingest dead-lettered the 3 bad events ($(dl))" test "$(dl)" = 3
 "$SLUICECTL" dlq list --json --stage ingest >"$work/dlq.json" 2>"$work/dlq.err" || fail "sluicectl dlq list failed: $(cat "$work/dlq.err")"
 for cls in bad_event unknown_object unknown_submission; do

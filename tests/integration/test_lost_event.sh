@@ -60,7 +60,7 @@ rec=$(kcat -C -b "$B" -t storage-events -o beginning -e -q 2>/dev/null | grep -F
   jq -c '.Records[0] | .eventTime = "2026-01-01T00:00:00.000Z"')
 check "found the gateway's record of answer 2" test -n "$rec"
 printf 'late-%s\t{"Records":[%s]}\n' "$sid" "$rec" | kcat -P -b "$B" -t storage-events -K $'\t'
-check "the late event was queued again" wait_for 30 test "$(uploads "$sid/2")" -ge 2
+check "the late event was queued again" wait_count 30 2 uploads "$sid/2"
 check "stt answered it from its idempotency store" \
   wait_for 30 grep -q "\"$sid\",\"question\":\"2\",\"msg\":\"already processed" "$STAGES_DIR/stt.log"
 check "answer 2 still transcribed once ($(transcribed 2))" test "$(transcribed 2)" = 1

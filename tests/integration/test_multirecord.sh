@@ -36,7 +36,7 @@ event=$(jq -c -n --argjson a "$rec" --argjson b "$bogus" '{Records: [$a, $b]}')
 transcribed_before=$(grep -c "\"$sid\",\"question\":\"1\",\"msg\":\"transcribed" "$STAGES_DIR/stt.log" || true)
 printf 'multi-%s\t%s\n' "$run" "$event" | kcat -P -b "$B" -t storage-events -K $'\t'
 
-wait_for 30 test "$(uploads "$k1")" -ge 2 || true
+wait_count 30 2 uploads "$k1" || true
 check "the good record was queued again (UploadCompleted x$(uploads "$k1"))" test "$(uploads "$k1")" = 2
 dl_of_bogus() {
   "$SLUICECTL" dlq list --json --stage ingest 2>/dev/null | { grep -F "not-ours-$run.wav" || true; }

@@ -23,7 +23,7 @@ dl=$("$SLUICECTL" dlq list --json --submission "$sid" 2>/dev/null || true)
 check "the refused output became one dead letter of class output_rejected" \
   jqe '.error_class == "output_rejected" and .stage == "hrej" and .original.topic == "hrej.in"' "$dl"
 check "  ... whose reason names Kafka's refusal" jqe '.error_message | test("too large|size"; "i")' "$dl"
-wait_for 20 test "$(harness_outputs "$k2")" -ge 1 || true
+wait_count 20 1 harness_outputs "$k2" || true
 check "the message after it on the partition was processed" test "$(harness_outputs "$k2")" = 1
 check "the rejected input was called once" test "$(harness_calls "$k1")" = 1
 # committed past both: a restarted stage in the same group reads neither again
@@ -52,7 +52,7 @@ dl=$("$SLUICECTL" dlq list --json --submission "$sid3" 2>/dev/null || true)
 check "an output the outbox refused made the input a dead letter of class output_invalid" \
   jqe '.error_class == "output_invalid" and (.error_message | test("exceeds its limit"))' "$dl"
 check "  ... and none of its outputs was written" test "$(harness_outputs "$k3")" = 0
-wait_for 20 test "$(harness_outputs "$k4")" -ge 1 || true
+wait_count 20 1 harness_outputs "$k4" || true
 check "the message after it was processed" test "$(harness_outputs "$k4")" = 1
 harness_down
 grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR/harness.log" &&

@@ -54,7 +54,7 @@ kill -STOP "$RPID"
 log "redis stopped (SIGSTOP)"
 k1="d1-$run/1"
 send "$k1"
-wait_for 10 test "$(harness_outputs "$k1")" -ge 1 || true
+wait_count 10 1 harness_outputs "$k1" || true
 check "output produced while Redis is stopped" test "$(harness_outputs "$k1")" = 1
 l1=$(latency "$k1")
 check "  ... one deadline after the input (latency ${l1} ms, deadline $DEADLINE)" \
@@ -68,7 +68,7 @@ check "the timeout is counted as a Redis error ($e0 -> $(redis_errors))" \
 # 2 ---------------------------------------------------------------------
 k2="d2-$run/1"
 send "$k2"
-wait_for 10 test "$(harness_outputs "$k2")" -ge 1 || true
+wait_count 10 1 harness_outputs "$k2" || true
 l2=$(latency "$k2")
 check "the next input is not held for another deadline (latency ${l2} ms)" \
   between "$l2" 0 999
@@ -81,13 +81,13 @@ wait_for 10 grep -q '"msg":"redis [^"]*: connected"' "$STAGES_DIR/harness.log" |
 k3="d3-$run/1"
 c0=$(calls)
 send "$k3"
-wait_for 10 test "$(harness_outputs "$k3")" -ge 1 || true
+wait_count 10 1 harness_outputs "$k3" || true
 check "after SIGCONT an input is handled ($(calls) calls)" \
   test "$(harness_outputs "$k3")" = 1 -a "$(calls)" = $((c0 + 1))
 idem=$(redis-cli -u "$SLUICE_REDIS_URL" --scan --pattern "sl:idem:hdeadline:$k3:*" | wc -l)
 check "  ... and its outputs stored ($idem key)" test "$idem" = 1
 send "$k3"
-wait_for 10 test "$(harness_outputs "$k3")" -ge 2 || true
+wait_count 10 2 harness_outputs "$k3" || true
 check "its redelivery is answered from the store: 2 outputs, no new call ($(calls))" \
   test "$(harness_outputs "$k3")" = 2 -a "$(calls)" = $((c0 + 1))
 

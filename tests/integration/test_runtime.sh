@@ -34,7 +34,7 @@ harness_up
 # 1 --------------------------------------------------------------------
 k1="t1-$run/1"
 printf '%s\t%s\n' "$k1" '{"transient":2}' | kcat -P -b "$B" -t harness.in -K $'\t'
-wait_for 30 test "$(outputs "$k1")" -ge 1 || true
+wait_count 30 1 outputs "$k1" || true
 check "transient x2: output produced" test "$(outputs "$k1")" = 1
 check "transient x2: exactly 3 provider calls" test "$(calls "$k1")" = 3
 hops1=$(kcat -C -b "$B" -t harness.retry.1s -o beginning -e -q -f '%k\n' | grep -c "^$k1\$" || true)
@@ -64,11 +64,11 @@ check "the question shows failed with the reason" jqe '.state == "failed" and .e
   "$(RC HGET "sl:sub:$sid" q1)"
 RC SET "harness:heal:$k2" 1 >/dev/null
 "$SLUICECTL" dlq replay --submission "$sid" --rate 50 --actor test >/dev/null 2>&1 || fail "replay failed"
-wait_for 20 test "$(outputs "$k2")" -ge 1 || true
+wait_count 20 1 outputs "$k2" || true
 check "replayed dead letter completes" test "$(outputs "$k2")" = 1
 check "replay: one more provider call (2)" test "$(calls "$k2")" = 2
 "$SLUICECTL" dlq replay --submission "$sid" --rate 50 --actor test >/dev/null 2>&1 || fail "second replay failed"
-wait_for 20 test "$(outputs "$k2")" -ge 2 || true
+wait_count 20 2 outputs "$k2" || true
 check "second replay answered from the idempotency store: still 2 calls" test "$(calls "$k2")" = 2
 check "idempotency hits counted" test "$(metric sluice_idempotency_hits_total 'stage="harness"' "$H_ADMIN")" -ge 1
 
@@ -91,7 +91,7 @@ before=()
 for i in $(seq 1 40); do [[ $(outputs "t5-$run/$i") -ge 1 ]] && before+=("$i"); done
 log "killed the harness with ${#before[@]} of 40 done"
 harness_up
-wait_for 60 test "$(distinct "t5-$run/")" -ge 40 || true
+wait_count 60 40 distinct "t5-$run/" || true
 got=$(distinct "t5-$run/")
 check "SIGKILL: all 40 questions completed" test "$got" = 40
 again=0
@@ -119,7 +119,7 @@ check "breaker open: messages held back" test \
 held=$(metric sluice_breaker_held 'stage="harness",provider="harness-provider"' "$H_ADMIN")
 check "breaker open: the held messages wait in memory, not in the retry tiers ($held held)" test "$held" -ge 10
 RC DEL harness:outage >/dev/null
-wait_for 40 test "$(distinct "t6-$run/")" -ge 30 || true
+wait_count 40 30 distinct "t6-$run/" || true
 got6=$(distinct "t6-$run/")
 check "after the outage all 30 complete ($got6)" test "$got6" = 30
 
@@ -131,8 +131,8 @@ export SLUICE_STAGE_PER_KEY_ORDER=true
 harness_up
 for i in 1 2 3 4; do printf 't7-%s/1\t{"sleep_ms":300,"n":%d}\n' "$run" "$i"; done |
   kcat -P -b "$B" -t harness.in -K $'\t' -p 0
-wait_for 20 test "$(calls "t7-$run/1")" -ge 4 || true
-wait_for 10 test "$(outputs "t7-$run/1")" -ge 4 || true
+wait_count 20 4 calls "t7-$run/1" || true
+wait_count 10 4 outputs "t7-$run/1" || true
 mapfile -t t7 < <(RC LRANGE "harness:times:t7-$run/1" 0 -1)
 gaps=$(for ((i = 1; i < ${#t7[@]}; i++)); do echo $((t7[i] - t7[i - 1])); done | sort -n | head -1)
 check "per-key order: 4 calls for one key, each after the previous ended (min gap ${gaps:-none} ms >= 300)" \
@@ -141,7 +141,7 @@ check "per-key order: 4 calls for one key, each after the previous ended (min ga
 # first stored (the idempotency lookup happens after the key is handed on)
 k7b="t7b-$run/1"
 for i in 1 2; do printf '%s\t{"sleep_ms":800}\n' "$k7b"; done | kcat -P -b "$B" -t harness.in -K $'\t' -p 0
-wait_for 20 test "$(outputs "$k7b")" -ge 2 || true
+wait_count 20 2 outputs "$k7b" || true
 check "per-key order: the same input twice, both answered ($(outputs "$k7b") outputs)" test "$(outputs "$k7b")" = 2
 check "  ... with one provider call ($(calls "$k7b")): the second came from the store" test "$(calls "$k7b")" = 1
 harness_down
@@ -149,7 +149,7 @@ unset SLUICE_STAGE_PER_KEY_ORDER
 harness_up
 for i in 1 2 3 4; do printf 't8-%s/1\t{"sleep_ms":300,"n":%d}\n' "$run" "$i"; done |
   kcat -P -b "$B" -t harness.in -K $'\t' -p 0
-wait_for 20 test "$(calls "t8-$run/1")" -ge 4 || true
+wait_count 20 4 calls "t8-$run/1" || true
 mapfile -t t8 < <(RC LRANGE "harness:times:t8-$run/1" 0 -1)
 span=$((t8[${#t8[@]} - 1] - t8[0]))
 check "without it the same key runs concurrently (4 calls within ${span} ms < 300)" \
