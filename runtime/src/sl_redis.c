@@ -7,6 +7,11 @@
  * redisFormatCommandArgv and replies parsed with a redisReader, so both
  * return the same redisReply trees. The TLS context and the default
  * credentials are process-wide, set once before threads start.
+ *
+ * A failed command drops the connection; the next one connects again. A
+ * command that fails because the server had closed a connection that sat
+ * idle (EOF or reset: Redis restarted) is sent once more on a new
+ * connection at once: it never reached a live server.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_redis.h"
@@ -280,6 +285,8 @@ struct sl_redis {
   SSL *ssl;
   redisReader *rd;
   int refused;     /* the last failure was a refusal (AUTH, TLS trust) */
+  int closed;      /* the last failure was the server closing the connection
+                    * (EOF, reset), not a timeout */
 };
 
 static sl_metric *m_errors;
@@ -377,8 +384,12 @@ static redisReply *tls_command(sl_redis *r, int argc, const char **argv, const s
     return NULL;
   }
   int w = SSL_write(r->ssl, cmd, n);
+  int we = errno;
   redisFreeCommand(cmd);
   if (w != n) {
+    int e = SSL_get_error(r->ssl, w);
+    r->closed = e == SSL_ERROR_ZERO_RETURN ||
+                (e == SSL_ERROR_SYSCALL && (we == ECONNRESET || we == EPIPE || w == 0));
     sl__redis_ssl_why(r->ssl, w, err, errlen);
     return NULL;
   }
@@ -392,6 +403,9 @@ static redisReply *tls_command(sl_redis *r, int argc, const char **argv, const s
     char buf[16384];
     int got = SSL_read(r->ssl, buf, sizeof buf);
     if (got <= 0) {
+      int re = errno, e = SSL_get_error(r->ssl, got);
+      r->closed = e == SSL_ERROR_ZERO_RETURN ||
+                  (e == SSL_ERROR_SYSCALL && (re == ECONNRESET || got == 0));
       sl__redis_ssl_why(r->ssl, got, err, errlen);
       return NULL;
     }
@@ -403,7 +417,12 @@ static redisReply *raw(sl_redis *r, int argc, const char **argv, const size_t *l
                        size_t errlen) {
   if (r->ssl) return tls_command(r, argc, argv, lens, err, errlen);
   redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
-  if (!rep) snprintf(err, errlen, "%s", r->c->errstr);
+  if (!rep) {
+    int e = errno;
+    r->closed = r->c->err == REDIS_ERR_EOF ||
+                (r->c->err == REDIS_ERR_IO && (e == ECONNRESET || e == EPIPE));
+    snprintf(err, errlen, "%s", r->c->errstr);
+  }
   return rep;
 }
 
@@ -485,12 +504,28 @@ static int connect_(sl_redis *r, char *err, size_t errlen) {
 
 redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
                           char *err, size_t errlen) {
-  if (!r->c && !r->ssl && connect_(r, err, errlen) != 0) {
+  int reused = r->c || r->ssl;
+  if (!reused && connect_(r, err, errlen) != 0) {
     sl_metric_add(m_errors, 1);
     return NULL;
   }
   char why[512];
+  r->closed = 0;
   redisReply *rep = raw(r, argc, argv, lens, why, sizeof why);
+  if (!rep && reused && r->closed) {
+    /* the server closed this connection while it sat idle (a restart, a
+     * failover, a client timeout): the command never reached a live
+     * server. Once more on a new connection, so that a Redis restart does
+     * not cost every thread's next command a failure (and its message a
+     * trip through the retry tiers). */
+    sl_metric_add(m_errors, 1);
+    drop(r);
+    if (connect_(r, err, errlen) != 0) {
+      sl_metric_add(m_errors, 1);
+      return NULL;
+    }
+    rep = raw(r, argc, argv, lens, why, sizeof why);
+  }
   if (!rep) {
     snprintf(err, errlen, "redis %s:%d: %s", r->a.host, r->a.port, why);
     drop(r);
