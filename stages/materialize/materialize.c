@@ -38,7 +38,11 @@
  * returns it with the marker's value (Redis's clock when the last rebuild
  * started); a thread that sees the sequence go down under the same marker,
  * or an older marker, knows writes it saw are gone and deletes the marker,
- * which rebuilds the view as above (went_back()).
+ * which rebuilds the view as above (went_back()). A materialize that starts
+ * on such a Redis (everything restarted together) has seen nothing, so
+ * before consuming it compares the highest offset applied per input
+ * partition, which the apply script records, with its group's committed
+ * offsets (behind_committed()).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -98,7 +102,11 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
 
 /* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
  * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
- * view marker; ARGV: qno, rank, json, ttl, "<sid>/<qno>", accepted_at_ms.
+ * view marker, KEYS[5] the offsets applied per input partition; ARGV: qno,
+ * rank, json, ttl, "<sid>/<qno>", accepted_at_ms, "<topic>:<partition>",
+ * offset (the message's; -1: none). The highest offset applied per partition
+ * is what a starting materialize compares with its group's committed
+ * offsets (behind_committed()).
  * A question is in the set exactly while its stored rank is 1: it enters
  * when awaiting_upload is written and leaves when a later state replaces it
  * (no ZREM for the statuses after that).
@@ -106,6 +114,9 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
  * (nil while the view is missing)}: see went_back(). */
 static const char apply_lua[] =
     "local seq = redis.call('INCR', KEYS[3])\n"
+    "if ARGV[8] ~= '-1' and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '-1') then\n"
+    "  redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])\n"
+    "end\n"
     "local mk = redis.call('GET', KEYS[4])\n"
     "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
     "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
@@ -118,6 +129,8 @@ static const char apply_lua[] =
 /* Every apply increments this; a Redis that answers with a lower value than
  * one this process saw under the same marker lost writes. */
 #define VIEW_SEQ "sl:view:seq"
+/* "<topic>:<partition>" -> the highest offset applied from it */
+#define VIEW_APPLIED "sl:view:applied"
 
 /* Redis went back in time (restarted from an older snapshot, failed over to
  * a replica that lagged): writes this process saw applied are gone, while
@@ -177,18 +190,22 @@ static int rank_of(int state) {
 }
 
 /* Runs the monotonic apply. Returns 1 written, 0 not, <0 on Redis error. */
-static int apply(mat *M, const char *sid, unsigned qno, int rank, const char *json,
-                 int64_t accepted_ms, char *err, size_t errlen) {
-  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32];
+static int apply(mat *M, const rd_kafka_message_t *m, const char *sid, unsigned qno, int rank,
+                 const char *json, int64_t accepted_ms, char *err, size_t errlen) {
+  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32];
+  snprintf(tp, sizeof tp, "%s:%d", m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-",
+           m ? (int)m->partition : -1);
+  snprintf(off, sizeof off, "%lld", m ? (long long)m->offset : -1LL);
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   snprintf(q, sizeof q, "%u", qno);
   snprintf(r, sizeof r, "%d", rank);
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
   snprintf(member, sizeof member, "%s/%u", sid, qno);
   snprintf(acc, sizeof acc, "%lld", (long long)accepted_ms);
-  const char *argv[] = {"EVAL", apply_lua,  "4", hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER,
-                        q,      r,         json, ttl,  member,      acc};
-  redisReply *rep = cmd(M, 13, argv, err, errlen);
+  const char *argv[] = {"EVAL", apply_lua, "5",    hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER,
+                        VIEW_APPLIED, q,    r,      json, ttl,         member,   acc,
+                        tp,           off};
+  redisReply *rep = cmd(M, 16, argv, err, errlen);
   if (!rep) return SL_EREDIS;
   int rc = SL_EREDIS;
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
@@ -262,7 +279,7 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
     char view[256];
     snprintf(view, sizeof view, "{\"no\":%u,\"state\":\"awaiting_upload\",\"updated_at_ms\":%lld}",
              sc->questions[i]->no, (long long)sc->accepted_at_ms);
-    ok = apply(M, sc->submission_id, sc->questions[i]->no, 1, view,
+    ok = apply(M, m, sc->submission_id, sc->questions[i]->no, 1, view,
                sc->accepted_at_ms, err, sizeof err) >= 0;
   }
   for (size_t i = 0; i < nown; i++) free(owned[i]);
@@ -321,7 +338,7 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   json_decref(j);
   char err[256] = "", key[96];
   snprintf(key, sizeof key, "%s/%u", st->submission_id, st->question_no);
-  int rc = view ? apply(M, st->submission_id, st->question_no, rank, view, st->accepted_at_ms, err, sizeof err)
+  int rc = view ? apply(M, m, st->submission_id, st->question_no, rank, view, st->accepted_at_ms, err, sizeof err)
                 : SL_ENOMEM;
   if (rc < 0)
     sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err[0] ? err : sl_strerror(rc));
@@ -470,6 +487,88 @@ static int rebuild(mat *M) {
   return rc;
 }
 
+/* At start: is Redis behind what the group committed? A view restored from
+ * an older snapshot while no materialize ran (all restarted together) is
+ * not noticed by went_back(): nothing in this fresh process saw the newer
+ * writes. But Kafka remembers them: for every partition of submissions and
+ * results the group committed offset c on, every message below c was
+ * applied, so the highest offset applied (VIEW_APPLIED) is at least c - 1
+ * unless writes were lost. Behind: the marker is dropped (the view is
+ * rebuilt). Nothing to compare (no marker, no offsets recorded yet: a new
+ * Redis, or the first start of this version): nothing is done. Runs before
+ * the stage consumes, so the live consumer cannot record newer offsets
+ * first. Returns 1 when behind. */
+static int behind_committed(mat *M) {
+  char err[512];
+  const char *get[] = {"GET", SL__VIEW_MARKER};
+  redisReply *mk = cmd(M, 2, get, err, sizeof err);
+  const char *hl[] = {"HLEN", VIEW_APPLIED};
+  redisReply *n = cmd(M, 2, hl, err, sizeof err);
+  int comparable = mk && mk->type == REDIS_REPLY_STRING && n &&
+                   n->type == REDIS_REPLY_INTEGER && n->integer > 0;
+  if (n) freeReplyObject(n);
+  if (!comparable) {
+    if (mk) freeReplyObject(mk);
+    return 0;
+  }
+  rd_kafka_t *rk = NULL;
+  /* the group the stage runtime runs as (sl_stage_run: "sluice-<stage>");
+   * it only reads committed offsets, it never joins */
+  if (sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize",
+                            "sluice-materialize-check", NULL,
+                            err, sizeof err, NULL, NULL, NULL, NULL) != 0) {
+    sl_log(SL_LOG_WARN, NULL, "start check of the view: %s (skipped)", err);
+    freeReplyObject(mk);
+    return 0;
+  }
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(32);
+  const char *topics[] = {M->cc->topic_submissions, M->cc->topic_results};
+  for (int t = 0; t < 2; t++) {
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *kt = rd_kafka_topic_new(rk, topics[t], NULL);
+    if (kt && rd_kafka_metadata(rk, 0, kt, &md, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        md->topic_cnt == 1 && !md->topics[0].err)
+      for (int p = 0; p < md->topics[0].partition_cnt; p++)
+        rd_kafka_topic_partition_list_add(l, topics[t], md->topics[0].partitions[p].id);
+    if (md) rd_kafka_metadata_destroy(md);
+    if (kt) rd_kafka_topic_destroy(kt);
+  }
+  int behind = 0;
+  rd_kafka_resp_err_t e = l->cnt ? rd_kafka_committed(rk, l, 10000) : RD_KAFKA_RESP_ERR__FAIL;
+  if (e)
+    sl_log(SL_LOG_WARN, NULL, "start check of the view: committed offsets: %s (skipped)",
+           rd_kafka_err2str(e));
+  for (int i = 0; !e && !behind && i < l->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &l->elems[i];
+    if (tp->err || tp->offset < 1) continue; /* nothing committed there */
+    char field[200];
+    snprintf(field, sizeof field, "%s:%d", tp->topic, (int)tp->partition);
+    const char *hg[] = {"HGET", VIEW_APPLIED, field};
+    redisReply *a = cmd(M, 3, hg, err, sizeof err);
+    if (!a) break; /* Redis unavailable: the watcher checks the marker anyway */
+    long long applied = a->type == REDIS_REPLY_STRING ? strtoll(a->str, NULL, 10) : -1;
+    freeReplyObject(a);
+    if (applied < tp->offset - 1) {
+      behind = 1;
+      sl_log(SL_LOG_ERROR, NULL,
+             "Redis is behind the group's committed offsets (%s: applied up to %lld, committed "
+             "%lld): it lost writes (an older snapshot, a lagging replica) while no "
+             "materialize ran; rebuilding the view",
+             field, applied, (long long)tp->offset);
+    }
+  }
+  if (behind) {
+    sl_metric_add(M->m_rollbacks, 1);
+    const char *del[] = {"EVAL", sl_claim_release_lua, "1", SL__VIEW_MARKER, mk->str};
+    redisReply *rep = cmd(M, 5, del, err, sizeof err);
+    if (rep) freeReplyObject(rep);
+  }
+  freeReplyObject(mk);
+  rd_kafka_topic_partition_list_destroy(l);
+  rd_kafka_destroy(rk);
+  return behind;
+}
+
 static void *watch(void *arg) {
   mat *M = arg;
   sl_redis *r = NULL;
@@ -558,6 +657,7 @@ int sl__materialize_main(int argc, char **argv) {
       "replica) and dropped the view marker to rebuild");
 
   rc = sl_redis_tls_new(&M.redis, cc.redis_url);
+  if (rc == 0) behind_committed(&M); /* before anything is consumed */
   pthread_t watcher;
   int watching = 0;
   if (rc == 0 && mc.watch_interval_ms > 0)

@@ -11,6 +11,11 @@
 # marker, so "the marker is missing" cannot notice; materialize sees the
 # view's write sequence lower than it saw and rebuilds, so the second
 # submission comes back instead of answering 404 for ever.
+#
+# Last, the same while materialize is down too (a whole node restarted):
+# the new processes have seen nothing to compare with, but Kafka has — at
+# start materialize finds Redis behind its group's committed offsets, and a
+# third submission comes back.
 source "$(dirname "$0")/lib.sh"
 # two materialize replicas: only one of them may replay the topics
 "$ROOT/tools/stages" up --replicas materialize=2 >/dev/null
@@ -80,5 +85,29 @@ check "the second submission comes back after the rollback" wait_for 60 done_b
 check "materialize counted the rollback ($rollbacks0 -> $(rollbacks))" test "$(rollbacks)" -gt "$rollbacks0"
 check "the first submission is still graded" done_view
 check "materialize logged why it rebuilt again" sh -c "cat '$STAGES_DIR'/materialize*.log | grep -q 'Redis went back in time'"
+
+# ---- the same with materialize down: a fresh process notices it at start ----
+wait_for 60 sh -c "redis-cli -p $DEVSTACK_REDIS_PORT EXISTS sl:view:epoch | grep -qx 1" ||
+  fail "the view was not marked complete again"
+redis-cli -p "$DEVSTACK_REDIS_PORT" SAVE >/dev/null
+cp "$RDIR/dump.rdb" "$work/old2.rdb"
+new_submission "$work/b.wav"
+sid_c=$SID token_c=$TOKEN
+put_answer 0 "$work/b.wav"
+done_c() { view_of "$sid_c" "$token_c" >"$work/c.json" && jq -e '.questions[0].state == "done"' "$work/c.json" >/dev/null; }
+check "the third submission is graded" wait_for 90 done_c
+"$ROOT/tools/stages" kill materialize 2 >/dev/null
+"$ROOT/tools/stages" kill materialize 1 >/dev/null
+RPID=$(cat "$DEVSTACK_DIR/redis.pid")
+kill -KILL "$RPID"
+wait_for 10 sh -c "! kill -0 $RPID 2>/dev/null" || fail "redis did not die"
+cp "$work/old2.rdb" "$RDIR/dump.rdb"
+"$ROOT/tools/devstack" up >/dev/null
+rm -f "$RDIR/dump.rdb"
+"$ROOT/tools/stages" up --replicas materialize=2 >/dev/null
+log "redis restarted from an older snapshot while materialize was down; materialize started again"
+check "the third submission comes back" wait_for 60 done_c
+check "materialize said Redis is behind the committed offsets" \
+  sh -c "cat '$STAGES_DIR'/materialize*.log | grep -q 'Redis is behind the group'"
 
 finish
