@@ -126,13 +126,13 @@ const sl_conf_entry sl_common_conf_table[] = {
      "at stage.max_in_flight) instead of sending each through the retry tiers", 0},
     {"breaker.probe_interval_ms", SL_CONF_INT, "1000", C(breaker_probe_interval_ms),
      "while open, one probe call per interval", 0},
-    {"kafka.assignment_strategy", SL_CONF_STR, "roundrobin", C(kafka_assignment),
-     "how a stage's replicas share partitions: roundrobin (eager: a rebalance revokes every "
-     "partition, running calls finish first; each topic's partitions spread evenly) or "
-     "cooperative-sticky (incremental, KIP-429: only the partitions that change owner move, "
-     "but librdkafka 2.0 balances the count over all topics, so a new replica may get only "
-     "retry tiers, and loses assignments on ILLEGAL_GENERATION; see docs/architecture.md); "
-     "all replicas of a stage must agree", 0},
+    {"kafka.assignment_strategy", SL_CONF_STR, "cooperative-sticky", C(kafka_assignment),
+     "how a stage's replicas share partitions: cooperative-sticky (incremental, KIP-429: only "
+     "the partitions that change owner move, the others keep flowing; the inputs and the "
+     "retry tiers are balanced as two groups, sluice-<stage> and sluice-<stage>-retry, so "
+     "every replica gets a share of the input) or an eager one, roundrobin or range (a "
+     "rebalance revokes every partition first); all replicas of a stage must agree (see "
+     "docs/deploy.md, Upgrading)", 0},
     {"kafka.session_timeout_ms", SL_CONF_INT, "10000", C(kafka_session_timeout_ms),
      "a replica that stops heart-beating (SIGKILL, lost node) loses its partitions after "
      "this long (the broker's group.min/max.session.timeout.ms bound it)", 0},
@@ -527,9 +527,10 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
 }
 
 static void drain_consumer(void *ud) {
-  loop_t *L = ud;
+  grp *g = ud;
+  loop_t *L = g->L;
   rd_kafka_message_t *m;
-  while ((m = rd_kafka_consumer_poll(L->consumer, 0)) != NULL) {
+  while (g->rk && (m = rd_kafka_consumer_poll(g->rk, 0)) != NULL) {
     if (m->err) {
       if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
         sl_log(SL_LOG_WARN, NULL, "consume: %s", rd_kafka_message_errstr(m));
@@ -551,12 +552,15 @@ static void begin_stop(loop_t *L);
 
 static void on_tick(uv_timer_t *t) {
   loop_t *L = t->data;
-  drain_consumer(L);
-  if (L->rejoin_assigns > 0 && sl_now_ms() < L->rejoin_until_ms) {
-    /* rejoining after a revoke: commit once the new generation is ours */
-  } else {
-    L->rejoin_assigns = 0;
-    sl__commit(L, 0, NULL);
+  for (int i = 0; i < L->ngroups; i++) {
+    grp *g = &L->g[i];
+    drain_consumer(g);
+    if (g->rejoin_assigns > 0 && sl_now_ms() < g->rejoin_until_ms) {
+      /* rejoining after a revoke: commit once the new generation is ours */
+    } else {
+      g->rejoin_assigns = 0;
+      sl__commit(g, 0);
+    }
   }
   /* age of the oldest message taken and not finished */
   int64_t oldest = 0, now = sl_now_ms();
@@ -714,14 +718,23 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   snprintf(nworkers, sizeof nworkers, "%lld",
            (long long)(L->cc->workers > 0 ? (L->cc->workers < 128 ? L->cc->workers : 128) : 4));
   setenv("UV_THREADPOOL_SIZE", nworkers, 1);
-  char group[128], client[128], tp[32];
-  snprintf(group, sizeof group, "sluice-%s", o->stage);
+  char client[128], tp[32];
   snprintf(client, sizeof client, "sluice-%s", o->stage);
   uv_loop_init(&L->loop);
   sl_kafka_group_opts gopts = {L->cc->kafka_assignment, L->cc->kafka_session_timeout_ms,
                                L->cc->kafka_heartbeat_ms};
-  rc = sl_kafka_consumer_new(&L->consumer, L->cc->kafka_brokers, group, client, &gopts, err,
-                             sizeof err, sl__on_rebalance, sl__on_commit, sl__on_stats, L);
+  /* two groups: the inputs, and the retry tiers (sl_stage_group.c) */
+  L->ngroups = 2;
+  for (int i = 0; i < L->ngroups; i++) {
+    grp *g = &L->g[i];
+    g->L = L;
+    snprintf(g->name, sizeof g->name, "sluice-%s%s", o->stage, i ? "-retry" : "");
+    uv_timer_init(&L->loop, &g->revoke_timer);
+    g->revoke_timer.data = g;
+    if (rc == 0)
+      rc = sl_kafka_consumer_new(&g->rk, L->cc->kafka_brokers, g->name, client, &gopts, err,
+                                 sizeof err, sl__on_rebalance, sl__on_commit, sl__on_stats, g);
+  }
   if (rc == 0)
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, sl__on_delivery, NULL,
                                err, sizeof err);
@@ -729,18 +742,21 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   if (rc == 0) rc = sl_aredis_set_timeout(L->redis, L->cc->redis_command_timeout_ms);
   if (rc == 0 && o->start) rc = sl_httpc_new(&L->http, &L->loop);
   if (rc == 0) rc = sl_kafka_uv_attach(&L->pku, L->producer, &L->loop);
-  if (rc == 0) rc = sl_kafka_uv_attach_consumer(&L->cku, L->consumer, &L->loop, drain_consumer, L);
+  for (int i = 0; rc == 0 && i < L->ngroups; i++)
+    rc = sl_kafka_uv_attach_consumer(&L->g[i].cku, L->g[i].rk, &L->loop, drain_consumer, &L->g[i]);
   if (rc) {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err[0] ? err : sl_strerror(rc));
     goto out;
   }
-  rd_kafka_topic_partition_list_t *subs =
-      rd_kafka_topic_partition_list_new((int)(o->ntopics + (size_t)L->rp.ntiers));
+  rd_kafka_topic_partition_list_t *subs = rd_kafka_topic_partition_list_new((int)o->ntopics);
   for (size_t i = 0; i < o->ntopics; i++)
     rd_kafka_topic_partition_list_add(subs, o->topics[i], RD_KAFKA_PARTITION_UA);
+  rd_kafka_resp_err_t e = rd_kafka_subscribe(L->g[0].rk, subs);
+  rd_kafka_topic_partition_list_destroy(subs);
+  subs = rd_kafka_topic_partition_list_new(L->rp.ntiers);
   for (int i = 0; i < L->rp.ntiers; i++)
     rd_kafka_topic_partition_list_add(subs, L->tier_topic[i], RD_KAFKA_PARTITION_UA);
-  rd_kafka_resp_err_t e = rd_kafka_subscribe(L->consumer, subs);
+  if (!e) e = rd_kafka_subscribe(L->g[1].rk, subs);
   rd_kafka_topic_partition_list_destroy(subs);
   if (e) {
     sl_log(SL_LOG_ERROR, NULL, "subscribe failed: %s", rd_kafka_err2str(e));
@@ -749,18 +765,17 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   }
   snprintf(tp, sizeof tp, "%d", L->rp.ntiers);
   sl_log(SL_LOG_INFO, NULL,
-         "consuming %s%s%s and %s retry tiers (%s .. %s) as group %s; up to %lld in flight",
-         o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "", tp,
-         L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], group,
-         (long long)L->cc->max_in_flight);
+         "consuming %s%s%s as group %s and %s retry tiers (%s .. %s) as group %s (%s); up to "
+         "%lld in flight",
+         o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "",
+         L->g[0].name, tp, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], L->g[1].name,
+         L->cc->kafka_assignment, (long long)L->cc->max_in_flight);
   uv_timer_init(&L->loop, &L->tick);
   L->tick.data = L;
   uv_timer_init(&L->loop, &L->lq_timer);
   L->lq_timer.data = L;
   uv_timer_init(&L->loop, &L->bq_timer);
   L->bq_timer.data = L;
-  uv_timer_init(&L->loop, &L->revoke_timer);
-  L->revoke_timer.data = L;
   uv_timer_init(&L->loop, &L->claim_timer);
   L->claim_timer.data = L;
   if (L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0) {
@@ -772,22 +787,28 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
 
   /* stopped: from here on unfinished jobs are dropped (never committed) */
   L->closing = 1;
-  sl__revoke_finish(L); /* a revoke still waiting: hand its partitions over now */
-  sl__commit(L, 1, NULL);
-  sl_log(SL_LOG_INFO, NULL, "closing consumer");
-  sl_kafka_uv_detach(L->cku);
-  L->cku = NULL;
-  rd_kafka_consumer_close(L->consumer);
+  for (int i = 0; i < L->ngroups; i++) /* a revoke still waiting: hand its partitions over now */
+    sl__revoke_finish(&L->g[i]);
+  sl__commit_all(L, 1);
+  sl_log(SL_LOG_INFO, NULL, "closing consumers");
+  for (int i = 0; i < L->ngroups; i++) {
+    sl_kafka_uv_detach(L->g[i].cku);
+    L->g[i].cku = NULL;
+    rd_kafka_consumer_close(L->g[i].rk);
+  }
   rd_kafka_flush(L->producer, 10000); /* delivery reports finish their jobs */
   if (rd_kafka_outq_len(L->producer) > 0) { /* Kafka gone: their offsets stay uncommitted */
     rd_kafka_purge(L->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_poll(L->producer, 0);
   }
-  sl__commit(L, 1, NULL);
+  sl__commit_all(L, 1);
   rc = L->fatal ? SL_EKAFKA : 0;
 out:
   L->closing = 1;
-  sl_kafka_uv_detach(L->cku);
+  for (int i = 0; i < L->ngroups; i++) {
+    sl_kafka_uv_detach(L->g[i].cku);
+    L->g[i].cku = NULL;
+  }
   sl_kafka_uv_detach(L->pku);
   sl_aredis_free(L->redis); /* pending replies come back NULL: their jobs drop */
   L->redis = NULL;
@@ -811,9 +832,13 @@ out:
   uv_walk(&L->loop, walk_close, NULL);
   uv_run(&L->loop, UV_RUN_DEFAULT);
   uv_loop_close(&L->loop);
-  if (L->consumer) rd_kafka_destroy(L->consumer);
+  for (int i = 0; i < L->ngroups; i++)
+    if (L->g[i].rk) rd_kafka_destroy(L->g[i].rk);
   if (L->producer) rd_kafka_destroy(L->producer);
-  if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
+  for (int i = 0; i < L->ngroups; i++) {
+    if (L->g[i].assignment) rd_kafka_topic_partition_list_destroy(L->g[i].assignment);
+    if (L->g[i].revoking) rd_kafka_topic_partition_list_destroy(L->g[i].revoking);
+  }
   sl_breaker_free(L->breaker);
   free(L);
   return rc;

@@ -1,7 +1,16 @@
 /*
- * sl_stage_group.c — partitions of a stage's consumer group: the commit of
+ * sl_stage_group.c — partitions of a stage's consumer groups: the commit of
  * each partition's offsets (sl_offsets.h), pausing, rebalances and
  * revocation, and the lag gauges from librdkafka's statistics.
+ *
+ * A stage consumes as two groups (grp): "sluice-<stage>" reads its inputs,
+ * "sluice-<stage>-retry" its retry tiers. With one group the sticky
+ * assignor balances the *count* of partitions over all subscribed topics,
+ * so a replica that joins may be handed only retry tiers and do nothing
+ * while the input piles up on the others; with two, each group balances
+ * its own topics, and every replica gets a share of the input. Each group
+ * has its own consumer, assignment, revocation and rejoin state; a
+ * partition belongs to the group its topic is in.
  *
  * Offsets are committed asynchronously every tick (coalesced) and
  * synchronously on revoke and shutdown; a failed asynchronous commit makes
@@ -48,6 +57,7 @@ part *sl__part_get(loop_t *L, const char *topic, int32_t partition, int create) 
   p->retry_tier = -1;
   for (int i = 0; i < L->rp.ntiers; i++)
     if (strcmp(topic, L->tier_topic[i]) == 0) p->retry_tier = i;
+  p->g = &L->g[p->retry_tier >= 0 && L->ngroups > 1 ? 1 : 0];
   uv_timer_init(&L->loop, &p->park_timer);
   p->park_timer.data = p;
   p->timer_inited = 1;
@@ -76,29 +86,36 @@ void sl__part_drop(loop_t *L, part *p) {
   uv_close((uv_handle_t *)&p->park_timer, part_close_cb);
 }
 
-/* Commits every dirty partition; sync on revoke/shutdown. */
-void sl__commit(loop_t *L, int sync, part *only) {
+/* Commits the partitions of group g whose commit point moved; sync on
+ * revoke and shutdown. */
+void sl__commit(grp *g, int sync) {
+  loop_t *L = g->L;
+  if (!g->rk) return;
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
   part *p, *tmp;
   HASH_ITER(hh, L->parts, p, tmp) {
-    if (only && p != only) continue;
-    if (p->revoked) continue;
+    if (p->g != g || p->revoked) continue;
     int64_t next = sl_offsets_commit_take(&p->ring);
     if (next < 0) continue;
     rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition)->offset = next;
   }
   if (l->cnt) {
-    rd_kafka_resp_err_t e = rd_kafka_commit(L->consumer, l, sync ? 0 : 1);
+    rd_kafka_resp_err_t e = rd_kafka_commit(g->rk, l, sync ? 0 : 1);
     if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-      sl_log(SL_LOG_WARN, NULL, "offset commit: %s", rd_kafka_err2str(e));
+      sl_log(SL_LOG_WARN, NULL, "offset commit (%s): %s", g->name, rd_kafka_err2str(e));
   }
   rd_kafka_topic_partition_list_destroy(l);
+}
+
+void sl__commit_all(loop_t *L, int sync) {
+  for (int i = 0; i < L->ngroups; i++) sl__commit(&L->g[i], sync);
 }
 
 void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                    rd_kafka_topic_partition_list_t *offsets, void *opaque) {
   (void)rk;
-  loop_t *L = opaque;
+  grp *g = opaque;
+  loop_t *L = g ? g->L : NULL;
   int failed = 0;
   for (int i = 0; offsets && i < offsets->cnt; i++) {
     const rd_kafka_topic_partition_t *tp = &offsets->elems[i];
@@ -116,20 +133,24 @@ void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 }
 
 void sl__set_pause(loop_t *L, int pause) {
-  if (!L->assignment || L->paused_all == pause) return;
+  if (L->paused_all == pause) return;
   L->paused_all = pause;
-  if (pause)
-    rd_kafka_pause_partitions(L->consumer, L->assignment);
-  else {
-    /* resume all but the ones parked for a retry tier */
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(L->assignment->cnt);
-    for (int i = 0; i < L->assignment->cnt; i++) {
-      part *p = sl__part_get(L, L->assignment->elems[i].topic, L->assignment->elems[i].partition, 0);
-      if (p && p->paused_for_park) continue;
-      rd_kafka_topic_partition_list_add(l, L->assignment->elems[i].topic,
-                                        L->assignment->elems[i].partition);
+  for (int gi = 0; gi < L->ngroups; gi++) {
+    grp *g = &L->g[gi];
+    if (!g->assignment || !g->rk) continue;
+    if (pause) {
+      rd_kafka_pause_partitions(g->rk, g->assignment);
+      continue;
     }
-    rd_kafka_resume_partitions(L->consumer, l);
+    /* resume all but the ones parked for a retry tier */
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(g->assignment->cnt);
+    for (int i = 0; i < g->assignment->cnt; i++) {
+      part *p = sl__part_get(L, g->assignment->elems[i].topic, g->assignment->elems[i].partition, 0);
+      if (p && p->paused_for_park) continue;
+      rd_kafka_topic_partition_list_add(l, g->assignment->elems[i].topic,
+                                        g->assignment->elems[i].partition);
+    }
+    rd_kafka_resume_partitions(g->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
   }
 }
@@ -138,11 +159,25 @@ void sl__pause_one(loop_t *L, part *p, int pause) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition);
   if (pause)
-    rd_kafka_pause_partitions(L->consumer, l);
+    rd_kafka_pause_partitions(p->g->rk, l);
   else if (!L->paused_all && !L->stopping)
-    rd_kafka_resume_partitions(L->consumer, l);
+    rd_kafka_resume_partitions(p->g->rk, l);
   rd_kafka_topic_partition_list_destroy(l);
   p->paused_for_park = pause;
+}
+
+/* Partitions assigned over both groups. */
+static int assigned(const loop_t *L) {
+  int n = 0;
+  for (int i = 0; i < L->ngroups; i++) n += L->g[i].assignment ? L->g[i].assignment->cnt : 0;
+  return n;
+}
+
+/* Ready while no group is handing partitions over. */
+static void set_ready(loop_t *L) {
+  int revoking = 0;
+  for (int i = 0; i < L->ngroups; i++) revoking |= L->g[i].revoking != NULL;
+  sl_admin_set_ready(L->o->admin, !revoking);
 }
 
 /* ---- rebalancing ----
@@ -167,11 +202,11 @@ static int list_has(const rd_kafka_topic_partition_list_t *l, const char *topic,
   return l && rd_kafka_topic_partition_list_find(l, topic, pn) != NULL;
 }
 
-/* Jobs of partitions being revoked that have not finished. */
-static int64_t revoke_pending(loop_t *L) {
+/* Jobs of g's partitions being revoked that have not finished. */
+static int64_t revoke_pending(grp *g) {
   int64_t n = 0;
-  for (job *j = L->jobs; j; j = j->all_next)
-    if (j->p && j->p->revoking && j->epoch == j->p->ring.epoch) n++;
+  for (job *j = g->L->jobs; j; j = j->all_next)
+    if (j->p && j->p->g == g && j->p->revoking && j->epoch == j->p->ring.epoch) n++;
   return n;
 }
 
@@ -202,13 +237,16 @@ static void release_stale(loop_t *L, job **head, job **tail, int64_t *len) {
   }
 }
 
-void sl__revoke_finish(loop_t *L) {
-  rd_kafka_topic_partition_list_t *l = L->revoking;
+void sl__revoke_finish(grp *g) {
+  loop_t *L = g->L;
+  rd_kafka_topic_partition_list_t *l = g->revoking;
   if (!l) return;
-  uv_timer_stop(&L->revoke_timer);
-  int64_t left = revoke_pending(L);
-  if (!L->revoking_lost) sl__commit(L, 1, NULL); /* what finished on them, and the rest */
-  L->revoking = NULL;
+  uv_timer_stop(&g->revoke_timer);
+  int64_t left = revoke_pending(g);
+  /* what finished on them, and the rest of this group (the other group
+   * may be rejoining: its commits wait for its own assign) */
+  if (!g->revoking_lost) sl__commit(g, 1);
+  g->revoking = NULL;
   for (int i = 0; i < l->cnt; i++) {
     part *p = sl__part_get(L, l->elems[i].topic, l->elems[i].partition, 0);
     if (!p) continue;
@@ -217,51 +255,55 @@ void sl__revoke_finish(loop_t *L) {
     sl__release_parked(L, p);
     p->paused_for_park = 0;
   }
-  if (L->cooperative) {
-    rd_kafka_error_t *e = rd_kafka_incremental_unassign(L->consumer, l);
+  if (g->cooperative) {
+    rd_kafka_error_t *e = rd_kafka_incremental_unassign(g->rk, l);
     if (e) {
-      sl_log(SL_LOG_WARN, NULL, "incremental unassign: %s", rd_kafka_error_string(e));
+      sl_log(SL_LOG_WARN, NULL, "incremental unassign (%s): %s", g->name,
+             rd_kafka_error_string(e));
       rd_kafka_error_destroy(e);
     }
   } else {
-    rd_kafka_assign(L->consumer, NULL);
+    rd_kafka_assign(g->rk, NULL);
   }
   /* what stays assigned */
   rd_kafka_topic_partition_list_t *keep =
-      rd_kafka_topic_partition_list_new(L->assignment ? L->assignment->cnt : 0);
-  for (int i = 0; L->assignment && i < L->assignment->cnt; i++)
-    if (!list_has(l, L->assignment->elems[i].topic, L->assignment->elems[i].partition))
-      rd_kafka_topic_partition_list_add(keep, L->assignment->elems[i].topic,
-                                        L->assignment->elems[i].partition);
-  if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
-  L->assignment = keep;
+      rd_kafka_topic_partition_list_new(g->assignment ? g->assignment->cnt : 0);
+  for (int i = 0; g->assignment && i < g->assignment->cnt; i++)
+    if (!list_has(l, g->assignment->elems[i].topic, g->assignment->elems[i].partition))
+      rd_kafka_topic_partition_list_add(keep, g->assignment->elems[i].topic,
+                                        g->assignment->elems[i].partition);
+  if (g->assignment) rd_kafka_topic_partition_list_destroy(g->assignment);
+  g->assignment = keep;
   if (left)
     sl_log(SL_LOG_WARN, NULL,
-           "revoked %d partition(s)%s with %lld message(s) still running: the new owner "
+           "%s: revoked %d partition(s)%s with %lld message(s) still running: the new owner "
            "reads them again (and waits for their outputs where a claim holds them)",
-           l->cnt, L->revoking_lost ? " (lost)" : " after stage.revoke_wait_ms", (long long)left);
+           g->name, l->cnt, g->revoking_lost ? " (lost)" : " after stage.revoke_wait_ms",
+           (long long)left);
   else
-    sl_log(SL_LOG_INFO, NULL, "revoked %d partition(s)%s; %d assigned", l->cnt,
-           L->revoking_lost ? " (lost)" : "", keep->cnt);
-  sl_metric_set(L->m_assigned, keep->cnt);
-  sl_admin_set_ready(L->o->admin, 1);
+    sl_log(SL_LOG_INFO, NULL, "%s: revoked %d partition(s)%s; %d assigned", g->name, l->cnt,
+           g->revoking_lost ? " (lost)" : "", keep->cnt);
+  sl_metric_set(L->m_assigned, assigned(L));
+  set_ready(L);
   rd_kafka_topic_partition_list_destroy(l);
 }
 
 void sl__revoke_check(loop_t *L) {
-  if (L->revoking && revoke_pending(L) == 0) sl__revoke_finish(L);
+  for (int i = 0; i < L->ngroups; i++)
+    if (L->g[i].revoking && revoke_pending(&L->g[i]) == 0) sl__revoke_finish(&L->g[i]);
 }
 
 static void on_revoke_timer(uv_timer_t *t) { sl__revoke_finish(t->data); }
 
-static void revoke_begin(loop_t *L, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
-  if (L->revoking) sl__revoke_finish(L); /* not expected: librdkafka waits for the first */
-  if (L->cooperative) { /* this generation's assign, then the rejoin's */
-    L->rejoin_assigns = rd_kafka_assignment_lost(rk) ? 1 : 2;
-    L->rejoin_until_ms = sl_now_ms() + L->cc->revoke_wait_ms + L->cc->kafka_session_timeout_ms;
+static void revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
+  loop_t *L = g->L;
+  if (g->revoking) sl__revoke_finish(g); /* not expected: librdkafka waits for the first */
+  if (g->cooperative) { /* this generation's assign, then the rejoin's */
+    g->rejoin_assigns = rd_kafka_assignment_lost(rk) ? 1 : 2;
+    g->rejoin_until_ms = sl_now_ms() + L->cc->revoke_wait_ms + L->cc->kafka_session_timeout_ms;
   }
-  L->revoking = rd_kafka_topic_partition_list_copy(parts);
-  L->revoking_lost = rd_kafka_assignment_lost(rk);
+  g->revoking = rd_kafka_topic_partition_list_copy(parts);
+  g->revoking_lost = rd_kafka_assignment_lost(rk);
   rd_kafka_pause_partitions(rk, parts); /* nothing new from them */
   for (int i = 0; i < parts->cnt; i++) {
     part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 0);
@@ -270,7 +312,7 @@ static void revoke_begin(loop_t *L, rd_kafka_t *rk, rd_kafka_topic_partition_lis
     sl__release_parked(L, p); /* not due yet, uncalled: redelivered */
     p->paused_for_park = 0;
   }
-  sl_admin_set_ready(L->o->admin, 0);
+  set_ready(L);
   release_stale(L, &L->bq_head, &L->bq_tail, &L->bq_len);
   sl_metric_set(L->m_held, L->bq_len);
   if (!L->lq_busy) { /* the head may be waiting on Redis: it checks itself */
@@ -284,28 +326,29 @@ static void revoke_begin(loop_t *L, rd_kafka_t *rk, rd_kafka_topic_partition_lis
     h->next = rest;
     L->lq_tail = rest ? rt : h;
   }
-  int64_t pending = revoke_pending(L);
-  sl_log(SL_LOG_INFO, NULL, "revoking %d partition(s)%s; %lld message(s) of them still running",
-         parts->cnt, L->revoking_lost ? " (assignment lost)" : "", (long long)pending);
-  if (pending == 0 || L->revoking_lost || L->closing || L->cc->revoke_wait_ms <= 0) {
-    sl__revoke_finish(L);
+  int64_t pending = revoke_pending(g);
+  sl_log(SL_LOG_INFO, NULL, "%s: revoking %d partition(s)%s; %lld message(s) of them still running",
+         g->name, parts->cnt, g->revoking_lost ? " (assignment lost)" : "", (long long)pending);
+  if (pending == 0 || g->revoking_lost || L->closing || L->cc->revoke_wait_ms <= 0) {
+    sl__revoke_finish(g);
     return;
   }
-  uv_timer_start(&L->revoke_timer, on_revoke_timer, (uint64_t)L->cc->revoke_wait_ms, 0);
+  uv_timer_start(&g->revoke_timer, on_revoke_timer, (uint64_t)L->cc->revoke_wait_ms, 0);
 }
 
 void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
-  loop_t *L = opaque;
-  L->cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  grp *g = opaque;
+  loop_t *L = g->L;
+  g->cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-    if (L->revoking) sl__revoke_finish(L);
-    if (L->rejoin_assigns > 0) L->rejoin_assigns--;
+    if (g->revoking) sl__revoke_finish(g);
+    if (g->rejoin_assigns > 0) g->rejoin_assigns--;
     for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */
       part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 1);
       if (p) part_reset(p);
     }
-    if (L->cooperative) {
+    if (g->cooperative) {
       rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
       if (e) {
         sl_log(SL_LOG_WARN, NULL, "incremental assign: %s", rd_kafka_error_string(e));
@@ -314,31 +357,32 @@ void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     } else {
       rd_kafka_assign(rk, parts);
     }
-    if (!L->assignment || !L->cooperative) {
-      if (L->assignment) rd_kafka_topic_partition_list_destroy(L->assignment);
-      L->assignment = rd_kafka_topic_partition_list_new(parts->cnt);
+    if (!g->assignment || !g->cooperative) {
+      if (g->assignment) rd_kafka_topic_partition_list_destroy(g->assignment);
+      g->assignment = rd_kafka_topic_partition_list_new(parts->cnt);
     }
     for (int i = 0; i < parts->cnt; i++)
-      if (!list_has(L->assignment, parts->elems[i].topic, parts->elems[i].partition))
-        rd_kafka_topic_partition_list_add(L->assignment, parts->elems[i].topic,
+      if (!list_has(g->assignment, parts->elems[i].topic, parts->elems[i].partition))
+        rd_kafka_topic_partition_list_add(g->assignment, parts->elems[i].topic,
                                           parts->elems[i].partition);
     /* librdkafka keeps a partition's pause flag across unassign and assign:
      * resume what was handed to us, then pause again where we must */
     rd_kafka_resume_partitions(rk, parts);
     if (L->paused_all || L->stopping) rd_kafka_pause_partitions(rk, parts);
-    sl_log(SL_LOG_INFO, NULL, "assigned %d partition(s) (%s); %d in all", parts->cnt,
-           L->cooperative ? "incremental" : "eager", L->assignment->cnt);
-    sl_metric_set(L->m_assigned, L->assignment->cnt);
-    sl_admin_set_ready(L->o->admin, 1);
+    sl_log(SL_LOG_INFO, NULL, "%s: assigned %d partition(s) (%s); %d in this group, %d in all",
+           g->name, parts->cnt, g->cooperative ? "incremental" : "eager", g->assignment->cnt,
+           assigned(L));
+    sl_metric_set(L->m_assigned, assigned(L));
+    set_ready(L);
   } else {
-    revoke_begin(L, rk, parts);
+    revoke_begin(g, rk, parts);
   }
 }
 
 /* ---- consumer lag from librdkafka's statistics ---- */
 
 
-static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
+static sl_metric *lag_series(loop_t *L, grp *g, const char *topic, int32_t partition) {
   for (int i = 0; i < L->nlag; i++)
     if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0)
       return L->lag[i].m;
@@ -352,6 +396,7 @@ static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
   if (!m) return NULL;
   snprintf(L->lag[L->nlag].topic, sizeof L->lag[0].topic, "%s", topic);
   L->lag[L->nlag].partition = partition;
+  L->lag[L->nlag].g = g;
   L->lag[L->nlag].m = m;
   L->nlag++;
   return m;
@@ -359,18 +404,19 @@ static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
 
 /* Statistics JSON (STATISTICS.md): topics.<t>.partitions.<p>.consumer_lag is
  * the high watermark minus the committed offset (-1 while unknown). Only the
- * partitions assigned to this process are reported; a partition that went
+ * partitions assigned to this process in group g are reported; a partition that went
  * elsewhere drops to 0 here (its new owner reports it). Runs inside
  * rd_kafka_consumer_poll(), on the loop thread. */
 int sl__on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque) {
   (void)rk;
-  loop_t *L = opaque;
+  grp *g = opaque;
+  loop_t *L = g->L;
   json_t *root = json_loadb(js, len, 0, NULL);
   if (!root) return 0;
   json_t *topics = json_object_get(root, "topics");
   int seen[SL_LAG_SERIES_MAX] = {0};
-  for (int i = 0; L->assignment && i < L->assignment->cnt; i++) {
-    const rd_kafka_topic_partition_t *tp = &L->assignment->elems[i];
+  for (int i = 0; g->assignment && i < g->assignment->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &g->assignment->elems[i];
     char pn[16];
     snprintf(pn, sizeof pn, "%d", (int)tp->partition);
     json_t *pj = json_object_get(
@@ -384,13 +430,13 @@ int sl__on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque) {
       if (!json_is_integer(json_object_get(pj, "hi_offset")) || hi < 0 || lo < 0) continue;
       lag = hi - lo;
     }
-    sl_metric *m = lag_series(L, tp->topic, tp->partition);
+    sl_metric *m = lag_series(L, g, tp->topic, tp->partition);
     sl_metric_set(m, (int64_t)lag);
     for (int k = 0; k < L->nlag; k++)
       if (L->lag[k].m == m) seen[k] = 1;
   }
-  for (int k = 0; k < L->nlag; k++)
-    if (!seen[k]) sl_metric_set(L->lag[k].m, 0);
+  for (int k = 0; k < L->nlag; k++) /* this group's series only: the other reports its own */
+    if (!seen[k] && L->lag[k].g == g) sl_metric_set(L->lag[k].m, 0);
   json_decref(root);
   return 0;
 }

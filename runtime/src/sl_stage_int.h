@@ -38,6 +38,28 @@
 typedef struct loop_t loop_t;
 typedef struct sl_job job;
 
+/* One consumer group of the stage: [0] "sluice-<stage>" (its inputs),
+ * [1] "sluice-<stage>-retry" (its retry tiers); see sl_stage_group.c. */
+typedef struct grp {
+  loop_t *L;
+  char name[160];     /* the group id */
+  rd_kafka_t *rk;
+  sl_kafka_uv *cku;
+  rd_kafka_topic_partition_list_t *assignment;
+  /* partitions being revoked: unassigned once their running work is over
+   * or stage.revoke_wait_ms has passed */
+  rd_kafka_topic_partition_list_t *revoking;
+  int revoking_lost;  /* the assignment was lost: commit nothing */
+  /* after a cooperative revoke the member rejoins at once; an asynchronous
+   * commit in flight across that join gets ILLEGAL_GENERATION, which
+   * librdkafka < 2.10 (#4059) turns into a lost assignment. Periodic
+   * commits wait for the rejoin's assign (or rejoin_until_ms). */
+  int rejoin_assigns;
+  int64_t rejoin_until_ms;
+  int cooperative;    /* the group's protocol is incremental (KIP-429) */
+  uv_timer_t revoke_timer;
+} grp;
+
 /* at most this many per-partition lag series per process */
 #define SL_LAG_SERIES_MAX 128
 
@@ -51,6 +73,7 @@ typedef struct part {
   part_id id;
   UT_hash_handle hh;
   loop_t *L;
+  grp *g;          /* the group its topic is consumed in */
   sl_offsets ring;  /* offsets in flight and the commit point (sl_offsets.h) */
   int revoked;     /* no longer ours: nothing of it is committed */
   int revoking;    /* being taken away: running work may still finish */
@@ -106,8 +129,10 @@ struct loop_t {
   const sl_stage_opts *o;
   const sl_common_conf *cc;
   uv_loop_t loop;
-  rd_kafka_t *consumer, *producer;
-  sl_kafka_uv *cku, *pku;
+  rd_kafka_t *producer;
+  sl_kafka_uv *pku;
+  grp g[2];           /* inputs, retry tiers */
+  int ngroups;
   sl_aredis *redis;
   sl_httpc *http;     /* for async processors */
   sl_breaker *breaker;
@@ -132,19 +157,6 @@ struct loop_t {
   job *lq_head, *lq_tail;
   int lq_busy;
   uv_timer_t lq_timer;
-  rd_kafka_topic_partition_list_t *assignment;
-  /* partitions being revoked: unassigned once their running work is over
-   * or stage.revoke_wait_ms has passed */
-  rd_kafka_topic_partition_list_t *revoking;
-  int revoking_lost;  /* the assignment was lost: commit nothing */
-  /* after a cooperative revoke the member rejoins at once; an asynchronous
-   * commit in flight across that join gets ILLEGAL_GENERATION, which
-   * librdkafka < 2.10 (#4059) turns into a lost assignment. Periodic
-   * commits wait for the rejoin's assign (or rejoin_until_ms). */
-  int rejoin_assigns;
-  int64_t rejoin_until_ms;
-  int cooperative;    /* the group's protocol is incremental (KIP-429) */
-  uv_timer_t revoke_timer;
   /* input claims (sl_claim.h): this process's owner prefix, renewed while
    * their calls run */
   char owner[80];
@@ -165,6 +177,7 @@ struct loop_t {
   struct {
     char topic[128];
     int32_t partition;
+    grp *g;
     sl_metric *m;
   } lag[SL_LAG_SERIES_MAX];
   int nlag;
@@ -202,12 +215,13 @@ part *sl__part_get(loop_t *L, const char *topic, int32_t partition, int create);
 void sl__part_drop(loop_t *L, part *p);
 /* Commits every partition whose commit point moved; sync on revoke and
  * shutdown. */
-void sl__commit(loop_t *L, int sync, part *only);
+void sl__commit(grp *g, int sync);
+void sl__commit_all(loop_t *L, int sync);
 void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                    rd_kafka_topic_partition_list_t *offsets, void *opaque);
 void sl__set_pause(loop_t *L, int pause);
 void sl__pause_one(loop_t *L, part *p, int pause);
-void sl__revoke_finish(loop_t *L);
+void sl__revoke_finish(grp *g);
 void sl__revoke_check(loop_t *L);
 void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *parts, void *opaque);

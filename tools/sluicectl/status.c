@@ -3,7 +3,8 @@
  *
  * Kafka is the source for what waits: per consuming stage (ingest, stt,
  * grade, materialize) its group "sluice-<stage>" is described (state,
- * members), the committed offsets of its input and retry topics are set
+ * members), the committed offsets of its input topics (that group's) and
+ * retry topics (group "sluice-<stage>-retry"'s) are set
  * against the high watermarks (lag), and for main-input partitions with lag
  * the message at the committed offset is read: its timestamp is the age of
  * the oldest waiting message even when no stage process runs. Rates in/out
@@ -250,29 +251,43 @@ static int kafka_sample(const sc_opts *o, snapshot *s) {
         }
       rd_kafka_group_list_destroy(gl);
     }
-    /* committed offsets of the group */
-    if (st->nparts) {
-      rd_kafka_t *gk = consumer(o, st->group);
+    /* committed offsets: the inputs' in group sluice-<stage>, the retry
+     * tiers' in sluice-<stage>-retry (runtime/src/sl_stage_group.c) */
+    for (int retry = 0; rc == 0 && retry < 2 && st->nparts; retry++) {
+      char gname[80];
+      snprintf(gname, sizeof gname, "%s%s", st->group, retry ? "-retry" : "");
+      rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(st->nparts);
+      for (int k = 0; k < st->nparts; k++)
+        if (st->parts[k].retry == retry)
+          rd_kafka_topic_partition_list_add(l, st->parts[k].topic, st->parts[k].partition);
+      if (l->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(l);
+        continue;
+      }
+      rd_kafka_t *gk = consumer(o, gname);
       if (!gk) {
+        rd_kafka_topic_partition_list_destroy(l);
         rc = -1;
         break;
       }
-      rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(st->nparts);
-      for (int k = 0; k < st->nparts; k++)
-        rd_kafka_topic_partition_list_add(l, st->parts[k].topic, st->parts[k].partition);
       e = rd_kafka_committed(gk, l, o->timeout_ms);
       if (e) {
         char what[128];
-        snprintf(what, sizeof what, "committed offsets of group %s", st->group);
+        snprintf(what, sizeof what, "committed offsets of group %s", gname);
         sc_report_kafka_error(o, what, e);
         rc = -1;
       } else {
-        for (int k = 0; k < l->cnt && k < st->nparts; k++)
-          st->parts[k].committed = l->elems[k].err ? -1 : l->elems[k].offset;
+        for (int k = 0; k < st->nparts; k++) {
+          if (st->parts[k].retry != retry) continue;
+          const rd_kafka_topic_partition_t *tp =
+              rd_kafka_topic_partition_list_find(l, st->parts[k].topic, st->parts[k].partition);
+          st->parts[k].committed = !tp || tp->err ? -1 : tp->offset;
+        }
       }
       rd_kafka_topic_partition_list_destroy(l);
       rd_kafka_destroy(gk);
     }
+    if (rc) break;
     for (int k = 0; k < st->nparts; k++) {
       part_t *pp = &st->parts[k];
       int64_t from = pp->committed >= pp->lo ? pp->committed : pp->lo;
