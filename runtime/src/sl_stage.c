@@ -765,7 +765,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   }
   snprintf(tp, sizeof tp, "%d", L->rp.ntiers);
   sl_log(SL_LOG_INFO, NULL,
-         "consuming %s%s%s as group %s and %s retry tiers (%s .. %s) as group %s (%s); up to "
+         "consuming %s%s%s as group %s; %s retry tiers (%s .. %s) as group %s (%s); up to "
          "%lld in flight",
          o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "",
          L->g[0].name, tp, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], L->g[1].name,

@@ -340,7 +340,10 @@ void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
   grp *g = opaque;
   loop_t *L = g->L;
-  g->cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  /* NULL while no protocol is in force (leaving the group on close): the
+   * last one known still tells how to unassign */
+  const char *proto = rd_kafka_rebalance_protocol(rk);
+  if (proto) g->cooperative = strcmp(proto, "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     if (g->revoking) sl__revoke_finish(g);
     if (g->rejoin_assigns > 0) g->rejoin_assigns--;
