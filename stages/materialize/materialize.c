@@ -355,6 +355,14 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   sluice__v1__question_status__free_unpacked(st, NULL);
 }
 
+/* KEYS[1] the offsets applied per partition; ARGV "<topic>:<partition>",
+ * offset: raised to offset if lower. */
+static const char record_lua[] =
+    "if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1') then\n"
+    "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
+    "end\n"
+    "return 0\n";
+
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   mat *M = ud;
   (void)out;
@@ -363,6 +371,18 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     on_submission(M, m, res);
   else
     on_status(M, m, res);
+  if (res->outcome == SL_OUTCOME_FAIL && m->rkt) {
+    /* a message that is a dead letter (not a QuestionStatus, ...) is done
+     * with too: recorded as applied, or a starting materialize would find
+     * the partition's committed offset past what Redis holds and rebuild
+     * the view for nothing (behind_committed()) */
+    char tp[200], off[32], err[256];
+    snprintf(tp, sizeof tp, "%s:%d", rd_kafka_topic_name(m->rkt), (int)m->partition);
+    snprintf(off, sizeof off, "%lld", (long long)m->offset);
+    const char *argv[] = {"EVAL", record_lua, "1", VIEW_APPLIED, tp, off};
+    redisReply *rep = cmd(M, 6, argv, err, sizeof err);
+    if (rep) freeReplyObject(rep);
+  }
 }
 
 /* ---- rebuilding a lost view ---------------------------------------------------- */
