@@ -90,6 +90,24 @@ wait_count() {
 
 stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 
+# fake_up STT_MS CHAT_MS JITTER_MS : the fake provider (no failures) on
+# BASE+62 (admin +162) as the stt and grade stages' OpenAI endpoint, before
+# the stages start; FAKE is its address, fake its pid (stopped at exit)
+fake_up() {
+  FAKE=127.0.0.1:$((BASE + 62))
+  mkdir -p "$STAGES_DIR"
+  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen="$FAKE" \
+    --set admin.listen=127.0.0.1:$((BASE + 162)) \
+    --set fakeprovider.stt_latency_ms="$1" --set fakeprovider.stt_jitter_ms="$3" \
+    --set fakeprovider.chat_latency_ms="$2" --set fakeprovider.chat_jitter_ms="$3" \
+    --set fakeprovider.failure_rate=0 >"$STAGES_DIR/fakeprovider.log" 2>&1 &
+  fake=$!
+  at_exit "kill $fake 2>/dev/null || true"
+  wait_for 20 curl -fs -o /dev/null "http://$FAKE/stats" || fail "fake provider did not start"
+  export SLUICE_STT_PLUGIN=openai SLUICE_GRADE_PLUGIN=openai
+  export SLUICE_STT_OPENAI_BASE_URL=http://$FAKE SLUICE_GRADE_OPENAI_BASE_URL=http://$FAKE
+}
+
 # new_submission FILE... : creates a submission of one audio/wav answer per
 # file (prompt "Question <n>?"); sets SUB_REPLY (presign's answer), SID and TOKEN
 new_submission() {

@@ -41,17 +41,9 @@ js=$(printf '%s.%s' "$jh" "$jp" | openssl dgst -sha256 -hmac "$SLUICE_AUTH_JWT_H
 export SLUICE_API_KEY=$jh.$jp.$js # the load generator's bearer credential
 KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
 
-FAKE=127.0.0.1:$((BASE + 62))
-"$SLUICE_BIN" fakeprovider --set fakeprovider.listen=$FAKE --set admin.listen=127.0.0.1:$((BASE + 162)) \
-  --set fakeprovider.stt_latency_ms=500 --set fakeprovider.stt_jitter_ms=200 \
-  --set fakeprovider.chat_latency_ms=500 --set fakeprovider.chat_jitter_ms=200 \
-  --set fakeprovider.failure_rate=0 >"$STAGES_DIR/fakeprovider.log" 2>&1 &
-fake=$!
-at_exit "kill $fake 2>/dev/null || true"
-wait_for 20 curl -fs -o /dev/null "http://$FAKE/stats" || fail "fake provider did not start"
-export SLUICE_STT_PLUGIN=openai SLUICE_GRADE_PLUGIN=openai
-export SLUICE_STT_OPENAI_BASE_URL=http://$FAKE SLUICE_GRADE_OPENAI_BASE_URL=http://$FAKE
+fake_up 500 500 200 # ms: stt, grading, jitter
 export SLUICE_RETRY_TIERS=1s,2s,4s
+retry_topics 1s 2s 4s
 "$ROOT/tools/stages" up --replicas ingest=3,stt=3,grade=3,materialize=3 >/dev/null ||
   { fail "stages did not start"; finish; }
 
@@ -128,6 +120,8 @@ for cls in unknown_submission bad_message; do
   check "no $cls dead letters ($n)" test "${n:-x}" = 0
   [[ ${n:-x} == 0 ]] || jq -c '{key, stage, error_message}' "$work/dl.$cls" | head -5 >&2
 done
+cp "$work"/p1.codes "$work"/p2.codes "$STAGES_DIR"/ 2>/dev/null || true # kept with the stage logs
+echo "$restarted_ms" >"$STAGES_DIR/restarted_ms"
 n404=$(awk '$2 == 404' "$work/p1.codes" | wc -l)
 log "probe made before the snapshot: $(wc -l <"$work/p1.codes") polls, codes $(awk '{print $2}' "$work/p1.codes" | sort | uniq -c | tr -s ' \n' ' ')"
 check "never 404 for a submission that existed all along ($n404)" test "$n404" = 0

@@ -24,17 +24,7 @@ MAX_CALLS=${SCALEOUT_MAX_CALLS:-1.02}
 LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
 [[ -x $LOADGEN ]] || { fail "no $LOADGEN"; finish; }
 
-FAKE=127.0.0.1:$((BASE + 62))
-"$SLUICE_BIN" fakeprovider --set fakeprovider.listen=$FAKE --set admin.listen=127.0.0.1:$((BASE + 162)) \
-  --set fakeprovider.stt_latency_ms=3000 --set fakeprovider.stt_jitter_ms=300 \
-  --set fakeprovider.chat_latency_ms=3000 --set fakeprovider.chat_jitter_ms=300 \
-  --set fakeprovider.failure_rate=0 >"$STAGES_DIR/fakeprovider.log" 2>&1 &
-fake=$!
-at_exit "kill $fake 2>/dev/null || true"
-wait_for 20 curl -fs -o /dev/null "http://$FAKE/stats" || fail "fake provider did not start"
-
-export SLUICE_STT_PLUGIN=openai SLUICE_GRADE_PLUGIN=openai
-export SLUICE_STT_OPENAI_BASE_URL=http://$FAKE SLUICE_GRADE_OPENAI_BASE_URL=http://$FAKE
+fake_up 3000 3000 300 # ms: stt, grading, jitter
 export SLUICE_LOG_LEVEL=${SLUICE_LOG_LEVEL:-info}
 "$ROOT/tools/stages" up --replicas ingest=3,stt=3,grade=3,materialize=3 >/dev/null ||
   { fail "stages did not start"; finish; }
