@@ -54,8 +54,10 @@ probe() { # probe NAME [nowait]: a one-answer submission (graded, unless nowait)
   new_submission "$work/a.wav" && put_answer 0 "$work/a.wav" || return 1
   printf '%s %s\n' "$SID" "$TOKEN" >"$work/$1"
   [[ ${2:-} == nowait ]] && return 0
-  wait_for 60 sh -c "curl -fsS -H 'Authorization: Bearer $TOKEN' '$RESULTS_URL/v1/submissions/$SID' | jq -e '.summary.complete' >/dev/null"
+  # jqe, not jq -e: jq 1.6 passes -e on an empty body (a 404 under curl -f)
+  wait_for 60 probe_complete "$SID" "$TOKEN"
 }
+probe_complete() { jqe '.summary.complete' "$(view_of "$1" "$2")"; }
 check "a probe submission is graded before the faults" probe p1
 poll() { # poll NAME: one line per request, "<unix ms> <http code>", until killed
   local sid token

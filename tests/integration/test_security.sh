@@ -166,8 +166,10 @@ check "alice's submission still belongs to alice" \
 url=$(jq -r '.questions[0].url' "$work/a.json")
 code=$(curl -sS -o /dev/null -w '%{http_code}' -X PUT -H 'Content-Type: audio/wav' --data-binary "@$work/a.wav" "$url")
 check "alice uploads her answer ($code)" test "$code" = 200
-wait_for 120 sh -c "curl -fsS -H 'Authorization: Bearer $TA' '$RESULTS_URL/v1/submissions/$SA' | jq -e '.questions[] | select(.no == 1) | .state == \"done\"' >/dev/null" ||
-  fail "alice's answer was not graded"
+# jqe, not jq -e: jq 1.6 passes -e on an empty body (a 404 under curl -f),
+# so that wait could end before anything was graded
+alice_done() { jqe '.questions[] | select(.no == 1) | .state == "done"' "$(view_of "$SA" "$TA")"; }
+wait_for 120 alice_done || fail "alice's answer was not graded"
 
 # the same upload's event once more through the webhook, with its shared secret
 ev=$(jq -cn --arg k "$akey" --arg b "$SLUICE_S3_BUCKET" --argjson s "$size" \
