@@ -254,6 +254,69 @@ static rd_kafka_conf_t *base_conf(const char *brokers, const char *client_id, ch
   return c;
 }
 
+static char *trim(char *a) {
+  while (*a == ' ' || *a == '\t') a++;
+  char *e = a + strlen(a);
+  while (e > a && (e[-1] == ' ' || e[-1] == '\t')) *--e = '\0';
+  return a;
+}
+
+int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char **kv,
+                         size_t maxpairs, char *err, size_t errlen) {
+  static const char *const guarded[] = {"enable.idempotence", "acks", "request.required.acks",
+                                        "transactional.id", "dr_cb", "dr_msg_cb", "opaque"};
+  if (!buf || !kv || maxpairs == 0) return SL_EINVAL;
+  kv[0] = NULL;
+  if (!spec || !*spec) return 0;
+  if (strlen(spec) >= buflen) {
+    snprintf(err, errlen, "kafka.producer_properties is longer than %zu bytes", buflen - 1);
+    return SL_ECONFIG;
+  }
+  memcpy(buf, spec, strlen(spec) + 1);
+  rd_kafka_conf_t *probe = rd_kafka_conf_new();
+  if (!probe) return SL_ENOMEM;
+  size_t n = 0;
+  int rc = 0;
+  char *save = NULL;
+  for (char *it = strtok_r(buf, ",", &save); it && rc == 0; it = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(it, '=');
+    if (!eq) {
+      if (*trim(it) == '\0') continue;
+      snprintf(err, errlen, "kafka.producer_properties: \"%s\" is not name=value", trim(it));
+      rc = SL_ECONFIG;
+      break;
+    }
+    *eq = '\0';
+    char *k = trim(it), *v = trim(eq + 1);
+    for (size_t i = 0; i < sizeof guarded / sizeof guarded[0]; i++)
+      if (strcmp(k, guarded[i]) == 0) {
+        snprintf(err, errlen, "kafka.producer_properties may not set %s: Sluice's delivery "
+                 "guarantee depends on its own value", k);
+        rc = SL_ECONFIG;
+      }
+    if (rc) break;
+    char why[256];
+    if (rd_kafka_conf_set(probe, k, v, why, sizeof why) != RD_KAFKA_CONF_OK) {
+      snprintf(err, errlen, "kafka.producer_properties: %s", why);
+      rc = SL_ECONFIG;
+      break;
+    }
+    if (n >= maxpairs) {
+      snprintf(err, errlen, "kafka.producer_properties has more than %zu properties",
+               maxpairs);
+      rc = SL_ECONFIG;
+      break;
+    }
+    kv[2 * n] = k;
+    kv[2 * n + 1] = v;
+    n++;
+    kv[2 * n] = NULL;
+  }
+  rd_kafka_conf_destroy(probe);
+  if (rc) kv[0] = NULL;
+  return rc;
+}
+
 int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
                           sl_kafka_dr_fn dr, const char *const *extra, char *err,
                           size_t errlen) {

@@ -138,6 +138,10 @@ const sl_conf_entry sl_common_conf_table[] = {
      "this long (the broker's group.min/max.session.timeout.ms bound it)", 0},
     {"kafka.heartbeat_interval_ms", SL_CONF_INT, "2000", C(kafka_heartbeat_ms),
      "group heartbeat; also how soon the others learn of a rebalance", 0},
+    {"kafka.producer_properties", SL_CONF_STR, "", C(kafka_producer_properties),
+     "extra librdkafka properties of the stage's producer, name=value,... (for example "
+     "compression.type=zstd); enable.idempotence, acks and transactional.id are Sluice's and "
+     "refused", 0},
     {"stage.revoke_wait_ms", SL_CONF_INT, "10000", C(revoke_wait_ms),
      "when partitions are taken away, work on them that is already running (a provider "
      "call) may finish, store its outputs and commit for this long before they are handed "
@@ -735,8 +739,13 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
       rc = sl_kafka_consumer_new(&g->rk, L->cc->kafka_brokers, g->name, client, &gopts, err,
                                  sizeof err, sl__on_rebalance, sl__on_commit, sl__on_stats, g);
   }
+  char props[1024];
+  const char *pkv[2 * 16 + 1];
   if (rc == 0)
-    rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, sl__on_delivery, NULL,
+    rc = sl_kafka_props_split(L->cc->kafka_producer_properties, props, sizeof props, pkv, 16,
+                              err, sizeof err);
+  if (rc == 0)
+    rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, sl__on_delivery, pkv,
                                err, sizeof err);
   if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);
   if (rc == 0) rc = sl_aredis_set_timeout(L->redis, L->cc->redis_command_timeout_ms);

@@ -82,7 +82,7 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s",
            rd_kafka_err2str(e));
     char why[256];
-    if (rd_kafka_fatal_error(j->L->producer, why, sizeof why)) {
+    if (!j->L->fatal && rd_kafka_fatal_error(j->L->producer, why, sizeof why)) {
       sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error: %s; stopping", why);
       j->L->fatal = 1;
       *j->L->stop = 1;

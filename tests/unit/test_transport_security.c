@@ -135,6 +135,45 @@ static void test_kafka_security(void **state) {
   assert_int_equal(sl_kafka_security_enabled(), 0);
 }
 
+/* kafka.producer_properties: split, trimmed, checked against librdkafka;
+ * the properties the delivery guarantee rests on are refused */
+static void test_producer_properties(void **state) {
+  (void)state;
+  char buf[128], err[256];
+  const char *kv[2 * 3 + 1];
+  assert_int_equal(sl_kafka_props_split("", buf, sizeof buf, kv, 3, err, sizeof err), 0);
+  assert_null(kv[0]);
+  assert_int_equal(sl_kafka_props_split(" compression.type = zstd ,, linger.ms=5", buf,
+                                        sizeof buf, kv, 3, err, sizeof err), 0);
+  assert_string_equal(kv[0], "compression.type");
+  assert_string_equal(kv[1], "zstd");
+  assert_string_equal(kv[2], "linger.ms");
+  assert_string_equal(kv[3], "5");
+  assert_null(kv[4]);
+  err[0] = '\0';
+  assert_int_equal(sl_kafka_props_split("acks=1", buf, sizeof buf, kv, 3, err, sizeof err),
+                   SL_ECONFIG);
+  assert_non_null(strstr(err, "may not set acks"));
+  assert_null(kv[0]);
+  assert_int_equal(sl_kafka_props_split("linger.ms=1,enable.idempotence=false", buf, sizeof buf,
+                                        kv, 3, err, sizeof err), SL_ECONFIG);
+  assert_int_equal(sl_kafka_props_split("no.such.property=1", buf, sizeof buf, kv, 3, err,
+                                        sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "no.such.property"));
+  assert_int_equal(sl_kafka_props_split("linger.ms=abc", buf, sizeof buf, kv, 3, err, sizeof err),
+                   SL_ECONFIG);
+  assert_int_equal(sl_kafka_props_split("linger.ms", buf, sizeof buf, kv, 3, err, sizeof err),
+                   SL_ECONFIG);
+  assert_non_null(strstr(err, "not name=value"));
+  assert_int_equal(sl_kafka_props_split("linger.ms=1,linger.ms=2,linger.ms=3,linger.ms=4", buf,
+                                        sizeof buf, kv, 3, err, sizeof err), SL_ECONFIG);
+  char big[300];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  assert_int_equal(sl_kafka_props_split(big, buf, sizeof buf, kv, 3, err, sizeof err),
+                   SL_ECONFIG);
+}
+
 static void test_s3_ca(void **state) {
   (void)state;
   sl_s3_target t;
@@ -157,7 +196,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_redis_url),      cmocka_unit_test(test_redact),
       cmocka_unit_test(test_redis_security), cmocka_unit_test(test_kafka_security),
-      cmocka_unit_test(test_s3_ca),
+      cmocka_unit_test(test_s3_ca),          cmocka_unit_test(test_producer_properties),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,17 @@ typedef void (*sl_kafka_dr_fn)(rd_kafka_resp_err_t err, void *msg_opaque);
  * answer_within_ms - 1000, at least 100. */
 int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms);
 
+/* Splits spec, "name=value,name=value" (librdkafka producer properties,
+ * the value of kafka.producer_properties), into kv: NULL-terminated
+ * name/value pairs pointing into buf (bounded: buflen bytes; kv has room
+ * for 2 * maxpairs + 1 pointers). Empty items are skipped; spaces around names and values
+ * are trimmed. The properties Sluice's delivery guarantee rests on
+ * (enable.idempotence, acks, transactional.id, the delivery callbacks) are
+ * refused, and every name/value is checked against librdkafka. Returns 0
+ * or SL_ECONFIG with the reason in err. */
+int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char **kv,
+                         size_t maxpairs, char *err, size_t errlen);
+
 /* Creates an idempotent producer; dr (required) gets every delivery report
  * with the per-message opaque given at produce time. extra: NULL-terminated
  * key/value pairs of librdkafka properties applied last, may be NULL. */
