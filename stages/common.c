@@ -65,6 +65,42 @@ void sl__install_signals(void) {
   signal(SIGPIPE, SIG_IGN);
 }
 
+/* ---- the pipeline ---------------------------------------------------------- */
+
+#define M_SUB "sluice.v1.SubmissionCreated"
+#define M_S3 "json:s3-event"
+#define M_UP "sluice.v1.UploadCompleted"
+#define M_TR "sluice.v1.Transcript"
+#define M_QS "sluice.v1.QuestionStatus"
+const sl_pipeline_kind sl__stage_kinds[] = {
+    {"presign", {NULL}, {M_SUB, M_S3, NULL}, 0, 0},
+    {"ingest", {M_S3, NULL}, {M_UP, M_QS, NULL}, 0, 1},
+    {"stt", {M_UP, NULL}, {M_TR, M_QS, NULL}, 1, 1},
+    {"grade", {M_TR, NULL}, {M_QS, NULL}, 1, 1},
+    {"materialize", {M_QS, M_SUB, NULL}, {NULL}, 0, 1},
+    {"results", {NULL}, {NULL}, 0, 0},
+};
+const size_t sl__nstage_kinds = sizeof sl__stage_kinds / sizeof sl__stage_kinds[0];
+
+int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t errlen) {
+  int rc = sl_common_pipeline(cc, stage, err, errlen);
+  if (rc == 0)
+    rc = sl_pipeline_check_kinds(cc->pipeline, sl__stage_kinds, sl__nstage_kinds, err, errlen);
+  if (rc) return rc;
+  const sl_pipeline_stage *s = sl_pipeline_stage_find(cc->pipeline, stage);
+  if (!s) {
+    snprintf(err, errlen, "pipeline %s has no stage \"%s\"",
+             cc->pipeline_file && *cc->pipeline_file ? cc->pipeline_file : "(built-in)", stage);
+    return SL_ECONFIG;
+  }
+  if (strcmp(s->kind, stage) != 0) {
+    snprintf(err, errlen, "stage \"%s\" of the pipeline is of kind %s, not %s", stage, s->kind,
+             stage);
+    return SL_ECONFIG;
+  }
+  return 0;
+}
+
 int sl__stage_start(int argc, char **argv, const char *stage, const char *summary,
                     sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
                     const char *def_admin, sl_admin **admin) {
@@ -80,6 +116,13 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
     return 1002;
   }
   char err[1024];
+  int is_stage = 0; /* fakeprovider is a tool, not a pipeline stage */
+  for (size_t i = 0; i < sl__nstage_kinds; i++) is_stage |= strcmp(sl__stage_kinds[i].kind, stage) == 0;
+  if (is_stage && sl__pipeline_load(cc, stage, err, sizeof err) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "%s", err);
+    sl__stage_finish(cc, own, nown, NULL);
+    return 1002;
+  }
   if (sl_common_secure(cc, 1, err, sizeof err) != 0) {
     sl_log(SL_LOG_ERROR, NULL, "%s", err);
     sl__stage_finish(cc, own, nown, NULL);
@@ -101,6 +144,7 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
 void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
                       sl_admin *admin) {
   sl_admin_stop(admin);
+  sl_common_release(cc);
   sl_conf_bind c = {sl_common_conf_table, sl_common_conf_table_len, cc};
   sl_conf_release(&c, 1);
   sl_conf_release(own, nown);

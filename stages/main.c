@@ -3,6 +3,7 @@
  *   sluice presign|ingest|stt|grade|materialize|results [--help]
  *   sluice plugin run|list|doc   plugins outside a stage (stages/plugin)
  *   sluice config-doc      print every setting as Markdown (docs/configuration.md)
+ *   sluice pipeline        print the pipeline description, resolved and checked
  */
 #define _POSIX_C_SOURCE 200809L
 #include "stages.h"
@@ -10,6 +11,7 @@
 
 #include <curl/curl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "presign/webhook.h"
@@ -48,7 +50,7 @@ static int known_env(const char *env) {
   /* read by the scripts in tools/ and tests/, not by the stages */
   static const char *tooling[] = {"SLUICE_BIN", "SLUICE_CACHE", "SLUICE_SOURCE_DIR",
                                   "SLUICE_TEST_PORT_BASE", "SLUICE_KEEP_SYSTEM_REDIS",
-                                  "SLUICE_HARNESS", "SLUICE_TOPIC_DLQ_AUDIT", "SLUICE_API_KEY"};
+                                  "SLUICE_HARNESS", "SLUICE_API_KEY"};
   for (size_t i = 0; i < sizeof tooling / sizeof tooling[0]; i++)
     if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||
@@ -71,7 +73,53 @@ static void usage(FILE *f) {
   fprintf(f, "usage: sluice <command> [--help]\n\ncommands:\n");
   for (size_t i = 0; i < sl__nsubcommands; i++)
     fprintf(f, "  %-12s %s\n", sl__subcommands[i].name, sl__subcommands[i].summary);
+  fprintf(f, "  %-12s %s\n", "pipeline", "print the pipeline description, resolved and checked");
   fprintf(f, "  %-12s %s\n", "config-doc", "print every setting as Markdown");
+}
+
+/* sluice pipeline [--json | --topics] [--file F]: the description stages
+ * would run with (pipeline.file / SLUICE_PIPELINE_FILE, else the built-in
+ * one), checked against the stage kinds of this binary. */
+static int pipeline_cmd(int argc, char **argv) {
+  const char *file = getenv("SLUICE_PIPELINE_FILE");
+  int json = 0, topics = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      json = 1;
+    else if (strcmp(argv[i], "--topics") == 0)
+      topics = 1;
+    else if (strcmp(argv[i], "--file") == 0 && i + 1 < argc)
+      file = argv[++i];
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: sluice pipeline [--json | --topics] [--file FILE]\n\n"
+             "Prints the pipeline description (FILE, else SLUICE_PIPELINE_FILE, else the\n"
+             "built-in one) resolved: stages, topics, retry tiers, consumer groups.\n"
+             "--topics prints every topic the pipeline needs, one per line.\n"
+             "Exits 2 with the reason when the description is not valid.\n");
+      return 0;
+    } else {
+      fprintf(stderr, "sluice pipeline: unknown argument \"%s\" (try --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  sl_pipeline *p = NULL;
+  char err[1024];
+  int rc = sl_pipeline_load(&p, file, err, sizeof err);
+  if (rc == 0) rc = sl_pipeline_check_kinds(p, sl__stage_kinds, sl__nstage_kinds, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "sluice pipeline: %s\n", err);
+    sl_pipeline_free(p);
+    return 2;
+  }
+  if (topics) {
+    const char *names[SL_PIPELINE_MAX_TOPICS + 2 + SL_PIPELINE_MAX_STAGES * SL_RETRY_TIERS_MAX];
+    size_t n = sl_pipeline_all_topics(p, names, sizeof names / sizeof names[0]);
+    for (size_t i = 0; i < n; i++) printf("%s\n", names[i]);
+  } else {
+    rc = sl_pipeline_print(p, stdout, json);
+  }
+  sl_pipeline_free(p);
+  return rc ? 1 : 0;
 }
 
 static void config_doc(void) {
@@ -109,6 +157,7 @@ int main(int argc, char **argv) {
     config_doc();
     return 0;
   }
+  if (strcmp(argv[1], "pipeline") == 0) return pipeline_cmd(argc - 1, argv + 1);
   sl_conf_set_known_env(known_env);
   for (size_t i = 0; i < sl__nsubcommands; i++)
     if (strcmp(argv[1], sl__subcommands[i].name) == 0) {

@@ -42,6 +42,17 @@ void sl__owner_id(char *buf, size_t len);
 extern volatile sig_atomic_t sl__stop;
 void sl__install_signals(void);
 
+/* The stage kinds this binary runs: what each reads and writes (message
+ * types), checked against the pipeline description at start-up. */
+#include "sluice/sl_pipeline.h"
+extern const sl_pipeline_kind sl__stage_kinds[];
+extern const size_t sl__nstage_kinds;
+
+/* Loads the pipeline description for stage (sl_common_pipeline), checks it
+ * against sl__stage_kinds and that it has a stage of that name and kind.
+ * Returns 0 or SL_ECONFIG with the reason in err. */
+int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t errlen);
+
 /* Loads config (common table + the stage's own tables), sets up logging and
  * starts the admin endpoint (admin.listen or def_admin). Returns 0, or an exit
  * code + 1000 (see sl_cli_load). */
@@ -50,7 +61,7 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
                     const char *def_admin, sl_admin **admin);
 
 /* The stages' dead-letter hook (sl_stage_opts.on_dead_letter): a subject
- * "<submission>/<question>" gets a FAILED QuestionStatus on topic.results
+ * "<submission>/<question>" gets a FAILED QuestionStatus on the stage's status topic
  * with the dead letter's class and message, so the user sees the reason. */
 void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
                             const char *error_class, const char *error_message, int64_t at_ms,

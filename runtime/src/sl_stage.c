@@ -29,6 +29,7 @@
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
 #include "sluice.pb-c.h"
 
@@ -36,6 +37,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -83,17 +85,9 @@ const sl_conf_entry sl_common_conf_table[] = {
      "a Redis that has answered none of the waiting commands for this long is treated as "
      "unavailable: the connection is dropped, its commands fail (stages fail open) and it "
      "reconnects; also the socket's TCP_USER_TIMEOUT (0: no deadline)", 0},
-    {"topic.submissions", SL_CONF_STR, "submissions", C(topic_submissions),
-     "topic of SubmissionCreated messages", 0},
-    {"topic.storage_events", SL_CONF_STR, "storage-events", C(topic_storage_events),
-     "topic the storage publishes S3 event JSON to", 0},
-    {"topic.stt_requests", SL_CONF_STR, "stt.requests", C(topic_stt_requests),
-     "topic of UploadCompleted (transcription requests)", 0},
-    {"topic.grade_requests", SL_CONF_STR, "grade.requests", C(topic_grade_requests),
-     "topic of Transcript (grading requests)", 0},
-    {"topic.results", SL_CONF_STR, "results", C(topic_results),
-     "topic of QuestionStatus events", 0},
-    {"topic.dlq", SL_CONF_STR, "dlq", C(topic_dlq), "dead-letter topic", 0},
+    {"pipeline.file", SL_CONF_STR, "", C(pipeline_file),
+     "the pipeline description (JSON, see docs/pipeline.md): stages, their topics and retry "
+     "tiers (empty: the built-in one, the repository's pipeline.json)", 0},
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
     {"admin.listen", SL_CONF_STR, "", C(admin_listen),
      "host:port for /healthz /readyz /metrics (empty: the stage's default)", 0},
@@ -105,8 +99,9 @@ const sl_conf_entry sl_common_conf_table[] = {
      "on SIGTERM, how long in-flight work may finish before the stage exits", 0},
     {"stage.workers", SL_CONF_INT, "4", C(workers),
      "worker threads for blocking processing (libuv pool)", 0},
-    {"retry.tiers", SL_CONF_STR, "5s,30s,2m,10m", C(retry_tiers),
-     "delays of the retry topics <stage>.retry.<delay>, ascending", 0},
+    {"retry.tiers", SL_CONF_STR, "", C(retry_tiers),
+     "delays of the retry topics <stage>.retry.<delay>, ascending (empty: the pipeline's "
+     "retry_tiers)", 0},
     {"retry.budget_s", SL_CONF_DOUBLE, "21600", C(retry_budget_s),
      "transient errors retry until this many seconds after the first failure", 0},
     {"idempotency.ttl_s", SL_CONF_INT, "604800", C(idempotency_ttl_s),
@@ -173,6 +168,51 @@ int sl_common_secure_from_env(char *err, size_t errlen) {
   if (rc == 0) rc = sl_common_secure(&cc, 0, err, errlen);
   sl_conf_release(&b, 1);
   return rc;
+}
+
+int sl_common_pipeline(sl_common_conf *cc, const char *stage, char *err, size_t errlen) {
+  if (!cc) return SL_EINVAL;
+  sl_pipeline_free(cc->pipeline);
+  cc->pipeline = NULL;
+  int rc = sl_pipeline_load(&cc->pipeline, cc->pipeline_file, err, errlen);
+  if (rc) return rc;
+  const sl_pipeline *p = cc->pipeline;
+  static const struct {
+    const char *message;
+    size_t field;
+  } by_type[] = {
+      {"sluice.v1.SubmissionCreated", offsetof(sl_common_conf, topic_submissions)},
+      {"json:s3-event", offsetof(sl_common_conf, topic_storage_events)},
+      {"sluice.v1.UploadCompleted", offsetof(sl_common_conf, topic_stt_requests)},
+      {"sluice.v1.Transcript", offsetof(sl_common_conf, topic_grade_requests)},
+      {"sluice.v1.QuestionStatus", offsetof(sl_common_conf, topic_results)},
+  };
+  for (size_t i = 0; i < sizeof by_type / sizeof by_type[0]; i++) {
+    /* what the stage writes wins over what it reads (there is one of each
+     * type per direction; a stage of the builtin kinds never has both) */
+    const char *t = sl_pipeline_topic_of(p, stage, 1, by_type[i].message);
+    if (!t) t = sl_pipeline_topic_of(p, stage, 0, by_type[i].message);
+    /* not a stage of the pipeline (a tool, the test harness): the first
+     * topic of the type */
+    for (size_t k = 0; !t && !sl_pipeline_stage_find(p, stage) && k < sl_pipeline_ntopics(p); k++)
+      if (strcmp(sl_pipeline_topic_at(p, k)->message, by_type[i].message) == 0)
+        t = sl_pipeline_topic_at(p, k)->name;
+    *(const char **)((char *)cc + by_type[i].field) = t;
+  }
+  cc->topic_dlq = sl_pipeline_dlq(p);
+  if (!cc->retry_tiers || !*cc->retry_tiers) {
+    char *t = strdup(sl_pipeline_retry_tiers(p));
+    if (!t) return SL_ENOMEM;
+    free(cc->retry_tiers);
+    cc->retry_tiers = t;
+  }
+  return 0;
+}
+
+void sl_common_release(sl_common_conf *cc) {
+  if (!cc) return;
+  sl_pipeline_free(cc->pipeline);
+  cc->pipeline = NULL;
 }
 
 int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errlen) {
@@ -627,6 +667,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   int rc = 0;
   if (!o->process == !o->start) {
     sl_log(SL_LOG_ERROR, NULL, "stage %s: set exactly one of process and start", o->stage);
+    free(L);
+    return SL_EINVAL;
+  }
+  if (!L->cc->topic_dlq || !L->cc->retry_tiers) {
+    sl_log(SL_LOG_ERROR, NULL, "stage %s: no pipeline loaded (sl_common_pipeline)", o->stage);
     free(L);
     return SL_EINVAL;
   }

@@ -14,15 +14,14 @@ kubernetes-validate in test_chart.sh; the CRD kinds (ServiceMonitor,
 PrometheusRule, ScaledObject) are checked here field by field.
 Exit 0 when every check holds, 1 with one line per failure otherwise.
 """
+import json
 import os
 import re
+import subprocess
 import sys
 
 import yaml
 
-STAGES = ["presign", "ingest", "stt", "grade", "materialize", "results"]
-CONSUMERS = {"ingest": ["storage-events"], "stt": ["stt.requests"],
-             "grade": ["grade.requests"], "materialize": ["submissions", "results"]}
 HTTP = {"presign": 8080, "results": 8081}
 SECRET_WORDS = re.compile(r"(KEY|SECRET|PASSWORD|TOKEN)$")
 
@@ -66,6 +65,42 @@ def conf_of(docs, stage):
     return {}
 
 
+def pipeline_of(docs):
+    """The pipeline description every stage's ConfigMap carries (one and the same)."""
+    texts = {cm["data"].get("pipeline.json") for cm in by_kind(docs, "ConfigMap")}
+    if not check(len(texts) == 1 and None not in texts,
+                 f"the ConfigMaps carry {len(texts)} different pipeline.json"):
+        return {"stages": [], "topics": [], "dead_letters": {}, "retry_tiers": []}
+    return json.loads(texts.pop())
+
+
+def stages_of(docs):
+    return [st["name"] for st in pipeline_of(docs)["stages"]]
+
+
+def consumers_of(docs):
+    return {st["name"]: st["inputs"] for st in pipeline_of(docs)["stages"] if st["inputs"]}
+
+
+def pipeline_topics(docs, pipeline_file):
+    """What `sluice pipeline --topics` says the pipeline needs (the real
+    binary, SLUICE_BIN), or the same derived here when it is not given."""
+    p = pipeline_of(docs)
+    binary = os.environ.get("SLUICE_BIN")
+    if binary and os.access(binary, os.X_OK):
+        with open(pipeline_file, "w") as f:
+            f.write(json.dumps(p))
+        out = subprocess.run([binary, "pipeline", "--topics", "--file", pipeline_file],
+                             capture_output=True, text=True)
+        check(out.returncode == 0, f"sluice pipeline refuses the chart's pipeline: {out.stderr}")
+        return out.stdout.split()
+    names = [t["name"] for t in p["topics"]] + [p["dead_letters"]["topic"], p["dead_letters"]["audit"]]
+    for st in p["stages"]:
+        if st.get("retry"):
+            names += [f"{st['name']}.retry.{t}" for t in p["retry_tiers"]]
+    return names
+
+
 def deployments(docs):
     return {stage_of(d): d for d in by_kind(docs, "Deployment")}
 
@@ -78,7 +113,8 @@ def container(dep):
 
 def check_common(docs):
     deps = deployments(docs)
-    check(sorted(deps) == sorted(STAGES), f"Deployments for {sorted(deps)}, want all six stages")
+    STAGES = stages_of(docs)
+    check(sorted(deps) == sorted(STAGES), f"Deployments for {sorted(deps)}, want the pipeline's {STAGES}")
     for stage, dep in deps.items():
         name = dep["metadata"]["name"]
         pod = dep["spec"]["template"]["spec"]
@@ -156,18 +192,20 @@ def check_common(docs):
             cfg = [words[i + 1] for i, w in enumerate(words) if w == "--config"]
             topics[words[-1]] = {"configs": cfg,
                                  "partitions": int(words[words.index("--partitions") + 1])}
-        res = conf_of(docs, "materialize").get("topic.results")
         # compaction would keep a late lower status over DONE: a rebuilt view
         # must see every status (docs/architecture.md, "Delivery guarantees")
-        check("cleanup.policy=delete" in topics.get(res, {}).get("configs", []),
-              f"results topic {res!r} is not cleanup.policy=delete: {topics.get(res)}")
-        for stage in CONSUMERS:
-            conf = conf_of(docs, stage)
-            for tier in conf["retry.tiers"].split(","):
-                check(f"{stage}.retry.{tier}" in topics, f"no topic {stage}.retry.{tier}")
-            for key in ("topic.submissions", "topic.storage_events", "topic.stt_requests",
-                        "topic.grade_requests", "topic.results", "topic.dlq"):
-                check(conf[key] in topics, f"{stage}: {key}={conf[key]} not created by the Job")
+        for t in pipeline_of(docs)["topics"]:
+            if t["message"] == "sluice.v1.QuestionStatus":
+                check("cleanup.policy=delete" in topics.get(t["name"], {}).get("configs", []),
+                      f"status topic {t['name']!r} is not cleanup.policy=delete: {topics.get(t['name'])}")
+        # exactly the topics the pipeline needs (as the stages resolve them)
+        want = pipeline_topics(docs, os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                  f"check_chart.{os.getpid()}.json"))
+        check(sorted(topics) == sorted(want),
+              f"the topics Job creates {sorted(set(topics) ^ set(want))} differently from the pipeline")
+        for stage, dep in deps.items():
+            check(conf_of(docs, stage).get("pipeline.file") == "/etc/sluice/pipeline.json",
+                  f"{stage}: pipeline.file is not the mounted pipeline.json")
     return deps
 
 
@@ -182,6 +220,7 @@ def check_all(docs, alerts_path):
     hpa = {stage_of(d): d for d in by_kind(docs, "HorizontalPodAutoscaler")}
     check(not set(keda) & set(hpa), f"stages with both HPA and KEDA: {set(keda) & set(hpa)}")
     for stage, so in keda.items():
+        CONSUMERS = consumers_of(docs)
         check(stage in CONSUMERS, f"ScaledObject for non-consumer {stage}")
         check(so["apiVersion"] == "keda.sh/v1alpha1", f"{stage}: ScaledObject apiVersion")
         spec = so["spec"]
@@ -209,7 +248,7 @@ def check_all(docs, alerts_path):
     sel = sm["spec"]["selector"]["matchLabels"]
     msvc = [s for s in by_kind(docs, "Service")
             if all(s["metadata"]["labels"].get(k) == v for k, v in sel.items())]
-    check(sorted(stage_of(s) for s in msvc) == sorted(STAGES),
+    check(sorted(stage_of(s) for s in msvc) == sorted(stages_of(docs)),
           f"ServiceMonitor selects {[s['metadata']['name'] for s in msvc]}")
     for s in msvc:
         check([p["name"] for p in s["spec"]["ports"]] == ["admin"], f"{s['metadata']['name']} ports")
@@ -237,7 +276,8 @@ def check_all(docs, alerts_path):
           "https://" + ing["spec"]["rules"][0]["host"], "presign.results_base_url not the ingress host")
     # NetworkPolicies: one per stage, plus egress
     nps = by_kind(docs, "NetworkPolicy")
-    check(sorted(stage_of(n) for n in nps if stage_of(n)) == sorted(STAGES), "NetworkPolicy per stage")
+    check(sorted(stage_of(n) for n in nps if stage_of(n)) == sorted(stages_of(docs)),
+          "NetworkPolicy per stage")
     check(any("Egress" in n["spec"]["policyTypes"] for n in nps), "no egress NetworkPolicy")
     # plugin secrets reach the stage as the plugin's own variables
     for stage, var in (("stt", "SLUICE_STT_OPENAI_API_KEY"), ("grade", "SLUICE_GRADE_OPENAI_API_KEY")):
@@ -251,7 +291,7 @@ def check_per_stage(docs):
     memory (i+1)*64Mi, args [--set, stage.workers=i+2], config
     stage.max_in_flight = (i+1)*10: each Deployment must show its own."""
     deps = deployments(docs)
-    for i, stage in enumerate(STAGES):
+    for i, stage in enumerate(stages_of(docs)):
         if not check(stage in deps, f"no Deployment for {stage}"):
             continue
         d = deps[stage]
@@ -276,6 +316,8 @@ def write_conf(docs, outdir):
             if stage_of(cm) == stage:
                 with open(os.path.join(outdir, f"{stage}.conf"), "w") as f:
                     f.write(cm["data"]["sluice.conf"])
+                with open(os.path.join(outdir, "pipeline.json"), "w") as f:
+                    f.write(cm["data"]["pipeline.json"])
         with open(os.path.join(outdir, f"{stage}.env"), "w") as f:
             for e in container(dep).get("env", []):
                 f.write(e["name"] + "\n")

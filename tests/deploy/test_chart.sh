@@ -84,7 +84,7 @@ else
 fi
 
 # --- 3. per-stage values: stage i gets replicas i+1, its own resources, args, config
-stages=(presign ingest stt grade materialize results)
+mapfile -t stages < <(jq -r '.stages[].name' "$ROOT/pipeline.json")
 sets=()
 for i in "${!stages[@]}"; do
   s=${stages[$i]}
@@ -132,8 +132,14 @@ refuse "a key the chart owns set again" "is set by the chart" \
   --set 'stages.results.config.admin\.listen=0.0.0.0:1'
 refuse "a secretEnv name the stages would refuse (schema)" "does not match pattern '^SLUICE_" \
   --set 'secretEnv[0].name=KAFKA_PASSWORD' --set 'secretEnv[0].secretName=s' --set 'secretEnv[0].key=k'
-refuse "a retry tier the runtime cannot parse (schema)" "retry/tiers/0" \
-  --set 'retry.tiers={5x}'
+# (values files: --set would split the JSON at its commas; JSON is YAML)
+jq -n '{pipeline: "{\"stages\": [}"}' >"$WORK/pipeline-bad.yaml"
+refuse "a pipeline description that is not JSON" "pipeline: not a JSON description" \
+  -f "$WORK/pipeline-bad.yaml"
+jq -n --arg p "$(jq -c '.stages += [{name: "mask", kind: "filter", inputs: [], outputs: []}]' \
+  "$ROOT/pipeline.json")" '{pipeline: $p}' >"$WORK/pipeline-mask.yaml"
+refuse "a pipeline stage without values" 'stage "mask" has no entry under stages' \
+  -f "$WORK/pipeline-mask.yaml"
 refuse "an unknown per-stage key (schema)" "additional properties 'replica' not allowed" \
   --set stages.ingest.replica=3
 refuse "a multi-line config value" "single lines" \
@@ -163,6 +169,8 @@ else
       [[ $s == presign || $s == results ]] && args+=(--set "$s.listen=127.0.0.1:0")
       # the CA bundles the chart mounts (/etc/sluice-tls/...) moved to a local one
       sed -i "s|/etc/sluice-tls/[a-z0-9]*/[^ ]*|$WORK/tls-ca.pem|" "$dir/$s.conf"
+      # and the pipeline description next to sluice.conf
+      sed -i "s|/etc/sluice/pipeline.json|$dir/pipeline.json|" "$dir/$s.conf"
       scheme=redis
       grep -q '^redis.tls_ca_file' "$dir/$s.conf" && scheme=rediss
       envs=()

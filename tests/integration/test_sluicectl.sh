@@ -19,8 +19,11 @@ B=$SLUICE_KAFKA_BROKERS
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 run=$(date +%s%N | tail -c 9)
-export SLUICE_TOPIC_DLQ=sluicectl-test.dlq.$run
-export SLUICE_TOPIC_DLQ_AUDIT=sluicectl-test.audit.$run
+# a pipeline whose dead-letter topics are this test's own
+DLQ=sluicectl-test.dlq.$run DLQ_AUDIT=sluicectl-test.audit.$run
+jq --arg d "$DLQ" --arg a "$DLQ_AUDIT" '.dead_letters = {topic: $d, audit: $a}' \
+  "$ROOT/pipeline.json" >"$work/pipeline.json"
+export SLUICE_PIPELINE_FILE=$work/pipeline.json
 BULK=sluicectl-test.bulk.$run
 NEW=sluicectl-test.new.$run
 
@@ -62,7 +65,7 @@ sid3=$(cat /proc/sys/kernel/random/uuid)
   pbs 2 "hello world"; printf '\x19\x00\x00\x00\x00\x00\x00\xf8\x3f'; } >"$work/tr.bin"
 
 # --- topics ensure / list ---------------------------------------------------------
-ctl topics ensure --partitions 4 "$SLUICE_TOPIC_DLQ" "$SLUICE_TOPIC_DLQ_AUDIT"
+ctl topics ensure --partitions 4 "$DLQ" "$DLQ_AUDIT"
 check "topics ensure creates this run's DLQ and audit topics (rc $RC)" test "$RC" = 0
 check "topics ensure says created" test "$(grep -c '^created ' "$work/out")" = 2
 t0=$(ms_now)

@@ -3,7 +3,7 @@
 # checks of every event against what was signed, on the real stack.
 #
 # Here ingest reads its events from a topic only the webhook writes to
-# (topic.storage_events = webhook.storage-events for presign and ingest), so
+# (a pipeline whose storage-events topic is webhook.storage-events), so
 # Versity Gateway's own events (still on storage-events) never reach it:
 # an answer is processed only if its event came through the webhook.
 #   - a real flow: presigned PUT, then the signed event -> the question ends
@@ -24,7 +24,9 @@ work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 TOPIC=webhook.storage-events
 "$SLUICECTL" topics ensure --partitions 4 "$TOPIC" >/dev/null || fail "could not create $TOPIC"
-export SLUICE_TOPIC_STORAGE_EVENTS=$TOPIC
+# the stages run a pipeline whose storage-events topic is this test's own
+sed "s/\"storage-events\"/\"$TOPIC\"/g" "$ROOT/pipeline.json" >"$work/pipeline.json"
+export SLUICE_PIPELINE_FILE=$work/pipeline.json
 SECRET="whsec-$(head -c 18 /dev/urandom | base64 | tr -d '/+=')"
 OLD_SECRET="whsec-old-$(head -c 18 /dev/urandom | base64 | tr -d '/+=')"
 export SLUICE_WEBHOOK_SECRET=$SECRET SLUICE_WEBHOOK_SECRET_PREVIOUS=$OLD_SECRET

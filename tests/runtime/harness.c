@@ -188,8 +188,10 @@ int main(int argc, char **argv) {
   if (rc) return rc - 1000;
   sl_log_init("harness", cc.log_level);
   char serr[1024];
-  if (sl_common_secure(&cc, 1, serr, sizeof serr) != 0) {
+  if (sl_common_pipeline(&cc, NULL, serr, sizeof serr) != 0 ||
+      sl_common_secure(&cc, 1, serr, sizeof serr) != 0) {
     sl_log(SL_LOG_ERROR, NULL, "%s", serr);
+    sl_common_release(&cc);
     sl_conf_release(&b, 1);
     return 2;
   }
@@ -199,6 +201,7 @@ int main(int argc, char **argv) {
   const char *listen = cc.admin_listen[0] ? cc.admin_listen : "127.0.0.1:9189";
   if ((rc = sl_admin_start(&admin, listen)) != 0) {
     sl_log(SL_LOG_ERROR, NULL, "admin %s: %s", listen, sl_strerror(rc));
+    sl_common_release(&cc);
     sl_conf_release(&b, 1);
     return 1;
   }
@@ -224,6 +227,7 @@ int main(int argc, char **argv) {
   if (rc == 0) rc = sl_stage_run(&o, &stop_flag);
   sl_tls_free(tls);
   sl_admin_stop(admin);
+  sl_common_release(&cc);
   sl_conf_release(&b, 1);
   sl_log(SL_LOG_INFO, NULL, "stopped");
   curl_global_cleanup();

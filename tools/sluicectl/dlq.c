@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_pipeline.h"
 
 /* ---- filters and collection -------------------------------------------------- */
 
@@ -206,24 +207,12 @@ typedef struct {
   int json_text;                          /* S3 event JSON text */
 } payload_kind;
 
-static int topic_is(const char *topic, const char *env, const char *dflt) {
-  const char *t = getenv(env);
-  return strcmp(topic, t && *t ? t : dflt) == 0;
-}
-
-/* what a stage's input topic carries (topic names as configured for the stages) */
-static payload_kind payload_kind_of(const char *topic) {
+/* what a stage's input topic carries, by the pipeline description */
+static payload_kind payload_kind_of(const sl_pipeline *p, const char *topic) {
   payload_kind k = {NULL, 0};
-  if (topic_is(topic, "SLUICE_TOPIC_STT_REQUESTS", "stt.requests"))
-    k.desc = &sluice__v1__upload_completed__descriptor;
-  else if (topic_is(topic, "SLUICE_TOPIC_GRADE_REQUESTS", "grade.requests"))
-    k.desc = &sluice__v1__transcript__descriptor;
-  else if (topic_is(topic, "SLUICE_TOPIC_RESULTS", "results"))
-    k.desc = &sluice__v1__question_status__descriptor;
-  else if (topic_is(topic, "SLUICE_TOPIC_SUBMISSIONS", "submissions"))
-    k.desc = &sluice__v1__submission_created__descriptor;
-  else if (topic_is(topic, "SLUICE_TOPIC_STORAGE_EVENTS", "storage-events"))
-    k.json_text = 1;
+  const char *m = sl_pipeline_message_of(p, topic);
+  k.desc = sl_pipeline_descriptor(m);
+  k.json_text = m && strncmp(m, "json:", 5) == 0;
   return k;
 }
 
@@ -232,6 +221,7 @@ typedef struct {
   int64_t offset;
   Sluice__V1__DeadLetter *d;
   int not_dl;
+  const sl_pipeline *pipeline;
 } show_ctx;
 
 static int show_cb(void *arg, int32_t partition, int64_t offset, const void *payload,
@@ -246,10 +236,10 @@ static int show_cb(void *arg, int32_t partition, int64_t offset, const void *pay
 
 /* the decoded payload as JSON (NULL when its type is unknown), its type name,
  * or an error */
-static json_t *decode_payload(const Sluice__V1__DeadLetter *d, const char **type,
-                              const char **error) {
+static json_t *decode_payload(const sl_pipeline *p, const Sluice__V1__DeadLetter *d,
+                              const char **type, const char **error) {
   const char *topic = *d->replay_topic ? d->replay_topic : d->topic;
-  payload_kind k = payload_kind_of(topic);
+  payload_kind k = payload_kind_of(p, topic);
   *type = NULL;
   *error = NULL;
   if (k.desc) {
@@ -295,7 +285,7 @@ static void show_text(const show_ctx *c, const char *dlq_topic) {
   sc_fput_escaped(stdout, d->key.data, d->key.len, 1024);
   printf("\npayload         %zu bytes\n", d->payload.len);
   const char *type, *error;
-  json_t *j = decode_payload(d, &type, &error);
+  json_t *j = decode_payload(c->pipeline, d, &type, &error);
   if (error) printf("decode error    %s (as %s)\n", error, type);
   if (j && !error) {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
@@ -322,7 +312,7 @@ static int show_json(const show_ctx *c) {
   free(k64);
   free(p64);
   const char *type, *error;
-  json_t *dec = decode_payload(d, &type, &error);
+  json_t *dec = decode_payload(c->pipeline, d, &type, &error);
   json_object_set_new(j, "payload_type", type ? json_string(type) : json_null());
   json_object_set_new(j, "decoded", dec && !error ? dec : json_null());
   if (dec && error) json_decref(dec);
@@ -360,7 +350,7 @@ int sc_dlq_show(const sc_opts *o) {
             o->args[0]);
     return SC_EXIT_USAGE;
   }
-  show_ctx c = {0, 0, NULL, 0};
+  show_ctx c = {0, 0, NULL, 0, o->pipeline};
   int rc = sc_scan_topic(o, o->topic, p, off, show_cb, &c);
   if (rc == SC_SCAN_NOT_FOUND) {
     fprintf(stderr, "sluicectl: no dead letter at %s %d:%lld\n", o->topic, (int)p,

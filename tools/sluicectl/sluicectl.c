@@ -16,7 +16,7 @@
  * This file parses the command line (options may come anywhere after the
  * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
  * settings come from the same environment as the stages
- * (SLUICE_KAFKA_BROKERS, SLUICE_TOPIC_DLQ, SLUICE_TOPIC_DLQ_AUDIT) or
+ * (SLUICE_KAFKA_BROKERS, SLUICE_PIPELINE_FILE: the stages and topics) or
  * --brokers / --topic / --audit-topic. Errors go to stderr with a non-zero
  * exit: 2 for usage, 1 for failures.
  *
@@ -31,6 +31,7 @@
 #include "sluicectl.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_kafka.h"
+#include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_stage.h"
 
@@ -141,8 +142,9 @@ static void usage(FILE *f) {
       "  --limit keeps the N oldest (by last failure) of the matching ones.\n"
       "replay: --rate messages/s (10); more than %d replays need --yes.\n"
       "every command: --brokers HOST:PORT (SLUICE_KAFKA_BROKERS, 127.0.0.1:9092)\n"
-      "  --topic NAME (SLUICE_TOPIC_DLQ, dlq)  --audit-topic NAME (SLUICE_TOPIC_DLQ_AUDIT,\n"
-      "  dlq.audit)  --timeout SECONDS (10: the longest wait on Kafka)\n"
+      "  --topic NAME, --audit-topic NAME (the pipeline's dead-letter topics, dlq and\n"
+      "  dlq.audit; the pipeline is SLUICE_PIPELINE_FILE or the built-in one)\n"
+      "  --timeout SECONDS (10: the longest wait on Kafka)\n"
       "status: --admin the stages' admin endpoints, repeatable or comma-separated\n"
       "  (SLUICECTL_ADMIN; default 127.0.0.1:9180..9185, the ports tools/stages uses);\n"
       "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
@@ -283,11 +285,10 @@ static int secure_from_env(void) {
 }
 
 int main(int argc, char **argv) {
+  sl_pipeline *pipeline = NULL;
   sc_opts o;
   memset(&o, 0, sizeof o);
   o.brokers = env_or("SLUICE_KAFKA_BROKERS", "127.0.0.1:9092");
-  o.topic = env_or("SLUICE_TOPIC_DLQ", "dlq");
-  o.audit_topic = env_or("SLUICE_TOPIC_DLQ_AUDIT", "dlq.audit");
   o.timeout_ms = 10000;
   o.rate = 10;
   o.partitions = -1;
@@ -425,8 +426,6 @@ int main(int argc, char **argv) {
   }
   if ((rc = convert(&o, val, seen))) goto out;
   if (seen & B(O_BROKERS)) o.brokers = val[O_BROKERS];
-  if (seen & B(O_TOPIC)) o.topic = val[O_TOPIC];
-  if (seen & B(O_AUDIT_TOPIC)) o.audit_topic = val[O_AUDIT_TOPIC];
   o.stage = val[O_STAGE];
   o.cls = val[O_CLASS];
   o.submission = val[O_SUBMISSION];
@@ -451,10 +450,20 @@ int main(int argc, char **argv) {
     goto out;
   }
   if ((rc = secure_from_env())) goto out;
+  char perr[1024];
+  if (sl_pipeline_load(&pipeline, getenv("SLUICE_PIPELINE_FILE"), perr, sizeof perr) != 0) {
+    fprintf(stderr, "sluicectl: %s\n", perr);
+    rc = SC_EXIT_USAGE;
+    goto out;
+  }
+  o.pipeline = pipeline;
+  o.topic = (seen & B(O_TOPIC)) ? val[O_TOPIC] : sl_pipeline_dlq(pipeline);
+  o.audit_topic = (seen & B(O_AUDIT_TOPIC)) ? val[O_AUDIT_TOPIC] : sl_pipeline_dlq_audit(pipeline);
   rc = cmd->run(&o);
   sl_kafka_security_reset();
   sl_redis_security_reset();
 out:
+  sl_pipeline_free(pipeline);
   free(pos);
   return rc;
 }

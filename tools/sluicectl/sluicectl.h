@@ -42,8 +42,11 @@
 typedef struct {
   /* connection */
   const char *brokers;     /* --brokers, SLUICE_KAFKA_BROKERS, 127.0.0.1:9092 */
-  const char *topic;       /* --topic, SLUICE_TOPIC_DLQ, dlq */
-  const char *audit_topic; /* --audit-topic, SLUICE_TOPIC_DLQ_AUDIT, dlq.audit */
+  const char *topic;       /* --topic, else the pipeline's dead-letter topic */
+  const char *audit_topic; /* --audit-topic, else the pipeline's audit topic */
+  /* the pipeline description (SLUICE_PIPELINE_FILE, else built-in): the
+   * stages and topics status, submission and dlq look at */
+  const struct sl_pipeline *pipeline;
   int timeout_ms;          /* --timeout SECONDS: every wait on Kafka (10 s) */
   /* dead-letter filters */
   const char *stage, *cls, *submission;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_pipeline.h"
 
 #define MAX_PARTS 512
 #define MAX_PROVIDERS 16
@@ -46,7 +47,8 @@ typedef struct {
 
 typedef struct {
   const char *stage;
-  const char *inputs[2];
+  const char *const *inputs; /* the pipeline's */
+  size_t ninputs;
   char group[64];
   char state[32];
   int members;
@@ -82,7 +84,8 @@ typedef struct {
 } provider_t;
 
 typedef struct {
-  stage_t st[4];
+  stage_t st[SL_PIPELINE_MAX_STAGES]; /* the stages that read topics */
+  int nst;
   proc_t procs[SC_MAX_ADMINS];
   int nprocs;
   provider_t prov[MAX_PROVIDERS];
@@ -93,30 +96,21 @@ typedef struct {
   double mono;
 } snapshot;
 
-static const char *env_or(const char *name, const char *dflt) {
-  const char *v = getenv(name);
-  return v && *v ? v : dflt;
-}
-
-static void snapshot_init(snapshot *s) {
+static void snapshot_init(snapshot *s, const sl_pipeline *p) {
   memset(s, 0, sizeof *s);
-  const char *stages[4] = {"ingest", "stt", "grade", "materialize"};
-  const char *in[4][2] = {
-      {env_or("SLUICE_TOPIC_STORAGE_EVENTS", "storage-events"), NULL},
-      {env_or("SLUICE_TOPIC_STT_REQUESTS", "stt.requests"), NULL},
-      {env_or("SLUICE_TOPIC_GRADE_REQUESTS", "grade.requests"), NULL},
-      {env_or("SLUICE_TOPIC_RESULTS", "results"), env_or("SLUICE_TOPIC_SUBMISSIONS", "submissions")},
-  };
-  for (int i = 0; i < 4; i++) {
-    s->st[i].stage = stages[i];
-    s->st[i].inputs[0] = in[i][0];
-    s->st[i].inputs[1] = in[i][1];
-    snprintf(s->st[i].group, sizeof s->st[i].group, "sluice-%s", stages[i]);
+  for (size_t i = 0; i < sl_pipeline_nstages(p); i++) {
+    const sl_pipeline_stage *ps = sl_pipeline_stage_at(p, i);
+    if (!ps->ninputs) continue;
+    stage_t *st = &s->st[s->nst++];
+    st->stage = ps->name;
+    st->inputs = ps->inputs;
+    st->ninputs = ps->ninputs;
+    sl_pipeline_group(st->group, sizeof st->group, ps->name, 0);
   }
 }
 
 static void snapshot_free(snapshot *s) {
-  for (int i = 0; i < 4; i++) free(s->st[i].parts);
+  for (int i = 0; i < s->nst; i++) free(s->st[i].parts);
 }
 
 /* ---- Kafka ---- */
@@ -143,8 +137,8 @@ static int is_input(const stage_t *st, const char *topic, int *retry) {
   snprintf(pre, sizeof pre, "%s.retry.", st->stage);
   *retry = strncmp(topic, pre, strlen(pre)) == 0;
   if (*retry) return 1;
-  for (int i = 0; i < 2; i++)
-    if (st->inputs[i] && strcmp(st->inputs[i], topic) == 0) return 1;
+  for (size_t i = 0; i < st->ninputs; i++)
+    if (strcmp(st->inputs[i], topic) == 0) return 1;
   return 0;
 }
 
@@ -153,7 +147,7 @@ static int is_input(const stage_t *st, const char *topic, int *retry) {
 static void read_oldest(const sc_opts *o, rd_kafka_t *rk, snapshot *s) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
   int want = 0;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < s->nst; i++)
     for (int k = 0; k < s->st[i].nparts; k++) {
       part_t *p = &s->st[i].parts[k];
       if (p->retry || p->lag <= 0) continue;
@@ -185,7 +179,7 @@ static void read_oldest(const sc_opts *o, rd_kafka_t *rk, snapshot *s) {
         l->elems[e].opaque = (void *)1;
         got++;
         int64_t ts = rd_kafka_message_timestamp(m, NULL);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < s->nst; i++) {
           int retry;
           if (ts > 0 && is_input(&s->st[i], t, &retry) && !retry &&
               (!s->st[i].oldest_ts || ts < s->st[i].oldest_ts))
@@ -210,7 +204,7 @@ static int kafka_sample(const sc_opts *o, snapshot *s) {
     return -1;
   }
   int rc = 0;
-  for (int i = 0; i < 4 && rc == 0; i++) {
+  for (int i = 0; i < s->nst && rc == 0; i++) {
     stage_t *st = &s->st[i];
     st->parts = calloc(MAX_PARTS, sizeof *st->parts);
     if (!st->parts) {
@@ -255,7 +249,7 @@ static int kafka_sample(const sc_opts *o, snapshot *s) {
      * tiers' in sluice-<stage>-retry (runtime/src/sl_stage_group.c) */
     for (int retry = 0; rc == 0 && retry < 2 && st->nparts; retry++) {
       char gname[80];
-      snprintf(gname, sizeof gname, "%s%s", st->group, retry ? "-retry" : "");
+      sl_pipeline_group(gname, sizeof gname, st->stage, retry);
       rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(st->nparts);
       for (int k = 0; k < st->nparts; k++)
         if (st->parts[k].retry == retry)
@@ -311,7 +305,7 @@ static int kafka_sample(const sc_opts *o, snapshot *s) {
 /* ---- admin endpoints ---- */
 
 static stage_t *stage_named(snapshot *s, const char *name) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < s->nst; i++)
     if (strcmp(s->st[i].stage, name) == 0) return &s->st[i];
   return NULL;
 }
@@ -444,7 +438,7 @@ static void limiter(const sc_opts *o, snapshot *s) {
 }
 
 static int take(const sc_opts *o, snapshot *s) {
-  snapshot_init(s);
+  snapshot_init(s, o->pipeline);
   s->at_ms = sc_now_ms();
   s->mono = sc_mono_s();
   if (kafka_sample(o, s)) return -1;
@@ -456,7 +450,7 @@ static int take(const sc_opts *o, snapshot *s) {
 static void rates(snapshot *now, const snapshot *before) {
   double dt = now->mono - before->mono;
   if (dt <= 0) return;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < now->nst; i++) {
     stage_t *a = &now->st[i];
     const stage_t *b = &before->st[i];
     a->rate_in = (double)(a->sum_hi - b->sum_hi) / dt;
@@ -477,7 +471,7 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
   char at[40];
   sc_fmt_time(s->at_ms, at);
   json_t *stages = json_array(), *procs = json_array(), *provs = json_array();
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < s->nst; i++) {
     const stage_t *st = &s->st[i];
     json_t *parts = json_array(), *br = json_array();
     for (int k = 0; k < st->nparts; k++) {
@@ -539,7 +533,7 @@ static void print_table(const sc_opts *o, const snapshot *s) {
          sc_redis_shown(o->redis_url));
   printf("%-12s %-8s %-13s %8s %9s %9s %8s %8s %9s  %s\n", "STAGE", "MEMBERS", "GROUP", "LAG",
          "RETRYING", "OLDEST", "IN/s", "OUT/s", "IN-FLIGHT", "BREAKER");
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < s->nst; i++) {
     const stage_t *st = &s->st[i];
     char age[32], inr[32], outr[32], inf[32], br[160] = "";
     fmt_age(age, sizeof age, st->oldest_ts ? s->at_ms - st->oldest_ts : -1);
@@ -593,10 +587,11 @@ static void sleep_s(double s) {
 
 int sc_status(const sc_opts *op) {
   sc_opts o = *op;
-  if (o.nadmins == 0) { /* the layout tools/stages uses */
-    long base = atol(env_or("STAGES_ADMIN_PORT_BASE", "9180"));
+  if (o.nadmins == 0) { /* the layout tools/stages uses: one port per pipeline stage */
+    const char *b = getenv("STAGES_ADMIN_PORT_BASE");
+    long base = b && *b ? atol(b) : 9180;
     if (base <= 0 || base > 65530) base = 9180;
-    for (int i = 0; i < 6; i++)
+    for (size_t i = 0; i < sl_pipeline_nstages(o.pipeline) && o.nadmins < SC_MAX_ADMINS; i++)
       snprintf(o.admins[o.nadmins++], sizeof o.admins[0], "127.0.0.1:%ld", base + i);
   }
   snapshot *prev = calloc(1, sizeof *prev), *cur = calloc(1, sizeof *cur);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_pipeline.h"
 
 typedef enum { T_RAW, T_SUBMISSION, T_UPLOAD, T_TRANSCRIPT, T_STATUS, T_DEAD, T_JSON } kind_t;
 
@@ -34,10 +35,6 @@ typedef struct {
   json_t *events; /* array */
 } scan_ctx;
 
-static const char *env_or(const char *name, const char *dflt) {
-  const char *v = getenv(name);
-  return v && *v ? v : dflt;
-}
 
 static int is_uuid(const char *s) {
   if (strlen(s) != 36) return 0;
@@ -150,12 +147,29 @@ static int by_time(const void *a, const void *b) {
   return tx < ty ? -1 : tx > ty;
 }
 
-/* kind of a retry tier topic <stage>.retry.<delay>: that of the stage's input */
-static kind_t retry_kind(const char *topic) {
-  if (strncmp(topic, "stt.retry.", 10) == 0) return T_UPLOAD;
-  if (strncmp(topic, "grade.retry.", 12) == 0) return T_TRANSCRIPT;
-  if (strncmp(topic, "ingest.retry.", 13) == 0) return T_JSON;
-  return T_RAW; /* materialize: results or submissions */
+/* how to show a topic's messages: by the message type the pipeline gives
+ * it (a retry tier: its stage's input type; several: raw) */
+static kind_t kind_of(const sl_pipeline *p, const char *topic) {
+  const char *m = sl_pipeline_message_of(p, topic);
+  static const struct {
+    const char *message;
+    kind_t kind;
+  } by[] = {{"sluice.v1.SubmissionCreated", T_SUBMISSION}, {"sluice.v1.UploadCompleted", T_UPLOAD},
+            {"sluice.v1.Transcript", T_TRANSCRIPT},        {"sluice.v1.QuestionStatus", T_STATUS},
+            {"sluice.v1.DeadLetter", T_DEAD},              {"json:s3-event", T_JSON}};
+  for (size_t i = 0; m && i < sizeof by / sizeof by[0]; i++)
+    if (strcmp(by[i].message, m) == 0) return by[i].kind;
+  return T_RAW;
+}
+
+/* one of the pipeline's retry tier topics */
+static int is_retry_tier(const sl_pipeline *p, const char *topic) {
+  for (size_t i = 0; i < sl_pipeline_nstages(p); i++) {
+    const sl_pipeline_stage *s = sl_pipeline_stage_at(p, i);
+    for (int k = 0; s->retry && k < SL_RETRY_TIERS_MAX && s->retry_topics[k]; k++)
+      if (strcmp(s->retry_topics[k], topic) == 0) return 1;
+  }
+  return 0;
 }
 
 static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
@@ -196,19 +210,16 @@ int sc_submission(const sc_opts *o) {
   struct {
     const char *topic;
     kind_t kind;
-  } topics[64];
+  } topics[80];
   int nt = 0;
-  topics[nt].topic = env_or("SLUICE_TOPIC_SUBMISSIONS", "submissions");
-  topics[nt++].kind = T_SUBMISSION;
-  topics[nt].topic = env_or("SLUICE_TOPIC_STORAGE_EVENTS", "storage-events");
-  topics[nt++].kind = T_JSON;
-  topics[nt].topic = env_or("SLUICE_TOPIC_STT_REQUESTS", "stt.requests");
-  topics[nt++].kind = T_UPLOAD;
-  topics[nt].topic = env_or("SLUICE_TOPIC_GRADE_REQUESTS", "grade.requests");
-  topics[nt++].kind = T_TRANSCRIPT;
-  topics[nt].topic = env_or("SLUICE_TOPIC_RESULTS", "results");
-  topics[nt++].kind = T_STATUS;
-  topics[nt].topic = o->topic; /* the DLQ (--topic) */
+  /* every topic of the pipeline, the dead letters (--topic), and the retry
+   * tiers below (those that exist) */
+  for (size_t i = 0; i < sl_pipeline_ntopics(o->pipeline) && nt < 16; i++) {
+    topics[nt].topic = sl_pipeline_topic_at(o->pipeline, i)->name;
+    topics[nt].kind = kind_of(o->pipeline, topics[nt].topic);
+    nt++;
+  }
+  topics[nt].topic = o->topic;
   topics[nt++].kind = T_DEAD;
 
   /* the retry tiers that exist */
@@ -233,14 +244,14 @@ int sc_submission(const sc_opts *o) {
   int nr = 0;
   for (int t = 0; t < md->topic_cnt && nr < 48; t++) {
     const char *name = md->topics[t].topic;
-    if (!strstr(name, ".retry.")) continue;
+    if (!is_retry_tier(o->pipeline, name)) continue;
     snprintf(retry_names[nr], sizeof retry_names[0], "%s", name);
     topics[nt].topic = retry_names[nr++];
-    topics[nt].kind = retry_kind(name);
+    topics[nt].kind = kind_of(o->pipeline, name);
     nt++;
   }
   /* skip the main topics that do not exist (an empty deployment) */
-  int exists[64];
+  int exists[80];
   for (int i = 0; i < nt; i++) {
     exists[i] = 0;
     for (int t = 0; t < md->topic_cnt; t++)

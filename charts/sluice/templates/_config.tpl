@@ -7,8 +7,7 @@ again in `config`; secret keys may never be set there (use a Secret).
 [kafka.brokers, kafka.security_protocol, kafka.sasl_mechanism, kafka.ssl_ca_file,
  kafka.ssl_verify_hostname, redis.tls_ca_file, s3.ca_file, redis.url, admin.listen, presign.listen, results.listen, retry.tiers,
  retry.budget_s, stage.drain_timeout_s, log.level, stt.plugin, grade.plugin,
- topic.submissions, topic.storage_events, topic.stt_requests, topic.grade_requests,
- topic.results, topic.dlq, s3.endpoint, s3.region, s3.bucket, s3.path_style,
+ pipeline.file, s3.endpoint, s3.region, s3.bucket, s3.path_style,
  s3.url_expiry_s]
 {{- end -}}
 
@@ -69,7 +68,6 @@ kafka.ssl_ca_file = /etc/sluice-tls/kafka/{{ $k.tls.caKey }}
 {{- $stage := .stage -}}
 {{- $v := $root.Values -}}
 {{- $s := index $v.stages $stage -}}
-{{- $t := $v.topics.names -}}
 # sluice {{ $stage }} - rendered by the Helm chart (release {{ $root.Release.Name }})
 kafka.brokers = {{ required "kafka.brokers is required" $v.kafka.brokers }}
 {{- include "sluice.kafkaSecurityConf" $v }}
@@ -79,16 +77,10 @@ redis.tls_ca_file = /etc/sluice-tls/redis/{{ $v.redis.tls.caKey }}
 {{- if not $v.redis.existingSecret }}
 redis.url = {{ required "redis.url is required" $v.redis.url }}
 {{- end }}
-topic.submissions = {{ $t.submissions }}
-topic.storage_events = {{ $t.storageEvents }}
-topic.stt_requests = {{ $t.sttRequests }}
-topic.grade_requests = {{ $t.gradeRequests }}
-topic.results = {{ $t.results }}
-topic.dlq = {{ $t.dlq }}
+pipeline.file = /etc/sluice/pipeline.json
 log.level = {{ $v.logLevel }}
 admin.listen = 0.0.0.0:{{ $v.adminPort }}
 stage.drain_timeout_s = {{ include "sluice.drainSeconds" . }}
-retry.tiers = {{ join "," $v.retry.tiers }}
 retry.budget_s = {{ include "sluice.confValue" $v.retry.budgetSeconds }}
 {{- if eq $stage "presign" }}
 presign.listen = 0.0.0.0:8080

@@ -74,20 +74,49 @@ app.kubernetes.io/component: {{ .stage }}
 {{- end -}}
 
 {{/*
+The pipeline description (docs/pipeline.md): .Values.pipeline (JSON text) or
+the chart's pipeline.json, a copy of the repository's (a test keeps them
+equal). Stages, topics and retry tiers all come from it.
+*/}}
+{{- define "sluice.pipelineJson" -}}
+{{- if .Values.pipeline -}}{{ .Values.pipeline }}{{- else -}}{{ .Files.Get "pipeline.json" }}{{- end -}}
+{{- end -}}
+
+{{/* The description as an object; a clear failure when it is not JSON or lacks a part. */}}
+{{- define "sluice.pipeline" -}}
+{{- $p := include "sluice.pipelineJson" . | fromJson -}}
+{{- if hasKey $p "Error" -}}
+{{- fail (printf "pipeline: not a JSON description (%s)" $p.Error) -}}
+{{- end -}}
+{{- range $k := list "topics" "stages" "retry_tiers" "dead_letters" -}}
+{{- if not (hasKey $p $k) -}}
+{{- fail (printf "pipeline: the description has no %q (see docs/pipeline.md)" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $s := $p.stages -}}
+{{- if not (hasKey $.Values.stages $s.name) -}}
+{{- fail (printf "pipeline: stage %q has no entry under stages in the values (replicas, resources, ...)" $s.name) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $p -}}
+{{- end -}}
+
+{{/*
 The stages in pipeline order, and per stage: the HTTP API port (0: none),
-whether it consumes Kafka, and the values keys of its input topics.
+whether it consumes Kafka, its kind and its input topics.
 */}}
 {{- define "sluice.stageInfo" -}}
-presign: {http: 8080, consumer: false, inputs: []}
-ingest: {http: 0, consumer: true, inputs: [storageEvents]}
-stt: {http: 0, consumer: true, inputs: [sttRequests]}
-grade: {http: 0, consumer: true, inputs: [gradeRequests]}
-materialize: {http: 0, consumer: true, inputs: [submissions, results]}
-results: {http: 8081, consumer: false, inputs: []}
+{{- $p := include "sluice.pipeline" . | fromJson -}}
+{{- range $s := $p.stages }}
+{{ $s.name }}: {http: {{ ternary 8080 (ternary 8081 0 (eq $s.kind "results")) (eq $s.kind "presign") }}, consumer: {{ gt (len $s.inputs) 0 }}, retry: {{ $s.retry | default false }}, kind: {{ $s.kind | quote }}, inputs: {{ $s.inputs | toJson }}}
+{{- end }}
 {{- end -}}
 
 {{- define "sluice.stageOrder" -}}
-[presign, ingest, stt, grade, materialize, results]
+{{- $p := include "sluice.pipeline" . | fromJson -}}
+{{- $names := list -}}
+{{- range $s := $p.stages }}{{ $names = append $names $s.name }}{{ end -}}
+{{- toJson $names -}}
 {{- end -}}
 
 {{/* One value as a config-file value: whole numbers without an exponent

@@ -84,12 +84,17 @@ typedef struct {
   char *redis_tls_cert_file;
   char *redis_tls_key_file;
   int64_t redis_command_timeout_ms; /* sl_aredis_set_timeout */
-  char *topic_submissions;
-  char *topic_storage_events;
-  char *topic_stt_requests;
-  char *topic_grade_requests;
-  char *topic_results;
-  char *topic_dlq;
+  char *pipeline_file;  /* "" = the built-in description */
+  /* filled by sl_common_pipeline from the description, not settings: the
+   * stage's topics by message type (NULL where it has none), owned by
+   * pipeline */
+  struct sl_pipeline *pipeline;
+  const char *topic_submissions;    /* sluice.v1.SubmissionCreated */
+  const char *topic_storage_events; /* json:s3-event */
+  const char *topic_stt_requests;   /* sluice.v1.UploadCompleted */
+  const char *topic_grade_requests; /* sluice.v1.Transcript */
+  const char *topic_results;        /* sluice.v1.QuestionStatus */
+  const char *topic_dlq;            /* the dead letters */
   char *log_level;
   char *admin_listen;   /* "" = the stage's default */
   int64_t max_in_flight;
@@ -117,6 +122,18 @@ typedef struct {
 
 extern const sl_conf_entry sl_common_conf_table[];
 extern const size_t sl_common_conf_table_len;
+
+/* Loads the pipeline description (cc->pipeline_file, "" = built-in) into
+ * cc->pipeline and resolves stage's topics into cc->topic_* by message type
+ * (what the stage writes, else what it reads; stage NULL or not in the
+ * description: the first topic of each type). An empty retry.tiers becomes the pipeline's.
+ * Returns 0 or SL_ECONFIG (SL_ENOMEM) with the reason in err. Release with
+ * sl_common_release. */
+int sl_common_pipeline(sl_common_conf *cc, const char *stage, char *err, size_t errlen);
+
+/* Frees what sl_common_pipeline loaded (NULL-safe); the settings themselves
+ * are released with sl_conf_release. */
+void sl_common_release(sl_common_conf *cc);
 
 /* Installs the transport security of cc (kafka.security_protocol and
  * friends, redis.password / redis.tls_*) process-wide, for every Kafka and
