@@ -777,7 +777,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   for (int i = 0; i < L->ngroups; i++) {
     grp *g = &L->g[i];
     g->L = L;
-    snprintf(g->name, sizeof g->name, "sluice-%s%s", o->stage, i ? "-retry" : "");
+    sl_pipeline_group(g->name, sizeof g->name, o->stage, i);
     uv_timer_init(&L->loop, &g->revoke_timer);
     g->revoke_timer.data = g;
     if (rc == 0)

@@ -59,6 +59,7 @@
 #include "sluice/sl_claim.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
+#include "sluice/sl_pipeline.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
@@ -532,9 +533,11 @@ static int behind_committed(mat *M) {
     return 0;
   }
   rd_kafka_t *rk = NULL;
-  /* the group the stage runtime runs as (sl_stage_run: "sluice-<stage>");
-   * it only reads committed offsets, it never joins */
-  if (sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize",
+  /* the group the stage runtime runs as (sl_pipeline_group); it only reads
+   * committed offsets, it never joins */
+  char group[64];
+  sl_pipeline_group(group, sizeof group, "materialize", 0);
+  if (sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, group,
                             "sluice-materialize-check", NULL,
                             err, sizeof err, NULL, NULL, NULL, NULL) != 0) {
     sl_log(SL_LOG_WARN, NULL, "start check of the view: %s (skipped)", err);

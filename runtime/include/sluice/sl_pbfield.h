@@ -1,0 +1,53 @@
+/*
+ * sl_pbfield.h — fields of protobuf messages by name, through protobuf-c's
+ * descriptors: what lets a plugin read its input and write its output by
+ * field name, so a new message type needs no host code.
+ *
+ * A path names a field from the top of a message: "text",
+ * "upload.question_no" (into a sub-message), "words.3.word" (element 3 of a
+ * repeated message field, then its field). A declared path (what a plugin
+ * says it reads or writes) has no indices: "words.word" or "words".
+ *
+ * Readers never allocate: strings and bytes point into the message. Writers
+ * work on messages unpacked with the default allocator (malloc) or made with
+ * the descriptor's init, and replace a string with a malloc'd copy, so
+ * protobuf_c_message_free_unpacked frees what they wrote.
+ *
+ * Pure. @locality any thread (one message per thread).
+ */
+#ifndef SLUICE_SL_PBFIELD_H
+#define SLUICE_SL_PBFIELD_H
+
+#include <stddef.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+/* What a declared path leads to. */
+typedef enum {
+  SL_PBF_STRING = 1,
+  SL_PBF_BYTES,
+  SL_PBF_NUMBER,  /* numeric, bool or enum */
+  SL_PBF_MESSAGE, /* a sub-message (or a list of them) */
+} sl_pbfield_kind;
+
+/* Checks a declared path (no indices) against d. Returns its kind, with
+ * *repeated set when some step of it is a list; SL_ENOTFOUND with the
+ * failing segment named in err. */
+int sl_pbfield_resolve(const ProtobufCMessageDescriptor *d, const char *path, int *repeated,
+                       char *err, size_t errlen);
+
+/* Reads: NULL / SL_ENOTFOUND when the path does not lead to a value of that
+ * kind (or an index is out of range). */
+const char *sl_pbfield_str(const ProtobufCMessage *m, const char *path);
+const void *sl_pbfield_bytes(const ProtobufCMessage *m, const char *path, size_t *len);
+int sl_pbfield_num(const ProtobufCMessage *m, const char *path, double *out);
+/* Elements of a repeated field; -1 when the path is not one. */
+long sl_pbfield_count(const ProtobufCMessage *m, const char *path);
+
+/* Writes a string / number field (path without indices into repeated
+ * fields; sub-messages on the way must exist). Returns 0, SL_ENOTFOUND, or
+ * SL_EINVAL (a number into a string field and the like), SL_ENOMEM. */
+int sl_pbfield_set_str(ProtobufCMessage *m, const char *path, const char *v);
+int sl_pbfield_set_num(ProtobufCMessage *m, const char *path, double v);
+
+#endif
