@@ -4,6 +4,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "stages.h"
+#include "sluice/sl_tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,12 +74,14 @@ void sl__install_signals(void) {
 #define M_TR "sluice.v1.Transcript"
 #define M_QS "sluice.v1.QuestionStatus"
 const sl_pipeline_kind sl__stage_kinds[] = {
-    {"presign", {NULL}, {M_SUB, M_S3, NULL}, 0, 0},
-    {"ingest", {M_S3, NULL}, {M_UP, M_QS, NULL}, 0, 1},
-    {"stt", {M_UP, NULL}, {M_TR, M_QS, NULL}, 1, 1},
-    {"grade", {M_TR, NULL}, {M_QS, NULL}, 1, 1},
-    {"materialize", {M_QS, M_SUB, NULL}, {NULL}, 0, 1},
-    {"results", {NULL}, {NULL}, 0, 0},
+    {"presign", {NULL}, {M_SUB, M_S3, NULL}, 0, 0, 0},
+    {"ingest", {M_S3, NULL}, {M_UP, M_QS, NULL}, 0, 1, 0},
+    {"stt", {M_UP, NULL}, {M_TR, M_QS, NULL}, 1, 1, 0},
+    {"grade", {M_TR, NULL}, {M_QS, NULL}, 1, 1, 0},
+    {"materialize", {M_QS, M_SUB, NULL}, {NULL}, 0, 1, 0},
+    {"results", {NULL}, {NULL}, 0, 0, 0},
+    /* `sluice stage NAME`: a step plugin (stages/step/step.c) */
+    {"plugin", {NULL}, {NULL}, 0, 1, 1},
 };
 const size_t sl__nstage_kinds = sizeof sl__stage_kinds / sizeof sl__stage_kinds[0];
 
@@ -93,9 +96,12 @@ int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t e
              cc->pipeline_file && *cc->pipeline_file ? cc->pipeline_file : "(built-in)", stage);
     return SL_ECONFIG;
   }
-  if (strcmp(s->kind, stage) != 0) {
+  int builtin = 0; /* a stage named like a built-in kind is of that kind */
+  for (size_t i = 0; i < sl__nstage_kinds; i++)
+    builtin |= !sl__stage_kinds[i].generic && strcmp(sl__stage_kinds[i].kind, stage) == 0;
+  if (strcmp(s->kind, builtin ? stage : "plugin") != 0) {
     snprintf(err, errlen, "stage \"%s\" of the pipeline is of kind %s, not %s", stage, s->kind,
-             stage);
+             builtin ? stage : "plugin");
     return SL_ECONFIG;
   }
   return 0;
@@ -116,9 +122,8 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
     return 1002;
   }
   char err[1024];
-  int is_stage = 0; /* fakeprovider is a tool, not a pipeline stage */
-  for (size_t i = 0; i < sl__nstage_kinds; i++) is_stage |= strcmp(sl__stage_kinds[i].kind, stage) == 0;
-  if (is_stage && sl__pipeline_load(cc, stage, err, sizeof err) != 0) {
+  /* fakeprovider is a tool, not a pipeline stage */
+  if (strcmp(stage, "fakeprovider") != 0 && sl__pipeline_load(cc, stage, err, sizeof err) != 0) {
     sl_log(SL_LOG_ERROR, NULL, "%s", err);
     sl__stage_finish(cc, own, nown, NULL);
     return 1002;
@@ -248,6 +253,38 @@ void sl__plugins_close(sl__plugins *p) {
   sl_plugin_libs_free(p->libs, p->nlibs);
   free(p->argv);
   memset(p, 0, sizeof *p);
+}
+
+static void *pool_create(void *arg, char *err, unsigned long errlen) {
+  sl__plugin_pool *pp = arg;
+  sl_plugin_inst *in = NULL;
+  return sl_plugin_inst_new(&in, pp->lib, err, errlen) == 0 ? in : NULL;
+}
+static void pool_destroy(void *v) { sl_plugin_inst_free(v); }
+
+int sl__plugin_pool_init(sl__plugin_pool *pp, sl_plugin_lib *lib, char *err, size_t errlen) {
+  memset(pp, 0, sizeof *pp);
+  pp->lib = lib;
+  pp->sync = (sl_plugin_lib_desc(lib)->flags & SL_PLUGIN_SYNC) != 0;
+  if (!pp->sync) return sl_plugin_inst_new(&pp->inst, lib, err, errlen);
+  int rc = sl_tls_new(&pp->insts, pool_create, pool_destroy, pp);
+  if (rc) return rc;
+  sl_plugin_inst *probe = pool_create(pp, err, errlen);
+  if (!probe) return SL_ECONFIG;
+  sl_plugin_inst_free(probe);
+  return 0;
+}
+
+sl_plugin_inst *sl__plugin_pool_get(sl__plugin_pool *pp, char *err, size_t errlen) {
+  return pp->sync ? sl_tls_get(pp->insts, err, errlen) : pp->inst;
+}
+
+void sl__plugin_pool_free(sl__plugin_pool *pp) {
+  if (!pp) return;
+  sl_tls_free(pp->insts);
+  sl_plugin_inst_free(pp->inst);
+  pp->insts = NULL;
+  pp->inst = NULL;
 }
 
 int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {

@@ -1,6 +1,7 @@
 /*
  * main.c — the `sluice` binary: one subcommand per stage.
  *   sluice presign|ingest|stt|grade|materialize|results [--help]
+ *   sluice stage NAME      the stage NAME of the pipeline (stages/step)
  *   sluice plugin run|list|doc   plugins outside a stage (stages/plugin)
  *   sluice config-doc      print every setting as Markdown (docs/configuration.md)
  *   sluice pipeline        print the pipeline description, resolved and checked
@@ -34,6 +35,8 @@ const sl__subcommand sl__subcommands[] = {
      sl__fakeprovider_main, sl__fakeprovider_table, &sl__fakeprovider_table_len},
     {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main,
      NULL, NULL},
+    {"stage", "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
+     sl__stage_main, NULL, NULL},
 };
 const size_t sl__nsubcommands = sizeof sl__subcommands / sizeof sl__subcommands[0];
 
@@ -64,7 +67,8 @@ static int known_env(const char *env) {
         in_table(sl__subcommands[i].table, *sl__subcommands[i].table_len, env))
       return 1;
   /* settings of plugins this process does not load (one shell, all stages) */
-  if (strncmp(env, "SLUICE_STT_", 11) == 0 || strncmp(env, "SLUICE_GRADE_", 13) == 0)
+  if (strncmp(env, "SLUICE_STT_", 11) == 0 || strncmp(env, "SLUICE_GRADE_", 13) == 0 ||
+      strncmp(env, "SLUICE_STEP_", 12) == 0)
     return sl_plugin_env_known(env);
   return 0;
 }

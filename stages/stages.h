@@ -71,7 +71,10 @@ void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
 void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
                       sl_admin *admin);
 
-/* ---- plugins (stt, grade) ---- */
+/* `sluice stage NAME` (stages/step/step.c) */
+int sl__stage_main(int argc, char **argv);
+
+/* ---- plugins (stt, grade, step) ---- */
 #include "sluice/sl_pluginhost.h"
 
 typedef struct {
@@ -121,5 +124,22 @@ extern const sl_conf_entry sl__presign_table[], sl__ingest_table[], sl__stt_tabl
 extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_len,
     sl__grade_table_len, sl__materialize_table_len, sl__results_table_len,
     sl__fakeprovider_table_len;
+
+/* The instances of a plugin a stage calls: SYNC plugins get one per worker
+ * thread (created on first use), async ones a single instance on the loop.
+ * init creates one instance at once (then frees it for SYNC plugins), so a
+ * bad setting fails at start-up. */
+typedef struct {
+  sl_plugin_lib *lib;
+  int sync;
+  struct sl_tls *insts;   /* SYNC */
+  sl_plugin_inst *inst;   /* async */
+} sl__plugin_pool;
+int sl__plugin_pool_init(sl__plugin_pool *pp, sl_plugin_lib *lib, char *err, size_t errlen);
+/* The calling thread's instance (SYNC) or the loop's (async); NULL with
+ * the reason in err. */
+sl_plugin_inst *sl__plugin_pool_get(sl__plugin_pool *pp, char *err, size_t errlen);
+/* NULL-safe; after the stage stopped. */
+void sl__plugin_pool_free(sl__plugin_pool *pp);
 
 #endif

@@ -164,7 +164,7 @@ static int parse_io(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, int output
 static int parse_stage(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, size_t idx, char *err,
                        size_t errlen, const char *source) {
   static const char *const keys[] = {"name",  "kind",     "about",    "inputs", "outputs",
-                                     "retry", "provider", "progress", NULL};
+                                     "retry", "provider", "progress", "plugin", NULL};
   char where[80];
   int rc = 0;
   if (!json_is_object(st)) return fail(err, errlen, source, "stage %zu is not an object", idx + 1);
@@ -182,6 +182,7 @@ static int parse_stage(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, size_t 
   s->kind = str_of(st, "kind", 1, where, &rc, err, errlen, source);
   if (rc == 0) s->about = str_of(st, "about", 0, where, &rc, err, errlen, source);
   if (rc == 0) s->progress = str_of(st, "progress", 0, where, &rc, err, errlen, source);
+  if (rc == 0) s->plugin = str_of(st, "plugin", 0, where, &rc, err, errlen, source);
   if (rc == 0) rc = bool_of(st, "retry", &s->retry, where, err, errlen, source);
   if (rc == 0) rc = bool_of(st, "provider", &s->provider, where, err, errlen, source);
   if (rc == 0) rc = parse_io(p, s, st, 0, err, errlen, source);
@@ -442,6 +443,34 @@ int sl_pipeline_check_kinds(const sl_pipeline *p, const sl_pipeline_kind *kinds,
                s->kind, known);
       return SL_ECONFIG;
     }
+    if (!k->generic != !s->plugin) {
+      snprintf(err, errlen, k->generic ? "stage \"%s\" (kind %s) names no \"plugin\" to host"
+                                       : "stage \"%s\" (kind %s) hosts no plugin: only kind "
+                                         "\"plugin\" takes \"plugin\"",
+               s->name, s->kind);
+      return SL_ECONFIG;
+    }
+    if (k->generic) {
+      size_t main_out = 0;
+      for (size_t j = 0; j < s->noutputs; j++)
+        if (strcmp(topic_find(p, s->outputs[j])->message, "sluice.v1.QuestionStatus") != 0 ||
+            s->noutputs == 1)
+          main_out++;
+      if (s->ninputs != 1 || !sl_pipeline_descriptor(topic_find(p, s->inputs[0])->message) ||
+          main_out != 1 || !s->retry) {
+        snprintf(err, errlen, "stage \"%s\" (kind %s) must read one topic of a protobuf message, "
+                 "write one (and may write a sluice.v1.QuestionStatus topic besides), and say "
+                 "\"retry\": true", s->name, s->kind);
+        return SL_ECONFIG;
+      }
+      for (size_t j = 0; j < s->noutputs; j++)
+        if (!sl_pipeline_descriptor(topic_find(p, s->outputs[j])->message)) {
+          snprintf(err, errlen, "stage \"%s\" (kind %s) writes %s, which is not a protobuf "
+                   "message", s->name, s->kind, s->outputs[j]);
+          return SL_ECONFIG;
+        }
+      continue;
+    }
     size_t nin = 0;
     for (; nin < SL_PIPELINE_MAX_IO && k->in[nin]; nin++)
       if (!sl_pipeline_topic_of(p, s->name, 0, k->in[nin])) {
@@ -570,6 +599,7 @@ static int print_json(const sl_pipeline *p, FILE *f) {
                           names_json(s->outputs, s->noutputs));
     if (s->about) json_object_set_new(j, "about", json_string(s->about));
     if (s->progress) json_object_set_new(j, "progress", json_string(s->progress));
+    if (s->plugin) json_object_set_new(j, "plugin", json_string(s->plugin));
     if (s->ninputs) {
       sl_pipeline_group(g, sizeof g, s->name, 0);
       json_object_set_new(j, "group", json_string(g));

@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE /* strnlen, readlink, dlopen flags */
 #include "sluice/sl_pluginhost.h"
+#include "sluice/sl_pbfield.h"
 
 #include <curl/curl.h>
 #include <ctype.h>
@@ -119,21 +120,28 @@ const char *sl_plugin_lib_file(const sl_plugin_lib *l) { return l ? l->file : NU
 static int lib_check(sl_plugin_lib *l, const char *kind, const char *name, char *err,
                      size_t errlen) {
   const sl_plugin *d = l->desc;
-  if (d->abi_version != SL_PLUGIN_ABI_VERSION) {
+  /* ABI 1 is adapted: the same layout, with what ABI 2 added in its
+   * reserved slots (zero there: no declared fields) */
+  if (d->abi_version != SL_PLUGIN_ABI_VERSION && d->abi_version != 1) {
     snprintf(err, errlen,
-             "%s was built for plugin ABI %u; this sluice speaks ABI %u (rebuild the "
-             "plugin against this sl_plugin.h)",
+             "%s was built for plugin ABI %u; this sluice speaks ABI %u (and runs ABI 1 "
+             "plugins as they are): rebuild the plugin against this sl_plugin.h",
              l->file, (unsigned)d->abi_version, (unsigned)SL_PLUGIN_ABI_VERSION);
     return SL_EPLUGIN;
   }
-  if (d->struct_size < offsetof(sl_plugin, reserved)) {
+  size_t need = d->abi_version == 1 ? offsetof(sl_plugin, reads) : offsetof(sl_plugin, reserved);
+  if (d->struct_size < need) {
     snprintf(err, errlen, "%s: descriptor struct_size %u is smaller than ABI %u needs (%zu)",
-             l->file, (unsigned)d->struct_size, (unsigned)SL_PLUGIN_ABI_VERSION,
-             offsetof(sl_plugin, reserved));
+             l->file, (unsigned)d->struct_size, (unsigned)d->abi_version, need);
     return SL_EPLUGIN;
   }
-  if (!d->kind || (strcmp(d->kind, SL_PLUGIN_KIND_STT) && strcmp(d->kind, SL_PLUGIN_KIND_GRADE))) {
+  if (!d->kind || (strcmp(d->kind, SL_PLUGIN_KIND_STT) && strcmp(d->kind, SL_PLUGIN_KIND_GRADE) &&
+                   strcmp(d->kind, SL_PLUGIN_KIND_STEP))) {
     snprintf(err, errlen, "%s: unknown plugin kind \"%s\"", l->file, d->kind ? d->kind : "");
+    return SL_EPLUGIN;
+  }
+  if (strcmp(d->kind, SL_PLUGIN_KIND_STEP) == 0 && d->abi_version < 2) {
+    snprintf(err, errlen, "%s: a step plugin needs ABI 2 (fields by name)", l->file);
     return SL_EPLUGIN;
   }
   if (kind && strcmp(d->kind, kind) != 0) {
@@ -148,6 +156,22 @@ static int lib_check(sl_plugin_lib *l, const char *kind, const char *name, char 
   if (!d->create || !d->call || !d->destroy) {
     snprintf(err, errlen, "%s: descriptor lacks create/call/destroy", l->file);
     return SL_EPLUGIN;
+  }
+  const char *const *lists[2] = {d->abi_version >= 2 ? d->reads : NULL,
+                                 d->abi_version >= 2 ? d->writes : NULL};
+  for (int k = 0; k < 2; k++) {
+    size_t n = 0;
+    for (; lists[k] && lists[k][n] && n <= SL_PLUGIN_MAX_FIELDS; n++)
+      if (strlen(lists[k][n]) == 0 || strlen(lists[k][n]) > 127) {
+        snprintf(err, errlen, "%s: a declared %s field path is empty or too long", l->file,
+                 k ? "written" : "read");
+        return SL_EPLUGIN;
+      }
+    if (n > SL_PLUGIN_MAX_FIELDS) {
+      snprintf(err, errlen, "%s: more than %d declared %s fields", l->file, SL_PLUGIN_MAX_FIELDS,
+               k ? "written" : "read");
+      return SL_EPLUGIN;
+    }
   }
   if (d->nconf > 256 || (d->nconf && !d->conf)) {
     snprintf(err, errlen, "%s: bad configuration table", l->file);
@@ -409,6 +433,7 @@ static void h_counter_add(sl_plugin_metric *m, uint64_t n) {
 
 struct sl_plugin_call {
   sl_plugin_inst *inst;
+  const sl_plugin_input *in; /* until complete() */
   sl_httpc *http;
   sl_plugin_done_fn done;
   void *ud;
@@ -442,8 +467,71 @@ static int dup_bounded(char **dst, const char *v, size_t max) {
   return 0;
 }
 
+/* ---- ABI 2: fields by name ---- */
+
+static const ProtobufCMessage *in_msg(sl_plugin_call *call) {
+  if (!call || call->completed || !call->in ||
+      call->in->struct_size < offsetof(sl_plugin_input, reserved))
+    return NULL;
+  return call->in->message;
+}
+static const char *h_in_str(sl_plugin_call *call, const char *path) {
+  const ProtobufCMessage *m = in_msg(call);
+  return m ? sl_pbfield_str(m, path) : NULL;
+}
+static int h_in_num(sl_plugin_call *call, const char *path, double *out) {
+  const ProtobufCMessage *m = in_msg(call);
+  return m ? sl_pbfield_num(m, path, out) : SL_ENOTFOUND;
+}
+static const void *h_in_bytes(sl_plugin_call *call, const char *path, size_t *len) {
+  const ProtobufCMessage *m = in_msg(call);
+  return m ? sl_pbfield_bytes(m, path, len) : NULL;
+}
+static long h_in_count(sl_plugin_call *call, const char *path) {
+  const ProtobufCMessage *m = in_msg(call);
+  return m ? sl_pbfield_count(m, path) : -1;
+}
+
+static int declared(const char *const *list, const char *path) {
+  for (size_t i = 0; list && list[i]; i++)
+    if (strcmp(list[i], path) == 0) return 1;
+  return 0;
+}
+
+/* a step's write by name: kept in the result's field list (its output);
+ * it may write only what it declared */
+static int field_put(sl_plugin_call *call, const char *path, const char *str, double num,
+                     int is_num) {
+  const sl_plugin *d = call->inst->lib->desc;
+  int step = strcmp(d->kind, SL_PLUGIN_KIND_STEP) == 0;
+  if (!step) return 0; /* stt and grade results have their own fields */
+  if (!declared(d->writes, path)) {
+    sl_log(SL_LOG_ERROR, NULL, "plugin %s wrote \"%s\", which it did not declare in writes",
+           d->name, path);
+    return SL_EINVAL;
+  }
+  sl_plugin_result *r = &call->res;
+  sl_plugin_field *f = NULL;
+  for (size_t i = 0; i < r->nfields && !f; i++)
+    if (strcmp(r->fields[i].name, path) == 0) f = &r->fields[i];
+  if (!f) {
+    if (r->nfields >= SL_PLUGIN_MAX_FIELDS) return SL_ETOOBIG;
+    f = &r->fields[r->nfields];
+    memset(f, 0, sizeof *f);
+    if (dup_bounded(&f->name, path, 128)) return SL_ENOMEM;
+    r->nfields++;
+  }
+  f->is_num = is_num;
+  f->num = num;
+  free(f->str);
+  f->str = NULL;
+  return is_num ? 0 : dup_bounded(&f->str, str, SL_PLUGIN_MAX_TEXT);
+}
+
 static int h_out_str(sl_plugin_call *call, const char *field, const char *v) {
-  if (!call || !field || call->completed) return SL_EINVAL;
+  if (!call || !field || !v || call->completed) return SL_EINVAL;
+  int rc = field_put(call, field, v, 0, 0);
+  if (rc) return rc;
   sl_plugin_result *r = &call->res;
   char **dst = strcmp(field, "text") == 0       ? &r->text
                : strcmp(field, "language") == 0 ? &r->language
@@ -459,6 +547,8 @@ static int h_out_str(sl_plugin_call *call, const char *field, const char *v) {
 static int h_out_num(sl_plugin_call *call, const char *field, double v) {
   if (!call || !field || call->completed) return SL_EINVAL;
   if (v != v) return SL_EINVAL; /* NaN */
+  int rc = field_put(call, field, NULL, v, 1);
+  if (rc) return rc;
   sl_plugin_result *r = &call->res;
   double *dst = strcmp(field, "duration_s") == 0         ? &r->duration_s
                 : strcmp(field, "cost_units") == 0       ? &r->cost_units
@@ -609,7 +699,8 @@ int sl_plugin_inst_new(sl_plugin_inst **out, sl_plugin_lib *lib, char *err, size
       .conf_bool = h_conf_bool, .counter = h_counter, .counter_add = h_counter_add,
       .http_send = (lib->desc->flags & SL_PLUGIN_SYNC) ? NULL : h_http_send,
       .out_str = h_out_str, .out_num = h_out_num, .out_word = h_out_word,
-      .out_criterion = h_out_criterion, .complete = h_complete};
+      .out_criterion = h_out_criterion, .complete = h_complete, .in_str = h_in_str,
+      .in_num = h_in_num, .in_bytes = h_in_bytes, .in_count = h_in_count};
   err[0] = '\0';
   int rc = lib->desc->create(&in->host, &lib->conf, &in->state, err, errlen);
   if (rc) {
@@ -645,6 +736,10 @@ void sl_plugin_result_clear(sl_plugin_result *r) {
     free(r->criteria[i].name);
     free(r->criteria[i].comment);
   }
+  for (size_t i = 0; i < r->nfields; i++) {
+    free(r->fields[i].name);
+    free(r->fields[i].str);
+  }
   memset(r, 0, sizeof *r);
 }
 
@@ -656,6 +751,7 @@ int sl_plugin_run(sl_plugin_inst *in, const sl_plugin_input *input, sl_httpc *ht
   sl_plugin_call *call = calloc(1, sizeof *call);
   if (!call) return SL_ENOMEM;
   call->inst = in;
+  call->in = input;
   call->http = sync ? NULL : http;
   call->done = done;
   call->ud = ud;
@@ -673,6 +769,39 @@ int sl_plugin_run(sl_plugin_inst *in, const sl_plugin_input *input, sl_httpc *ht
   return 0;
 }
 
+int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescriptor *in,
+                           const ProtobufCMessageDescriptor *out, char *err, size_t errlen) {
+  if (!lib) return SL_EINVAL;
+  const sl_plugin *d = lib->desc;
+  if (d->abi_version < 2) return 0;
+  char why[256];
+  for (size_t i = 0; d->reads && d->reads[i]; i++) {
+    if (!in) {
+      snprintf(err, errlen, "plugin %s/%s reads \"%s\" but its input is not a protobuf message",
+               d->kind, d->name, d->reads[i]);
+      return SL_ECONFIG;
+    }
+    if (sl_pbfield_resolve(in, d->reads[i], NULL, why, sizeof why) < 0) {
+      snprintf(err, errlen, "plugin %s/%s reads \"%s\": %s", d->kind, d->name, d->reads[i], why);
+      return SL_ECONFIG;
+    }
+  }
+  for (size_t i = 0; d->writes && d->writes[i]; i++) {
+    int rep = 0, k = out ? sl_pbfield_resolve(out, d->writes[i], &rep, why, sizeof why) : -1;
+    if (!out) snprintf(why, sizeof why, "its output is not a protobuf message");
+    if (k >= 0 && (rep || (k != SL_PBF_STRING && k != SL_PBF_NUMBER))) {
+      snprintf(why, sizeof why, "only single strings and numbers can be written");
+      k = -1;
+    }
+    if (k < 0) {
+      snprintf(err, errlen, "plugin %s/%s writes \"%s\": %s", d->kind, d->name, d->writes[i],
+               why);
+      return SL_ECONFIG;
+    }
+  }
+  return 0;
+}
+
 const char *sl_plugin_outcome_name(sl_plugin_outcome o) {
   return o == SL_PLUGIN_DONE ? "done" : o == SL_PLUGIN_RETRY ? "retry" : "failed";
 }
@@ -681,8 +810,10 @@ void sl_plugin_print_markdown(sl_plugin_lib **libs, size_t n, void *out) {
   FILE *f = out;
   fprintf(f, "# Sluice plugins\n\nGenerated by `sluice plugin doc` from the plugins' own "
              "configuration tables (plugin ABI %u). Choose one with `sluice stt --plugin "
-             "NAME` / `sluice grade --plugin NAME` (or `stt.plugin` / `grade.plugin`); "
-             "keys are set like every other setting (file, environment, `--set`).\n",
+             "NAME` / `sluice grade --plugin NAME` (or `stt.plugin` / `grade.plugin`); a "
+             "step plugin is named by its stage in the pipeline description "
+             "([pipeline.md](pipeline.md)); keys are set like every other setting (file, "
+             "environment, `--set`).\n",
           (unsigned)SL_PLUGIN_ABI_VERSION);
   for (size_t i = 0; i < n; i++) {
     const sl_plugin *d = libs[i]->desc;

@@ -20,7 +20,6 @@
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
-#include "sluice/sl_tls.h"
 
 typedef struct {
   char *plugin;
@@ -35,17 +34,8 @@ const size_t sl__grade_table_len = sizeof sl__grade_table / sizeof sl__grade_tab
 
 typedef struct {
   sl_common_conf *cc;
-  sl_plugin_lib *lib;
-  sl_tls *insts;        /* SYNC: one instance per worker thread */
-  sl_plugin_inst *inst; /* async: one on the loop */
+  sl__plugin_pool pool; /* SYNC: one instance per worker; async: one on the loop */
 } grade;
-
-static void *inst_create(void *arg, char *err, unsigned long errlen) {
-  grade *g = arg;
-  sl_plugin_inst *in = NULL;
-  return sl_plugin_inst_new(&in, g->lib, err, errlen) == 0 ? in : NULL;
-}
-static void inst_destroy(void *v) { sl_plugin_inst_free(v); }
 
 static Sluice__V1__Transcript *parse(const rd_kafka_message_t *m, sl_result *res,
                                      char key[128]) {
@@ -72,6 +62,7 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__Transcript *t, cons
   in->language = t->language ? t->language : "";
   in->transcript = t->text ? t->text : "";
   in->duration_s = t->duration_s;
+  in->message = &t->base; /* ABI 2: fields by name */
   *wbuf = t->n_words ? calloc(t->n_words, sizeof **wbuf) : NULL;
   if (*wbuf) {
     for (size_t i = 0; i < t->n_words; i++)
@@ -132,7 +123,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   char key[128], err[512] = "";
   Sluice__V1__Transcript *t = parse(m, res, key);
   if (!t) return;
-  sl_plugin_inst *in = sl_tls_get(g->insts, err, sizeof err);
+  sl_plugin_inst *in = sl__plugin_pool_get(&g->pool, err, sizeof err);
   if (!in) {
     sl_result_set(res, SL_OUTCOME_RETRY, "grade_setup", "%s", err);
     sluice__v1__transcript__free_unpacked(t, NULL);
@@ -193,7 +184,7 @@ static void start(void *ud, sl_job *job) {
   }
   sl_plugin_input pin;
   input_for(&pin, c->t, c->key, &c->wbuf);
-  int rc = sl_plugin_run(g->inst, &pin, sl_job_http(job), on_graded, c);
+  int rc = sl_plugin_run(g->pool.inst, &pin, sl_job_http(job), on_graded, c);
   if (rc) {
     sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
                   sl_strerror(rc));
@@ -227,24 +218,14 @@ int sl__grade_main(int argc, char **argv) {
   grade g = {.cc = &cc};
   char err[1024] = "", provider[80];
   rc = sl__plugins_choose(&pl, "grade", gc.plugin, err, sizeof err);
-  if (rc == 0) g.lib = pl.chosen;
-  int sync = g.lib && (sl_plugin_lib_desc(g.lib)->flags & SL_PLUGIN_SYNC);
-  if (rc == 0 && sync) {
-    rc = sl_tls_new(&g.insts, inst_create, inst_destroy, &g);
-    if (rc == 0) { /* one instance now, so a bad setting fails at start-up */
-      sl_plugin_inst *probe = inst_create(&g, err, sizeof err);
-      if (!probe) rc = SL_ECONFIG;
-      sl_plugin_inst_free(probe);
-    }
-  } else if (rc == 0) {
-    rc = sl_plugin_inst_new(&g.inst, g.lib, err, sizeof err);
-  }
+  if (rc == 0) rc = sl__plugin_pool_init(&g.pool, pl.chosen, err, sizeof err);
+  int sync = g.pool.sync;
   if (rc == 0) {
-    const sl_plugin *d = sl_plugin_lib_desc(g.lib);
+    const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
     snprintf(provider, sizeof provider, "grade-%s", d->name);
     sl_log(SL_LOG_INFO, NULL, "plugin grade/%s %s (%s) from %s", d->name,
            d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
-           sl_plugin_lib_file(g.lib));
+           sl_plugin_lib_file(pl.chosen));
     const char *topics[] = {cc.topic_grade_requests};
     sl_stage_opts o = {.stage = "grade", .common = &cc, .topics = topics, .ntopics = 1,
                        .process = sync ? process : NULL, .start = sync ? NULL : start,
@@ -254,8 +235,7 @@ int sl__grade_main(int argc, char **argv) {
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
   }
-  sl_tls_free(g.insts);
-  sl_plugin_inst_free(g.inst);
+  sl__plugin_pool_free(&g.pool);
   sl__stage_finish(&cc, own, nown, admin);
   sl__plugins_close(&pl);
   return rc ? 1 : 0;

@@ -104,6 +104,7 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__UploadCompleted *up
   in->content_type = sl__audio_content_type(up->object_key);
   const char *slash = strrchr(up->object_key, '/');
   in->filename = slash ? slash + 1 : up->object_key;
+  in->message = &up->base; /* ABI 2: fields by name */
 }
 
 /* Maps the plugin's outcome onto the stage result; on DONE queues the

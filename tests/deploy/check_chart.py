@@ -120,8 +120,8 @@ def check_common(docs):
         pod = dep["spec"]["template"]["spec"]
         c = container(dep)
         conf = conf_of(docs, stage)
-        check(c["args"][:3] == [stage, "--config", "/etc/sluice/sluice.conf"],
-              f"{name}: args start {c['args'][:3]}")
+        check(c["args"][:4] == ["stage", stage, "--config", "/etc/sluice/sluice.conf"],
+              f"{name}: args start {c['args'][:4]}")
         check(pod.get("enableServiceLinks") is False,
               f"{name}: enableServiceLinks must be false (service links are SLUICE_* variables)")
         check(pod.get("automountServiceAccountToken") is False, f"{name}: token mounted")
@@ -302,7 +302,7 @@ def check_per_stage(docs):
               f"{stage}: requests {req}")
         check(c["resources"].get("limits", {}).get("memory") == f"{(i + 1) * 128}Mi",
               f"{stage}: limits {c['resources'].get('limits')}")
-        check(c["args"] == [stage, "--config", "/etc/sluice/sluice.conf", "--set", f"stage.workers={i + 2}"],
+        check(c["args"] == ["stage", stage, "--config", "/etc/sluice/sluice.conf", "--set", f"stage.workers={i + 2}"],
               f"{stage}: args {c['args']}")
         check(conf_of(docs, stage).get("stage.max_in_flight") == str((i + 1) * 10),
               f"{stage}: stage.max_in_flight {conf_of(docs, stage).get('stage.max_in_flight')}")

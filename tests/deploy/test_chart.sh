@@ -183,7 +183,7 @@ else
         *) want="as group sluice-$s;" ;;
       esac
       (cd "$dir" && exec env -u SLUICE_KAFKA_BROKERS -u SLUICE_REDIS_URL "${envs[@]}" \
-        "$SLUICE" "$s" --config "$dir/$s.conf" "${args[@]}") >"$dir/$s.log" 2>&1 &
+        "$SLUICE" stage "$s" --config "$dir/$s.conf" "${args[@]}") >"$dir/$s.log" 2>&1 &
       pid=$!
       PIDS+=("$pid")
       started=0

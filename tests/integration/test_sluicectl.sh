@@ -19,10 +19,12 @@ B=$SLUICE_KAFKA_BROKERS
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 run=$(date +%s%N | tail -c 9)
-# a pipeline whose dead-letter topics are this test's own
+# a pipeline whose dead-letter topics and stt/grade inputs are this test's
+# own: replays land where no stage of a later test reads them
 DLQ=sluicectl-test.dlq.$run DLQ_AUDIT=sluicectl-test.audit.$run
-jq --arg d "$DLQ" --arg a "$DLQ_AUDIT" '.dead_letters = {topic: $d, audit: $a}' \
-  "$ROOT/pipeline.json" >"$work/pipeline.json"
+STT=sluicectl-test.stt.$run GRADE=sluicectl-test.grade.$run
+sed -e "s/\"stt.requests\"/\"$STT\"/g" -e "s/\"grade.requests\"/\"$GRADE\"/g" "$ROOT/pipeline.json" |
+  jq --arg d "$DLQ" --arg a "$DLQ_AUDIT" '.dead_letters = {topic: $d, audit: $a}' >"$work/pipeline.json"
 export SLUICE_PIPELINE_FILE=$work/pipeline.json
 BULK=sluicectl-test.bulk.$run
 NEW=sluicectl-test.new.$run
@@ -65,9 +67,9 @@ sid3=$(cat /proc/sys/kernel/random/uuid)
   pbs 2 "hello world"; printf '\x19\x00\x00\x00\x00\x00\x00\xf8\x3f'; } >"$work/tr.bin"
 
 # --- topics ensure / list ---------------------------------------------------------
-ctl topics ensure --partitions 4 "$DLQ" "$DLQ_AUDIT"
-check "topics ensure creates this run's DLQ and audit topics (rc $RC)" test "$RC" = 0
-check "topics ensure says created" test "$(grep -c '^created ' "$work/out")" = 2
+ctl topics ensure --partitions 4 "$DLQ" "$DLQ_AUDIT" "$STT" "$GRADE"
+check "topics ensure creates this run's DLQ, audit, stt and grade topics (rc $RC)" test "$RC" = 0
+check "topics ensure says created" test "$(grep -c '^created ' "$work/out")" = 4
 t0=$(ms_now)
 ctl topics ensure --partitions 2 --config retention.ms=3600000 "$NEW" dlq
 t1=$(ms_now)
@@ -86,15 +88,15 @@ ctl topics list
 check "topics list (table) shows stt.requests" grep -qE '^stt\.requests +[0-9]+$' "$work/out"
 
 # --- dead letters ------------------------------------------------------------------
-ctl dlq inject --stage stt --class undecodable_audio --key "$sid/1" --replay-topic stt.requests \
+ctl dlq inject --stage stt --class undecodable_audio --key "$sid/1" --replay-topic $STT \
   --payload-file "$work/up1.bin" --attempts 1 --message "libsndfile: unknown format"
 check "inject 1 (rc $RC)" test "$RC" = 0
 pos1=$(out)
-ctl dlq inject --stage stt --class fetch_failed --key "$sid/2" --replay-topic stt.requests \
+ctl dlq inject --stage stt --class fetch_failed --key "$sid/2" --replay-topic $STT \
   --payload-file "$work/up2.bin" --attempts 4
 check "inject 2 (rc $RC)" test "$RC" = 0
 ctl dlq inject --stage grade --class budget_exhausted --key "$sid2/1" \
-  --replay-topic grade.requests --payload-file "$work/tr.bin"
+  --replay-topic $GRADE --payload-file "$work/tr.bin"
 check "inject 3 (rc $RC)" test "$RC" = 0
 pos3=$(out)
 check "inject prints the position PARTITION:OFFSET ($pos1, $pos3)" \
@@ -117,7 +119,7 @@ check "list --until 1h: 0 (they failed just now)" test "$(count --until 1h)" = 0
 check "list --since 2h --until in a minute (RFC3339): 3" \
   test "$(count --since 2h --until "$(date -u -d '+1 min' +%Y-%m-%dT%H:%M:%SZ)")" = 3
 check "list --limit 2: 2" test "$(count --limit 2)" = 2
-check "list --json carries replay_topic" jqe '.replay_topic == "stt.requests"' \
+check "list --json carries replay_topic" jqe '.replay_topic == "'"$STT"'"' \
   "$(count --class undecodable_audio >/dev/null; out)"
 ctl dlq list --stage stt
 check "list (table): header and 2 rows" test "$(lines)" = 3
@@ -131,7 +133,7 @@ check "show --json (rc $RC)" test "$RC" = 0
 check "show: the dead letter's fields" jqe "
   .stage == \"stt\" and .error_class == \"undecodable_audio\" and .key == \"$sid/1\" and
   .error_message == \"libsndfile: unknown format\" and .attempts == 1 and
-  .replay_topic == \"stt.requests\" and .original.topic == \"stt.requests\" and
+  .replay_topic == \"$STT\" and .original.topic == \"$STT\" and
   (.first_failure_ms | type == \"number\") and (.last_failure | endswith(\"Z\")) and
   .dlq_partition == ${pos1%%:*} and .dlq_offset == ${pos1##*:}" "$show"
 check "show: payload size and base64" jqe \
@@ -153,14 +155,14 @@ ctl dlq show 99:0
 check "show of a partition that does not exist: exit 1 (rc $RC)" test "$RC" = 1
 
 # --- replay --dry-run ----------------------------------------------------------------------
-hw0=$(hw_sum stt.requests)
+hw0=$(hw_sum $STT)
 ctl dlq replay --stage stt --dry-run --actor dry-tester
 dry_id=$(sed -n 's/.*; audit \([0-9a-f-]*\)$/\1/p' "$work/out")
 check "dry run exits 0 (rc $RC)" test "$RC" = 0
 check "dry run lists the 2 would-be replays" test "$(grep -c '^would replay ' "$work/out")" = 2
 check "dry run summary ($(tail -1 "$work/out"))" grep -q '^dry run: would replay 2, skipped 0; audit ' "$work/out"
-check "dry run produced nothing to stt.requests ($hw0 -> $(hw_sum stt.requests))" \
-  test "$(hw_sum stt.requests)" = "$hw0"
+check "dry run produced nothing to $STT ($hw0 -> $(hw_sum $STT))" \
+  test "$(hw_sum $STT)" = "$hw0"
 ctl dlq audit --json
 check "the dry run is audited: dry_run true, 2 entries, the actor" jqe \
   "select(.id == \"$dry_id\") | .dry_run == true and (.entries | length) == 2 and .actor == \"dry-tester\"" "$(out)"
@@ -174,24 +176,24 @@ rid=$(sed -n 's/.*; audit \([0-9a-f-]*\)$/\1/p' "$work/out")
 check "replay exits 0 (rc $RC; $(out))" test "$RC" = 0
 check "replay summary: replayed 2, skipped 0" grep -q '^replayed 2, skipped 0; audit ' "$work/out"
 check "replay at 5/s took at least 0.2 s ($((t1 - t0)) ms)" test $((t1 - t0)) -ge 200
-kcat -C -b "$B" -t stt.requests -o beginning -e -q -f '%p %o %k %h\n' >"$work/stt" 2>/dev/null
+kcat -C -b "$B" -t $STT -o beginning -e -q -f '%p %o %k %h\n' >"$work/stt" 2>/dev/null
 grep " sluice-replay-id=$rid\$" "$work/stt" >"$work/replayed" || true
-check "exactly 2 messages on stt.requests carry this replay id" test "$(grep -c . "$work/replayed")" = 2
+check "exactly 2 messages on $STT carry this replay id" test "$(grep -c . "$work/replayed")" = 2
 check "they have the original keys" test "$(awk '{print $3}' "$work/replayed" | sort | tr '\n' ' ')" = \
   "$(printf '%s\n' "$sid/1" "$sid/2" | sort | tr '\n' ' ')"
 check "their only header is sluice-replay-id (no retry headers)" \
   test "$(awk '{print $4}' "$work/replayed" | sort -u)" = "sluice-replay-id=$rid"
 while read -r p o k _; do
-  kcat -C -b "$B" -t stt.requests -p "$p" -o "$o" -c 1 -e -q -f '%s' >"$work/got" 2>/dev/null
+  kcat -C -b "$B" -t $STT -p "$p" -o "$o" -c 1 -e -q -f '%s' >"$work/got" 2>/dev/null
   want=$work/up${k##*/}.bin
   check "replayed payload of $k is byte-identical" cmp -s "$work/got" "$want"
 done <"$work/replayed"
-check "the grade dead letter was not replayed" test "$(kcat -C -b "$B" -t grade.requests -o beginning -e -q \
+check "the grade dead letter was not replayed" test "$(kcat -C -b "$B" -t $GRADE -o beginning -e -q \
   -f '%h\n' 2>/dev/null | grep -c "sluice-replay-id=$rid" || true)" = 0
 ctl dlq audit --json
-check "the replay is audited: 2 entries to stt.requests, actor, host, filters" jqe \
+check "the replay is audited: 2 entries to $STT, actor, host, filters" jqe \
   "select(.id == \"$rid\") | .dry_run == false and (.entries | length) == 2 and .actor == \"ops-test\" and
-   .host == \"$(hostname)\" and ([.entries[].target_topic] | unique) == [\"stt.requests\"] and
+   .host == \"$(hostname)\" and ([.entries[].target_topic] | unique) == [\"$STT\"] and
    ([.entries[].key] | sort) == ([\"$sid/1\", \"$sid/2\"] | sort) and (.filters | contains(\"stage=stt\"))" "$(out)"
 ctl dlq audit
 check "audit (table) lists both runs" test "$(grep -cE "($dry_id|$rid)" "$work/out")" = 2

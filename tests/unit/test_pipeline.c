@@ -94,33 +94,33 @@ static void test_inserted_step(void **state) {
   assert_string_equal(sl_pipeline_topic_of(p, "grade", 0, TR), "clean");
   assert_string_equal(sl_pipeline_stage_find(p, "mask")->retry_topics[1], "mask.retry.1m");
   const sl_pipeline_kind kinds[] = {
-      {"k", {NULL}, {UP, NULL}, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1},
-      {"filter", {TR, NULL}, {TR, NULL}, 0, 1}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0},
-      {"k2", {QS, NULL}, {NULL}, 0, 0},
+      {"k", {NULL}, {UP, NULL}, 0, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
+      {"filter", {TR, NULL}, {TR, NULL}, 0, 1, 0}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
+      {"k2", {QS, NULL}, {NULL}, 0, 0, 0},
   };
   assert_int_equal(sl_pipeline_check_kinds(p, kinds, 5, err, sizeof err), 0);
   /* grade's kind needs a status output the stage lacks */
   const sl_pipeline_kind strict[] = {
-      {"k", {NULL}, {UP, NULL}, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1},
-      {"filter", {TR, NULL}, {TR, QS, NULL}, 0, 1}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0},
-      {"k2", {QS, NULL}, {NULL}, 0, 0},
+      {"k", {NULL}, {UP, NULL}, 0, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
+      {"filter", {TR, NULL}, {TR, QS, NULL}, 0, 1, 0}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
+      {"k2", {QS, NULL}, {NULL}, 0, 0, 0},
   };
   assert_int_equal(sl_pipeline_check_kinds(p, strict, 5, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "stage \"mask\" (kind filter) must write a topic of " QS));
   assert_int_equal(sl_pipeline_check_kinds(p, kinds, 4, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "no stage kind \"k2\""));
   const sl_pipeline_kind wide[] = {
-      {"k", {NULL}, {UP, NULL}, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1},
-      {"filter", {TR, NULL}, {TR, NULL}, 0, 1}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0},
-      {"k2", {QS, UP, NULL}, {NULL}, 0, 0},
+      {"k", {NULL}, {UP, NULL}, 0, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
+      {"filter", {TR, NULL}, {TR, NULL}, 0, 1, 0}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
+      {"k2", {QS, UP, NULL}, {NULL}, 0, 0, 0},
   };
   assert_int_equal(sl_pipeline_check_kinds(p, wide, 5, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "stage \"sink\" (kind k2) must read a topic of " UP));
   /* the description may not claim a gate or tiers the code does not have */
   const sl_pipeline_kind gated[] = {
-      {"k", {NULL}, {UP, NULL}, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1},
-      {"filter", {TR, NULL}, {TR, NULL}, 1, 1}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0},
-      {"k2", {QS, NULL}, {NULL}, 0, 0},
+      {"k", {NULL}, {UP, NULL}, 0, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
+      {"filter", {TR, NULL}, {TR, NULL}, 1, 1, 0}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
+      {"k2", {QS, NULL}, {NULL}, 0, 0, 0},
   };
   assert_int_equal(sl_pipeline_check_kinds(p, gated, 5, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "stage \"mask\" (kind filter) must say \"provider\": true"));

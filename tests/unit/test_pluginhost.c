@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "sluice/sl_err.h"
+#include "sluice.pb-c.h"
 #include "sluice/sl_pluginhost.h"
 
 static void test_scan_finds_real_plugins(void **st) {
@@ -79,7 +80,7 @@ static void test_refuses_non_plugin_and_wrong_kind(void **st) {
   size_t n = 0;
   int warnings = 0;
   assert_int_equal(sl_plugin_scan(SLUICE_TEST_PLUGIN_DIR, NULL, &libs, &n, warn, &warnings), 0);
-  assert_int_equal(n, 1); /* misbehave loads; badabi and noentry do not */
+  assert_int_equal(n, 3); /* misbehave, abi1 and step-mask load; badabi and noentry do not */
   assert_int_equal(warnings, 2);
   sl_plugin_libs_free(libs, n);
 }
@@ -201,6 +202,78 @@ static void test_rubric_through_the_host(void **st) {
   sl_plugin_lib_close(l);
 }
 
+/* ABI 1 plugins are adapted: same layout, nothing declared */
+static void test_abi1_adapted(void **st) {
+  (void)st;
+  sl_plugin_lib *l = NULL;
+  char err[512] = "";
+  assert_int_equal(sl_plugin_lib_open(&l, SLUICE_TEST_PLUGIN_DIR, "grade", "abi1", err, sizeof err),
+                   0);
+  assert_int_equal(sl_plugin_lib_desc(l)->abi_version, 1);
+  assert_int_equal(sl_plugin_check_fields(l, &sluice__v1__transcript__descriptor,
+                                          &sluice__v1__question_status__descriptor, err,
+                                          sizeof err), 0);
+  sl_plugin_inst *in = NULL;
+  assert_int_equal(sl_plugin_inst_new(&in, l, err, sizeof err), 0);
+  got g = {0};
+  run_grade(in, "anything", &g);
+  assert_int_equal(g.r.outcome, SL_PLUGIN_DONE);
+  assert_true(g.r.score == 42);
+  assert_string_equal(g.r.level, "ABI1");
+  sl_plugin_result_clear(&g.r);
+  sl_plugin_inst_free(in);
+  sl_plugin_lib_close(l);
+}
+
+static void take(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
+
+/* A step reads its input by name and writes declared fields by name; its
+ * declared fields are checked against the messages around it. */
+static void test_step_fields(void **st) {
+  (void)st;
+  sl_plugin_lib *l = NULL;
+  char err[512] = "";
+  assert_int_equal(sl_plugin_lib_open(&l, SLUICE_TEST_PLUGIN_DIR, "step", "mask", err, sizeof err),
+                   0);
+  const ProtobufCMessageDescriptor *tr = &sluice__v1__transcript__descriptor;
+  assert_int_equal(sl_plugin_check_fields(l, tr, tr, err, sizeof err), 0);
+  /* UploadCompleted has no "text": refused, naming plugin, field and type */
+  assert_int_equal(sl_plugin_check_fields(l, &sluice__v1__upload_completed__descriptor, tr, err,
+                                          sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "plugin step/mask reads \"text\": sluice.v1.UploadCompleted has no "
+                              "field \"text\""));
+  assert_int_equal(sl_plugin_check_fields(l, tr, &sluice__v1__upload_completed__descriptor, err,
+                                          sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "writes \"text\""));
+  assert_int_equal(sl_plugin_check_fields(l, NULL, tr, err, sizeof err), SL_ECONFIG);
+  /* a call: the masked text comes back as a field written by name */
+  sl_conf_bind b = sl_plugin_lib_conf(l);
+  const char *sets[] = {"step.mask.words=River,near"};
+  assert_int_equal(sl_conf_load(&b, 1, NULL, sets, 1, err, sizeof err), 0);
+  sl_plugin_inst *in = NULL;
+  assert_int_equal(sl_plugin_inst_new(&in, l, err, sizeof err), 0);
+  Sluice__V1__Transcript t = SLUICE__V1__TRANSCRIPT__INIT;
+  t.text = "I live near the river.";
+  sl_plugin_input pin = {.struct_size = sizeof pin, .key = "k", .prompt = "", .language = "",
+                         .message = &t.base};
+  sl_plugin_result r = {0};
+  assert_int_equal(sl_plugin_run(in, &pin, NULL, take, &r), 0);
+  assert_int_equal(r.outcome, SL_PLUGIN_DONE);
+  assert_int_equal(r.nfields, 1);
+  assert_string_equal(r.fields[0].name, "text");
+  assert_string_equal(r.fields[0].str, "I live *** the ***.");
+  sl_plugin_result_clear(&r);
+  /* no message (an ABI 1 style input): the plugin sees no text */
+  pin.message = NULL;
+  assert_int_equal(sl_plugin_run(in, &pin, NULL, take, &r), 0);
+  assert_int_equal(r.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(r.error_class, "bad_input");
+  sl_plugin_result_clear(&r);
+  sl_plugin_inst_free(in);
+  sl_conf_release(&b, 1);
+  sl_plugin_lib_close(l);
+}
+
 static void test_null_safety(void **st) {
   (void)st;
   sl_plugin_lib_close(NULL);
@@ -228,6 +301,8 @@ int main(void) {
       cmocka_unit_test(test_contract_breaches_become_plugin_errors),
       cmocka_unit_test(test_rubric_through_the_host),
       cmocka_unit_test(test_null_safety),
+      cmocka_unit_test(test_abi1_adapted),
+      cmocka_unit_test(test_step_fields),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,6 +50,7 @@ typedef struct {
   const char *kind;     /* the code that runs it (sl_pipeline_kind.kind) */
   const char *about;
   const char *progress; /* a question's state once this stage takes it, or NULL */
+  const char *plugin;   /* kind "plugin": the step plugin it hosts, else NULL */
   int provider;         /* calls a paid provider: gated */
   int retry;            /* has retry tiers <name>.retry.<tier> */
   const char *inputs[SL_PIPELINE_MAX_IO];
@@ -70,6 +71,11 @@ typedef struct {
   const char *out[SL_PIPELINE_MAX_IO];
   int provider; /* calls a paid provider through the gate */
   int retry;    /* consumes retry tiers */
+  /* a generic host (`sluice stage NAME` with a step plugin): in/out are
+   * not fixed; the stage reads one protobuf topic, writes one protobuf
+   * topic of any type (plus, optionally, a sluice.v1.QuestionStatus one),
+   * names its "plugin" and may or may not call a provider */
+  int generic;
 } sl_pipeline_kind;
 
 /* The description compiled into the runtime (pipeline.json). */

@@ -1,7 +1,20 @@
 /*
- * sl_plugin.h — the plugin ABI: how STT providers and graders plug into the
- * stt and grade stages. This is the only Sluice header a plugin includes
- * (plus sl_err.h for error codes); plugins do not link the runtime.
+ * sl_plugin.h — the plugin ABI: how STT providers, graders and pipeline
+ * steps plug into their stages. This is the only Sluice header a plugin
+ * includes (plus sl_err.h for error codes); plugins do not link the runtime.
+ *
+ * ABI 2 (this header) adds, in what were reserved slots, fields by name:
+ * a plugin reads its input message with host->in_str/in_num/in_bytes/
+ * in_count ("text", "upload.question_no", "words.3.word") and writes its
+ * output with out_str/out_num, and declares both (reads, writes) so the
+ * host refuses it at start-up when the messages around it lack a field.
+ * A "step" plugin (kind SL_PLUGIN_KIND_STEP) is a whole stage of the
+ * pipeline: `sluice stage NAME` consumes the stage's input topic, hands each
+ * message to the plugin and writes the output message (a copy of the input
+ * when both have one type, with the plugin's writes applied). ABI 1 plugins
+ * (stt and grade kinds) are still accepted, adapted: their layout is the
+ * same, and the new slots read as absent (no declared fields, no in_*
+ * use). docs/plugin-abi.md.
  *
  * A plugin is a shared object exporting ONE symbol, SL_PLUGIN_ENTRY_SYMBOL:
  *
@@ -58,11 +71,12 @@
 #include <stdint.h>
 
 /* Bumped on any incompatible change to the structures below. */
-#define SL_PLUGIN_ABI_VERSION 1u
+#define SL_PLUGIN_ABI_VERSION 2u
 #define SL_PLUGIN_ENTRY_SYMBOL "sluice_plugin_entry"
 
 #define SL_PLUGIN_KIND_STT "stt"
 #define SL_PLUGIN_KIND_GRADE "grade"
+#define SL_PLUGIN_KIND_STEP "step" /* a pipeline step: message in, message out */
 
 /* Descriptor flags. */
 #define SL_PLUGIN_SYNC 0x1u /* call() blocks: run it on the worker pool */
@@ -129,7 +143,9 @@ typedef struct {
   double duration_s;        /* audio duration, > 0 when known */
   const sl_plugin_word *words;
   size_t nwords;
-  void *reserved[8];
+  /* ABI 2: the input message itself, read with host->in_* (opaque) */
+  const void *message;
+  void *reserved[7];
 } sl_plugin_input;
 
 /* HTTP for async plugins: the stage's client (libcurl multi on its loop). */
@@ -218,7 +234,18 @@ typedef struct sl_plugin_host {
   void (*complete)(sl_plugin_call *call, sl_plugin_outcome outcome, int64_t retry_after_ms,
                    int throttled, const char *error_class, const char *reason);
 
-  void *reserved[8];
+  /* ABI 2: the input message by field path (valid until complete()):
+   * in_str/in_bytes return NULL, in_num SL_ENOTFOUND and in_count -1 when
+   * the path leads to nothing of that kind. Paths: "text",
+   * "upload.question_no", "words.2.word". For a step, out_str/out_num
+   * write fields of the output message by path (only those declared in
+   * `writes`). */
+  const char *(*in_str)(sl_plugin_call *call, const char *path);
+  int (*in_num)(sl_plugin_call *call, const char *path, double *out);
+  const void *(*in_bytes)(sl_plugin_call *call, const char *path, size_t *len);
+  long (*in_count)(sl_plugin_call *call, const char *path);
+
+  void *reserved[4];
 } sl_plugin_host;
 
 /* What a plugin exports. */
@@ -242,7 +269,14 @@ typedef struct sl_plugin {
   /* One question; ends with host->complete(call, ...). */
   void (*call)(void *state, const sl_plugin_input *in, sl_plugin_call *call);
 
-  void *reserved[8];
+  /* ABI 2: the field paths the plugin reads from its input message and
+   * writes to its output message, NULL-terminated (NULL: none). Required
+   * for steps; the host checks them against the pipeline's message types
+   * before the stage starts. */
+  const char *const *reads;
+  const char *const *writes;
+
+  void *reserved[6];
 } sl_plugin;
 
 typedef const sl_plugin *(*sl_plugin_entry_fn)(void);

@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <protobuf-c/protobuf-c.h>
+
 #include "sluice/sl_conf.h"
 #include "sluice/sl_plugin.h"
 
@@ -33,6 +35,7 @@ struct sl_httpc;
 #define SL_PLUGIN_MAX_CRITERIA 16
 #define SL_PLUGIN_MAX_TEXT 65536      /* bytes of any string field */
 #define SL_PLUGIN_MAX_RAW_REPLY 8192  /* raw_reply is cut to this */
+#define SL_PLUGIN_MAX_FIELDS 32       /* fields written by name in one call */
 
 /* A loaded shared object. */
 typedef struct sl_plugin_lib sl_plugin_lib;
@@ -83,6 +86,14 @@ typedef struct {
   char *comment;
 } sl_plugin_criterion;
 
+/* A field written by name (out_str / out_num), for a step's output. */
+typedef struct {
+  char *name; /* the path */
+  char *str;  /* when !is_num */
+  double num;
+  int is_num;
+} sl_plugin_field;
+
 typedef struct {
   sl_plugin_outcome outcome;
   char error_class[48];
@@ -103,6 +114,9 @@ typedef struct {
   /* both */
   char *engine;
   double cost_units;
+  /* every field written by name, in order (ABI 2; a step's output) */
+  sl_plugin_field fields[SL_PLUGIN_MAX_FIELDS];
+  size_t nfields;
 } sl_plugin_result;
 
 /* Frees what the result holds and zeroes it. NULL-safe. */
@@ -120,6 +134,15 @@ typedef void (*sl_plugin_done_fn)(sl_plugin_result *res, void *ud);
  * outcome of class "plugin_error", never a crash of the host. */
 int sl_plugin_run(sl_plugin_inst *inst, const sl_plugin_input *in, struct sl_httpc *http,
                   sl_plugin_done_fn done, void *ud);
+
+/* Checks the fields the plugin declares (ABI 2: reads, writes) against
+ * the message types around it: reads against in, writes against out
+ * (single strings and numbers only). NULL in/out: not a protobuf message
+ * (then the plugin may declare nothing on that side). ABI 1 plugins declare
+ * nothing and pass. Returns 0 or SL_ECONFIG naming the plugin, the field
+ * and what is missing. */
+int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescriptor *in,
+                           const ProtobufCMessageDescriptor *out, char *err, size_t errlen);
 
 /* Outcome names: "done", "retry", "failed". */
 const char *sl_plugin_outcome_name(sl_plugin_outcome o);
