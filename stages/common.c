@@ -122,8 +122,7 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
     return 1002;
   }
   char err[1024];
-  /* fakeprovider is a tool, not a pipeline stage */
-  if (strcmp(stage, "fakeprovider") != 0 && sl__pipeline_load(cc, stage, err, sizeof err) != 0) {
+  if (sl__pipeline_load(cc, stage, err, sizeof err) != 0) {
     sl_log(SL_LOG_ERROR, NULL, "%s", err);
     sl__stage_finish(cc, own, nown, NULL);
     return 1002;

@@ -31,8 +31,6 @@ const sl__subcommand sl__subcommands[] = {
      sl__materialize_table, &sl__materialize_table_len},
     {"results", "HTTP API clients poll for results", sl__results_main,
      sl__results_table, &sl__results_table_len},
-    {"fakeprovider", "stand-in for paid STT/LLM providers (tests, benchmarks)",
-     sl__fakeprovider_main, sl__fakeprovider_table, &sl__fakeprovider_table_len},
     {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main,
      NULL, NULL},
     {"stage", "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
@@ -67,6 +65,8 @@ static int known_env(const char *env) {
         in_table(sl__subcommands[i].table, *sl__subcommands[i].table_len, env))
       return 1;
   /* settings of plugins this process does not load (one shell, all stages) */
+  /* the fake provider's (tools/fakeprovider), read in the same shell */
+  if (strncmp(env, "SLUICE_FAKEPROVIDER_", 20) == 0) return 1;
   if (strncmp(env, "SLUICE_STT_", 11) == 0 || strncmp(env, "SLUICE_GRADE_", 13) == 0 ||
       strncmp(env, "SLUICE_STEP_", 12) == 0)
     return sl_plugin_env_known(env);

@@ -116,14 +116,12 @@ int sl__stt_main(int argc, char **argv);
 int sl__grade_main(int argc, char **argv);
 int sl__materialize_main(int argc, char **argv);
 int sl__results_main(int argc, char **argv);
-int sl__fakeprovider_main(int argc, char **argv);
 int sl__plugin_main(int argc, char **argv);
 
 extern const sl_conf_entry sl__presign_table[], sl__ingest_table[], sl__stt_table[],
-    sl__grade_table[], sl__materialize_table[], sl__results_table[], sl__fakeprovider_table[];
+    sl__grade_table[], sl__materialize_table[], sl__results_table[];
 extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_len,
-    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len,
-    sl__fakeprovider_table_len;
+    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len;
 
 /* The instances of a plugin a stage calls: SYNC plugins get one per worker
  * thread (created on first use), async ones a single instance on the loop.

@@ -1,4 +1,4 @@
-/* bench/fakeprovider/conc.c — how many slow requests can `sluice fakeprovider`
+/* bench/fakeprovider/conc.c — how many slow requests can `sluice-fakeprovider`
  * hold at once?
  *
  * Opens N connections at once (libcurl multi, one connection per request,

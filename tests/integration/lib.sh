@@ -15,6 +15,8 @@ BASE=${SLUICE_TEST_PORT_BASE:-18080}
 export DEVSTACK_CORS_ORIGINS=${DEVSTACK_CORS_ORIGINS:-http://127.0.0.1:$BASE}
 export SLUICE_BIN=${SLUICE_BIN:-$ROOT/build-san/stages/sluice}
 export SLUICECTL=${SLUICECTL:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/sluicectl}
+# the test double for paid providers (tools/fakeprovider)
+export FAKEPROVIDER=${FAKEPROVIDER:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/sluice-fakeprovider}
 TEST_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 export STAGES_DIR=$DEVSTACK_DIR/stages-$TEST_NAME
 export STAGES_ADMIN_PORT_BASE=$((BASE + 100))
@@ -96,7 +98,7 @@ stages_up() { "$ROOT/tools/stages" up >/dev/null; }
 fake_up() {
   FAKE=127.0.0.1:$((BASE + 62))
   mkdir -p "$STAGES_DIR"
-  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen="$FAKE" \
+  "$FAKEPROVIDER" --set fakeprovider.listen="$FAKE" \
     --set admin.listen=127.0.0.1:$((BASE + 162)) \
     --set fakeprovider.stt_latency_ms="$1" --set fakeprovider.stt_jitter_ms="$3" \
     --set fakeprovider.chat_latency_ms="$2" --set fakeprovider.chat_jitter_ms="$3" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Async processing and the shared limit, with `sluice fakeprovider` as the
+# Async processing and the shared limit, with `sluice-fakeprovider` as the
 # provider and sluice-harness in async mode (curl multi on the runtime loop):
 #   1. one worker thread, 1 s provider latency, 200 messages: the provider
 #      sees far more than one call at a time (in-flight work is bounded by
@@ -20,7 +20,7 @@ export HARNESS_STAGE=hasync # its own topics and consumer group
 pids=()
 at_exit 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; true'
 fake_up() { # fake_up LATENCY_MS
-  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
+  "$FAKEPROVIDER" --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
     --set admin.listen=127.0.0.1:$((BASE + 51)) --set fakeprovider.chat_latency_ms="$1" \
     --set fakeprovider.chat_jitter_ms=0 >>"$STAGES_DIR/fakeprovider.log" 2>&1 &
   fpid=$!

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end with the HTTP plugins: the stt and grade stages run stt/openai
-# and grade/openai (async, on the stage's loop) against `sluice
+# and grade/openai (async, on the stage's loop) against `sluice-
 # fakeprovider`, which speaks OpenAI's API and fails 30% of its calls with
 # 503. Every answer must still end graded exactly once, with the model's
 # criteria and cost units in the view, after more provider calls than
@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 FAKE=127.0.0.1:$((BASE + 60))
-"$SLUICE_BIN" fakeprovider --set fakeprovider.listen=$FAKE --set admin.listen=127.0.0.1:$((BASE + 160)) \
+"$FAKEPROVIDER" --set fakeprovider.listen=$FAKE --set admin.listen=127.0.0.1:$((BASE + 160)) \
   --set fakeprovider.stt_latency_ms=300 --set fakeprovider.chat_latency_ms=300 \
   --set fakeprovider.failure_rate=0.3 --set fakeprovider.seed=7 >"$work/fake.log" 2>&1 &
 fake=$!

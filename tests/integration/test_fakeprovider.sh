@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `sluice fakeprovider` as the tests and benchmarks rely on it:
+# `sluice-fakeprovider` as the tests and benchmarks rely on it:
 #   1. replies: transcriptions in json, text and verbose_json (segments,
 #      words when asked, duration from the WAV header), the same audio gives
 #      the same text; chat completions in JSON-schema mode hold a grade
@@ -23,7 +23,7 @@ pids=()
 at_exit 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; true'
 fp_up() { # fp_up PORT ARGS... : starts a fake provider, waits for /stats
   local port=$1; shift
-  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$port \
+  "$FAKEPROVIDER" --set fakeprovider.listen=127.0.0.1:$port \
     --set admin.listen=127.0.0.1:$((port + 1)) "$@" >>"$STAGES_DIR/fakeprovider-$port.log" 2>&1 &
   pids+=($!)
   wait_for 10 curl -fsS -o /dev/null "http://127.0.0.1:$port/stats" 2>/dev/null ||
@@ -213,9 +213,9 @@ check "stats: truncated = 2" jqe '.truncated == 2' <<<"$(curl -fsS "$U/stats")"
 for bad_set in fakeprovider.outage=5-3 fakeprovider.latency_dist=gaussian \
   fakeprovider.bad_reply_rate=1.5; do
   rc=0
-  err=$("$SLUICE_BIN" fakeprovider --set admin.listen=127.0.0.1:$((P + 11)) \
+  err=$("$FAKEPROVIDER" --set admin.listen=127.0.0.1:$((P + 11)) \
     --set fakeprovider.listen=127.0.0.1:$((P + 10)) --set "$bad_set" 2>&1 >/dev/null) || rc=$?
-  msg=$(grep '^sluice fakeprovider: ' <<<"$err" || true)
+  msg=$(grep '^sluice-fakeprovider: ' <<<"$err" || true)
   check "$bad_set refused at start (exit $rc: $msg)" test "$rc" -ne 0 -a -n "$msg"
 done
 

@@ -6,7 +6,7 @@
 #                 too), then corrupt, truncated, zero-length and over-long audio;
 #   grade plugins fixed transcripts (levels, criteria, determinism) and bad
 #                 transcript files;
-#   HTTP plugins  against `sluice fakeprovider` (when such plugins are built),
+#   HTTP plugins  against `sluice-fakeprovider` (when such plugins are built),
 #                 then against a misbehaving one: outage, 429, truncated
 #                 bodies, no answer within the timeout, a reply trickling
 #                 past it (tests/tools/trickle_server.c), nothing listening,
@@ -49,7 +49,7 @@ echo '{"transcript": "unterminated' >"$TMP/t-notjson.json"
 FAKE_PID=
 start_fake() { # an OpenAI-compatible fake for the HTTP plugins
   [[ -n $FAKE_PID ]] && return 0
-  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
+  "$FAKEPROVIDER" --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
     --set admin.listen=127.0.0.1:$((BASE + 150)) \
     --set fakeprovider.stt_latency_ms=50 --set fakeprovider.chat_latency_ms=50 \
     >"$TMP/fake.log" 2>&1 &
@@ -130,7 +130,7 @@ done
 fake_case() { # fake_case PORT ARGS... : a fake provider for one case
   local port=$1
   shift
-  "$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$port \
+  "$FAKEPROVIDER" --set fakeprovider.listen=127.0.0.1:$port \
     --set admin.listen=127.0.0.1:$((port + 100)) --set fakeprovider.stt_latency_ms=20 \
     --set fakeprovider.chat_latency_ms=20 --set fakeprovider.stt_jitter_ms=0 \
     --set fakeprovider.chat_jitter_ms=0 "$@" >>"$TMP/fake-$port.log" 2>&1 &

@@ -10,7 +10,7 @@
 #      has answered, commands fail at once
 #   3. after SIGCONT the client recovers: a new input is stored, and its
 #      redelivery is answered from the idempotency store (no second call)
-# sluice-harness in async mode against `sluice fakeprovider`, so the provider
+# sluice-harness in async mode against `sluice-fakeprovider`, so the provider
 # call itself needs no Redis.
 source "$(dirname "$0")/lib.sh"
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
@@ -26,7 +26,7 @@ harness_topics 1 5s 30s 2m 10m
 
 fpid=""
 at_exit '[[ -n $fpid ]] && kill -TERM "$fpid" 2>/dev/null; true'
-"$SLUICE_BIN" fakeprovider --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
+"$FAKEPROVIDER" --set fakeprovider.listen=127.0.0.1:$((BASE + 50)) \
   --set admin.listen=127.0.0.1:$((BASE + 51)) --set fakeprovider.chat_latency_ms=0 \
   --set fakeprovider.chat_jitter_ms=0 >>"$STAGES_DIR/fakeprovider.log" 2>&1 &
 fpid=$!

@@ -1,7 +1,7 @@
 /*
  * openai.c — stt/openai: speech-to-text through any OpenAI-compatible
  * POST /v1/audio/transcriptions (OpenAI, Groq, whisper.cpp's server,
- * faster-whisper-server, LocalAI, `sluice fakeprovider`).
+ * faster-whisper-server, LocalAI, `sluice-fakeprovider`).
  *
  * Async: call() builds a multipart form (file, model, response_format,
  * language, prompt, timestamp_granularities[]) and hands it to

@@ -1,5 +1,6 @@
 /*
- * fakeprovider.c — `sluice fakeprovider`: a stand-in for paid AI providers,
+ * fakeprovider.c — `sluice-fakeprovider` (tools/, not part of the shipped
+ * `sluice` binary): a test double for paid AI providers,
  * speaking the OpenAI-compatible HTTP API the provider plugins use:
  *
  *   POST /v1/audio/transcriptions  multipart/form-data: file, model,
@@ -36,7 +37,8 @@
  * Deterministic for a given seed and arrival order. @locality one loop thread.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include <signal.h>
+#include <stddef.h>
 
 #include <ctype.h>
 #include <jansson.h>
@@ -47,10 +49,13 @@
 #include <strings.h>
 #include <uv.h>
 
+#include "sluice/sl_admin.h"
+#include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
+#include "sluice/sl_stage.h"
 
 #define MAX_OUTAGES 8
 #define MAX_PARTS 16
@@ -71,7 +76,7 @@ typedef struct {
 } fake_conf;
 
 #define F(x) offsetof(fake_conf, x)
-const sl_conf_entry sl__fakeprovider_table[] = {
+static const sl_conf_entry fake_table[] = {
     {"fakeprovider.listen", SL_CONF_STR, "127.0.0.1:8090", F(listen), "listen address", 0},
     {"fakeprovider.stt_latency_ms", SL_CONF_INT, "3000", F(stt_latency_ms),
      "mean latency of /v1/audio/transcriptions", 0},
@@ -105,8 +110,7 @@ const sl_conf_entry sl__fakeprovider_table[] = {
     {"fakeprovider.request_timeout_ms", SL_CONF_INT, "60000", F(request_timeout_ms),
      "a request must arrive completely within this time", 0},
 };
-const size_t sl__fakeprovider_table_len =
-    sizeof sl__fakeprovider_table / sizeof sl__fakeprovider_table[0];
+static const size_t fake_table_len = sizeof fake_table / sizeof fake_table[0];
 
 /* ---------- counters ---------- */
 
@@ -824,15 +828,43 @@ static int parse_outages(fake *F, const char *s) {
   return 0;
 }
 
-int sl__fakeprovider_main(int argc, char **argv) {
+/* accepts the SLUICE_* environment the stages share (one shell runs both) */
+static int any_env(const char *name) {
+  (void)name;
+  return 1;
+}
+
+static void finish_conf(sl_conf_bind *b, size_t n, sl_admin *admin) {
+  sl_admin_stop(admin);
+  sl_conf_release(b, n);
+  sl_log(SL_LOG_INFO, NULL, "stopped");
+}
+
+int main(int argc, char **argv) {
   sl_common_conf cc = {0};
   fake_conf fc = {0};
-  sl_conf_bind own[] = {{sl__fakeprovider_table, sl__fakeprovider_table_len, &fc}};
+  /* log.level and admin.listen come from the common table, as for a stage */
+  sl_conf_bind own[] = {{sl_common_conf_table, sl_common_conf_table_len, &cc},
+                        {fake_table, fake_table_len, &fc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "fakeprovider",
-                           "A stand-in for paid STT/LLM providers (OpenAI-compatible API).", &cc,
-                           own, 1, "127.0.0.1:9190", &admin);
-  if (rc) return rc;
+  sl_conf_set_known_env(any_env);
+  int rc = sl_cli_load(argc, argv, "fakeprovider",
+                       "A stand-in for paid STT/LLM providers (OpenAI-compatible API): the test\n"
+                       "double tests and benchmarks use (docs/fakeprovider.md).",
+                       own, 2);
+  if (rc) return rc - 1000;
+  if (sl_log_init("fakeprovider", cc.log_level) != 0) {
+    fprintf(stderr, "sluice-fakeprovider: log.level must be debug, info, warn or error\n");
+    sl_conf_release(own, 2);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  const char *alisten = cc.admin_listen && *cc.admin_listen ? cc.admin_listen : "127.0.0.1:9190";
+  if ((rc = sl_admin_start(&admin, alisten)) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "admin endpoint %s: %s", alisten, sl_strerror(rc));
+    sl_conf_release(own, 2);
+    return 1;
+  }
   fake F = {.fc = &fc, .rng = (uint64_t)fc.seed * 0x9E3779B97F4A7C15ULL + 1};
   F.started_ms = F.tokens_at_ms = sl_now_ms();
   F.tokens = fc.quota_rps;
@@ -850,8 +882,8 @@ int sl__fakeprovider_main(int argc, char **argv) {
     bad = "fakeprovider latencies, jitters and quota must be >= 0, max_body and "
           "request_timeout_ms > 0";
   if (bad) {
-    fprintf(stderr, "sluice fakeprovider: %s\n", bad);
-    sl__stage_finish(&cc, own, 1, admin);
+    fprintf(stderr, "sluice-fakeprovider: %s\n", bad);
+    finish_conf(own, 2, admin);
     return 2;
   }
   F.lognormal = strcmp(fc.latency_dist, "lognormal") == 0;
@@ -895,6 +927,6 @@ int sl__fakeprovider_main(int argc, char **argv) {
   uv_walk(&F.loop, walk_close, NULL);
   uv_run(&F.loop, UV_RUN_DEFAULT);
   uv_loop_close(&F.loop);
-  sl__stage_finish(&cc, own, 1, admin);
+  finish_conf(own, 2, admin);
   return rc ? 1 : 0;
 }
