@@ -45,7 +45,7 @@ int sc_apikey_add(const sc_opts *o) {
   }
   sl_sha256_hex(key, strlen(key), h);
   snprintf(rkey, sizeof rkey, "sl:apikey:%s", h);
-  snprintf(created, sizeof created, "%lld", (long long)sc_now_ms());
+  snprintf(created, sizeof created, "%lld", (long long)sl_now_ms());
   sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return SC_EXIT_FAIL;
   char rerr[256] = "";

@@ -491,7 +491,7 @@ int sc_dlq_inject(const sc_opts *o) {
             errno == EFBIG ? "larger than 8 MiB" : strerror(errno));
     return SC_EXIT_FAIL;
   }
-  int64_t now = sc_now_ms();
+  int64_t now = sl_now_ms();
   int64_t failed = o->has_failed_at ? o->failed_at_ms : now;
   Sluice__V1__DeadLetter dl = SLUICE__V1__DEAD_LETTER__INIT;
   dl.stage = (char *)o->stage;

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_id.h"
 
 #define REPLAY_HEADER "sluice-replay-id"
 
@@ -103,7 +104,7 @@ static int write_audit(const sc_opts *o, sc_producer *p, const char *id, entry *
   a.id = (char *)id;
   a.actor = actor;
   a.host = host;
-  a.at_ms = sc_now_ms();
+  a.at_ms = sl_now_ms();
   a.filters = filters;
   a.dry_run = o->dry_run;
   Sluice__V1__ReplayAudit__Entry *ev = calloc(n_replay ? n_replay : 1, sizeof *ev);
@@ -226,7 +227,7 @@ int sc_dlq_replay(const sc_opts *o) {
   }
 
   char id[37];
-  if (sc_uuidv7(id)) {
+  if (sl_uuid7(sl_now_ms(), id)) {
     fprintf(stderr, "sluicectl: no random bytes for the replay id\n");
     goto out;
   }

@@ -185,7 +185,7 @@ static int find_option(const char *arg, size_t len) {
 /* converts the option values that need it; 0 or SC_EXIT_USAGE */
 static int convert(sc_opts *o, const char *const *val, const unsigned long long seen) {
   long v;
-  int64_t now = sc_now_ms();
+  int64_t now = sl_now_ms();
   if (seen & B(O_SINCE)) {
     if (sc_parse_time(val[O_SINCE], now, &o->since_ms))
       return usage_error("bad time \"%s\" for --since (want e.g. 2026-11-29T12:00:00Z or 2h)%s",
@@ -275,25 +275,34 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
   return 0;
 }
 
-/* The stages' transport-security settings from SLUICE_* variables,
- * installed for every Kafka and Redis client made here. */
-static int secure_from_env(void) {
-  char err[1024];
-  if (sl_common_secure_from_env(err, sizeof err) == 0) return 0;
-  fprintf(stderr, "sluicectl: %s\n", err);
-  return SC_EXIT_USAGE;
+static int any_env(const char *name) {
+  (void)name;
+  return 1;
 }
 
 int main(int argc, char **argv) {
   sl_pipeline *pipeline = NULL;
   sc_opts o;
   memset(&o, 0, sizeof o);
-  o.brokers = env_or("SLUICE_KAFKA_BROKERS", "127.0.0.1:9092");
+  /* the stages' own settings table, from the same SLUICE_* environment:
+   * brokers, Redis, transport security and the pipeline, with the stages'
+   * defaults (no second list of them here) */
+  sl_common_conf cc;
+  memset(&cc, 0, sizeof cc);
+  sl_conf_bind cb = {sl_common_conf_table, sl_common_conf_table_len, &cc};
+  char cerr[1024];
+  sl_conf_set_known_env(any_env);
+  if (sl_conf_load(&cb, 1, NULL, NULL, 0, cerr, sizeof cerr) != 0) {
+    fprintf(stderr, "sluicectl: %s\n", cerr);
+    sl_conf_release(&cb, 1);
+    return SC_EXIT_USAGE;
+  }
+  o.brokers = cc.kafka_brokers;
   o.timeout_ms = 10000;
   o.rate = 10;
   o.partitions = -1;
   o.replication = -1;
-  o.redis_url = env_or("SLUICE_REDIS_URL", "redis://127.0.0.1:6379");
+  o.redis_url = cc.redis_url;
   o.presign_url = env_or("PRESIGN_URL", "http://127.0.0.1:8080");
   o.api_key = env_or("SLUICE_API_KEY", NULL);
   o.interval_s = 2;
@@ -304,6 +313,7 @@ int main(int argc, char **argv) {
   if (admin_env && *admin_env && sc_add_admins(&o, admin_env)) {
     fprintf(stderr, "sluicectl: SLUICECTL_ADMIN: too many endpoints (at most %d)\n",
             SC_MAX_ADMINS);
+    sl_conf_release(&cb, 1);
     return SC_EXIT_USAGE;
   }
   int admin_from_env = o.nadmins > 0;
@@ -311,7 +321,10 @@ int main(int argc, char **argv) {
   const char *val[O_COUNT] = {0};
   unsigned long long seen = 0;
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
-  if (!pos) return SC_EXIT_FAIL;
+  if (!pos) {
+    sl_conf_release(&cb, 1);
+    return SC_EXIT_FAIL;
+  }
   int npos = 0, rc = SC_EXIT_USAGE, only_pos = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -449,9 +462,13 @@ int main(int argc, char **argv) {
     rc = usage_error("%s --prompt options for fewer files%s", "more", "");
     goto out;
   }
-  if ((rc = secure_from_env())) goto out;
+  if (sl_common_secure(&cc, 0, cerr, sizeof cerr) != 0) {
+    fprintf(stderr, "sluicectl: %s\n", cerr);
+    rc = SC_EXIT_USAGE;
+    goto out;
+  }
   char perr[1024];
-  if (sl_pipeline_load(&pipeline, getenv("SLUICE_PIPELINE_FILE"), perr, sizeof perr) != 0) {
+  if (sl_pipeline_load(&pipeline, cc.pipeline_file, perr, sizeof perr) != 0) {
     fprintf(stderr, "sluicectl: %s\n", perr);
     rc = SC_EXIT_USAGE;
     goto out;
@@ -464,6 +481,7 @@ int main(int argc, char **argv) {
   sl_redis_security_reset();
 out:
   sl_pipeline_free(pipeline);
+  sl_conf_release(&cb, 1);
   free(pos);
   return rc;
 }

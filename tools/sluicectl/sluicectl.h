@@ -22,6 +22,8 @@
 
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
+
+#include "sluice/sl_stage.h" /* sl_now_ms, the common settings */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,7 +92,6 @@ typedef struct {
 } sc_opts;
 
 /* ---- util.c ---- */
-int64_t sc_now_ms(void);
 double sc_mono_s(void);
 /* RFC3339 (2026-11-29T12:00:00Z, fractions and +hh:mm offsets accepted) or a
  * duration ago (90s, 15m, 2h, 3d; also ms and w). 0 on success. */
@@ -99,7 +100,6 @@ int sc_parse_time(const char *s, int64_t now_ms, int64_t *out_ms);
 int sc_parse_long(const char *s, long min, long max, long *out);
 void sc_fmt_time(int64_t ms, char out[40]);      /* 2026-11-29T12:00:00.123Z */
 void sc_fmt_time_s(int64_t ms, char out[40]);    /* 2026-11-29T12:00:00Z */
-int sc_uuidv7(char out[37]);                     /* 0 on success */
 char *sc_base64(const void *data, size_t len);   /* malloc'd, NUL-terminated */
 int sc_utf8_valid(const void *data, size_t len);
 /* prints data with non-printable bytes as \xNN, at most max bytes (then ...) */

@@ -439,7 +439,7 @@ static void limiter(const sc_opts *o, snapshot *s) {
 
 static int take(const sc_opts *o, snapshot *s) {
   snapshot_init(s, o->pipeline);
-  s->at_ms = sc_now_ms();
+  s->at_ms = sl_now_ms();
   s->mono = sc_mono_s();
   if (kafka_sample(o, s)) return -1;
   scrape(o, s);

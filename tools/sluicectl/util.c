@@ -17,12 +17,6 @@
 
 #include "sluicectl.h"
 
-int64_t sc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 double sc_mono_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -158,24 +152,6 @@ void sc_fmt_time(int64_t ms, char out[40]) { fmt(ms, out, 1); }
 void sc_fmt_time_s(int64_t ms, char out[40]) { fmt(ms, out, 0); }
 
 /* ---- ids and encodings ----------------------------------------------------- */
-
-int sc_uuidv7(char out[37]) {
-  uint8_t b[16];
-  if (RAND_bytes(b + 6, 10) != 1) return -1;
-  uint64_t ms = (uint64_t)sc_now_ms();
-  for (int i = 0; i < 6; i++) b[i] = (uint8_t)(ms >> (8 * (5 - i)));
-  b[6] = (uint8_t)(0x70 | (b[6] & 0x0f)); /* version 7 */
-  b[8] = (uint8_t)(0x80 | (b[8] & 0x3f)); /* variant 10 */
-  static const char hex[] = "0123456789abcdef";
-  char *p = out;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) *p++ = '-';
-    *p++ = hex[b[i] >> 4];
-    *p++ = hex[b[i] & 15];
-  }
-  *p = '\0';
-  return 0;
-}
 
 char *sc_base64(const void *data, size_t len) {
   if (len > (size_t)INT_MAX / 2) return NULL;
