@@ -49,6 +49,8 @@ struct sl_http_server {
   size_t nconns; /* counted connections in conns (not the refused ones) */
   int port;
   int closing;
+  int draining;          /* sl_http_server_drain: freed when the last conn closes */
+  int listener_closed;
   char cors_origins[512]; /* "" = CORS off */
   char cors_methods[128], cors_headers[256], cors_expose[128];
   int detached;          /* no socket: sl__http_feed() (sl_http_internal.h) */
@@ -103,6 +105,8 @@ static void on_handle_closed(uv_handle_t *h) {
   if (!c->busy) conn_free(c);
 }
 
+static void drained_maybe_free(sl_http_server *srv);
+
 static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = 1;
@@ -111,6 +115,11 @@ static void conn_close(conn *c) {
   if (c->prev) c->prev->next = c->next;
   else if (c->srv) c->srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
+  if (c->srv && c->srv->draining) {
+    sl_http_server *srv = c->srv;
+    c->srv = NULL; /* nothing of a closing connection reads it again */
+    drained_maybe_free(srv);
+  }
   c->nclose = 2;
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
@@ -602,6 +611,18 @@ static void on_connection(uv_stream_t *ls, int status) {
 
 static void on_srv_closed(uv_handle_t *h) { free(h->data); }
 
+/* a draining server is freed once its listener is closed and its last
+ * connection is gone */
+static void drained_maybe_free(sl_http_server *srv) {
+  if (srv->listener_closed && !srv->conns) free(srv);
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  sl_http_server *srv = h->data;
+  srv->listener_closed = 1;
+  drained_maybe_free(srv);
+}
+
 static void init_settings(void) {
   settings.on_message_begin = on_message_begin;
   settings.on_url = on_url;
@@ -721,6 +742,18 @@ int sl__http_feed(sl_http_server *srv, const void *data, size_t len, size_t chun
   srv->sink = NULL;
   srv->sink_ud = NULL;
   return 0;
+}
+
+void sl_http_server_drain(sl_http_server *srv) {
+  if (!srv || srv->closing) return;
+  srv->closing = 1; /* every response from now on says Connection: close */
+  srv->draining = 1;
+  for (conn *c = srv->conns, *n; c; c = n) {
+    n = c->next;
+    if (!c->busy) conn_close(c); /* idle or half-received: nothing to answer */
+  }
+  /* after the loop above: a close may free srv only once the listener is closed */
+  uv_close((uv_handle_t *)&srv->tcp, on_listener_closed);
 }
 
 void sl_http_server_free(sl_http_server *srv) {

@@ -131,6 +131,9 @@ typedef struct {
   sl_metric *m_created, *m_rejected, *m_unavailable;
   int fatal;         /* the producer failed for good */
   int shutting_down;
+  size_t inflight;   /* creates handed to Kafka, not yet reported */
+  int released;      /* Kafka reports and Redis let go (after the last create) */
+  uv_timer_t release_timer;
   sl_aredis *redis;  /* Idempotency-Key records */
   sl_metric *m_replayed;
   sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
@@ -225,6 +228,20 @@ static int idem_store(pending *p) {
   return 1;
 }
 
+/* Stopping: once no create waits for its delivery report, stop serving
+ * reports and close Redis (Idempotency-Key records still being stored are
+ * answered 201 without one). On a timer, never inside a report. */
+static void release_rest(uv_timer_t *t) {
+  presign *ps = t->data;
+  if (ps->released) return;
+  ps->released = 1;
+  sl_kafka_uv_detach(ps->ku);
+  ps->ku = NULL;
+  sl_aredis_free(ps->redis);
+  ps->redis = NULL;
+  uv_close((uv_handle_t *)&ps->release_timer, NULL);
+}
+
 static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   pending *p = opaque;
   char why[256];
@@ -237,6 +254,9 @@ static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     shutdown_loop(P_);
   }
   if (!p) return;
+  P_->inflight--;
+  if (P_->shutting_down && P_->inflight == 0) /* the last one: let go after this report */
+    uv_timer_start(&P_->release_timer, release_rest, 0, 0);
   if (err) {
     sl_metric_add(P_->m_unavailable, 1);
     sl_log(SL_LOG_WARN, p->sid, "submission not accepted: kafka: %s", rd_kafka_err2str(err));
@@ -392,6 +412,7 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
                           "Retry-After: 2\r\n");
   } else {
     handed = 1;
+    ps->inflight++;
   }
 out:
   json_decref(rqs);
@@ -684,12 +705,12 @@ static void handle(sl_http_req *req, void *ud) {
 static void shutdown_loop(presign *ps) {
   if (ps->shutting_down) return;
   ps->shutting_down = 1;
-  sl_http_server_free(ps->srv);
+  /* no new requests; those taken are answered (test_presign_drain) */
+  sl_http_server_drain(ps->srv);
   ps->srv = NULL;
-  sl_kafka_uv_detach(ps->ku);
-  ps->ku = NULL;
-  sl_aredis_free(ps->redis); /* waiting Idempotency-Key requests get 503 */
-  ps->redis = NULL;
+  /* creates waiting for Kafka keep their delivery reports and Redis until
+   * the last is answered (within presign.kafka_timeout_ms) */
+  if (ps->inflight == 0) uv_timer_start(&ps->release_timer, release_rest, 0, 0);
   sl__mpu_free(ps->mpu); /* multipart requests in flight finish first */
   ps->mpu = NULL;
   sl__webhook_free(ps->hook); /* events in flight are flushed and answered */
@@ -754,6 +775,8 @@ int sl__presign_main(int argc, char **argv) {
                                extra, err, sizeof err);
   uv_loop_t loop;
   uv_loop_init(&loop);
+  uv_timer_init(&loop, &ps.release_timer);
+  ps.release_timer.data = &ps;
   if (rc == 0) rc = sl_kafka_uv_attach(&ps.ku, ps.producer, &loop);
   if (rc == 0) {
     rc = sl_aredis_new(&ps.redis, &loop, cc.redis_url);
@@ -805,6 +828,8 @@ int sl__presign_main(int argc, char **argv) {
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
     sl_http_server_free(ps.srv);
+    ps.released = 1;
+    uv_close((uv_handle_t *)&ps.release_timer, NULL);
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
     sl__mpu_free(ps.mpu);

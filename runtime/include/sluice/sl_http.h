@@ -44,6 +44,13 @@ int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen
  * run the loop afterwards until it has no more work. NULL-safe. */
 void sl_http_server_free(sl_http_server *srv);
 
+/* A graceful stop: stops listening, closes idle connections at once, and
+ * lets each request a handler holds be answered (with Connection: close)
+ * before its connection closes; the server frees itself after the last.
+ * srv must not be used afterwards (sl_http_respond on the held requests
+ * stays valid). NULL-safe. */
+void sl_http_server_drain(sl_http_server *srv);
+
 /* CORS for browser clients. origins: comma-separated allowed origins, "*"
  * for any, or ""/NULL to disable. With CORS on, the server answers
  * preflights (OPTIONS with Access-Control-Request-Method) itself with 204,
