@@ -20,8 +20,39 @@ static sl_metric *m_kafka_errors;
 
 static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque) {
   (void)rk;
+  (void)conf_opaque;
   if (m->err) sl_metric_add(m_kafka_errors, 1);
-  ((sl_kafka_dr_fn)conf_opaque)(m->err, m->_private);
+  sl_kafka_ticket *t = m->_private;
+  if (!t) return; /* produced without a destination: nobody waits */
+  sl_kafka_sent_fn cb = t->cb;
+  void *ctx = t->ctx;
+  if (t->owned) free(t);
+  cb(m->err, ctx);
+}
+
+rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key,
+                                  size_t keylen, void *value, size_t len, int msgflags,
+                                  sl_kafka_sent_fn cb, void *ctx) {
+  if (!rk || !topic || !cb) return RD_KAFKA_RESP_ERR__INVALID_ARG;
+  sl_kafka_ticket *t = malloc(sizeof *t);
+  if (!t) return RD_KAFKA_RESP_ERR__QUEUE_FULL;
+  *t = (sl_kafka_ticket){cb, ctx, 1};
+  rd_kafka_resp_err_t e = rd_kafka_producev(
+      rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? keylen : 0),
+      RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(msgflags), RD_KAFKA_V_OPAQUE(t),
+      RD_KAFKA_V_END);
+  if (e) free(t);
+  return e;
+}
+
+int sl_kafka_fatal(rd_kafka_t *rk, const char *who) {
+  static int said; /* once per process: every later report says the same */
+  char why[512];
+  if (!rk || !rd_kafka_fatal_error(rk, why, sizeof why)) return 0;
+  if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
+    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error (noticed by %s): %s; stopping",
+           who ? who : "a sender", why);
+  return 1;
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
@@ -318,9 +349,8 @@ int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char 
 }
 
 int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
-                          sl_kafka_dr_fn dr, const char *const *extra, char *err,
-                          size_t errlen) {
-  if (!out || !brokers || !dr) return SL_EINVAL;
+                          const char *const *extra, char *err, size_t errlen) {
+  if (!out || !brokers) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
   if (set(c, "enable.idempotence", "true", err, errlen) ||
@@ -335,7 +365,6 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
       return SL_ECONFIG;
     }
   rd_kafka_conf_set_dr_msg_cb(c, on_dr);
-  rd_kafka_conf_set_opaque(c, (void *)dr);
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, errlen);
   if (!rk) {
     rd_kafka_conf_destroy(c);

@@ -522,6 +522,7 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   j->L = L;
   j->m = m;
   j->offset = m->offset;
+  j->ticket = (sl_kafka_ticket){sl__on_delivery, j, 0};
   snprintf(j->key, sizeof j->key, "%.*s", (int)(m->key_len < 127 ? m->key_len : 127),
            m->key ? (const char *)m->key : "");
   j->p = sl__part_get(L, rd_kafka_topic_name(m->rkt), m->partition, 1);
@@ -790,8 +791,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     rc = sl_kafka_props_split(L->cc->kafka_producer_properties, props, sizeof props, pkv, 16,
                               err, sizeof err);
   if (rc == 0)
-    rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, sl__on_delivery, pkv,
-                               err, sizeof err);
+    rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, pkv, err, sizeof err);
   if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);
   if (rc == 0) rc = sl_aredis_set_timeout(L->redis, L->cc->redis_command_timeout_ms);
   if (rc == 0 && o->start) rc = sl_httpc_new(&L->http, &L->loop);

@@ -111,6 +111,7 @@ struct sl_job {
   sl_outbox out;
   sl_result res;
   int outstanding;        /* deliveries pending */
+  sl_kafka_ticket ticket; /* every output's delivery report: sl__on_delivery(err, job) */
   rd_kafka_resp_err_t produce_err; /* a delivery of the set failed: the first permanent
                                     * error, else the first one (0: none) */
   int rejected;           /* Kafka refused an output for good: now a dead letter */

@@ -81,9 +81,7 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     j->produce_err = 0;
     sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s",
            rd_kafka_err2str(e));
-    char why[256];
-    if (!j->L->fatal && rd_kafka_fatal_error(j->L->producer, why, sizeof why)) {
-      sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error: %s; stopping", why);
+    if (!j->L->fatal && sl_kafka_fatal(j->L->producer, j->L->o->stage)) {
       j->L->fatal = 1;
       *j->L->stop = 1;
     }
@@ -148,13 +146,13 @@ void sl__produce(job *j) {
                             RD_KAFKA_V_KEY(it->key, strlen(it->key)),
                             RD_KAFKA_V_VALUE(it->value, it->len),
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hs),
-                            RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+                            RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     else
       e = rd_kafka_producev(L->producer, RD_KAFKA_V_TOPIC(it->topic),
                             RD_KAFKA_V_KEY(it->key, strlen(it->key)),
                             RD_KAFKA_V_VALUE(it->value, it->len),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(j),
-                            RD_KAFKA_V_END);
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                            RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     if (e) {
       if (hs) rd_kafka_headers_destroy(hs);
       /* not queued: a failed delivery, reported below */

@@ -47,9 +47,12 @@ struct sl__sweep {
   sl_metric *m_found, *m_dropped;
 };
 
-static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
-  sl__sweep *s = opaque;
+static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
+  sl__sweep *s = ctx;
   if (err) {
+    /* a producer that failed for good writes nothing more: stop the
+     * process (as every stage does) so that it restarts with a new one */
+    if (sl_kafka_fatal(s->producer, "ingest sweep")) sl__stop = 1;
     s->refused++;
     sl_log(SL_LOG_WARN, NULL, "sweep: an event was not written: %s", rd_kafka_err2str(err));
   }
@@ -95,10 +98,9 @@ static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_h
   char *body = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
   json_decref(ev);
   if (!body) return SL_ENOMEM;
-  rd_kafka_resp_err_t e = rd_kafka_producev(
-      s->producer, RD_KAFKA_V_TOPIC(s->cc->topic_storage_events),
-      RD_KAFKA_V_KEY(member, strlen(member)), RD_KAFKA_V_VALUE(body, strlen(body)),
-      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(s), RD_KAFKA_V_END);
+  rd_kafka_resp_err_t e =
+      sl_kafka_send(s->producer, s->cc->topic_storage_events, member, strlen(member), body,
+                    strlen(body), RD_KAFKA_MSG_F_COPY, on_delivery, s);
   free(body);
   if (e) {
     sl_log(SL_LOG_WARN, member, "sweep: cannot queue the event: %s", rd_kafka_err2str(e));
@@ -265,8 +267,8 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
   if (rc == 0 && (rc = sl_sigv4_new(&s->sig, s3->access_key, s3->secret_key, s3->region, "s3")))
     snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
   if (rc == 0)
-    rc = sl_kafka_producer_new(&s->producer, cc->kafka_brokers, "sluice-ingest-sweep",
-                               on_delivery, NULL, err, errlen);
+    rc = sl_kafka_producer_new(&s->producer, cc->kafka_brokers, "sluice-ingest-sweep", NULL, err,
+                               errlen);
   if (rc == 0 && pthread_create(&s->thread, NULL, run, s) != 0) rc = SL_ENOMEM;
   if (rc) {
     if (s->producer) rd_kafka_destroy(s->producer);

@@ -134,6 +134,7 @@ typedef struct {
   size_t inflight;   /* creates handed to Kafka, not yet reported */
   int released;      /* Kafka reports and Redis let go (after the last create) */
   uv_timer_t release_timer;
+  uv_timer_t stop_timer; /* a fatal producer error stops presign from here */
   sl_aredis *redis;  /* Idempotency-Key records */
   sl_metric *m_replayed;
   sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
@@ -150,7 +151,6 @@ typedef struct {
   char user[SL__USER_MAX + 1];
 } caller;
 
-static presign *P_; /* the delivery-report callback's context */
 
 /* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(user\0key)>
  * holds "pending <body sha256>" while the create runs (30 s), then
@@ -164,6 +164,7 @@ typedef struct {
 } idem;
 
 typedef struct {
+  presign *ps;
   sl_http_req *req;
   char *body; /* the 201 reply, sent once Kafka acknowledges */
   char sid[37];
@@ -242,30 +243,35 @@ static void release_rest(uv_timer_t *t) {
   uv_close((uv_handle_t *)&ps->release_timer, NULL);
 }
 
-static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
-  pending *p = opaque;
-  char why[256];
-  if (err && !P_->fatal && rd_kafka_fatal_error(P_->producer, why, sizeof why)) {
-    /* the idempotent producer is unusable for good: answer what is in
-     * flight, stop taking requests and exit non-zero so that the process
-     * is restarted with a fresh producer */
-    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error, exiting: %s", why);
-    P_->fatal = 1;
-    shutdown_loop(P_);
-  }
-  if (!p) return;
-  P_->inflight--;
-  if (P_->shutting_down && P_->inflight == 0) /* the last one: let go after this report */
-    uv_timer_start(&P_->release_timer, release_rest, 0, 0);
+static void on_stop_timer(uv_timer_t *t) { shutdown_loop(t->data); }
+
+/* The producer failed for good (noticed by a create or by the webhook):
+ * answer what is in flight, stop taking requests and exit non-zero so the
+ * process is restarted with a fresh producer. From a timer: shutting down
+ * flushes the producer, which must not happen inside a delivery report. */
+static void on_fatal(void *ud) {
+  presign *ps = ud;
+  if (ps->fatal) return;
+  ps->fatal = 1;
+  if (!ps->shutting_down) uv_timer_start(&ps->stop_timer, on_stop_timer, 0, 0);
+}
+
+static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
+  pending *p = ctx;
+  presign *ps = p->ps;
+  if (err && sl_kafka_fatal(ps->producer, "presign")) on_fatal(ps);
+  ps->inflight--;
+  if (ps->shutting_down && ps->inflight == 0) /* the last one: let go after this report */
+    uv_timer_start(&ps->release_timer, release_rest, 0, 0);
   if (err) {
-    sl_metric_add(P_->m_unavailable, 1);
+    sl_metric_add(ps->m_unavailable, 1);
     sl_log(SL_LOG_WARN, p->sid, "submission not accepted: kafka: %s", rd_kafka_err2str(err));
     sl_http_respond_error(p->req, 503, "unavailable",
                           "the submission could not be stored; retry later",
                           "Retry-After: 2\r\n");
     idem_release(p->ik);
   } else {
-    sl_metric_add(P_->m_created, 1);
+    sl_metric_add(ps->m_created, 1);
     sl_log(SL_LOG_INFO, p->sid, "submission accepted");
     if (p->ik && idem_store(p)) return; /* answers once the record is stored */
     sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
@@ -395,14 +401,13 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
     goto out;
   }
   sluice__v1__submission_created__pack(&sc, payload);
+  p->ps = ps;
   p->req = req;
   p->body = reply;
   p->ik = ik;
   memcpy(p->sid, sid, sizeof sid);
-  rd_kafka_resp_err_t e = rd_kafka_producev(
-      ps->producer, RD_KAFKA_V_TOPIC(ps->cc->topic_submissions), RD_KAFKA_V_KEY(sid, 36),
-      RD_KAFKA_V_VALUE(payload, plen), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
-      RD_KAFKA_V_OPAQUE(p), RD_KAFKA_V_END);
+  rd_kafka_resp_err_t e = sl_kafka_send(ps->producer, ps->cc->topic_submissions, sid, 36,
+                                        payload, plen, RD_KAFKA_MSG_F_FREE, on_delivery, p);
   if (e) {
     free(payload);
     free(reply);
@@ -705,6 +710,7 @@ static void handle(sl_http_req *req, void *ud) {
 static void shutdown_loop(presign *ps) {
   if (ps->shutting_down) return;
   ps->shutting_down = 1;
+  uv_close((uv_handle_t *)&ps->stop_timer, NULL);
   /* no new requests; those taken are answered (test_presign_drain) */
   sl_http_server_drain(ps->srv);
   ps->srv = NULL;
@@ -740,7 +746,6 @@ int sl__presign_main(int argc, char **argv) {
                            &cc, own, 4, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
-  P_ = &ps;
   ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
                                     "Submission create requests by outcome");
   ps.m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"",
@@ -771,12 +776,14 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0) rc = sl_sigv4_new(&ps.sig, s3.access_key, s3.secret_key, s3.region, "s3");
   if (rc && !err[0]) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
   if (rc == 0)
-    rc = sl_kafka_producer_new(&ps.producer, cc.kafka_brokers, "sluice-presign", on_delivery,
-                               extra, err, sizeof err);
+    rc = sl_kafka_producer_new(&ps.producer, cc.kafka_brokers, "sluice-presign", extra, err,
+                               sizeof err);
   uv_loop_t loop;
   uv_loop_init(&loop);
   uv_timer_init(&loop, &ps.release_timer);
   ps.release_timer.data = &ps;
+  uv_timer_init(&loop, &ps.stop_timer);
+  ps.stop_timer.data = &ps;
   if (rc == 0) rc = sl_kafka_uv_attach(&ps.ku, ps.producer, &loop);
   if (rc == 0) {
     rc = sl_aredis_new(&ps.redis, &loop, cc.redis_url);
@@ -800,7 +807,7 @@ int sl__presign_main(int argc, char **argv) {
     if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
   }
   if (rc == 0)
-    rc = sl__webhook_new(&ps.hook, &loop, &wc, &cc, pc.kafka_timeout_ms, err, sizeof err);
+    rc = sl__webhook_new(&ps.hook, &loop, &wc, &cc, ps.producer, on_fatal, &ps, err, sizeof err);
   if (rc == 0) {
     sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
                                                         pc.request_timeout_ms < 3600000
@@ -830,6 +837,7 @@ int sl__presign_main(int argc, char **argv) {
     sl_http_server_free(ps.srv);
     ps.released = 1;
     uv_close((uv_handle_t *)&ps.release_timer, NULL);
+    uv_close((uv_handle_t *)&ps.stop_timer, NULL);
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
     sl__mpu_free(ps.mpu);

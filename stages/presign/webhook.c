@@ -83,8 +83,9 @@ const size_t sl__webhook_table_len = sizeof sl__webhook_table / sizeof sl__webho
 struct sl__webhook {
   const sl__webhook_conf *c;
   const sl_common_conf *cc;
-  rd_kafka_t *producer;
-  sl_kafka_uv *ku;
+  rd_kafka_t *producer; /* presign's, lent */
+  void (*on_fatal)(void *ud);
+  void *fatal_ud;
   sl_aredis *redis;
   const char *secrets[2];
   size_t nsecrets;
@@ -382,14 +383,11 @@ static void on_marked(redisReply *r, void *ud) {
   answer_accepted(d);
 }
 
-static void on_delivery(rd_kafka_resp_err_t err, void *opaque) {
-  delivery *d = opaque;
-  if (!d) return;
+static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
+  delivery *d = ctx;
   sl__webhook *w = d->w;
   if (err) {
-    char why[256];
-    if (rd_kafka_fatal_error(w->producer, why, sizeof why))
-      sl_log(SL_LOG_ERROR, NULL, "webhook: kafka producer fatal error: %s", why);
+    if (sl_kafka_fatal(w->producer, "presign webhook") && w->on_fatal) w->on_fatal(w->fatal_ud);
     sl_log(SL_LOG_WARN, NULL, "webhook: event %s not stored: kafka: %s", d->label,
            rd_kafka_err2str(err));
     sl_metric_add(w->m_unavailable, 1);
@@ -415,10 +413,8 @@ static void produce(delivery *d) {
   const char *body = sl_http_req_body(d->req, &blen);
   const void *v = d->payload ? d->payload : body;
   size_t vl = d->payload ? d->plen : blen;
-  rd_kafka_resp_err_t e = rd_kafka_producev(
-      w->producer, RD_KAFKA_V_TOPIC(w->cc->topic_storage_events),
-      RD_KAFKA_V_VALUE((void *)v, vl), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-      RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+  rd_kafka_resp_err_t e = sl_kafka_send(w->producer, w->cc->topic_storage_events, NULL, 0,
+                                        (void *)v, vl, RD_KAFKA_MSG_F_COPY, on_delivery, d);
   if (e) {
     sl_metric_add(w->m_unavailable, 1);
     unclaim(d);
@@ -590,8 +586,8 @@ int sl__webhook_handle(sl__webhook *w, sl_http_req *req) {
 }
 
 int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *c,
-                    const sl_common_conf *cc, int64_t kafka_timeout_ms, char *err,
-                    size_t errlen) {
+                    const sl_common_conf *cc, rd_kafka_t *producer,
+                    void (*on_fatal)(void *ud), void *fatal_ud, char *err, size_t errlen) {
   *out = NULL;
   if (!c->secret || !c->secret[0]) return 0;
   if (strlen(c->secret) < 16) {
@@ -617,15 +613,11 @@ int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *
   w->m_invalid = sl_metrics_counter("sluice_webhook_events_total", "outcome=\"invalid\"", help);
   w->m_unavailable =
       sl_metrics_counter("sluice_webhook_events_total", "outcome=\"unavailable\"", help);
-  char timeout[32];
-  snprintf(timeout, sizeof timeout, "%lld",
-           (long long)sl_kafka_message_timeout_for(kafka_timeout_ms));
-  const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
-  int rc = sl_kafka_producer_new(&w->producer, cc->kafka_brokers, "sluice-presign-webhook",
-                                 on_delivery, extra, err, errlen);
-  if (rc == 0 && (rc = sl_kafka_uv_attach(&w->ku, w->producer, loop)) != 0)
-    snprintf(err, errlen, "kafka: %s", sl_strerror(rc));
-  if (rc == 0 && (rc = sl_aredis_new(&w->redis, loop, cc->redis_url)) != 0)
+  w->producer = producer;
+  w->on_fatal = on_fatal;
+  w->fatal_ud = fatal_ud;
+  int rc = 0;
+  if ((rc = sl_aredis_new(&w->redis, loop, cc->redis_url)) != 0)
     snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc));
   if (rc == 0 && (rc = sl_aredis_set_timeout(w->redis, cc->redis_command_timeout_ms)) != 0)
     snprintf(err, errlen, "redis.command_timeout_ms %lld: %s",
@@ -643,12 +635,9 @@ void sl__webhook_free(sl__webhook *w) {
   sl_aredis *r = w->redis;
   w->redis = NULL; /* claims waiting on Redis get NULL -> 503 */
   sl_aredis_free(r);
-  sl_kafka_uv_detach(w->ku);
-  w->ku = NULL;
-  if (w->producer) {
-    /* answers the produces in flight (their delivery reports run here) */
-    rd_kafka_flush(w->producer, 10000);
-    rd_kafka_destroy(w->producer);
-  }
+  /* answers this endpoint's produces in flight before w goes (their
+   * delivery reports, and any of presign's, run here; the producer is
+   * presign's and stays) */
+  rd_kafka_flush(w->producer, 10000);
   free(w);
 }

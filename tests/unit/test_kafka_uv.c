@@ -32,11 +32,13 @@
 
 static int reports;
 static rd_kafka_resp_err_t last_err;
+static void *last_ctx;
 
-static void on_dr(rd_kafka_resp_err_t err, void *opaque) {
-  (void)opaque;
+/* the report goes to the message's own callback with its own context */
+static void on_dr(rd_kafka_resp_err_t err, void *ctx) {
   reports++;
   last_err = err;
+  last_ctx = ctx;
 }
 
 static void on_deadline(uv_timer_t *t) { uv_stop(t->loop); }
@@ -55,7 +57,7 @@ static void test_events_queued_before_attach_are_served(void **state) {
   const char *extra[] = {"message.timeout.ms", "800", "linger.ms", "0", NULL};
   rd_kafka_t *rk = NULL;
   char err[512] = "";
-  assert_int_equal(sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-kafka-uv", on_dr, extra, err,
+  assert_int_equal(sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-kafka-uv", extra, err,
                                          sizeof err),
                    0);
   /* the refused connection queues error events on the main queue */
@@ -68,7 +70,12 @@ static void test_events_queued_before_attach_are_served(void **state) {
   assert_int_equal(uv_loop_init(&loop), 0);
   sl_kafka_uv *ku = NULL;
   assert_int_equal(sl_kafka_uv_attach(&ku, rk, &loop), 0);
-  assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("t"), RD_KAFKA_V_VALUE("x", 1),
+  static int marker;
+  char x[] = "x";
+  assert_int_equal(sl_kafka_send(rk, "t", NULL, 0, x, 1, RD_KAFKA_MSG_F_COPY, on_dr, &marker),
+                   RD_KAFKA_RESP_ERR_NO_ERROR);
+  /* a message without a ticket reports to nobody (and does not crash) */
+  assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("t"), RD_KAFKA_V_VALUE("y", 1),
                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
                    RD_KAFKA_RESP_ERR_NO_ERROR);
   /* the report comes within message.timeout.ms plus librdkafka's 1 s scan */
@@ -80,6 +87,11 @@ static void test_events_queued_before_attach_are_served(void **state) {
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(reports, 1);
   assert_int_equal(last_err, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+  assert_ptr_equal(last_ctx, &marker);
+  /* refused at once: no report will come, nothing leaks (ASan) */
+  assert_int_equal(sl_kafka_send(rk, NULL, NULL, 0, x, 1, RD_KAFKA_MSG_F_COPY, on_dr, NULL),
+                   RD_KAFKA_RESP_ERR__INVALID_ARG);
+  assert_int_equal(sl_kafka_fatal(rk, "test"), 0); /* not fatal: only timed out */
 
   sl_kafka_uv_detach(ku);
   uv_close((uv_handle_t *)&deadline, NULL);

@@ -48,10 +48,36 @@ int sl_kafka_conf_secure(rd_kafka_conf_t *c, char *err, size_t errlen);
  * timeout_ms; err holds the reason. */
 int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen);
 
-/* Delivery-report callback for producers created here: `opaque` is the
- * per-message opaque given at produce time. Runs on whichever thread polls
- * the producer (the loop thread with sl_kafka_uv_attach). */
-typedef void (*sl_kafka_dr_fn)(rd_kafka_resp_err_t err, void *msg_opaque);
+/* Where a message's delivery report goes: cb(err, ctx), exactly once, on
+ * whichever thread polls the producer (the loop thread with
+ * sl_kafka_uv_attach). Every message carries its own ticket as its
+ * librdkafka opaque (RD_KAFKA_V_OPAQUE), so one producer serves any number
+ * of senders, each with its own callback and context: no globals, nothing
+ * stored in the producer. owned = 1: the ticket was malloc'd by
+ * sl_kafka_send and is freed before cb runs; 0: the sender owns it (one
+ * ticket may serve many messages, e.g. every output of one job). */
+typedef void (*sl_kafka_sent_fn)(rd_kafka_resp_err_t err, void *ctx);
+typedef struct {
+  sl_kafka_sent_fn cb;
+  void *ctx;
+  int owned;
+} sl_kafka_ticket;
+
+/* Produces one message to topic with a ticket of its own for (cb, ctx).
+ * msgflags: RD_KAFKA_MSG_F_COPY (value copied) or RD_KAFKA_MSG_F_FREE
+ * (value is malloc'd and librdkafka frees it; on a refusal the caller
+ * still owns it). Returns RD_KAFKA_RESP_ERR_NO_ERROR (cb will run)
+ * or librdkafka's refusal (cb will not run). */
+rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key,
+                                  size_t keylen, void *value, size_t len, int msgflags,
+                                  sl_kafka_sent_fn cb, void *ctx);
+
+/* The fatal error of an idempotent producer, once per process: when rk has
+ * one, logs it (once) with who noticed it and returns 1 (the producer can
+ * write nothing more: the caller stops without committing or answering
+ * success, and the process exits non-zero to be restarted); else 0. The
+ * same decision everywhere a producer is used. */
+int sl_kafka_fatal(rd_kafka_t *rk, const char *who);
 
 /* The message.timeout.ms that makes a delivery report arrive within
  * answer_within_ms: librdkafka looks for timed-out messages once a second,
@@ -70,12 +96,12 @@ int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms);
 int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char **kv,
                          size_t maxpairs, char *err, size_t errlen);
 
-/* Creates an idempotent producer; dr (required) gets every delivery report
- * with the per-message opaque given at produce time. extra: NULL-terminated
- * key/value pairs of librdkafka properties applied last, may be NULL. */
+/* Creates an idempotent producer. Each message must carry an
+ * sl_kafka_ticket as its opaque (sl_kafka_send does); its delivery report
+ * goes there. extra: NULL-terminated key/value pairs of librdkafka
+ * properties applied last, may be NULL. */
 int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
-                          sl_kafka_dr_fn dr, const char *const *extra, char *err,
-                          size_t errlen);
+                          const char *const *extra, char *err, size_t errlen);
 
 /* Creates a consumer in group_id with auto-commit off, auto.offset.reset
  * earliest, and its poll queue redirected to the consumer queue. rebalance
