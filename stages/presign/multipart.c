@@ -67,10 +67,12 @@ struct sl__mpu {
   const sl_s3_conf *s3;
   sl_s3_client s3c;
   sl_httpc *http;
-  sl_aredis *redis;
+  sl_aredis *redis; /* presign's, lent */
   unsigned part_expiry_s;
   size_t inflight;
   int closing;
+  void (*done)(void *ud);
+  void *done_ud;
   uv_timer_t reaper; /* after sl__mpu_free: waits for the requests in flight */
   sl_metric *m_ok, *m_rejected, *m_failed;
 };
@@ -633,8 +635,7 @@ int sl__mpu_handle(sl__mpu *m, sl_http_req *req) {
 /* ---- life cycle ---- */
 
 int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_target *t,
-                const sl_s3_conf *s3, const char *redis_url, int64_t redis_timeout_ms,
-                unsigned part_expiry_s) {
+                const sl_s3_conf *s3, sl_aredis *redis, unsigned part_expiry_s) {
   sl__mpu *m = calloc(1, sizeof *m);
   if (!m) return SL_ENOMEM;
   m->loop = loop;
@@ -642,12 +643,9 @@ int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_targe
   m->target = t;
   m->s3 = s3;
   m->part_expiry_s = part_expiry_s;
+  m->redis = redis;
   int rc = sl_httpc_new(&m->http, loop);
-  if (rc == 0) rc = sl_aredis_new(&m->redis, loop, redis_url);
-  if (rc == 0) rc = sl_aredis_set_timeout(m->redis, redis_timeout_ms);
   if (rc) {
-    sl_aredis_free(m->redis); /* NULL-safe */
-    sl_httpc_free(m->http);
     free(m);
     return rc;
   }
@@ -664,20 +662,27 @@ int sl__mpu_new(sl__mpu **out, uv_loop_t *loop, sl_sigv4 *sig, const sl_s3_targe
   return 0;
 }
 
-static void on_reaper_closed(uv_handle_t *h) { free(h->data); }
+static void on_reaper_closed(uv_handle_t *h) {
+  sl__mpu *m = h->data;
+  void (*done)(void *) = m->done;
+  void *ud = m->done_ud;
+  free(m);
+  if (done) done(ud);
+}
 
 static void reap(uv_timer_t *t) {
   sl__mpu *m = t->data;
   if (m->inflight) return;
   uv_timer_stop(t);
   sl_httpc_free(m->http);
-  sl_aredis_free(m->redis);
   uv_close((uv_handle_t *)t, on_reaper_closed);
 }
 
-void sl__mpu_free(sl__mpu *m) {
+void sl__mpu_free(sl__mpu *m, void (*done)(void *ud), void *ud) {
   if (!m || m->closing) return;
   m->closing = 1;
+  m->done = done;
+  m->done_ud = ud;
   /* checked from a timer, never from inside a Redis or curl callback */
   uv_timer_start(&m->reaper, reap, 0, 50);
 }

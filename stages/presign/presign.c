@@ -132,6 +132,8 @@ typedef struct {
   int fatal;         /* the producer failed for good */
   int shutting_down;
   size_t inflight;   /* creates handed to Kafka, not yet reported */
+  int holders;       /* route modules (multipart, webhook) still using the
+                      * producer and Redis presign lends them */
   int released;      /* Kafka reports and Redis let go (after the last create) */
   uv_timer_t release_timer;
   uv_timer_t stop_timer; /* a fatal producer error stops presign from here */
@@ -261,7 +263,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   presign *ps = p->ps;
   if (err && sl_kafka_fatal(ps->producer, "presign")) on_fatal(ps);
   ps->inflight--;
-  if (ps->shutting_down && ps->inflight == 0) /* the last one: let go after this report */
+  if (ps->shutting_down && ps->inflight == 0 && ps->holders == 0) /* the last one */
     uv_timer_start(&ps->release_timer, release_rest, 0, 0);
   if (err) {
     sl_metric_add(ps->m_unavailable, 1);
@@ -707,6 +709,14 @@ static void handle(sl_http_req *req, void *ud) {
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 
+/* a route module let go of what presign lent it */
+static void on_module_done(void *ud) {
+  presign *ps = ud;
+  ps->holders--;
+  if (!ps->released && ps->shutting_down && ps->inflight == 0 && ps->holders == 0)
+    uv_timer_start(&ps->release_timer, release_rest, 0, 0);
+}
+
 static void shutdown_loop(presign *ps) {
   if (ps->shutting_down) return;
   ps->shutting_down = 1;
@@ -714,13 +724,16 @@ static void shutdown_loop(presign *ps) {
   /* no new requests; those taken are answered (test_presign_drain) */
   sl_http_server_drain(ps->srv);
   ps->srv = NULL;
-  /* creates waiting for Kafka keep their delivery reports and Redis until
-   * the last is answered (within presign.kafka_timeout_ms) */
-  if (ps->inflight == 0) uv_timer_start(&ps->release_timer, release_rest, 0, 0);
-  sl__mpu_free(ps->mpu); /* multipart requests in flight finish first */
+  /* creates waiting for Kafka, multipart requests and storage events in
+   * flight keep the delivery reports and Redis until the last is answered
+   * (within presign.kafka_timeout_ms and the storage timeouts) */
+  ps->holders = (ps->mpu != NULL) + (ps->hook != NULL);
+  sl__mpu_free(ps->mpu, on_module_done, ps);
   ps->mpu = NULL;
-  sl__webhook_free(ps->hook); /* events in flight are flushed and answered */
+  sl__webhook_free(ps->hook, on_module_done, ps); /* may be done at once */
   ps->hook = NULL;
+  if (ps->inflight == 0 && ps->holders == 0)
+    uv_timer_start(&ps->release_timer, release_rest, 0, 0);
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
 }
@@ -802,12 +815,13 @@ int sl__presign_main(int argc, char **argv) {
   }
   if (rc == 0) {
     xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
-    rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, cc.redis_url,
-                     cc.redis_command_timeout_ms, (unsigned)s3.url_expiry_s);
+    rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, ps.redis,
+                     (unsigned)s3.url_expiry_s);
     if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
   }
   if (rc == 0)
-    rc = sl__webhook_new(&ps.hook, &loop, &wc, &cc, ps.producer, on_fatal, &ps, err, sizeof err);
+    rc = sl__webhook_new(&ps.hook, &wc, &cc, ps.producer, ps.redis, on_fatal, &ps, err,
+                         sizeof err);
   if (rc == 0) {
     sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
                                                         pc.request_timeout_ms < 3600000
@@ -840,8 +854,8 @@ int sl__presign_main(int argc, char **argv) {
     uv_close((uv_handle_t *)&ps.stop_timer, NULL);
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
-    sl__mpu_free(ps.mpu);
-    sl__webhook_free(ps.hook);
+    sl__mpu_free(ps.mpu, NULL, NULL);
+    sl__webhook_free(ps.hook, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
   }
   if (ps.producer) {

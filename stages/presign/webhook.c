@@ -86,7 +86,11 @@ struct sl__webhook {
   rd_kafka_t *producer; /* presign's, lent */
   void (*on_fatal)(void *ud);
   void *fatal_ud;
-  sl_aredis *redis;
+  sl_aredis *redis;     /* presign's, lent: the replay cache */
+  size_t live;          /* deliveries not yet answered */
+  int closing;          /* sl__webhook_free ran: w goes with the last delivery */
+  void (*done)(void *ud);
+  void *done_ud;
   const char *secrets[2];
   size_t nsecrets;
   sl_metric *m_accepted, *m_forged, *m_replayed, *m_invalid, *m_unavailable;
@@ -358,13 +362,22 @@ int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char
 
 /* ---- the endpoint ---------------------------------------------------- */
 
+static void webhook_gone(sl__webhook *w) {
+  void (*done)(void *) = w->done;
+  void *ud = w->done_ud;
+  free(w);
+  if (done) done(ud);
+}
+
+/* The delivery is answered: the last one of a stopping endpoint frees it. */
 static void delivery_free(delivery *d) {
+  sl__webhook *w = d->w;
   free(d->payload);
   free(d);
+  if (w && --w->live == 0 && w->closing) webhook_gone(w);
 }
 
 static void unclaim(delivery *d) {
-  if (!d->w->redis) return; /* shutting down: the claim expires by itself */
   const char *argv[] = {"DEL", d->rkey};
   sl_aredis_argv(d->w->redis, NULL, NULL, 2, argv, NULL);
 }
@@ -404,7 +417,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   char ttl[32];
   snprintf(ttl, sizeof ttl, "%lld", d->ttl_ms);
   const char *argv[] = {"SET", d->rkey, "done", "PX", ttl};
-  if (!w->redis || sl_aredis_argv(w->redis, on_marked, d, 5, argv, NULL) != 0) answer_accepted(d);
+  if (sl_aredis_argv(w->redis, on_marked, d, 5, argv, NULL) != 0) answer_accepted(d);
 }
 
 static void produce(delivery *d) {
@@ -454,7 +467,7 @@ static void on_claim(redisReply *r, void *ud) {
     produce(d);
   } else {
     const char *argv[] = {"GET", d->rkey};
-    if (!d->w->redis || sl_aredis_argv(d->w->redis, on_existing, d, 2, argv, NULL) != 0) {
+    if (sl_aredis_argv(d->w->redis, on_existing, d, 2, argv, NULL) != 0) {
       sl_http_respond_error(d->req, 503, "unavailable", "replay cache unavailable; retry",
                             "Retry-After: 2\r\n");
       delivery_free(d);
@@ -559,6 +572,7 @@ static void serve(sl__webhook *w, sl_http_req *req) {
     return;
   }
   d->w = w;
+  w->live++;
   d->req = req;
   d->ttl_ms = ttl_ms > 0 ? ttl_ms : 1000;
   snprintf(d->rkey, sizeof d->rkey, "sl:webhook:seen:%c:%s", mode, digest);
@@ -585,9 +599,9 @@ int sl__webhook_handle(sl__webhook *w, sl_http_req *req) {
   return 1;
 }
 
-int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *c,
-                    const sl_common_conf *cc, rd_kafka_t *producer,
-                    void (*on_fatal)(void *ud), void *fatal_ud, char *err, size_t errlen) {
+int sl__webhook_new(sl__webhook **out, const sl__webhook_conf *c, const sl_common_conf *cc,
+                    rd_kafka_t *producer, sl_aredis *redis, void (*on_fatal)(void *ud),
+                    void *fatal_ud, char *err, size_t errlen) {
   *out = NULL;
   if (!c->secret || !c->secret[0]) return 0;
   if (strlen(c->secret) < 16) {
@@ -616,28 +630,17 @@ int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *
   w->producer = producer;
   w->on_fatal = on_fatal;
   w->fatal_ud = fatal_ud;
-  int rc = 0;
-  if ((rc = sl_aredis_new(&w->redis, loop, cc->redis_url)) != 0)
-    snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc));
-  if (rc == 0 && (rc = sl_aredis_set_timeout(w->redis, cc->redis_command_timeout_ms)) != 0)
-    snprintf(err, errlen, "redis.command_timeout_ms %lld: %s",
-             (long long)cc->redis_command_timeout_ms, sl_strerror(rc));
-  if (rc) {
-    sl__webhook_free(w);
-    return rc;
-  }
+  w->redis = redis;
   *out = w;
   return 0;
 }
 
-void sl__webhook_free(sl__webhook *w) {
+void sl__webhook_free(sl__webhook *w, void (*done)(void *ud), void *ud) {
   if (!w) return;
-  sl_aredis *r = w->redis;
-  w->redis = NULL; /* claims waiting on Redis get NULL -> 503 */
-  sl_aredis_free(r);
-  /* answers this endpoint's produces in flight before w goes (their
-   * delivery reports, and any of presign's, run here; the producer is
-   * presign's and stays) */
-  rd_kafka_flush(w->producer, 10000);
-  free(w);
+  /* deliveries in flight finish: their Redis replies and delivery reports
+   * come on presign's loop, and the last one frees w */
+  w->closing = 1;
+  w->done = done;
+  w->done_ud = ud;
+  if (w->live == 0) webhook_gone(w);
 }

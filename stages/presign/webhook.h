@@ -11,6 +11,7 @@
 #include <librdkafka/rdkafka.h>
 #include <uv.h>
 
+#include "sluice/sl_aredis.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_stage.h"
@@ -29,24 +30,25 @@ extern const size_t sl__webhook_table_len;
 typedef struct sl__webhook sl__webhook;
 
 /* Creates the endpoint's state when c->secret is set: it writes to
- * cc->topic_storage_events with presign's producer (lent; its delivery
- * reports served on loop; on_fatal(fatal_ud) when that producer failed for
- * good) and keeps its own Redis connection (the replay cache). With no
- * secret *out is NULL and returns 0: the route then answers 404. c, cc and
- * producer are borrowed. */
-int sl__webhook_new(sl__webhook **out, uv_loop_t *loop, const sl__webhook_conf *c,
-                    const sl_common_conf *cc, rd_kafka_t *producer,
-                    void (*on_fatal)(void *ud), void *fatal_ud, char *err, size_t errlen);
+ * cc->topic_storage_events with presign's producer and keeps its replay
+ * cache in presign's Redis (both lent, with their replies and delivery
+ * reports on presign's loop; on_fatal(fatal_ud) when the producer failed
+ * for good). With no secret *out is NULL and returns 0: the route then
+ * answers 404. c, cc, producer and redis are borrowed and must outlive it
+ * (until done runs, see sl__webhook_free). */
+int sl__webhook_new(sl__webhook **out, const sl__webhook_conf *c, const sl_common_conf *cc,
+                    rd_kafka_t *producer, sl_aredis *redis, void (*on_fatal)(void *ud),
+                    void *fatal_ud, char *err, size_t errlen);
 
 /* Serves req when its path is /v1/storage-events: returns 1 (answered now
  * or later), else 0 (not ours). w may be NULL (webhook off). */
 int sl__webhook_handle(sl__webhook *w, sl_http_req *req);
 
-/* Stops: requests waiting on Redis get 503, produces in flight are flushed
- * (waiting at most the Kafka timeout) and answered. Blocks for that flush;
- * never call it from inside a delivery report. NULL-safe. Run the loop
- * afterwards until it has no more work. */
-void sl__webhook_free(sl__webhook *w);
+/* Stops: the deliveries in flight finish (their Redis replies and delivery
+ * reports arrive on the loop, within the Kafka timeout), then w is freed and
+ * done(ud) runs (may be NULL): from then on the borrowed producer and Redis
+ * are not used. Never blocks. NULL-safe. */
+void sl__webhook_free(sl__webhook *w, void (*done)(void *ud), void *ud);
 
 /* ---- pure parts (unit-tested) ---- */
 

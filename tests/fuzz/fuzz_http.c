@@ -37,6 +37,7 @@
 #include <uv.h>
 
 #include "multipart.h"
+#include "sluice/sl_aredis.h"
 #include "request.h"
 #include "sl_http_internal.h"
 #include "sluice/sl_err.h"
@@ -164,7 +165,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   /* borrowed by the multipart endpoints; never used (Redis never answers) */
   static sl_s3_target target;
   static sl_s3_conf s3conf;
-  if (sl__mpu_new(&mpu, &loop, NULL, &target, &s3conf, "redis://127.0.0.1:1", 2000, 900) != 0)
+  static sl_aredis *redis;
+  if (sl_aredis_new(&redis, &loop, "redis://127.0.0.1:1") != 0 ||
+      sl__mpu_new(&mpu, &loop, NULL, &target, &s3conf, redis, 900) != 0)
     abort();
   char err[256];
   if (sl_static_new(&web, SLUICE_SOURCE_DIR "/web", err, sizeof err) != 0) {
