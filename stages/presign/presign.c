@@ -131,7 +131,7 @@ typedef struct {
   sl_metric *m_created, *m_rejected, *m_unavailable;
   int fatal;         /* the producer failed for good */
   int shutting_down;
-  size_t inflight;   /* creates handed to Kafka, not yet reported */
+  size_t inflight;   /* creates handed to Kafka, not yet answered */
   int holders;       /* route modules (multipart, webhook) still using the
                       * producer and Redis presign lends them */
   int released;      /* Kafka reports and Redis let go (after the last create) */
@@ -195,8 +195,11 @@ static void idem_release(idem *ik) {
   free(ik);
 }
 
+static void create_done(presign *ps);
+
 static void on_idem_stored(redisReply *r, void *ud) {
   pending *p = ud;
+  presign *ps = p->ps;
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, p->sid, "idempotency record not stored; a retry would create anew");
   sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
@@ -204,6 +207,7 @@ static void on_idem_stored(redisReply *r, void *ud) {
   free(p->ik);
   free(p->body);
   free(p);
+  create_done(ps);
 }
 
 /* Stores "done <hash> <reply>" for the URLs' lifetime. 1 if the reply now
@@ -258,13 +262,18 @@ static void on_fatal(void *ud) {
   if (!ps->shutting_down) uv_timer_start(&ps->stop_timer, on_stop_timer, 0, 0);
 }
 
+/* A create is answered (with its Idempotency-Key record stored, or not):
+ * when stopping, the last one lets go of the delivery reports and Redis. */
+static void create_done(presign *ps) {
+  ps->inflight--;
+  if (ps->shutting_down && !ps->released && ps->inflight == 0 && ps->holders == 0)
+    uv_timer_start(&ps->release_timer, release_rest, 0, 0);
+}
+
 static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   pending *p = ctx;
   presign *ps = p->ps;
   if (err && sl_kafka_fatal(ps->producer, "presign")) on_fatal(ps);
-  ps->inflight--;
-  if (ps->shutting_down && ps->inflight == 0 && ps->holders == 0) /* the last one */
-    uv_timer_start(&ps->release_timer, release_rest, 0, 0);
   if (err) {
     sl_metric_add(ps->m_unavailable, 1);
     sl_log(SL_LOG_WARN, p->sid, "submission not accepted: kafka: %s", rd_kafka_err2str(err));
@@ -281,6 +290,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   }
   free(p->body);
   free(p);
+  create_done(ps);
 }
 
 static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt,
