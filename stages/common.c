@@ -286,6 +286,85 @@ void sl__plugin_pool_free(sl__plugin_pool *pp) {
   pp->inst = NULL;
 }
 
+/* ---- running a plugin for each message ---- */
+
+static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
+
+void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud,
+                        const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  char key[SL__KEY_MAX], err[512] = "";
+  void *msg = NULL, *scratch = NULL;
+  if (!ops->parse(ud, m, res, &msg, key)) return;
+  sl_plugin_inst *in = sl__plugin_pool_get(pp, err, sizeof err);
+  if (!in) {
+    sl_result_set(res, SL_OUTCOME_RETRY, ops->setup_class, "%s", err);
+    ops->release(msg);
+    return;
+  }
+  sl_plugin_input pin;
+  ops->input(ud, msg, key, &pin, &scratch);
+  sl_plugin_result pr = {0};
+  int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
+  if (rc)
+    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
+  else
+    ops->finish(ud, msg, key, &pr, out, res);
+  sl_plugin_result_clear(&pr);
+  free(scratch);
+  ops->release(msg);
+}
+
+typedef struct {
+  const sl__plugin_ops *ops;
+  void *ud;
+  sl_job *job;
+  void *msg, *scratch;
+  char key[SL__KEY_MAX];
+} plugin_job;
+
+static void plugin_job_free(plugin_job *c) {
+  c->ops->release(c->msg);
+  free(c->scratch);
+  free(c);
+}
+
+static void on_plugin_done(sl_plugin_result *pr, void *ud) {
+  plugin_job *c = ud;
+  sl_job *job = c->job;
+  c->ops->finish(c->ud, c->msg, c->key, pr, sl_job_outbox(job), sl_job_result(job));
+  sl_plugin_result_clear(pr);
+  plugin_job_free(c);
+  sl_job_done(job);
+}
+
+void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job) {
+  sl_result *res = sl_job_result(job);
+  plugin_job *c = calloc(1, sizeof *c);
+  if (!c) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "starting a job");
+    sl_job_done(job);
+    return;
+  }
+  c->ops = ops;
+  c->ud = ud;
+  c->job = job;
+  if (!ops->parse(ud, sl_job_message(job), res, &c->msg, c->key)) {
+    free(c);
+    sl_job_done(job);
+    return;
+  }
+  sl_plugin_input pin;
+  ops->input(ud, c->msg, c->key, &pin, &c->scratch);
+  int rc = sl_plugin_run(pp->inst, &pin, sl_job_http(job), on_plugin_done, c);
+  if (rc) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
+    plugin_job_free(c);
+    sl_job_done(job);
+  }
+}
+
 int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {
   res->provider_called = 1;
   if (pr->outcome == SL_PLUGIN_DONE) return 1;

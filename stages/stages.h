@@ -140,4 +140,29 @@ sl_plugin_inst *sl__plugin_pool_get(sl__plugin_pool *pp, char *err, size_t errle
 /* NULL-safe; after the stage stopped. */
 void sl__plugin_pool_free(sl__plugin_pool *pp);
 
+/* What a plugin stage does around each call; the shared drivers below run
+ * it on the worker pool (SYNC plugins) or on the loop (async ones), so the
+ * stages that host a plugin (grade, the step host) differ only here. */
+#define SL__KEY_MAX 160
+typedef struct {
+  const char *setup_class; /* retry class when no instance could be made */
+  /* decodes m into *msg (owned) and key; 0 with res set when it cannot */
+  int (*parse)(void *ud, const rd_kafka_message_t *m, sl_result *res, void **msg,
+               char key[SL__KEY_MAX]);
+  /* the plugin's input for msg; *scratch (left NULL if unused) is freed
+   * with free() once the call is over */
+  void (*input)(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch);
+  /* the outcome into out/res */
+  void (*finish)(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
+                 sl_result *res);
+  void (*release)(void *msg);
+} sl__plugin_ops;
+
+/* sl_stage_opts.process for a SYNC plugin: the calling worker's instance. */
+void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud,
+                        const rd_kafka_message_t *m, sl_outbox *out, sl_result *res);
+/* sl_stage_opts.start for an async plugin: the loop's instance and the
+ * job's HTTP client; the job is done when the plugin completes. */
+void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job);
+
 #endif

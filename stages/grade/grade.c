@@ -37,23 +37,29 @@ typedef struct {
   sl__plugin_pool pool; /* SYNC: one instance per worker; async: one on the loop */
 } grade;
 
-static Sluice__V1__Transcript *parse(const rd_kafka_message_t *m, sl_result *res,
-                                     char key[128]) {
+static int parse(void *ud, const rd_kafka_message_t *m, sl_result *res, void **msg,
+                 char key[SL__KEY_MAX]) {
+  (void)ud;
   Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(NULL, m->len, m->payload);
   if (!t || !t->upload || !t->upload->submission_id[0] || !t->upload->question_no) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message",
                   "grade.requests message is not a valid Transcript");
     if (t) sluice__v1__transcript__free_unpacked(t, NULL);
-    return NULL;
+    return 0;
   }
-  snprintf(key, 128, "%s/%u", t->upload->submission_id, t->upload->question_no);
-  return t;
+  snprintf(key, SL__KEY_MAX, "%s/%u", t->upload->submission_id, t->upload->question_no);
+  *msg = t;
+  return 1;
 }
 
-/* Builds the plugin input; words point into t (and into *wbuf, freed by the
- * caller). */
-static void input_for(sl_plugin_input *in, const Sluice__V1__Transcript *t, const char *key,
-                      sl_plugin_word **wbuf) {
+static void release(void *msg) { sluice__v1__transcript__free_unpacked(msg, NULL); }
+
+/* Builds the plugin input; words point into t (and into *scratch, the word
+ * array). */
+static void input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
+                      void **scratch) {
+  (void)ud;
+  const Sluice__V1__Transcript *t = msg;
   memset(in, 0, sizeof *in);
   in->struct_size = sizeof *in;
   in->question_no = t->upload->question_no;
@@ -63,18 +69,20 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__Transcript *t, cons
   in->transcript = t->text ? t->text : "";
   in->duration_s = t->duration_s;
   in->message = &t->base; /* ABI 2: fields by name */
-  *wbuf = t->n_words ? calloc(t->n_words, sizeof **wbuf) : NULL;
-  if (*wbuf) {
+  sl_plugin_word *wbuf = t->n_words ? calloc(t->n_words, sizeof *wbuf) : NULL;
+  *scratch = wbuf;
+  if (wbuf) {
     for (size_t i = 0; i < t->n_words; i++)
-      (*wbuf)[i] = (sl_plugin_word){t->words[i]->word, t->words[i]->start_s,
-                                    t->words[i]->end_s};
-    in->words = *wbuf;
+      wbuf[i] = (sl_plugin_word){t->words[i]->word, t->words[i]->start_s, t->words[i]->end_s};
+    in->words = wbuf;
     in->nwords = t->n_words;
   }
 }
 
-static void finish(grade *g, const Sluice__V1__Transcript *t, const char *key,
-                   sl_plugin_result *pr, sl_outbox *out, sl_result *res) {
+static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
+                   sl_result *res) {
+  const grade *g = ud;
+  const Sluice__V1__Transcript *t = msg;
   if (!sl__plugin_outcome(pr, res)) return;
   Sluice__V1__GradeResult gr = SLUICE__V1__GRADE_RESULT__INIT;
   gr.score = pr->score;
@@ -114,86 +122,13 @@ static void finish(grade *g, const Sluice__V1__Transcript *t, const char *key,
            (long long)pr->elapsed_ms, gr.score, gr.level);
 }
 
-/* ---- SYNC plugins ---- */
-
-static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
+static const sl__plugin_ops ops = {"grade_setup", parse, input_for, finish, release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  grade *g = ud;
-  char key[128], err[512] = "";
-  Sluice__V1__Transcript *t = parse(m, res, key);
-  if (!t) return;
-  sl_plugin_inst *in = sl__plugin_pool_get(&g->pool, err, sizeof err);
-  if (!in) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "grade_setup", "%s", err);
-    sluice__v1__transcript__free_unpacked(t, NULL);
-    return;
-  }
-  sl_plugin_input pin;
-  sl_plugin_word *wbuf = NULL;
-  input_for(&pin, t, key, &wbuf);
-  sl_plugin_result pr = {0};
-  int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
-  if (rc)
-    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
-  else
-    finish(g, t, key, &pr, out, res);
-  sl_plugin_result_clear(&pr);
-  free(wbuf);
-  sluice__v1__transcript__free_unpacked(t, NULL);
+  sl__plugin_process(&((grade *)ud)->pool, &ops, ud, m, out, res);
 }
 
-/* ---- async plugins ---- */
-
-typedef struct {
-  grade *g;
-  sl_job *job;
-  Sluice__V1__Transcript *t;
-  sl_plugin_word *wbuf;
-  char key[128];
-} job_ctx;
-
-static void on_graded(sl_plugin_result *pr, void *ud) {
-  job_ctx *c = ud;
-  sl_job *job = c->job;
-  finish(c->g, c->t, c->key, pr, sl_job_outbox(job), sl_job_result(job));
-  sl_plugin_result_clear(pr);
-  sluice__v1__transcript__free_unpacked(c->t, NULL);
-  free(c->wbuf);
-  free(c);
-  sl_job_done(job);
-}
-
-static void start(void *ud, sl_job *job) {
-  grade *g = ud;
-  job_ctx *c = calloc(1, sizeof *c);
-  sl_result *res = sl_job_result(job);
-  if (!c) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "starting a job");
-    sl_job_done(job);
-    return;
-  }
-  c->g = g;
-  c->job = job;
-  c->t = parse(sl_job_message(job), res, c->key);
-  if (!c->t) {
-    free(c);
-    sl_job_done(job);
-    return;
-  }
-  sl_plugin_input pin;
-  input_for(&pin, c->t, c->key, &c->wbuf);
-  int rc = sl_plugin_run(g->pool.inst, &pin, sl_job_http(job), on_graded, c);
-  if (rc) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
-    sluice__v1__transcript__free_unpacked(c->t, NULL);
-    free(c->wbuf);
-    free(c);
-    sl_job_done(job);
-  }
-}
+static void start(void *ud, sl_job *job) { sl__plugin_start(&((grade *)ud)->pool, &ops, ud, job); }
 
 int sl__grade_main(int argc, char **argv) {
   sl__plugins pl;

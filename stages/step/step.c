@@ -41,19 +41,26 @@ typedef struct {
 } step;
 
 /* The input decoded, and its key (bounded) for logs and the output. */
-static ProtobufCMessage *parse(step *s, const rd_kafka_message_t *m, sl_result *res,
-                               char key[160]) {
-  size_t kl = m->key_len < 159 ? m->key_len : 159;
+static int parse(void *ud, const rd_kafka_message_t *m, sl_result *res, void **out,
+                 char key[SL__KEY_MAX]) {
+  const step *s = ud;
+  size_t kl = m->key_len < SL__KEY_MAX - 1 ? m->key_len : SL__KEY_MAX - 1;
   memcpy(key, m->key ? m->key : "", m->key ? kl : 0);
   key[m->key ? kl : 0] = '\0';
   ProtobufCMessage *msg = protobuf_c_message_unpack(s->in_desc, NULL, m->len, m->payload);
   if (!msg)
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "%s message is not a valid %s",
                   s->st->inputs[0], s->in_desc->name);
-  return msg;
+  *out = msg;
+  return msg != NULL;
 }
 
-static void input_for(sl_plugin_input *in, const ProtobufCMessage *msg, const char *key) {
+static void release(void *msg) { protobuf_c_message_free_unpacked(msg, NULL); }
+
+static void input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
+                      void **scratch) {
+  (void)ud;
+  (void)scratch;
   memset(in, 0, sizeof *in);
   in->struct_size = sizeof *in;
   in->key = key;
@@ -103,8 +110,10 @@ static ProtobufCMessage *convert(const ProtobufCMessage *in,
   return o;
 }
 
-static void finish(step *s, ProtobufCMessage *msg, const char *key, sl_plugin_result *pr,
-                   sl_outbox *out, sl_result *res) {
+static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl_outbox *out,
+                   sl_result *res) {
+  const step *s = ud;
+  ProtobufCMessage *msg = in;
   if (!sl__plugin_outcome(pr, res)) return;
   if (!s->st->provider) res->provider_called = 0;
   ProtobufCMessage *o = s->out_desc == s->in_desc ? msg : convert(msg, s->out_desc);
@@ -139,81 +148,13 @@ static void finish(step *s, ProtobufCMessage *msg, const char *key, sl_plugin_re
   if (o && o != msg) protobuf_c_message_free_unpacked(o, NULL);
 }
 
-/* ---- SYNC plugins ---- */
-
-static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
+static const sl__plugin_ops ops = {"step_setup", parse, input_for, finish, release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  step *s = ud;
-  char key[160], err[512] = "";
-  ProtobufCMessage *msg = parse(s, m, res, key);
-  if (!msg) return;
-  sl_plugin_inst *in = sl__plugin_pool_get(&s->pool, err, sizeof err);
-  if (!in) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "step_setup", "%s", err);
-    protobuf_c_message_free_unpacked(msg, NULL);
-    return;
-  }
-  sl_plugin_input pin;
-  input_for(&pin, msg, key);
-  sl_plugin_result pr = {0};
-  int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
-  if (rc)
-    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
-  else
-    finish(s, msg, key, &pr, out, res);
-  sl_plugin_result_clear(&pr);
-  protobuf_c_message_free_unpacked(msg, NULL);
+  sl__plugin_process(&((step *)ud)->pool, &ops, ud, m, out, res);
 }
 
-/* ---- async plugins ---- */
-
-typedef struct {
-  step *s;
-  sl_job *job;
-  ProtobufCMessage *msg;
-  char key[160];
-} job_ctx;
-
-static void on_done(sl_plugin_result *pr, void *ud) {
-  job_ctx *c = ud;
-  sl_job *job = c->job;
-  finish(c->s, c->msg, c->key, pr, sl_job_outbox(job), sl_job_result(job));
-  sl_plugin_result_clear(pr);
-  protobuf_c_message_free_unpacked(c->msg, NULL);
-  free(c);
-  sl_job_done(job);
-}
-
-static void start(void *ud, sl_job *job) {
-  step *s = ud;
-  sl_result *res = sl_job_result(job);
-  job_ctx *c = calloc(1, sizeof *c);
-  if (!c) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "starting a job");
-    sl_job_done(job);
-    return;
-  }
-  c->s = s;
-  c->job = job;
-  c->msg = parse(s, sl_job_message(job), res, c->key);
-  if (!c->msg) {
-    free(c);
-    sl_job_done(job);
-    return;
-  }
-  sl_plugin_input pin;
-  input_for(&pin, c->msg, c->key);
-  int rc = sl_plugin_run(s->pool.inst, &pin, sl_job_http(job), on_done, c);
-  if (rc) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
-    protobuf_c_message_free_unpacked(c->msg, NULL);
-    free(c);
-    sl_job_done(job);
-  }
-}
+static void start(void *ud, sl_job *job) { sl__plugin_start(&((step *)ud)->pool, &ops, ud, job); }
 
 /* The generic host for a stage of kind "plugin". */
 static int run_step(int argc, char **argv, const char *name) {
