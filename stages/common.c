@@ -294,7 +294,7 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
                         const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   char key[SL__KEY_MAX], err[512] = "";
   void *msg = NULL, *scratch = NULL;
-  if (!ops->parse(ud, m, res, &msg, key)) return;
+  if (!ops->parse(ud, m, out, res, &msg, key)) return;
   sl_plugin_inst *in = sl__plugin_pool_get(pp, err, sizeof err);
   if (!in) {
     sl_result_set(res, SL_OUTCOME_RETRY, ops->setup_class, "%s", err);
@@ -302,7 +302,11 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
     return;
   }
   sl_plugin_input pin;
-  ops->input(ud, msg, key, &pin, &scratch);
+  if (!ops->input(ud, msg, key, &pin, &scratch, res)) {
+    free(scratch);
+    ops->release(msg);
+    return;
+  }
   sl_plugin_result pr = {0};
   int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
   if (rc)
@@ -349,13 +353,17 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   c->ops = ops;
   c->ud = ud;
   c->job = job;
-  if (!ops->parse(ud, sl_job_message(job), res, &c->msg, c->key)) {
+  if (!ops->parse(ud, sl_job_message(job), sl_job_outbox(job), res, &c->msg, c->key)) {
     free(c);
     sl_job_done(job);
     return;
   }
   sl_plugin_input pin;
-  ops->input(ud, c->msg, c->key, &pin, &c->scratch);
+  if (!ops->input(ud, c->msg, c->key, &pin, &c->scratch, res)) {
+    plugin_job_free(c);
+    sl_job_done(job);
+    return;
+  }
   int rc = sl_plugin_run(pp->inst, &pin, sl_job_http(job), on_plugin_done, c);
   if (rc) {
     sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",

@@ -34,7 +34,7 @@ const sl__subcommand sl__subcommands[] = {
     {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main,
      NULL, NULL},
     {"stage", "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
-     sl__stage_main, NULL, NULL},
+     sl__stage_main, sl__step_table, &sl__step_table_len},
 };
 const size_t sl__nsubcommands = sizeof sl__subcommands / sizeof sl__subcommands[0];
 

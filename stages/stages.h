@@ -119,9 +119,9 @@ int sl__results_main(int argc, char **argv);
 int sl__plugin_main(int argc, char **argv);
 
 extern const sl_conf_entry sl__presign_table[], sl__ingest_table[], sl__stt_table[],
-    sl__grade_table[], sl__materialize_table[], sl__results_table[];
+    sl__grade_table[], sl__materialize_table[], sl__results_table[], sl__step_table[];
 extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_len,
-    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len;
+    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len, sl__step_table_len;
 
 /* The instances of a plugin a stage calls: SYNC plugins get one per worker
  * thread (created on first use), async ones a single instance on the loop.
@@ -146,12 +146,15 @@ void sl__plugin_pool_free(sl__plugin_pool *pp);
 #define SL__KEY_MAX 160
 typedef struct {
   const char *setup_class; /* retry class when no instance could be made */
-  /* decodes m into *msg (owned) and key; 0 with res set when it cannot */
-  int (*parse)(void *ud, const rd_kafka_message_t *m, sl_result *res, void **msg,
-               char key[SL__KEY_MAX]);
+  /* decodes m into *msg (owned) and key; 0 with res set when it cannot;
+   * may emit a best-effort status at once (sl_outbox_emit_now on out) */
+  int (*parse)(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res,
+               void **msg, char key[SL__KEY_MAX]);
   /* the plugin's input for msg; *scratch (left NULL if unused) is freed
-   * with free() once the call is over */
-  void (*input)(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch);
+   * with free() once the call is over. 0 with res set: no call (the input
+   * could not be prepared, e.g. its object could not be fetched) */
+  int (*input)(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch,
+               sl_result *res);
   /* the outcome into out/res */
   void (*finish)(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
                  sl_result *res);

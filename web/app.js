@@ -4,9 +4,9 @@
  * Plain JavaScript, no build step; served by `sluice presign` at "/", so the
  * API below is same-origin. See README ("Browser client") for the flow.
  *
- *  1. Record with MediaRecorder, then convert to 16 kHz mono WAV in the page
- *     (decodeAudioData + OfflineAudioContext): the STT plugins read
- *     WAV/FLAC/Ogg, not the WebM that browsers record. Or pick a file.
+ *  1. Record with MediaRecorder (Opus in WebM or Ogg where the browser can,
+ *     else what it records) and upload that as it is: the pipeline's
+ *     preflight stage decodes it. Or pick a file.
  *  2. POST /v1/submissions declares every answer's type and size (with an
  *     Idempotency-Key, so a retry never creates two), and gets a presigned
  *     PUT URL per question, the results token and the results URL.
@@ -107,34 +107,17 @@ function put(url, blob, headers, onProgress) {
 
 /* ---------- recording ---------- */
 
-/* The recording as 16 kHz mono 16-bit WAV, or null if the browser cannot
- * decode its own recording (then the original is sent). */
-async function toWav(blob) {
-  try {
-    const ctx = new AudioContext();
-    const audio = await ctx.decodeAudioData(await blob.arrayBuffer());
-    ctx.close();
-    const rate = 16000, frames = Math.max(1, Math.ceil(audio.duration * rate));
-    const off = new OfflineAudioContext(1, frames, rate);
-    const src = off.createBufferSource();
-    src.buffer = audio;
-    src.connect(off.destination);
-    src.start();
-    const pcm = (await off.startRendering()).getChannelData(0);
-    const buf = new ArrayBuffer(44 + pcm.length * 2), v = new DataView(buf);
-    const str = (o, s) => { for (let i = 0; i < s.length; i++) v.setUint8(o + i, s.charCodeAt(i)); };
-    str(0, 'RIFF'); v.setUint32(4, 36 + pcm.length * 2, true); str(8, 'WAVE');
-    str(12, 'fmt '); v.setUint32(16, 16, true); v.setUint16(20, 1, true); v.setUint16(22, 1, true);
-    v.setUint32(24, rate, true); v.setUint32(28, rate * 2, true); v.setUint16(32, 2, true);
-    v.setUint16(34, 16, true); str(36, 'data'); v.setUint32(40, pcm.length * 2, true);
-    for (let i = 0; i < pcm.length; i++) {
-      const s = Math.max(-1, Math.min(1, pcm[i]));
-      v.setInt16(44 + i * 2, s < 0 ? s * 0x8000 : s * 0x7fff, true);
-    }
-    return new Blob([buf], { type: 'audio/wav' });
-  } catch {
-    return null;
-  }
+/* What MediaRecorder should produce: Opus in WebM (Chrome, Firefox, Safari
+ * 18.4+) or Ogg, else whatever the browser records (MP4/AAC on older
+ * Safari). The upload is the recording itself: the preflight stage decodes
+ * it on the server, so nothing is converted here (a 16 kHz WAV is about 10x
+ * the bytes of the Opus it came from). */
+const RECORD_TYPES = ['audio/webm;codecs=opus', 'audio/ogg;codecs=opus', 'audio/webm', 'audio/mp4'];
+const EXT = { 'audio/webm': 'webm', 'audio/ogg': 'ogg', 'audio/mp4': 'm4a', 'audio/mpeg': 'mp3',
+              'audio/wav': 'wav', 'audio/flac': 'flac' };
+
+function recordType() {
+  return RECORD_TYPES.find((t) => MediaRecorder.isTypeSupported?.(t)) || '';
 }
 
 const recorder = { rec: null, no: 0, tick: 0, stopTimer: 0 };
@@ -150,9 +133,10 @@ async function toggleRecord(li) {
     setStatus(li, `The microphone is not available (${e.name}). Choose a file instead.`, true);
     return;
   }
-  const chunks = [], rec = new MediaRecorder(stream);
+  const type = recordType();
+  const chunks = [], rec = new MediaRecorder(stream, type ? { mimeType: type } : undefined);
   rec.ondataavailable = (e) => { if (e.data.size) chunks.push(e.data); };
-  rec.onstop = async () => {
+  rec.onstop = () => {
     stream.getTracks().forEach((t) => t.stop());
     clearInterval(recorder.tick);
     clearTimeout(recorder.stopTimer);
@@ -160,10 +144,9 @@ async function toggleRecord(li) {
     btn.setAttribute('aria-pressed', 'false');
     btn.textContent = 'Record';
     setRecordButtons(false);
-    setStatus(li, 'Preparing the recording…');
     const raw = new Blob(chunks, { type: rec.mimeType });
-    const wav = await toWav(raw);
-    setAnswer(li, wav || raw, wav ? `answer-${no}.wav` : `answer-${no}`);
+    const ext = EXT[contentType(raw, '')];
+    setAnswer(li, raw, ext ? `answer-${no}.${ext}` : `answer-${no}`);
   };
   recorder.rec = rec;
   recorder.no = no;
@@ -198,8 +181,8 @@ function contentType(blob, name) {
   if (t === 'audio/x-wav' || t === 'audio/wave') return 'audio/wav';
   if (t) return t;
   const ext = (name.split('.').pop() || '').toLowerCase();
-  return { wav: 'audio/wav', flac: 'audio/flac', ogg: 'audio/ogg', oga: 'audio/ogg', webm: 'audio/webm',
-           mp3: 'audio/mpeg', m4a: 'audio/mp4' }[ext] || 'application/octet-stream';
+  if (ext === 'oga' || ext === 'opus') return 'audio/ogg';
+  return Object.keys(EXT).find((t) => EXT[t] === ext) || 'application/octet-stream';
 }
 
 function setAnswer(li, blob, name) {
@@ -397,8 +380,14 @@ function showResults() {
   startPolling();
 }
 
-const STATE_TEXT = { awaiting_upload: 'waiting for the upload…', queued: 'analysing…', transcribing: 'analysing…',
-                     grading: 'analysing…' };
+/* A question's state is the stage of the pipeline it reached; the view
+ * lists them in order (view.stages, from the pipeline description), so a
+ * stage the operator added shows up here by its name. */
+function pendingText(state, stages) {
+  if (state === 'awaiting_upload') return 'waiting for the upload…';
+  const i = (stages || []).indexOf(state), label = `${state.replace(/_/g, ' ')}…`;
+  return i < 0 ? label : `step ${i + 1} of ${stages.length}: ${label}`;
+}
 
 function renderView(view) {
   const list = $('#result-list');
@@ -444,7 +433,7 @@ function renderView(view) {
         announce(`Question ${q.no} could not be graded.`);
       }
     } else {
-      body.append(el('p', { class: 'pending', text: STATE_TEXT[state] || 'analysing…' }));
+      body.append(el('p', { class: 'pending', text: pendingText(state, view?.stages) }));
     }
   }
 }

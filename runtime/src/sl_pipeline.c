@@ -40,9 +40,6 @@ static const ProtobufCMessageDescriptor *const messages[] = {
     &sluice__v1__dead_letter__descriptor,        &sluice__v1__replay_audit__descriptor,
 };
 
-/* progress: the QuestionState values a stage may put a question in, in order */
-static const char *const progress_states[] = {"awaiting_upload", "queued", "transcribing",
-                                              "grading"};
 
 static int fail(char *err, size_t errlen, const char *source, const char *fmt, ...) {
   char msg[400];
@@ -201,10 +198,13 @@ static int parse_stage(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, size_t 
   return 0;
 }
 
-static int progress_rank(const char *s) {
-  for (size_t i = 0; i < sizeof progress_states / sizeof progress_states[0]; i++)
-    if (strcmp(progress_states[i], s) == 0) return (int)i;
-  return -1;
+static int label_ok(const char *l) {
+  size_t n = strlen(l);
+  if (n == 0 || n > 32) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((l[i] >= 'a' && l[i] <= 'z') || l[i] == '_' || (i && l[i] >= '0' && l[i] <= '9')))
+      return 0;
+  return 1;
 }
 
 static int check_graph(sl_pipeline *p, char *err, size_t errlen, const char *source) {
@@ -220,22 +220,72 @@ static int check_graph(sl_pipeline *p, char *err, size_t errlen, const char *sou
       return fail(err, errlen, source, "no stage writes topic \"%s\"", p->topics[t].name);
     if (!rd) return fail(err, errlen, source, "no stage reads topic \"%s\"", p->topics[t].name);
   }
-  int last = -1;
-  const char *last_stage = NULL;
+  /* progress labels: a word each, unique, not a final state; a question
+   * moves through them in the order of the stages */
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
     if (!s->progress) continue;
-    int r = progress_rank(s->progress);
-    if (r < 0)
-      return fail(err, errlen, source, "progress \"%s\" of stage \"%s\" is not one of "
-                  "awaiting_upload, queued, transcribing, grading", s->progress, s->name);
-    if (r <= last)
-      return fail(err, errlen, source, "progress goes backwards: stage \"%s\" (%s) comes after "
-                  "\"%s\" (%s)", s->name, s->progress, last_stage, progress_states[last]);
-    last = r;
-    last_stage = s->name;
+    if (!label_ok(s->progress))
+      return fail(err, errlen, source, "progress \"%s\" of stage \"%s\" is not a word of 1 to "
+                  "32 characters a-z, 0-9 and _", s->progress, s->name);
+    if (!strcmp(s->progress, "done") || !strcmp(s->progress, "failed"))
+      return fail(err, errlen, source, "progress \"%s\" of stage \"%s\": done and failed are "
+                  "the final states, not a stage's", s->progress, s->name);
+    for (size_t j = 0; j < i; j++)
+      if (p->stages[j].progress && !strcmp(p->stages[j].progress, s->progress))
+        return fail(err, errlen, source, "progress \"%s\" is given to stages \"%s\" and "
+                    "\"%s\"", s->progress, p->stages[j].name, s->name);
   }
   return 0;
+}
+
+size_t sl_pipeline_nprogress(const sl_pipeline *p) {
+  size_t n = 0;
+  for (size_t i = 0; p && i < p->nstages; i++) n += p->stages[i].progress != NULL;
+  return n;
+}
+
+const char *sl_pipeline_progress_at(const sl_pipeline *p, size_t k) {
+  for (size_t i = 0; p && i < p->nstages; i++)
+    if (p->stages[i].progress && k-- == 0) return p->stages[i].progress;
+  return NULL;
+}
+
+int sl_pipeline_progress_rank(const sl_pipeline *p, const char *label) {
+  if (!label) return 0;
+  if (!strcmp(label, "failed")) return SL_PIPELINE_RANK_FAILED;
+  if (!strcmp(label, "done")) return SL_PIPELINE_RANK_DONE;
+  for (size_t k = 0, n = sl_pipeline_nprogress(p); k < n; k++)
+    if (!strcmp(sl_pipeline_progress_at(p, k), label)) return k == 0 ? 1 : (int)(k + 1) * 10;
+  return 0;
+}
+
+const char *sl_pipeline_progress_of(const sl_pipeline *p, const char *stage) {
+  const sl_pipeline_stage *s = sl_pipeline_stage_find(p, stage);
+  return s ? s->progress : NULL;
+}
+
+/* the first stage with a progress label downstream of `stage`, following
+ * its outputs other than the status topic (breadth first, bounded) */
+const char *sl_pipeline_progress_next(const sl_pipeline *p, const char *stage) {
+  const char *queue[64];
+  size_t head = 0, tail = 0;
+  queue[tail++] = stage;
+  while (head < tail) {
+    const sl_pipeline_stage *s = sl_pipeline_stage_find(p, queue[head++]);
+    for (size_t o = 0; s && o < s->noutputs; o++) {
+      if (!strcmp(sl_pipeline_message_of(p, s->outputs[o]), "sluice.v1.QuestionStatus")) continue;
+      for (size_t i = 0; i < p->nstages; i++) {
+        const sl_pipeline_stage *t = &p->stages[i];
+        for (size_t j = 0; j < t->ninputs; j++) {
+          if (strcmp(t->inputs[j], s->outputs[o])) continue;
+          if (t->progress) return t->progress;
+          if (tail < sizeof queue / sizeof queue[0]) queue[tail++] = t->name;
+        }
+      }
+    }
+  }
+  return NULL;
 }
 
 /* the retry topics <stage>.retry.<tier>, in one allocation */
@@ -645,10 +695,10 @@ int sl_pipeline_print(const sl_pipeline *p, FILE *f, int json) {
     fprintf(f, "%-12s %-12s %-8s %-16s %-36s %s\n", s->name, s->kind,
             s->provider ? "provider" : "-", s->progress ? s->progress : "-", in, outs);
   }
-  fprintf(f, "\n%-16s %s\n", "TOPIC", "MESSAGE");
+  fprintf(f, "\n%-20s %s\n", "TOPIC", "MESSAGE");
   for (size_t i = 0; i < p->ntopics; i++)
-    fprintf(f, "%-16s %s\n", p->topics[i].name, p->topics[i].message);
-  fprintf(f, "%-16s %s\n%-16s %s\n", p->dlq, "sluice.v1.DeadLetter (dead letters)", p->dlq_audit,
+    fprintf(f, "%-20s %s\n", p->topics[i].name, p->topics[i].message);
+  fprintf(f, "%-20s %s\n%-20s %s\n", p->dlq, "sluice.v1.DeadLetter (dead letters)", p->dlq_audit,
           "sluice.v1.ReplayAudit (replays)");
   fprintf(f, "\nretry tiers %s: ", p->tiers);
   int first = 1;

@@ -544,6 +544,35 @@ static int h_out_str(sl_plugin_call *call, const char *field, const char *v) {
   return dup_bounded(dst, v, dst == &r->raw_reply ? SL_PLUGIN_MAX_RAW_REPLY : SL_PLUGIN_MAX_TEXT);
 }
 
+static int h_out_object(sl_plugin_call *call, const char *field, const char *suffix,
+                        const char *content_type, const void *data, size_t len) {
+  if (!call || !field || !suffix || !content_type || (!data && len) || call->completed)
+    return SL_EINVAL;
+  const sl_plugin *d = call->inst->lib->desc;
+  if (strcmp(d->kind, SL_PLUGIN_KIND_STEP) || !declared(d->reads, SL_PLUGIN_READ_OBJECT))
+    return SL_EINVAL;
+  size_t sl = strlen(suffix);
+  if (sl == 0 || sl > 32 || strlen(content_type) >= sizeof call->res.object_type ||
+      strlen(field) >= sizeof call->res.object_field)
+    return SL_EINVAL;
+  for (size_t i = 0; i < sl; i++)
+    if (!isalnum((unsigned char)suffix[i]) && !strchr("._-", suffix[i])) return SL_EINVAL;
+  if (len > SL_PLUGIN_MAX_OBJECT) return SL_ETOOBIG;
+  int rc = field_put(call, field, "", 0, 0); /* declared? (the key is filled in later) */
+  if (rc) return rc;
+  void *copy = malloc(len ? len : 1);
+  if (!copy) return SL_ENOMEM;
+  if (len) memcpy(copy, data, len);
+  sl_plugin_result *r = &call->res;
+  free(r->object);
+  r->object = copy;
+  r->object_len = len;
+  snprintf(r->object_field, sizeof r->object_field, "%s", field);
+  snprintf(r->object_suffix, sizeof r->object_suffix, "%s", suffix);
+  snprintf(r->object_type, sizeof r->object_type, "%s", content_type);
+  return 0;
+}
+
 static int h_out_num(sl_plugin_call *call, const char *field, double v) {
   if (!call || !field || call->completed) return SL_EINVAL;
   if (v != v) return SL_EINVAL; /* NaN */
@@ -700,7 +729,8 @@ int sl_plugin_inst_new(sl_plugin_inst **out, sl_plugin_lib *lib, char *err, size
       .http_send = (lib->desc->flags & SL_PLUGIN_SYNC) ? NULL : h_http_send,
       .out_str = h_out_str, .out_num = h_out_num, .out_word = h_out_word,
       .out_criterion = h_out_criterion, .complete = h_complete, .in_str = h_in_str,
-      .in_num = h_in_num, .in_bytes = h_in_bytes, .in_count = h_in_count};
+      .in_num = h_in_num, .in_bytes = h_in_bytes, .in_count = h_in_count,
+      .out_object = (lib->desc->flags & SL_PLUGIN_SYNC) ? h_out_object : NULL};
   err[0] = '\0';
   int rc = lib->desc->create(&in->host, &lib->conf, &in->state, err, errlen);
   if (rc) {
@@ -740,6 +770,7 @@ void sl_plugin_result_clear(sl_plugin_result *r) {
     free(r->fields[i].name);
     free(r->fields[i].str);
   }
+  free(r->object);
   memset(r, 0, sizeof *r);
 }
 
@@ -776,6 +807,20 @@ int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescr
   if (d->abi_version < 2) return 0;
   char why[256];
   for (size_t i = 0; d->reads && d->reads[i]; i++) {
+    if (strcmp(d->reads[i], SL_PLUGIN_READ_OBJECT) == 0) {
+      if (strcmp(d->kind, SL_PLUGIN_KIND_STEP) || !(d->flags & SL_PLUGIN_SYNC)) {
+        snprintf(err, errlen, "plugin %s/%s reads \"%s\": only SYNC step plugins get the "
+                 "input's object", d->kind, d->name, SL_PLUGIN_READ_OBJECT);
+        return SL_ECONFIG;
+      }
+      if (!in || !sl_plugin_object_path(lib, in)) {
+        snprintf(err, errlen, "plugin %s/%s reads \"%s\": its input %s names no object "
+                 "(no string object_key or upload.object_key)", d->kind, d->name,
+                 SL_PLUGIN_READ_OBJECT, in ? in->name : "(not a protobuf message)");
+        return SL_ECONFIG;
+      }
+      continue;
+    }
     if (!in) {
       snprintf(err, errlen, "plugin %s/%s reads \"%s\" but its input is not a protobuf message",
                d->kind, d->name, d->reads[i]);
@@ -800,6 +845,20 @@ int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescr
     }
   }
   return 0;
+}
+
+const char *sl_plugin_object_path(const sl_plugin_lib *lib,
+                                  const ProtobufCMessageDescriptor *in) {
+  if (!lib || !in || lib->desc->abi_version < 2 || !declared(lib->desc->reads, SL_PLUGIN_READ_OBJECT))
+    return NULL;
+  static const char *const paths[] = {"object_key", "upload.object_key"};
+  char why[256];
+  for (size_t i = 0; i < 2; i++) {
+    int rep = 0;
+    if (sl_pbfield_resolve(in, paths[i], &rep, why, sizeof why) == SL_PBF_STRING && !rep)
+      return paths[i];
+  }
+  return NULL;
 }
 
 const char *sl_plugin_outcome_name(sl_plugin_outcome o) {

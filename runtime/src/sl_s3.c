@@ -170,6 +170,63 @@ int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
   return 0;
 }
 
+static size_t discard(char *p, size_t sz, size_t nm, void *ud) {
+  (void)p;
+  (void)ud;
+  return sz * nm;
+}
+
+int sl_s3_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *content_type,
+              const void *data, size_t len, long *status, char *err, size_t errlen) {
+  char url[4096], path[1024], ct[160];
+  if (status) *status = 0;
+  if (!sig || !t || !key || !content_type || (!data && len)) return SL_EINVAL;
+  int rc = sl_s3_object_path(t, key, path, sizeof path);
+  if (rc == 0)
+    rc = sl_sigv4_presign(sig, "PUT", t->scheme, t->host, path, NULL, time(NULL), 300, NULL, 0,
+                          url, sizeof url);
+  if (rc) {
+    snprintf(err, errlen, "signing PUT %s: %s", key, sl_strerror(rc));
+    return rc;
+  }
+  if ((size_t)snprintf(ct, sizeof ct, "Content-Type: %s", content_type) >= sizeof ct)
+    return SL_EINVAL;
+  CURL *h = curl_easy_init();
+  if (!h) return SL_ENOMEM;
+  struct curl_slist *hdrs = curl_slist_append(NULL, ct);
+  struct curl_slist *h2 = hdrs ? curl_slist_append(hdrs, "Expect:") : NULL;
+  if (!h2) {
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    return SL_ENOMEM;
+  }
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, data ? data : "");
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, h2);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  if (t->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_file);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 120000L);
+  CURLcode cc = curl_easy_perform(h);
+  long code = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_cleanup(h);
+  curl_slist_free_all(h2);
+  if (status) *status = code;
+  if (cc != CURLE_OK) {
+    snprintf(err, errlen, "PUT %s: %s", key, curl_easy_strerror(cc));
+    return SL_EUNAVAIL;
+  }
+  if (code != 200) {
+    snprintf(err, errlen, "PUT %s: HTTP %ld", key, code);
+    return SL_ESTORAGE;
+  }
+  return 0;
+}
+
 /* Collects ETag (the only header curl does not expose by itself). */
 static size_t on_head_header(char *p, size_t sz, size_t nm, void *ud) {
   sl_s3_head_info *info = ud;

@@ -37,9 +37,10 @@ typedef struct {
   sl__plugin_pool pool; /* SYNC: one instance per worker; async: one on the loop */
 } grade;
 
-static int parse(void *ud, const rd_kafka_message_t *m, sl_result *res, void **msg,
-                 char key[SL__KEY_MAX]) {
+static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res,
+                 void **msg, char key[SL__KEY_MAX]) {
   (void)ud;
+  (void)out;
   Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(NULL, m->len, m->payload);
   if (!t || !t->upload || !t->upload->submission_id[0] || !t->upload->question_no) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message",
@@ -56,9 +57,10 @@ static void release(void *msg) { sluice__v1__transcript__free_unpacked(msg, NULL
 
 /* Builds the plugin input; words point into t (and into *scratch, the word
  * array). */
-static void input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
-                      void **scratch) {
+static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
+                     void **scratch, sl_result *res) {
   (void)ud;
+  (void)res;
   const Sluice__V1__Transcript *t = msg;
   memset(in, 0, sizeof *in);
   in->struct_size = sizeof *in;
@@ -77,6 +79,7 @@ static void input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
     in->words = wbuf;
     in->nwords = t->n_words;
   }
+  return 1;
 }
 
 static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,

@@ -281,6 +281,13 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
                     rec.raw_key, rec.bucket, in->s3->bucket);
       break;
     }
+    if (strncmp(rec.key, "derived/", 8) == 0) {
+      /* what a step stored beside an answer (preflight's FLAC): ours,
+       * and nothing to ingest */
+      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s: a derived object", rec.event_name,
+             rec.raw_key);
+      continue;
+    }
     if (!rec.ours) {
       sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
                     "object key \"%.200s\" matches no submission (expected "
@@ -395,6 +402,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     st.at_ms = up.uploaded_at_ms;
     st.stage = "ingest";
     st.accepted_at_ms = accepted;
+    const char *label = sl_pipeline_progress_of(in->cc->pipeline, "ingest");
+    st.progress = (char *)(label ? label : "");
     if (rc == 0) rc = sl_outbox_add_pb(out, in->cc->topic_results, rkey, &st.base);
     json_decref(spec);
     if (rc) {

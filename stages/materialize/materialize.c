@@ -13,10 +13,17 @@
  * its upload (ingest's sweep reads it, stages/ingest/sweep.h).
  *
  * Monotonic: a state is written only if its rank is higher than the stored
- * one (awaiting_upload 1 < queued 2 < transcribing 3 < grading 4 < failed 5
- * < done 6), checked and written atomically by one Lua script. A duplicate or
- * late event therefore changes nothing, and a replayed dead letter that
- * completes moves the question from failed to done. Kafka stays the source of
+ * one, checked and written atomically by one Lua script. The states are the
+ * pipeline's progress labels in stage order (`sluice pipeline`: awaiting_upload
+ * 1 < queued 20 < checking 30 < transcribing 40 < grading 50), then failed
+ * < done (sl_pipeline_progress_rank). A duplicate or late event therefore
+ * changes nothing, and a replayed dead letter that completes moves the
+ * question from failed to done. A status names its label (progress); one
+ * from before labels existed has only the built-in state, whose name is its
+ * label. Ranks stored before labels existed (2 queued, 3 transcribing,
+ * 4 grading, 5 failed, 6 done) are translated by the script to today's
+ * ranks of those labels, so a view written by an older materialize stays
+ * monotonic across the upgrade. Kafka stays the source of
  * truth: replaying the topics from the start rebuilds the same view.
  *
  * Losing Redis (a restart without persistence, a failover to an empty
@@ -105,7 +112,8 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
  * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
  * view marker, KEYS[5] the offsets applied per input partition; ARGV: qno,
  * rank, json, ttl, "<sid>/<qno>", accepted_at_ms, "<topic>:<partition>",
- * offset (the message's; -1: none). The highest offset applied per partition
+ * offset (the message's; -1: none), then the ranks today of what an older
+ * materialize stored as 2..6 (queued, transcribing, grading, failed, done). The highest offset applied per partition
  * is what a starting materialize compares with its group's committed
  * offsets (behind_committed()).
  * A question is in the set exactly while its stored rank is 1: it enters
@@ -120,6 +128,7 @@ static const char apply_lua[] =
     "end\n"
     "local mk = redis.call('GET', KEYS[4])\n"
     "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
+    "if r >= 2 and r <= 6 then r = tonumber(ARGV[7 + r]) end\n"
     "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
     "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
     "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
@@ -176,18 +185,17 @@ static void went_back(mat *M, long long seq, const char *marker) {
   if (rep) freeReplyObject(rep);
 }
 
-static const char *state_names[] = {"unknown",  "awaiting_upload", "queued", "transcribing",
+/* the built-in states' names: the label of a status without one */
+static const char *state_names[] = {NULL,      "awaiting_upload", "queued", "transcribing",
                                     "grading", "done",            "failed"};
-static int rank_of(int state) {
-  switch (state) {
-  case SLUICE__V1__QUESTION_STATE__AWAITING_UPLOAD: return 1;
-  case SLUICE__V1__QUESTION_STATE__QUEUED: return 2;
-  case SLUICE__V1__QUESTION_STATE__TRANSCRIBING: return 3;
-  case SLUICE__V1__QUESTION_STATE__GRADING: return 4;
-  case SLUICE__V1__QUESTION_STATE__FAILED: return 5;
-  case SLUICE__V1__QUESTION_STATE__DONE: return 6;
-  default: return 0;
-  }
+
+static const char *label_of(const Sluice__V1__QuestionStatus *st) {
+  if (st->state == SLUICE__V1__QUESTION_STATE__DONE) return "done";
+  if (st->state == SLUICE__V1__QUESTION_STATE__FAILED) return "failed";
+  if (st->progress && st->progress[0]) return st->progress;
+  return st->state >= 0 && st->state < (int)(sizeof state_names / sizeof state_names[0])
+             ? state_names[st->state]
+             : NULL;
 }
 
 /* Runs the monotonic apply. Returns 1 written, 0 not, <0 on Redis error. */
@@ -203,10 +211,16 @@ static int apply(mat *M, const rd_kafka_message_t *m, const char *sid, unsigned 
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
   snprintf(member, sizeof member, "%s/%u", sid, qno);
   snprintf(acc, sizeof acc, "%lld", (long long)accepted_ms);
-  const char *argv[] = {"EVAL", apply_lua, "5",    hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER,
-                        VIEW_APPLIED, q,    r,      json, ttl,         member,   acc,
-                        tp,           off};
-  redisReply *rep = cmd(M, 16, argv, err, errlen);
+  static const char *const legacy[] = {"queued", "transcribing", "grading", "failed", "done"};
+  char was[5][16];
+  for (size_t i = 0; i < 5; i++) {
+    int now = sl_pipeline_progress_rank(M->cc->pipeline, legacy[i]);
+    snprintf(was[i], sizeof was[i], "%d", now ? now : 1); /* a label gone: anything is newer */
+  }
+  const char *argv[] = {"EVAL",  apply_lua, "5",    hkey,   SL__PENDING, VIEW_SEQ,
+                        SL__VIEW_MARKER, VIEW_APPLIED, q, r, json, ttl, member, acc, tp, off,
+                        was[0], was[1], was[2], was[3], was[4]};
+  redisReply *rep = cmd(M, 21, argv, err, errlen);
   if (!rep) return SL_EREDIS;
   int rc = SL_EREDIS;
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
@@ -276,10 +290,12 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   int ok = rep && rep->type != REDIS_REPLY_ERROR;
   if (rep && !ok) snprintf(err, sizeof err, "redis: %s", rep->str);
   if (rep) freeReplyObject(rep);
+  const char *first = sl_pipeline_progress_at(M->cc->pipeline, 0);
   for (size_t i = 0; ok && i < sc->n_questions; i++) {
     char view[256];
-    snprintf(view, sizeof view, "{\"no\":%u,\"state\":\"awaiting_upload\",\"updated_at_ms\":%lld}",
-             sc->questions[i]->no, (long long)sc->accepted_at_ms);
+    snprintf(view, sizeof view, "{\"no\":%u,\"state\":\"%s\",\"updated_at_ms\":%lld}",
+             sc->questions[i]->no, first ? first : "awaiting_upload",
+             (long long)sc->accepted_at_ms);
     ok = apply(M, m, sc->submission_id, sc->questions[i]->no, 1, view,
                sc->accepted_at_ms, err, sizeof err) >= 0;
   }
@@ -297,15 +313,22 @@ static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
 static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
   Sluice__V1__QuestionStatus *st =
       sluice__v1__question_status__unpack(NULL, m->len, m->payload);
-  int rank = st ? rank_of(st->state) : 0;
-  if (!st || !st->submission_id[0] || !st->question_no || !rank) {
+  const char *label = st ? label_of(st) : NULL;
+  if (!st || !st->submission_id[0] || !st->question_no || !label) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "not a valid QuestionStatus");
     if (st) sluice__v1__question_status__free_unpacked(st, NULL);
     return;
   }
-  json_t *j = json_pack("{s:i,s:s,s:I,s:s}", "no", (int)st->question_no, "state",
-                        state_names[st->state], "updated_at_ms", (json_int_t)st->at_ms,
-                        "stage", st->stage);
+  int rank = sl_pipeline_progress_rank(M->cc->pipeline, label);
+  if (!rank) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "unknown_progress",
+                  "status from stage \"%.64s\" says \"%.64s\", which no stage of the pipeline "
+                  "has as its progress (`sluice pipeline`)", st->stage, label);
+    sluice__v1__question_status__free_unpacked(st, NULL);
+    return;
+  }
+  json_t *j = json_pack("{s:i,s:s,s:I,s:s}", "no", (int)st->question_no, "state", label,
+                        "updated_at_ms", (json_int_t)st->at_ms, "stage", st->stage);
   if ((st->transcript && st->transcript[0]) || st->state == SLUICE__V1__QUESTION_STATE__DONE) {
     json_object_set_new(j, "transcript", json_string(st->transcript ? st->transcript : ""));
     json_object_set_new(j, "duration_s", json_real(st->duration_s));
@@ -351,7 +374,7 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
     sl_histogram_observe(st->state == SLUICE__V1__QUESTION_STATE__DONE ? M->h_done : M->h_failed,
                          (double)(st->at_ms - st->accepted_at_ms) / 1000.0);
   if (rc >= 0)
-    sl_log(SL_LOG_DEBUG, key, "%s %s", state_names[st->state], rc ? "applied" : "ignored (not newer)");
+    sl_log(SL_LOG_DEBUG, key, "%s %s", label, rc ? "applied" : "ignored (not newer)");
   free(view);
   sluice__v1__question_status__free_unpacked(st, NULL);
 }

@@ -2,8 +2,10 @@
  * results.c — `sluice results`: the API clients poll.
  *
  * GET /v1/submissions/{id} with "Authorization: Bearer <credential>" — the
- * submission's results token, or its owner's API key or JWT — returns every question's state (awaiting_upload, queued, transcribing,
- * grading, done, failed) with transcript, grade or failure reason, and a
+ * submission's results token, or its owner's API key or JWT — returns every
+ * question's state (the progress label of the pipeline stage it reached,
+ * done or failed) with transcript, grade or failure reason, the list of
+ * stages in order ("stages", from the pipeline description), and a
  * summary. It reads the hash materialize maintains (one HGETALL) and never
  * writes. A missing credential, or an API key/JWT that is not valid, is
  * 401; a wrong token, another user's submission and an unknown submission
@@ -221,10 +223,15 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
   int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
   int complete = done + failed == (int)n;
   int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
-  json_t *body = json_pack("{s:s,s:I,s:{s:i,s:i,s:i,s:b},s:{s:i,s:b},s:o}", "submission_id", sid,
-                           "accepted_at_ms", (json_int_t)accepted, "summary", "total", (int)n,
-                           "done", done, "failed", failed, "complete", complete, "poll",
-                           "retry_after_s", after, "stop", after == 0, "questions", qs);
+  json_t *stages = json_array();
+  for (size_t k = 0, np = sl_pipeline_nprogress(R->cc->pipeline); k < np; k++)
+    json_array_append_new(stages, json_string(sl_pipeline_progress_at(R->cc->pipeline, k)));
+  json_array_append_new(stages, json_string("done"));
+  json_t *body = json_pack("{s:s,s:I,s:o,s:{s:i,s:i,s:i,s:b},s:{s:i,s:b},s:o}", "submission_id",
+                           sid, "accepted_at_ms", (json_int_t)accepted, "stages", stages,
+                           "summary", "total", (int)n, "done", done, "failed", failed,
+                           "complete", complete, "poll", "retry_after_s", after, "stop",
+                           after == 0, "questions", qs);
   freeReplyObject(rep);
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);

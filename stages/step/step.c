@@ -13,6 +13,14 @@
  * plugin declares what it reads and writes, and the host refuses to start
  * when the messages around the stage lack one of those fields.
  *
+ * A SYNC step plugin that reads "@object" gets the object its input names
+ * (object_key or upload.object_key) fetched from storage on the worker
+ * thread, and may store one new object (host->out_object), which the host
+ * PUTs as derived/<object key><suffix> before it writes the output. ingest
+ * ignores storage events under derived/. Storage faults are handled as in
+ * stt: unreachable, 5xx and a refused signature are retried; a missing or
+ * oversized object fails for good.
+ *
  * Everything the runtime gives a stage applies: in-partition concurrency,
  * retry tiers and budget, dead letters, idempotency (a redelivered input
  * is answered from the stored output), and — with "provider": true in the
@@ -27,21 +35,95 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice.pb-c.h"
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_pbfield.h"
+#include "sluice/sl_s3.h"
+#include "sluice/sl_tls.h"
+
+typedef struct {
+  int64_t max_object_bytes;
+} step_conf;
+
+const sl_conf_entry sl__step_table[] = {
+    {"step.max_object_bytes", SL_CONF_INT, "67108864", offsetof(step_conf, max_object_bytes),
+     "largest object a step that reads \"@object\" fetches from storage", 0},
+};
+const size_t sl__step_table_len = sizeof sl__step_table / sizeof sl__step_table[0];
 
 typedef struct {
   sl_common_conf *cc;
   const sl_pipeline_stage *st;
   const ProtobufCMessageDescriptor *in_desc, *out_desc;
   const char *out_topic;
+  const char *status_topic; /* where the stage writes statuses, or NULL */
+  const char *progress;     /* the stage's progress label, or NULL */
   sl__plugin_pool pool;
+  /* steps reading "@object" */
+  const char *object_path; /* "object_key" / "upload.object_key", or NULL */
+  const step_conf *sc;
+  sl_s3_conf *s3;
+  sl_s3_target target;
+  sl_tls *signers; /* one sl_sigv4 per worker thread */
 } step;
 
+static void *signer_new(void *arg, char *err, unsigned long errlen) {
+  const step *s = arg;
+  sl_sigv4 *sig = NULL;
+  int rc = sl_sigv4_new(&sig, s->s3->access_key, s->s3->secret_key, s->s3->region, "s3");
+  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  return sig;
+}
+static void signer_free(void *v) { sl_sigv4_free(v); }
+
+/* Storage's answer to a GET or PUT as the stage's outcome (as in stt). */
+static void storage_fault(sl_result *res, int rc, long status, const char *what) {
+  if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
+                                                   status == 408)))
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", what);
+  else if (rc == SL_ESTORAGE && (status == 403 || status == 401))
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage_denied",
+                  "%s: storage refused this replica's signature (is its clock right? are "
+                  "s3.access_key/s3.secret_key current?)", what);
+  else
+    sl_result_set(res, SL_OUTCOME_FAIL, rc == SL_ETOOBIG ? "audio_too_large" : "storage", "%s",
+                  what);
+}
+
+/* The question's progress as it enters this stage (best effort, as stt's
+ * "transcribing"): when the stage has a progress label and writes
+ * statuses, and its input names the question (submission_id and
+ * question_no, at the top or under upload). */
+static void emit_progress(const step *s, const ProtobufCMessage *msg, sl_outbox *out,
+                          const char *key) {
+  if (!s->progress || !s->status_topic) return;
+  const char *sid = sl_pbfield_str(msg, "submission_id");
+  double qno = 0, acc = 0;
+  int have = sid && *sid && sl_pbfield_num(msg, "question_no", &qno) == 0;
+  if (!have) {
+    sid = sl_pbfield_str(msg, "upload.submission_id");
+    have = sid && *sid && sl_pbfield_num(msg, "upload.question_no", &qno) == 0;
+    if (have) sl_pbfield_num(msg, "upload.accepted_at_ms", &acc);
+  } else {
+    sl_pbfield_num(msg, "accepted_at_ms", &acc);
+  }
+  if (!have || qno < 1) return;
+  Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
+  st.submission_id = (char *)sid;
+  st.question_no = (uint32_t)qno;
+  /* the nearest built-in state, for readers from before progress labels */
+  st.state = SLUICE__V1__QUESTION_STATE__QUEUED;
+  st.at_ms = sl_now_ms();
+  st.stage = (char *)s->st->name;
+  st.accepted_at_ms = (int64_t)acc;
+  st.progress = (char *)s->progress;
+  sl_outbox_emit_now(out, s->status_topic, key, &st.base);
+}
+
 /* The input decoded, and its key (bounded) for logs and the output. */
-static int parse(void *ud, const rd_kafka_message_t *m, sl_result *res, void **out,
+static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *ob, sl_result *res, void **out,
                  char key[SL__KEY_MAX]) {
   const step *s = ud;
   size_t kl = m->key_len < SL__KEY_MAX - 1 ? m->key_len : SL__KEY_MAX - 1;
@@ -52,21 +134,76 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_result *res, void **o
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "%s message is not a valid %s",
                   s->st->inputs[0], s->in_desc->name);
   *out = msg;
+  if (msg) emit_progress(s, msg, ob, key);
   return msg != NULL;
 }
 
 static void release(void *msg) { protobuf_c_message_free_unpacked(msg, NULL); }
 
-static void input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
-                      void **scratch) {
-  (void)ud;
-  (void)scratch;
+static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
+                     void **scratch, sl_result *res) {
+  const step *s = ud;
   memset(in, 0, sizeof *in);
   in->struct_size = sizeof *in;
   in->key = key;
   in->prompt = "";
   in->language = "";
   in->message = msg;
+  if (!s->object_path) return 1;
+  const char *okey = sl_pbfield_str(msg, s->object_path);
+  if (!okey || !*okey) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "%s names no object (%s is empty)",
+                  s->in_desc->name, s->object_path);
+    return 0;
+  }
+  char err[512] = "";
+  sl_sigv4 *sig = sl_tls_get(s->signers, err, sizeof err);
+  if (!sig) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "step_setup", "%s", err);
+    return 0;
+  }
+  void *data = NULL;
+  size_t len = 0;
+  long status = 0;
+  int rc = sl_s3_get(sig, &s->target, okey, (size_t)s->sc->max_object_bytes, &data, &len,
+                     &status, err, sizeof err);
+  if (rc) {
+    storage_fault(res, rc, status, err);
+    return 0;
+  }
+  *scratch = data;
+  in->audio = data;
+  in->audio_len = len;
+  in->content_type = sl__audio_content_type(okey);
+  const char *slash = strrchr(okey, '/');
+  in->filename = slash ? slash + 1 : okey;
+  return 1;
+}
+
+/* Stores the plugin's new object as derived/<object key><suffix>; its key
+ * into *derived. 0, or with res set. */
+static int store_object(const step *s, const ProtobufCMessage *msg, const sl_plugin_result *pr,
+                        char *derived, size_t dlen, sl_result *res) {
+  const char *okey = sl_pbfield_str(msg, s->object_path);
+  if ((size_t)snprintf(derived, dlen, "derived/%s%s", okey ? okey : "", pr->object_suffix) >=
+      dlen) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "derived object key too long");
+    return -1;
+  }
+  char err[512] = "";
+  sl_sigv4 *sig = sl_tls_get(s->signers, err, sizeof err);
+  if (!sig) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "step_setup", "%s", err);
+    return -1;
+  }
+  long status = 0;
+  int rc = sl_s3_put(sig, &s->target, derived, pr->object_type, pr->object, pr->object_len,
+                     &status, err, sizeof err);
+  if (rc) {
+    storage_fault(res, rc, status, err);
+    return -1;
+  }
+  return 0;
 }
 
 /* a copy of a sub-message (pack, unpack with the default allocator) */
@@ -116,12 +253,14 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl
   ProtobufCMessage *msg = in;
   if (!sl__plugin_outcome(pr, res)) return;
   if (!s->st->provider) res->provider_called = 0;
+  char derived[1200] = "";
+  if (pr->object && store_object(s, msg, pr, derived, sizeof derived, res) != 0) return;
   ProtobufCMessage *o = s->out_desc == s->in_desc ? msg : convert(msg, s->out_desc);
   int rc = o ? 0 : SL_ENOMEM;
   for (size_t i = 0; rc == 0 && i < pr->nfields; i++) {
     const sl_plugin_field *f = &pr->fields[i];
-    rc = f->is_num ? sl_pbfield_set_num(o, f->name, f->num)
-                   : sl_pbfield_set_str(o, f->name, f->str);
+    const char *v = pr->object && strcmp(f->name, pr->object_field) == 0 ? derived : f->str;
+    rc = f->is_num ? sl_pbfield_set_num(o, f->name, f->num) : sl_pbfield_set_str(o, f->name, v);
     if (rc)
       sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "the plugin's %s \"%s\" does not fit %s: %s",
                     f->is_num ? "number" : "string", f->name, s->out_desc->name, sl_strerror(rc));
@@ -166,8 +305,12 @@ static int run_step(int argc, char **argv, const char *name) {
   }
   sl_common_conf cc = {0};
   sl__plugin_conf pc = {0};
-  sl_conf_bind own[24] = {{sl__plugin_table, sl__plugin_table_len, &pc}};
-  size_t nown = 1 + sl__plugins_binds(&pl, own + 1, 24 - 1);
+  step_conf sc = {0};
+  sl_s3_conf s3 = {0};
+  sl_conf_bind own[24] = {{sl__plugin_table, sl__plugin_table_len, &pc},
+                          {sl__step_table, sl__step_table_len, &sc},
+                          {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
+  size_t nown = 3 + sl__plugins_binds(&pl, own + 3, 24 - 3);
   sl_admin *admin = NULL;
   rc = sl__stage_start(pl.argc, pl.argv, name, "Runs a step plugin as a stage of the pipeline.",
                        &cc, own, nown, "127.0.0.1:9186", &admin);
@@ -175,7 +318,7 @@ static int run_step(int argc, char **argv, const char *name) {
     sl__plugins_close(&pl);
     return rc;
   }
-  step s = {.cc = &cc, .st = sl_pipeline_stage_find(cc.pipeline, name)};
+  step s = {.cc = &cc, .st = sl_pipeline_stage_find(cc.pipeline, name), .sc = &sc, .s3 = &s3};
   char err[1024] = "", provider[96];
   s.in_desc = sl_pipeline_descriptor(sl_pipeline_message_of(cc.pipeline, s.st->inputs[0]));
   for (size_t i = 0; i < s.st->noutputs && !s.out_topic; i++)
@@ -183,8 +326,20 @@ static int run_step(int argc, char **argv, const char *name) {
         strcmp(sl_pipeline_message_of(cc.pipeline, s.st->outputs[i]), "sluice.v1.QuestionStatus"))
       s.out_topic = s.st->outputs[i];
   s.out_desc = sl_pipeline_descriptor(sl_pipeline_message_of(cc.pipeline, s.out_topic));
+  s.status_topic = sl_pipeline_topic_of(cc.pipeline, name, 1, "sluice.v1.QuestionStatus");
+  s.progress = s.st->progress;
   rc = sl__plugins_choose(&pl, SL_PLUGIN_KIND_STEP, s.st->plugin, err, sizeof err);
   if (rc == 0) rc = sl_plugin_check_fields(pl.chosen, s.in_desc, s.out_desc, err, sizeof err);
+  if (rc == 0 && (s.object_path = sl_plugin_object_path(pl.chosen, s.in_desc)) != NULL) {
+    rc = sl_s3_target_init(&s.target, &s3);
+    if (rc) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
+    if (rc == 0) rc = sl_tls_new(&s.signers, signer_new, signer_free, &s);
+    if (rc == 0) { /* one signer now, so bad s3 settings fail at start-up */
+      sl_sigv4 *sig = signer_new(&s, err, sizeof err);
+      if (!sig) rc = SL_ECONFIG;
+      sl_sigv4_free(sig);
+    }
+  }
   if (rc == 0) rc = sl__plugin_pool_init(&s.pool, pl.chosen, err, sizeof err);
   int sync = s.pool.sync;
   if (rc == 0) {
@@ -200,15 +355,13 @@ static int run_step(int argc, char **argv, const char *name) {
                        .ud = &s, .provider = s.st->provider ? provider : NULL, .idempotent = 1,
                        .admin = admin,
                        /* a FAILED status for the user only where the stage writes statuses */
-                       .on_dead_letter = sl_pipeline_topic_of(cc.pipeline, name, 1,
-                                                              "sluice.v1.QuestionStatus")
-                                             ? sl__dead_letter_status
-                                             : NULL};
+                       .on_dead_letter = s.status_topic ? sl__dead_letter_status : NULL};
     rc = sl_stage_run(&o, &sl__stop);
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
   }
   sl__plugin_pool_free(&s.pool);
+  sl_tls_free(s.signers);
   sl__stage_finish(&cc, own, nown, admin);
   sl__plugins_close(&pl);
   return rc ? 1 : 0;

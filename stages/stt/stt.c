@@ -20,6 +20,9 @@
  *     through a presigned GET on the stage's HTTP client, then the plugin
  *     calls its provider on the same client; thousands of questions can wait
  *     on I/O with no thread each.
+ *
+ * The recording fetched is the 16 kHz mono FLAC the preflight step stored
+ * (audio_key) when there is one, else the original (stt.audio).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -39,6 +42,7 @@ typedef struct {
   char *plugin;
   int64_t max_audio_bytes;
   int64_t fetch_timeout_ms;
+  char *audio;
 } stt_conf;
 
 #define SC(f) offsetof(stt_conf, f)
@@ -50,6 +54,10 @@ const sl_conf_entry sl__stt_table[] = {
      "largest answer object fetched from storage", 0},
     {"stt.fetch_timeout_ms", SL_CONF_INT, "120000", SC(fetch_timeout_ms),
      "time limit for fetching one answer from storage (async plugins)", 0},
+    {"stt.audio", SL_CONF_STR, "normalized", SC(audio),
+     "which recording the plugin gets: normalized (the 16 kHz mono FLAC the preflight step "
+     "stored, when there is one, else the original) or original (always what was uploaded)",
+     0},
 };
 const size_t sl__stt_table_len = sizeof sl__stt_table / sizeof sl__stt_table[0];
 
@@ -68,6 +76,13 @@ typedef struct {
   sl_sigv4 *sig;
   sl_plugin_inst *inst;
 } worker;
+
+/* The object the plugin transcribes: preflight's FLAC unless told not to. */
+static const char *audio_key(const stt *s, const Sluice__V1__UploadCompleted *up) {
+  if (up->audio_key && up->audio_key[0] && strcmp(s->sc->audio, "original") != 0)
+    return up->audio_key;
+  return up->object_key;
+}
 
 static void worker_destroy(void *v) {
   worker *w = v;
@@ -92,7 +107,7 @@ static void *worker_create(void *arg, char *err, unsigned long errlen) {
 }
 
 static void input_for(sl_plugin_input *in, const Sluice__V1__UploadCompleted *up,
-                      const char *key, const void *audio, size_t len) {
+                      const char *akey, const char *key, const void *audio, size_t len) {
   memset(in, 0, sizeof *in);
   in->struct_size = sizeof *in;
   in->question_no = up->question_no;
@@ -101,9 +116,9 @@ static void input_for(sl_plugin_input *in, const Sluice__V1__UploadCompleted *up
   in->language = "";
   in->audio = audio;
   in->audio_len = len;
-  in->content_type = sl__audio_content_type(up->object_key);
-  const char *slash = strrchr(up->object_key, '/');
-  in->filename = slash ? slash + 1 : up->object_key;
+  in->content_type = sl__audio_content_type(akey);
+  const char *slash = strrchr(akey, '/');
+  in->filename = slash ? slash + 1 : akey;
   in->message = &up->base; /* ABI 2: fields by name */
 }
 
@@ -140,6 +155,8 @@ static void finish(stt *s, const Sluice__V1__UploadCompleted *up, const char *ke
   st.state = SLUICE__V1__QUESTION_STATE__GRADING;
   st.at_ms = sl_now_ms();
   st.stage = "stt";
+  const char *next = sl_pipeline_progress_next(s->cc->pipeline, "stt");
+  st.progress = (char *)(next ? next : "");
   st.accepted_at_ms = up->accepted_at_ms;
   st.transcript = (char *)text;
   st.duration_s = pr->duration_s;
@@ -170,6 +187,8 @@ static Sluice__V1__UploadCompleted *parse(stt *s, const rd_kafka_message_t *m, s
   st.state = SLUICE__V1__QUESTION_STATE__TRANSCRIBING;
   st.at_ms = sl_now_ms();
   st.stage = "stt";
+  const char *own = sl_pipeline_progress_of(s->cc->pipeline, "stt");
+  st.progress = (char *)(own ? own : "");
   st.accepted_at_ms = up->accepted_at_ms;
   sl_outbox_emit_now(out, s->cc->topic_results, key, &st.base);
   return up;
@@ -205,19 +224,20 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     sluice__v1__upload_completed__free_unpacked(up, NULL);
     return;
   }
-  int rc = sl_s3_get(w->sig, &s->target, up->object_key, (size_t)s->sc->max_audio_bytes,
+  const char *akey = audio_key(s, up);
+  int rc = sl_s3_get(w->sig, &s->target, akey, (size_t)s->sc->max_audio_bytes,
                      &audio, &len, &status, err, sizeof err);
   if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
                                                    status == 408))) {
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
   } else if (rc == SL_ESTORAGE && (status == 403 || status == 401)) {
-    denied(res, up->object_key, status);
+    denied(res, akey, status);
   } else if (rc) {
     sl_result_set(res, SL_OUTCOME_FAIL, rc == SL_ETOOBIG ? "audio_too_large" : "storage",
                   "%s", err);
   } else {
     sl_plugin_input in;
-    input_for(&in, up, key, audio, len);
+    input_for(&in, up, akey, key, audio, len);
     sl_plugin_result pr = {0};
     rc = sl_plugin_run(w->inst, &in, NULL, take_result, &pr);
     if (rc)
@@ -260,7 +280,7 @@ static void on_transcribed(sl_plugin_result *pr, void *ud) {
 static void on_audio(const sl_httpc_response *r, void *ud) {
   job_ctx *c = ud;
   sl_result *res = sl_job_result(c->job);
-  const char *k = c->up->object_key;
+  const char *k = audio_key(c->s, c->up);
   if (r->status == 200) {
     c->audio = malloc(r->body_len ? r->body_len : 1);
     if (!c->audio) {
@@ -272,7 +292,7 @@ static void on_audio(const sl_httpc_response *r, void *ud) {
     memcpy(c->audio, r->body, r->body_len);
     c->len = r->body_len;
     sl_plugin_input in;
-    input_for(&in, c->up, c->key, c->audio, c->len);
+    input_for(&in, c->up, k, c->key, c->audio, c->len);
     int rc = sl_plugin_run(c->s->inst, &in, sl_job_http(c->job), on_transcribed, c);
     if (rc) {
       sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
@@ -313,7 +333,7 @@ static void start(void *ud, sl_job *job) {
     return;
   }
   char url[4096];
-  int rc = sl_s3_presign_get(s->loop_sig, &s->target, c->up->object_key, 600, url, sizeof url);
+  int rc = sl_s3_presign_get(s->loop_sig, &s->target, audio_key(s, c->up), 600, url, sizeof url);
   sl_httpc_request q = {.method = "GET", .url = url,
                         .timeout_ms = (long)s->sc->fetch_timeout_ms,
                         .max_response = (size_t)s->sc->max_audio_bytes,
@@ -351,6 +371,10 @@ int sl__stt_main(int argc, char **argv) {
   stt s = {.cc = &cc, .sc = &sc, .s3 = &s3};
   char err[1024] = "", provider[80];
   rc = sl__plugins_choose(&pl, "stt", sc.plugin, err, sizeof err);
+  if (rc == 0 && strcmp(sc.audio, "normalized") && strcmp(sc.audio, "original")) {
+    snprintf(err, sizeof err, "stt.audio must be normalized or original, not \"%s\"", sc.audio);
+    rc = SL_ECONFIG;
+  }
   if (rc == 0) {
     s.lib = pl.chosen;
     rc = sl_s3_target_init(&s.target, &s3);

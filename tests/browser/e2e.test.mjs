@@ -3,7 +3,8 @@
 // stack and stages that test_browser.sh started. Node's test runner.
 //
 // 1. Record three answers with Chromium's fake microphone (an espeak-ng WAV),
-//    using the keyboard for one; upload; three graded results appear, are
+//    using the keyboard for one; upload what MediaRecorder produced (WebM/Opus,
+//    decoded by the preflight stage); three graded results appear, are
 //    announced in the aria-live region, and polls after the first send
 //    If-None-Match; a revisit (reload) shows them again without recording.
 // 2. A large answer goes up in S3 multipart parts; parts after the first are
@@ -101,7 +102,8 @@ test('record three answers with the fake microphone and see three grades', { tim
       await page.waitForTimeout(4500);
       if (no === 2) await page.keyboard.press('Enter'); else await rec.click();
       await page.locator(`.question[data-no="${no}"][data-answer="ready"]`).waitFor({ timeout: 15_000 });
-      assert.match(await q.locator('.status').textContent(), /answer-\d\.wav/);
+      // what MediaRecorder produced, not converted in the page (preflight decodes it)
+      assert.match(await q.locator('.status').textContent(), /answer-\d\.webm/);
     }
     await shot(page, '1-recorded');
     await page.locator('#send').click();
@@ -132,12 +134,22 @@ test('record three answers with the fake microphone and see three grades', { tim
       if (p.status === 200) { assert.match(p.etag, /^"[0-9a-f]{32}"$/); last = p.etag; }
     }
     assert.ok(conditional >= 1, `later polls send If-None-Match (${JSON.stringify(polls)})`);
+    // the progress shown is the pipeline's stages by name (view.stages), so
+    // a stage an operator adds appears without a page change
+    const shown = await page.evaluate(() => {
+      const li = document.querySelector('#result-list .result[data-no="1"]');
+      renderView({ stages: ['awaiting_upload', 'queued', 'moderating', 'done'],
+                   questions: [{ no: 1, state: 'moderating', updated_at_ms: 0 }] });
+      return li.querySelector('.pending')?.textContent;
+    });
+    assert.equal(shown, 'step 3 of 4: moderating…');
     const sub = await page.evaluate(() => JSON.parse(localStorage.getItem('sluice.submission')));
     assert.match(sub.id, /^[0-9a-f-]{36}$/);
     assert.ok(sub.token.length > 10);
     // the view from the API agrees with the page
     const view = await (await fetch(sub.results_url, { headers: { Authorization: `Bearer ${sub.token}` } })).json();
     assert.deepEqual(view.questions.map((q) => Math.round(q.grade.score)).map(String), scores);
+    assert.deepEqual(view.stages, ['awaiting_upload', 'queued', 'checking', 'transcribing', 'grading', 'done']);
     // a revisit shows the results again, with no recording
     await page.reload();
     await page.waitForFunction(() => document.querySelectorAll('#result-list .result[data-state="done"] .score strong').length === 3,

@@ -25,7 +25,9 @@ export SLUICE_RESULTS_LISTEN=127.0.0.1:$((BASE + 1))
 export SLUICE_PRESIGN_RESULTS_BASE_URL=http://127.0.0.1:$((BASE + 1))
 export PRESIGN_URL=http://127.0.0.1:$BASE
 RESULTS_URL=http://127.0.0.1:$((BASE + 1))
-ADMIN_INGEST=http://127.0.0.1:$((BASE + 101))
+# admin STAGE [R]: the admin URL tools/stages gives replica R of STAGE
+admin() { echo "http://127.0.0.1:$("$ROOT/tools/stages" port "$@")"; }
+ADMIN_INGEST=$(admin ingest)
 FAILURES=0
 
 "$ROOT/tools/devstack" up >/dev/null
@@ -141,7 +143,7 @@ view_of() { curl -sS -H "Authorization: Bearer $2" "$RESULTS_URL/v1/submissions/
 # output_rejected)
 retry_topics() {
   local s t names=()
-  for s in ingest stt grade materialize; do
+  for s in $("$SLUICE_BIN" pipeline --json | jq -r '.stages[] | select(.retry) | .name'); do
     for t in "$@"; do names+=("$s.retry.$t"); done
   done
   "$SLUICECTL" topics ensure --partitions 4 "${names[@]}" >/dev/null ||
@@ -150,7 +152,7 @@ retry_topics() {
 
 finish() {
   "$ROOT/tools/stages" down >/dev/null || fail "a stage did not stop on SIGTERM within 30 s"
-  for s in presign ingest stt grade materialize results; do
+  for s in $("$SLUICE_BIN" pipeline --json | jq -r '.stages[].name'); do
     [[ -f $STAGES_DIR/$s.log ]] || continue # not started by this test
     grep -q '"msg":"stopped"' "$STAGES_DIR/$s.log" ||
       fail "$s did not log a clean stop"

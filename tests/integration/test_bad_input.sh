@@ -9,7 +9,7 @@ export SLUICE_INGEST_SUBMISSION_WAIT_S=3
 export SLUICE_PRESIGN_CORS_ORIGINS="https://app.example, https://other.example"
 export SLUICE_RESULTS_CORS_ORIGINS="https://app.example"
 stages_up
-ADMIN_PRESIGN=http://127.0.0.1:$((BASE + 100))
+ADMIN_PRESIGN=$(admin presign)
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 

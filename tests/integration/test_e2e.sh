@@ -40,9 +40,9 @@ for q in 1 2 3; do
 done
 
 # the stages counted what they did
-check "stt processed 3 messages" test "$(metric sluice_messages_total 'stage="stt",outcome="done"' "http://127.0.0.1:$((BASE + 102))")" -ge 3
-check "grade processed 3 messages" test "$(metric sluice_messages_total 'stage="grade",outcome="done"' "http://127.0.0.1:$((BASE + 103))")" -ge 3
-check "presign accepted 1 submission" test "$(metric sluice_submissions_total 'outcome="accepted"' "http://127.0.0.1:$((BASE + 100))")" -ge 1
-check "/healthz answers ok" curl -fsS -o /dev/null "http://127.0.0.1:$((BASE + 102))/healthz"
+check "stt processed 3 messages" test "$(metric sluice_messages_total 'stage="stt",outcome="done"' "$(admin stt)")" -ge 3
+check "grade processed 3 messages" test "$(metric sluice_messages_total 'stage="grade",outcome="done"' "$(admin grade)")" -ge 3
+check "presign accepted 1 submission" test "$(metric sluice_submissions_total 'outcome="accepted"' "$(admin presign)")" -ge 1
+check "/healthz answers ok" curl -fsS -o /dev/null "$(admin stt)/healthz"
 
 finish

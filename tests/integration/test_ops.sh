@@ -23,7 +23,7 @@ source "$(dirname "$0")/lib.sh"
 PY=${TEST_PYTHON:-python3}
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-ADMINS=$(for i in 0 1 2 3 4 5; do printf '127.0.0.1:%d,' $((BASE + 100 + i)); done)
+ADMINS=$(for st in $("$ROOT/tools/stages" list); do printf '127.0.0.1:%d,' "$("$ROOT/tools/stages" port "$st")"; done)
 export SLUICECTL_ADMIN=${ADMINS%,}
 export PRESIGN_URL
 
@@ -46,7 +46,7 @@ espeak-ng -s 140 -w "$work/a3.wav" "Last summer I traveled to the beach with my 
 printf 'not audio' >"$work/notes.txt"
 
 # 1 -------------------------------------------------------------------
-accepted0=$(metric sluice_submissions_total 'outcome="accepted"' "http://127.0.0.1:$((BASE + 100))")
+accepted0=$(metric sluice_submissions_total 'outcome="accepted"' "$(admin presign)")
 expect_usage "status takes no arguments" "takes no arguments" status extra
 expect_usage "--interval without --watch" "only goes with --watch" status --interval 2
 expect_usage "--interval 0" "1..3600" status --watch --interval 0
@@ -60,7 +60,7 @@ expect_usage "more prompts than files" "more --prompt options" submit --prompt a
 expect_usage "--wait junk" "--wait wants" submit --wait soon "$work/a1.wav"
 expect_usage "unknown command" "unknown command" statuses
 check "usage errors created no submission" test \
-  "$(metric sluice_submissions_total 'outcome="accepted"' "http://127.0.0.1:$((BASE + 100))")" = "$accepted0"
+  "$(metric sluice_submissions_total 'outcome="accepted"' "$(admin presign)")" = "$accepted0"
 ctl submit --presign http://127.0.0.1:1 "$work/a1.wav"
 check "submit to an unreachable presign exits 1 ($RC)" test "$RC" = 1
 check "... and names the failure" grep -q "creating the submission" "$work/err"
@@ -84,29 +84,30 @@ check "submit (table) lists the question" grep -qE "^1 +done +[0-9]+ " "$work/ou
 # 3 -------------------------------------------------------------------
 # counts settle once every stage committed: wait for materialize's view
 # materialize's count of questions done (evaluated again on every poll)
-done_count() { metric sluice_accept_to_done_seconds_count 'outcome="done"' "http://127.0.0.1:$((BASE + 104))"; }
+done_count() { metric sluice_accept_to_done_seconds_count 'outcome="done"' "$(admin materialize)"; }
 wait_for 20 eval '[[ "$(done_count)" == 3 ]]' || true
-for i in 0 1 2 3 4 5; do curl -fsS "http://127.0.0.1:$((BASE + 100 + i))/metrics" >"$work/m$i.txt"; done
-m() { awk -v n="$1{$2}" '$1 == n {print $2; f=1} END {if (!f) print "absent"}' "$work/m$3.txt"; }
-check "presign accepted 2 submissions" test "$(($(m sluice_submissions_total 'outcome="accepted"' 0) - accepted0))" = 2
-check "stt finished 3" test "$(m sluice_messages_total 'stage="stt",outcome="done"' 2)" = 3
+for st in $("$ROOT/tools/stages" list); do curl -fsS "$(admin "$st")/metrics" >"$work/m-$st.txt"; done
+m() { awk -v n="$1{$2}" '$1 == n {print $2; f=1} END {if (!f) print "absent"}' "$work/m-$3.txt"; }
+check "presign accepted 2 submissions" test "$(($(m sluice_submissions_total 'outcome="accepted"' presign) - accepted0))" = 2
+check "preflight passed 3 on" test "$(m sluice_messages_total 'stage="preflight",outcome="done"' preflight)" = 3
+check "stt finished 3" test "$(m sluice_messages_total 'stage="stt",outcome="done"' stt)" = 3
 check "stt called its provider 3 times, all ok" \
-  test "$(m sluice_provider_calls_total 'stage="stt",provider="stt-pocketsphinx",result="ok"' 2)" = 3
+  test "$(m sluice_provider_calls_total 'stage="stt",provider="stt-pocketsphinx",result="ok"' stt)" = 3
 check "stt observed 3 provider latencies" \
-  test "$(m sluice_provider_call_seconds_count 'stage="stt",provider="stt-pocketsphinx"' 2)" = 3
+  test "$(m sluice_provider_call_seconds_count 'stage="stt",provider="stt-pocketsphinx"' stt)" = 3
 check "stt: no transient failures" \
-  test "$(m sluice_provider_calls_total 'stage="stt",provider="stt-pocketsphinx",result="transient_failure"' 2)" = 0
-check "grade finished 3" test "$(m sluice_messages_total 'stage="grade",outcome="done"' 3)" = 3
+  test "$(m sluice_provider_calls_total 'stage="stt",provider="stt-pocketsphinx",result="transient_failure"' stt)" = 0
+check "grade finished 3" test "$(m sluice_messages_total 'stage="grade",outcome="done"' grade)" = 3
 check "grade observed 3 provider latencies" \
-  test "$(m sluice_provider_call_seconds_count 'stage="grade",provider="grade-rubric"' 3)" = 3
+  test "$(m sluice_provider_call_seconds_count 'stage="grade",provider="grade-rubric"' grade)" = 3
 check "materialize observed 3 accept-to-done latencies" \
-  test "$(m sluice_accept_to_done_seconds_count 'outcome="done"' 4)" = 3
+  test "$(m sluice_accept_to_done_seconds_count 'outcome="done"' materialize)" = 3
 check "accept-to-done sum is positive and under a minute per question" \
-  awk -v s="$(m sluice_accept_to_done_seconds_sum 'outcome="done"' 4)" 'BEGIN {exit !(s > 0 && s < 180)}'
-check "no question failed" test "$(m sluice_accept_to_done_seconds_count 'outcome="failed"' 4)" = 0
-check "stt holds partitions" awk -v v="$(m sluice_assigned_partitions 'stage="stt"' 2)" 'BEGIN {exit !(v > 0)}'
-check "stt exports consumer lag per partition" grep -q '^sluice_consumer_lag_messages{stage="stt",topic="stt.requests",partition="0"} ' "$work/m2.txt"
-check "nothing dead-lettered" test "$(m sluice_messages_total 'stage="stt",outcome="dead_lettered"' 2)" = 0
+  awk -v s="$(m sluice_accept_to_done_seconds_sum 'outcome="done"' materialize)" 'BEGIN {exit !(s > 0 && s < 180)}'
+check "no question failed" test "$(m sluice_accept_to_done_seconds_count 'outcome="failed"' materialize)" = 0
+check "stt holds partitions" awk -v v="$(m sluice_assigned_partitions 'stage="stt"' stt)" 'BEGIN {exit !(v > 0)}'
+check "stt exports consumer lag per partition" grep -q '^sluice_consumer_lag_messages{stage="stt",topic="stt.requests",partition="0"} ' "$work/m-stt.txt"
+check "nothing dead-lettered" test "$(m sluice_messages_total 'stage="stt",outcome="dead_lettered"' stt)" = 0
 
 rc=0
 "$PY" "$ROOT/tests/integration/check_metrics.py" "$ROOT" "$work"/m?.txt >"$work/check.log" 2>&1 || rc=$?
@@ -177,7 +178,7 @@ check "status --watch: later snapshots have rates" \
 stages_up # starts stt again
 wait_for 60 eval '[[ "$(done_count)" == 4 ]]' || true
 check "the waiting question completed after stt came back" \
-  test "$(metric sluice_accept_to_done_seconds_count 'outcome="done"' "http://127.0.0.1:$((BASE + 104))")" = 4
+  test "$(metric sluice_accept_to_done_seconds_count 'outcome="done"' "$(admin materialize)")" = 4
 
 if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$work/all.err"; then
   fail "sanitizer report from sluicectl:"

@@ -15,7 +15,7 @@
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-ADMIN_PRESIGN=http://127.0.0.1:$((BASE + 100))
+ADMIN_PRESIGN=$(admin presign)
 
 # ---- JWT material: an HS256 secret and an RSA key pair ----------------------
 HS_SECRET=$(openssl rand -hex 32)

@@ -19,7 +19,7 @@ work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 export PRESIGN_URL
 MiB=$((1 << 20))
-PRESIGN_ADMIN=http://127.0.0.1:$((BASE + 100))
+PRESIGN_ADMIN=$(admin presign)
 
 ctl() { # ctl ARGS... : stdout in $work/out, stderr in $work/err, status in $RC
   RC=0

@@ -23,7 +23,7 @@ source "$(dirname "$0")/lib.sh"
 "$ROOT/tools/stages" up --replicas materialize=2 >/dev/null
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-ADMIN_MAT=http://127.0.0.1:$((BASE + 104))
+ADMIN_MAT=$(admin materialize)
 
 espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
 new_submission "$work/a.wav"

@@ -32,7 +32,7 @@ OLD_SECRET="whsec-old-$(head -c 18 /dev/urandom | base64 | tr -d '/+=')"
 export SLUICE_WEBHOOK_SECRET=$SECRET SLUICE_WEBHOOK_SECRET_PREVIOUS=$OLD_SECRET
 stages_up
 HOOK=$PRESIGN_URL/v1/storage-events
-ADMIN_PRESIGN=http://127.0.0.1:$((BASE + 100))
+ADMIN_PRESIGN=$(admin presign)
 
 # sign SECRET T BODY -> hex HMAC-SHA256 over "T.BODY" (what a sender computes)
 sign() { printf '%s.%s' "$2" "$3" | openssl dgst -sha256 -hmac "$1" | sed 's/^.*= //'; }
@@ -108,7 +108,7 @@ check "  still produced once" test "$(produced "$key")" = 1
 wait_for 240 sh -c "curl -fsS -H 'Authorization: Bearer $token' '$RESULTS_URL/v1/submissions/$sid' |
   jq -e '.questions[0].state == \"done\" or .questions[0].state == \"failed\"' >/dev/null" || true
 check "the question reached done through the webhook ($(state "$sid" "$token"))" test "$(state "$sid" "$token")" = done
-check "stt transcribed it once" test "$(metric sluice_messages_total 'stage="stt",outcome="done"' "http://127.0.0.1:$((BASE + 102))")" = 1
+check "stt transcribed it once" test "$(metric sluice_messages_total 'stage="stt",outcome="done"' "$(admin stt)")" = 1
 
 # --- refused deliveries: nothing produced ------------------------------------
 reply=$(submission audio/wav "$SIZE"); sid2=$(jq -r .submission_id <<<"$reply")

@@ -29,8 +29,15 @@ static void test_builtin(void **state) {
   char err[512] = "";
   assert_int_equal(sl_pipeline_load(&p, NULL, err, sizeof err), 0);
   assert_string_equal(sl_pipeline_name(p), "sluice");
-  assert_int_equal(sl_pipeline_nstages(p), 6);
+  assert_int_equal(sl_pipeline_nstages(p), 7);
   assert_string_equal(sl_pipeline_topic_of(p, "stt", 0, UP), "stt.requests");
+  /* preflight sits between ingest and stt */
+  assert_string_equal(sl_pipeline_topic_of(p, "ingest", 1, UP), "preflight.requests");
+  assert_string_equal(sl_pipeline_topic_of(p, "preflight", 1, UP), "stt.requests");
+  assert_string_equal(sl_pipeline_progress_next(p, "ingest"), "checking");
+  assert_string_equal(sl_pipeline_progress_next(p, "stt"), "grading");
+  assert_int_equal(sl_pipeline_progress_rank(p, "awaiting_upload"), 1);
+  assert_true(sl_pipeline_progress_rank(p, "checking") < sl_pipeline_progress_rank(p, "transcribing"));
   assert_string_equal(sl_pipeline_topic_of(p, "stt", 1, TR), "grade.requests");
   assert_string_equal(sl_pipeline_topic_of(p, "grade", 1, QS), "results");
   assert_null(sl_pipeline_topic_of(p, "grade", 1, TR));
@@ -44,12 +51,12 @@ static void test_builtin(void **state) {
   assert_true(g->provider && g->retry);
   assert_string_equal(g->retry_topics[1], "grade.retry.30s");
   assert_false(sl_pipeline_stage_find(p, "presign")->provider);
-  /* 5 declared + dlq + dlq.audit + 4 tiers of ingest, stt, grade, materialize */
+  /* 6 declared + dlq + dlq.audit + 4 tiers of ingest, preflight, stt, grade, materialize */
   const char *all[64];
-  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 23);
-  assert_string_equal(all[5], "dlq");
-  assert_string_equal(all[22], "materialize.retry.10m");
-  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 23); /* counts past max */
+  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 28);
+  assert_string_equal(all[6], "dlq");
+  assert_string_equal(all[27], "materialize.retry.10m");
+  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 28); /* counts past max */
   assert_string_equal(sl_pipeline_message_of(p, "stt.retry.2m"), UP);
   assert_null(sl_pipeline_message_of(p, "materialize.retry.2m")); /* two input types */
   assert_string_equal(sl_pipeline_message_of(p, "dlq"), "sluice.v1.DeadLetter");
@@ -93,6 +100,23 @@ static void test_inserted_step(void **state) {
   assert_string_equal(sl_pipeline_topic_of(p, "mask", 1, TR), "clean");
   assert_string_equal(sl_pipeline_topic_of(p, "grade", 0, TR), "clean");
   assert_string_equal(sl_pipeline_stage_find(p, "mask")->retry_topics[1], "mask.retry.1m");
+  /* progress is data: the labels in stage order, ranked; the next label
+   * skips a stage without one (mask) */
+  assert_int_equal(sl_pipeline_nprogress(p), 2);
+  assert_string_equal(sl_pipeline_progress_at(p, 0), "transcribing");
+  assert_string_equal(sl_pipeline_progress_at(p, 1), "grading");
+  assert_null(sl_pipeline_progress_at(p, 2));
+  assert_int_equal(sl_pipeline_progress_rank(p, "transcribing"), 1);
+  assert_int_equal(sl_pipeline_progress_rank(p, "grading"), 20);
+  assert_int_equal(sl_pipeline_progress_rank(p, "checking"), 0);
+  assert_true(sl_pipeline_progress_rank(p, "failed") > 20);
+  assert_true(sl_pipeline_progress_rank(p, "done") > sl_pipeline_progress_rank(p, "failed"));
+  assert_string_equal(sl_pipeline_progress_of(p, "stt"), "transcribing");
+  assert_null(sl_pipeline_progress_of(p, "mask"));
+  assert_string_equal(sl_pipeline_progress_next(p, "stt"), "grading");
+  assert_string_equal(sl_pipeline_progress_next(p, "mask"), "grading");
+  assert_string_equal(sl_pipeline_progress_next(p, "src"), "transcribing");
+  assert_null(sl_pipeline_progress_next(p, "grade"));
   const sl_pipeline_kind kinds[] = {
       {"k", {NULL}, {UP, NULL}, 0, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
       {"filter", {TR, NULL}, {TR, NULL}, 0, 1, 0}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
@@ -172,9 +196,12 @@ static void test_refused(void **state) {
           "no stage reads topic \"st\"");
   refused("{\"name\":\"src\",\"kind\":\"k\",\"inputs\":[],\"outputs\":[\"up\"]},", "",
           "no stage writes topic \"up\"");
-  refused("\"progress\":\"grading\"", "\"progress\":\"queued\"",
-          "progress goes backwards: stage \"grade\" (queued) comes after \"stt\" (transcribing)");
-  refused("\"progress\":\"grading\"", "\"progress\":\"done\"", "progress \"done\" of stage");
+  refused("\"progress\":\"grading\"", "\"progress\":\"transcribing\"",
+          "progress \"transcribing\" is given to stages \"stt\" and \"grade\"");
+  refused("\"progress\":\"grading\"", "\"progress\":\"done\"",
+          "progress \"done\" of stage \"grade\": done and failed are the final states");
+  refused("\"progress\":\"grading\"", "\"progress\":\"Grading now\"",
+          "progress \"Grading now\" of stage \"grade\" is not a word");
   refused("[\"1s\",\"1m\"]", "[\"1m\",\"1s\"]", "delays must be ascending");
   refused("[\"1s\",\"1m\"]", "[]", "\"retry_tiers\" must be a list");
   refused("\"audit\":\"dl.a\"", "\"audit\":\"dl\"", "dead-letter topic \"dl\"");

@@ -124,6 +124,23 @@ const char *sl_pipeline_message_of(const sl_pipeline *p, const char *topic);
 const ProtobufCMessageDescriptor *sl_pipeline_descriptor(const char *message);
 
 /* Dead-letter and replay-audit topics. */
+/* A question's progress is the stage it has reached: the stages' progress
+ * labels in the order of the stages (the first, presign's, is where every
+ * question starts), then the final states. Ranks order them for
+ * materialize: 1 for the first label, 10 x (position + 1) for the others,
+ * then failed < done (a replayed dead letter that completes moves a
+ * question on). 0: a label the pipeline does not have. */
+#define SL_PIPELINE_RANK_FAILED 100000
+#define SL_PIPELINE_RANK_DONE 100001
+size_t sl_pipeline_nprogress(const sl_pipeline *p);
+const char *sl_pipeline_progress_at(const sl_pipeline *p, size_t k);
+int sl_pipeline_progress_rank(const sl_pipeline *p, const char *label);
+/* The stage's own label (NULL: none). */
+const char *sl_pipeline_progress_of(const sl_pipeline *p, const char *stage);
+/* The label of the first stage downstream of `stage` that has one: what a
+ * stage reports when it hands a question on (stt: "grading"). NULL: none. */
+const char *sl_pipeline_progress_next(const sl_pipeline *p, const char *stage);
+
 const char *sl_pipeline_dlq(const sl_pipeline *p);
 const char *sl_pipeline_dlq_audit(const sl_pipeline *p);
 

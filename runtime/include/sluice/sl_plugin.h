@@ -81,6 +81,12 @@
 /* Descriptor flags. */
 #define SL_PLUGIN_SYNC 0x1u /* call() blocks: run it on the worker pool */
 
+/* The largest object a step may store with host->out_object. */
+#define SL_PLUGIN_MAX_OBJECT (256u << 20)
+
+/* The pseudo-field a step lists in reads to get its input's object. */
+#define SL_PLUGIN_READ_OBJECT "@object"
+
 typedef enum {
   SL_PLUGIN_DONE = 0,
   SL_PLUGIN_RETRY = 1,
@@ -133,7 +139,7 @@ typedef struct {
   const char *key;          /* "<submission>/<question>", for logs */
   const char *prompt;       /* the question asked, or "" */
   const char *language;     /* BCP 47 hint ("en"), or "" */
-  /* stt */
+  /* stt, and steps reading "@object" */
   const void *audio;        /* the uploaded object's bytes */
   size_t audio_len;
   const char *content_type; /* as signed at upload, e.g. "audio/wav" */
@@ -245,7 +251,18 @@ typedef struct sl_plugin_host {
   const void *(*in_bytes)(sl_plugin_call *call, const char *path, size_t *len);
   long (*in_count)(sl_plugin_call *call, const char *path);
 
-  void *reserved[4];
+  /* ABI 2, steps that declare "@object" in reads: a new object stored in
+   * the answers' bucket beside the input's, under
+   * "derived/<input object key><suffix>" (suffix [A-Za-z0-9._-], at most
+   * 32 bytes, e.g. ".16k.flac"), before the output is written; the key
+   * goes into the string field `field` of the output (declared in
+   * writes). The host copies data (at most SL_PLUGIN_MAX_OBJECT bytes);
+   * one object per call (a second call replaces the first). SYNC plugins
+   * only (NULL for async ones). Returns 0 or a negative code. */
+  int (*out_object)(sl_plugin_call *call, const char *field, const char *suffix,
+                    const char *content_type, const void *data, size_t len);
+
+  void *reserved[3];
 } sl_plugin_host;
 
 /* What a plugin exports. */
@@ -272,7 +289,10 @@ typedef struct sl_plugin {
   /* ABI 2: the field paths the plugin reads from its input message and
    * writes to its output message, NULL-terminated (NULL: none). Required
    * for steps; the host checks them against the pipeline's message types
-   * before the stage starts. */
+   * before the stage starts. A step that lists "@object" in reads gets
+   * the object its input names ("object_key", or "upload.object_key")
+   * fetched from storage into in->audio / audio_len / content_type /
+   * filename, and may store one new object with host->out_object. */
   const char *const *reads;
   const char *const *writes;
 

@@ -117,6 +117,12 @@ typedef struct {
   /* every field written by name, in order (ABI 2; a step's output) */
   sl_plugin_field fields[SL_PLUGIN_MAX_FIELDS];
   size_t nfields;
+  /* a step's new object (host->out_object), owned here; NULL when none */
+  void *object;
+  size_t object_len;
+  char object_field[128];  /* the output field that gets its key */
+  char object_suffix[40];
+  char object_type[96];    /* Content-Type */
 } sl_plugin_result;
 
 /* Frees what the result holds and zeroes it. NULL-safe. */
@@ -143,6 +149,11 @@ int sl_plugin_run(sl_plugin_inst *inst, const sl_plugin_input *in, struct sl_htt
  * and what is missing. */
 int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescriptor *in,
                            const ProtobufCMessageDescriptor *out, char *err, size_t errlen);
+
+/* The path of the field naming the object a step reading "@object" gets
+ * ("object_key" or "upload.object_key"), or NULL when the plugin does not
+ * read "@object" or `in` has neither. */
+const char *sl_plugin_object_path(const sl_plugin_lib *lib, const ProtobufCMessageDescriptor *in);
 
 /* Outcome names: "done", "retry", "failed". */
 const char *sl_plugin_outcome_name(sl_plugin_outcome o);

@@ -66,6 +66,14 @@ int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
 int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
               void **data, size_t *len, long *status, char *err, size_t errlen);
 
+/* PUTs len bytes as the object key with the given Content-Type (blocking,
+ * for worker threads; a presigned PUT). Overwrites: storing the same
+ * bytes again is harmless, which is what makes it safe to repeat after a
+ * crash. Returns 0; SL_ESTORAGE for an HTTP status other than 200 (*status
+ * set) or SL_EUNAVAIL for connection errors, with the reason in err. */
+int sl_s3_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *content_type,
+              const void *data, size_t len, long *status, char *err, size_t errlen);
+
 /* What a HEAD of an object says. */
 typedef struct {
   int64_t size;           /* Content-Length, -1 when storage sent none */

@@ -1,0 +1,196 @@
+/*
+ * plugin.c — step/preflight as a Sluice plugin (ABI 2, kind "step"): the
+ * check between ingest and stt that stops an answer nobody should pay to
+ * transcribe, and prepares the one everybody can read.
+ *
+ * Reads the uploaded object ("@object"), decodes it (preflight.c), and
+ *   - fails it for good, before any paid call, as
+ *       undecodable_audio  not audio, corrupt or empty;
+ *       too_long           longer than max_seconds;
+ *       no_speech          less than min_speech_seconds of speech;
+ *   - else writes duration_s and speech_s into the UploadCompleted it
+ *     passes on, and (normalize = true) stores a 16 kHz mono FLAC beside
+ *     the original (derived/<key>.16k.flac) whose key goes in audio_key,
+ *     which stt hands to its plugin instead of the original.
+ * A recording in a recognised format whose codec has no decoder here
+ * (MP4/AAC: see preflight.h for why) passes unchanged when
+ * pass_undecoded = true: the STT provider gets the original, as before.
+ *
+ * SYNC (CPU-bound): the host runs it on the worker pool, one instance per
+ * thread; instances hold no decoder state (a pipeline per call).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "preflight.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_plugin.h"
+
+typedef struct {
+  const sl_plugin_host *h;
+  sl_pf_conf pc;
+  double min_speech_s;
+  int normalize, pass_undecoded;
+  sl_plugin_metric *rejected[3], *passed, *audio_ms;
+} state;
+
+static const sl_plugin_conf_key conf[] = {
+    {"max_seconds", SL_PLUGIN_CONF_DOUBLE, "600",
+     "longest answer accepted, in seconds of audio (longer fails as too_long; decoding "
+     "holds 32 KB per second)", 0},
+    {"min_speech_seconds", SL_PLUGIN_CONF_DOUBLE, "0.3",
+     "less speech than this fails as no_speech (0: never)", 0},
+    {"silence_dbfs", SL_PLUGIN_CONF_DOUBLE, "-50",
+     "frames quieter than this (dBFS) are never speech", 0},
+    {"normalize", SL_PLUGIN_CONF_BOOL, "true",
+     "store a 16 kHz mono FLAC beside the original for the STT plugin (audio_key)", 0},
+    {"pass_undecoded", SL_PLUGIN_CONF_BOOL, "true",
+     "a recognised format with no decoder here (MP4/AAC) passes on unchecked instead of "
+     "failing as undecodable_audio", 0},
+    {"decode_timeout_ms", SL_PLUGIN_CONF_INT, "30000", "time limit for decoding one answer", 0},
+};
+
+static const char *const reads[] = {SL_PLUGIN_READ_OBJECT, "object_key", NULL};
+static const char *const writes[] = {"audio_key", "duration_s", "speech_s", NULL};
+static const char *const classes[] = {"undecodable_audio", "too_long", "no_speech"};
+
+static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, char *err,
+                  size_t errlen) {
+  double max_s = h->conf_double(c, "max_seconds");
+  if (!(max_s > 0) || max_s > 24 * 3600) {
+    snprintf(err, errlen, "step.preflight.max_seconds must be in (0, 86400]");
+    return SL_ECONFIG;
+  }
+  if (!h->out_object) {
+    snprintf(err, errlen, "this host cannot store objects (out_object): preflight needs a "
+                          "Sluice host of ABI 2 that runs it SYNC");
+    return SL_EPLUGIN;
+  }
+  int rc = sl_pf_init(err, errlen);
+  if (rc) return rc;
+  state *s = h->alloc(sizeof *s);
+  if (!s) return SL_ENOMEM;
+  memset(s, 0, sizeof *s);
+  s->h = h;
+  s->pc.max_seconds = max_s;
+  s->pc.silence_dbfs = h->conf_double(c, "silence_dbfs");
+  s->pc.timeout_ms = (long)h->conf_int(c, "decode_timeout_ms");
+  s->min_speech_s = h->conf_double(c, "min_speech_seconds");
+  s->normalize = h->conf_bool(c, "normalize");
+  s->pass_undecoded = h->conf_bool(c, "pass_undecoded");
+  for (size_t i = 0; i < 3; i++) {
+    char labels[64];
+    snprintf(labels, sizeof labels, "class=\"%s\"", classes[i]);
+    s->rejected[i] = h->counter("sluice_preflight_rejected_total", labels,
+                                "answers preflight failed before any paid call, by class");
+  }
+  s->passed = h->counter("sluice_preflight_undecoded_total", NULL,
+                         "answers passed on unchecked: no decoder here for their codec");
+  s->audio_ms = h->counter("sluice_preflight_audio_milliseconds_total", NULL,
+                           "milliseconds of audio preflight decoded");
+  *out = s;
+  return 0;
+}
+
+static void destroy(void *v) {
+  state *s = v;
+  if (s) s->h->free(s);
+}
+
+static void reject(state *s, sl_plugin_call *c, int cls, const char *reason) {
+  s->h->counter_add(s->rejected[cls], 1);
+  s->h->complete(c, SL_PLUGIN_FAIL, 0, 0, classes[cls], reason);
+}
+
+static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
+  state *s = v;
+  const sl_plugin_host *h = s->h;
+  char err[512] = "", why[700];
+  sl_pf_audio a;
+  int rc = sl_pf_decode(in->audio, in->audio_len, &s->pc, &a, err, sizeof err);
+  h->counter_add(s->audio_ms, (uint64_t)(a.duration_s * 1000));
+  if (rc == SL_ENOTFOUND && s->pass_undecoded) {
+    sl_pf_audio_clear(&a);
+    h->counter_add(s->passed, 1);
+    h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on unchecked (%s): %s", in->content_type, err);
+    h->complete(c, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
+    return;
+  }
+  if (rc == SL_EDECODE || rc == SL_ENOTFOUND) {
+    sl_pf_audio_clear(&a);
+    snprintf(why, sizeof why, "%s (%s, %zu bytes): %s", in->filename ? in->filename : "answer",
+             in->content_type ? in->content_type : "?", in->audio_len, err);
+    reject(s, c, 0, why);
+    return;
+  }
+  if (rc == SL_ETOOBIG) {
+    sl_pf_audio_clear(&a);
+    snprintf(why, sizeof why, "the answer is longer than the %.0f s limit", s->pc.max_seconds);
+    reject(s, c, 1, why);
+    return;
+  }
+  if (rc) {
+    sl_pf_audio_clear(&a);
+    h->complete(c, SL_PLUGIN_RETRY, 0, 0, rc == SL_ENOMEM ? "out_of_memory" : "preflight",
+                err[0] ? err : "decoding failed");
+    return;
+  }
+  if (sl_pf_analyse(&a, s->pc.silence_dbfs) != 0) {
+    sl_pf_audio_clear(&a);
+    h->complete(c, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "measuring speech");
+    return;
+  }
+  if (a.speech_s < s->min_speech_s) {
+    snprintf(why, sizeof why,
+             "no speech in %.1f s of audio (%.2f s above the silence threshold; loudest "
+             "%.0f dBFS, floor %.0f dBFS)", a.duration_s, a.speech_s, a.peak_dbfs, a.floor_dbfs);
+    sl_pf_audio_clear(&a);
+    reject(s, c, 2, why);
+    return;
+  }
+  int orc = h->out_num(c, "duration_s", a.duration_s);
+  if (orc == 0) orc = h->out_num(c, "speech_s", a.speech_s);
+  if (orc == 0 && s->normalize) {
+    void *flac = NULL;
+    size_t flen = 0;
+    orc = sl_pf_flac(a.pcm, a.n, &flac, &flen);
+    if (orc == 0) orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", flac, flen);
+    free(flac);
+  }
+  h->log(SL_PLUGIN_LOG_DEBUG, in->key, "%.1f s of audio, %.1f s of speech (%s, %zu bytes)",
+         a.duration_s, a.speech_s, in->content_type ? in->content_type : "?", in->audio_len);
+  sl_pf_audio_clear(&a);
+  if (orc)
+    h->complete(c, SL_PLUGIN_RETRY, 0, 0, orc == SL_ENOMEM ? "out_of_memory" : "preflight",
+                "writing the output failed");
+  else
+    h->complete(c, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
+}
+
+static const sl_plugin desc = {
+    .abi_version = SL_PLUGIN_ABI_VERSION,
+    .struct_size = sizeof(sl_plugin),
+    .kind = SL_PLUGIN_KIND_STEP,
+    .name = "preflight",
+    .version = "1.0.0",
+    .description = "Audio preflight before paid calls: decodes WebM/Ogg Opus, MP3, FLAC, WAV "
+                   "and fails empty, silent or overlong answers, then stores a 16 kHz mono "
+                   "FLAC for STT. Decoders: GStreamer with Debian's plugins-base and -good "
+                   "(LGPL-2.1+), which use libopus, libvorbis, libFLAC (BSD) and mpg123 "
+                   "(LGPL-2.1); the FLAC is written with libFLAC (BSD). MP4/AAC is recognised "
+                   "but not decoded: Debian has no AAC decoder under a permissive or LGPL "
+                   "licence (its ffmpeg build and faad2 are GPL), so such answers pass on "
+                   "unchecked (pass_undecoded)",
+    .flags = SL_PLUGIN_SYNC,
+    .conf = conf,
+    .nconf = sizeof conf / sizeof conf[0],
+    .create = create,
+    .destroy = destroy,
+    .call = call,
+    .reads = reads,
+    .writes = writes,
+};
+
+__attribute__((visibility("default"))) const sl_plugin *sluice_plugin_entry(void);
+const sl_plugin *sluice_plugin_entry(void) { return &desc; }

@@ -1,0 +1,336 @@
+/*
+ * preflight.c — decoding with GStreamer, speech activity, FLAC with libFLAC
+ * (design in preflight.h).
+ *
+ * One pipeline per call:
+ *   appsrc (random access over the caller's bytes) ! decodebin !
+ *   audioconvert ! audioresample quality=10 ! S16LE mono 16 kHz ! appsink
+ * (resampling at the default quality 4 cost PocketSphinx words that the
+ * original 22.05 kHz WAV gave it: the recogniser is that sensitive to the
+ * filter; at 10 its transcripts of espeak speech match the WAV's)
+ * The caller's buffer is lent to GStreamer without a copy (wrapped,
+ * read-only) and outlives the pipeline, which is torn down before return.
+ * Samples are pulled on the calling thread with a short timeout, so a
+ * decode that stalls ends at the deadline; errors come from the bus.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "preflight.h"
+
+#include <FLAC/stream_encoder.h>
+#include <gst/app/gstappsink.h>
+#include <gst/app/gstappsrc.h>
+#include <gst/gst.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sluice/sl_err.h"
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static char init_err[256];
+
+static void do_init(void) {
+  GError *e = NULL;
+  if (!gst_init_check(NULL, NULL, &e)) {
+    snprintf(init_err, sizeof init_err, "GStreamer did not start: %s",
+             e ? e->message : "unknown error");
+    if (e) g_error_free(e);
+    return;
+  }
+  /* the elements every decode needs must exist, or every call would fail */
+  static const char *const need[] = {"appsrc", "decodebin", "audioconvert", "audioresample",
+                                     "appsink"};
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+    GstElementFactory *f = gst_element_factory_find(need[i]);
+    if (!f) {
+      snprintf(init_err, sizeof init_err,
+               "GStreamer element %s is missing (install gstreamer1.0-plugins-base)", need[i]);
+      return;
+    }
+    gst_object_unref(f);
+  }
+}
+
+int sl_pf_init(char *err, size_t errlen) {
+  pthread_once(&init_once, do_init);
+  if (init_err[0]) {
+    snprintf(err, errlen, "%s", init_err);
+    return SL_EPLUGIN;
+  }
+  return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+typedef struct {
+  const uint8_t *data;
+  size_t len, off; /* touched only by appsrc's streaming thread */
+} src_state;
+
+static void need_data(GstAppSrc *src, guint length, gpointer ud) {
+  src_state *s = ud;
+  if (s->off >= s->len) {
+    gst_app_src_end_of_stream(src);
+    return;
+  }
+  size_t n = length ? length : 65536;
+  if (n > 1u << 20) n = 1u << 20;
+  if (n > s->len - s->off) n = s->len - s->off;
+  GstBuffer *b = gst_buffer_new_wrapped_full(GST_MEMORY_FLAG_READONLY, (gpointer)(s->data + s->off),
+                                             n, 0, n, NULL, NULL);
+  GST_BUFFER_OFFSET(b) = s->off;
+  s->off += n;
+  gst_app_src_push_buffer(src, b);
+}
+
+static gboolean seek_data(GstAppSrc *src, guint64 offset, gpointer ud) {
+  (void)src;
+  src_state *s = ud;
+  if (offset > s->len) return FALSE;
+  s->off = (size_t)offset;
+  return TRUE;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The first error on the bus, classified. 0 when there is none. */
+static int bus_error(GstBus *bus, char *err, size_t errlen) {
+  GstMessage *m = gst_bus_pop_filtered(bus, GST_MESSAGE_ERROR);
+  if (!m) return 0;
+  GError *e = NULL;
+  gchar *dbg = NULL;
+  gst_message_parse_error(m, &e, &dbg);
+  int rc = SL_EDECODE;
+  if (e && ((e->domain == GST_CORE_ERROR && e->code == GST_CORE_ERROR_MISSING_PLUGIN) ||
+            (e->domain == GST_STREAM_ERROR && e->code == GST_STREAM_ERROR_CODEC_NOT_FOUND)))
+    rc = SL_ENOTFOUND;
+  if (e && e->domain == GST_STREAM_ERROR &&
+      (e->code == GST_STREAM_ERROR_TYPE_NOT_FOUND || e->code == GST_STREAM_ERROR_WRONG_TYPE))
+    snprintf(err, errlen, "not a recording in a known audio format (%s)", e->message);
+  else if (rc == SL_ENOTFOUND)
+    snprintf(err, errlen, "no decoder here for its codec (%s)", dbg ? dbg : "");
+  else
+    snprintf(err, errlen, "%s", e ? e->message : "decoding failed");
+  if (e) g_error_free(e);
+  g_free(dbg);
+  gst_message_unref(m);
+  return rc;
+}
+
+/* appends a sample's audio; SL_ETOOBIG past max samples */
+static int take(GstSample *smp, sl_pf_audio *a, size_t *cap, size_t max) {
+  GstBuffer *b = gst_sample_get_buffer(smp);
+  GstMapInfo mi;
+  if (!b || !gst_buffer_map(b, &mi, GST_MAP_READ)) return 0;
+  size_t n = mi.size / 2;
+  int rc = 0;
+  if (a->n + n > max) {
+    n = max - a->n;
+    rc = SL_ETOOBIG;
+  }
+  if (a->n + n > *cap) {
+    size_t c = *cap ? *cap : 16000;
+    while (c < a->n + n) c *= 2;
+    int16_t *p = realloc(a->pcm, c * sizeof *p);
+    if (!p) {
+      gst_buffer_unmap(b, &mi);
+      return SL_ENOMEM;
+    }
+    a->pcm = p;
+    *cap = c;
+  }
+  memcpy(a->pcm + a->n, mi.data, n * 2);
+  a->n += n;
+  gst_buffer_unmap(b, &mi);
+  return rc;
+}
+
+int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out,
+                 char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (!data || !len) {
+    snprintf(err, errlen, "the recording is empty (0 bytes)");
+    return SL_EDECODE;
+  }
+  int rc = sl_pf_init(err, errlen);
+  if (rc) return rc;
+  GError *ge = NULL;
+  GstElement *pipe = gst_parse_launch(
+      "appsrc name=src stream-type=random-access format=bytes ! decodebin ! audioconvert ! "
+      "audioresample quality=10 ! audio/x-raw,format=S16LE,layout=interleaved,channels=1,rate=16000 ! "
+      "appsink name=sink sync=false max-buffers=64",
+      &ge);
+  if (!pipe) {
+    snprintf(err, errlen, "building the decoder: %s", ge ? ge->message : "failed");
+    if (ge) g_error_free(ge);
+    return SL_EPLUGIN;
+  }
+  if (ge) g_error_free(ge); /* a recoverable warning from the parser */
+  GstElement *src = gst_bin_get_by_name(GST_BIN(pipe), "src");
+  GstElement *sink = gst_bin_get_by_name(GST_BIN(pipe), "sink");
+  GstBus *bus = gst_element_get_bus(pipe);
+  src_state ss = {data, len, 0};
+  GstAppSrcCallbacks cb = {.need_data = need_data, .seek_data = seek_data};
+  gst_app_src_set_callbacks(GST_APP_SRC(src), &cb, &ss, NULL);
+  gst_app_src_set_size(GST_APP_SRC(src), (gint64)len);
+
+  size_t cap = 0, max = (size_t)(c->max_seconds * SL_PF_RATE) + 1;
+  int64_t deadline = mono_ms() + (c->timeout_ms > 0 ? c->timeout_ms : 30000);
+  if (gst_element_set_state(pipe, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
+    rc = bus_error(bus, err, errlen);
+    if (!rc) {
+      snprintf(err, errlen, "the decoder did not start");
+      rc = SL_EDECODE;
+    }
+  }
+  while (rc == 0) {
+    GstSample *smp = gst_app_sink_try_pull_sample(GST_APP_SINK(sink), 50 * GST_MSECOND);
+    if (smp) {
+      rc = take(smp, out, &cap, max);
+      gst_sample_unref(smp);
+      continue;
+    }
+    if ((rc = bus_error(bus, err, errlen)) != 0) break;
+    if (gst_app_sink_is_eos(GST_APP_SINK(sink))) break;
+    if (mono_ms() > deadline) {
+      snprintf(err, errlen, "decoding took longer than %ld ms", c->timeout_ms);
+      rc = SL_ETIMEDOUT;
+    }
+  }
+  if (rc == 0 && out->n == 0) {
+    snprintf(err, errlen, "the recording holds no audio");
+    rc = SL_EDECODE;
+  }
+  if (rc == SL_ETOOBIG)
+    snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
+  gst_element_set_state(pipe, GST_STATE_NULL);
+  gst_object_unref(bus);
+  gst_object_unref(src);
+  gst_object_unref(sink);
+  gst_object_unref(pipe);
+  out->duration_s = (double)out->n / SL_PF_RATE;
+  return rc;
+}
+
+/* ---- speech activity ---------------------------------------------------------- */
+
+#define FRAME 320 /* 20 ms */
+#define MIN_RUN 3
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs) {
+  a->speech_s = 0;
+  a->peak_dbfs = a->floor_dbfs = -100;
+  size_t nf = a->n / FRAME;
+  if (nf == 0) return 0;
+  double *e = malloc(nf * sizeof *e), *sorted = malloc(nf * sizeof *sorted);
+  if (!e || !sorted) {
+    free(e);
+    free(sorted);
+    return SL_ENOMEM;
+  }
+  for (size_t f = 0; f < nf; f++) {
+    double sum = 0;
+    for (size_t i = 0; i < FRAME; i++) {
+      double x = a->pcm[f * FRAME + i] / 32768.0;
+      sum += x * x;
+    }
+    e[f] = 10 * log10(sum / FRAME + 1e-10);
+    sorted[f] = e[f];
+    if (e[f] > a->peak_dbfs) a->peak_dbfs = e[f];
+  }
+  qsort(sorted, nf, sizeof *sorted, cmp_double);
+  a->floor_dbfs = sorted[nf / 10];
+  double thr = fmax(silence_dbfs, a->floor_dbfs + 10);
+  thr = fmin(thr, fmax(silence_dbfs, -30));
+  size_t run = 0, speech = 0;
+  for (size_t f = 0; f <= nf; f++) {
+    if (f < nf && e[f] >= thr) {
+      run++;
+      continue;
+    }
+    if (run >= MIN_RUN) speech += run;
+    run = 0;
+  }
+  a->speech_s = (double)speech * FRAME / SL_PF_RATE;
+  free(e);
+  free(sorted);
+  return 0;
+}
+
+/* ---- FLAC ---------------------------------------------------------------------- */
+
+typedef struct {
+  uint8_t *buf;
+  size_t len, cap;
+} membuf;
+
+static FLAC__StreamEncoderWriteStatus on_write(const FLAC__StreamEncoder *enc,
+                                               const FLAC__byte buffer[], size_t bytes,
+                                               uint32_t samples, uint32_t frame, void *ud) {
+  (void)enc;
+  (void)samples;
+  (void)frame;
+  membuf *m = ud;
+  if (m->len + bytes > m->cap) {
+    size_t c = m->cap ? m->cap : 65536;
+    while (c < m->len + bytes) c *= 2;
+    uint8_t *p = realloc(m->buf, c);
+    if (!p) return FLAC__STREAM_ENCODER_WRITE_STATUS_FATAL_ERROR;
+    m->buf = p;
+    m->cap = c;
+  }
+  memcpy(m->buf + m->len, buffer, bytes);
+  m->len += bytes;
+  return FLAC__STREAM_ENCODER_WRITE_STATUS_OK;
+}
+
+int sl_pf_flac(const int16_t *pcm, size_t n, void **out, size_t *outlen) {
+  *out = NULL;
+  *outlen = 0;
+  FLAC__StreamEncoder *enc = FLAC__stream_encoder_new();
+  if (!enc) return SL_ENOMEM;
+  membuf m = {0};
+  FLAC__stream_encoder_set_channels(enc, 1);
+  FLAC__stream_encoder_set_bits_per_sample(enc, 16);
+  FLAC__stream_encoder_set_sample_rate(enc, SL_PF_RATE);
+  FLAC__stream_encoder_set_compression_level(enc, 5);
+  FLAC__stream_encoder_set_total_samples_estimate(enc, n);
+  int inited = FLAC__stream_encoder_init_stream(enc, on_write, NULL, NULL, NULL, &m) ==
+               FLAC__STREAM_ENCODER_INIT_STATUS_OK;
+  int rc = inited ? 0 : SL_EIO;
+  FLAC__int32 chunk[4096];
+  for (size_t off = 0; rc == 0 && off < n; off += 4096) {
+    size_t k = n - off < 4096 ? n - off : 4096;
+    for (size_t i = 0; i < k; i++) chunk[i] = pcm[off + i];
+    if (!FLAC__stream_encoder_process_interleaved(enc, chunk, (uint32_t)k))
+      rc = FLAC__stream_encoder_get_state(enc) == FLAC__STREAM_ENCODER_CLIENT_ERROR ? SL_ENOMEM
+                                                                                   : SL_EIO;
+  }
+  if (inited && !FLAC__stream_encoder_finish(enc) && rc == 0) rc = SL_EIO;
+  FLAC__stream_encoder_delete(enc);
+  if (rc) {
+    free(m.buf);
+    return rc;
+  }
+  *out = m.buf;
+  *outlen = m.len;
+  return 0;
+}
+
+void sl_pf_audio_clear(sl_pf_audio *a) {
+  if (!a) return;
+  free(a->pcm);
+  memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,70 @@
+/*
+ * preflight.h — the work of the step/preflight plugin, callable without the
+ * plugin host (unit tests, benchmarks): decode any recorded answer to
+ * 16 kHz mono PCM with GStreamer, measure it, and encode it as FLAC.
+ *
+ * Decoding: GStreamer's decodebin picks the demuxer and decoder from the
+ * bytes themselves (WebM/Matroska, Ogg, MP4, MP3, FLAC, WAV; Opus, Vorbis,
+ * MP3, FLAC, PCM), then audioconvert and audioresample give 16-bit mono at
+ * 16 kHz. The plugins it uses come from Debian's gstreamer1.0-plugins-base
+ * and -good (LGPL-2.1+), which link libopus (BSD), libvorbis (BSD),
+ * libFLAC (BSD) and libmpg123 (LGPL-2.1). AAC has no decoder under a
+ * permissive or LGPL licence in Debian (ffmpeg's Debian build is GPL, faad2
+ * is GPL, fdk-aac is not in bookworm), so an MP4/AAC recording is
+ * recognised and reported as SL_ENOTFOUND ("no decoder"), not decoded.
+ *
+ * Speech activity: 20 ms frames, energy in dBFS; the noise floor is the
+ * 10th percentile of frame energies; a frame is speech when it is above
+ * max(silence_dbfs, floor + 10 dB) (never more than -30 dBFS is asked of
+ * it), in a run of at least 3 frames (60 ms; clicks are not speech).
+ * Digital silence, room noise and a constant hum all measure 0 s of
+ * speech; a quiet voice over a quiet room does not.
+ *
+ * @locality Every function is reentrant: many threads may decode at once
+ * (one GStreamer pipeline per call). sl_pf_init() once before the first
+ * decode (it is idempotent and thread-safe).
+ */
+#ifndef SLUICE_PLUGIN_PREFLIGHT_H
+#define SLUICE_PLUGIN_PREFLIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_PF_RATE 16000
+
+typedef struct {
+  double max_seconds;  /* decoding stops past this: SL_ETOOBIG */
+  double silence_dbfs; /* frames below are never speech (e.g. -50) */
+  long timeout_ms;     /* whole decode */
+} sl_pf_conf;
+
+typedef struct {
+  int16_t *pcm;       /* 16 kHz mono, malloc'd; NULL when empty */
+  size_t n;           /* samples */
+  double duration_s;  /* n / 16000 */
+  double speech_s;    /* after sl_pf_analyse */
+  double peak_dbfs;   /* loudest frame, after sl_pf_analyse */
+  double floor_dbfs;  /* the noise floor, after sl_pf_analyse */
+} sl_pf_audio;
+
+/* gst_init, once per process. Returns 0 or SL_EPLUGIN with the reason. */
+int sl_pf_init(char *err, size_t errlen);
+
+/* Decodes data. Returns 0; SL_EDECODE (not audio, corrupt, empty: reason in
+ * err); SL_ENOTFOUND (a recognised format with no decoder installed, e.g.
+ * AAC: reason in err); SL_ETOOBIG (longer than max_seconds; out->duration_s
+ * is what was decoded before stopping); SL_ETIMEDOUT; SL_ENOMEM. On any
+ * return out must be cleared with sl_pf_audio_clear. */
+int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out,
+                 char *err, size_t errlen);
+
+/* Fills speech_s, peak_dbfs and floor_dbfs. Returns 0 or SL_ENOMEM. */
+int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);
+
+/* Encodes 16 kHz mono PCM as FLAC into a malloc'd buffer. 0, SL_ENOMEM or
+ * SL_EIO (the encoder refused). */
+int sl_pf_flac(const int16_t *pcm, size_t n, void **out, size_t *outlen);
+
+void sl_pf_audio_clear(sl_pf_audio *a);
+
+#endif

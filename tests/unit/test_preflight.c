@@ -1,0 +1,294 @@
+/*
+ * test_preflight.c — step/preflight's core (plugins/step/preflight) on real
+ * recordings in every format a browser or phone uploads that Debian can
+ * decode under a permissive or LGPL licence.
+ *
+ * Speech is synthesised with espeak-ng into a mkdtemp() directory, then
+ * encoded the way browsers and phones record: WebM/Opus and Ogg/Opus
+ * (GStreamer's opusenc + webmmux/oggmux), MP3 (lamemp3enc), FLAC (sox), and
+ * WAV at 22.05 kHz (espeak's own). Silence is sox's digital silence and a
+ * low hiss. Every format must decode to the same length as the WAV (within
+ * codec padding), measure speech in it, and none in the silent ones; FLAC
+ * written by sl_pf_flac must decode back to exactly the same samples.
+ * espeak-ng, sox and gst-launch-1.0 are in tools/packages/dev.txt; the test
+ * fails without them.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sluice/sl_err.h"
+#include "step/preflight/preflight.h"
+
+static char dir[64];
+static const sl_pf_conf conf = {.max_seconds = 600, .silence_dbfs = -50, .timeout_ms = 30000};
+
+/* a command without a shell; stdout and stderr to /dev/null; exit status */
+static int run(char *const argv[]) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) {
+      dup2(devnull, STDERR_FILENO);
+      dup2(devnull, STDOUT_FILENO);
+    }
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+static void path_of(char *buf, size_t cap, const char *name) {
+  int n = snprintf(buf, cap, "%s/%s", dir, name);
+  assert_true(n > 0 && (size_t)n < cap);
+}
+
+static unsigned char *read_all(const char *name, size_t *len) {
+  char path[128];
+  path_of(path, sizeof path, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("%s was not made", path);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  assert_true(n >= 0);
+  rewind(f);
+  unsigned char *buf = malloc(n ? (size_t)n : 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* gst-launch-1.0 filesrc speech.wav ! wavparse ! audioconvert ! ENC ! MUX ! filesink OUT */
+static int gst_encode(const char *enc, const char *mux, const char *out) {
+  char in[128], o[160], loc_in[160];
+  path_of(in, sizeof in, "speech.wav");
+  path_of(o, sizeof o, out);
+  snprintf(loc_in, sizeof loc_in, "location=%s", in);
+  char loc_out[200];
+  snprintf(loc_out, sizeof loc_out, "location=%s", o);
+  char *argv[20];
+  int n = 0;
+  argv[n++] = "gst-launch-1.0";
+  argv[n++] = "-q";
+  argv[n++] = "filesrc";
+  argv[n++] = loc_in;
+  argv[n++] = "!";
+  argv[n++] = "wavparse";
+  argv[n++] = "!";
+  argv[n++] = "audioconvert";
+  argv[n++] = "!";
+  argv[n++] = "audioresample";
+  argv[n++] = "!";
+  argv[n++] = (char *)enc;
+  argv[n++] = "!";
+  if (mux) {
+    argv[n++] = (char *)mux;
+    argv[n++] = "!";
+  }
+  argv[n++] = "filesink";
+  argv[n++] = loc_out;
+  argv[n] = NULL;
+  return run(argv);
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/sl-preflight-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  char wav[128], flac[128], sil[128], hiss[128], txt[256];
+  path_of(wav, sizeof wav, "speech.wav");
+  path_of(flac, sizeof flac, "speech.flac");
+  path_of(sil, sizeof sil, "silence.wav");
+  path_of(hiss, sizeof hiss, "hiss.wav");
+  snprintf(txt, sizeof txt, "On weekends I usually go hiking in the mountains with my friends.");
+  char *espeak[] = {"espeak-ng", "-w", wav, txt, NULL};
+  char *tofl[] = {"sox", wav, flac, NULL};
+  char *mksil[] = {"sox", "-n", "-r", "16000", "-c", "1", "-b", "16", sil, "trim", "0", "3",
+                   NULL};
+  /* a steady hiss 45 dB below full scale: room noise, not speech */
+  char *mkhiss[] = {"sox", "-n", "-r", "48000", "-c", "2", "-b", "16", hiss, "synth", "3",
+                    "whitenoise", "vol", "0.0056", NULL};
+  if (run(espeak) || run(tofl) || run(mksil) || run(mkhiss) ||
+      gst_encode("opusenc", "webmmux", "speech.webm") ||
+      gst_encode("opusenc", "oggmux", "speech.opus") ||
+      gst_encode("lamemp3enc", NULL, "speech.mp3")) {
+    fprintf(stderr, "making the recordings failed: espeak-ng, sox and gst-launch-1.0 with "
+                    "gstreamer1.0-plugins-good are needed (tools/bootstrap)\n");
+    return -1;
+  }
+  char err[256];
+  if (sl_pf_init(err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  char *rm[] = {"rm", "-rf", dir, NULL};
+  run(rm);
+  return 0;
+}
+
+static double decoded_seconds(const char *name, double *speech) {
+  size_t len;
+  unsigned char *buf = read_all(name, &len);
+  sl_pf_audio a;
+  char err[512] = "";
+  int rc = sl_pf_decode(buf, len, &conf, &a, err, sizeof err);
+  free(buf);
+  if (rc) fail_msg("%s: %s: %s", name, sl_err_name(rc), err);
+  assert_int_equal(sl_pf_analyse(&a, conf.silence_dbfs), 0);
+  double d = a.duration_s;
+  *speech = a.speech_s;
+  sl_pf_audio_clear(&a);
+  return d;
+}
+
+/* every format: the WAV's length (codecs pad a few tens of ms), speech */
+static void test_formats(void **state) {
+  (void)state;
+  double ref_speech, ref = decoded_seconds("speech.wav", &ref_speech);
+  assert_true(ref > 2.0 && ref < 10.0);
+  assert_true(ref_speech > 1.5);
+  assert_true(ref_speech <= ref);
+  static const char *const files[] = {"speech.flac", "speech.webm", "speech.opus", "speech.mp3"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    double speech, d = decoded_seconds(files[i], &speech);
+    if (d < ref - 0.1 || d > ref + 0.1)
+      fail_msg("%s decoded to %.3f s, the WAV to %.3f s", files[i], d, ref);
+    if (speech < ref_speech * 0.8 || speech > ref_speech * 1.2)
+      fail_msg("%s holds %.2f s of speech, the WAV %.2f s", files[i], speech, ref_speech);
+  }
+}
+
+static void test_silence_is_no_speech(void **state) {
+  (void)state;
+  double speech, d = decoded_seconds("silence.wav", &speech);
+  assert_true(d > 2.9 && d < 3.1);
+  assert_true(speech == 0.0);
+  d = decoded_seconds("hiss.wav", &speech);
+  assert_true(d > 2.9 && d < 3.1); /* 48 kHz stereo resampled to 16 kHz mono */
+  if (speech > 0.0) fail_msg("a steady hiss measured %.2f s of speech", speech);
+}
+
+static void test_not_audio(void **state) {
+  (void)state;
+  sl_pf_audio a;
+  char err[512] = "";
+  static const char junk[] = "this is a text file that someone uploaded as audio/webm, not sound";
+  assert_int_equal(sl_pf_decode(junk, sizeof junk, &conf, &a, err, sizeof err), SL_EDECODE);
+  assert_non_null(strstr(err, "not a recording"));
+  sl_pf_audio_clear(&a);
+  assert_int_equal(sl_pf_decode("", 0, &conf, &a, err, sizeof err), SL_EDECODE);
+  assert_non_null(strstr(err, "empty"));
+  sl_pf_audio_clear(&a);
+  /* a WebM cut after its first 300 bytes: the header, no audio */
+  size_t len;
+  unsigned char *buf = read_all("speech.webm", &len);
+  int rc = sl_pf_decode(buf, 300, &conf, &a, err, sizeof err);
+  free(buf);
+  assert_int_equal(rc, SL_EDECODE);
+  sl_pf_audio_clear(&a);
+}
+
+static void test_too_long(void **state) {
+  (void)state;
+  size_t len;
+  unsigned char *buf = read_all("speech.webm", &len);
+  sl_pf_conf c = conf;
+  c.max_seconds = 1.0;
+  sl_pf_audio a;
+  char err[512] = "";
+  assert_int_equal(sl_pf_decode(buf, len, &c, &a, err, sizeof err), SL_ETOOBIG);
+  assert_true(a.duration_s <= 1.0 + 1.0 / SL_PF_RATE);
+  sl_pf_audio_clear(&a);
+  free(buf);
+}
+
+/* FLAC is lossless: what sl_pf_flac wrote decodes to the same samples */
+static void test_flac_round_trip(void **state) {
+  (void)state;
+  size_t len;
+  unsigned char *buf = read_all("speech.webm", &len);
+  sl_pf_audio a, b;
+  char err[512] = "";
+  assert_int_equal(sl_pf_decode(buf, len, &conf, &a, err, sizeof err), 0);
+  free(buf);
+  void *flac = NULL;
+  size_t flen = 0;
+  assert_int_equal(sl_pf_flac(a.pcm, a.n, &flac, &flen), 0);
+  assert_true(flen > 1000 && flen < a.n * 2); /* smaller than the PCM */
+  assert_memory_equal(flac, "fLaC", 4);
+  int rc = sl_pf_decode(flac, flen, &conf, &b, err, sizeof err);
+  if (rc) fail_msg("decoding our FLAC: %s: %s", sl_err_name(rc), err);
+  assert_int_equal(b.n, a.n);
+  assert_memory_equal(b.pcm, a.pcm, a.n * sizeof *a.pcm);
+  free(flac);
+  sl_pf_audio_clear(&a);
+  sl_pf_audio_clear(&b);
+}
+
+/* decodes on several threads at once (the stage's worker pool) */
+static void *decode_thread(void *arg) {
+  const char *name = arg;
+  size_t len;
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return (void *)1;
+  static const size_t cap = 1u << 22;
+  unsigned char *buf = malloc(cap);
+  len = buf ? fread(buf, 1, cap, f) : 0;
+  fclose(f);
+  intptr_t bad = 0;
+  for (int i = 0; i < 5 && !bad; i++) {
+    sl_pf_audio a;
+    char err[256];
+    bad = sl_pf_decode(buf, len, &conf, &a, err, sizeof err) != 0 || a.duration_s < 2.0;
+    sl_pf_audio_clear(&a);
+  }
+  free(buf);
+  return (void *)bad;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  static const char *const files[] = {"speech.webm", "speech.opus", "speech.mp3", "speech.flac"};
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, decode_thread, (void *)files[i]), 0);
+  for (int i = 0; i < 4; i++) {
+    void *r = NULL;
+    pthread_join(t[i], &r);
+    if (r) fail_msg("thread decoding %s failed", files[i]);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_formats),        cmocka_unit_test(test_silence_is_no_speech),
+      cmocka_unit_test(test_not_audio),      cmocka_unit_test(test_too_long),
+      cmocka_unit_test(test_flac_round_trip), cmocka_unit_test(test_threads),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
