@@ -22,6 +22,7 @@
 #include <gst/gst.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,11 +69,17 @@ int sl_pf_init(char *err, size_t errlen) {
 typedef struct {
   const uint8_t *data;
   size_t len, off; /* touched only by appsrc's streaming thread */
+  atomic_int eos;  /* every byte was handed over (read by the caller) */
+  atomic_llong active_ms; /* the last request for data or a seek */
 } src_state;
+
+static int64_t mono_ms(void);
 
 static void need_data(GstAppSrc *src, guint length, gpointer ud) {
   src_state *s = ud;
+  atomic_store(&s->active_ms, mono_ms());
   if (s->off >= s->len) {
+    atomic_store(&s->eos, 1);
     gst_app_src_end_of_stream(src);
     return;
   }
@@ -89,10 +96,13 @@ static void need_data(GstAppSrc *src, guint length, gpointer ud) {
 static gboolean seek_data(GstAppSrc *src, guint64 offset, gpointer ud) {
   (void)src;
   src_state *s = ud;
+  atomic_store(&s->active_ms, mono_ms());
   if (offset > s->len) return FALSE;
   s->off = (size_t)offset;
   return TRUE;
 }
+
+#define IDLE_MS 3000
 
 static int64_t mono_ms(void) {
   struct timespec ts;
@@ -176,7 +186,8 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
   GstElement *src = gst_bin_get_by_name(GST_BIN(pipe), "src");
   GstElement *sink = gst_bin_get_by_name(GST_BIN(pipe), "sink");
   GstBus *bus = gst_element_get_bus(pipe);
-  src_state ss = {data, len, 0};
+  src_state ss = {data, len, 0, 0, 0};
+  atomic_store(&ss.active_ms, mono_ms());
   GstAppSrcCallbacks cb = {.need_data = need_data, .seek_data = seek_data};
   gst_app_src_set_callbacks(GST_APP_SRC(src), &cb, &ss, NULL);
   gst_app_src_set_size(GST_APP_SRC(src), (gint64)len);
@@ -190,16 +201,32 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
       rc = SL_EDECODE;
     }
   }
+  int64_t last_out = mono_ms();
   while (rc == 0) {
     GstSample *smp = gst_app_sink_try_pull_sample(GST_APP_SINK(sink), 50 * GST_MSECOND);
     if (smp) {
       rc = take(smp, out, &cap, max);
       gst_sample_unref(smp);
+      last_out = mono_ms();
       continue;
     }
     if ((rc = bus_error(bus, err, errlen)) != 0) break;
     if (gst_app_sink_is_eos(GST_APP_SINK(sink))) break;
-    if (mono_ms() > deadline) {
+    /* decodebin may swallow a demuxer's error while it is still plugging
+     * (a header with no stream: "can't find group for element"), and then
+     * neither an error nor EOS arrives: when nothing has been read and
+     * nothing decoded for IDLE_MS, the decoder has stopped. Complete if it
+     * had read every byte (and decoded something), else undecodable. */
+    int64_t now = mono_ms();
+    if (now - last_out > IDLE_MS && now - atomic_load(&ss.active_ms) > IDLE_MS) {
+      if (!atomic_load(&ss.eos) || out->n == 0) {
+        snprintf(err, errlen, "the decoder stopped %s without audio or an error (a header "
+                 "with no stream?)", atomic_load(&ss.eos) ? "at the end" : "before the end");
+        rc = SL_EDECODE;
+      }
+      break;
+    }
+    if (now > deadline) {
       snprintf(err, errlen, "decoding took longer than %ld ms", c->timeout_ms);
       rc = SL_ETIMEDOUT;
     }
