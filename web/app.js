@@ -113,6 +113,9 @@ function put(url, blob, headers, onProgress) {
  * it on the server, so nothing is converted here (a 16 kHz WAV is about 10x
  * the bytes of the Opus it came from). */
 const RECORD_TYPES = ['audio/webm;codecs=opus', 'audio/ogg;codecs=opus', 'audio/webm', 'audio/mp4'];
+// Opus at 32 kbit/s is transparent for speech; browsers default to 128
+// (Chromium's kDefaultAudioBitRate), which would be a quarter of 16 kHz WAV
+const RECORD_BPS = 32000;
 const EXT = { 'audio/webm': 'webm', 'audio/ogg': 'ogg', 'audio/mp4': 'm4a', 'audio/mpeg': 'mp3',
               'audio/wav': 'wav', 'audio/flac': 'flac' };
 
@@ -134,7 +137,8 @@ async function toggleRecord(li) {
     return;
   }
   const type = recordType();
-  const chunks = [], rec = new MediaRecorder(stream, type ? { mimeType: type } : undefined);
+  const chunks = [], rec = new MediaRecorder(stream, type ? { mimeType: type, audioBitsPerSecond: RECORD_BPS }
+                                                         : { audioBitsPerSecond: RECORD_BPS });
   rec.ondataavailable = (e) => { if (e.data.size) chunks.push(e.data); };
   rec.onstop = () => {
     stream.getTracks().forEach((t) => t.stop());

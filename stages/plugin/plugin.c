@@ -1,13 +1,17 @@
 /*
  * plugin.c — `sluice plugin`: run, list and document plugins outside a stage.
  *
- *   sluice plugin run stt|grade NAME [--config FILE] [--set k=v]... [--prompt TEXT] INPUT
+ *   sluice plugin run stt|grade|step NAME [--config FILE] [--set k=v]... [--prompt TEXT]
+ *                    [--object-out FILE] INPUT
  *   sluice plugin list [--set plugin.path=DIR]
  *   sluice plugin doc          (docs/plugins.md)
  *
  * `run` loads the plugin exactly as a stage does (same search path, same
  * configuration keys and sources, sl_plugin_run with the same host), runs it
- * once on INPUT — an audio file for STT, a transcript JSON for graders
+ * once on INPUT — an audio file for STT and for a step that reads the
+ * uploaded object (step/preflight: as an UploadCompleted of that file; the
+ * output is the fields it writes and the object it would store, saved with
+ * --object-out), a transcript JSON for graders
  * ({"transcript":..., "duration_s":..., "prompt":..., "words":[...]}) — and
  * prints the outcome as one JSON object on stdout. Async plugins get a libuv
  * loop and the runtime's HTTP client, as under the stage.
@@ -24,6 +28,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "sluice.pb-c.h"
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_httpc.h"
@@ -34,12 +39,14 @@
 
 static int usage(FILE *f) {
   fprintf(f,
-          "usage: sluice plugin run stt|grade NAME [--config FILE] [--set key=value]...\n"
-          "                         [--prompt TEXT] [--language LANG] INPUT\n"
+          "usage: sluice plugin run stt|grade|step NAME [--config FILE] [--set key=value]...\n"
+          "                         [--prompt TEXT] [--language LANG] [--object-out FILE] INPUT\n"
           "       sluice plugin list [--set plugin.path=DIRS]\n"
           "       sluice plugin doc\n\n"
           "run: one plugin call through the stage's plugin host; prints the outcome as JSON.\n"
-          "  INPUT is an audio file (stt) or a transcript JSON (grade):\n"
+          "  INPUT is an audio file (stt, and a step that reads \"@object\", such as\n"
+          "  step/preflight; --object-out saves the object it stores) or a transcript\n"
+          "  JSON (grade):\n"
           "  {\"transcript\": \"...\", \"duration_s\": 30.5, \"prompt\": \"...\", "
           "\"words\": [{\"word\": \"...\", \"start_s\": 0, \"end_s\": 0.4}]}\n"
           "  exit 0 done, 3 retry, 4 failed, 2 usage/input error, 1 plugin not loadable\n");
@@ -84,6 +91,13 @@ static int read_file(const char *path, char **data, size_t *len) {
   return 0;
 }
 
+static int write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t w = fwrite(data, 1, len, f);
+  return fclose(f) == 0 && w == len ? 0 : -1;
+}
+
 typedef struct {
   int finished;
   sl_plugin_result res;
@@ -114,7 +128,19 @@ static json_t *result_json(const sl_plugin *d, int sync, const sl_plugin_result 
   json_object_set_new(o, "elapsed_ms", json_integer(r->elapsed_ms));
   if (r->engine) json_object_set_new(o, "engine", json_string(r->engine));
   json_object_set_new(o, "cost_units", json_real(r->cost_units));
-  if (!strcmp(d->kind, SL_PLUGIN_KIND_STT)) {
+  if (!strcmp(d->kind, SL_PLUGIN_KIND_STEP)) {
+    json_t *f = json_object();
+    for (size_t i = 0; i < r->nfields; i++)
+      json_object_set_new(f, r->fields[i].name,
+                          r->fields[i].is_num ? json_real(r->fields[i].num)
+                                              : json_string(r->fields[i].str ? r->fields[i].str : ""));
+    json_object_set_new(o, "fields", f);
+    if (r->object)
+      json_object_set_new(o, "object", json_pack("{s:s,s:s,s:s,s:I}", "field", r->object_field,
+                                                 "suffix", r->object_suffix, "content_type",
+                                                 r->object_type, "bytes",
+                                                 (json_int_t)r->object_len));
+  } else if (!strcmp(d->kind, SL_PLUGIN_KIND_STT)) {
     if (r->text) json_object_set_new(o, "text", json_string(r->text));
     if (r->language) json_object_set_new(o, "language", json_string(r->language));
     json_object_set_new(o, "duration_s", json_real(r->duration_s));
@@ -185,11 +211,12 @@ static int grade_input(json_t *j, sl_plugin_input *in, sl_plugin_word **wbuf, ch
 static int cmd_run(int argc, char **argv) {
   if (argc < 4) return usage(stderr);
   const char *kind = argv[1], *name = argv[2];
-  if (strcmp(kind, "stt") && strcmp(kind, "grade")) {
-    fprintf(stderr, "sluice plugin run: kind must be stt or grade, not \"%s\"\n", kind);
+  if (strcmp(kind, "stt") && strcmp(kind, "grade") && strcmp(kind, "step")) {
+    fprintf(stderr, "sluice plugin run: kind must be stt, grade or step, not \"%s\"\n", kind);
     return 2;
   }
   const char *file = NULL, *sets[MAX_SETS], *input = NULL, *prompt = "", *lang = "";
+  const char *object_out = NULL;
   size_t nsets = 0;
   for (int i = 3; i < argc; i++) {
     if (!strcmp(argv[i], "--config") && i + 1 < argc) {
@@ -200,6 +227,8 @@ static int cmd_run(int argc, char **argv) {
       prompt = argv[++i];
     } else if (!strcmp(argv[i], "--language") && i + 1 < argc) {
       lang = argv[++i];
+    } else if (!strcmp(argv[i], "--object-out") && i + 1 < argc) {
+      object_out = argv[++i];
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "sluice plugin run: unknown or incomplete option \"%s\"\n", argv[i]);
       return 2;
@@ -221,6 +250,13 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "sluice plugin run: %s\n", err);
     return 1;
   }
+  int step = !strcmp(kind, "step");
+  if (step && !sl_plugin_object_path(lib, &sluice__v1__upload_completed__descriptor)) {
+    fprintf(stderr, "sluice plugin run: step/%s does not read an object (\"@object\"): it runs "
+                    "on messages in its stage (sluice stage NAME)\n", name);
+    sl_plugin_lib_close(lib);
+    return 2;
+  }
   sl__plugin_conf pc = {0};
   sl_conf_bind binds[2] = {{sl__plugin_table, sl__plugin_table_len, &pc},
                            sl_plugin_lib_conf(lib)};
@@ -236,6 +272,7 @@ static int cmd_run(int argc, char **argv) {
   json_t *tj = NULL;
   sl_plugin_word *wbuf = NULL;
   sl_plugin_input in;
+  Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
   memset(&in, 0, sizeof in);
   in.struct_size = sizeof in;
   in.question_no = 1;
@@ -248,12 +285,20 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "sluice plugin run: cannot read %s%s\n", input,
             r == -2 ? ": larger than 512 MiB" : "");
     exit_code = 2;
-  } else if (!strcmp(kind, "stt")) {
+  } else if (!strcmp(kind, "stt") || step) {
     in.audio = data;
     in.audio_len = len;
     in.content_type = sl__audio_content_type(input);
     const char *slash = strrchr(input, '/');
     in.filename = slash ? slash + 1 : input;
+    /* a step reads its message by name: an upload of INPUT as question 1 */
+    up.submission_id = "plugin-run";
+    up.question_no = 1;
+    up.object_key = (char *)in.filename;
+    up.size = len;
+    up.content_type = (char *)in.content_type;
+    up.prompt = (char *)prompt;
+    in.message = &up.base;
   } else {
     json_error_t je;
     tj = json_loadb(data, len, 0, &je);
@@ -291,11 +336,17 @@ static int cmd_run(int argc, char **argv) {
       exit_code = 1;
     } else {
       json_t *o = result_json(sl_plugin_lib_desc(lib), sync, &ctx.res);
+      if (object_out && ctx.res.object && write_file(object_out, ctx.res.object,
+                                                     ctx.res.object_len) != 0) {
+        fprintf(stderr, "sluice plugin run: cannot write %s\n", object_out);
+        exit_code = 2;
+      }
       char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
       if (s) puts(s);
       free(s);
       json_decref(o);
-      exit_code = ctx.res.outcome == SL_PLUGIN_DONE ? 0 : ctx.res.outcome == SL_PLUGIN_RETRY ? 3 : 4;
+      if (!exit_code)
+        exit_code = ctx.res.outcome == SL_PLUGIN_DONE ? 0 : ctx.res.outcome == SL_PLUGIN_RETRY ? 3 : 4;
     }
     sl_plugin_result_clear(&ctx.res);
     sl_plugin_inst_free(inst);

@@ -102,8 +102,14 @@ test('record three answers with the fake microphone and see three grades', { tim
       await page.waitForTimeout(4500);
       if (no === 2) await page.keyboard.press('Enter'); else await rec.click();
       await page.locator(`.question[data-no="${no}"][data-answer="ready"]`).waitFor({ timeout: 15_000 });
-      // what MediaRecorder produced, not converted in the page (preflight decodes it)
-      assert.match(await q.locator('.status').textContent(), /answer-\d\.webm/);
+      // what MediaRecorder produced, not converted in the page (preflight
+      // decodes it): Opus at 32 kbit/s, ~4 KB a second where the 16 kHz WAV
+      // the page used to make was 32 KB a second
+      const status = await q.locator('.status').textContent();
+      assert.match(status, /answer-\d\.webm/);
+      const size = await page.evaluate((n) => answers.get(n).blob.size, no);
+      console.log(`recorded answer ${no}: ${size} bytes of WebM/Opus for ~4.5 s (${Math.round(size / 4.5 * 60)} bytes/min)`);
+      assert.ok(size > 4000 && size < 40_000, `recorded ${size} bytes for ~4.5 s`);
     }
     await shot(page, '1-recorded');
     await page.locator('#send').click();

@@ -158,7 +158,8 @@ else
     dir=$WORK/conf-$r
     mkdir -p "$dir"
     "$PY" "$HERE/check_chart.py" conf "$WORK/$r.yaml" "$dir" >/dev/null
-    for s in "${stages[@]}"; do
+    mapfile -t rstages < <(jq -r '.stages[].name' "$dir/pipeline.json") # the render's pipeline
+    for s in "${rstages[@]}"; do
       plugin=$(sed -n "s/^$s\.plugin = //p" "$dir/$s.conf")
       if [[ -n $plugin && ! -e $plugdir/$s-$plugin.so ]]; then
         printf 'skip %s render, %s: plugin %s-%s.so is not built in this tree\n' "$r" "$s" "$s" "$plugin"

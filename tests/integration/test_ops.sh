@@ -13,7 +13,7 @@
 #    metrics those scrapes export and every alert has a runbook section
 #    (tests/integration/check_metrics.py; shown to fail on a bad name);
 #  - `sluicectl submission ID` shows the submission's messages on each topic
-#    (4 states per question on results) and its Redis view;
+#    (5 states per question on results) and its Redis view;
 #  - `sluicectl status` shows members, zero lag, closed breakers, all
 #    endpoints up; with stt stopped a new question shows as stt lag with no
 #    members and an oldest age, and `--watch --json` gives rates;
@@ -110,7 +110,7 @@ check "stt exports consumer lag per partition" grep -q '^sluice_consumer_lag_mes
 check "nothing dead-lettered" test "$(m sluice_messages_total 'stage="stt",outcome="dead_lettered"' stt)" = 0
 
 rc=0
-"$PY" "$ROOT/tests/integration/check_metrics.py" "$ROOT" "$work"/m?.txt >"$work/check.log" 2>&1 || rc=$?
+"$PY" "$ROOT/tests/integration/check_metrics.py" "$ROOT" "$work"/m-*.txt >"$work/check.log" 2>&1 || rc=$?
 check "scrapes parse; alerts and dashboard query exported metrics ($(tail -1 "$work/check.log"))" test "$rc" = 0
 ((rc == 0)) || grep -v '^ok' "$work/check.log" >&2
 # the checker can fail: an alert on a metric nobody exports
@@ -120,7 +120,7 @@ cp "$ROOT/deploy/grafana/sluice.json" "$work/bad/deploy/grafana/"
 sed 's/sluice_oldest_unprocessed_age_seconds/sluice_no_such_metric/' \
   "$ROOT/deploy/prometheus/alerts.yaml" >"$work/bad/deploy/prometheus/alerts.yaml"
 rc=0
-"$PY" "$ROOT/tests/integration/check_metrics.py" "$work/bad" "$work"/m?.txt >"$work/bad.log" 2>&1 || rc=$?
+"$PY" "$ROOT/tests/integration/check_metrics.py" "$work/bad" "$work"/m-*.txt >"$work/bad.log" 2>&1 || rc=$?
 check "the checker rejects an alert on an unexported metric" test "$rc" = 1
 check "... naming it" grep -q "sluice_no_such_metric is not exported" "$work/bad.log"
 
@@ -129,11 +129,13 @@ ctl submission "$sid" --json
 check "submission ID exits 0 ($RC)" test "$RC" = 0
 h=$(cat "$work/out")
 check "history has the SubmissionCreated" jqe '[.events[] | select(.topic == "submissions")] | length == 1' "$h"
-check "history has both uploads' storage events" jqe '[.events[] | select(.topic == "storage-events")] | length == 2' "$h"
+check "history has both uploads' storage events, and those of preflight's two FLACs" \
+  jqe '[.events[] | select(.topic == "storage-events") | .message | tostring | test("derived/")] | (length == 4) and (map(select(.)) | length == 2)' "$h"
+check "history has 2 preflight requests" jqe '[.events[] | select(.topic == "preflight.requests")] | length == 2' "$h"
 check "history has 2 stt requests and 2 grade requests" \
   jqe '([.events[] | select(.topic == "stt.requests")] | length) == 2 and ([.events[] | select(.topic == "grade.requests")] | length) == 2' "$h"
-check "history has 4 states per question on results" \
-  jqe '[.events[] | select(.topic == "results")] | length == 8' "$h"
+check "history has 5 states per question on results (queued, checking, transcribing, grading, done)" \
+  jqe '[.events[] | select(.topic == "results")] | length == 10' "$h"
 check "history is in time order" jqe '[.events[].timestamp_ms] | . == sort' "$h"
 check "history decodes the final state" jqe '[.events[] | select(.topic == "results") | .message.state] | index("DONE") != null' "$h"
 check "Redis view: both questions done" jqe '.redis.q1.state == "done" and .redis.q2.state == "done"' "$h"
@@ -151,8 +153,8 @@ check "status --json exits 0 ($RC)" test "$RC" = 0
 s=$(cat "$work/out")
 check "status: every consuming stage has a member" jqe '[.stages[].members] | all(. >= 1)' "$s"
 check "status: no lag after the workload" jqe '[.stages[].lag] | add == 0' "$s"
-check "status: all 6 admin endpoints up and ready" jqe '[.processes[] | select(.up and .ready)] | length == 6' "$s"
-check "status: endpoints name their process" jqe '[.processes[].stage] | sort == ["grade","ingest","materialize","presign","results","stt"]' "$s"
+check "status: all 7 admin endpoints up and ready" jqe '[.processes[] | select(.up and .ready)] | length == 7' "$s"
+check "status: endpoints name their process" jqe '[.processes[].stage] | sort == ["grade","ingest","materialize","preflight","presign","results","stt"]' "$s"
 check "status: stt breaker closed" jqe '.stages[] | select(.stage == "stt") | .breakers[0] == {"provider":"stt-pocketsphinx","state":"closed"}' "$s"
 check "status: rates measured" jqe '[.stages[].rate_in_per_s] | all(type == "number")' "$s"
 check "status: providers listed" jqe '[.providers[].provider] | index("stt-pocketsphinx") != null' "$s"

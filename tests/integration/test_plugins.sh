@@ -6,6 +6,9 @@
 #                 too), then corrupt, truncated, zero-length and over-long audio;
 #   grade plugins fixed transcripts (levels, criteria, determinism) and bad
 #                 transcript files;
+#   step plugins  that read the uploaded object (step/preflight): the same
+#                 audio, measured and stored as 16 kHz FLAC (--object-out);
+#                 noise, empty, silent, over-long and JSON input refused;
 #   HTTP plugins  against `sluice-fakeprovider` (when such plugins are built),
 #                 then against a misbehaving one: outage, 429, truncated
 #                 bodies, no answer within the timeout, a reply trickling
@@ -76,7 +79,25 @@ for p in "${PLUGINS[@]}"; do
     start_fake
     args=(--set "$kind.$name.base_url=http://127.0.0.1:$((BASE + 50))")
   fi
-  if [[ $kind == stt ]]; then
+  if [[ $kind == step ]]; then
+    # a step reading the uploaded object (preflight) runs on an audio file
+    for f in speech.wav speech.flac speech.ogg speech48k.wav; do
+      run step "$name" "$TMP/$f" --object-out "$TMP/$f.out"
+      check "$p: $f passes (exit 0)" test "$RC" -eq 0
+      check "$p: $f measured and normalised" jqok '.outcome == "done" and .fields.duration_s > 3 and
+        .fields.duration_s < 8 and .fields.speech_s > 1 and .object.suffix == ".16k.flac" and .object.bytes > 10000' <<<"$OUT"
+      check "$p: $f stored as 16 kHz mono FLAC" test "$(soxi -r "$TMP/$f.out" 2>/dev/null)/$(soxi -c "$TMP/$f.out" 2>/dev/null)" = 16000/1
+    done
+    for f in noise.wav:undecodable_audio empty.wav:undecodable_audio long.wav:no_speech; do
+      run step "$name" "$TMP/${f%%:*}"
+      check "$p: ${f%%:*} fails for good (exit 4)" test "$RC" -eq 4
+      check "$p: ${f%%:*} is ${f##*:} with a reason" jqok ".outcome == \"failed\" and .error_class == \"${f##*:}\" and (.reason | length) > 5" <<<"$OUT"
+    done
+    run step "$name" "$TMP/speech.wav" --set "step.$name.max_seconds=2"
+    check "$p: over-long audio is too_long" jqok '.outcome == "failed" and .error_class == "too_long"' <<<"$OUT"
+    run step "$name" "$TMP/t-good.json"
+    check "$p: a JSON file is not audio (exit 4)" test "$RC" -eq 4
+  elif [[ $kind == stt ]]; then
     for f in speech.wav speech.flac speech.ogg speech48k.wav; do
       run stt "$name" "$TMP/$f" "${args[@]}"
       check "$p: $f transcribed (exit 0)" test "$RC" -eq 0

@@ -1,0 +1,141 @@
+/*
+ * preflight_bench.c — what the preflight step costs and what it changes,
+ * per recording format: the bytes a client uploads per minute of speech,
+ * and the CPU preflight spends per minute of audio (decode, measure speech,
+ * encode the 16 kHz FLAC: everything step/preflight does but the storage
+ * round trips), beside the anchor measured in the same run on the same
+ * audio: PocketSphinx transcribing the FLAC preflight produced, which is
+ * what the stt stage then does with it.
+ *
+ *   preflight_bench [--reps N] FILE...
+ *
+ * Every FILE is decoded `reps` times (default 5) on one thread; the CPU time
+ * is the thread's (CLOCK_PROCESS_CPUTIME_ID), the median over reps, scaled
+ * to one minute of the decoded audio. The anchor is one PocketSphinx run
+ * per file (it is ~100x slower). Prints a Markdown table; exits 1 when a
+ * file does not decode.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sluice/sl_err.h"
+#include "step/preflight/preflight.h"
+#include "stt/pocketsphinx/pocketsphinx.h"
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 20, n = 0;
+  unsigned char *buf = malloc(cap);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+    if (n == cap) {
+      unsigned char *g = realloc(buf, cap * 2);
+      if (!g) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = g;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  int reps = 5, first = 1;
+  if (argc > 2 && strcmp(argv[1], "--reps") == 0) {
+    reps = atoi(argv[2]);
+    first = 3;
+  }
+  if (first >= argc || reps < 1 || reps > 100) {
+    fprintf(stderr, "usage: preflight_bench [--reps N] FILE...\n");
+    return 2;
+  }
+  char err[512];
+  sl_ps *ps = NULL;
+  if (sl_pf_init(err, sizeof err) || sl_ps_new(&ps, NULL, 0, err, sizeof err)) {
+    fprintf(stderr, "preflight_bench: %s\n", err);
+    return 1;
+  }
+  const sl_pf_conf conf = {.max_seconds = 600, .silence_dbfs = -50, .timeout_ms = 60000};
+  printf("| recording | bytes | audio s | bytes per minute | speech s | preflight CPU ms per "
+         "audio min | PocketSphinx CPU ms per audio min (anchor) | preflight / anchor |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  int bad = 0;
+  for (int i = first; i < argc; i++) {
+    size_t len = 0;
+    unsigned char *data = slurp(argv[i], &len);
+    if (!data) {
+      fprintf(stderr, "preflight_bench: cannot read %s\n", argv[i]);
+      bad = 1;
+      continue;
+    }
+    double *cpu = calloc((size_t)reps, sizeof *cpu), dur = 0, speech = 0;
+    void *flac = NULL;
+    size_t flen = 0;
+    int rc = cpu ? 0 : SL_ENOMEM;
+    for (int r = 0; rc == 0 && r < reps; r++) {
+      sl_pf_audio a;
+      double t0 = cpu_s();
+      rc = sl_pf_decode(data, len, &conf, &a, err, sizeof err);
+      if (rc == 0) rc = sl_pf_analyse(&a, conf.silence_dbfs);
+      void *f = NULL;
+      size_t fl = 0;
+      if (rc == 0) rc = sl_pf_flac(a.pcm, a.n, &f, &fl);
+      cpu[r] = cpu_s() - t0;
+      dur = a.duration_s;
+      speech = a.speech_s;
+      sl_pf_audio_clear(&a);
+      free(flac);
+      flac = f;
+      flen = fl;
+    }
+    if (rc) {
+      fprintf(stderr, "preflight_bench: %s: %s: %s\n", argv[i], sl_err_name(rc), err);
+      bad = 1;
+    } else {
+      qsort(cpu, (size_t)reps, sizeof *cpu, cmp_double);
+      sl_ps_result res = {0};
+      double t0 = cpu_s();
+      int prc = sl_ps_transcribe(ps, flac, flen, &res, err, sizeof err);
+      double anchor = cpu_s() - t0;
+      sl_ps_result_clear(&res);
+      const char *name = strrchr(argv[i], '/');
+      double per_min = 60.0 / dur;
+      if (prc)
+        printf("| %s | %zu | %.1f | %.0f | %.1f | %.1f | (failed: %s) | - |\n",
+               name ? name + 1 : argv[i], len, dur, len * per_min, speech,
+               cpu[reps / 2] * 1000 * per_min, err);
+      else
+        printf("| %s | %zu | %.1f | %.0f | %.1f | %.1f | %.0f | %.4f |\n",
+               name ? name + 1 : argv[i], len, dur, len * per_min, speech,
+               cpu[reps / 2] * 1000 * per_min, anchor * 1000 * per_min, cpu[reps / 2] / anchor);
+    }
+    free(flac);
+    free(cpu);
+    free(data);
+  }
+  sl_ps_free(ps);
+  return bad;
+}
