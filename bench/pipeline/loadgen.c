@@ -24,6 +24,7 @@
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 
+#include "sl_client.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_stage.h"
@@ -104,27 +105,21 @@ static double pct(double *v, size_t n, double p) {
 
 static const char *audio;
 static size_t audio_len;
+static const char *audio_type; /* declared at create, from --audio's extension */
 static CURLM *multi;
 static long running_xfers;
 /* "Authorization: Bearer <SLUICE_API_KEY>" (presign wants an API key) */
 static char auth_header[8300]; /* a JWT can be long (auth.c accepts up to 8 KiB) */
 
-static void add_put(sub *s, int qi, json_t *qj) {
+static void add_put(sub *s, int qi, const sl_client_upload *u) {
   xfer *x = calloc(1, sizeof *x);
   x->s = s;
   x->qi = qi;
   CURL *e = curl_easy_init();
   trust(e);
-  const char *k;
-  json_t *v;
-  json_object_foreach(json_object_get(qj, "headers"), k, v) {
-    if (!strcasecmp(k, "Content-Length")) continue; /* curl sends it */
-    char h[512];
-    snprintf(h, sizeof h, "%s: %s", k, json_string_value(v));
-    x->hdrs = curl_slist_append(x->hdrs, h);
-  }
+  for (size_t h = 0; u->headers[h]; h++) x->hdrs = curl_slist_append(x->hdrs, u->headers[h]);
   x->hdrs = curl_slist_append(x->hdrs, "Expect:");
-  curl_easy_setopt(e, CURLOPT_URL, json_string_value(json_object_get(qj, "url")));
+  curl_easy_setopt(e, CURLOPT_URL, u->url);
   curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
   curl_easy_setopt(e, CURLOPT_POSTFIELDS, audio);
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)audio_len);
@@ -142,14 +137,11 @@ static void start_create(sub *s, const char *url) {
   xfer *x = calloc(1, sizeof *x);
   x->s = s;
   x->qi = -1;
-  json_t *qs = json_array();
+  sl_client_question qs[MAXQ];
   for (int i = 0; i < s->n; i++)
-    json_array_append_new(qs, json_pack("{s:s,s:I,s:s}", "content_type", "audio/wav", "size",
-                                        (json_int_t)audio_len, "prompt",
-                                        "Tell me about your weekend."));
-  json_t *b = json_pack("{s:o}", "questions", qs);
-  x->body = json_dumps(b, JSON_COMPACT);
-  json_decref(b);
+    qs[i] = (sl_client_question){i + 1, audio_type, (int64_t)audio_len,
+                                 "Tell me about your weekend."};
+  x->body = sl_client_create_body(qs, (size_t)s->n);
   x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
   x->hdrs = curl_slist_append(x->hdrs, "Expect:");
   if (auth_header[0]) x->hdrs = curl_slist_append(x->hdrs, auth_header);
@@ -175,20 +167,19 @@ static void finish_xfer(CURL *e, CURLcode cc) {
   if (x->qi < 0) {
     s->accept_ms = (now_s() - s->sched) * 1000.0;
     s->status = cc == CURLE_OK ? (int)status : -1;
-    json_t *j = s->status == 201 ? json_loadb(x->buf ? x->buf : "", x->len, 0, NULL) : NULL;
-    const char *sid = json_string_value(json_object_get(j, "submission_id"));
-    json_t *qs = json_object_get(j, "questions");
-    if (sid && json_array_size(qs) == (size_t)s->n) {
-      snprintf(s->sid, sizeof s->sid, "%s", sid);
+    sl_client_created c;
+    char err[256];
+    if (s->status == 201 &&
+        sl_client_created_parse(x->buf, x->len, (size_t)s->n, &c, err, sizeof err) == 0) {
+      snprintf(s->sid, sizeof s->sid, "%s", c.submission_id);
       for (int i = 0; i < s->n; i++) {
-        json_t *qj = json_array_get(qs, (size_t)i);
-        s->q[i].no = (int)json_integer_value(json_object_get(qj, "no"));
-        add_put(s, i, qj);
+        s->q[i].no = c.uploads[i].no;
+        add_put(s, i, &c.uploads[i]);
       }
+      sl_client_created_free(&c);
     } else if (s->status == 201) {
       s->status = -2; /* unparseable reply */
     }
-    json_decref(j);
   } else {
     s->q[x->qi].uploaded = cc == CURLE_OK && status == 200 ? 1 : -1;
     s->pending_puts--;
@@ -310,12 +301,17 @@ int main(int argc, char **argv) {
     }
   }
   if (!url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 || maxq > MAXQ) {
-    fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE.wav "
+    fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE "
                     "[--rate R] [--duration S] [--mean-questions M] [--max-questions N<=30] "
                     "[--redis HOST:PORT|URL] [--drain-timeout S] [--seed N] [--out FILE.jsonl]\n");
     return 2;
   }
   srand(seed);
+  audio_type = sl_client_content_type(audio_path);
+  if (!audio_type) {
+    fprintf(stderr, "loadgen: %s: unknown audio type (by its extension)\n", audio_path);
+    return 2;
+  }
   FILE *af = fopen(audio_path, "rb");
   if (!af) {
     fprintf(stderr, "loadgen: cannot open %s\n", audio_path);

@@ -12,14 +12,17 @@
 
 int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
                 const sl_conf_bind *binds, size_t nbinds) {
+  /* a subcommand of sluice ("presign"), or a program of its own
+   * ("sluice-fakeprovider") */
+  const char *pre = strncmp(stage, "sluice-", 7) == 0 ? "" : "sluice ";
   const char *file = NULL, *sets[MAX_SETS];
   size_t nsets = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      printf("usage: sluice %s [--config FILE] [--set key=value]...\n\n%s\n\n"
+      printf("usage: %s%s [--config FILE] [--set key=value]...\n\n%s\n\n"
              "Settings (file key, environment variable, default):\n",
-             stage, summary);
+             pre, stage, summary);
       for (size_t b = 0; b < nbinds; b++)
         sl_conf_print_help(binds[b].entries, binds[b].n, stdout);
       return 1000;
@@ -27,19 +30,19 @@ int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
       file = argv[++i];
     } else if (strcmp(a, "--set") == 0 && i + 1 < argc) {
       if (nsets == MAX_SETS) {
-        fprintf(stderr, "sluice %s: too many --set options\n", stage);
+        fprintf(stderr, "%s%s: too many --set options\n", pre, stage);
         return 1002;
       }
       sets[nsets++] = argv[++i];
     } else {
-      fprintf(stderr, "sluice %s: unknown argument \"%s\" (try --help)\n", stage, a);
+      fprintf(stderr, "%s%s: unknown argument \"%s\" (try --help)\n", pre, stage, a);
       return 1002;
     }
   }
   char err[512];
   int rc = sl_conf_load(binds, nbinds, file, sets, nsets, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "sluice %s: %s\n", stage, err);
+    fprintf(stderr, "%s%s: %s\n", pre, stage, err);
     sl_conf_release(binds, nbinds); /* what was loaded before the error */
     return 1002;
   }

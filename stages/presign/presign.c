@@ -703,19 +703,35 @@ static void begin_create(presign *ps, sl_http_req *req) {
   }
 }
 
+/* ---- routes ---- */
+
+/* Each route module answers the requests it owns (1) or leaves them (0). */
+static int route_create(presign *ps, sl_http_req *req) {
+  if (strcmp(sl_http_req_path(req), "/v1/submissions") != 0) return 0;
+  if (strcmp(sl_http_req_method(req), "POST") == 0)
+    begin_create(ps, req);
+  else
+    sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
+  return 1;
+}
+static int route_multipart(presign *ps, sl_http_req *req) { return sl__mpu_handle(ps->mpu, req); }
+static int route_webhook(presign *ps, sl_http_req *req) { return sl__webhook_handle(ps->hook, req); }
+static int route_static(presign *ps, sl_http_req *req) { return sl_static_serve(ps->web, req); }
+
+/* What presign serves, tried in order (docs/openapi.yaml): the create API,
+ * the Companion-style multipart endpoints (multipart.h), the storage
+ * webhook (webhook.h), the browser client's files; anything else is 404. */
+static int (*const routes[])(presign *ps, sl_http_req *req) = {
+    route_create,
+    route_multipart,
+    route_webhook,
+    route_static,
+};
+
 static void handle(sl_http_req *req, void *ud) {
   presign *ps = ud;
-  const char *path = sl_http_req_path(req), *m = sl_http_req_method(req);
-  if (strcmp(path, "/v1/submissions") == 0) {
-    if (strcmp(m, "POST") == 0)
-      begin_create(ps, req);
-    else
-      sl_http_respond_error(req, 405, "method_not_allowed", "use POST", "Allow: POST\r\n");
-    return;
-  }
-  if (sl__mpu_handle(ps->mpu, req)) return;
-  if (sl__webhook_handle(ps->hook, req)) return;
-  if (sl_static_serve(ps->web, req)) return;
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (routes[i](ps, req)) return;
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 

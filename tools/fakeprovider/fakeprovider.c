@@ -848,7 +848,7 @@ int main(int argc, char **argv) {
                         {fake_table, fake_table_len, &fc}};
   sl_admin *admin = NULL;
   sl_conf_set_known_env(any_env);
-  int rc = sl_cli_load(argc, argv, "fakeprovider",
+  int rc = sl_cli_load(argc, argv, "sluice-fakeprovider",
                        "A stand-in for paid STT/LLM providers (OpenAI-compatible API): the test\n"
                        "double tests and benchmarks use (docs/fakeprovider.md).",
                        own, 2);

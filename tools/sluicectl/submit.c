@@ -24,20 +24,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "sl_client.h"
 #include "sluicectl.h"
-
-static const char *content_type(const char *path) {
-  const char *dot = strrchr(path, '.');
-  if (!dot) return NULL;
-  static const struct {
-    const char *ext, *type;
-  } map[] = {{"wav", "audio/wav"},  {"flac", "audio/flac"}, {"ogg", "audio/ogg"},
-             {"oga", "audio/ogg"},  {"webm", "audio/webm"}, {"mp3", "audio/mpeg"},
-             {"m4a", "audio/mp4"},  {"mp4", "audio/mp4"}};
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (strcasecmp(dot + 1, map[i].ext) == 0) return map[i].type;
-  return NULL;
-}
 
 static void api_error(const char *what, const sc_http_reply *r) {
   if (r->status == 0) {
@@ -107,25 +95,26 @@ int sc_submit(const sc_opts *o) {
   }
   /* check every file before anything is created */
   int64_t *sizes = calloc((size_t)o->nargs, sizeof *sizes);
-  json_t *qs = sizes ? json_array() : NULL;
+  sl_client_question *qs = sizes ? calloc((size_t)o->nargs, sizeof *qs) : NULL;
   if (!qs) {
     free(sizes);
     return SC_EXIT_FAIL;
   }
   for (int i = 0; i < o->nargs; i++) {
     struct stat st;
-    const char *ct = content_type(o->args[i]);
+    const char *ct = sl_client_content_type(o->args[i]);
     if (stat(o->args[i], &st) != 0 || !S_ISREG(st.st_mode)) {
       fprintf(stderr, "sluicectl: no such file: %s\n", o->args[i]);
-      json_decref(qs);
+      free(qs);
       free(sizes);
       return SC_EXIT_USAGE;
     }
     if (!ct) {
       fprintf(stderr,
-              "sluicectl: %s: unknown audio type (want .wav .flac .ogg .oga .webm .mp3 .m4a .mp4)\n",
+              "sluicectl: %s: unknown audio type (want .wav .flac .ogg .oga .opus .webm .mp3 "
+              ".m4a .mp4)\n",
               o->args[i]);
-      json_decref(qs);
+      free(qs);
       free(sizes);
       return SC_EXIT_USAGE;
     }
@@ -136,19 +125,14 @@ int sc_submit(const sc_opts *o) {
               "sluicectl: %s: %lld bytes would need more than %d parts of %lld bytes "
               "(raise --part-size)\n",
               o->args[i], (long long)sizes[i], SC_MAX_PARTS, (long long)o->part_size);
-      json_decref(qs);
+      free(qs);
       free(sizes);
       return SC_EXIT_USAGE;
     }
-    json_t *q = json_pack("{s:i,s:s,s:I}", "no", i + 1, "content_type", ct, "size",
-                          (json_int_t)st.st_size);
-    if (i < o->nprompts && o->prompts[i][0])
-      json_object_set_new(q, "prompt", json_string(o->prompts[i]));
-    json_array_append_new(qs, q);
+    qs[i] = (sl_client_question){i + 1, ct, sizes[i], i < o->nprompts ? o->prompts[i] : NULL};
   }
-  json_t *req = json_pack("{s:o}", "questions", qs);
-  char *body = json_dumps(req, JSON_COMPACT);
-  json_decref(req);
+  char *body = sl_client_create_body(qs, (size_t)o->nargs);
+  free(qs);
   char url[1024];
   snprintf(url, sizeof url, "%s/v1/submissions", o->presign_url);
   char keyhdr[8300]; /* an API key, or a JWT (up to 8 KiB) */
@@ -164,58 +148,40 @@ int sc_submit(const sc_opts *o) {
     free(sizes);
     return SC_EXIT_FAIL;
   }
-  json_t *created = json_loads(r.body, 0, NULL);
+  sl_client_created created;
+  char perr[256];
+  rc = sl_client_created_parse(r.body, r.body ? strlen(r.body) : 0, (size_t)o->nargs, &created,
+                               perr, sizeof perr);
   sc_http_reply_free(&r);
-  const char *sid = json_string_value(json_object_get(created, "submission_id"));
-  const char *token = json_string_value(json_object_get(created, "results_token"));
-  const char *results = json_string_value(json_object_get(created, "results_url"));
-  json_t *issued = json_object_get(created, "questions");
-  if (!sid || !token || !results || json_array_size(issued) != (size_t)o->nargs) {
-    fprintf(stderr, "sluicectl: the presign reply lacks submission_id, results_token, "
-                    "results_url or a question per file\n");
-    json_decref(created);
+  if (rc != 0) {
+    fprintf(stderr, "sluicectl: presign's reply: %s\n", perr);
+    sl_client_created_free(&created);
     free(sizes);
     return SC_EXIT_FAIL;
   }
+  const char *sid = created.submission_id, *token = created.results_token,
+             *results = created.results_url;
   fprintf(stderr, "submission %s: %d question(s)\n", sid, o->nargs);
 
   int status = SC_EXIT_OK;
   for (int i = 0; i < o->nargs && status == SC_EXIT_OK; i++) {
-    json_t *q = json_array_get(issued, (size_t)i);
+    const sl_client_upload *up = &created.uploads[i];
     if (sizes[i] >= o->mp_threshold) {
-      const char *key = json_string_value(json_object_get(q, "object_key"));
       fprintf(stderr, "  uploading q%d %s (%lld bytes, multipart)\n", i + 1, o->args[i],
               (long long)sizes[i]);
-      sc_mpu_job job = {o->presign_url, token, sid, i + 1, key ? key : "", o->args[i],
+      sc_mpu_job job = {o->presign_url, token, sid, i + 1, up->object_key, o->args[i],
                         sizes[i], o->part_size};
-      if (!key) {
-        fprintf(stderr, "sluicectl: the presign reply has no object_key for question %d\n", i + 1);
-        status = SC_EXIT_FAIL;
-      } else if (sc_multipart_upload(&job) != 0) {
+      if (sc_multipart_upload(&job) != 0) {
         fprintf(stderr, "sluicectl: uploading %s failed\n", o->args[i]);
         status = SC_EXIT_FAIL;
       }
       continue;
     }
-    const char *put = json_string_value(json_object_get(q, "url"));
-    json_t *hdrs = json_object_get(q, "headers");
-    const char *h[34];
-    char hb[32][512];
-    int nh = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(hdrs, k, v) {
-      if (nh == 32 || !json_is_string(v)) continue;
-      snprintf(hb[nh], sizeof hb[0], "%s: %s", k, json_string_value(v));
-      h[nh] = hb[nh];
-      nh++;
-    }
-    h[nh] = NULL;
     fprintf(stderr, "  uploading q%d %s\n", i + 1, o->args[i]);
-    if (!put || sc_http_put_file(put, o->args[i], h, 600000, &r) != 0 || r.status / 100 != 2) {
+    if (sc_http_put_file(up->url, o->args[i], (const char *const *)up->headers, 600000, &r) != 0 ||
+        r.status / 100 != 2) {
       char what[600];
       snprintf(what, sizeof what, "uploading %s", o->args[i]);
-      if (!put) snprintf(r.error, sizeof r.error, "no upload URL for question %d", i + 1);
       api_error(what, &r);
       status = SC_EXIT_FAIL;
     }
@@ -223,7 +189,7 @@ int sc_submit(const sc_opts *o) {
   }
   free(sizes);
   if (status != SC_EXIT_OK) {
-    json_decref(created);
+    sl_client_created_free(&created);
     return status;
   }
 
@@ -302,6 +268,6 @@ int sc_submit(const sc_opts *o) {
       status = SC_EXIT_FAIL;
   }
   json_decref(last);
-  json_decref(created);
+  sl_client_created_free(&created);
   return status;
 }

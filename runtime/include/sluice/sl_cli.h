@@ -11,7 +11,10 @@
 
 #include "sluice/sl_conf.h"
 
-/* Returns 0 to go on, or a process exit code + 1000 to exit with at once
+/* `stage` names the command in messages: a subcommand of sluice
+ * ("presign": "sluice presign: ..."), or a program of its own when it starts
+ * with "sluice-" ("sluice-fakeprovider: ...").
+ * Returns 0 to go on, or a process exit code + 1000 to exit with at once
  * (1000 after --help, 1002 on a usage/config error, printed on stderr).
  * On any non-zero return nothing is left allocated in the bound structs. */
 int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
