@@ -319,12 +319,17 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   ops->release(msg);
 }
 
+/* One message with an async plugin: everything the plugin's input points
+ * at — the input itself included — lives here until the plugin completes
+ * (the ABI lends the input until complete(), and the call outlives
+ * sl__plugin_start). */
 typedef struct {
   const sl__plugin_ops *ops;
   void *ud;
   sl_job *job;
   void *msg, *scratch;
   char key[SL__KEY_MAX];
+  sl_plugin_input in;
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
@@ -358,13 +363,12 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
     sl_job_done(job);
     return;
   }
-  sl_plugin_input pin;
-  if (!ops->input(ud, c->msg, c->key, &pin, &c->scratch, res)) {
+  if (!ops->input(ud, c->msg, c->key, &c->in, &c->scratch, res)) {
     plugin_job_free(c);
     sl_job_done(job);
     return;
   }
-  int rc = sl_plugin_run(pp->inst, &pin, sl_job_http(job), on_plugin_done, c);
+  int rc = sl_plugin_run(pp->inst, &c->in, sl_job_http(job), on_plugin_done, c);
   if (rc) {
     sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
                   sl_strerror(rc));

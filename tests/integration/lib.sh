@@ -17,6 +17,7 @@ export SLUICE_BIN=${SLUICE_BIN:-$ROOT/build-san/stages/sluice}
 export SLUICECTL=${SLUICECTL:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/sluicectl}
 # the test double for paid providers (tools/fakeprovider)
 export FAKEPROVIDER=${FAKEPROVIDER:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/sluice-fakeprovider}
+export TEST_PLUGIN_DIR=${TEST_PLUGIN_DIR:-$(dirname "$(dirname "$SLUICE_BIN")")/tests/plugins}
 TEST_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 export STAGES_DIR=$DEVSTACK_DIR/stages-$TEST_NAME
 export STAGES_ADMIN_PORT_BASE=$((BASE + 100))
