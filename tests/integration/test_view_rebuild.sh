@@ -35,7 +35,7 @@ done_view() { view >"$work/view.json" && jq -e '.questions[0].state == "done"' "
 check "graded before Redis is lost" wait_for 90 done_view
 before=$(jq -c '.questions[0] | {state, transcript, grade}' "$work/view.json")
 
-ADMIN_MAT2=http://127.0.0.1:$((BASE + 110)) # replica 2 (tools/stages: + 6 per replica)
+ADMIN_MAT2=$(admin materialize 2)
 rebuilds() { # over both replicas
   { curl -fsS "$ADMIN_MAT/metrics"; curl -fsS "$ADMIN_MAT2/metrics"; } |
     awk '$1 == "sluice_view_rebuilds_total" {s += $2} END {print s + 0}'
