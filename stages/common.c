@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "sluice/sl_cli.h"
+#include "sluice/sl_httpc.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
@@ -286,6 +287,112 @@ void sl__plugin_pool_free(sl__plugin_pool *pp) {
   pp->inst = NULL;
 }
 
+/* ---- the objects plugins read and write ---- */
+
+static void *signer_new(void *arg, char *err, unsigned long errlen) {
+  const sl__objects *o = arg;
+  sl_sigv4 *sig = NULL;
+  int rc = sl_sigv4_new(&sig, o->s3->access_key, o->s3->secret_key, o->s3->region, "s3");
+  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  return sig;
+}
+static void signer_free(void *v) { sl_sigv4_free(v); }
+
+int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long timeout_ms, int sync,
+                     char *err, size_t errlen) {
+  memset(o, 0, sizeof *o);
+  o->s3 = s3;
+  o->max_bytes = max_bytes;
+  o->timeout_ms = timeout_ms;
+  int rc = sl_s3_target_init(&o->target, s3);
+  if (rc) {
+    snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+    return rc;
+  }
+  if (!sync) {
+    o->loop_sig = signer_new(o, err, errlen);
+    return o->loop_sig ? 0 : SL_ECONFIG;
+  }
+  rc = sl_tls_new(&o->signers, signer_new, signer_free, o);
+  if (rc) return rc;
+  sl_sigv4 *probe = signer_new(o, err, errlen);
+  if (!probe) return SL_ECONFIG;
+  sl_sigv4_free(probe);
+  return 0;
+}
+
+void sl__objects_free(sl__objects *o) {
+  if (!o) return;
+  sl_tls_free(o->signers);
+  sl_sigv4_free(o->loop_sig);
+  o->signers = NULL;
+  o->loop_sig = NULL;
+}
+
+/* Storage's answer to a GET or PUT of key as the stage's outcome. */
+static void storage_fault(sl_result *res, int rc, long status, const char *key, const char *why) {
+  if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
+                                                   status == 408)))
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", why);
+  else if (rc == SL_ESTORAGE && (status == 403 || status == 401))
+    /* the object exists (ingest saw it), so the fault is this replica's: a
+     * clock off by more than the signature allows, or credentials being
+     * rotated; retried, so another replica or this one fixed can get it */
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage_denied",
+                  "%s: HTTP %ld: storage refused this replica's signature (is its clock right? "
+                  "are s3.access_key/s3.secret_key current?)", key, status);
+  else
+    sl_result_set(res, SL_OUTCOME_FAIL, rc == SL_ETOOBIG ? "audio_too_large" : "storage", "%s",
+                  why);
+}
+
+int sl__objects_put(sl__objects *o, const char *key, const char *content_type, const void *data,
+                    size_t len, sl_result *res) {
+  char err[512] = "";
+  sl_sigv4 *sig = sl_tls_get(o->signers, err, sizeof err);
+  if (!sig) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
+    return SL_ECONFIG;
+  }
+  long status = 0;
+  int rc = sl_s3_put(sig, &o->target, key, content_type, data, len, &status, err, sizeof err);
+  if (rc) storage_fault(res, rc, status, key, err);
+  return rc;
+}
+
+/* the fetched object as the plugin's input */
+static void give_object(sl_plugin_input *in, const char *key, const void *data, size_t len) {
+  in->audio = data;
+  in->audio_len = len;
+  in->content_type = sl__audio_content_type(key);
+  const char *slash = strrchr(key, '/');
+  in->filename = slash ? slash + 1 : key;
+}
+
+/* SYNC: the object of msg fetched on this worker into *data (NULL when the
+ * plugin reads none). 0, or <0 with res set. */
+static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, void *msg,
+                      sl_plugin_input *in, void **data, sl_result *res) {
+  const char *key = pp->objects && ops->object ? ops->object(ud, msg) : NULL;
+  if (!key) return 0;
+  char err[512] = "";
+  sl_sigv4 *sig = sl_tls_get(pp->objects->signers, err, sizeof err);
+  if (!sig) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
+    return SL_ECONFIG;
+  }
+  size_t len = 0;
+  long status = 0;
+  int rc = sl_s3_get(sig, &pp->objects->target, key, pp->objects->max_bytes, data, &len, &status,
+                     err, sizeof err);
+  if (rc) {
+    storage_fault(res, rc, status, key, err);
+    return rc;
+  }
+  give_object(in, key, *data, len);
+  return 0;
+}
+
 /* ---- running a plugin for each message ---- */
 
 static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
@@ -302,7 +409,10 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
     return;
   }
   sl_plugin_input pin;
-  if (!ops->input(ud, msg, key, &pin, &scratch, res)) {
+  void *object = NULL;
+  if (!ops->input(ud, msg, key, &pin, &scratch, res) ||
+      fetch_sync(pp, ops, ud, msg, &pin, &object, res) != 0) {
+    free(object);
     free(scratch);
     ops->release(msg);
     return;
@@ -315,6 +425,7 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   else
     ops->finish(ud, msg, key, &pr, out, res);
   sl_plugin_result_clear(&pr);
+  free(object);
   free(scratch);
   ops->release(msg);
 }
@@ -327,14 +438,18 @@ typedef struct {
   const sl__plugin_ops *ops;
   void *ud;
   sl_job *job;
+  sl__plugin_pool *pp;
   void *msg, *scratch;
   char key[SL__KEY_MAX];
   sl_plugin_input in;
+  const char *object_key; /* the object being fetched, or NULL */
+  void *object;           /* its bytes, once fetched */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
   c->ops->release(c->msg);
   free(c->scratch);
+  free(c->object);
   free(c);
 }
 
@@ -345,6 +460,64 @@ static void on_plugin_done(sl_plugin_result *pr, void *ud) {
   sl_plugin_result_clear(pr);
   plugin_job_free(c);
   sl_job_done(job);
+}
+
+static void run_async(plugin_job *c) {
+  int rc = sl_plugin_run(c->pp->inst, &c->in, sl_job_http(c->job), on_plugin_done, c);
+  if (rc) {
+    sl_job *job = c->job;
+    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "plugin_error",
+                  "running the plugin: %s", sl_strerror(rc));
+    plugin_job_free(c);
+    sl_job_done(job);
+  }
+}
+
+/* async: the object arrived (or did not) on the loop */
+static void on_object(const sl_httpc_response *r, void *ud) {
+  plugin_job *c = ud;
+  sl_job *job = c->job;
+  sl_result *res = sl_job_result(job);
+  const char *k = c->object_key;
+  if (r->status == 200) {
+    c->object = malloc(r->body_len ? r->body_len : 1);
+    if (!c->object) {
+      sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "holding %zu bytes of %s",
+                    r->body_len, k);
+    } else {
+      memcpy(c->object, r->body, r->body_len);
+      give_object(&c->in, k, c->object, r->body_len);
+      run_async(c);
+      return;
+    }
+  } else if (r->too_big) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "audio_too_large", "object %s is larger than %zu bytes",
+                  k, c->pp->objects->max_bytes);
+  } else if (r->status == 404) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "storage", "object %s not found in storage", k);
+  } else {
+    char why[600];
+    snprintf(why, sizeof why, "GET %s: %s", k, r->status ? "HTTP error" : r->error);
+    storage_fault(res, r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status, k, why);
+  }
+  plugin_job_free(c);
+  sl_job_done(job);
+}
+
+static void fetch_async(plugin_job *c) {
+  sl__objects *o = c->pp->objects;
+  char url[4096];
+  int rc = sl_s3_presign_get(o->loop_sig, &o->target, c->object_key, 600, url, sizeof url);
+  sl_httpc_request q = {.method = "GET", .url = url, .timeout_ms = o->timeout_ms,
+                        .max_response = o->max_bytes, .ca_file = o->target.ca_file};
+  if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_object, c);
+  if (rc) {
+    sl_job *job = c->job;
+    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",
+                  c->object_key, sl_strerror(rc));
+    plugin_job_free(c);
+    sl_job_done(job);
+  }
 }
 
 void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job) {
@@ -368,13 +541,12 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
     sl_job_done(job);
     return;
   }
-  int rc = sl_plugin_run(pp->inst, &c->in, sl_job_http(job), on_plugin_done, c);
-  if (rc) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
-    plugin_job_free(c);
-    sl_job_done(job);
-  }
+  c->pp = pp;
+  c->object_key = pp->objects && ops->object ? ops->object(ud, c->msg) : NULL;
+  if (c->object_key)
+    fetch_async(c);
+  else
+    run_async(c);
 }
 
 int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {

@@ -76,6 +76,7 @@ int sl__stage_main(int argc, char **argv);
 
 /* ---- plugins (stt, grade, step) ---- */
 #include "sluice/sl_pluginhost.h"
+#include "sluice/sl_s3.h"
 
 typedef struct {
   char *path; /* plugin.path ("" = next to the binary) */
@@ -123,15 +124,41 @@ extern const sl_conf_entry sl__presign_table[], sl__ingest_table[], sl__stt_tabl
 extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_len,
     sl__grade_table_len, sl__materialize_table_len, sl__results_table_len, sl__step_table_len;
 
+/* The objects a plugin reads and writes in the answers' bucket: the
+ * uploaded answer fetched before the call (stt; a step reading "@object")
+ * and the one a step stores (host->out_object). SYNC plugins: blocking
+ * signed requests on the worker thread, one signer per thread; async ones:
+ * a presigned GET on the stage's loop. Storage faults become the stage's
+ * outcome the same way everywhere: unreachable, 5xx, 429, 408 and a refused
+ * signature (403/401: this replica's clock or keys) are retried; a missing
+ * object or one over max_bytes fails for good. */
+typedef struct {
+  sl_s3_conf *s3;
+  sl_s3_target target;
+  size_t max_bytes;
+  long timeout_ms;        /* async fetches */
+  struct sl_tls *signers; /* SYNC: one sl_sigv4 per worker thread */
+  sl_sigv4 *loop_sig;     /* async: the loop's */
+} sl__objects;
+/* One signer is made at once, so bad s3 settings fail at start-up. */
+int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long timeout_ms, int sync,
+                     char *err, size_t errlen);
+void sl__objects_free(sl__objects *o); /* NULL-safe */
+/* SYNC only: PUTs data as key; 0, or <0 with res set. */
+int sl__objects_put(sl__objects *o, const char *key, const char *content_type, const void *data,
+                    size_t len, sl_result *res);
+
 /* The instances of a plugin a stage calls: SYNC plugins get one per worker
  * thread (created on first use), async ones a single instance on the loop.
  * init creates one instance at once (then frees it for SYNC plugins), so a
- * bad setting fails at start-up. */
+ * bad setting fails at start-up. objects: set by the stage when its plugin
+ * reads an object (then ops->object names it). */
 typedef struct {
   sl_plugin_lib *lib;
   int sync;
   struct sl_tls *insts;   /* SYNC */
   sl_plugin_inst *inst;   /* async */
+  sl__objects *objects;   /* or NULL */
 } sl__plugin_pool;
 int sl__plugin_pool_init(sl__plugin_pool *pp, sl_plugin_lib *lib, char *err, size_t errlen);
 /* The calling thread's instance (SYNC) or the loop's (async); NULL with
@@ -155,6 +182,10 @@ typedef struct {
    * could not be prepared, e.g. its object could not be fetched) */
   int (*input)(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch,
                sl_result *res);
+  /* optional: the key of the object the plugin reads (NULL: none); the
+   * driver fetches it (pool->objects) into in->audio, audio_len,
+   * content_type and filename before the call */
+  const char *(*object)(void *ud, void *msg);
   /* the outcome into out/res */
   void (*finish)(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
                  sl_result *res);

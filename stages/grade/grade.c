@@ -125,7 +125,8 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
            (long long)pr->elapsed_ms, gr.score, gr.level);
 }
 
-static const sl__plugin_ops ops = {"grade_setup", parse, input_for, finish, release};
+static const sl__plugin_ops ops = {.setup_class = "grade_setup", .parse = parse,
+                                   .input = input_for, .finish = finish, .release = release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   sl__plugin_process(&((grade *)ud)->pool, &ops, ud, m, out, res);

@@ -63,34 +63,8 @@ typedef struct {
   sl__plugin_pool pool;
   /* steps reading "@object" */
   const char *object_path; /* "object_key" / "upload.object_key", or NULL */
-  const step_conf *sc;
-  sl_s3_conf *s3;
-  sl_s3_target target;
-  sl_tls *signers; /* one sl_sigv4 per worker thread */
+  sl__objects objects;
 } step;
-
-static void *signer_new(void *arg, char *err, unsigned long errlen) {
-  const step *s = arg;
-  sl_sigv4 *sig = NULL;
-  int rc = sl_sigv4_new(&sig, s->s3->access_key, s->s3->secret_key, s->s3->region, "s3");
-  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
-  return sig;
-}
-static void signer_free(void *v) { sl_sigv4_free(v); }
-
-/* Storage's answer to a GET or PUT as the stage's outcome (as in stt). */
-static void storage_fault(sl_result *res, int rc, long status, const char *what) {
-  if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
-                                                   status == 408)))
-    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", what);
-  else if (rc == SL_ESTORAGE && (status == 403 || status == 401))
-    sl_result_set(res, SL_OUTCOME_RETRY, "storage_denied",
-                  "%s: storage refused this replica's signature (is its clock right? are "
-                  "s3.access_key/s3.secret_key current?)", what);
-  else
-    sl_result_set(res, SL_OUTCOME_FAIL, rc == SL_ETOOBIG ? "audio_too_large" : "storage", "%s",
-                  what);
-}
 
 /* The question's progress as it enters this stage (best effort, as stt's
  * "transcribing"): when the stage has a progress label and writes
@@ -156,33 +130,18 @@ static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
                   s->in_desc->name, s->object_path);
     return 0;
   }
-  char err[512] = "";
-  sl_sigv4 *sig = sl_tls_get(s->signers, err, sizeof err);
-  if (!sig) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "step_setup", "%s", err);
-    return 0;
-  }
-  void *data = NULL;
-  size_t len = 0;
-  long status = 0;
-  int rc = sl_s3_get(sig, &s->target, okey, (size_t)s->sc->max_object_bytes, &data, &len,
-                     &status, err, sizeof err);
-  if (rc) {
-    storage_fault(res, rc, status, err);
-    return 0;
-  }
-  *scratch = data;
-  in->audio = data;
-  in->audio_len = len;
-  in->content_type = sl__audio_content_type(okey);
-  const char *slash = strrchr(okey, '/');
-  in->filename = slash ? slash + 1 : okey;
   return 1;
+}
+
+/* the object the plugin reads (the driver fetches it) */
+static const char *object_of(void *ud, void *msg) {
+  const step *s = ud;
+  return s->object_path ? sl_pbfield_str(msg, s->object_path) : NULL;
 }
 
 /* Stores the plugin's new object as derived/<object key><suffix>; its key
  * into *derived. 0, or with res set. */
-static int store_object(const step *s, const ProtobufCMessage *msg, const sl_plugin_result *pr,
+static int store_object(step *s, const ProtobufCMessage *msg, const sl_plugin_result *pr,
                         char *derived, size_t dlen, sl_result *res) {
   const char *okey = sl_pbfield_str(msg, s->object_path);
   if ((size_t)snprintf(derived, dlen, "derived/%s%s", okey ? okey : "", pr->object_suffix) >=
@@ -190,20 +149,9 @@ static int store_object(const step *s, const ProtobufCMessage *msg, const sl_plu
     sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "derived object key too long");
     return -1;
   }
-  char err[512] = "";
-  sl_sigv4 *sig = sl_tls_get(s->signers, err, sizeof err);
-  if (!sig) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "step_setup", "%s", err);
-    return -1;
-  }
-  long status = 0;
-  int rc = sl_s3_put(sig, &s->target, derived, pr->object_type, pr->object, pr->object_len,
-                     &status, err, sizeof err);
-  if (rc) {
-    storage_fault(res, rc, status, err);
-    return -1;
-  }
-  return 0;
+  return sl__objects_put(&s->objects, derived, pr->object_type, pr->object, pr->object_len, res)
+             ? -1
+             : 0;
 }
 
 /* a copy of a sub-message (pack, unpack with the default allocator) */
@@ -249,7 +197,7 @@ static ProtobufCMessage *convert(const ProtobufCMessage *in,
 
 static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl_outbox *out,
                    sl_result *res) {
-  const step *s = ud;
+  step *s = ud;
   ProtobufCMessage *msg = in;
   if (!sl__plugin_outcome(pr, res)) return;
   if (!s->st->provider) res->provider_called = 0;
@@ -287,7 +235,9 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl
   if (o && o != msg) protobuf_c_message_free_unpacked(o, NULL);
 }
 
-static const sl__plugin_ops ops = {"step_setup", parse, input_for, finish, release};
+static const sl__plugin_ops ops = {.setup_class = "step_setup", .parse = parse,
+                                   .input = input_for, .object = object_of, .finish = finish,
+                                   .release = release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   sl__plugin_process(&((step *)ud)->pool, &ops, ud, m, out, res);
@@ -318,7 +268,7 @@ static int run_step(int argc, char **argv, const char *name) {
     sl__plugins_close(&pl);
     return rc;
   }
-  step s = {.cc = &cc, .st = sl_pipeline_stage_find(cc.pipeline, name), .sc = &sc, .s3 = &s3};
+  step s = {.cc = &cc, .st = sl_pipeline_stage_find(cc.pipeline, name)};
   char err[1024] = "", provider[96];
   s.in_desc = sl_pipeline_descriptor(sl_pipeline_message_of(cc.pipeline, s.st->inputs[0]));
   for (size_t i = 0; i < s.st->noutputs && !s.out_topic; i++)
@@ -330,17 +280,12 @@ static int run_step(int argc, char **argv, const char *name) {
   s.progress = s.st->progress;
   rc = sl__plugins_choose(&pl, SL_PLUGIN_KIND_STEP, s.st->plugin, err, sizeof err);
   if (rc == 0) rc = sl_plugin_check_fields(pl.chosen, s.in_desc, s.out_desc, err, sizeof err);
-  if (rc == 0 && (s.object_path = sl_plugin_object_path(pl.chosen, s.in_desc)) != NULL) {
-    rc = sl_s3_target_init(&s.target, &s3);
-    if (rc) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
-    if (rc == 0) rc = sl_tls_new(&s.signers, signer_new, signer_free, &s);
-    if (rc == 0) { /* one signer now, so bad s3 settings fail at start-up */
-      sl_sigv4 *sig = signer_new(&s, err, sizeof err);
-      if (!sig) rc = SL_ECONFIG;
-      sl_sigv4_free(sig);
-    }
-  }
   if (rc == 0) rc = sl__plugin_pool_init(&s.pool, pl.chosen, err, sizeof err);
+  if (rc == 0 && (s.object_path = sl_plugin_object_path(pl.chosen, s.in_desc)) != NULL) {
+    rc = sl__objects_init(&s.objects, &s3, (size_t)sc.max_object_bytes, 120000, s.pool.sync, err,
+                          sizeof err);
+    s.pool.objects = &s.objects;
+  }
   int sync = s.pool.sync;
   if (rc == 0) {
     const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
@@ -361,7 +306,7 @@ static int run_step(int argc, char **argv, const char *name) {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
   }
   sl__plugin_pool_free(&s.pool);
-  sl_tls_free(s.signers);
+  sl__objects_free(&s.objects);
   sl__stage_finish(&cc, own, nown, admin);
   sl__plugins_close(&pl);
   return rc ? 1 : 0;
