@@ -111,13 +111,19 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
   return n;
 }
 
-int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
-                      unsigned expires_s, char *url, size_t len) {
+/* A presigned URL for METHOD on key (no signed headers). */
+static int presign_url(sl_sigv4 *sig, const sl_s3_target *t, const char *method, const char *key,
+                       unsigned expires_s, char *url, size_t len) {
   char path[1024];
   int rc = sl_s3_object_path(t, key, path, sizeof path);
   if (rc) return rc;
-  return sl_sigv4_presign(sig, "GET", t->scheme, t->host, path, NULL, time(NULL), expires_s,
+  return sl_sigv4_presign(sig, method, t->scheme, t->host, path, NULL, time(NULL), expires_s,
                           NULL, 0, url, len);
+}
+
+int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
+                      unsigned expires_s, char *url, size_t len) {
+  return presign_url(sig, t, "GET", key, expires_s, url, len);
 }
 
 int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
@@ -178,13 +184,10 @@ static size_t discard(char *p, size_t sz, size_t nm, void *ud) {
 
 int sl_s3_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *content_type,
               const void *data, size_t len, long *status, char *err, size_t errlen) {
-  char url[4096], path[1024], ct[160];
+  char url[4096], ct[160];
   if (status) *status = 0;
   if (!sig || !t || !key || !content_type || (!data && len)) return SL_EINVAL;
-  int rc = sl_s3_object_path(t, key, path, sizeof path);
-  if (rc == 0)
-    rc = sl_sigv4_presign(sig, "PUT", t->scheme, t->host, path, NULL, time(NULL), 300, NULL, 0,
-                          url, sizeof url);
+  int rc = presign_url(sig, t, "PUT", key, 300, url, sizeof url);
   if (rc) {
     snprintf(err, errlen, "signing PUT %s: %s", key, sl_strerror(rc));
     return rc;
@@ -242,15 +245,12 @@ static size_t on_head_header(char *p, size_t sz, size_t nm, void *ud) {
 
 int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
                long *status, char *err, size_t errlen) {
-  char url[4096], path[1024];
+  char url[4096];
   if (status) *status = 0;
   if (!sig || !t || !key || !info) return SL_EINVAL;
   memset(info, 0, sizeof *info);
   info->size = -1;
-  int rc = sl_s3_object_path(t, key, path, sizeof path);
-  if (rc == 0)
-    rc = sl_sigv4_presign(sig, "HEAD", t->scheme, t->host, path, NULL, time(NULL), 300, NULL, 0,
-                          url, sizeof url);
+  int rc = presign_url(sig, t, "HEAD", key, 300, url, sizeof url);
   if (rc) {
     snprintf(err, errlen, "signing HEAD %s: %s", key, sl_strerror(rc));
     return rc;
