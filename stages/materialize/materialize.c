@@ -96,6 +96,9 @@ typedef struct {
   sl_metric *m_rebuilds, *m_rebuilt, *m_rollbacks;
   sl_redis *watch_r;  /* the watcher thread's connection (rebuild lock) */
   char owner[64];     /* this process in the rebuild lock */
+  /* today's ranks of what an older materialize stored as 2..6 (queued,
+   * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
+  char legacy_rank[5][16];
 } mat;
 
 
@@ -211,12 +214,7 @@ static int apply(mat *M, const rd_kafka_message_t *m, const char *sid, unsigned 
   snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
   snprintf(member, sizeof member, "%s/%u", sid, qno);
   snprintf(acc, sizeof acc, "%lld", (long long)accepted_ms);
-  static const char *const legacy[] = {"queued", "transcribing", "grading", "failed", "done"};
-  char was[5][16];
-  for (size_t i = 0; i < 5; i++) {
-    int now = sl_pipeline_progress_rank(M->cc->pipeline, legacy[i]);
-    snprintf(was[i], sizeof was[i], "%d", now ? now : 1); /* a label gone: anything is newer */
-  }
+  const char(*was)[16] = M->legacy_rank;
   const char *argv[] = {"EVAL",  apply_lua, "5",    hkey,   SL__PENDING, VIEW_SEQ,
                         SL__VIEW_MARKER, VIEW_APPLIED, q, r, json, ttl, member, acc, tp, off,
                         was[0], was[1], was[2], was[3], was[4]};
@@ -689,6 +687,12 @@ int sl__materialize_main(int argc, char **argv) {
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
   sl__owner_id(M.owner, sizeof M.owner);
+  static const char *const legacy[] = {"queued", "transcribing", "grading", "failed", "done"};
+  for (size_t i = 0; i < 5; i++) {
+    int now = sl_pipeline_progress_rank(cc.pipeline, legacy[i]);
+    /* a label the pipeline no longer has: anything is newer */
+    snprintf(M.legacy_rank[i], sizeof M.legacy_rank[i], "%d", now ? now : 1);
+  }
   M.h_done = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"done\"", h_help,
                                   sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
   M.h_failed = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"",

@@ -62,6 +62,7 @@ typedef struct {
   uv_signal_t sigterm, sigint;
   sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
   sl__auth *auth;
+  json_t *stages; /* the pipeline's progress labels, then "done" (built once) */
 } results;
 
 static int valid_id(const char *s) {
@@ -223,12 +224,8 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
   int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
   int complete = done + failed == (int)n;
   int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
-  json_t *stages = json_array();
-  for (size_t k = 0, np = sl_pipeline_nprogress(R->cc->pipeline); k < np; k++)
-    json_array_append_new(stages, json_string(sl_pipeline_progress_at(R->cc->pipeline, k)));
-  json_array_append_new(stages, json_string("done"));
-  json_t *body = json_pack("{s:s,s:I,s:o,s:{s:i,s:i,s:i,s:b},s:{s:i,s:b},s:o}", "submission_id",
-                           sid, "accepted_at_ms", (json_int_t)accepted, "stages", stages,
+  json_t *body = json_pack("{s:s,s:I,s:O,s:{s:i,s:i,s:i,s:b},s:{s:i,s:b},s:o}", "submission_id",
+                           sid, "accepted_at_ms", (json_int_t)accepted, "stages", R->stages,
                            "summary", "total", (int)n, "done", done, "failed", failed,
                            "complete", complete, "poll", "retry_after_s", after, "stop",
                            after == 0, "questions", qs);
@@ -292,7 +289,10 @@ int sl__results_main(int argc, char **argv) {
   int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc,
                            own, 2, "127.0.0.1:9185", &admin);
   if (rc) return rc;
-  results R = {.cc = &cc, .rc = &rconf};
+  results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
+  for (size_t k = 0, np = sl_pipeline_nprogress(cc.pipeline); k < np; k++)
+    json_array_append_new(R.stages, json_string(sl_pipeline_progress_at(cc.pipeline, k)));
+  json_array_append_new(R.stages, json_string("done"));
   const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
                        "status=\"503\""};
   sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_err};
@@ -328,6 +328,7 @@ int sl__results_main(int argc, char **argv) {
   uv_loop_close(&loop);
   sl_redis_free(R.redis);
   sl__auth_free(R.auth);
+  json_decref(R.stages);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

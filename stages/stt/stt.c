@@ -66,6 +66,8 @@ typedef struct {
   stt_conf *sc;
   sl__plugin_pool pool;
   sl__objects objects;
+  /* progress labels (pipeline.json): stt's own, and the next stage's */
+  const char *progress_own, *progress_next;
 } stt;
 
 /* The object the plugin transcribes: preflight's FLAC unless told not to. */
@@ -104,8 +106,8 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_resul
     return 0;
   }
   snprintf(key, SL__KEY_MAX, "%s/%u", up->submission_id, up->question_no);
-  Sluice__V1__QuestionStatus st = status_of(up, SLUICE__V1__QUESTION_STATE__TRANSCRIBING,
-                                            sl_pipeline_progress_of(s->cc->pipeline, "stt"));
+  Sluice__V1__QuestionStatus st =
+      status_of(up, SLUICE__V1__QUESTION_STATE__TRANSCRIBING, s->progress_own);
   sl_outbox_emit_now(out, s->cc->topic_results, key, &st.base);
   *msg = up;
   return 1;
@@ -160,8 +162,8 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
   t.n_words = rc == 0 ? nw : 0;
   if (rc == 0) rc = sl_outbox_add_pb(out, s->cc->topic_grade_requests, key, &t.base);
   /* handed on: the question is in the next stage with a progress label */
-  Sluice__V1__QuestionStatus st = status_of(up, SLUICE__V1__QUESTION_STATE__GRADING,
-                                            sl_pipeline_progress_next(s->cc->pipeline, "stt"));
+  Sluice__V1__QuestionStatus st =
+      status_of(up, SLUICE__V1__QUESTION_STATE__GRADING, s->progress_next);
   st.transcript = (char *)text;
   st.duration_s = pr->duration_s;
   if (rc == 0) rc = sl_outbox_add_pb(out, s->cc->topic_results, key, &st.base);
@@ -205,7 +207,9 @@ int sl__stt_main(int argc, char **argv) {
     sl__plugins_close(&pl);
     return rc;
   }
-  stt s = {.cc = &cc, .sc = &sc};
+  stt s = {.cc = &cc, .sc = &sc,
+           .progress_own = sl_pipeline_progress_of(cc.pipeline, "stt"),
+           .progress_next = sl_pipeline_progress_next(cc.pipeline, "stt")};
   char err[1024] = "", provider[80];
   rc = sl__plugins_choose(&pl, "stt", sc.plugin, err, sizeof err);
   if (rc == 0 && strcmp(sc.audio, "normalized") && strcmp(sc.audio, "original")) {
