@@ -110,8 +110,8 @@ function put(url, blob, headers, onProgress) {
 /* What MediaRecorder should produce: Opus in WebM (Chrome, Firefox, Safari
  * 18.4+) or Ogg, else whatever the browser records (MP4/AAC on older
  * Safari). The upload is the recording itself: the preflight stage decodes
- * it on the server, so nothing is converted here (a 16 kHz WAV is about 10x
- * the bytes of the Opus it came from). */
+ * it on the server, so nothing is converted here (the 16 kHz WAV this page
+ * used to send is 5.5x the bytes of WebM/Opus at 32 kbit/s: docs/benchmarks.md). */
 const RECORD_TYPES = ['audio/webm;codecs=opus', 'audio/ogg;codecs=opus', 'audio/webm', 'audio/mp4'];
 // Opus at 32 kbit/s is transparent for speech; browsers default to 128
 // (Chromium's kDefaultAudioBitRate), which would be a quarter of 16 kHz WAV
