@@ -4,9 +4,11 @@
  *
  * Everything but process() runs on one libuv loop:
  *   - the consumer's queue wakes the loop through a pipe (sl_kafka_uv); each
- *     message becomes a job; at max_in_flight all partitions are paused and
- *     resumed below 80% of it, so memory follows in-flight work, never the
- *     backlog;
+ *     message becomes a job; max_in_flight jobs run at once, up to
+ *     stage.prefetch more wait in order for a slot; with both full all
+ *     partitions are paused, and resumed when half the waiting ones have
+ *     started, so memory follows in-flight work, never the backlog, and a
+ *     slot that frees never waits for a fetch;
  *   - per partition a sorted ring of in-flight offsets: a job marks its
  *     offset done, the head is popped while done, and the next offset to
  *     read is committed (asynchronously, coalesced every 200 ms; synchronously
@@ -93,6 +95,10 @@ const sl_conf_entry sl_common_conf_table[] = {
      "host:port for /healthz /readyz /metrics (empty: the stage's default)", 0},
     {"stage.max_in_flight", SL_CONF_INT, "1000", C(max_in_flight),
      "messages processed concurrently by this process (all partitions)", 0},
+    {"stage.prefetch", SL_CONF_INT, "-1", C(prefetch),
+     "messages taken beyond stage.max_in_flight that wait, in order, for a slot, so a slot "
+     "that frees starts the next message at once rather than after a fetch (-1: "
+     "max_in_flight / 4, at least 4); fetching pauses at max_in_flight + prefetch", 0},
     {"stage.per_key_order", SL_CONF_BOOL, "false", C(per_key_order),
      "never run two messages with the same key at once", 0},
     {"stage.drain_timeout_s", SL_CONF_DOUBLE, "30", C(drain_timeout_s),
@@ -375,6 +381,8 @@ void sl__key_release(job *j) {
   }
 }
 
+static void admit_waiting(loop_t *L);
+
 /* The job is over: its offset is done once everything it produced is
  * acknowledged (the caller guarantees that). After a fatal producer error
  * no job counts as done: its outputs may not all be written (sl__produce()
@@ -391,8 +399,7 @@ void sl__job_finish(job *j) {
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
-  if (L->paused_all && !L->stopping && L->inflight < L->cc->max_in_flight * 8 / 10)
-    sl__set_pause(L, 0);
+  admit_waiting(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -407,6 +414,7 @@ void sl__held_release(job *j) {
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
+  admit_waiting(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -436,6 +444,64 @@ sl_metric *sl__metric(const char *name, const char *stage, const char *extra,
   return gauge ? sl_metrics_gauge(name, l, help) : sl_metrics_counter(name, l, help);
 }
 /* ---- taking messages ---- */
+
+static void start(job *j);
+
+/* Past parking: runs the job if a slot is free, else it waits in order. */
+static void admit(job *j) {
+  loop_t *L = j->L;
+  if (L->active < L->cc->max_in_flight && !L->rq_head) {
+    start(j);
+    return;
+  }
+  j->next = NULL;
+  if (L->rq_tail) L->rq_tail->next = j;
+  else L->rq_head = j;
+  L->rq_tail = j;
+  L->rq_len++;
+  sl_metric_set(L->m_waiting, L->rq_len);
+}
+
+/* Slots freed: start the waiting jobs they make room for, then resume
+ * fetching once half the prefetch has started (while stopping, nothing new
+ * starts: what waits is redelivered after the restart). */
+static void admit_waiting(loop_t *L) {
+  if (L->admitting || L->stopping || L->closing) return;
+  L->admitting = 1; /* a job may end inside start(): it must not recurse here */
+  while (L->rq_head && L->active < L->cc->max_in_flight) {
+    job *j = L->rq_head;
+    L->rq_head = j->next;
+    if (!L->rq_head) L->rq_tail = NULL;
+    j->next = NULL;
+    L->rq_len--;
+    start(j);
+  }
+  L->admitting = 0;
+  sl_metric_set(L->m_waiting, L->rq_len);
+  if (L->paused_all && L->inflight < L->cc->max_in_flight + L->prefetch / 2)
+    sl__set_pause(L, 0);
+}
+
+void sl__release_waiting(loop_t *L, part *p) {
+  job *keep = NULL, *keep_tail = NULL;
+  for (job *j = L->rq_head, *nx; j; j = nx) {
+    nx = j->next;
+    j->next = NULL;
+    if (!p || j->p == p) {
+      L->inflight--;
+      L->rq_len--;
+      sl_metric_gauge_add(L->m_inflight, -1);
+      sl__job_free(j);
+      continue;
+    }
+    if (keep_tail) keep_tail->next = j;
+    else keep = j;
+    keep_tail = j;
+  }
+  L->rq_head = keep;
+  L->rq_tail = keep_tail;
+  sl_metric_set(L->m_waiting, L->rq_len);
+}
 
 /* Past parking: per-key order, then idempotency lookup, then the gate. */
 static void start(job *j) {
@@ -485,7 +551,7 @@ static void on_park_timer(uv_timer_t *t) {
     p->parked_head = j->next;
     if (!p->parked_head) p->parked_tail = NULL;
     j->next = NULL;
-    start(j);
+    admit(j);
   }
   if (p->parked_head)
     uv_timer_start(&p->park_timer, on_park_timer,
@@ -508,7 +574,7 @@ static void dispatch(loop_t *L, job *j) {
       return;
     }
   }
-  start(j);
+  admit(j);
 }
 
 static void take(loop_t *L, rd_kafka_message_t *m) {
@@ -548,6 +614,7 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
     sl_log(SL_LOG_WARN, NULL, "%s [%d] refetched from offset %lld: a new epoch of its offsets",
            j->p->id.topic, (int)j->p->id.partition, (long long)m->offset);
     sl__release_parked(L, j->p);
+    sl__release_waiting(L, j->p);
     if (j->p->paused_for_park) sl__pause_one(L, j->p, 0);
   }
   j->epoch = j->p->ring.epoch;
@@ -567,7 +634,7 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   }
   L->inflight++;
   sl_metric_gauge_add(L->m_inflight, 1);
-  if (L->inflight >= L->cc->max_in_flight) sl__set_pause(L, 1);
+  if (L->inflight >= L->cc->max_in_flight + L->prefetch) sl__set_pause(L, 1);
   dispatch(L, j);
 }
 
@@ -645,6 +712,7 @@ static void begin_stop(loop_t *L) {
   HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight */
     sl__release_parked(L, p);
   }
+  sl__release_waiting(L, NULL); /* nor is what waits for a slot */
   uv_timer_stop(&L->bq_timer);
   job *h;
   while ((h = sl__bq_pop(L)) != NULL) sl__held_release(h); /* redelivered after the restart */
@@ -701,7 +769,15 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     L->m_tier[i] = sl__metric("sluice_retries_total", o->stage, t,
                           "Messages sent to a retry tier, by tier", 0);
   }
-  L->m_inflight = sl__metric("sluice_in_flight", o->stage, NULL, "Messages being processed", 1);
+  L->m_inflight = sl__metric("sluice_in_flight", o->stage, NULL,
+                             "Messages taken and not finished (running, waiting for a slot, "
+                             "parked for a retry tier)", 1);
+  L->m_waiting = sl__metric("sluice_waiting_for_slot", o->stage, NULL,
+                            "Messages taken beyond stage.max_in_flight, waiting for a slot "
+                            "(at most stage.prefetch)", 1);
+  L->prefetch = L->cc->prefetch >= 0
+                    ? L->cc->prefetch
+                    : (L->cc->max_in_flight / 4 > 4 ? L->cc->max_in_flight / 4 : 4);
   L->m_idem_hits = sl__metric("sluice_idempotency_hits_total", o->stage, NULL,
                           "Inputs answered from stored outputs (provider calls avoided)", 0);
   L->m_oldest = sl__metric("sluice_oldest_uncommitted_age_seconds", o->stage, NULL,
@@ -869,6 +945,8 @@ out:
   sl_httpc_free(L->http);   /* cancelled requests end their jobs (dropped) */
   L->http = NULL;
   L->lq_head = L->lq_tail = NULL; /* their jobs are dropped just below */
+  L->rq_head = L->rq_tail = NULL;
+  L->rq_len = 0;
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */
     nx = j->all_next;
     sl__job_timer_release(j);

@@ -142,6 +142,13 @@ struct loop_t {
   uv_timer_t tick;
   int64_t inflight;   /* jobs taken and not finished (parked included) */
   int64_t active;     /* jobs past parking: what a drain waits for */
+  /* jobs taken beyond stage.max_in_flight, waiting in order for a slot (at
+   * most stage.prefetch): a slot that frees starts the next one at once,
+   * not after a resume and a fetch */
+  job *rq_head, *rq_tail;
+  int64_t rq_len, prefetch;
+  int admitting;      /* admit_waiting() is running: no recursion */
+  sl_metric *m_waiting;
   job *jobs;          /* every live job */
   int paused_all;
   int stopping;
@@ -205,6 +212,9 @@ int sl__job_stale(const job *j);
 /* The job holds its key (or keys are not ordered): lookup, then the gate. */
 void sl__holds_key(job *j);
 void sl__release_parked(loop_t *L, part *p);
+/* Frees p's messages waiting for a processing slot, uncalled (p == NULL:
+ * every partition's); their offsets stay uncommitted, so they come back. */
+void sl__release_waiting(loop_t *L, part *p);
 sl_metric *sl__metric(const char *name, const char *stage, const char *extra, const char *help,
                       int gauge);
 /* Monotonic milliseconds (CLOCK_MONOTONIC): for durations, never for

@@ -98,6 +98,7 @@ typedef struct {
   char *log_level;
   char *admin_listen;   /* "" = the stage's default */
   int64_t max_in_flight;
+  int64_t prefetch;     /* -1: max_in_flight / 4, at least 4 */
   int per_key_order;
   double drain_timeout_s;
   int64_t workers;
