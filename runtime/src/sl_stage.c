@@ -5,10 +5,14 @@
  * Everything but process() runs on one libuv loop:
  *   - the consumer's queue wakes the loop through a pipe (sl_kafka_uv); each
  *     message becomes a job; max_in_flight jobs run at once, up to
- *     stage.prefetch more wait in order for a slot; with both full all
- *     partitions are paused, and resumed when half the waiting ones have
- *     started, so memory follows in-flight work, never the backlog, and a
- *     slot that frees never waits for a fetch;
+ *     stage.prefetch more wait in order for a slot, so a slot that frees
+ *     never waits for a fetch; a waiting job starts only while the bytes in
+ *     flight (each job's message plus what the stage holds for it: reserved
+ *     when it starts, corrected by sl_job_hold) are under
+ *     max_bytes_in_flight; at max_in_flight + prefetch messages or at
+ *     max_bytes_in_flight bytes all partitions are paused, and resumed when
+ *     half the waiting ones have started and the bytes are below 80%
+ *     (sl_flow.h), so memory follows in-flight work, never the backlog;
  *   - per partition a sorted ring of in-flight offsets: a job marks its
  *     offset done, the head is popped while done, and the next offset to
  *     read is committed (asynchronously, coalesced every 200 ms; synchronously
@@ -99,6 +103,12 @@ const sl_conf_entry sl_common_conf_table[] = {
      "messages taken beyond stage.max_in_flight that wait, in order, for a slot, so a slot "
      "that frees starts the next message at once rather than after a fetch (-1: "
      "max_in_flight / 4, at least 4); fetching pauses at max_in_flight + prefetch", 0},
+    {"stage.max_bytes_in_flight", SL_CONF_INT, "201326592", C(max_bytes_in_flight),
+     "bytes the messages in flight may hold: each one's Kafka message plus what the stage "
+     "holds for it (stt: the answer it fetched, reserved at the size the upload declares); "
+     "fetching pauses at this or at stage.max_in_flight, whichever comes first, and a "
+     "message larger than this still runs, alone (0: no byte limit). The default, 192 MiB, "
+     "keeps an stt process under 256 MB (docs/operations.md, Memory)", 0},
     {"stage.per_key_order", SL_CONF_BOOL, "false", C(per_key_order),
      "never run two messages with the same key at once", 0},
     {"stage.drain_timeout_s", SL_CONF_DOUBLE, "30", C(drain_timeout_s),
@@ -295,9 +305,45 @@ void sl__job_free(job *j) {
   if (j->all_prev) j->all_prev->all_next = j->all_next;
   else if (L->jobs == j) L->jobs = j->all_next;
   if (j->all_next) j->all_next->all_prev = j->all_prev;
+  L->bytes -= j->bytes;
+  sl_metric_gauge_add(L->m_bytes, -j->bytes);
   sl_outbox_clear(&j->out);
   if (j->m) rd_kafka_message_destroy(j->m);
   free(j);
+}
+
+static void admit_waiting(loop_t *L);
+
+/* j holds delta bytes more (or fewer) */
+static void job_bytes_add(job *j, int64_t delta) {
+  j->bytes += delta;
+  j->L->bytes += delta;
+  sl_metric_gauge_add(j->L->m_bytes, delta);
+}
+
+void sl_job_hold(job *j, int64_t held) {
+  if (!j) return;
+  int64_t want = (j->m ? (int64_t)j->m->len : 0) + (held > 0 ? held : 0);
+  int64_t delta = want - j->bytes;
+  job_bytes_add(j, delta);
+  if (delta < 0) admit_waiting(j->L); /* room for a waiting job */
+  sl__flow(j->L);
+}
+
+void sl__flow(loop_t *L) {
+  if (L->stopping || L->closing) return;
+  int by_bytes = 0;
+  switch (sl_flow_next(&L->flow, L->paused_all, L->inflight, L->bytes, &by_bytes)) {
+  case SL_FLOW_PAUSE:
+    sl_metric_add(by_bytes ? L->m_pause_bytes : L->m_pause_msgs, 1);
+    sl__set_pause(L, 1);
+    break;
+  case SL_FLOW_RESUME:
+    sl__set_pause(L, 0);
+    break;
+  case SL_FLOW_KEEP:
+    break;
+  }
 }
 
 static void timer_free_cb(uv_handle_t *h) { free(h); }
@@ -381,8 +427,6 @@ void sl__key_release(job *j) {
   }
 }
 
-static void admit_waiting(loop_t *L);
-
 /* The job is over: its offset is done once everything it produced is
  * acknowledged (the caller guarantees that). After a fatal producer error
  * no job counts as done: its outputs may not all be written (sl__produce()
@@ -400,6 +444,7 @@ void sl__job_finish(job *j) {
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
   admit_waiting(L);
+  sl__flow(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -415,6 +460,7 @@ void sl__held_release(job *j) {
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
   admit_waiting(L);
+  sl__flow(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -447,10 +493,18 @@ sl_metric *sl__metric(const char *name, const char *stage, const char *extra,
 
 static void start(job *j);
 
+/* A slot is free, and the bytes in flight leave room (or nothing runs: a
+ * job larger than the limit still runs, alone). */
+static int may_start(const loop_t *L) {
+  if (L->active >= L->cc->max_in_flight) return 0;
+  return L->cc->max_bytes_in_flight <= 0 || L->bytes < L->cc->max_bytes_in_flight ||
+         L->active == 0;
+}
+
 /* Past parking: runs the job if a slot is free, else it waits in order. */
 static void admit(job *j) {
   loop_t *L = j->L;
-  if (L->active < L->cc->max_in_flight && !L->rq_head) {
+  if (!L->rq_head && may_start(L)) {
     start(j);
     return;
   }
@@ -462,13 +516,14 @@ static void admit(job *j) {
   sl_metric_set(L->m_waiting, L->rq_len);
 }
 
-/* Slots freed: start the waiting jobs they make room for, then resume
- * fetching once half the prefetch has started (while stopping, nothing new
- * starts: what waits is redelivered after the restart). */
+/* Slots or bytes freed: start the waiting jobs they make room for (while
+ * stopping, nothing new starts: what waits is redelivered after the
+ * restart). Fetching resumes by sl__flow(), once half the prefetch has
+ * started. */
 static void admit_waiting(loop_t *L) {
   if (L->admitting || L->stopping || L->closing) return;
   L->admitting = 1; /* a job may end inside start(): it must not recurse here */
-  while (L->rq_head && L->active < L->cc->max_in_flight) {
+  while (L->rq_head && may_start(L)) {
     job *j = L->rq_head;
     L->rq_head = j->next;
     if (!L->rq_head) L->rq_tail = NULL;
@@ -478,8 +533,6 @@ static void admit_waiting(loop_t *L) {
   }
   L->admitting = 0;
   sl_metric_set(L->m_waiting, L->rq_len);
-  if (L->paused_all && L->inflight < L->cc->max_in_flight + L->prefetch / 2)
-    sl__set_pause(L, 0);
 }
 
 void sl__release_waiting(loop_t *L, part *p) {
@@ -503,11 +556,17 @@ void sl__release_waiting(loop_t *L, part *p) {
   sl_metric_set(L->m_waiting, L->rq_len);
 }
 
-/* Past parking: per-key order, then idempotency lookup, then the gate. */
+/* Past parking: the bytes it will hold reserved, then per-key order, the
+ * idempotency lookup and the gate. */
 static void start(job *j) {
   loop_t *L = j->L;
   L->active++;
   j->started_ms = sl_now_ms();
+  if (L->o->bytes_of) {
+    int64_t r = L->o->bytes_of(L->o->ud, j->m);
+    if (r > 0) job_bytes_add(j, r);
+  }
+  sl__flow(L); /* at a limit: nothing more is taken until work finishes */
   if (L->cc->per_key_order && j->key[0]) {
     keyq *q = NULL;
     HASH_FIND_STR(L->keys, j->key, q);
@@ -634,7 +693,8 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   }
   L->inflight++;
   sl_metric_gauge_add(L->m_inflight, 1);
-  if (L->inflight >= L->cc->max_in_flight + L->prefetch) sl__set_pause(L, 1);
+  job_bytes_add(j, (int64_t)m->len);
+  sl__flow(L);
   dispatch(L, j);
 }
 
@@ -690,6 +750,7 @@ static void on_tick(uv_timer_t *t) {
     if (ts && !p->revoked && p->retry_tier < 0 && (!waiting || ts < waiting)) waiting = ts;
   }
   sl_metric_set(L->m_oldest_waiting, waiting && now > waiting ? (now - waiting) / 1000 : 0);
+  sl__flow(L); /* work let go unfinished (a revoke) resumes fetching too */
   if (*L->stop && !L->stopping) begin_stop(L);
   if (L->stopping) {
     if (L->active == 0 || now >= L->stop_deadline) {
@@ -778,6 +839,18 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->prefetch = L->cc->prefetch >= 0
                     ? L->cc->prefetch
                     : (L->cc->max_in_flight / 4 > 4 ? L->cc->max_in_flight / 4 : 4);
+  L->m_bytes = sl__metric("sluice_in_flight_bytes", o->stage, NULL,
+                          "Bytes the messages being processed hold: their Kafka messages plus "
+                          "what the stage holds for them (stage.max_bytes_in_flight)", 1);
+  const char *h_pause = "Times fetching paused at a limit on work in flight, by limit";
+  L->m_pause_msgs = sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"messages\"",
+                               h_pause, 0);
+  L->m_pause_bytes = sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"bytes\"",
+                                h_pause, 0);
+  /* taken: the running ones and the prefetch; fetching resumes when half
+   * of the prefetch has started */
+  L->flow = (sl_flow_limits){L->cc->max_in_flight + L->prefetch, L->cc->max_bytes_in_flight,
+                             L->cc->max_in_flight + L->prefetch / 2};
   L->m_idem_hits = sl__metric("sluice_idempotency_hits_total", o->stage, NULL,
                           "Inputs answered from stored outputs (provider calls avoided)", 0);
   L->m_oldest = sl__metric("sluice_oldest_uncommitted_age_seconds", o->stage, NULL,
@@ -896,10 +969,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   snprintf(tp, sizeof tp, "%d", L->rp.ntiers);
   sl_log(SL_LOG_INFO, NULL,
          "consuming %s%s%s as group %s; %s retry tiers (%s .. %s) as group %s (%s); up to "
-         "%lld in flight",
+         "%lld messages and %lld MiB in flight (0: no byte limit)",
          o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "",
          L->g[0].name, tp, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], L->g[1].name,
-         L->cc->kafka_assignment, (long long)L->cc->max_in_flight);
+         L->cc->kafka_assignment, (long long)L->cc->max_in_flight,
+         (long long)(L->cc->max_bytes_in_flight > 0 ? L->cc->max_bytes_in_flight >> 20 : 0));
   uv_timer_init(&L->loop, &L->tick);
   L->tick.data = L;
   uv_timer_init(&L->loop, &L->lq_timer);
