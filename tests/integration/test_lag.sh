@@ -15,7 +15,9 @@
 #     actionable 0; and after it, actionable again;
 #   - the provider failing (the harness's outage switch, HTTP 503) opens the
 #     breaker, which holds the messages: lag > 0, actionable 0; the provider
-#     back: lag 0.
+#     back: lag 0;
+#   - a second replica joins: the two gauges, summed, equal sluicectl's
+#     numbers while both have work waiting, and after it drained.
 source "$(dirname "$0")/lib.sh"
 B=$SLUICE_KAFKA_BROKERS
 RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
@@ -46,9 +48,12 @@ status_lag() {
     jq --arg s "$ST" --arg t "$1" \
       '[.stages[] | select(.stage == $s) | .partitions[] | select(.topic | test($t)) | .lag] | add // 0'
 }
-# gauge_lag TOPIC-RE: the stage's sluice_consumer_lag_messages over those topics
+# gauge_lag TOPIC-RE: the stage's sluice_consumer_lag_messages over those
+# topics, summed over the replicas whose admin URLs are in $ADMINS
+ADMINS=("$H_ADMIN")
 gauge_lag() {
-  curl -fsS "$H_ADMIN/metrics" | awk -v s="$ST" -v t="$1" '
+  local a
+  for a in "${ADMINS[@]}"; do curl -fsS "$a/metrics"; done | awk -v s="$ST" -v t="$1" '
     $1 ~ /^sluice_consumer_lag_messages\{/ && index($1, "stage=\"" s "\"") {
       match($1, /topic="[^"]*"/); tp = substr($1, RSTART + 7, RLENGTH - 8)
       if (tp ~ t) sum += $2 }
@@ -141,6 +146,37 @@ drained() { [[ $(gauge_lag "$MAIN") == 0 && $(status_lag "$MAIN") == 0 &&
   $(gauge_lag "$RETRY") == "$(status_lag "$RETRY")" ]]; }
 wait_for 60 drained || true
 check "the provider back: the input drained, retry tiers agree ($(gauge_lag "$RETRY") / $(status_lag "$RETRY"))" drained
+
+# ---- two replicas: their gauges add up to the group's lag -----------------------
+H2=http://127.0.0.1:$((HARNESS_PORT + 1))
+SLUICE_ADMIN_LISTEN=127.0.0.1:$((HARNESS_PORT + 1)) "$HARNESS" >>"$STAGES_DIR/harness-2.log" 2>&1 &
+h2=$!
+at_exit "kill -TERM $h2 2>/dev/null; true"
+ADMINS=("$H_ADMIN" "$H2")
+both_consume() {
+  [[ $(metric sluice_assigned_partitions "stage=\"$ST\"" "$H_ADMIN") -gt 0 &&
+    $(metric sluice_assigned_partitions "stage=\"$ST\"" "$H2") -gt 0 ]] 2>/dev/null
+}
+wait_for 60 both_consume || fail "the second replica got no partitions"
+log "assigned partitions: $(metric sluice_assigned_partitions "stage=\"$ST\"" "$H_ADMIN") and $(metric sluice_assigned_partitions "stage=\"$ST\"" "$H2")"
+produce 8 two '{"sleep_ms":30000}'
+produce 6 c '{}'
+t_two=$SECONDS
+sums_agree() { # the sum over both replicas equals sluicectl, with work waiting
+  local gm gr sm sr
+  gm=$(gauge_lag "$MAIN") gr=$(gauge_lag "$RETRY") sm=$(status_lag "$MAIN") sr=$(status_lag "$RETRY")
+  echo "gauges $gm+$gr status $sm+$sr" >"$work/agree"
+  [[ $gm -gt 0 && $gm == "$sm" && $gr == "$sr" ]]
+}
+wait_for 20 sums_agree || true
+check "two replicas: their gauges add up to sluicectl status ($(cat "$work/agree"))" sums_agree
+check "  ... while the slow calls run ($((SECONDS - t_two)) s of 30)" test $((SECONDS - t_two)) -lt 28
+wait_for 90 agree 0 3 || true
+check "two replicas drained: input 0, the 3 retry copies still wait ($(cat "$work/agree"))" agree 0 3
+kill -TERM "$h2"
+rc2=0
+wait "$h2" || rc2=$?
+check "the second replica stopped cleanly on SIGTERM (exit $rc2)" test "$rc2" = 0
 
 harness_down
 check "sluicectl reported no errors ($(head -c 300 "$work/ctl.err" 2>/dev/null))" test ! -s "$work/ctl.err"
