@@ -118,8 +118,9 @@ static void lag_thread(void *arg) {
     int before = q->failing;
     for (int i = 0; i < n; i++) q->work[i].ok = 0;
     for (int g = 0; g < q->ngroups; g++) query_group(q, n, g);
-    if (before && q->failing == before) {
-      sl_log(SL_LOG_INFO, NULL, "consumer lag: queried again after %d failed round(s)", before);
+    if (n && before && q->failing == before) {
+      sl_log(SL_LOG_INFO, NULL, "consumer lag: Kafka answers again (after %d failed queries)",
+             before);
       q->failing = 0;
     }
     rd_kafka_poll(q->rk, 0); /* the client's own events (errors, logs) */
