@@ -3,7 +3,7 @@
 # offsets against high watermarks), also while the stage has paused
 # fetching, and sluice_consumer_lag_actionable_messages leaves out what more
 # replicas could not drain. With sluice-harness (the real runtime around a
-# scripted provider) as a stage of its own, max_in_flight 4:
+# scripted provider) as a stage of its own, max_in_flight 4 (no prefetch):
 #   - 4 messages whose calls take 40 s fill it and it pauses its partitions;
 #     6 more on the input and 3 retry copies on its 1h tier, then 5 more:
 #     the gauge, summed over partitions, equals what `sluicectl status`
@@ -26,7 +26,7 @@ at_exit 'rm -rf "$work"'
 run=$(date +%s%N | tail -c 7)
 ST=hlag$run
 export HARNESS_STAGE=$ST SLUICE_RETRY_TIERS=1s,1h
-export SLUICE_STAGE_MAX_IN_FLIGHT=4 SLUICE_STAGE_WORKERS=4 SLUICE_STAGE_DRAIN_TIMEOUT_S=2
+export SLUICE_STAGE_MAX_IN_FLIGHT=4 SLUICE_STAGE_PREFETCH=0 SLUICE_STAGE_WORKERS=4 SLUICE_STAGE_DRAIN_TIMEOUT_S=2
 export SLUICE_STAGE_LAG_INTERVAL_MS=1000 SLUICE_STAGE_CLAIM_LEASE_MS=0
 export SLUICE_BREAKER_MIN_CALLS=4 SLUICE_BREAKER_PROBE_INTERVAL_MS=10000
 harness_topics 2 1s 1h
