@@ -1,7 +1,6 @@
 /*
- * sl_kafka.c — producer/consumer construction, the libuv bridge for
- * delivery reports, and a consumer group's lag as Kafka has it (see
- * sl_kafka.h).
+ * sl_kafka.c — producer/consumer construction and the libuv bridge for
+ * delivery reports (see sl_kafka.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_kafka.h"
@@ -15,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 static sl_metric *m_kafka_errors;
@@ -374,136 +372,6 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
   }
   *out = rk;
   return 0;
-}
-
-int sl_kafka_client_new(rd_kafka_t **out, const char *brokers, const char *client_id, char *err,
-                        size_t errlen) {
-  if (!out || !brokers) return SL_EINVAL;
-  rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
-  if (!c) return SL_ECONFIG;
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, errlen);
-  if (!rk) {
-    rd_kafka_conf_destroy(c);
-    return SL_EKAFKA;
-  }
-  *out = rk;
-  return 0;
-}
-
-/* ---- a group's lag ---------------------------------------------------------- */
-
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int left_ms(int64_t deadline) {
-  int64_t l = deadline - mono_ms();
-  return l > 0 ? (int)l : 0;
-}
-
-/* One ListOffsets round for every partition of parts: at = -1 (the high
- * watermark) or -2 (the low one), answered in lo or hi of out. */
-static int watermarks(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts, int64_t at,
-                      int64_t deadline, sl_kafka_lag *out, char *err, size_t errlen) {
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
-  if (!l) return SL_ENOMEM;
-  for (int i = 0; i < l->cnt; i++) l->elems[i].offset = at;
-  rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(rk, l, left_ms(deadline));
-  for (int i = 0; !e && i < l->cnt; i++) {
-    if (l->elems[i].err) {
-      snprintf(err, errlen, "%s watermark of %s [%d]: %s", at == RD_KAFKA_OFFSET_END ? "high" : "low",
-               l->elems[i].topic, (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
-      rd_kafka_topic_partition_list_destroy(l);
-      return SL_EKAFKA;
-    }
-    int64_t *w = at == RD_KAFKA_OFFSET_END ? &out[i].hi : &out[i].lo;
-    *w = l->elems[i].offset;
-  }
-  rd_kafka_topic_partition_list_destroy(l);
-  if (e) {
-    snprintf(err, errlen, "%s watermarks: %s", at == RD_KAFKA_OFFSET_END ? "high" : "low",
-             rd_kafka_err2str(e));
-    return e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EKAFKA;
-  }
-  return 0;
-}
-
-/* The group's committed offsets on parts, from the Admin API. */
-static int committed_offsets(rd_kafka_t *rk, const char *group,
-                             const rd_kafka_topic_partition_list_t *parts, int64_t deadline,
-                             sl_kafka_lag *out, char *err, size_t errlen) {
-  char why[256];
-  rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-  rd_kafka_AdminOptions_t *ao =
-      rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS);
-  rd_kafka_ListConsumerGroupOffsets_t *req = rd_kafka_ListConsumerGroupOffsets_new(group, parts);
-  if (!q || !ao || !req) {
-    if (q) rd_kafka_queue_destroy(q);
-    if (ao) rd_kafka_AdminOptions_destroy(ao);
-    if (req) rd_kafka_ListConsumerGroupOffsets_destroy(req);
-    return SL_ENOMEM;
-  }
-  int wait = left_ms(deadline);
-  rd_kafka_AdminOptions_set_request_timeout(ao, wait > 0 ? wait : 1, why, sizeof why);
-  rd_kafka_ListConsumerGroupOffsets(rk, &req, 1, ao, q);
-  rd_kafka_ListConsumerGroupOffsets_destroy(req);
-  rd_kafka_AdminOptions_destroy(ao);
-  /* the request times itself out: wait a little longer for its answer */
-  rd_kafka_event_t *ev = rd_kafka_queue_poll(q, wait + 1000);
-  rd_kafka_queue_destroy(q);
-  int rc = 0;
-  const rd_kafka_ListConsumerGroupOffsets_result_t *res =
-      ev ? rd_kafka_event_ListConsumerGroupOffsets_result(ev) : NULL;
-  size_t n = 0;
-  const rd_kafka_group_result_t **gr =
-      res && !rd_kafka_event_error(ev) ? rd_kafka_ListConsumerGroupOffsets_result_groups(res, &n)
-                                       : NULL;
-  const rd_kafka_error_t *ge = n == 1 ? rd_kafka_group_result_error(gr[0]) : NULL;
-  const rd_kafka_topic_partition_list_t *got =
-      n == 1 && !ge ? rd_kafka_group_result_partitions(gr[0]) : NULL;
-  if (!ev) {
-    snprintf(err, errlen, "committed offsets of group %s: no answer", group);
-    rc = SL_ETIMEDOUT;
-  } else if (!got) {
-    snprintf(err, errlen, "committed offsets of group %s: %s", group,
-             rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
-             : ge                     ? rd_kafka_error_string(ge)
-                                      : "no result");
-    rc = SL_EKAFKA;
-  }
-  for (int i = 0; got && i < parts->cnt; i++) {
-    const rd_kafka_topic_partition_t *tp =
-        rd_kafka_topic_partition_list_find(got, parts->elems[i].topic, parts->elems[i].partition);
-    if (tp && tp->err) {
-      snprintf(err, errlen, "committed offset of group %s on %s [%d]: %s", group, tp->topic,
-               (int)tp->partition, rd_kafka_err2str(tp->err));
-      rc = SL_EKAFKA;
-      break;
-    }
-    out[i].committed = tp && tp->offset >= 0 ? tp->offset : -1;
-  }
-  if (ev) rd_kafka_event_destroy(ev);
-  return rc;
-}
-
-int sl_kafka_group_lag(rd_kafka_t *rk, const char *group,
-                       const rd_kafka_topic_partition_list_t *parts, int timeout_ms,
-                       sl_kafka_lag *out, char *err, size_t errlen) {
-  if (!rk || !group || !parts || !out) return SL_EINVAL;
-  if (parts->cnt == 0) return 0;
-  int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-  /* committed first: a message committed between the two reads can only
-   * make the lag look one too high, never negative */
-  int rc = committed_offsets(rk, group, parts, deadline, out, err, errlen);
-  if (rc == 0) rc = watermarks(rk, parts, RD_KAFKA_OFFSET_END, deadline, out, err, errlen);
-  if (rc == 0) rc = watermarks(rk, parts, RD_KAFKA_OFFSET_BEGINNING, deadline, out, err, errlen);
-  for (int i = 0; rc == 0 && i < parts->cnt; i++) {
-    int64_t from = out[i].committed >= out[i].lo ? out[i].committed : out[i].lo;
-    out[i].lag = out[i].hi > from ? out[i].hi - from : 0;
-  }
-  return rc;
 }
 
 int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms) {

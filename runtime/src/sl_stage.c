@@ -166,11 +166,6 @@ const sl_conf_entry sl_common_conf_table[] = {
      "long, renewed every third of it while the call runs; a replica that meets another's "
      "claim waits for its stored outputs instead of calling, so an input is paid once across "
      "replicas (a crash costs a second call after the lease) (0: no claims)", 0},
-    {"stage.lag_interval_ms", SL_CONF_INT, "5000", C(lag_interval_ms),
-     "how often the stage asks Kafka for its groups' committed offsets and the high "
-     "watermarks of the partitions assigned to it, for sluice_consumer_lag_messages and "
-     "sluice_consumer_lag_actionable_messages (a thread and client of their own, never the "
-     "loop; right while fetching is paused) (0: no lag gauges)", 0},
 };
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
@@ -937,7 +932,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     g->revoke_timer.data = g;
     if (rc == 0)
       rc = sl_kafka_consumer_new(&g->rk, L->cc->kafka_brokers, g->name, client, &gopts, err,
-                                 sizeof err, sl__on_rebalance, sl__on_commit, NULL, g);
+                                 sizeof err, sl__on_rebalance, sl__on_commit, sl__on_stats, g);
   }
   char props[1024];
   const char *pkv[2 * 16 + 1];
@@ -971,10 +966,6 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     rc = SL_EKAFKA;
     goto out;
   }
-  if ((rc = sl__lag_start(L, err, sizeof err)) != 0) {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
-    goto out;
-  }
   snprintf(tp, sizeof tp, "%d", L->rp.ntiers);
   sl_log(SL_LOG_INFO, NULL,
          "consuming %s%s%s as group %s; %s retry tiers (%s .. %s) as group %s (%s); up to "
@@ -1000,7 +991,6 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
 
   /* stopped: from here on unfinished jobs are dropped (never committed) */
   L->closing = 1;
-  sl__lag_stop(L);
   for (int i = 0; i < L->ngroups; i++) /* a revoke still waiting: hand its partitions over now */
     sl__revoke_finish(&L->g[i]);
   sl__commit_all(L, 1);
@@ -1019,7 +1009,6 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   rc = L->fatal ? SL_EKAFKA : 0;
 out:
   L->closing = 1;
-  sl__lag_stop(L);
   for (int i = 0; i < L->ngroups; i++) {
     sl_kafka_uv_detach(L->g[i].cku);
     L->g[i].cku = NULL;

@@ -130,34 +130,6 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
                                             rd_kafka_topic_partition_list_t *, void *),
                           int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque);
 
-/* A plain client for queries (metadata, offsets, the Admin API): a
- * producer handle that never produces, with the installed security. It
- * belongs to no consumer group, so it never joins or disturbs one. Returns
- * 0, SL_ECONFIG or SL_EKAFKA with the reason in err. Free with
- * rd_kafka_destroy. */
-int sl_kafka_client_new(rd_kafka_t **out, const char *brokers, const char *client_id, char *err,
-                        size_t errlen);
-
-/* A consumer group's lag on one partition, as Kafka has it: what the
- * stages export as sluice_consumer_lag_messages and `sluicectl status`
- * shows. Messages taken and not yet finished count (their offsets are not
- * committed). */
-typedef struct {
-  int64_t lo, hi;     /* low and high watermarks */
-  int64_t committed;  /* the group's committed offset; -1: none (it starts at lo) */
-  int64_t lag;        /* hi - max(committed, lo), at least 0 */
-} sl_kafka_lag;
-
-/* Queries the watermarks of parts (two batched ListOffsets, earliest and
- * latest) and group's committed offsets on them (the Admin API's
- * ListConsumerGroupOffsets: rk needs no group.id and joins nothing) and
- * fills out[i] for parts->elems[i]. Blocks for at most about timeout_ms in
- * all: never call it on a loop thread. Returns 0, or SL_EKAFKA /
- * SL_ETIMEDOUT with the reason in err (out is then incomplete). */
-int sl_kafka_group_lag(rd_kafka_t *rk, const char *group,
-                       const rd_kafka_topic_partition_list_t *parts, int timeout_ms,
-                       sl_kafka_lag *out, char *err, size_t errlen);
-
 /* Serves the producer's delivery reports on a libuv loop: librdkafka writes
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
  * rd_kafka_poll(rk, 0). No timer, no busy loop. The handle is closed by
