@@ -1,6 +1,7 @@
 /*
- * sl_kafka.c — producer/consumer construction and the libuv bridge for
- * delivery reports (see sl_kafka.h).
+ * sl_kafka.c — producer/consumer construction, the libuv bridge for
+ * delivery reports, and a consumer group's lag as Kafka has it (see
+ * sl_kafka.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_kafka.h"
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 static sl_metric *m_kafka_errors;
@@ -372,6 +374,117 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
   }
   *out = rk;
   return 0;
+}
+
+int sl_kafka_group_reader_new(rd_kafka_t **out, const char *brokers, const char *group,
+                              const char *client_id, char *err, size_t errlen) {
+  if (!out || !brokers || !group) return SL_EINVAL;
+  rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
+  if (!c) return SL_ECONFIG;
+  if (set(c, "group.id", group, err, errlen) ||
+      set(c, "enable.auto.commit", "false", err, errlen) ||
+      set(c, "enable.auto.offset.store", "false", err, errlen)) {
+    rd_kafka_conf_destroy(c);
+    return SL_ECONFIG;
+  }
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, errlen);
+  if (!rk) {
+    rd_kafka_conf_destroy(c);
+    return SL_EKAFKA;
+  }
+  *out = rk;
+  return 0;
+}
+
+void sl_kafka_group_reader_free(rd_kafka_t *rk) {
+  if (rk) rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+}
+
+/* ---- a group's lag ---------------------------------------------------------- */
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int left_ms(int64_t deadline) {
+  int64_t l = deadline - mono_ms();
+  return l > 0 ? (int)l : 0;
+}
+
+/* One ListOffsets round for every partition of parts: at = -1 (the high
+ * watermark) or -2 (the low one), answered in lo or hi of out. */
+static int watermarks(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts, int64_t at,
+                      int64_t deadline, sl_kafka_lag *out, char *err, size_t errlen) {
+  const char *which = at == RD_KAFKA_OFFSET_END ? "high" : "low";
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
+  if (!l) return SL_ENOMEM;
+  for (int i = 0; i < l->cnt; i++) l->elems[i].offset = at;
+  rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(rk, l, left_ms(deadline));
+  for (int i = 0; !e && i < l->cnt; i++) {
+    if (l->elems[i].err) {
+      snprintf(err, errlen, "%s watermark of %s [%d]: %s", which, l->elems[i].topic,
+               (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
+      rd_kafka_topic_partition_list_destroy(l);
+      return SL_EKAFKA;
+    }
+    int64_t *w = at == RD_KAFKA_OFFSET_END ? &out[i].hi : &out[i].lo;
+    *w = l->elems[i].offset;
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+  if (e) {
+    snprintf(err, errlen, "%s watermarks: %s", which, rd_kafka_err2str(e));
+    return e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EKAFKA;
+  }
+  return 0;
+}
+
+/* The committed offsets of rk's group on parts, from the group's
+ * coordinator (OffsetFetch): rd_kafka_committed waits for the coordinator
+ * and retries until the deadline. */
+static int committed_offsets(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts,
+                             int64_t deadline, sl_kafka_lag *out, char *err, size_t errlen) {
+  char group[160] = "?";
+  size_t glen = sizeof group;
+  if (rd_kafka_conf_get(rd_kafka_conf(rk), "group.id", group, &glen) != RD_KAFKA_CONF_OK)
+    snprintf(group, sizeof group, "?");
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
+  if (!l) return SL_ENOMEM;
+  rd_kafka_resp_err_t e = rd_kafka_committed(rk, l, left_ms(deadline));
+  int rc = 0;
+  if (e) {
+    snprintf(err, errlen, "committed offsets of group %s: %s", group, rd_kafka_err2str(e));
+    rc = e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EKAFKA;
+  }
+  for (int i = 0; rc == 0 && i < l->cnt; i++) {
+    if (l->elems[i].err) {
+      snprintf(err, errlen, "committed offset of group %s on %s [%d]: %s", group,
+               l->elems[i].topic, (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
+      rc = SL_EKAFKA;
+      break;
+    }
+    out[i].committed = l->elems[i].offset >= 0 ? l->elems[i].offset : -1;
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+  return rc;
+}
+
+int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts,
+                       int timeout_ms, sl_kafka_lag *out, char *err, size_t errlen) {
+  if (!rk || !parts || !out) return SL_EINVAL;
+  if (parts->cnt == 0) return 0;
+  int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  /* committed first: a message committed between the two reads can only
+   * make the lag look one too high, never negative */
+  int rc = committed_offsets(rk, parts, deadline, out, err, errlen);
+  if (rc == 0) rc = watermarks(rk, parts, RD_KAFKA_OFFSET_END, deadline, out, err, errlen);
+  if (rc == 0) rc = watermarks(rk, parts, RD_KAFKA_OFFSET_BEGINNING, deadline, out, err, errlen);
+  for (int i = 0; rc == 0 && i < parts->cnt; i++) {
+    int64_t from = out[i].committed >= out[i].lo ? out[i].committed : out[i].lo;
+    out[i].lag = out[i].hi > from ? out[i].hi - from : 0;
+  }
+  return rc;
 }
 
 int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms) {

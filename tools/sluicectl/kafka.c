@@ -88,6 +88,12 @@ void sc_report_kafka_error(const sc_opts *o, const char *what, rd_kafka_resp_err
           *last ? " (last error: " : "", last, *last ? ")" : "");
 }
 
+void sc_report_kafka_reason(const sc_opts *o, const char *reason) {
+  const char *last = sc_last_kafka_error();
+  fprintf(stderr, "sluicectl: %s (Kafka at %s)%s%s%s\n", reason, o->brokers,
+          *last ? " (last error: " : "", last, *last ? ")" : "");
+}
+
 /* ---- reading a topic ---------------------------------------------------------- */
 
 static int scan(const sc_opts *o, const char *topic, int32_t only_partition, int64_t at,

@@ -138,6 +138,8 @@ rd_kafka_conf_t *sc_conf_new(const sc_opts *o);
 int sc_conf_set(rd_kafka_conf_t *c, const char *k, const char *v);
 const char *sc_last_kafka_error(void);
 void sc_report_kafka_error(const sc_opts *o, const char *what, rd_kafka_resp_err_t e);
+/* The same for a failure already put in words (an sl_kafka_* err). */
+void sc_report_kafka_reason(const sc_opts *o, const char *reason);
 
 /* one message of a topic; return non-zero to stop reading */
 typedef int (*sc_msg_cb)(void *arg, int32_t partition, int64_t offset, const void *payload,

@@ -4,8 +4,9 @@
  * Kafka is the source for what waits: per consuming stage (ingest, stt,
  * grade, materialize) its group "sluice-<stage>" is described (state,
  * members), the committed offsets of its input topics (that group's) and
- * retry topics (group "sluice-<stage>-retry"'s) are set
- * against the high watermarks (lag), and for main-input partitions with lag
+ * retry topics (group "sluice-<stage>-retry"'s) are set against the high
+ * watermarks (lag, sl_kafka_group_lag: the numbers the stages export as
+ * sluice_consumer_lag_messages), and for main-input partitions with lag
  * the message at the committed offset is read: its timestamp is the age of
  * the oldest waiting message even when no stage process runs. Rates in/out
  * are the growth of the high watermarks / committed offsets of the main
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_kafka.h"
 #include "sluice/sl_pipeline.h"
 
 #define MAX_PARTS 512
@@ -219,19 +221,8 @@ static int kafka_sample(const sc_opts *o, snapshot *s) {
         snprintf(pp->topic, sizeof pp->topic, "%s", md->topics[t].topic);
         pp->partition = md->topics[t].partitions[p].id;
         pp->retry = retry;
-        pp->committed = -1;
-        e = rd_kafka_query_watermark_offsets(rk, pp->topic, pp->partition, &pp->lo, &pp->hi,
-                                             o->timeout_ms);
-        if (e) {
-          char what[300];
-          snprintf(what, sizeof what, "watermarks of %s[%d]", pp->topic, (int)pp->partition);
-          sc_report_kafka_error(o, what, e);
-          rc = -1;
-          break;
-        }
       }
     }
-    if (rc) break;
     /* group: state and members */
     const struct rd_kafka_group_list *gl = NULL;
     snprintf(st->state, sizeof st->state, "-");
@@ -245,47 +236,46 @@ static int kafka_sample(const sc_opts *o, snapshot *s) {
         }
       rd_kafka_group_list_destroy(gl);
     }
-    /* committed offsets: the inputs' in group sluice-<stage>, the retry
-     * tiers' in sluice-<stage>-retry (runtime/src/sl_stage_group.c) */
+    /* lag: the inputs' in group sluice-<stage>, the retry tiers' in
+     * sluice-<stage>-retry (runtime/src/sl_stage_group.c), counted as the
+     * stages count it for sluice_consumer_lag_messages (sl_kafka_group_lag) */
     for (int retry = 0; rc == 0 && retry < 2 && st->nparts; retry++) {
       char gname[80];
       sl_pipeline_group(gname, sizeof gname, st->stage, retry);
       rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(st->nparts);
-      for (int k = 0; k < st->nparts; k++)
-        if (st->parts[k].retry == retry)
+      sl_kafka_lag *lag = calloc((size_t)st->nparts, sizeof *lag);
+      int *at = calloc((size_t)st->nparts, sizeof *at);
+      if (!l || !lag || !at) rc = -1;
+      for (int k = 0; rc == 0 && k < st->nparts; k++)
+        if (st->parts[k].retry == retry) {
+          at[l->cnt] = k;
           rd_kafka_topic_partition_list_add(l, st->parts[k].topic, st->parts[k].partition);
-      if (l->cnt == 0) {
-        rd_kafka_topic_partition_list_destroy(l);
-        continue;
-      }
-      rd_kafka_t *gk = consumer(o, gname);
-      if (!gk) {
-        rd_kafka_topic_partition_list_destroy(l);
-        rc = -1;
-        break;
-      }
-      e = rd_kafka_committed(gk, l, o->timeout_ms);
-      if (e) {
-        char what[128];
-        snprintf(what, sizeof what, "committed offsets of group %s", gname);
-        sc_report_kafka_error(o, what, e);
-        rc = -1;
-      } else {
-        for (int k = 0; k < st->nparts; k++) {
-          if (st->parts[k].retry != retry) continue;
-          const rd_kafka_topic_partition_t *tp =
-              rd_kafka_topic_partition_list_find(l, st->parts[k].topic, st->parts[k].partition);
-          st->parts[k].committed = !tp || tp->err ? -1 : tp->offset;
         }
+      /* the group's committed offsets are read through a consumer in that
+       * group that never subscribes: it joins nothing */
+      rd_kafka_t *gk = rc == 0 && l->cnt ? consumer(o, gname) : NULL;
+      if (rc == 0 && l->cnt && !gk) rc = -1;
+      char why[512];
+      if (gk && sl_kafka_group_lag(gk, l, o->timeout_ms, lag, why, sizeof why)) {
+        sc_report_kafka_reason(o, why);
+        rc = -1;
       }
-      rd_kafka_topic_partition_list_destroy(l);
-      rd_kafka_destroy(gk);
+      sl_kafka_group_reader_free(gk);
+      for (int k = 0; rc == 0 && k < l->cnt; k++) {
+        part_t *pp = &st->parts[at[k]];
+        pp->lo = lag[k].lo;
+        pp->hi = lag[k].hi;
+        pp->committed = lag[k].committed;
+        pp->lag = lag[k].lag;
+      }
+      if (l) rd_kafka_topic_partition_list_destroy(l);
+      free(lag);
+      free(at);
     }
     if (rc) break;
     for (int k = 0; k < st->nparts; k++) {
       part_t *pp = &st->parts[k];
       int64_t from = pp->committed >= pp->lo ? pp->committed : pp->lo;
-      pp->lag = pp->hi > from ? pp->hi - from : 0;
       if (pp->retry) {
         st->retry_backlog += pp->lag;
       } else {

@@ -130,6 +130,43 @@ int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
                                             rd_kafka_topic_partition_list_t *, void *),
                           int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque);
 
+/* A reader of a consumer group's lag that is not one of its members: a
+ * consumer with group.id group and the installed security that is never
+ * subscribed or assigned (librdkafka joins a group only on subscribe, so
+ * the group's members see no rebalance), commits nothing
+ * (enable.auto.commit false) and fetches nothing. Its committed offsets
+ * come from the group's coordinator (OffsetFetch, rd_kafka_committed), not
+ * from the Admin API, whose ListConsumerGroupOffsets aborted every client
+ * of the process when it timed out against a stopped Kafka (librdkafka
+ * 2.0.2, rd_kafka_enq_once_del_source_return). Returns 0, SL_ECONFIG or
+ * SL_EKAFKA with the reason in err. Free with sl_kafka_group_reader_free. */
+int sl_kafka_group_reader_new(rd_kafka_t **out, const char *brokers, const char *group,
+                              const char *client_id, char *err, size_t errlen);
+
+/* Destroys a reader without the consumer close (it has nothing to leave or
+ * commit), so it does not wait for a Kafka that is down. NULL-safe. */
+void sl_kafka_group_reader_free(rd_kafka_t *rk);
+
+/* A consumer group's lag on one partition, as Kafka has it: what the
+ * stages export as sluice_consumer_lag_messages and `sluicectl status`
+ * shows. Messages taken and not yet finished count (their offsets are not
+ * committed). */
+typedef struct {
+  int64_t lo, hi;     /* low and high watermarks */
+  int64_t committed;  /* the group's committed offset; -1: none (it starts at lo) */
+  int64_t lag;        /* hi - max(committed, lo), at least 0 */
+} sl_kafka_lag;
+
+/* Queries the committed offsets on parts of the group rk was made for
+ * (rk: a consumer handle with group.id, like sl_kafka_group_reader_new's,
+ * used by one thread at a time) and the partitions' watermarks (two
+ * batched ListOffsets, earliest and latest), and fills out[i] for
+ * parts->elems[i]. Blocks for at most about timeout_ms in all: never call
+ * it on a loop thread. Returns 0, or SL_EKAFKA / SL_ETIMEDOUT with the
+ * reason in err (out is then incomplete). */
+int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts,
+                       int timeout_ms, sl_kafka_lag *out, char *err, size_t errlen);
+
 /* Serves the producer's delivery reports on a libuv loop: librdkafka writes
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
  * rd_kafka_poll(rk, 0). No timer, no busy loop. The handle is closed by
