@@ -166,6 +166,12 @@ const sl_conf_entry sl_common_conf_table[] = {
      "long, renewed every third of it while the call runs; a replica that meets another's "
      "claim waits for its stored outputs instead of calling, so an input is paid once across "
      "replicas (a crash costs a second call after the lease) (0: no claims)", 0},
+    {"stage.lag_interval_ms", SL_CONF_INT, "5000", C(lag_interval_ms),
+     "how often the stage asks Kafka for its groups' committed offsets and the high "
+     "watermarks of the partitions assigned to it, for sluice_consumer_lag_messages and "
+     "sluice_consumer_lag_actionable_messages (a thread of their own, never the loop, with a "
+     "client per group that never joins it; right while fetching is paused) (0: no lag "
+     "gauges)", 0},
 };
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
@@ -932,7 +938,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     g->revoke_timer.data = g;
     if (rc == 0)
       rc = sl_kafka_consumer_new(&g->rk, L->cc->kafka_brokers, g->name, client, &gopts, err,
-                                 sizeof err, sl__on_rebalance, sl__on_commit, sl__on_stats, g);
+                                 sizeof err, sl__on_rebalance, sl__on_commit, NULL, g);
   }
   char props[1024];
   const char *pkv[2 * 16 + 1];
@@ -966,6 +972,10 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     rc = SL_EKAFKA;
     goto out;
   }
+  if ((rc = sl__lag_start(L, err, sizeof err)) != 0) {
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
+    goto out;
+  }
   snprintf(tp, sizeof tp, "%d", L->rp.ntiers);
   sl_log(SL_LOG_INFO, NULL,
          "consuming %s%s%s as group %s; %s retry tiers (%s .. %s) as group %s (%s); up to "
@@ -991,6 +1001,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
 
   /* stopped: from here on unfinished jobs are dropped (never committed) */
   L->closing = 1;
+  sl__lag_stop(L);
   for (int i = 0; i < L->ngroups; i++) /* a revoke still waiting: hand its partitions over now */
     sl__revoke_finish(&L->g[i]);
   sl__commit_all(L, 1);
@@ -1009,6 +1020,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   rc = L->fatal ? SL_EKAFKA : 0;
 out:
   L->closing = 1;
+  sl__lag_stop(L);
   for (int i = 0; i < L->ngroups; i++) {
     sl_kafka_uv_detach(L->g[i].cku);
     L->g[i].cku = NULL;
@@ -1035,6 +1047,7 @@ out:
       free(q);
     }
   }
+  sl__lag_free(L); /* stopped long since (sl__lag_stop): joins at once */
   uv_walk(&L->loop, walk_close, NULL);
   uv_run(&L->loop, UV_RUN_DEFAULT);
   uv_loop_close(&L->loop);

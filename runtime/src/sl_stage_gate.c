@@ -35,6 +35,14 @@
 
 /* ---- the provider gate ---- */
 
+/* A call waits wait_ms for the shared limiter or the provider's pause: the
+ * provider is the bottleneck meanwhile (sl_stage_lag.c, actionable lag). */
+static void gate_waits(loop_t *L, int64_t wait_ms) {
+  sl_metric_add(L->m_limiter_waits, 1);
+  int64_t until = sl__mono_ms() + wait_ms;
+  if (until > L->gate_wait_until_ms) L->gate_wait_until_ms = until;
+}
+
 static void limiter_try(loop_t *L);
 
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
@@ -59,7 +67,7 @@ static void on_limit_q(redisReply *r, void *ud) {
   }
   int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   if (wait > 0) {
-    sl_metric_add(L->m_limiter_waits, 1);
+    gate_waits(L, wait);
     uv_timer_start(&L->lq_timer, on_lq_timer, (uint64_t)wait, 0);
     return;
   }
@@ -156,7 +164,7 @@ static void on_pause(redisReply *r, void *ud) {
   }
   int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   if (wait > 0) {
-    sl_metric_add(j->L->m_limiter_waits, 1);
+    gate_waits(j->L, wait);
     sl__job_after(j, wait, on_pause_ttl, sl__gate);
     return;
   }

@@ -1,7 +1,8 @@
 /*
  * sl_stage_group.c — partitions of a stage's consumer groups: the commit of
  * each partition's offsets (sl_offsets.h), pausing, rebalances and
- * revocation, and the lag gauges from librdkafka's statistics.
+ * revocation. What is assigned is handed to the lag thread
+ * (sl_stage_lag.c) whenever it changes.
  *
  * A stage consumes as two groups (grp): "sluice-<stage>" reads its inputs,
  * "sluice-<stage>-retry" its retry tiers. With one group the sticky
@@ -15,7 +16,7 @@
  * Offsets are committed asynchronously every tick (coalesced) and
  * synchronously on revoke and shutdown; a failed asynchronous commit makes
  * the partition's commit point pending again, so the next tick repeats it.
- * Loop thread only (the rebalance and statistics callbacks run inside
+ * Loop thread only (the rebalance and commit callbacks run inside
  * rd_kafka_consumer_poll on the loop).
  */
 #include "sl_stage_int.h"
@@ -30,7 +31,6 @@
 #include "sluice.pb-c.h"
 
 #include <ctype.h>
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +284,7 @@ void sl__revoke_finish(grp *g) {
     sl_log(SL_LOG_INFO, NULL, "%s: revoked %d partition(s)%s; %d assigned", g->name, l->cnt,
            g->revoking_lost ? " (lost)" : "", keep->cnt);
   sl_metric_set(L->m_assigned, assigned(L));
+  sl__lag_assigned(L);
   set_ready(L);
   rd_kafka_topic_partition_list_destroy(l);
 }
@@ -377,71 +378,9 @@ void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
            g->name, parts->cnt, g->cooperative ? "incremental" : "eager", g->assignment->cnt,
            assigned(L));
     sl_metric_set(L->m_assigned, assigned(L));
+    sl__lag_assigned(L);
     set_ready(L);
   } else {
     revoke_begin(g, rk, parts);
   }
 }
-
-/* ---- consumer lag from librdkafka's statistics ---- */
-
-
-static sl_metric *lag_series(loop_t *L, grp *g, const char *topic, int32_t partition) {
-  for (int i = 0; i < L->nlag; i++)
-    if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0)
-      return L->lag[i].m;
-  if (L->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof L->lag[0].topic) return NULL;
-  char l[200];
-  snprintf(l, sizeof l, "topic=\"%s\",partition=\"%d\"", topic, (int)partition);
-  sl_metric *m = sl__metric("sluice_consumer_lag_messages", L->o->stage, l,
-                               "Messages not yet committed by this stage's group, by assigned "
-                               "partition (from the consumer's statistics, every 5 s)",
-                               1);
-  if (!m) return NULL;
-  snprintf(L->lag[L->nlag].topic, sizeof L->lag[0].topic, "%s", topic);
-  L->lag[L->nlag].partition = partition;
-  L->lag[L->nlag].g = g;
-  L->lag[L->nlag].m = m;
-  L->nlag++;
-  return m;
-}
-
-/* Statistics JSON (STATISTICS.md): topics.<t>.partitions.<p>.consumer_lag is
- * the high watermark minus the committed offset (-1 while unknown). Only the
- * partitions assigned to this process in group g are reported; a partition that went
- * elsewhere drops to 0 here (its new owner reports it). Runs inside
- * rd_kafka_consumer_poll(), on the loop thread. */
-int sl__on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque) {
-  (void)rk;
-  grp *g = opaque;
-  loop_t *L = g->L;
-  json_t *root = json_loadb(js, len, 0, NULL);
-  if (!root) return 0;
-  json_t *topics = json_object_get(root, "topics");
-  int seen[SL_LAG_SERIES_MAX] = {0};
-  for (int i = 0; g->assignment && i < g->assignment->cnt; i++) {
-    const rd_kafka_topic_partition_t *tp = &g->assignment->elems[i];
-    char pn[16];
-    snprintf(pn, sizeof pn, "%d", (int)tp->partition);
-    json_t *pj = json_object_get(
-        json_object_get(json_object_get(topics, tp->topic), "partitions"), pn);
-    json_t *lj = json_object_get(pj, "consumer_lag");
-    if (!json_is_integer(lj)) continue;
-    json_int_t lag = json_integer_value(lj);
-    if (lag < 0) { /* nothing committed yet: all that is retained waits */
-      json_int_t hi = json_integer_value(json_object_get(pj, "hi_offset"));
-      json_int_t lo = json_integer_value(json_object_get(pj, "lo_offset"));
-      if (!json_is_integer(json_object_get(pj, "hi_offset")) || hi < 0 || lo < 0) continue;
-      lag = hi - lo;
-    }
-    sl_metric *m = lag_series(L, g, tp->topic, tp->partition);
-    sl_metric_set(m, (int64_t)lag);
-    for (int k = 0; k < L->nlag; k++)
-      if (L->lag[k].m == m) seen[k] = 1;
-  }
-  for (int k = 0; k < L->nlag; k++) /* this group's series only: the other reports its own */
-    if (!seen[k] && L->lag[k].g == g) sl_metric_set(L->lag[k].m, 0);
-  json_decref(root);
-  return 0;
-}
-

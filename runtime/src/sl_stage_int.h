@@ -7,7 +7,9 @@
  *                     retry copies until due, per-key order, the tick,
  *                     start-up and shutdown;
  *   sl_stage_group.c  partitions: commits, pausing, rebalances (eager and
- *                     cooperative), revocation, lag from the statistics;
+ *                     cooperative), revocation;
+ *   sl_stage_lag.c    consumer lag, queried off the loop by a thread of its
+ *                     own, and how much of it more replicas could drain;
  *   sl_stage_gate.c   the provider gate: breaker hold, the shared limiter,
  *                     the 429 pause, claims (one paid call across replicas);
  *   sl_stage_out.c    outcomes: processing on the pool, the idempotency
@@ -17,7 +19,8 @@
  * sl_idem.c (stored outputs, store and claim keys), sl_outbox.c.
  *
  * Everything here runs on the loop thread, except sl__work_cb (the worker
- * pool). Not installed; nothing outside runtime/src includes it.
+ * pool) and the lag thread (sl_stage_lag.c: it shares only its own struct,
+ * under its mutex). Not installed; nothing outside runtime/src includes it.
  */
 #ifndef SLUICE_SL_STAGE_INT_H
 #define SLUICE_SL_STAGE_INT_H
@@ -63,6 +66,7 @@ typedef struct grp {
 
 /* at most this many per-partition lag series per process */
 #define SL_LAG_SERIES_MAX 128
+typedef struct sl_lagq sl_lagq;
 
 typedef struct {
   char topic[128];
@@ -186,14 +190,19 @@ struct loop_t {
       *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm,
       *m_assigned, *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes;
   sl_histogram *h_call;
-  /* consumer lag gauges, one per partition this process has been assigned */
+  /* consumer lag gauges, one per partition this process has been assigned,
+   * set from what the lag thread queried (sl_stage_lag.c) */
   struct {
     char topic[128];
     int32_t partition;
-    grp *g;
     sl_metric *m;
   } lag[SL_LAG_SERIES_MAX];
   int nlag;
+  sl_metric *m_lag_actionable;
+  sl_lagq *lagq;
+  /* the gate made a call wait on the shared limiter or a provider's 429
+   * pause until then (sl__mono_ms): more replicas would wait as well */
+  int64_t gate_wait_until_ms;
 };
 
 /* ---- sl_stage.c: jobs and the loop ---- */
@@ -244,7 +253,20 @@ void sl__revoke_finish(grp *g);
 void sl__revoke_check(loop_t *L);
 void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *parts, void *opaque);
-int sl__on_stats(rd_kafka_t *rk, char *js, size_t len, void *opaque);
+
+/* ---- sl_stage_lag.c: consumer lag, off the loop ---- */
+/* Starts the lag thread (nothing with stage.lag_interval_ms 0). Returns 0
+ * or SL_E* with the reason in err. */
+int sl__lag_start(loop_t *L, char *err, size_t errlen);
+/* The assignment changed: the lag thread queries what is assigned now. */
+void sl__lag_assigned(loop_t *L);
+/* Tells the thread to stop, and the loop to take no more of its answers;
+ * returns at once (a query under way goes on until its timeout). NULL-safe. */
+void sl__lag_stop(loop_t *L);
+/* Stops the thread and joins it (waits for a query under way: at most its
+ * timeout), frees its clients and closes its handle (freed when the loop
+ * runs again). Before the loop's last walk. NULL-safe. */
+void sl__lag_free(loop_t *L);
 
 /* ---- sl_stage_gate.c: the provider gate and claims ---- */
 void sl__gate(job *j);

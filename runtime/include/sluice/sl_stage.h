@@ -120,6 +120,7 @@ typedef struct {
   int64_t revoke_wait_ms;   /* a revoke waits this long for running calls */
   int64_t claim_lease_ms;   /* lease of an input claimed before a paid call */
   int64_t max_retry_after_ms; /* a provider's Retry-After is cut to this */
+  int64_t lag_interval_ms;  /* how often the lag gauges are queried (0: never) */
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
