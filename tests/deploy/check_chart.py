@@ -215,8 +215,15 @@ def check_all(docs, alerts_path):
     for k in ("Ingress", "HorizontalPodAutoscaler", "ScaledObject", "ServiceMonitor",
               "PrometheusRule", "NetworkPolicy", "PodDisruptionBudget"):
         check(k in kinds, f"every-option render has no {k}")
-    # KEDA: one trigger per input topic, on the stage's consumer group
+    # KEDA: a kafka trigger per input topic on the stage's group, one per
+    # retry tier on its retry group (they wake the stage; their persistent
+    # lag, retries waiting for their delay, does not count), and with
+    # actionableLag a Prometheus trigger on the actionable lag, the kafka
+    # triggers then only waking the stage
     keda = {stage_of(d): d for d in by_kind(docs, "ScaledObject")}
+    pipeline = pipeline_of(docs)
+    retrying = {st["name"] for st in pipeline["stages"] if st.get("retry")}
+    actionable = set()
     hpa = {stage_of(d): d for d in by_kind(docs, "HorizontalPodAutoscaler")}
     check(not set(keda) & set(hpa), f"stages with both HPA and KEDA: {set(keda) & set(hpa)}")
     for stage, so in keda.items():
@@ -229,16 +236,46 @@ def check_all(docs, alerts_path):
         check(isinstance(spec["minReplicaCount"], int) and isinstance(spec["maxReplicaCount"], int)
               and spec["minReplicaCount"] <= spec["maxReplicaCount"], f"{stage}: replica counts")
         check("replicas" not in deps[stage]["spec"], f"{stage}: fixed replicas under KEDA")
-        got = []
+        got, got_retry, prom = [], [], []
         for t in spec["triggers"]:
             m = t["metadata"]
-            check(t["type"] == "kafka", f"{stage}: trigger {t['type']}")
-            check(m["consumerGroup"] == f"sluice-{stage}", f"{stage}: group {m['consumerGroup']}")
             check(all(isinstance(v, str) for v in m.values()), f"{stage}: KEDA metadata must be strings")
+            check(t["type"] in ("kafka", "prometheus"), f"{stage}: trigger {t['type']}")
+            if t["type"] == "prometheus":
+                prom.append(t)
+                continue
             check(m["bootstrapServers"] == conf_of(docs, stage)["kafka.brokers"],
                   f"{stage}: KEDA brokers differ from the stage's")
-            got.append(m["topic"])
+            check(m["offsetResetPolicy"] == "earliest", f"{stage}: offsetResetPolicy {m['offsetResetPolicy']}")
+            if m["consumerGroup"] == f"sluice-{stage}-retry":
+                got_retry.append(m["topic"])
+                check(m.get("excludePersistentLag") == "true",
+                      f"{stage}: retry trigger on {m['topic']} counts retries waiting for their delay")
+            else:
+                check(m["consumerGroup"] == f"sluice-{stage}", f"{stage}: group {m['consumerGroup']}")
+                got.append(m["topic"])
         check(sorted(got) == sorted(CONSUMERS[stage]), f"{stage}: lag on {got}")
+        tiers = [f"{stage}.retry.{t}" for t in pipeline["retry_tiers"]] if stage in retrying else []
+        check(sorted(got_retry) in (sorted(tiers), []), f"{stage}: retry triggers on {got_retry}")
+        if stage in retrying and not got_retry:  # values-all.yaml: retryTopics false for materialize only
+            check(stage == "materialize", f"{stage}: no trigger wakes it for its retries")
+        kafka = [t for t in spec["triggers"] if t["type"] == "kafka"]
+        if prom:
+            actionable.add(stage)
+            m = prom[0]["metadata"]
+            check(len(prom) == 1, f"{stage}: {len(prom)} prometheus triggers")
+            check(m["serverAddress"].startswith("http"), f"{stage}: prometheus at {m['serverAddress']!r}")
+            check(m["query"] == f'sum(sluice_consumer_lag_actionable_messages{{namespace="speaking",stage="{stage}"}})',
+                  f"{stage}: query {m['query']!r}")
+            check(int(m["threshold"]) < 10**6, f"{stage}: threshold {m['threshold']}")
+            check(all(int(t["metadata"]["lagThreshold"]) >= 10**9 for t in kafka),
+                  f"{stage}: with actionable lag the kafka triggers may still ask for replicas")
+        else:
+            check(all(int(t["metadata"]["lagThreshold"]) < 10**6 for t in kafka),
+                  f"{stage}: kafka lag thresholds {[t['metadata']['lagThreshold'] for t in kafka]}")
+    check(actionable == {"stt"}, f"actionable-lag triggers for {sorted(actionable)}, want stt")
+    check(keda.get("stt", {}).get("spec", {}).get("minReplicaCount") == 0,
+          "stt scales to zero in the every-option render (its retries must wake it)")
     for stage, h in hpa.items():
         check(h["spec"]["scaleTargetRef"]["name"] == deps[stage]["metadata"]["name"],
               f"{stage}: HPA target")

@@ -124,6 +124,10 @@ refuse "materialize HPA past the results topic's partitions" "only 4 partitions"
   --set topics.overrides.results.partitions=4
 refuse "HPA and KEDA on one stage" "either hpa or keda" \
   --set stages.grade.hpa.enabled=true --set stages.grade.keda.enabled=true
+refuse "KEDA on actionable lag without a Prometheus to ask" "set keda.prometheus.serverAddress" \
+  --set stages.grade.keda.enabled=true --set stages.grade.keda.actionableLag=true
+refuse "a Prometheus address that is not a URL (schema)" "does not match pattern" \
+  --set keda.prometheus.serverAddress=prometheus:9090
 refuse "an API key inlined in the plugin settings" "is a credential" \
   --set stt.plugin=openai --set stt.openai.api_key=sk-inline
 refuse "a secret key inlined in a stage's config" "is a credential" \

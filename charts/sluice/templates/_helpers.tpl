@@ -141,6 +141,11 @@ whether it consumes Kafka, its kind and its input topics.
 sluice-{{ . }}
 {{- end -}}
 
+{{/* The consumer group of a stage's retry tiers (runtime/src/sl_stage_group.c: "sluice-<stage>-retry"). */}}
+{{- define "sluice.retryGroup" -}}
+sluice-{{ . }}-retry
+{{- end -}}
+
 {{/* Partitions of one topic: (dict "root" $ "topic" "results") -> number */}}
 {{- define "sluice.topicPartitions" -}}
 {{- $t := .root.Values.topics -}}
