@@ -25,7 +25,8 @@
  *   - the bucket must be s3.bucket                        (else wrong_bucket)
  *   - a size in the event must equal the declared size    (else size_mismatch)
  *   - the object is HEADed (SigV4-signed, blocking: process() runs on the
- *     worker pool, one signer per thread) and must exist  (else object_missing)
+ *     worker pool, one storage connection per thread, kept open) and must
+ *     exist                                               (else object_missing)
  *     with the declared Content-Length                    (else size_mismatch)
  *     and Content-Type (media type, case-insensitive)     (else type_mismatch);
  *     storage unreachable or 5xx is a RETRY.
@@ -92,18 +93,18 @@ typedef struct {
   sl_s3_target target;
   int head_always;  /* ingest.verify_object = always */
   sl_tls *redis;    /* one sl_redis per worker thread */
-  sl_tls *signers;  /* one sl_sigv4 per worker thread */
+  sl_tls *storage;  /* one sl_s3_conn per worker thread */
 } ingest;
 
-static void *signer_create(void *arg, char *err, unsigned long errlen) {
+static void *storage_create(void *arg, char *err, unsigned long errlen) {
   ingest *in = arg;
-  sl_sigv4 *sig = NULL;
-  int rc = sl_sigv4_new(&sig, in->s3->access_key, in->s3->secret_key, in->s3->region, "s3");
+  sl_s3_conn *c = NULL;
+  int rc = sl_s3_conn_new(&c, in->s3);
   if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
-  return sig;
+  return c;
 }
 
-static void signer_destroy(void *v) { sl_sigv4_free(v); }
+static void storage_destroy(void *v) { sl_s3_conn_free(v); }
 
 /* The media type of a Content-Type (before ';', blanks trimmed) equals
  * the declared one, ignoring case. */
@@ -128,9 +129,9 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   if (!in->head_always && rec->size > 0) return 1;
   char err[512];
   long status = 0;
-  sl_sigv4 *sig = sl_tls_get(in->signers, err, sizeof err);
-  int rc = sig ? sl_s3_head(sig, &in->target, rec->key, head, &status, err, sizeof err)
-               : SL_ESTORAGE;
+  sl_s3_conn *conn = sl_tls_get(in->storage, err, sizeof err);
+  int rc = conn ? sl_s3_head(conn, &in->target, rec->key, head, &status, err, sizeof err)
+                : SL_ESTORAGE;
   if (rc == SL_ENOTFOUND) {
     sl_result_set(res, SL_OUTCOME_FAIL, "object_missing",
                   "object %s does not exist in bucket %s (HEAD: 404)", rec->key, rec->bucket);
@@ -435,7 +436,7 @@ int sl__ingest_main(int argc, char **argv) {
   }
   if (rc == 0 && (rc = sl_s3_target_init(&in.target, &s3)) != 0)
     sl_log(SL_LOG_ERROR, NULL, "s3 settings: %s", sl_strerror(rc));
-  if (rc == 0) rc = sl_tls_new(&in.signers, signer_create, signer_destroy, &in);
+  if (rc == 0) rc = sl_tls_new(&in.storage, storage_create, storage_destroy, &in);
   if (rc == 0) rc = sl_redis_tls_new(&in.redis, cc.redis_url);
   sl__sweep *sweep = NULL;
   if (rc == 0) {
@@ -452,7 +453,7 @@ int sl__ingest_main(int argc, char **argv) {
   }
   sl__sweep_stop(sweep);
   sl_tls_free(in.redis);
-  sl_tls_free(in.signers);
+  sl_tls_free(in.storage);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }
