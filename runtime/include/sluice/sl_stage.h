@@ -225,6 +225,11 @@ sl_result *sl_job_result(sl_job *job);
 const char *sl_job_key(const sl_job *job);
 /* The stage's HTTP client (curl multi on the loop). */
 struct sl_httpc *sl_job_http(sl_job *job);
+/* The stage's asynchronous Redis connection (the one its idempotency store
+ * and claims use), on the loop: what one job sends goes out pipelined with
+ * every other job's. */
+struct sl_aredis;
+struct sl_aredis *sl_job_redis(sl_job *job);
 /* Hands the job back to the runtime; it must not be touched afterwards. */
 void sl_job_done(sl_job *job);
 
