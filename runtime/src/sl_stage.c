@@ -4,9 +4,15 @@
  *
  * Everything but process() runs on one libuv loop:
  *   - the consumer's queue wakes the loop through a pipe (sl_kafka_uv); each
- *     message becomes a job; at max_in_flight all partitions are paused and
- *     resumed below 80% of it, so memory follows in-flight work, never the
- *     backlog;
+ *     message becomes a job; at max_in_flight no more are taken until a job
+ *     finishes (what the consumer prefetched, at most 8 MiB, waits in
+ *     librdkafka); a stage still full after SL_THROTTLE_PAUSE_MS pauses all
+ *     partitions and resumes them below 80% of it, so memory follows
+ *     in-flight work, never the backlog. Not pausing at once matters: a
+ *     pause drops what was prefetched and a resume fetches it again, and a
+ *     stage at full speed reached max_in_flight every few hundred messages
+ *     (bench/cost: the consumer's fetching, and the broker's, cost more
+ *     than the stage's own work);
  *   - per partition a sorted ring of in-flight offsets: a job marks its
  *     offset done, the head is popped while done, and the next offset to
  *     read is committed (asynchronously, coalesced every 200 ms; synchronously
@@ -266,6 +272,11 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
   return 0;
 }
 
+/* A stage full this long pauses its partitions: nothing is prefetched for
+ * it any more, and the consumers are polled (rebalances, the poll interval)
+ * while it waits. */
+#define SL_THROTTLE_PAUSE_MS 1000
+
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
 
@@ -391,6 +402,7 @@ void sl__job_finish(job *j) {
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
+  sl__room(L);
   if (L->paused_all && !L->stopping && L->inflight < L->cc->max_in_flight * 8 / 10)
     sl__set_pause(L, 0);
   if (revoking) sl__revoke_check(L);
@@ -407,6 +419,7 @@ void sl__held_release(job *j) {
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
+  sl__room(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -567,7 +580,10 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   }
   L->inflight++;
   sl_metric_gauge_add(L->m_inflight, 1);
-  if (L->inflight >= L->cc->max_in_flight) sl__set_pause(L, 1);
+  if (L->inflight >= L->cc->max_in_flight && !L->throttled && !L->paused_all) {
+    L->throttled = 1; /* take no more for now (see the top of this file) */
+    L->throttled_ms = sl__mono_ms();
+  }
   dispatch(L, j);
 }
 
@@ -575,7 +591,7 @@ static void drain_consumer(void *ud) {
   grp *g = ud;
   loop_t *L = g->L;
   rd_kafka_message_t *m;
-  while (g->rk && (m = rd_kafka_consumer_poll(g->rk, 0)) != NULL) {
+  while (g->rk && !L->throttled && (m = rd_kafka_consumer_poll(g->rk, 0)) != NULL) {
     if (m->err) {
       if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
         sl_log(SL_LOG_WARN, NULL, "consume: %s", rd_kafka_message_errstr(m));
@@ -591,12 +607,27 @@ static void drain_consumer(void *ud) {
 }
 
 
+static void on_drain_timer(uv_timer_t *t) {
+  loop_t *L = t->data;
+  for (int i = 0; i < L->ngroups; i++) drain_consumer(&L->g[i]);
+}
+
+void sl__room(loop_t *L) {
+  if (!L->throttled || L->inflight >= L->cc->max_in_flight) return;
+  L->throttled = 0; /* on the next turn of the loop, not inside whoever finished */
+  if (!L->closing) uv_timer_start(&L->drain_timer, on_drain_timer, 0, 0);
+}
+
 /* ---- the tick: commits, metrics, stop ---- */
 
 static void begin_stop(loop_t *L);
 
 static void on_tick(uv_timer_t *t) {
   loop_t *L = t->data;
+  if (L->throttled && sl__mono_ms() - L->throttled_ms >= SL_THROTTLE_PAUSE_MS) {
+    L->throttled = 0; /* full for a while: pause instead (see the top of this file) */
+    sl__set_pause(L, 1);
+  }
   for (int i = 0; i < L->ngroups; i++) {
     grp *g = &L->g[i];
     drain_consumer(g);
@@ -637,6 +668,7 @@ static void on_tick(uv_timer_t *t) {
 
 static void begin_stop(loop_t *L) {
   L->stopping = 1;
+  L->throttled = 0; /* paused below: the consumers are polled and take nothing */
   L->stop_deadline = sl_now_ms() + (int64_t)(L->cc->drain_timeout_s * 1000);
   sl_log(SL_LOG_INFO, NULL, "stopping: no new messages; %lld in flight",
          (long long)L->active);
@@ -832,6 +864,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->bq_timer.data = L;
   uv_timer_init(&L->loop, &L->claim_timer);
   L->claim_timer.data = L;
+  uv_timer_init(&L->loop, &L->drain_timer);
+  L->drain_timer.data = L;
   if (L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0) {
     uint64_t every = (uint64_t)(L->cc->claim_lease_ms / 3 > 0 ? L->cc->claim_lease_ms / 3 : 1);
     uv_timer_start(&L->claim_timer, sl__on_claim_renew, every, every);

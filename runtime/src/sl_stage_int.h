@@ -144,6 +144,12 @@ struct loop_t {
   int64_t active;     /* jobs past parking: what a drain waits for */
   job *jobs;          /* every live job */
   int paused_all;
+  /* at stage.max_in_flight: no message is taken from the consumers (what
+   * they prefetched waits there, bounded) until a job finishes; still full
+   * after SL_THROTTLE_PAUSE_MS, every partition is paused instead */
+  int throttled;
+  int64_t throttled_ms; /* since when (monotonic) */
+  uv_timer_t drain_timer; /* takes what waits, once below max_in_flight */
   int stopping;
   int closing;        /* the loop has stopped: drop instead of continuing */
   int64_t stop_deadline;
@@ -200,6 +206,8 @@ void sl__key_release(job *j);
 void sl__job_finish(job *j);
 /* Lets a job go unfinished: its offset stays uncommitted (redelivered). */
 void sl__held_release(job *j);
+/* A job left: below max_in_flight again, take what waits. */
+void sl__room(loop_t *L);
 /* Its partition was or is being taken away: it must not call the provider. */
 int sl__job_stale(const job *j);
 /* The job holds its key (or keys are not ordered): lookup, then the gate. */
