@@ -720,6 +720,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   for (int i = 0; i < L->rp.ntiers; i++)
     snprintf(L->tier_topic[i], sizeof L->tier_topic[i], "%s.retry.%s", o->stage,
              L->tier_label[i]);
+  sl_redis_script_init(&L->s_limit, sl_limiter_lua);
+  sl_redis_script_init(&L->s_pause, sl_limiter_pause_lua);
+  sl_redis_script_init(&L->s_claim_take, sl_claim_take_lua);
+  sl_redis_script_init(&L->s_claim_release, sl_claim_release_lua);
+  sl_redis_script_init(&L->s_claim_store, sl_claim_store_lua);
   snprintf(L->limit_key, sizeof L->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
   snprintf(L->pause_key, sizeof L->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
 

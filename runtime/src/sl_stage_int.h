@@ -159,6 +159,8 @@ struct loop_t {
   char tier_label[SL_RETRY_TIERS_MAX][16];
   char tier_topic[SL_RETRY_TIERS_MAX][160];
   char limit_key[160], pause_key[160];
+  /* the Lua scripts the runtime runs, by SHA-1 (sl_redis_script) */
+  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store;
   /* jobs waiting for the shared limiter, in order: only the head asks Redis,
    * so a backlog costs one limiter call per grant, not one per waiter */
   job *lq_head, *lq_tail;

@@ -94,6 +94,7 @@ typedef struct {
   int head_always;  /* ingest.verify_object = always */
   sl_tls *redis;    /* one sl_redis per worker thread */
   sl_tls *storage;  /* one sl_s3_conn per worker thread */
+  sl_redis_script first_time; /* first_time_lua, by its SHA-1 */
 } ingest;
 
 static void *storage_create(void *arg, char *err, unsigned long errlen) {
@@ -165,15 +166,16 @@ static const char first_time_lua[] =
     "redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])\n"
     "return redis.call('HGET', KEYS[1], ARGV[1])\n";
 
+
 /* *ms: in, this event's upload time; out, the first one recorded for this
  * upload (question and ETag). 0, or SL_EREDIS with err set. */
-static int first_upload_time(sl_redis *redis, const char *hkey, unsigned qno, const char *etag,
-                             int64_t *ms, char *err, size_t errlen) {
+static int first_upload_time(const ingest *in, sl_redis *redis, const char *hkey, unsigned qno,
+                             const char *etag, int64_t *ms, char *err, size_t errlen) {
   char field[128], val[32];
   snprintf(field, sizeof field, "u%u:%s", qno, etag);
   snprintf(val, sizeof val, "%lld", (long long)*ms);
-  const char *argv[] = {"EVAL", first_time_lua, "1", hkey, field, val};
-  redisReply *rep = sl_redis_argv(redis, 6, argv, NULL, err, errlen);
+  const char *argv[] = {hkey, field, val};
+  redisReply *rep = sl_redis_eval(redis, &in->first_time, 1, 3, argv, NULL, err, errlen);
   if (!rep) return SL_EREDIS;
   int rc = 0;
   if (rep->type == REDIS_REPLY_STRING)
@@ -375,7 +377,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     int64_t ev_ms = event_time_ms(r);
     if (ev_ms <= 0) ev_ms = rd_kafka_message_timestamp(m, NULL);
     if (ev_ms <= 0) ev_ms = sl_now_ms();
-    if (first_upload_time(redis, hkey, qno, etag, &ev_ms, rerr, sizeof rerr) != 0) {
+    if (first_upload_time(in, redis, hkey, qno, etag, &ev_ms, rerr, sizeof rerr) != 0) {
       sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);
       json_decref(spec);
       break;
@@ -428,6 +430,7 @@ int sl__ingest_main(int argc, char **argv) {
                            "transcription requests.", &cc, own, 2, "127.0.0.1:9181", &admin);
   if (rc) return rc;
   ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
+  sl_redis_script_init(&in.first_time, first_time_lua);
   in.head_always = strcmp(ic.verify_object, "always") == 0;
   if (!in.head_always && strcmp(ic.verify_object, "when_needed") != 0) {
     sl_log(SL_LOG_ERROR, NULL, "ingest.verify_object must be always or when_needed, not \"%s\"",
