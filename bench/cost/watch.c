@@ -21,7 +21,10 @@
  *
  * Output: one JSON object on stdout once everything is committed (exit 0),
  * or on --timeout (exit 1, "complete": false). `cost_watch --high T[,T...]`
- * prints the sum of the topics' high watermarks instead (messages written).
+ * prints the sum of the topics' high watermarks instead (messages written);
+ * `cost_watch --rewind 1 --group G --topics T[,T...]` commits every
+ * partition's low watermark for the group (which must have no member), so
+ * that a stage reads its backlog again.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <librdkafka/rdkafka.h>
@@ -134,6 +137,7 @@ int main(int argc, char **argv) {
   const char *brokers = "127.0.0.1:9092", *group = NULL, *topics = NULL, *high_of = NULL;
   long pid = 0;
   double from = 0.1, to = 0.9, timeout = 600;
+  int rewind = 0;
   other others[MAX_OTHERS];
   int nothers = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -146,6 +150,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--from")) from = atof(v);
     else if (!strcmp(k, "--to")) to = atof(v);
     else if (!strcmp(k, "--timeout")) timeout = atof(v);
+    else if (!strcmp(k, "--rewind")) rewind = atoi(v);
     else if (!strcmp(k, "--other") && nothers < MAX_OTHERS && strchr(v, '=')) {
       others[nothers].name = v;
       *strchr(v, '=') = '\0';
@@ -156,10 +161,12 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!high_of && (!group || !topics || pid <= 0 || !(from >= 0 && from < to && to <= 1))) {
+  if (!high_of && (!group || !topics || (pid <= 0 && !rewind) ||
+                   !(from >= 0 && from < to && to <= 1))) {
     fprintf(stderr, "usage: cost_watch --group G --topics T[,T...] --pid PID [--brokers B] "
                     "[--other NAME=PID]... [--from 0.1] [--to 0.9] [--timeout S]\n"
-                    "       cost_watch --high T[,T...] [--brokers B]\n");
+                    "       cost_watch --high T[,T...] [--brokers B]\n"
+                    "       cost_watch --rewind 1 --group G --topics T[,T...] [--brokers B]\n");
     return 2;
   }
   char err[512];
@@ -180,6 +187,14 @@ int main(int argc, char **argv) {
     free(high);
     rd_kafka_destroy(rk);
     return 0;
+  }
+  if (rewind) { /* the low watermarks, read by partitions() */
+    rd_kafka_resp_err_t e = rd_kafka_commit(rk, l, 0);
+    rd_kafka_topic_partition_list_destroy(l);
+    free(high);
+    rd_kafka_destroy(rk);
+    if (e) fprintf(stderr, "cost_watch: rewind: %s\n", rd_kafka_err2str(e));
+    return e ? 1 : 0;
   }
   int64_t *base = calloc((size_t)l->cnt + 1, sizeof *base);
   int64_t end = 0;
