@@ -10,10 +10,12 @@
  * Usage: loadgen URL RATE DURATION_S
  * Output (stdout, one line): {"rate":R,"duration_s":D,"sent":n,"ok":n,
  *   "achieved_rate":..,"errors":{"503":n,"curl_28":n,...},"p50_ms":..,
- *   "p95_ms":..,"p99_ms":..,"max_ms":..}
+ *   "p95_ms":..,"p99_ms":..,"max_ms":..,"late_p50_ms":..,"late_p99_ms":..}
  * ok = 2xx answers; achieved_rate = ok / D. Percentiles (nearest rank) are
  * over every request that got a complete HTTP answer, whatever its status;
- * unfinished and transport failures are only in "errors".
+ * unfinished and transport failures are only in "errors". late_* is how long
+ * after its scheduled time each request was started (this program's own
+ * timing, which counts in the latency); the waits are to the microsecond.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/select.h>
 #include <time.h>
 
 #define STRAGGLER_S 10.0
@@ -71,6 +74,31 @@ static double pct(const double *v, long n, double p) {
   if (k < 1) k = 1;
   if (k > n) k = n;
   return v[k - 1];
+}
+
+/* Waits on curl's sockets for at most wait_s, to the microsecond: whole
+ * milliseconds in curl_multi_poll, the last fraction in pselect on curl's
+ * descriptors (curl_multi_poll takes milliseconds only, and rounding the
+ * wait up made every send up to 1 ms late, counted in its latency). */
+static void wait_for(CURLM *multi, double wait_s) {
+  if (wait_s <= 0) {
+    curl_multi_poll(multi, NULL, 0, 0, NULL);
+    return;
+  }
+  if (wait_s >= 0.001) {
+    curl_multi_poll(multi, NULL, 0, (int)(wait_s * 1000.0), NULL);
+    return;
+  }
+  fd_set r, w, x;
+  int maxfd = -1;
+  FD_ZERO(&r);
+  FD_ZERO(&w);
+  FD_ZERO(&x);
+  struct timespec ts = {0, (long)(wait_s * 1e9)};
+  if (curl_multi_fdset(multi, &r, &w, &x, &maxfd) == CURLM_OK && maxfd < FD_SETSIZE)
+    pselect(maxfd + 1, &r, &w, &x, &ts, NULL);
+  else /* too many descriptors for select: the wait is under 1 ms anyway */
+    nanosleep(&ts, NULL);
 }
 
 static int loopback_only(const char *url) {
@@ -134,8 +162,9 @@ int main(int argc, char **argv) {
   long total = (long)floor(rate * dur + 0.5);
   if (total < 1) total = 1;
   double *lat = malloc(sizeof(double) * (size_t)total);
+  double *late = malloc(sizeof(double) * (size_t)total);
   struct req *reqs = calloc((size_t)total, sizeof *reqs);
-  if (!lat || !reqs) return 1;
+  if (!lat || !late || !reqs) return 1;
   long n_lat = 0, sent = 0, ok = 0, done = 0;
 
   CURLM *multi = curl_multi_init();
@@ -155,6 +184,7 @@ int main(int argc, char **argv) {
       CURL *e = curl_easy_init();
       if (!e) return 1;
       reqs[sent].scheduled = sched;
+      late[sent] = (t - sched) * 1000.0;
       reqs[sent].easy = e;
       curl_easy_setopt(e, CURLOPT_URL, url);
       curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
@@ -198,9 +228,8 @@ int main(int argc, char **argv) {
     if (sent >= total && done >= sent) break;
     if (t >= hard_stop) break;
     double wait_s = sent < total ? t0 + (double)sent / rate - t : hard_stop - t;
-    int wait_ms = wait_s <= 0 ? 0 : (int)ceil(wait_s * 1000.0);
-    if (wait_ms > 100) wait_ms = 100;
-    if (wait_ms > 0 || running) curl_multi_poll(multi, NULL, 0, wait_ms, NULL);
+    if (wait_s > 0.1) wait_s = 0.1;
+    wait_for(multi, wait_s);
   }
 
   /* stragglers still open at the hard stop */
@@ -219,12 +248,16 @@ int main(int argc, char **argv) {
   print_num("p50_ms", pct(lat, n_lat, 50)); printf(",");
   print_num("p95_ms", pct(lat, n_lat, 95)); printf(",");
   print_num("p99_ms", pct(lat, n_lat, 99)); printf(",");
-  print_num("max_ms", n_lat ? lat[n_lat - 1] : NAN);
+  print_num("max_ms", n_lat ? lat[n_lat - 1] : NAN); printf(",");
+  qsort(late, (size_t)sent, sizeof *late, cmp_d);
+  print_num("late_p50_ms", pct(late, sent, 50)); printf(",");
+  print_num("late_p99_ms", pct(late, sent, 99));
   printf("}\n");
 
   curl_multi_cleanup(multi);
   curl_slist_free_all(hdrs);
   free(lat);
+  free(late);
   free(reqs);
   curl_global_cleanup();
   return 0;
