@@ -121,6 +121,7 @@ typedef struct {
   sl_s3_target target;
   sl_sigv4 *sig;
   rd_kafka_t *producer;
+  rd_kafka_topic_t *topics[2]; /* kept known to it (sl_kafka_prefetch) */
   uv_loop_t *loop;
   sl_http_server *srv;
   sl_kafka_uv *ku;
@@ -848,6 +849,10 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0)
     rc = sl__webhook_new(&ps.hook, &wc, &cc, ps.producer, ps.redis, on_fatal, &ps, err,
                          sizeof err);
+  /* the topics it writes to, known before the first create (else up to 1 s) */
+  const char *topics[] = {cc.topic_submissions, cc.topic_storage_events};
+  if (rc == 0 && (rc = sl_kafka_prefetch(ps.producer, topics, ps.hook ? 2 : 1, ps.topics)) != 0)
+    snprintf(err, sizeof err, "kafka topics: %s", sl_strerror(rc));
   if (rc == 0) {
     sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
                                                         pc.request_timeout_ms < 3600000
@@ -886,6 +891,7 @@ int sl__presign_main(int argc, char **argv) {
   }
   if (ps.producer) {
     rd_kafka_flush(ps.producer, (int)pc.kafka_timeout_ms + 1000);
+    sl_kafka_prefetch_release(ps.topics, 2);
     rd_kafka_destroy(ps.producer);
   }
   uv_loop_close(&loop);
