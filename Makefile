@@ -55,7 +55,9 @@ bench-presign: build
 	BUILD=$(BUILD) bench/presign/run
 
 # Create latency of POST /v1/submissions (15 questions, durable Kafka write),
-# open loop at 67/s plus a ramp; results go to docs/benchmarks.md.
+# open loop at 67/s plus a ramp, beside a bare librdkafka produce of the same
+# message (bench/api/bare_produce); results go to docs/benchmarks.md. Set
+# DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its own (its creates stay).
 bench-api: build
 	BUILD=$(BUILD) bench/api/run
 

@@ -441,7 +441,10 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
 /* One message with an async plugin: everything the plugin's input points
  * at — the input itself included — lives here until the plugin completes
  * (the ABI lends the input until complete(), and the call outlives
- * sl__plugin_start). */
+ * sl__plugin_start). The fetched object is the one copy of the answer in
+ * the process: taken from the HTTP client's buffer, not copied, and streamed
+ * from here into the plugin's upload (sl_pluginhost.c); it counts towards
+ * stage.max_bytes_in_flight (sl_job_hold) until it is freed. */
 typedef struct {
   const sl__plugin_ops *ops;
   void *ud;
@@ -458,6 +461,7 @@ static void plugin_job_free(plugin_job *c) {
   c->ops->release(c->msg);
   free(c->scratch);
   free(c->object);
+  sl_job_hold(c->job, 0); /* the job holds nothing of ours from here */
   free(c);
 }
 
@@ -488,12 +492,12 @@ static void on_object(const sl_httpc_response *r, void *ud) {
   sl_result *res = sl_job_result(job);
   const char *k = c->object_key;
   if (r->status == 200) {
-    c->object = malloc(r->body_len ? r->body_len : 1);
+    c->object = sl_httpc_take_body(r);
     if (!c->object) {
       sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "holding %zu bytes of %s",
                     r->body_len, k);
     } else {
-      memcpy(c->object, r->body, r->body_len);
+      sl_job_hold(job, (int64_t)r->body_len); /* what it weighs, not what was reserved */
       give_object(&c->in, k, c->object, r->body_len);
       run_async(c);
       return;

@@ -3,7 +3,9 @@
  * Open loop: every 1/R s (by the clock, not after the previous answer) a
  * client creates a submission of n questions (n drawn from a truncated
  * geometric distribution with the given mean, 1..max), then PUTs each answer
- * to storage through its presigned URL, as a browser would. Creates and
+ * to storage through its presigned URL, as a browser would. With --then
+ * RATE:SECONDS a second phase at another rate follows the first (a load
+ * that rises and falls, for autoscaling). Creates and
  * uploads run concurrently on one libcurl multi handle.
  *
  * After the load phase it watches the results view every second (one
@@ -275,12 +277,18 @@ static int secure_from_env(void) {
   return rc;
 }
 
+/* When submission k is due, in seconds from the start. */
+static double sched_of(long k, long n1, double rate, double duration, double rate2) {
+  return k < n1 ? k / rate : duration + (k - n1) / rate2;
+}
+
 int main(int argc, char **argv) {
   const char *api_key = getenv("SLUICE_API_KEY");
   if (api_key && *api_key)
     snprintf(auth_header, sizeof auth_header, "Authorization: Bearer %s", api_key);
   const char *url = NULL, *audio_path = NULL, *redis_addr = "127.0.0.1:6379", *out = NULL;
   double rate = 6.7, duration = 60, mean = 3.4, drain_timeout = 600;
+  double rate2 = 0, duration2 = 0; /* --then RATE:SECONDS, a second phase */
   int maxq = 15;
   unsigned seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -295,6 +303,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--max-questions")) maxq = atoi(v);
     else if (!strcmp(k, "--drain-timeout")) drain_timeout = atof(v);
     else if (!strcmp(k, "--seed")) seed = (unsigned)atoi(v);
+    else if (!strcmp(k, "--then")) {
+      if (sscanf(v, "%lf:%lf", &rate2, &duration2) != 2 || rate2 <= 0 || duration2 <= 0) {
+        fprintf(stderr, "loadgen: --then wants RATE:SECONDS, not %s\n", v);
+        return 2;
+      }
+    }
     else {
       fprintf(stderr, "loadgen: unknown option %s\n", k);
       return 2;
@@ -303,7 +317,8 @@ int main(int argc, char **argv) {
   if (!url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 || maxq > MAXQ) {
     fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE "
                     "[--rate R] [--duration S] [--mean-questions M] [--max-questions N<=30] "
-                    "[--redis HOST:PORT|URL] [--drain-timeout S] [--seed N] [--out FILE.jsonl]\n");
+                    "[--then RATE:SECONDS] [--redis HOST:PORT|URL] [--drain-timeout S] [--seed N] "
+                    "[--out FILE.jsonl]\n");
     return 2;
   }
   srand(seed);
@@ -337,17 +352,21 @@ int main(int argc, char **argv) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   multi = curl_multi_init();
   curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 512L);
-  long cap = (long)(rate * duration) + 2, nsubs = 0;
-  sub *subs = calloc((size_t)cap, sizeof *subs);
+  /* the schedule: submission k at k/rate in the first phase, then at
+   * duration + (k - n1)/rate2 in the second */
+  long n1 = (long)ceil(rate * duration - 1e-9), n2 = (long)ceil(rate2 * duration2 - 1e-9);
+  long cap = n1 + n2, nsubs = 0;
+  double total = duration + duration2;
+  sub *subs = calloc((size_t)cap + 1, sizeof *subs);
   t0 = 0;
   t0 = now_s();
   double next_progress = 10;
   /* ---- load ---- */
-  while (now_s() < duration) {
+  while (now_s() < total && nsubs < cap) {
     double t = now_s();
-    while (nsubs < cap && nsubs / rate <= t && nsubs / rate < duration) {
-      sub *s = &subs[nsubs++];
-      s->sched = nsubs / rate - 1 / rate;
+    while (nsubs < cap && sched_of(nsubs, n1, rate, duration, rate2) <= t) {
+      sub *s = &subs[nsubs];
+      s->sched = sched_of(nsubs++, n1, rate, duration, rate2);
       s->n = draw_n(mean, maxq);
       start_create(s, url);
     }
@@ -356,7 +375,7 @@ int main(int argc, char **argv) {
               running_xfers);
       next_progress += 10;
     }
-    double wait = nsubs / rate - now_s();
+    double wait = (nsubs < cap ? sched_of(nsubs, n1, rate, duration, rate2) : total) - now_s();
     pump(wait > 0.05 ? 0.05 : (wait > 0 ? wait : 0));
   }
   double load_end = now_s();
@@ -445,11 +464,11 @@ int main(int argc, char **argv) {
          "\"create_errors\":%ld,\"questions\":%ld,\"uploaded\":%ld,\"upload_errors\":%ld,"
          "\"done\":%ld,\"failed\":%ld,\"lost\":%ld,\"duplicated\":%ld,\"accept_p50_ms\":%.2f,\"accept_p95_ms\":%.2f,"
          "\"accept_p99_ms\":%.2f,\"done_p50_s\":%.2f,\"done_p95_s\":%.2f,\"done_max_s\":%.2f,"
-         "\"drain_s\":%.1f,\"watch_s\":%.1f}\n",
+         "\"drain_s\":%.1f,\"watch_s\":%.1f,\"then_rate\":%.3f,\"then_s\":%.1f}\n",
          rate, duration, nsubs, accepted, create_err, questions, uploaded, upload_err, done,
          failed, lost, duplicated, pct(acc, nacc, .50), pct(acc, nacc, .95), pct(acc, nacc, .99),
          pct(dl, ndl, .50), pct(dl, ndl, .95), ndl ? dl[ndl - 1] : 0, last_final - load_end,
-         drain_end - load_end);
+         drain_end - load_end, rate2, duration2);
   free(acc);
   free(dl);
   free(subs);

@@ -6,7 +6,10 @@
  * (curl_multi_socket_action). Finished transfers are collected with
  * curl_multi_info_read; their callbacks run right after curl reports
  * completion, which is never inside sl_httpc_send() (a transfer cannot
- * complete before the loop runs).
+ * complete before the loop runs), and after the transfer's handle and form
+ * are freed. Bodies: one allocation of the announced Content-Length when
+ * there is one (else doubling), which the callback may take
+ * (sl_httpc_take_body) rather than copy.
  *
  * Connections stay open between requests, up to SL_HTTPC_MAX_IDLE: curl's
  * own bound is four per transfer still running, so as a wave of calls ended
@@ -93,16 +96,34 @@ static void finish_req(req *r, CURLcode code) {
   res.body = r->buf ? r->buf : "";
   res.body_len = r->len;
   res.retry_after_ms = r->retry_after_ms;
+  res.req_ = r;
+  /* the transfer is over before the callback runs: a body streamed from
+   * the caller's memory (a curl_mime_data_cb part) is never read again, so
+   * the callback may free that memory */
   curl_multi_remove_handle(c->multi, r->easy);
-  sl_httpc_cb cb = r->cb;
-  void *ud = r->ud;
-  cb(&res, ud);
   curl_easy_cleanup(r->easy);
   curl_slist_free_all(r->hdrs);
   if (r->mime) curl_mime_free(r->mime);
   free(r->body_copy);
-  free(r->buf);
+  sl_httpc_cb cb = r->cb;
+  void *ud = r->ud;
+  cb(&res, ud);
+  free(r->buf); /* NULL when the callback took it */
   free(r);
+}
+
+char *sl_httpc_take_body(const sl_httpc_response *res) {
+  req *r = res ? res->req_ : NULL;
+  if (!r) return NULL;
+  char *b = r->buf;
+  if (!b) b = calloc(1, 1);
+  else if (r->cap > r->len + 1 + 4096) { /* grown by doubling: give back the slack */
+    char *nb = realloc(b, r->len + 1);
+    if (nb) b = nb;
+  }
+  r->buf = NULL;
+  r->len = r->cap = 0;
+  return b;
 }
 
 static void check_done(sl_httpc *c) {
@@ -201,6 +222,23 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
 static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
   req *r = ud;
   size_t n = sz * nm;
+  if (n > 15 && strncasecmp(p, "Content-Length:", 15) == 0 && !r->buf) {
+    /* the body's size is announced: one allocation of that size, not a
+     * doubling chain (a large body then holds no slack); bounded by max */
+    char v[32];
+    size_t vl = n - 15 < sizeof v - 1 ? n - 15 : sizeof v - 1;
+    memcpy(v, p + 15, vl);
+    v[vl] = '\0';
+    char *end;
+    unsigned long long cl = strtoull(v, &end, 10);
+    if (end != v && cl > 0 && cl <= r->max) {
+      r->buf = malloc((size_t)cl + 1);
+      if (r->buf) {
+        r->cap = (size_t)cl + 1;
+        r->buf[0] = '\0';
+      }
+    }
+  }
   if (n > 12 && strncasecmp(p, "Retry-After:", 12) == 0) {
     char v[64];
     size_t vl = n - 12 < sizeof v - 1 ? n - 12 : sizeof v - 1;
@@ -244,15 +282,24 @@ int sl_httpc_new(sl_httpc **out, uv_loop_t *loop) {
 }
 
 int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *ud) {
-  if (!c || !q || !q->url || !cb || c->closing) return SL_EINVAL;
+  if (!q) return SL_EINVAL;
+  if (!c || !q->url || !cb || c->closing) {
+    if (q->mime) curl_mime_free(q->mime); /* the request owns it, sent or not */
+    return SL_EINVAL;
+  }
   req *r = calloc(1, sizeof *r);
-  if (!r) return SL_ENOMEM;
+  if (!r) {
+    if (q->mime) curl_mime_free(q->mime);
+    return SL_ENOMEM;
+  }
   r->c = c;
   r->cb = cb;
   r->ud = ud;
+  r->mime = q->mime;
   r->max = q->max_response ? q->max_response : 8u << 20;
   r->easy = curl_easy_init();
   if (!r->easy) {
+    if (r->mime) curl_mime_free(r->mime);
     free(r);
     return SL_ENOMEM;
   }
@@ -276,8 +323,7 @@ int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *
     r->hdrs = nl;
   }
   if (r->hdrs) curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
-  if (q->mime) {
-    r->mime = q->mime;
+  if (r->mime) {
     curl_easy_setopt(e, CURLOPT_MIMEPOST, r->mime);
   } else if (q->body) {
     r->body_copy = malloc(q->body_len ? q->body_len : 1);
@@ -295,6 +341,7 @@ int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *
 oom:
   curl_easy_cleanup(e);
   curl_slist_free_all(r->hdrs);
+  if (r->mime) curl_mime_free(r->mime);
   free(r->body_copy);
   free(r);
   return SL_ENOMEM;

@@ -431,6 +431,8 @@ static void h_counter_add(sl_plugin_metric *m, uint64_t n) {
 
 /* ---- calls ------------------------------------------------------------------- */
 
+typedef struct form_stream form_stream;
+
 struct sl_plugin_call {
   sl_plugin_inst *inst;
   const sl_plugin_input *in; /* until complete() */
@@ -441,7 +443,10 @@ struct sl_plugin_call {
   size_t words_cap;
   int completed;
   int64_t t0;
+  form_stream *streams; /* form parts read from in->audio by transfers in flight */
 };
+
+static void streams_detach(sl_plugin_call *call);
 
 struct sl_plugin_inst {
   sl_plugin_lib *lib;
@@ -650,6 +655,7 @@ static void h_complete(sl_plugin_call *call, sl_plugin_outcome o, int64_t retry_
   }
   r->elapsed_ms = mono_ms() - call->t0;
   if (!r->engine) dup_bounded(&r->engine, call->inst->lib->desc->name, 64);
+  streams_detach(call); /* the input is the stage's again after done() */
   /* SYNC calls are handed back by sl_plugin_run once call() returns */
   if (!sl_plugin_inst_is_sync(call->inst)) {
     sl_plugin_done_fn done = call->done;
@@ -660,7 +666,111 @@ static void h_complete(sl_plugin_call *call, sl_plugin_outcome o, int64_t retry_
   }
 }
 
-/* HTTP: forward to the stage's client, building multipart forms with curl. */
+/* HTTP: forward to the stage's client, building multipart forms with curl.
+ *
+ * A form part whose bytes lie within the call's input object (in->audio:
+ * the answer stt fetched, up to stt.max_audio_bytes) is not copied: libcurl
+ * reads it from the host's buffer as it sends (curl_mime_data_cb, with a
+ * seek callback so it can rewind to send again). Ownership: the stage
+ * holds that buffer until the call completes (sl_plugin_run's done), and
+ * sl_httpc frees a transfer's form before its callback runs, so a plugin
+ * that completes from its HTTP callback — as every plugin here does —
+ * never outlives a stream. One that completes while a transfer is still
+ * sending gets that stream detached first (h_complete copies the rest of
+ * the bytes for it), so libcurl never reads memory the stage has freed.
+ * Every other part is copied (curl_mime_data). */
+struct form_stream {
+  const unsigned char *p; /* the bytes sent: the input's, or own after a detach */
+  size_t len, pos;
+  unsigned char *own;     /* the copy a detach made, or NULL */
+  int broken;             /* detach found no memory: the transfer aborts */
+  sl_plugin_call *call;   /* while attached to the call's input, else NULL */
+  form_stream *prev, *next;
+};
+
+static size_t stream_read(char *buf, size_t size, size_t nitems, void *arg) {
+  form_stream *s = arg;
+  if (s->broken) return CURL_READFUNC_ABORT;
+  size_t n = size * nitems, left = s->len - s->pos;
+  if (n > left) n = left;
+  memcpy(buf, s->p + s->pos, n);
+  s->pos += n;
+  return n;
+}
+
+static int stream_seek(void *arg, curl_off_t off, int origin) {
+  form_stream *s = arg;
+  curl_off_t base = origin == SEEK_SET ? 0 : origin == SEEK_CUR ? (curl_off_t)s->pos
+                                                                : (curl_off_t)s->len;
+  if (origin != SEEK_SET && origin != SEEK_CUR && origin != SEEK_END) return CURL_SEEKFUNC_FAIL;
+  if (off < -base || base + off > (curl_off_t)s->len) return CURL_SEEKFUNC_FAIL;
+  s->pos = (size_t)(base + off);
+  return CURL_SEEKFUNC_OK;
+}
+
+static void stream_unlink(form_stream *s) {
+  if (!s->call) return;
+  if (s->prev) s->prev->next = s->next;
+  else s->call->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->call = NULL;
+  s->prev = s->next = NULL;
+}
+
+/* libcurl frees the part (the form is freed when its transfer ends) */
+static void stream_free(void *arg) {
+  form_stream *s = arg;
+  stream_unlink(s);
+  free(s->own);
+  free(s);
+}
+
+/* The call completes while transfers still read its input: they get their
+ * own copy (or, without memory, abort) before the stage frees the input. */
+static void streams_detach(sl_plugin_call *call) {
+  while (call->streams) {
+    form_stream *s = call->streams;
+    stream_unlink(s);
+    s->own = malloc(s->len ? s->len : 1);
+    if (s->own) {
+      memcpy(s->own, s->p, s->len);
+      s->p = s->own;
+    } else {
+      s->broken = 1;
+      s->p = NULL;
+    }
+  }
+}
+
+/* p lies within the call's input object: stream it from there */
+static int in_object(const sl_plugin_call *call, const sl_plugin_form_part *p) {
+  const sl_plugin_input *in = call->in;
+  if (!in || !in->audio || !p->data || !p->len) return 0;
+  uintptr_t a = (uintptr_t)in->audio, d = (uintptr_t)p->data;
+  return d >= a && d - a <= in->audio_len && p->len <= in->audio_len - (d - a);
+}
+
+static int form_data(sl_plugin_call *call, curl_mimepart *part, const sl_plugin_form_part *p) {
+  if (!in_object(call, p))
+    return curl_mime_data(part, p->data ? p->data : "", p->data ? p->len : 0) == CURLE_OK
+               ? 0
+               : SL_ENOMEM;
+  form_stream *s = calloc(1, sizeof *s);
+  if (!s) return SL_ENOMEM;
+  s->p = p->data;
+  s->len = p->len;
+  if (curl_mime_data_cb(part, (curl_off_t)p->len, stream_read, stream_seek, stream_free, s) !=
+      CURLE_OK) {
+    free(s);
+    return SL_ENOMEM;
+  }
+  s->call = call; /* from here on the part owns s (stream_free) */
+  s->next = call->streams;
+  if (call->streams) call->streams->prev = s;
+  call->streams = s;
+  return 0;
+}
+
 typedef struct {
   sl_plugin_http_cb cb;
   void *ud;
@@ -690,7 +800,7 @@ static int h_http_send(sl_plugin_call *call, const sl_plugin_http_request *q,
       const sl_plugin_form_part *p = &q->form[i];
       curl_mimepart *part = curl_mime_addpart(mime);
       if (!part || !p->name || curl_mime_name(part, p->name) != CURLE_OK ||
-          curl_mime_data(part, p->data ? p->data : "", p->data ? p->len : 0) != CURLE_OK ||
+          form_data(call, part, p) != 0 ||
           (p->filename && curl_mime_filename(part, p->filename) != CURLE_OK) ||
           (p->content_type && curl_mime_type(part, p->content_type) != CURLE_OK)) {
         curl_mime_free(mime);

@@ -4,15 +4,23 @@
  *
  * Everything but process() runs on one libuv loop:
  *   - the consumer's queue wakes the loop through a pipe (sl_kafka_uv); each
- *     message becomes a job; at max_in_flight no more are taken until a job
- *     finishes (what the consumer prefetched, at most 8 MiB, waits in
- *     librdkafka); a stage still full after SL_THROTTLE_PAUSE_MS pauses all
- *     partitions and resumes them below 80% of it, so memory follows
- *     in-flight work, never the backlog. Not pausing at once matters: a
- *     pause drops what was prefetched and a resume fetches it again, and a
- *     stage at full speed reached max_in_flight every few hundred messages
- *     (bench/cost: the consumer's fetching, and the broker's, cost more
- *     than the stage's own work);
+ *     message becomes a job; max_in_flight jobs run at once, up to
+ *     stage.prefetch more wait in order for a slot, so a slot that frees
+ *     never waits for a fetch; a waiting job starts only while the bytes in
+ *     flight (each job's message plus what the stage holds for it: reserved
+ *     when it starts, corrected by sl_job_hold) are under
+ *     max_bytes_in_flight; at max_in_flight + prefetch messages or at
+ *     max_bytes_in_flight bytes no more messages are taken from the
+ *     consumers (what they prefetched, at most 8 MiB, waits in librdkafka),
+ *     and taking starts again when half the waiting ones have started and
+ *     the bytes are below 80% (sl_flow.h); a stage still at a limit after
+ *     SL_THROTTLE_PAUSE_MS pauses all partitions instead, so the consumers
+ *     keep being polled (rebalances) and memory follows in-flight work,
+ *     never the backlog. Not pausing at once matters: a pause drops what
+ *     was prefetched and a resume fetches it again, and a stage draining a
+ *     backlog at full speed reaches its limit every few hundred messages
+ *     (bench/cost: the consumer's and the broker's fetching cost more than
+ *     the stage's own work);
  *   - per partition a sorted ring of in-flight offsets: a job marks its
  *     offset done, the head is popped while done, and the next offset to
  *     read is committed (asynchronously, coalesced every 200 ms; synchronously
@@ -99,6 +107,16 @@ const sl_conf_entry sl_common_conf_table[] = {
      "host:port for /healthz /readyz /metrics (empty: the stage's default)", 0},
     {"stage.max_in_flight", SL_CONF_INT, "1000", C(max_in_flight),
      "messages processed concurrently by this process (all partitions)", 0},
+    {"stage.prefetch", SL_CONF_INT, "-1", C(prefetch),
+     "messages taken beyond stage.max_in_flight that wait, in order, for a slot, so a slot "
+     "that frees starts the next message at once rather than after a fetch (-1: "
+     "max_in_flight / 4, at least 4); fetching pauses at max_in_flight + prefetch", 0},
+    {"stage.max_bytes_in_flight", SL_CONF_INT, "201326592", C(max_bytes_in_flight),
+     "bytes the messages in flight may hold: each one's Kafka message plus what the stage "
+     "holds for it (stt: the answer it fetched, reserved at the size the upload declares); "
+     "fetching pauses at this or at stage.max_in_flight, whichever comes first, and a "
+     "message larger than this still runs, alone (0: no byte limit). The default, 192 MiB, "
+     "keeps an stt process under 256 MB (docs/operations.md, Memory)", 0},
     {"stage.per_key_order", SL_CONF_BOOL, "false", C(per_key_order),
      "never run two messages with the same key at once", 0},
     {"stage.drain_timeout_s", SL_CONF_DOUBLE, "30", C(drain_timeout_s),
@@ -300,9 +318,57 @@ void sl__job_free(job *j) {
   if (j->all_prev) j->all_prev->all_next = j->all_next;
   else if (L->jobs == j) L->jobs = j->all_next;
   if (j->all_next) j->all_next->all_prev = j->all_prev;
+  L->bytes -= j->bytes;
+  sl_metric_gauge_add(L->m_bytes, -j->bytes);
   sl_outbox_clear(&j->out);
   if (j->m) rd_kafka_message_destroy(j->m);
   free(j);
+}
+
+static void admit_waiting(loop_t *L);
+
+/* j holds delta bytes more (or fewer) */
+static void job_bytes_add(job *j, int64_t delta) {
+  j->bytes += delta;
+  j->L->bytes += delta;
+  sl_metric_gauge_add(j->L->m_bytes, delta);
+}
+
+void sl_job_hold(job *j, int64_t held) {
+  if (!j) return;
+  int64_t want = (j->m ? (int64_t)j->m->len : 0) + (held > 0 ? held : 0);
+  int64_t delta = want - j->bytes;
+  job_bytes_add(j, delta);
+  if (delta < 0) admit_waiting(j->L); /* room for a waiting job */
+  sl__flow(j->L);
+}
+
+static void drain_consumer(void *ud);
+static void on_drain_timer(uv_timer_t *t) {
+  loop_t *L = t->data;
+  for (int i = 0; i < L->ngroups; i++) drain_consumer(&L->g[i]);
+}
+
+void sl__flow(loop_t *L) {
+  if (L->stopping || L->closing) return;
+  int by_bytes = 0;
+  switch (sl_flow_next(&L->flow, L->paused_all || L->throttled, L->inflight, L->bytes,
+                       &by_bytes)) {
+  case SL_FLOW_PAUSE: /* take no more for now; pause if it lasts (on_tick) */
+    L->throttled = 1;
+    L->throttled_ms = sl__mono_ms();
+    L->throttled_by_bytes = by_bytes;
+    break;
+  case SL_FLOW_RESUME:
+    if (L->paused_all) sl__set_pause(L, 0);
+    if (L->throttled) {
+      L->throttled = 0; /* on the next turn of the loop, not inside whoever finished */
+      uv_timer_start(&L->drain_timer, on_drain_timer, 0, 0);
+    }
+    break;
+  case SL_FLOW_KEEP:
+    break;
+  }
 }
 
 static void timer_free_cb(uv_handle_t *h) { free(h); }
@@ -402,9 +468,8 @@ void sl__job_finish(job *j) {
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
-  sl__room(L);
-  if (L->paused_all && !L->stopping && L->inflight < L->cc->max_in_flight * 8 / 10)
-    sl__set_pause(L, 0);
+  admit_waiting(L);
+  sl__flow(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -419,7 +484,8 @@ void sl__held_release(job *j) {
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
   sl__job_free(j);
-  sl__room(L);
+  admit_waiting(L);
+  sl__flow(L);
   if (revoking) sl__revoke_check(L);
 }
 
@@ -450,11 +516,82 @@ sl_metric *sl__metric(const char *name, const char *stage, const char *extra,
 }
 /* ---- taking messages ---- */
 
-/* Past parking: per-key order, then idempotency lookup, then the gate. */
+static void start(job *j);
+
+/* A slot is free, and the bytes in flight leave room (or nothing runs: a
+ * job larger than the limit still runs, alone). */
+static int may_start(const loop_t *L) {
+  if (L->active >= L->cc->max_in_flight) return 0;
+  return L->cc->max_bytes_in_flight <= 0 || L->bytes < L->cc->max_bytes_in_flight ||
+         L->active == 0;
+}
+
+/* Past parking: runs the job if a slot is free, else it waits in order. */
+static void admit(job *j) {
+  loop_t *L = j->L;
+  if (!L->rq_head && may_start(L)) {
+    start(j);
+    return;
+  }
+  j->next = NULL;
+  if (L->rq_tail) L->rq_tail->next = j;
+  else L->rq_head = j;
+  L->rq_tail = j;
+  L->rq_len++;
+  sl_metric_set(L->m_waiting, L->rq_len);
+}
+
+/* Slots or bytes freed: start the waiting jobs they make room for (while
+ * stopping, nothing new starts: what waits is redelivered after the
+ * restart). Fetching resumes by sl__flow(), once half the prefetch has
+ * started. */
+static void admit_waiting(loop_t *L) {
+  if (L->admitting || L->stopping || L->closing) return;
+  L->admitting = 1; /* a job may end inside start(): it must not recurse here */
+  while (L->rq_head && may_start(L)) {
+    job *j = L->rq_head;
+    L->rq_head = j->next;
+    if (!L->rq_head) L->rq_tail = NULL;
+    j->next = NULL;
+    L->rq_len--;
+    start(j);
+  }
+  L->admitting = 0;
+  sl_metric_set(L->m_waiting, L->rq_len);
+}
+
+void sl__release_waiting(loop_t *L, part *p) {
+  job *keep = NULL, *keep_tail = NULL;
+  for (job *j = L->rq_head, *nx; j; j = nx) {
+    nx = j->next;
+    j->next = NULL;
+    if (!p || j->p == p) {
+      L->inflight--;
+      L->rq_len--;
+      sl_metric_gauge_add(L->m_inflight, -1);
+      sl__job_free(j);
+      continue;
+    }
+    if (keep_tail) keep_tail->next = j;
+    else keep = j;
+    keep_tail = j;
+  }
+  L->rq_head = keep;
+  L->rq_tail = keep_tail;
+  sl_metric_set(L->m_waiting, L->rq_len);
+}
+
+/* Past parking: the bytes it will hold reserved, then per-key order, the
+ * idempotency lookup and the gate. */
 static void start(job *j) {
   loop_t *L = j->L;
   L->active++;
   j->started_ms = sl_now_ms();
+  if (L->o->bytes_of) {
+    int64_t r = L->o->bytes_of(L->o->ud, j->m);
+    if (r > 0) job_bytes_add(j, r);
+  }
+  sl__flow(L); /* at a limit: nothing more is taken until work finishes */
   if (L->cc->per_key_order && j->key[0]) {
     keyq *q = NULL;
     HASH_FIND_STR(L->keys, j->key, q);
@@ -498,7 +635,7 @@ static void on_park_timer(uv_timer_t *t) {
     p->parked_head = j->next;
     if (!p->parked_head) p->parked_tail = NULL;
     j->next = NULL;
-    start(j);
+    admit(j);
   }
   if (p->parked_head)
     uv_timer_start(&p->park_timer, on_park_timer,
@@ -521,7 +658,7 @@ static void dispatch(loop_t *L, job *j) {
       return;
     }
   }
-  start(j);
+  admit(j);
 }
 
 static void take(loop_t *L, rd_kafka_message_t *m) {
@@ -561,6 +698,7 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
     sl_log(SL_LOG_WARN, NULL, "%s [%d] refetched from offset %lld: a new epoch of its offsets",
            j->p->id.topic, (int)j->p->id.partition, (long long)m->offset);
     sl__release_parked(L, j->p);
+    sl__release_waiting(L, j->p);
     if (j->p->paused_for_park) sl__pause_one(L, j->p, 0);
   }
   j->epoch = j->p->ring.epoch;
@@ -580,10 +718,8 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   }
   L->inflight++;
   sl_metric_gauge_add(L->m_inflight, 1);
-  if (L->inflight >= L->cc->max_in_flight && !L->throttled && !L->paused_all) {
-    L->throttled = 1; /* take no more for now (see the top of this file) */
-    L->throttled_ms = sl__mono_ms();
-  }
+  job_bytes_add(j, (int64_t)m->len);
+  sl__flow(L);
   dispatch(L, j);
 }
 
@@ -607,17 +743,6 @@ static void drain_consumer(void *ud) {
 }
 
 
-static void on_drain_timer(uv_timer_t *t) {
-  loop_t *L = t->data;
-  for (int i = 0; i < L->ngroups; i++) drain_consumer(&L->g[i]);
-}
-
-void sl__room(loop_t *L) {
-  if (!L->throttled || L->inflight >= L->cc->max_in_flight) return;
-  L->throttled = 0; /* on the next turn of the loop, not inside whoever finished */
-  if (!L->closing) uv_timer_start(&L->drain_timer, on_drain_timer, 0, 0);
-}
-
 /* ---- the tick: commits, metrics, stop ---- */
 
 static void begin_stop(loop_t *L);
@@ -626,6 +751,7 @@ static void on_tick(uv_timer_t *t) {
   loop_t *L = t->data;
   if (L->throttled && sl__mono_ms() - L->throttled_ms >= SL_THROTTLE_PAUSE_MS) {
     L->throttled = 0; /* full for a while: pause instead (see the top of this file) */
+    sl_metric_add(L->throttled_by_bytes ? L->m_pause_bytes : L->m_pause_msgs, 1);
     sl__set_pause(L, 1);
   }
   for (int i = 0; i < L->ngroups; i++) {
@@ -654,6 +780,7 @@ static void on_tick(uv_timer_t *t) {
     if (ts && !p->revoked && p->retry_tier < 0 && (!waiting || ts < waiting)) waiting = ts;
   }
   sl_metric_set(L->m_oldest_waiting, waiting && now > waiting ? (now - waiting) / 1000 : 0);
+  sl__flow(L); /* work let go unfinished (a revoke) resumes fetching too */
   if (*L->stop && !L->stopping) begin_stop(L);
   if (L->stopping) {
     if (L->active == 0 || now >= L->stop_deadline) {
@@ -677,6 +804,7 @@ static void begin_stop(loop_t *L) {
   HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight */
     sl__release_parked(L, p);
   }
+  sl__release_waiting(L, NULL); /* nor is what waits for a slot */
   uv_timer_stop(&L->bq_timer);
   job *h;
   while ((h = sl__bq_pop(L)) != NULL) sl__held_release(h); /* redelivered after the restart */
@@ -738,7 +866,27 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     L->m_tier[i] = sl__metric("sluice_retries_total", o->stage, t,
                           "Messages sent to a retry tier, by tier", 0);
   }
-  L->m_inflight = sl__metric("sluice_in_flight", o->stage, NULL, "Messages being processed", 1);
+  L->m_inflight = sl__metric("sluice_in_flight", o->stage, NULL,
+                             "Messages taken and not finished (running, waiting for a slot, "
+                             "parked for a retry tier)", 1);
+  L->m_waiting = sl__metric("sluice_waiting_for_slot", o->stage, NULL,
+                            "Messages taken beyond stage.max_in_flight, waiting for a slot "
+                            "(at most stage.prefetch)", 1);
+  L->prefetch = L->cc->prefetch >= 0
+                    ? L->cc->prefetch
+                    : (L->cc->max_in_flight / 4 > 4 ? L->cc->max_in_flight / 4 : 4);
+  L->m_bytes = sl__metric("sluice_in_flight_bytes", o->stage, NULL,
+                          "Bytes the messages being processed hold: their Kafka messages plus "
+                          "what the stage holds for them (stage.max_bytes_in_flight)", 1);
+  const char *h_pause = "Times fetching paused at a limit on work in flight, by limit";
+  L->m_pause_msgs = sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"messages\"",
+                               h_pause, 0);
+  L->m_pause_bytes = sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"bytes\"",
+                                h_pause, 0);
+  /* taken: the running ones and the prefetch; fetching resumes when half
+   * of the prefetch has started */
+  L->flow = (sl_flow_limits){L->cc->max_in_flight + L->prefetch, L->cc->max_bytes_in_flight,
+                             L->cc->max_in_flight + L->prefetch / 2};
   L->m_idem_hits = sl__metric("sluice_idempotency_hits_total", o->stage, NULL,
                           "Inputs answered from stored outputs (provider calls avoided)", 0);
   L->m_oldest = sl__metric("sluice_oldest_uncommitted_age_seconds", o->stage, NULL,
@@ -857,10 +1005,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   snprintf(tp, sizeof tp, "%d", L->rp.ntiers);
   sl_log(SL_LOG_INFO, NULL,
          "consuming %s%s%s as group %s; %s retry tiers (%s .. %s) as group %s (%s); up to "
-         "%lld in flight",
+         "%lld messages and %lld MiB in flight (0: no byte limit)",
          o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "",
          L->g[0].name, tp, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], L->g[1].name,
-         L->cc->kafka_assignment, (long long)L->cc->max_in_flight);
+         L->cc->kafka_assignment, (long long)L->cc->max_in_flight,
+         (long long)(L->cc->max_bytes_in_flight > 0 ? L->cc->max_bytes_in_flight >> 20 : 0));
   uv_timer_init(&L->loop, &L->tick);
   L->tick.data = L;
   uv_timer_init(&L->loop, &L->lq_timer);
@@ -908,6 +1057,8 @@ out:
   sl_httpc_free(L->http);   /* cancelled requests end their jobs (dropped) */
   L->http = NULL;
   L->lq_head = L->lq_tail = NULL; /* their jobs are dropped just below */
+  L->rq_head = L->rq_tail = NULL;
+  L->rq_len = 0;
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */
     nx = j->all_next;
     sl__job_timer_release(j);

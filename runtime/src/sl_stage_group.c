@@ -310,6 +310,7 @@ static void revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t
     if (!p) continue;
     p->revoking = 1;
     sl__release_parked(L, p); /* not due yet, uncalled: redelivered */
+    sl__release_waiting(L, p); /* not started: the same */
     p->paused_for_park = 0;
   }
   set_ready(L);

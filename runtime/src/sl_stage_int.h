@@ -25,6 +25,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_breaker.h"
+#include "sluice/sl_flow.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_metrics.h"
@@ -124,6 +125,8 @@ struct sl_job {
   int keyed;              /* holds its key's slot */
   int in_pool;            /* process() is running on the worker pool */
   int in_async;           /* start() was called, sl_job_done() not yet */
+  int64_t bytes;          /* counted in L->bytes: its message, once started plus what the
+                           * stage holds for it (bytes_of, sl_job_hold) */
 };
 
 struct loop_t {
@@ -142,14 +145,24 @@ struct loop_t {
   uv_timer_t tick;
   int64_t inflight;   /* jobs taken and not finished (parked included) */
   int64_t active;     /* jobs past parking: what a drain waits for */
+  /* jobs taken beyond stage.max_in_flight, waiting in order for a slot (at
+   * most stage.prefetch): a slot that frees starts the next one at once,
+   * not after a resume and a fetch */
+  job *rq_head, *rq_tail;
+  int64_t rq_len, prefetch;
+  int admitting;      /* admit_waiting() is running: no recursion */
+  sl_metric *m_waiting;
+  int64_t bytes;      /* what the jobs hold (job.bytes summed): stage.max_bytes_in_flight */
+  sl_flow_limits flow; /* when fetching pauses (sl_flow.h) */
   job *jobs;          /* every live job */
   int paused_all;
-  /* at stage.max_in_flight: no message is taken from the consumers (what
-   * they prefetched waits there, bounded) until a job finishes; still full
-   * after SL_THROTTLE_PAUSE_MS, every partition is paused instead */
+  /* at a flow limit (sl_flow.h): no message is taken from the consumers
+   * (what they prefetched waits there, bounded) until work finishes; still
+   * at it after SL_THROTTLE_PAUSE_MS, every partition is paused instead */
   int throttled;
+  int throttled_by_bytes; /* the byte limit alone was reached */
   int64_t throttled_ms; /* since when (monotonic) */
-  uv_timer_t drain_timer; /* takes what waits, once below max_in_flight */
+  uv_timer_t drain_timer; /* takes what waits, once below the limits */
   int stopping;
   int closing;        /* the loop has stopped: drop instead of continuing */
   int64_t stop_deadline;
@@ -180,7 +193,7 @@ struct loop_t {
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
       *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
       *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm,
-      *m_assigned, *m_oldest_waiting;
+      *m_assigned, *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes;
   sl_histogram *h_call;
   /* consumer lag gauges, one per partition this process has been assigned */
   struct {
@@ -208,13 +221,17 @@ void sl__key_release(job *j);
 void sl__job_finish(job *j);
 /* Lets a job go unfinished: its offset stays uncommitted (redelivered). */
 void sl__held_release(job *j);
-/* A job left: below max_in_flight again, take what waits. */
-void sl__room(loop_t *L);
 /* Its partition was or is being taken away: it must not call the provider. */
 int sl__job_stale(const job *j);
 /* The job holds its key (or keys are not ordered): lookup, then the gate. */
 void sl__holds_key(job *j);
 void sl__release_parked(loop_t *L, part *p);
+/* Frees p's messages waiting for a processing slot, uncalled (p == NULL:
+ * every partition's); their offsets stay uncommitted, so they come back. */
+void sl__release_waiting(loop_t *L, part *p);
+/* Pauses or resumes fetching as the limits on work in flight say
+ * (sl_flow.h); nothing while stopping or closing. */
+void sl__flow(loop_t *L);
 sl_metric *sl__metric(const char *name, const char *stage, const char *extra, const char *help,
                       int gauge);
 /* Monotonic milliseconds (CLOCK_MONOTONIC): for durations, never for

@@ -25,6 +25,12 @@
  *
  * The recording fetched is the 16 kHz mono FLAC the preflight step stored
  * (audio_key) when there is one, else the original (stt.audio).
+ *
+ * Memory: an answer is held once per question in flight (fetched into one
+ * buffer, streamed from it to the provider), and what stt is about to fetch
+ * is reserved towards stage.max_bytes_in_flight when the question starts
+ * (answer_bytes), so at that limit fetching from Kafka pauses before the
+ * memory is taken; the driver corrects it to the object's real size.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -114,6 +120,22 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_resul
 }
 
 static void release(void *msg) { sluice__v1__upload_completed__free_unpacked(msg, NULL); }
+
+/* sl_stage_opts.bytes_of: what the answer will weigh once fetched — the
+ * size the upload declared, or for preflight's FLAC (16 kHz mono) at most
+ * its decoded length as 16-bit PCM — up to stt.max_audio_bytes. */
+static int64_t answer_bytes(void *ud, const rd_kafka_message_t *m) {
+  const stt *s = ud;
+  Sluice__V1__UploadCompleted *up =
+      sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
+  if (!up) return 0;
+  double n = (double)up->size;
+  if (up->audio_key && up->audio_key[0] && strcmp(s->sc->audio, "original") != 0)
+    n = up->duration_s > 0 ? up->duration_s * 32000 + 4096 : n;
+  sluice__v1__upload_completed__free_unpacked(up, NULL);
+  double max = (double)s->sc->max_audio_bytes;
+  return (int64_t)(n < max ? n : max);
+}
 
 /* the input but the audio, which the driver fetches (audio_key) */
 static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch,
@@ -233,7 +255,7 @@ int sl__stt_main(int argc, char **argv) {
     sl_stage_opts o = {.stage = "stt", .common = &cc, .topics = topics, .ntopics = 1,
                        .process = sync ? process : NULL, .start = sync ? NULL : start,
                        .ud = &s, .provider = provider, .idempotent = 1, .admin = admin,
-                       .on_dead_letter = sl__dead_letter_status};
+                       .on_dead_letter = sl__dead_letter_status, .bytes_of = answer_bytes};
     rc = sl_stage_run(&o, &sl__stop);
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);

@@ -80,7 +80,8 @@ static void test_refuses_non_plugin_and_wrong_kind(void **st) {
   size_t n = 0;
   int warnings = 0;
   assert_int_equal(sl_plugin_scan(SLUICE_TEST_PLUGIN_DIR, NULL, &libs, &n, warn, &warnings), 0);
-  assert_int_equal(n, 4); /* misbehave, abi1, lateread and step-mask load; badabi and noentry do not */
+  assert_int_equal(n, 5); /* misbehave, abi1, lateread, earlydone and step-mask load; badabi and
+                           * noentry do not */
   assert_int_equal(warnings, 2);
   sl_plugin_libs_free(libs, n);
 }

@@ -7,8 +7,9 @@
  * language, prompt, timestamp_granularities[]) and hands it to
  * host->http_send on the stage's loop; the callback judges the answer and
  * completes the call. No threads, no blocking; one instance serves every
- * call in flight. The audio bytes are borrowed from the input (the host
- * copies form data), so nothing is kept between calls.
+ * call in flight. The file part points at the input's audio, which the host
+ * streams from the buffer it holds (no copy), so nothing is kept between
+ * calls and the answer is in memory once per call.
  *
  * Reply: verbose_json (default) gives text, language, duration and words
  * (asked for with timestamp_granularities[]=word); plain json gives text

@@ -30,10 +30,20 @@ typedef struct {
   int64_t retry_after_ms; /* parsed Retry-After (seconds or HTTP date), else 0 */
   double total_s;         /* transfer time */
   int too_big;            /* status 0 because the body exceeded max_response */
+  void *req_;             /* private: for sl_httpc_take_body */
 } sl_httpc_response;
 
-/* The response is valid only during the callback. */
+/* The response is valid only during the callback. When it runs, the
+ * transfer is over (its handle and form are freed): memory a form part
+ * streamed from may be freed by the callback. */
 typedef void (*sl_httpc_cb)(const sl_httpc_response *r, void *ud);
+
+/* Inside the callback: takes the body out of the response instead of
+ * copying it. Returns a malloc'd, NUL-terminated buffer of r->body_len
+ * bytes that the caller owns and free()s (NULL when out of memory); r->body
+ * must not be read afterwards. A body whose size the server announced
+ * (Content-Length) was received into one allocation of that size. */
+char *sl_httpc_take_body(const sl_httpc_response *r);
 
 typedef struct {
   const char *method;            /* "GET", "POST", ... */
@@ -42,7 +52,8 @@ typedef struct {
   const void *body;              /* request body (copied), or NULL */
   size_t body_len;
   void *mime;                    /* a curl_mime* for multipart/form-data (ownership
-                                    passes to the request), or NULL */
+                                    passes to the request; freed when the transfer
+                                    ends, before the callback), or NULL */
   long timeout_ms;               /* whole transfer; 0 = 30 s */
   long connect_timeout_ms;       /* 0 = 5 s */
   size_t max_response;           /* 0 = 8 MiB */

@@ -155,9 +155,14 @@ typedef struct {
 } sl_plugin_input;
 
 /* HTTP for async plugins: the stage's client (libcurl multi on its loop). */
+/* A part's bytes need not outlive http_send: the host copies them, except
+ * a part lying within the call's in->audio, which it streams to the server
+ * from the buffer it holds for the call (no second copy of the answer in
+ * memory) and keeps readable until the transfer is over, even when the
+ * plugin completes first. */
 typedef struct {
   const char *name;         /* form field name */
-  const void *data;         /* value bytes (copied by the host) */
+  const void *data;         /* value bytes (see above) */
   size_t len;
   const char *filename;     /* non-NULL: a file part */
   const char *content_type; /* or NULL */

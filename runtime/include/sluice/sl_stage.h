@@ -21,10 +21,10 @@
  *   3. provider gate (stages with `provider`): circuit breaker, then the
  *      shared limiter in Redis (GCRA; a 429 pauses all replicas). While the
  *      breaker is open, messages are held in memory (breaker.hold) and one
- *      probe per probe interval goes through; at max_in_flight fetching
- *      stops, so an outage's backlog waits in Kafka rather than hopping
- *      through the retry tiers, and drains at the limiter's rate when the
- *      provider is back;
+ *      probe per probe interval goes through; at max_in_flight (or
+ *      max_bytes_in_flight) fetching stops, so an outage's backlog waits in
+ *      Kafka rather than hopping through the retry tiers, and drains at the
+ *      limiter's rate when the provider is back;
  *   4. process() on the worker pool (it may block);
  *   5. outcome: DONE -> store outputs, produce them; RETRY -> a copy of the
  *      input goes to <stage>.retry.<tier> with the retry headers (or to the
@@ -98,6 +98,8 @@ typedef struct {
   char *log_level;
   char *admin_listen;   /* "" = the stage's default */
   int64_t max_in_flight;
+  int64_t prefetch;     /* -1: max_in_flight / 4, at least 4 */
+  int64_t max_bytes_in_flight; /* 0: no byte limit (sl_flow.h) */
   int per_key_order;
   double drain_timeout_s;
   int64_t workers;
@@ -230,6 +232,12 @@ struct sl_httpc *sl_job_http(sl_job *job);
  * every other job's. */
 struct sl_aredis;
 struct sl_aredis *sl_job_redis(sl_job *job);
+/* What the stage holds for the job now, in bytes, beyond its message (the
+ * answer it fetched): replaces what it held before, starting with the
+ * reservation sl_stage_opts.bytes_of made, and counts towards
+ * stage.max_bytes_in_flight until the job is over. Set it when the size is
+ * known (after a fetch) and 0 once the memory is freed. Loop thread. */
+void sl_job_hold(sl_job *job, int64_t bytes);
 /* Hands the job back to the runtime; it must not be touched afterwards. */
 void sl_job_done(sl_job *job);
 
@@ -258,6 +266,12 @@ typedef struct sl_stage_opts {
   int idempotent;                    /* reuse stored outputs per (key, input digest) */
   sl_admin *admin;                   /* readiness follows partition assignment; may be NULL */
   sl_stage_dead_letter_fn on_dead_letter; /* may be NULL */
+  /* may be NULL: the bytes the stage will hold for m beyond the message (the
+   * object it is going to fetch, as the message declares it), reserved
+   * towards stage.max_bytes_in_flight when the message starts (past
+   * parking), so fetching pauses before the memory is taken; corrected
+   * with sl_job_hold. Loop thread, must not block. */
+  int64_t (*bytes_of)(void *ud, const rd_kafka_message_t *m);
 } sl_stage_opts;
 
 /* Runs until *stop becomes non-zero (checked every 100 ms; set it from a
