@@ -161,9 +161,14 @@ typedef struct {
   int retry_copy; /* set by the runtime: produce with the retry headers */
 } sl_out;
 
+/* Zero-initialised ({0}) it is empty; sl_outbox_clear() frees what it
+ * holds and leaves it empty (and reusable). The items are allocated as they
+ * are added, not inline: a job is allocated per message and most hold one
+ * to three outputs, so a fixed array of SL_OUTBOX_MAX (10 KB) zeroed per
+ * message cost more than the rest of the job (bench/cost). */
 typedef struct {
-  sl_out items[SL_OUTBOX_MAX];
-  size_t n;
+  sl_out *items; /* n of them, room for cap */
+  size_t n, cap;
   void *producer; /* set by the runtime; used by sl_outbox_emit_now() */
   int failed;     /* the error of the first add that failed, 0 when none */
 } sl_outbox;
