@@ -3,7 +3,7 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | fuzz | fuzz-merge | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | bench-cost | fuzz | fuzz-merge | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
@@ -11,7 +11,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll fuzz fuzz-merge
+.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-cost fuzz fuzz-merge
 
 all: build
 
@@ -55,7 +55,9 @@ bench-presign: build
 	BUILD=$(BUILD) bench/presign/run
 
 # Create latency of POST /v1/submissions (15 questions, durable Kafka write),
-# open loop at 67/s plus a ramp; results go to docs/benchmarks.md.
+# open loop at 67/s plus a ramp, beside a bare librdkafka produce of the same
+# message (bench/api/bare_produce); results go to docs/benchmarks.md. Set
+# DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its own (its creates stay).
 bench-api: build
 	BUILD=$(BUILD) bench/api/run
 
@@ -64,6 +66,14 @@ bench-api: build
 # results go to docs/benchmarks.md.
 bench-poll: build
 	BUILD=$(BUILD) bench/poll/run
+
+# CPU per message of each consuming stage driven at its maximum (a backlog
+# the stage before it wrote, the fake provider answering at once), beside a
+# raw librdkafka consume -> produce -> commit loop on the same messages, and
+# materialize's applies beside a bare EVALSHA loop of its script, measured in
+# the same run (about 10 minutes); results go to docs/benchmarks.md.
+bench-cost: build
+	BUILD=$(BUILD) bench/cost/run
 
 # libFuzzer targets of tests/fuzz (clang, ASan+UBSan) in build-fuzz: each runs
 # FUZZ_SECONDS (per target: FUZZ_SECONDS_http=...) on a copy of its committed

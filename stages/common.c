@@ -296,7 +296,15 @@ static void *signer_new(void *arg, char *err, unsigned long errlen) {
   if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
   return sig;
 }
-static void signer_free(void *v) { sl_sigv4_free(v); }
+
+static void *conn_new(void *arg, char *err, unsigned long errlen) {
+  const sl__objects *o = arg;
+  sl_s3_conn *c = NULL;
+  int rc = sl_s3_conn_new(&c, o->s3);
+  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  return c;
+}
+static void conn_free(void *v) { sl_s3_conn_free(v); }
 
 int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long timeout_ms, int sync,
                      char *err, size_t errlen) {
@@ -313,19 +321,19 @@ int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long time
     o->loop_sig = signer_new(o, err, errlen);
     return o->loop_sig ? 0 : SL_ECONFIG;
   }
-  rc = sl_tls_new(&o->signers, signer_new, signer_free, o);
+  rc = sl_tls_new(&o->conns, conn_new, conn_free, o);
   if (rc) return rc;
-  sl_sigv4 *probe = signer_new(o, err, errlen);
+  sl_s3_conn *probe = conn_new(o, err, errlen);
   if (!probe) return SL_ECONFIG;
-  sl_sigv4_free(probe);
+  sl_s3_conn_free(probe);
   return 0;
 }
 
 void sl__objects_free(sl__objects *o) {
   if (!o) return;
-  sl_tls_free(o->signers);
+  sl_tls_free(o->conns);
   sl_sigv4_free(o->loop_sig);
-  o->signers = NULL;
+  o->conns = NULL;
   o->loop_sig = NULL;
 }
 
@@ -349,13 +357,13 @@ static void storage_fault(sl_result *res, int rc, long status, const char *key, 
 int sl__objects_put(sl__objects *o, const char *key, const char *content_type, const void *data,
                     size_t len, sl_result *res) {
   char err[512] = "";
-  sl_sigv4 *sig = sl_tls_get(o->signers, err, sizeof err);
-  if (!sig) {
+  sl_s3_conn *conn = sl_tls_get(o->conns, err, sizeof err);
+  if (!conn) {
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
     return SL_ECONFIG;
   }
   long status = 0;
-  int rc = sl_s3_put(sig, &o->target, key, content_type, data, len, &status, err, sizeof err);
+  int rc = sl_s3_put(conn, &o->target, key, content_type, data, len, &status, err, sizeof err);
   if (rc) storage_fault(res, rc, status, key, err);
   return rc;
 }
@@ -376,14 +384,14 @@ static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   const char *key = pp->objects && ops->object ? ops->object(ud, msg) : NULL;
   if (!key) return 0;
   char err[512] = "";
-  sl_sigv4 *sig = sl_tls_get(pp->objects->signers, err, sizeof err);
-  if (!sig) {
+  sl_s3_conn *conn = sl_tls_get(pp->objects->conns, err, sizeof err);
+  if (!conn) {
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
     return SL_ECONFIG;
   }
   size_t len = 0;
   long status = 0;
-  int rc = sl_s3_get(sig, &pp->objects->target, key, pp->objects->max_bytes, data, &len, &status,
+  int rc = sl_s3_get(conn, &pp->objects->target, key, pp->objects->max_bytes, data, &len, &status,
                      err, sizeof err);
   if (rc) {
     storage_fault(res, rc, status, key, err);

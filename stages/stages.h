@@ -127,8 +127,8 @@ extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_l
 /* The objects a plugin reads and writes in the answers' bucket: the
  * uploaded answer fetched before the call (stt; a step reading "@object")
  * and the one a step stores (host->out_object). SYNC plugins: blocking
- * signed requests on the worker thread, one signer per thread; async ones:
- * a presigned GET on the stage's loop. Storage faults become the stage's
+ * signed requests on the worker thread, one storage connection (kept open)
+ * per thread; async ones: a presigned GET on the stage's loop. Storage faults become the stage's
  * outcome the same way everywhere: unreachable, 5xx, 429, 408 and a refused
  * signature (403/401: this replica's clock or keys) are retried; a missing
  * object or one over max_bytes fails for good. */
@@ -137,10 +137,11 @@ typedef struct {
   sl_s3_target target;
   size_t max_bytes;
   long timeout_ms;        /* async fetches */
-  struct sl_tls *signers; /* SYNC: one sl_sigv4 per worker thread */
+  struct sl_tls *conns;   /* SYNC: one sl_s3_conn per worker thread */
   sl_sigv4 *loop_sig;     /* async: the loop's */
 } sl__objects;
-/* One signer is made at once, so bad s3 settings fail at start-up. */
+/* One signer (or connection) is made at once, so bad s3 settings fail at
+ * start-up. */
 int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long timeout_ms, int sync,
                      char *err, size_t errlen);
 void sl__objects_free(sl__objects *o); /* NULL-safe */

@@ -4,16 +4,20 @@
  * (not after the previous answer), on plain libcurl multi with its own wait
  * loop. Each latency runs from the request's *scheduled* send time to its
  * complete response, so queueing in the server or in this client shows up.
- * After D s nothing new is sent; stragglers get at most 10 s more, then are
+ * After W + D s nothing new is sent; stragglers get at most 10 s more, then are
  * counted as "unfinished". Loopback targets only.
  *
- * Usage: loadgen URL RATE DURATION_S
+ * Usage: loadgen URL RATE DURATION_S [WARMUP_S [RAW_FILE]]
+ *   WARMUP_S (0): sent first on the same schedule, and not counted (fresh
+ *   connections); RAW_FILE: every counted answer's latency (ms), one a line.
  * Output (stdout, one line): {"rate":R,"duration_s":D,"sent":n,"ok":n,
  *   "achieved_rate":..,"errors":{"503":n,"curl_28":n,...},"p50_ms":..,
- *   "p95_ms":..,"p99_ms":..,"max_ms":..}
+ *   "p95_ms":..,"p99_ms":..,"max_ms":..,"late_p50_ms":..,"late_p99_ms":..}
  * ok = 2xx answers; achieved_rate = ok / D. Percentiles (nearest rank) are
  * over every request that got a complete HTTP answer, whatever its status;
- * unfinished and transport failures are only in "errors".
+ * unfinished and transport failures are only in "errors". late_* is how long
+ * after its scheduled time each request was started (this program's own
+ * timing, which counts in the latency); the waits are to the microsecond.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
@@ -22,10 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/select.h>
 #include <time.h>
 
+#include "latency.h"
+
 #define STRAGGLER_S 10.0
-#define MAX_ERR_KINDS 64
 
 static double now_s(void) {
   struct timespec ts;
@@ -38,39 +44,34 @@ struct req {
   CURL *easy;
 };
 
-struct errcount {
-  char kind[32];
-  long n;
-};
-static struct errcount errs[MAX_ERR_KINDS];
-static int n_errs;
-
-static void count_err(const char *kind) {
-  for (int i = 0; i < n_errs; i++)
-    if (strcmp(errs[i].kind, kind) == 0) { errs[i].n++; return; }
-  if (n_errs < MAX_ERR_KINDS) {
-    snprintf(errs[n_errs].kind, sizeof errs[n_errs].kind, "%s", kind);
-    errs[n_errs].n = 1;
-    n_errs++;
-  }
-}
-
 static size_t discard(char *p, size_t s, size_t n, void *u) {
   (void)p; (void)u;
   return s * n;
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double pct(const double *v, long n, double p) {
-  if (n == 0) return NAN;
-  long k = (long)ceil(p / 100.0 * (double)n);
-  if (k < 1) k = 1;
-  if (k > n) k = n;
-  return v[k - 1];
+/* Waits on curl's sockets for at most wait_s, to the microsecond: whole
+ * milliseconds in curl_multi_poll, the last fraction in pselect on curl's
+ * descriptors (curl_multi_poll takes milliseconds only, and rounding the
+ * wait up made every send up to 1 ms late, counted in its latency). */
+static void wait_for(CURLM *multi, double wait_s) {
+  if (wait_s <= 0) {
+    curl_multi_poll(multi, NULL, 0, 0, NULL);
+    return;
+  }
+  if (wait_s >= 0.001) {
+    curl_multi_poll(multi, NULL, 0, (int)(wait_s * 1000.0), NULL);
+    return;
+  }
+  fd_set r, w, x;
+  int maxfd = -1;
+  FD_ZERO(&r);
+  FD_ZERO(&w);
+  FD_ZERO(&x);
+  struct timespec ts = {0, (long)(wait_s * 1e9)};
+  if (curl_multi_fdset(multi, &r, &w, &x, &maxfd) == CURLM_OK && maxfd < FD_SETSIZE)
+    pselect(maxfd + 1, &r, &w, &x, &ts, NULL);
+  else /* too many descriptors for select: the wait is under 1 ms anyway */
+    nanosleep(&ts, NULL);
 }
 
 static int loopback_only(const char *url) {
@@ -87,22 +88,14 @@ static int loopback_only(const char *url) {
   return ok;
 }
 
-static void print_num(const char *key, double v) {
-  if (isnan(v)) printf("\"%s\":null", key);
-  else printf("\"%s\":%.3f", key, v);
-}
-
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s URL RATE DURATION_S\n", argv[0]);
+  if (argc < 4 || argc > 6) {
+    fprintf(stderr, "usage: %s URL RATE DURATION_S [WARMUP_S [RAW_FILE]]\n", argv[0]);
     return 2;
   }
-  const char *url = argv[1];
-  double rate = strtod(argv[2], NULL), dur = strtod(argv[3], NULL);
-  if (!(rate > 0 && rate <= 100000) || !(dur > 0 && dur <= 3600)) {
-    fprintf(stderr, "loadgen: RATE must be in (0,100000], DURATION_S in (0,3600]\n");
-    return 2;
-  }
+  const char *url = argv[1], *raw = argc == 6 ? argv[5] : NULL;
+  double rate, dur, warm;
+  if (parse_schedule("loadgen", argc, argv, 2, 0, &rate, &dur, &warm)) return 2;
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 1;
   if (!loopback_only(url)) {
     fprintf(stderr, "loadgen: only loopback targets (127.0.0.1, localhost, [::1]): %s\n", url);
@@ -131,11 +124,13 @@ int main(int argc, char **argv) {
     hdrs = curl_slist_append(hdrs, auth);
   }
 
-  long total = (long)floor(rate * dur + 0.5);
-  if (total < 1) total = 1;
+  long n_warm = (long)floor(rate * warm + 0.5), n_meas = (long)floor(rate * dur + 0.5);
+  if (n_meas < 1) n_meas = 1;
+  long total = n_warm + n_meas;
   double *lat = malloc(sizeof(double) * (size_t)total);
+  double *late = malloc(sizeof(double) * (size_t)total);
   struct req *reqs = calloc((size_t)total, sizeof *reqs);
-  if (!lat || !reqs) return 1;
+  if (!lat || !late || !reqs) return 1;
   long n_lat = 0, sent = 0, ok = 0, done = 0;
 
   CURLM *multi = curl_multi_init();
@@ -143,7 +138,7 @@ int main(int argc, char **argv) {
   curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
 
   double t0 = now_s() + 0.01; /* first send slightly in the future */
-  double hard_stop = t0 + dur + STRAGGLER_S;
+  double hard_stop = t0 + warm + dur + STRAGGLER_S;
   int running = 0;
 
   for (;;) {
@@ -155,6 +150,7 @@ int main(int argc, char **argv) {
       CURL *e = curl_easy_init();
       if (!e) return 1;
       reqs[sent].scheduled = sched;
+      late[sent] = (t - sched) * 1000.0;
       reqs[sent].easy = e;
       curl_easy_setopt(e, CURLOPT_URL, url);
       curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
@@ -178,7 +174,8 @@ int main(int argc, char **argv) {
       struct req *r = NULL;
       curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
       long code = 0;
-      if (m->data.result == CURLE_OK) {
+      if (r - reqs < n_warm) { /* warm-up: not counted */
+      } else if (m->data.result == CURLE_OK) {
         curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &code);
         lat[n_lat++] = (tdone - r->scheduled) * 1000.0;
         if (code >= 200 && code < 300) ok++;
@@ -198,33 +195,32 @@ int main(int argc, char **argv) {
     if (sent >= total && done >= sent) break;
     if (t >= hard_stop) break;
     double wait_s = sent < total ? t0 + (double)sent / rate - t : hard_stop - t;
-    int wait_ms = wait_s <= 0 ? 0 : (int)ceil(wait_s * 1000.0);
-    if (wait_ms > 100) wait_ms = 100;
-    if (wait_ms > 0 || running) curl_multi_poll(multi, NULL, 0, wait_ms, NULL);
+    if (wait_s > 0.1) wait_s = 0.1;
+    wait_for(multi, wait_s);
   }
 
   /* stragglers still open at the hard stop */
   for (long i = 0; i < sent; i++) {
     if (!reqs[i].easy) continue;
-    count_err("unfinished");
+    if (i >= n_warm) count_err("unfinished");
     curl_multi_remove_handle(multi, reqs[i].easy);
     curl_easy_cleanup(reqs[i].easy);
   }
 
-  qsort(lat, (size_t)n_lat, sizeof *lat, cmp_d);
-  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f,\"errors\":{",
-         rate, dur, sent, ok, (double)ok / dur);
-  for (int i = 0; i < n_errs; i++) printf("%s\"%s\":%ld", i ? "," : "", errs[i].kind, errs[i].n);
-  printf("},");
-  print_num("p50_ms", pct(lat, n_lat, 50)); printf(",");
-  print_num("p95_ms", pct(lat, n_lat, 95)); printf(",");
-  print_num("p99_ms", pct(lat, n_lat, 99)); printf(",");
-  print_num("max_ms", n_lat ? lat[n_lat - 1] : NAN);
+  if (write_raw(raw, lat, n_lat) != 0) {
+    fprintf(stderr, "loadgen: cannot write %s\n", raw);
+    return 1;
+  }
+  long n_sent = sent > n_warm ? sent - n_warm : 0;
+  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f",
+         rate, dur, n_sent, ok, (double)ok / dur);
+  print_latencies(lat, n_lat, late + n_warm, n_sent);
   printf("}\n");
 
   curl_multi_cleanup(multi);
   curl_slist_free_all(hdrs);
   free(lat);
+  free(late);
   free(reqs);
   curl_global_cleanup();
   return 0;

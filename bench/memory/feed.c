@@ -57,14 +57,14 @@ int main(int argc, char **argv) {
   void *data = NULL;
   size_t len = 0;
   sl_s3_target t;
-  sl_sigv4 *sig = NULL;
+  sl_s3_conn *conn = NULL;
   long status = 0;
   int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
   if (!rc && (rc = read_file(path, &data, &len)) != 0) snprintf(err, sizeof err, "cannot read %s", path);
   if (!rc) rc = sl_s3_target_init(&t, &s3);
-  if (!rc) rc = sl_sigv4_new(&sig, s3.access_key, s3.secret_key, s3.region, "s3");
+  if (!rc) rc = sl_s3_conn_new(&conn, &s3);
   snprintf(key, sizeof key, "bench-memory/%s.wav", run);
-  if (!rc) rc = sl_s3_put(sig, &t, key, "audio/wav", data, len, &status, err, sizeof err);
+  if (!rc) rc = sl_s3_put(conn, &t, key, "audio/wav", data, len, &status, err, sizeof err);
   const char *brokers = getenv("SLUICE_KAFKA_BROKERS");
   rd_kafka_t *rk = NULL;
   if (!rc) rc = sl_kafka_producer_new(&rk, brokers ? brokers : "127.0.0.1:9092", "memory-feed",
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
     rc = SL_EKAFKA;
   }
   if (rk) rd_kafka_destroy(rk);
-  sl_sigv4_free(sig);
+  sl_s3_conn_free(conn);
   sl_conf_release(&b, 1);
   free(data);
   if (rc) {

@@ -664,7 +664,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
   redisReply *rep = reply;
   sl_aredis *r = ac->data;
   if (rep && r->ac == ac) answered(r);
-  if (!rep || rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
+  if (!rep || (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)))
+    sl_metric_add(m_errors, 1);
   if (p->cb) p->cb(rep, p->ud);
   free(p);
 }
@@ -702,3 +703,60 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
 }
 
 int sl_aredis_connected(const sl_aredis *r) { return r && r->connected; }
+
+/* ---- scripts by their SHA-1 ---------------------------------------------- */
+
+/* An EVALSHA waiting for its answer, with what to send as EVAL instead
+ * should Redis not know the script. */
+typedef struct {
+  sl_aredis *r;
+  sl_aredis_cb cb;
+  void *ud;
+  const sl_redis_script *s;
+  int nkeys, argc;
+  const char **argv; /* the arguments, copied behind the struct */
+  size_t *lens;
+} script_call;
+
+static void on_script_reply(redisReply *rep, void *ud) {
+  script_call *sc = ud;
+  if (sl_redis_noscript(rep)) { /* a new or flushed Redis: the text this once */
+    const char *a[3 + SL__REDIS_SCRIPT_MAX_ARGS];
+    size_t l[3 + SL__REDIS_SCRIPT_MAX_ARGS];
+    char nk[16];
+    sl__redis_script_argv(sc->s, 0, sc->nkeys, sc->argc, sc->argv, sc->lens, nk, sizeof nk, a,
+                          l);
+    if (sl_aredis_argv(sc->r, sc->cb, sc->ud, 3 + sc->argc, a, l) != 0 && sc->cb)
+      sc->cb(NULL, sc->ud); /* it was called once already: it gets its answer */
+  } else if (sc->cb) {
+    sc->cb(rep, sc->ud);
+  }
+  free(sc);
+}
+
+int sl_aredis_eval(sl_aredis *r, sl_aredis_cb cb, void *ud, const sl_redis_script *s, int nkeys,
+                   int argc, const char **argv, const size_t *lens) {
+  const char *a[3 + SL__REDIS_SCRIPT_MAX_ARGS];
+  size_t l[3 + SL__REDIS_SCRIPT_MAX_ARGS];
+  char nk[16];
+  if (!r || !argv ||
+      sl__redis_script_argv(s, 1, nkeys, argc, argv, lens, nk, sizeof nk, a, l) != 0)
+    return SL_EINVAL;
+  size_t bytes = 0;
+  for (int i = 0; i < argc; i++) bytes += l[3 + i];
+  size_t n = (size_t)argc;
+  script_call *sc = malloc(sizeof *sc + n * (sizeof *sc->argv + sizeof *sc->lens) + bytes + 1);
+  if (!sc) return SL_ENOMEM;
+  *sc = (script_call){r, cb, ud, s, nkeys, argc, (const char **)(sc + 1), NULL};
+  sc->lens = (size_t *)(sc->argv + n);
+  char *p = (char *)(sc->lens + n);
+  for (int i = 0; i < argc; i++) {
+    memcpy(p, a[3 + i], l[3 + i]);
+    sc->argv[i] = p;
+    sc->lens[i] = l[3 + i];
+    p += l[3 + i];
+  }
+  int rc = sl_aredis_argv(r, on_script_reply, sc, 3 + argc, a, l);
+  if (rc) free(sc);
+  return rc;
+}

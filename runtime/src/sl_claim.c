@@ -32,3 +32,8 @@ const char sl_claim_renew_lua[] =
     "  end\n"
     "end\n"
     "return n\n";
+
+const char sl_claim_store_lua[] =
+    "redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])\n"
+    "if redis.call('GET', KEYS[2]) == ARGV[3] then return redis.call('DEL', KEYS[2]) end\n"
+    "return 0\n";

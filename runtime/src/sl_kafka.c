@@ -376,6 +376,32 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
   return 0;
 }
 
+int sl_kafka_prefetch(rd_kafka_t *rk, const char *const *topics, size_t n,
+                      rd_kafka_topic_t **held) {
+  if (!rk || ((!topics || !held) && n)) return SL_EINVAL;
+  for (size_t i = 0; i < n; i++) held[i] = NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (!topics[i] || !topics[i][0]) {
+      sl_kafka_prefetch_release(held, n);
+      return SL_EINVAL;
+    }
+    /* unlike a produce by name, a new topic handle sends a leader query */
+    held[i] = rd_kafka_topic_new(rk, topics[i], NULL);
+    if (!held[i]) {
+      sl_kafka_prefetch_release(held, n);
+      return SL_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+void sl_kafka_prefetch_release(rd_kafka_topic_t **held, size_t n) {
+  for (size_t i = 0; held && i < n; i++) {
+    if (held[i]) rd_kafka_topic_destroy(held[i]);
+    held[i] = NULL;
+  }
+}
+
 int sl_kafka_group_reader_new(rd_kafka_t **out, const char *brokers, const char *group,
                               const char *client_id, char *err, size_t errlen) {
   if (!out || !brokers || !group) return SL_EINVAL;

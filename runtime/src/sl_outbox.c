@@ -21,6 +21,14 @@ int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void 
   if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key ||
       strlen(topic) >= sizeof ob->items[0].topic)
     return ob->failed = SL_ETOOBIG;
+  if (ob->n == ob->cap) {
+    size_t cap = ob->cap ? ob->cap * 2 : 4;
+    if (cap > SL_OUTBOX_MAX) cap = SL_OUTBOX_MAX;
+    sl_out *items = realloc(ob->items, cap * sizeof *items);
+    if (!items) return ob->failed = SL_ENOMEM;
+    ob->items = items;
+    ob->cap = cap;
+  }
   sl_out *o = &ob->items[ob->n];
   o->value = malloc(len ? len : 1);
   if (!o->value) return ob->failed = SL_ENOMEM;
@@ -36,7 +44,9 @@ int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void 
 void sl_outbox_clear(sl_outbox *ob) {
   if (!ob) return;
   for (size_t i = 0; i < ob->n; i++) free(ob->items[i].value);
-  ob->n = 0;
+  free(ob->items);
+  ob->items = NULL;
+  ob->n = ob->cap = 0;
   ob->failed = 0;
 }
 

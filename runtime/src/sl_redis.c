@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -532,8 +533,65 @@ redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t
     sl_metric_add(m_errors, 1);
     return NULL;
   }
-  if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
+  if (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)) sl_metric_add(m_errors, 1);
   return rep;
+}
+
+/* ---- scripts by their SHA-1 -------------------------------------------- */
+
+int sl_redis_script_init(sl_redis_script *s, const char *text) {
+  if (!s || !text) return SL_EINVAL;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (!EVP_Digest(text, strlen(text), md, &n, EVP_sha1(), NULL) || n != 20) return SL_EINVAL;
+  static const char hex[] = "0123456789abcdef";
+  for (unsigned int i = 0; i < n; i++) {
+    s->sha1[2 * i] = hex[md[i] >> 4];
+    s->sha1[2 * i + 1] = hex[md[i] & 15];
+  }
+  s->sha1[40] = '\0';
+  s->text = text;
+  return 0;
+}
+
+int sl_redis_noscript(const redisReply *reply) {
+  return reply && reply->type == REDIS_REPLY_ERROR && reply->str &&
+         strncmp(reply->str, "NOSCRIPT", 8) == 0;
+}
+
+int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc,
+                          const char **argv, const size_t *lens, char *nk, size_t nklen,
+                          const char **out, size_t *outlens) {
+  if (!s || nkeys < 0 || nkeys > argc || argc < 0 || argc > SL__REDIS_SCRIPT_MAX_ARGS)
+    return SL_EINVAL;
+  snprintf(nk, nklen, "%d", nkeys);
+  out[0] = sha ? "EVALSHA" : "EVAL";
+  out[1] = sha ? s->sha1 : s->text;
+  out[2] = nk;
+  outlens[0] = strlen(out[0]);
+  outlens[1] = strlen(out[1]);
+  outlens[2] = strlen(nk);
+  for (int i = 0; i < argc; i++) {
+    out[3 + i] = argv[i];
+    outlens[3 + i] = lens ? lens[i] : strlen(argv[i]);
+  }
+  return 0;
+}
+
+redisReply *sl_redis_eval(sl_redis *r, const sl_redis_script *s, int nkeys, int argc,
+                          const char **argv, const size_t *lens, char *err, size_t errlen) {
+  const char *a[3 + SL__REDIS_SCRIPT_MAX_ARGS];
+  size_t l[3 + SL__REDIS_SCRIPT_MAX_ARGS];
+  char nk[16];
+  if (!r || sl__redis_script_argv(s, 1, nkeys, argc, argv, lens, nk, sizeof nk, a, l) != 0) {
+    snprintf(err, errlen, "redis: bad script call");
+    return NULL;
+  }
+  redisReply *rep = sl_redis_argv(r, 3 + argc, a, l, err, errlen);
+  if (!sl_redis_noscript(rep)) return rep;
+  freeReplyObject(rep); /* Redis does not know it (yet): send its text */
+  sl__redis_script_argv(s, 0, nkeys, argc, argv, lens, nk, sizeof nk, a, l);
+  return sl_redis_argv(r, 3 + argc, a, l, err, errlen);
 }
 
 redisReply *sl_redis_cmd(sl_redis *r, char *err, size_t errlen, const char *fmt, ...) {

@@ -1,7 +1,9 @@
 /*
  * sl_s3.c — S3 settings, signed GET and HEAD, and the multipart-upload
- * calls (see sl_s3.h). GET and HEAD use a short-lived presigned URL, so
- * one signer code path serves clients and servers alike. The multipart calls are
+ * calls (see sl_s3.h). GET, HEAD and PUT use a short-lived presigned URL,
+ * so one signer code path serves clients and servers alike; they go out on
+ * the calling thread's sl_s3_conn, one curl handle reset before each call
+ * (curl_easy_reset keeps the handle's open connection). The multipart calls are
  * header-signed (the body's sha256 is signed) and go out through sl_httpc;
  * their XML replies are read with libxml2 (a tree, walked by element name:
  * namespaces and unknown elements are ignored, as S3 clients do), and the
@@ -126,16 +128,49 @@ int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
   return presign_url(sig, t, "GET", key, expires_s, url, len);
 }
 
-int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
+struct sl_s3_conn {
+  sl_sigv4 *sig;
+  CURL *h;
+};
+
+int sl_s3_conn_new(sl_s3_conn **out, const sl_s3_conf *c) {
+  if (!out || !c) return SL_EINVAL;
+  sl_s3_conn *k = calloc(1, sizeof *k);
+  if (!k) return SL_ENOMEM;
+  int rc = sl_sigv4_new(&k->sig, c->access_key, c->secret_key, c->region, "s3");
+  if (rc == 0 && !(k->h = curl_easy_init())) rc = SL_ENOMEM;
+  if (rc) {
+    sl_s3_conn_free(k);
+    return rc;
+  }
+  *out = k;
+  return 0;
+}
+
+void sl_s3_conn_free(sl_s3_conn *c) {
+  if (!c) return;
+  if (c->h) curl_easy_cleanup(c->h);
+  sl_sigv4_free(c->sig);
+  free(c);
+}
+
+/* The connection's handle with every option back at its default (and its
+ * open connection kept). */
+static CURL *fresh(sl_s3_conn *c) {
+  curl_easy_reset(c->h);
+  return c->h;
+}
+
+int sl_s3_get(sl_s3_conn *c, const sl_s3_target *t, const char *key, size_t max,
               void **data, size_t *len, long *status, char *err, size_t errlen) {
   char url[4096];
-  int rc = sl_s3_presign_get(sig, t, key, 300, url, sizeof url);
+  if (!c || !t || !key || !data || !len) return SL_EINVAL;
+  int rc = sl_s3_presign_get(c->sig, t, key, 300, url, sizeof url);
   if (rc) {
     snprintf(err, errlen, "signing GET %s: %s", key, sl_strerror(rc));
     return rc;
   }
-  CURL *h = curl_easy_init();
-  if (!h) return SL_ENOMEM;
+  CURL *h = fresh(c);
   sink s = {NULL, 0, 0, max, 0};
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
@@ -149,7 +184,6 @@ int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
   CURLcode cc = curl_easy_perform(h);
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-  curl_easy_cleanup(h);
   if (status) *status = code;
   if (s.too_big) {
     free(s.data);
@@ -182,27 +216,25 @@ static size_t discard(char *p, size_t sz, size_t nm, void *ud) {
   return sz * nm;
 }
 
-int sl_s3_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *content_type,
+int sl_s3_put(sl_s3_conn *c, const sl_s3_target *t, const char *key, const char *content_type,
               const void *data, size_t len, long *status, char *err, size_t errlen) {
   char url[4096], ct[160];
   if (status) *status = 0;
-  if (!sig || !t || !key || !content_type || (!data && len)) return SL_EINVAL;
-  int rc = presign_url(sig, t, "PUT", key, 300, url, sizeof url);
+  if (!c || !t || !key || !content_type || (!data && len)) return SL_EINVAL;
+  int rc = presign_url(c->sig, t, "PUT", key, 300, url, sizeof url);
   if (rc) {
     snprintf(err, errlen, "signing PUT %s: %s", key, sl_strerror(rc));
     return rc;
   }
   if ((size_t)snprintf(ct, sizeof ct, "Content-Type: %s", content_type) >= sizeof ct)
     return SL_EINVAL;
-  CURL *h = curl_easy_init();
-  if (!h) return SL_ENOMEM;
   struct curl_slist *hdrs = curl_slist_append(NULL, ct);
   struct curl_slist *h2 = hdrs ? curl_slist_append(hdrs, "Expect:") : NULL;
   if (!h2) {
     curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
     return SL_ENOMEM;
   }
+  CURL *h = fresh(c);
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, data ? data : "");
@@ -216,7 +248,7 @@ int sl_s3_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char 
   CURLcode cc = curl_easy_perform(h);
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-  curl_easy_cleanup(h);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL); /* the list goes now */
   curl_slist_free_all(h2);
   if (status) *status = code;
   if (cc != CURLE_OK) {
@@ -243,20 +275,19 @@ static size_t on_head_header(char *p, size_t sz, size_t nm, void *ud) {
   return n;
 }
 
-int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
+int sl_s3_head(sl_s3_conn *c, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
                long *status, char *err, size_t errlen) {
   char url[4096];
   if (status) *status = 0;
-  if (!sig || !t || !key || !info) return SL_EINVAL;
+  if (!c || !t || !key || !info) return SL_EINVAL;
   memset(info, 0, sizeof *info);
   info->size = -1;
-  int rc = presign_url(sig, t, "HEAD", key, 300, url, sizeof url);
+  int rc = presign_url(c->sig, t, "HEAD", key, 300, url, sizeof url);
   if (rc) {
     snprintf(err, errlen, "signing HEAD %s: %s", key, sl_strerror(rc));
     return rc;
   }
-  CURL *h = curl_easy_init();
-  if (!h) return SL_ENOMEM;
+  CURL *h = fresh(c);
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_head_header);
@@ -279,7 +310,6 @@ int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head
     info->last_modified_ms = mtime > 0 ? (int64_t)mtime * 1000 : 0;
     snprintf(info->content_type, sizeof info->content_type, "%s", ct ? ct : "");
   }
-  curl_easy_cleanup(h);
   if (status) *status = code;
   if (cc != CURLE_OK) {
     snprintf(err, errlen, "HEAD %s: %s", key, curl_easy_strerror(cc));

@@ -10,9 +10,17 @@
  *     flight (each job's message plus what the stage holds for it: reserved
  *     when it starts, corrected by sl_job_hold) are under
  *     max_bytes_in_flight; at max_in_flight + prefetch messages or at
- *     max_bytes_in_flight bytes all partitions are paused, and resumed when
- *     half the waiting ones have started and the bytes are below 80%
- *     (sl_flow.h), so memory follows in-flight work, never the backlog;
+ *     max_bytes_in_flight bytes no more messages are taken from the
+ *     consumers (what they prefetched, at most 8 MiB, waits in librdkafka),
+ *     and taking starts again when half the waiting ones have started and
+ *     the bytes are below 80% (sl_flow.h); a stage still at a limit after
+ *     SL_THROTTLE_PAUSE_MS pauses all partitions instead, so the consumers
+ *     keep being polled (rebalances) and memory follows in-flight work,
+ *     never the backlog. Not pausing at once matters: a pause drops what
+ *     was prefetched and a resume fetches it again, and a stage draining a
+ *     backlog at full speed reaches its limit every few hundred messages
+ *     (bench/cost: the consumer's and the broker's fetching cost more than
+ *     the stage's own work);
  *   - per partition a sorted ring of in-flight offsets: a job marks its
  *     offset done, the head is popped while done, and the next offset to
  *     read is committed (asynchronously, coalesced every 200 ms; synchronously
@@ -288,6 +296,11 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
   return 0;
 }
 
+/* A stage full this long pauses its partitions: nothing is prefetched for
+ * it any more, and the consumers are polled (rebalances, the poll interval)
+ * while it waits. */
+#define SL_THROTTLE_PAUSE_MS 1000
+
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
 
@@ -336,16 +349,28 @@ void sl_job_hold(job *j, int64_t held) {
   sl__flow(j->L);
 }
 
+static void drain_consumer(void *ud);
+static void on_drain_timer(uv_timer_t *t) {
+  loop_t *L = t->data;
+  for (int i = 0; i < L->ngroups; i++) drain_consumer(&L->g[i]);
+}
+
 void sl__flow(loop_t *L) {
   if (L->stopping || L->closing) return;
   int by_bytes = 0;
-  switch (sl_flow_next(&L->flow, L->paused_all, L->inflight, L->bytes, &by_bytes)) {
-  case SL_FLOW_PAUSE:
-    sl_metric_add(by_bytes ? L->m_pause_bytes : L->m_pause_msgs, 1);
-    sl__set_pause(L, 1);
+  switch (sl_flow_next(&L->flow, L->paused_all || L->throttled, L->inflight, L->bytes,
+                       &by_bytes)) {
+  case SL_FLOW_PAUSE: /* take no more for now; pause if it lasts (on_tick) */
+    L->throttled = 1;
+    L->throttled_ms = sl__mono_ms();
+    L->throttled_by_bytes = by_bytes;
     break;
   case SL_FLOW_RESUME:
-    sl__set_pause(L, 0);
+    if (L->paused_all) sl__set_pause(L, 0);
+    if (L->throttled) {
+      L->throttled = 0; /* on the next turn of the loop, not inside whoever finished */
+      uv_timer_start(&L->drain_timer, on_drain_timer, 0, 0);
+    }
     break;
   case SL_FLOW_KEEP:
     break;
@@ -708,7 +733,7 @@ static void drain_consumer(void *ud) {
   grp *g = ud;
   loop_t *L = g->L;
   rd_kafka_message_t *m;
-  while (g->rk && (m = rd_kafka_consumer_poll(g->rk, 0)) != NULL) {
+  while (g->rk && !L->throttled && (m = rd_kafka_consumer_poll(g->rk, 0)) != NULL) {
     if (m->err) {
       if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
         sl_log(SL_LOG_WARN, NULL, "consume: %s", rd_kafka_message_errstr(m));
@@ -730,6 +755,11 @@ static void begin_stop(loop_t *L);
 
 static void on_tick(uv_timer_t *t) {
   loop_t *L = t->data;
+  if (L->throttled && sl__mono_ms() - L->throttled_ms >= SL_THROTTLE_PAUSE_MS) {
+    L->throttled = 0; /* full for a while: pause instead (see the top of this file) */
+    sl_metric_add(L->throttled_by_bytes ? L->m_pause_bytes : L->m_pause_msgs, 1);
+    sl__set_pause(L, 1);
+  }
   for (int i = 0; i < L->ngroups; i++) {
     grp *g = &L->g[i];
     drain_consumer(g);
@@ -771,6 +801,7 @@ static void on_tick(uv_timer_t *t) {
 
 static void begin_stop(loop_t *L) {
   L->stopping = 1;
+  L->throttled = 0; /* paused below: the consumers are polled and take nothing */
   L->stop_deadline = sl_now_ms() + (int64_t)(L->cc->drain_timeout_s * 1000);
   sl_log(SL_LOG_INFO, NULL, "stopping: no new messages; %lld in flight",
          (long long)L->active);
@@ -823,6 +854,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   for (int i = 0; i < L->rp.ntiers; i++)
     snprintf(L->tier_topic[i], sizeof L->tier_topic[i], "%s.retry.%s", o->stage,
              L->tier_label[i]);
+  sl_redis_script_init(&L->s_limit, sl_limiter_lua);
+  sl_redis_script_init(&L->s_pause, sl_limiter_pause_lua);
+  sl_redis_script_init(&L->s_claim_take, sl_claim_take_lua);
+  sl_redis_script_init(&L->s_claim_release, sl_claim_release_lua);
+  sl_redis_script_init(&L->s_claim_store, sl_claim_store_lua);
   snprintf(L->limit_key, sizeof L->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
   snprintf(L->pause_key, sizeof L->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
 
@@ -992,6 +1028,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->bq_timer.data = L;
   uv_timer_init(&L->loop, &L->claim_timer);
   L->claim_timer.data = L;
+  uv_timer_init(&L->loop, &L->drain_timer);
+  L->drain_timer.data = L;
   if (L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0) {
     uint64_t every = (uint64_t)(L->cc->claim_lease_ms / 3 > 0 ? L->cc->claim_lease_ms / 3 : 1);
     uv_timer_start(&L->claim_timer, sl__on_claim_renew, every, every);

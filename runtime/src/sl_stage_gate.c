@@ -81,9 +81,9 @@ static void limiter_try(loop_t *L) {
   char rate[32], burst[32];
   snprintf(rate, sizeof rate, "%.17g", L->cc->provider_rate);
   snprintf(burst, sizeof burst, "%.17g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
-  const char *argv[] = {"EVAL", sl_limiter_lua, "2", L->limit_key, L->pause_key, rate, burst, "1"};
+  const char *argv[] = {L->limit_key, L->pause_key, rate, burst, "1"};
   L->lq_busy = 1;
-  if (sl_aredis_argv(L->redis, on_limit_q, L, 8, argv, NULL) != 0) {
+  if (sl_aredis_eval(L->redis, on_limit_q, L, &L->s_limit, 2, 5, argv, NULL) != 0) {
     L->lq_busy = 0; /* Redis unavailable: fail open for the head */
     job *j = lq_pop(L);
     if (j) sl__run_process(j);
@@ -228,8 +228,8 @@ void sl__claim_release(job *j) {
   j->claimed = 0;
   char k[256];
   claim_key(j, k, sizeof k);
-  const char *argv[] = {"EVAL", sl_claim_release_lua, "1", k, j->owner};
-  sl_aredis_argv(j->L->redis, NULL, NULL, 5, argv, NULL);
+  const char *argv[] = {k, j->owner};
+  sl_aredis_eval(j->L->redis, NULL, NULL, &j->L->s_claim_release, 1, 2, argv, NULL);
 }
 
 static void on_claim_timer(uv_timer_t *t) { claim_try(t->data); }
@@ -283,8 +283,9 @@ static void claim_try(job *j) {
   snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
   if (!j->owner[0])
     snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
-  const char *argv[] = {"EVAL", sl_claim_take_lua, "2", k, sk, j->owner, lease};
-  if (sl_aredis_argv(L->redis, on_claim, j, 7, argv, NULL) != 0) call_now(j);
+  const char *argv[] = {k, sk, j->owner, lease};
+  if (sl_aredis_eval(L->redis, on_claim, j, &L->s_claim_take, 2, 4, argv, NULL) != 0)
+    call_now(j);
 }
 
 /* Extends the claims of every call still running (one script per batch). */

@@ -160,6 +160,13 @@ struct loop_t {
   sl_flow_limits flow; /* when fetching pauses (sl_flow.h) */
   job *jobs;          /* every live job */
   int paused_all;
+  /* at a flow limit (sl_flow.h): no message is taken from the consumers
+   * (what they prefetched waits there, bounded) until work finishes; still
+   * at it after SL_THROTTLE_PAUSE_MS, every partition is paused instead */
+  int throttled;
+  int throttled_by_bytes; /* the byte limit alone was reached */
+  int64_t throttled_ms; /* since when (monotonic) */
+  uv_timer_t drain_timer; /* takes what waits, once below the limits */
   int stopping;
   int closing;        /* the loop has stopped: drop instead of continuing */
   int64_t stop_deadline;
@@ -169,6 +176,8 @@ struct loop_t {
   char tier_label[SL_RETRY_TIERS_MAX][16];
   char tier_topic[SL_RETRY_TIERS_MAX][160];
   char limit_key[160], pause_key[160];
+  /* the Lua scripts the runtime runs, by SHA-1 (sl_redis_script) */
+  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store;
   /* jobs waiting for the shared limiter, in order: only the head asks Redis,
    * so a backlog costs one limiter call per grant, not one per waiter */
   job *lq_head, *lq_tail;

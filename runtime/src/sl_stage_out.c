@@ -269,21 +269,32 @@ static void on_stored(redisReply *r, void *ud) {
   }
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
+  else if (j->claimed && r->type == REDIS_REPLY_INTEGER)
+    j->claimed = 0; /* the store script released it (or it was not ours any more) */
   sl__claim_release(j); /* after the store: a waiting replica finds the outputs */
   sl__produce(j);
 }
 
+/* Stores the job's outputs (and, holding the input's claim, releases it in
+ * the same script, after the store), then produces them. */
 static void store_and_produce(job *j) {
   loop_t *L = j->L;
   uint8_t *buf = NULL;
   size_t n = 0;
-  char k[256], ttl[32];
+  char k[256], ck[256], ttl[32];
   sl__idem_key(j, k, sizeof k);
   snprintf(ttl, sizeof ttl, "%lld", (long long)L->cc->idempotency_ttl_s);
   if (k[0] && sl_idem_pack(&j->out, sl_now_ms(), &buf, &n) == 0) {
-    const char *argv[] = {"SET", k, (const char *)buf, "EX", ttl};
-    size_t lens[] = {3, strlen(k), n, 2, strlen(ttl)};
-    int rc = sl_aredis_argv(L->redis, on_stored, j, 5, argv, lens);
+    int rc;
+    if (j->claimed && sl_idem_claim_key(ck, sizeof ck, L->o->stage, j->key, j->digest) == 0) {
+      const char *argv[] = {k, ck, (const char *)buf, ttl, j->owner};
+      size_t lens[] = {strlen(k), strlen(ck), n, strlen(ttl), strlen(j->owner)};
+      rc = sl_aredis_eval(L->redis, on_stored, j, &L->s_claim_store, 2, 5, argv, lens);
+    } else {
+      const char *argv[] = {"SET", k, (const char *)buf, "EX", ttl};
+      size_t lens[] = {3, strlen(k), n, 2, strlen(ttl)};
+      rc = sl_aredis_argv(L->redis, on_stored, j, 5, argv, lens);
+    }
     free(buf);
     if (rc == 0) return;
   }
@@ -344,6 +355,7 @@ sl_outbox *sl_job_outbox(job *j) { return &j->out; }
 sl_result *sl_job_result(job *j) { return &j->res; }
 const char *sl_job_key(const job *j) { return j->key; }
 sl_httpc *sl_job_http(job *j) { return j->L->http; }
+sl_aredis *sl_job_redis(job *j) { return j->L->redis; }
 
 /* The processor is finished with the job: act on its outcome. */
 void sl__complete(job *j) {
@@ -372,8 +384,8 @@ void sl__complete(job *j) {
        * ever extends a pause), for at most provider.max_retry_after_ms */
       char ms[32];
       snprintf(ms, sizeof ms, "%lld", (long long)sl__retry_after(L, &j->res));
-      const char *a[] = {"EVAL", sl_limiter_pause_lua, "1", L->pause_key, ms};
-      sl_aredis_argv(L->redis, NULL, NULL, 5, a, NULL);
+      const char *a[] = {L->pause_key, ms};
+      sl_aredis_eval(L->redis, NULL, NULL, &L->s_pause, 1, 2, a, NULL);
       sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
              L->o->provider, ms);
     }

@@ -25,7 +25,8 @@
  *   - the bucket must be s3.bucket                        (else wrong_bucket)
  *   - a size in the event must equal the declared size    (else size_mismatch)
  *   - the object is HEADed (SigV4-signed, blocking: process() runs on the
- *     worker pool, one signer per thread) and must exist  (else object_missing)
+ *     worker pool, one storage connection per thread, kept open) and must
+ *     exist                                               (else object_missing)
  *     with the declared Content-Length                    (else size_mismatch)
  *     and Content-Type (media type, case-insensitive)     (else type_mismatch);
  *     storage unreachable or 5xx is a RETRY.
@@ -92,18 +93,19 @@ typedef struct {
   sl_s3_target target;
   int head_always;  /* ingest.verify_object = always */
   sl_tls *redis;    /* one sl_redis per worker thread */
-  sl_tls *signers;  /* one sl_sigv4 per worker thread */
+  sl_tls *storage;  /* one sl_s3_conn per worker thread */
+  sl_redis_script first_time; /* first_time_lua, by its SHA-1 */
 } ingest;
 
-static void *signer_create(void *arg, char *err, unsigned long errlen) {
+static void *storage_create(void *arg, char *err, unsigned long errlen) {
   ingest *in = arg;
-  sl_sigv4 *sig = NULL;
-  int rc = sl_sigv4_new(&sig, in->s3->access_key, in->s3->secret_key, in->s3->region, "s3");
+  sl_s3_conn *c = NULL;
+  int rc = sl_s3_conn_new(&c, in->s3);
   if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
-  return sig;
+  return c;
 }
 
-static void signer_destroy(void *v) { sl_sigv4_free(v); }
+static void storage_destroy(void *v) { sl_s3_conn_free(v); }
 
 /* The media type of a Content-Type (before ';', blanks trimmed) equals
  * the declared one, ignoring case. */
@@ -128,9 +130,9 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   if (!in->head_always && rec->size > 0) return 1;
   char err[512];
   long status = 0;
-  sl_sigv4 *sig = sl_tls_get(in->signers, err, sizeof err);
-  int rc = sig ? sl_s3_head(sig, &in->target, rec->key, head, &status, err, sizeof err)
-               : SL_ESTORAGE;
+  sl_s3_conn *conn = sl_tls_get(in->storage, err, sizeof err);
+  int rc = conn ? sl_s3_head(conn, &in->target, rec->key, head, &status, err, sizeof err)
+                : SL_ESTORAGE;
   if (rc == SL_ENOTFOUND) {
     sl_result_set(res, SL_OUTCOME_FAIL, "object_missing",
                   "object %s does not exist in bucket %s (HEAD: 404)", rec->key, rec->bucket);
@@ -164,15 +166,16 @@ static const char first_time_lua[] =
     "redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])\n"
     "return redis.call('HGET', KEYS[1], ARGV[1])\n";
 
+
 /* *ms: in, this event's upload time; out, the first one recorded for this
  * upload (question and ETag). 0, or SL_EREDIS with err set. */
-static int first_upload_time(sl_redis *redis, const char *hkey, unsigned qno, const char *etag,
-                             int64_t *ms, char *err, size_t errlen) {
+static int first_upload_time(const ingest *in, sl_redis *redis, const char *hkey, unsigned qno,
+                             const char *etag, int64_t *ms, char *err, size_t errlen) {
   char field[128], val[32];
   snprintf(field, sizeof field, "u%u:%s", qno, etag);
   snprintf(val, sizeof val, "%lld", (long long)*ms);
-  const char *argv[] = {"EVAL", first_time_lua, "1", hkey, field, val};
-  redisReply *rep = sl_redis_argv(redis, 6, argv, NULL, err, errlen);
+  const char *argv[] = {hkey, field, val};
+  redisReply *rep = sl_redis_eval(redis, &in->first_time, 1, 3, argv, NULL, err, errlen);
   if (!rep) return SL_EREDIS;
   int rc = 0;
   if (rep->type == REDIS_REPLY_STRING)
@@ -374,7 +377,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     int64_t ev_ms = event_time_ms(r);
     if (ev_ms <= 0) ev_ms = rd_kafka_message_timestamp(m, NULL);
     if (ev_ms <= 0) ev_ms = sl_now_ms();
-    if (first_upload_time(redis, hkey, qno, etag, &ev_ms, rerr, sizeof rerr) != 0) {
+    if (first_upload_time(in, redis, hkey, qno, etag, &ev_ms, rerr, sizeof rerr) != 0) {
       sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);
       json_decref(spec);
       break;
@@ -427,6 +430,7 @@ int sl__ingest_main(int argc, char **argv) {
                            "transcription requests.", &cc, own, 2, "127.0.0.1:9181", &admin);
   if (rc) return rc;
   ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
+  sl_redis_script_init(&in.first_time, first_time_lua);
   in.head_always = strcmp(ic.verify_object, "always") == 0;
   if (!in.head_always && strcmp(ic.verify_object, "when_needed") != 0) {
     sl_log(SL_LOG_ERROR, NULL, "ingest.verify_object must be always or when_needed, not \"%s\"",
@@ -435,7 +439,7 @@ int sl__ingest_main(int argc, char **argv) {
   }
   if (rc == 0 && (rc = sl_s3_target_init(&in.target, &s3)) != 0)
     sl_log(SL_LOG_ERROR, NULL, "s3 settings: %s", sl_strerror(rc));
-  if (rc == 0) rc = sl_tls_new(&in.signers, signer_create, signer_destroy, &in);
+  if (rc == 0) rc = sl_tls_new(&in.storage, storage_create, storage_destroy, &in);
   if (rc == 0) rc = sl_redis_tls_new(&in.redis, cc.redis_url);
   sl__sweep *sweep = NULL;
   if (rc == 0) {
@@ -452,7 +456,7 @@ int sl__ingest_main(int argc, char **argv) {
   }
   sl__sweep_stop(sweep);
   sl_tls_free(in.redis);
-  sl_tls_free(in.signers);
+  sl_tls_free(in.storage);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

@@ -38,7 +38,7 @@ struct sl__sweep {
   const sl_s3_conf *s3;
   const sl_s3_target *target;
   sl_redis *redis;
-  sl_sigv4 *sig;
+  sl_s3_conn *storage; /* the sweep thread's */
   rd_kafka_t *producer;
   pthread_t thread;
   atomic_int stop;
@@ -154,7 +154,7 @@ static int look_at(sl__sweep *s, const char *member, int64_t now) {
   }
   sl_s3_head_info h;
   long status = 0;
-  int rc = sl_s3_head(s->sig, s->target, key, &h, &status, err, sizeof err);
+  int rc = sl_s3_head(s->storage, s->target, key, &h, &status, err, sizeof err);
   int64_t delay = (now - accepted) / 2;
   if (delay < s->sc->interval_s * 1000) delay = s->sc->interval_s * 1000;
   if (delay > MAX_DELAY_MS) delay = MAX_DELAY_MS;
@@ -239,7 +239,7 @@ void sl__sweep_stop(sl__sweep *s) {
     rd_kafka_flush(s->producer, 5000);
     rd_kafka_destroy(s->producer);
   }
-  sl_sigv4_free(s->sig);
+  sl_s3_conn_free(s->storage);
   sl_redis_free(s->redis);
   free(s);
 }
@@ -264,7 +264,7 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
                                     "Questions never uploaded within ingest.sweep_max_age_s");
   int rc = sl_redis_new(&s->redis, cc->redis_url);
   if (rc) snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc));
-  if (rc == 0 && (rc = sl_sigv4_new(&s->sig, s3->access_key, s3->secret_key, s3->region, "s3")))
+  if (rc == 0 && (rc = sl_s3_conn_new(&s->storage, s3)))
     snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
   if (rc == 0)
     rc = sl_kafka_producer_new(&s->producer, cc->kafka_brokers, "sluice-ingest-sweep", NULL, err,
@@ -272,7 +272,7 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
   if (rc == 0 && pthread_create(&s->thread, NULL, run, s) != 0) rc = SL_ENOMEM;
   if (rc) {
     if (s->producer) rd_kafka_destroy(s->producer);
-    sl_sigv4_free(s->sig);
+    sl_s3_conn_free(s->storage);
     sl_redis_free(s->redis);
     free(s);
     return rc;

@@ -50,6 +50,13 @@
  * before consuming it compares the highest offset applied per input
  * partition, which the apply script records, with its group's committed
  * offsets (behind_committed()).
+ *
+ * The live stage applies on its loop (an async processor): the commands of
+ * every message in flight go out pipelined on the stage's one asynchronous
+ * Redis connection, scripts by their SHA-1, instead of one blocking round
+ * trip per message on a worker thread (measured by bench/cost: the round
+ * trips, not the script, were most of its CPU). The rebuild thread runs the
+ * same steps blocking (work_next, work_reply).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -63,6 +70,7 @@
 #include <time.h>
 
 #include "sluice.pb-c.h"
+#include "sluice/sl_aredis.h"
 #include "sluice/sl_claim.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
@@ -71,6 +79,8 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_tls.h"
+
+#include "apply_lua.h"
 
 typedef struct {
   int64_t ttl_s;
@@ -99,6 +109,7 @@ typedef struct {
   /* today's ranks of what an older materialize stored as 2..6 (queued,
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
+  sl_redis_script apply, record, release; /* by SHA-1 (sl_redis_script) */
 } mat;
 
 
@@ -110,34 +121,6 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
   sl_redis *r = sl_tls_get(M->redis, err, errlen);
   return r ? sl_redis_argv(r, argc, argv, NULL, err, errlen) : NULL;
 }
-
-/* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
- * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
- * view marker, KEYS[5] the offsets applied per input partition; ARGV: qno,
- * rank, json, ttl, "<sid>/<qno>", accepted_at_ms, "<topic>:<partition>",
- * offset (the message's; -1: none), then the ranks today of what an older
- * materialize stored as 2..6 (queued, transcribing, grading, failed, done). The highest offset applied per partition
- * is what a starting materialize compares with its group's committed
- * offsets (behind_committed()).
- * A question is in the set exactly while its stored rank is 1: it enters
- * when awaiting_upload is written and leaves when a later state replaces it
- * (no ZREM for the statuses after that).
- * Returns {1 if written else 0, the sequence after this apply, the marker
- * (nil while the view is missing)}: see went_back(). */
-static const char apply_lua[] =
-    "local seq = redis.call('INCR', KEYS[3])\n"
-    "if ARGV[8] ~= '-1' and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '-1') then\n"
-    "  redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])\n"
-    "end\n"
-    "local mk = redis.call('GET', KEYS[4])\n"
-    "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
-    "if r >= 2 and r <= 6 then r = tonumber(ARGV[7 + r]) end\n"
-    "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
-    "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
-    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
-    "if tonumber(ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) end\n"
-    "return {1, seq, mk}\n";
 
 /* Every apply increments this; a Redis that answers with a lower value than
  * one this process saw under the same marker lost writes. */
@@ -155,13 +138,18 @@ static const char apply_lua[] =
  * deleted (if it is still the one seen), which makes ingest wait
  * (view_rebuilding), results answer 503, and one replica rebuild the view.
  * What a thread saw is its own (thread-local): one thread's commands run
- * one after the other, so what it reads can only grow, while two threads'
- * answers may arrive in either order. The watcher thread reads the same two
- * keys every tick, so an idle view is checked too. */
+ * one after the other on its one connection (the live stage's loop: every
+ * apply pipelined on the stage's asynchronous connection; the rebuild and
+ * watcher threads: blocking ones), so what it reads can only grow, while
+ * two threads' answers may arrive in either order. The watcher thread reads
+ * the same two keys every tick, so an idle view is checked too. */
 static _Thread_local long long seen_marker, seen_seq;
 
-static void went_back(mat *M, long long seq, const char *marker) {
-  if (!marker) return; /* the view is missing already: the watcher rebuilds */
+/* Whether the answer (sequence seq under marker) means Redis lost writes
+ * this thread saw; then the caller deletes the marker (if it is still the
+ * one seen), which rebuilds the view. */
+static int went_back(mat *M, long long seq, const char *marker) {
+  if (!marker) return 0; /* the view is missing already: the watcher rebuilds */
   long long mk = strtoll(marker, NULL, 10);
   int back = 0;
   if (mk < seen_marker) {
@@ -176,15 +164,21 @@ static void went_back(mat *M, long long seq, const char *marker) {
   }
   long long was_seq = seen_seq, was_mk = seen_marker;
   if (back) seen_marker = seen_seq = 0;
-  if (!back) return;
+  if (!back) return 0;
   sl_log(SL_LOG_ERROR, NULL,
          "Redis went back in time (view sequence %lld under marker %lld, %lld under %lld seen "
          "before): it lost writes (an older snapshot, a lagging replica); rebuilding the view",
          seq, mk, was_seq, was_mk);
   sl_metric_add(M->m_rollbacks, 1);
+  return 1;
+}
+
+/* Deletes the view marker if it is still `marker` (blocking). */
+static void drop_marker(mat *M, const char *marker) {
   char err[256];
-  const char *argv[] = {"EVAL", sl_claim_release_lua, "1", SL__VIEW_MARKER, marker};
-  redisReply *rep = cmd(M, 5, argv, err, sizeof err);
+  const char *argv[] = {SL__VIEW_MARKER, marker};
+  sl_redis *r = sl_tls_get(M->redis, err, sizeof err);
+  redisReply *rep = r ? sl_redis_eval(r, &M->release, 1, 2, argv, NULL, err, sizeof err) : NULL;
   if (rep) freeReplyObject(rep);
 }
 
@@ -201,130 +195,8 @@ static const char *label_of(const Sluice__V1__QuestionStatus *st) {
              : NULL;
 }
 
-/* Runs the monotonic apply. Returns 1 written, 0 not, <0 on Redis error. */
-static int apply(mat *M, const rd_kafka_message_t *m, const char *sid, unsigned qno, int rank,
-                 const char *json, int64_t accepted_ms, char *err, size_t errlen) {
-  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32];
-  snprintf(tp, sizeof tp, "%s:%d", m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-",
-           m ? (int)m->partition : -1);
-  snprintf(off, sizeof off, "%lld", m ? (long long)m->offset : -1LL);
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
-  snprintf(q, sizeof q, "%u", qno);
-  snprintf(r, sizeof r, "%d", rank);
-  snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
-  snprintf(member, sizeof member, "%s/%u", sid, qno);
-  snprintf(acc, sizeof acc, "%lld", (long long)accepted_ms);
-  const char(*was)[16] = M->legacy_rank;
-  const char *argv[] = {"EVAL",  apply_lua, "5",    hkey,   SL__PENDING, VIEW_SEQ,
-                        SL__VIEW_MARKER, VIEW_APPLIED, q, r, json, ttl, member, acc, tp, off,
-                        was[0], was[1], was[2], was[3], was[4]};
-  redisReply *rep = cmd(M, 21, argv, err, errlen);
-  if (!rep) return SL_EREDIS;
-  int rc = SL_EREDIS;
-  if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
-      rep->element[0]->type == REDIS_REPLY_INTEGER &&
-      rep->element[1]->type == REDIS_REPLY_INTEGER) {
-    rc = (int)rep->element[0]->integer;
-    const redisReply *mk = rep->elements > 2 ? rep->element[2] : NULL;
-    went_back(M, rep->element[1]->integer,
-              mk && mk->type == REDIS_REPLY_STRING ? mk->str : NULL);
-  } else if (rep->type == REDIS_REPLY_ERROR) {
-    snprintf(err, errlen, "redis: %s", rep->str);
-  } else {
-    snprintf(err, errlen, "redis: unexpected reply to the apply script");
-  }
-  freeReplyObject(rep);
-  return rc;
-}
-
-static void on_submission(mat *M, const rd_kafka_message_t *m, sl_result *res) {
-  Sluice__V1__SubmissionCreated *sc =
-      sluice__v1__submission_created__unpack(NULL, m->len, m->payload);
-  if (!sc || !sc->submission_id[0] || sc->n_questions == 0) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "not a valid SubmissionCreated");
-    if (sc) sluice__v1__submission_created__free_unpacked(sc, NULL);
-    return;
-  }
-  char hkey[96], err[256], acc[32], n[16], ttl[32];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sc->submission_id);
-  snprintf(acc, sizeof acc, "%lld", (long long)sc->accepted_at_ms);
-  snprintf(n, sizeof n, "%zu", sc->n_questions);
-  snprintf(ttl, sizeof ttl, "%lld", (long long)M->mc->ttl_s);
-  /* HSET meta + specs in one command */
-  size_t argc = 0, cap = 10 + 2 * sc->n_questions;
-  const char **argv = calloc(cap, sizeof *argv);
-  char **owned = calloc(2 * sc->n_questions + 1, sizeof *owned);
-  if (!argv || !owned) {
-    free(argv);
-    free(owned);
-    sluice__v1__submission_created__free_unpacked(sc, NULL);
-    sl_result_set(res, SL_OUTCOME_RETRY, "internal", "out of memory");
-    return;
-  }
-  argv[argc++] = "HSET";
-  argv[argc++] = hkey;
-  argv[argc++] = "accepted_at_ms";
-  argv[argc++] = acc;
-  argv[argc++] = "n";
-  argv[argc++] = n;
-  argv[argc++] = "token";
-  argv[argc++] = sc->results_token_sha256;
-  argv[argc++] = "user";
-  argv[argc++] = sc->user_id;
-  size_t nown = 0;
-  for (size_t i = 0; i < sc->n_questions; i++) {
-    const Sluice__V1__QuestionSpec *q = sc->questions[i];
-    json_t *j = json_pack("{s:s,s:I,s:s,s:s}", "content_type", q->content_type, "size",
-                          (json_int_t)q->size, "prompt", q->prompt, "key", q->object_key);
-    char field[32];
-    snprintf(field, sizeof field, "spec%u", q->no);
-    owned[nown++] = strdup(field);
-    owned[nown++] = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    argv[argc++] = owned[nown - 2];
-    argv[argc++] = owned[nown - 1] ? owned[nown - 1] : "{}";
-  }
-  redisReply *rep = cmd(M, (int)argc, argv, err, sizeof err);
-  int ok = rep && rep->type != REDIS_REPLY_ERROR;
-  if (rep && !ok) snprintf(err, sizeof err, "redis: %s", rep->str);
-  if (rep) freeReplyObject(rep);
-  const char *first = sl_pipeline_progress_at(M->cc->pipeline, 0);
-  for (size_t i = 0; ok && i < sc->n_questions; i++) {
-    char view[256];
-    snprintf(view, sizeof view, "{\"no\":%u,\"state\":\"%s\",\"updated_at_ms\":%lld}",
-             sc->questions[i]->no, first ? first : "awaiting_upload",
-             (long long)sc->accepted_at_ms);
-    ok = apply(M, m, sc->submission_id, sc->questions[i]->no, 1, view,
-               sc->accepted_at_ms, err, sizeof err) >= 0;
-  }
-  for (size_t i = 0; i < nown; i++) free(owned[i]);
-  free(owned);
-  free(argv);
-  if (!ok)
-    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err);
-  else
-    sl_log(SL_LOG_INFO, sc->submission_id, "submission recorded (%zu questions)",
-           sc->n_questions);
-  sluice__v1__submission_created__free_unpacked(sc, NULL);
-}
-
-static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
-  Sluice__V1__QuestionStatus *st =
-      sluice__v1__question_status__unpack(NULL, m->len, m->payload);
-  const char *label = st ? label_of(st) : NULL;
-  if (!st || !st->submission_id[0] || !st->question_no || !label) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "not a valid QuestionStatus");
-    if (st) sluice__v1__question_status__free_unpacked(st, NULL);
-    return;
-  }
-  int rank = sl_pipeline_progress_rank(M->cc->pipeline, label);
-  if (!rank) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "unknown_progress",
-                  "status from stage \"%.64s\" says \"%.64s\", which no stage of the pipeline "
-                  "has as its progress (`sluice pipeline`)", st->stage, label);
-    sluice__v1__question_status__free_unpacked(st, NULL);
-    return;
-  }
+/* The view JSON of a status (malloc'd; NULL: out of memory). */
+static char *status_view(const Sluice__V1__QuestionStatus *st, const char *label) {
   json_t *j = json_pack("{s:i,s:s,s:I,s:s}", "no", (int)st->question_no, "state", label,
                         "updated_at_ms", (json_int_t)st->at_ms, "stage", st->stage);
   if ((st->transcript && st->transcript[0]) || st->state == SLUICE__V1__QUESTION_STATE__DONE) {
@@ -358,23 +230,7 @@ static void on_status(mat *M, const rd_kafka_message_t *m, sl_result *res) {
                         json_integer((json_int_t)(st->at_ms - st->accepted_at_ms)));
   char *view = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
-  char err[256] = "", key[96];
-  snprintf(key, sizeof key, "%s/%u", st->submission_id, st->question_no);
-  int rc = view ? apply(M, m, st->submission_id, st->question_no, rank, view, st->accepted_at_ms, err, sizeof err)
-                : SL_ENOMEM;
-  if (rc < 0)
-    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", err[0] ? err : sl_strerror(rc));
-  /* observed once per question and final state: only when this event moved
-   * the view (a redelivery or late duplicate is "not newer") */
-  if (rc == 1 && !replaying && st->accepted_at_ms > 0 && st->at_ms >= st->accepted_at_ms &&
-      (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
-       st->state == SLUICE__V1__QUESTION_STATE__FAILED))
-    sl_histogram_observe(st->state == SLUICE__V1__QUESTION_STATE__DONE ? M->h_done : M->h_failed,
-                         (double)(st->at_ms - st->accepted_at_ms) / 1000.0);
-  if (rc >= 0)
-    sl_log(SL_LOG_DEBUG, key, "%s %s", label, rc ? "applied" : "ignored (not newer)");
-  free(view);
-  sluice__v1__question_status__free_unpacked(st, NULL);
+  return view;
 }
 
 /* KEYS[1] the offsets applied per partition; ARGV "<topic>:<partition>",
@@ -385,26 +241,319 @@ static const char record_lua[] =
     "end\n"
     "return 0\n";
 
-static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  mat *M = ud;
-  (void)out;
+/* ---- one message's work -------------------------------------------------------
+ *
+ * A message is a few Redis commands run one after the other, each only once
+ * the one before succeeded:
+ *   a status      the apply script (monotonic, see apply_lua.h);
+ *   a submission  HSET of its meta and specs, then the apply script for each
+ *                 question (awaiting_upload);
+ *   a dead letter (not a valid status, an unknown progress, ...): the record
+ *                 script, so that its offset counts as applied (or a starting
+ *                 materialize would find the partition's committed offset past
+ *                 what Redis holds and rebuild the view for nothing,
+ *                 behind_committed()).
+ * The same steps (work_next, work_reply) run blocking on the rebuild
+ * thread (process) and on the loop in the live stage (start), where the
+ * commands of every message in flight go out pipelined on the stage's one
+ * asynchronous connection instead of one round trip per worker thread.
+ * Scripts go by their SHA-1 (sl_redis_script). */
+
+enum { W_DONE, W_STATUS, W_SUBMISSION, W_RECORD };
+
+typedef struct {
+  mat *M;
+  const rd_kafka_message_t *m;
+  sl_result *res;
+  sl_job *job; /* the live stage's, or NULL */
+  int kind;
+  Sluice__V1__QuestionStatus *st;
+  Sluice__V1__SubmissionCreated *sc;
+  const char *label;
+  int rank;
+  char *view; /* a status's */
+  size_t step, napplied;
+  /* the current command: a script (nkeys keys then args in argv) or not */
+  const sl_redis_script *script;
+  int nkeys, argc;
+  const char **argv; /* argv_fixed, or malloc'd for a submission's HSET */
+  const char *argv_fixed[24];
+  char **owned; /* the HSET's strings */
+  size_t nowned;
+  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32], qview[256];
+  char back_marker[32]; /* a marker to delete (went_back), or "" */
+  char err[256];
+} work;
+
+static void work_free_cmd(work *w) {
+  for (size_t i = 0; i < w->nowned; i++) free(w->owned[i]);
+  free(w->owned);
+  if (w->argv != w->argv_fixed) free(w->argv);
+  w->owned = NULL;
+  w->nowned = 0;
+  w->argv = w->argv_fixed;
+}
+
+static void work_end(work *w) {
+  work_free_cmd(w);
+  if (w->st) sluice__v1__question_status__free_unpacked(w->st, NULL);
+  if (w->sc) sluice__v1__submission_created__free_unpacked(w->sc, NULL);
+  free(w->view);
+}
+
+/* Reads the message: what is to be done. */
+static void work_begin(work *w) {
+  mat *M = w->M;
+  const rd_kafka_message_t *m = w->m;
+  w->argv = w->argv_fixed;
   char origin[160]; /* a retry copy comes back on materialize.retry.*: its origin decides */
-  if (strcmp(sl_message_origin(m, origin, sizeof origin), M->cc->topic_submissions) == 0)
-    on_submission(M, m, res);
-  else
-    on_status(M, m, res);
-  if (res->outcome == SL_OUTCOME_FAIL && m->rkt) {
-    /* a message that is a dead letter (not a QuestionStatus, ...) is done
-     * with too: recorded as applied, or a starting materialize would find
-     * the partition's committed offset past what Redis holds and rebuild
-     * the view for nothing (behind_committed()) */
-    char tp[200], off[32], err[256];
-    snprintf(tp, sizeof tp, "%s:%d", rd_kafka_topic_name(m->rkt), (int)m->partition);
-    snprintf(off, sizeof off, "%lld", (long long)m->offset);
-    const char *argv[] = {"EVAL", record_lua, "1", VIEW_APPLIED, tp, off};
-    redisReply *rep = cmd(M, 6, argv, err, sizeof err);
-    if (rep) freeReplyObject(rep);
+  if (strcmp(sl_message_origin(m, origin, sizeof origin), M->cc->topic_submissions) == 0) {
+    w->sc = sluice__v1__submission_created__unpack(NULL, m->len, m->payload);
+    if (!w->sc || !w->sc->submission_id[0] || w->sc->n_questions == 0)
+      sl_result_set(w->res, SL_OUTCOME_FAIL, "bad_message", "not a valid SubmissionCreated");
+    else
+      w->kind = W_SUBMISSION;
+  } else {
+    w->st = sluice__v1__question_status__unpack(NULL, m->len, m->payload);
+    w->label = w->st ? label_of(w->st) : NULL;
+    if (!w->st || !w->st->submission_id[0] || !w->st->question_no || !w->label) {
+      sl_result_set(w->res, SL_OUTCOME_FAIL, "bad_message", "not a valid QuestionStatus");
+    } else if (!(w->rank = sl_pipeline_progress_rank(M->cc->pipeline, w->label))) {
+      sl_result_set(w->res, SL_OUTCOME_FAIL, "unknown_progress",
+                    "status from stage \"%.64s\" says \"%.64s\", which no stage of the "
+                    "pipeline has as its progress (`sluice pipeline`)",
+                    w->st->stage, w->label);
+    } else if (!(w->view = status_view(w->st, w->label))) {
+      sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
+    } else {
+      w->kind = W_STATUS;
+    }
   }
+  if (w->res->outcome == SL_OUTCOME_FAIL && m->rkt) w->kind = W_RECORD;
+}
+
+/* The apply script for question qno of sid, to rank with view json. */
+static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const char *json,
+                      int64_t accepted_ms) {
+  mat *M = w->M;
+  const rd_kafka_message_t *m = w->m;
+  snprintf(w->tp, sizeof w->tp, "%s:%d", m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-",
+           m ? (int)m->partition : -1);
+  snprintf(w->off, sizeof w->off, "%lld", m ? (long long)m->offset : -1LL);
+  snprintf(w->hkey, sizeof w->hkey, "sl:sub:%s", sid);
+  snprintf(w->q, sizeof w->q, "%u", qno);
+  snprintf(w->r, sizeof w->r, "%d", rank);
+  snprintf(w->ttl, sizeof w->ttl, "%lld", (long long)M->mc->ttl_s);
+  snprintf(w->member, sizeof w->member, "%s/%u", sid, qno);
+  snprintf(w->acc, sizeof w->acc, "%lld", (long long)accepted_ms);
+  const char(*was)[16] = M->legacy_rank;
+  const char *argv[] = {w->hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER, VIEW_APPLIED,
+                        w->q,    w->r,        json,     w->ttl,          w->member,
+                        w->acc,  w->tp,       w->off,   was[0],          was[1],
+                        was[2],  was[3],      was[4]};
+  memcpy(w->argv_fixed, argv, sizeof argv);
+  w->script = &M->apply;
+  w->nkeys = 5;
+  w->argc = 18;
+}
+
+/* HSET of the submission's meta and its questions' specs, in one command. */
+static int cmd_hset(work *w) {
+  const Sluice__V1__SubmissionCreated *sc = w->sc;
+  size_t cap = 10 + 2 * sc->n_questions;
+  w->argv = calloc(cap, sizeof *w->argv);
+  w->owned = calloc(2 * sc->n_questions + 1, sizeof *w->owned);
+  if (!w->argv || !w->owned) {
+    if (!w->argv) w->argv = w->argv_fixed;
+    return SL_ENOMEM;
+  }
+  snprintf(w->hkey, sizeof w->hkey, "sl:sub:%s", sc->submission_id);
+  snprintf(w->acc, sizeof w->acc, "%lld", (long long)sc->accepted_at_ms);
+  snprintf(w->q, sizeof w->q, "%zu", sc->n_questions);
+  size_t argc = 0;
+  w->argv[argc++] = "HSET";
+  w->argv[argc++] = w->hkey;
+  w->argv[argc++] = "accepted_at_ms";
+  w->argv[argc++] = w->acc;
+  w->argv[argc++] = "n";
+  w->argv[argc++] = w->q;
+  w->argv[argc++] = "token";
+  w->argv[argc++] = sc->results_token_sha256;
+  w->argv[argc++] = "user";
+  w->argv[argc++] = sc->user_id;
+  for (size_t i = 0; i < sc->n_questions; i++) {
+    const Sluice__V1__QuestionSpec *q = sc->questions[i];
+    json_t *j = json_pack("{s:s,s:I,s:s,s:s}", "content_type", q->content_type, "size",
+                          (json_int_t)q->size, "prompt", q->prompt, "key", q->object_key);
+    char field[32];
+    snprintf(field, sizeof field, "spec%u", q->no);
+    w->owned[w->nowned++] = strdup(field);
+    w->owned[w->nowned++] = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    w->argv[argc++] = w->owned[w->nowned - 2];
+    w->argv[argc++] = w->owned[w->nowned - 1] ? w->owned[w->nowned - 1] : "{}";
+  }
+  w->script = NULL;
+  w->argc = (int)argc;
+  return 0;
+}
+
+/* Prepares the next command: 1, or 0 when the work is over. */
+static int work_next(work *w) {
+  work_free_cmd(w);
+  size_t step = w->step++;
+  switch (w->kind) {
+  case W_STATUS:
+    if (step > 0) return 0;
+    cmd_apply(w, w->st->submission_id, w->st->question_no, w->rank, w->view,
+              w->st->accepted_at_ms);
+    return 1;
+  case W_SUBMISSION: {
+    const Sluice__V1__SubmissionCreated *sc = w->sc;
+    if (step == 0) {
+      if (cmd_hset(w) == 0) return 1;
+      sl_result_set(w->res, SL_OUTCOME_RETRY, "internal", "out of memory");
+      return 0;
+    }
+    if (step > sc->n_questions) return 0;
+    const char *first = sl_pipeline_progress_at(w->M->cc->pipeline, 0);
+    snprintf(w->qview, sizeof w->qview, "{\"no\":%u,\"state\":\"%s\",\"updated_at_ms\":%lld}",
+             sc->questions[step - 1]->no, first ? first : "awaiting_upload",
+             (long long)sc->accepted_at_ms);
+    cmd_apply(w, sc->submission_id, sc->questions[step - 1]->no, 1, w->qview,
+              sc->accepted_at_ms);
+    return 1;
+  }
+  case W_RECORD:
+    if (step > 0) return 0;
+    snprintf(w->tp, sizeof w->tp, "%s:%d", rd_kafka_topic_name(w->m->rkt), (int)w->m->partition);
+    snprintf(w->off, sizeof w->off, "%lld", (long long)w->m->offset);
+    w->argv_fixed[0] = VIEW_APPLIED;
+    w->argv_fixed[1] = w->tp;
+    w->argv_fixed[2] = w->off;
+    w->script = &w->M->record;
+    w->nkeys = 1;
+    w->argc = 3;
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* Takes the current command's answer (NULL: Redis unavailable). Returns 0
+ * to go on, -1 when the work stops here (w->res says why). */
+static int work_reply(work *w, const redisReply *rep) {
+  if (w->kind == W_RECORD) return 0; /* a dead letter's outcome stands */
+  if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    if (!w->err[0])
+      snprintf(w->err, sizeof w->err, "redis: %s",
+               rep ? rep->str : "unavailable (no connection or no answer in time)");
+    sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", w->err);
+    return -1;
+  }
+  if (!w->script) return 0; /* the HSET */
+  /* the apply script: {1 if written else 0, the sequence, the marker} */
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+      rep->element[0]->type != REDIS_REPLY_INTEGER ||
+      rep->element[1]->type != REDIS_REPLY_INTEGER) {
+    sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "redis: unexpected reply to the apply script");
+    return -1;
+  }
+  int rc = (int)rep->element[0]->integer;
+  const redisReply *mk = rep->elements > 2 ? rep->element[2] : NULL;
+  const char *marker = mk && mk->type == REDIS_REPLY_STRING ? mk->str : NULL;
+  if (went_back(w->M, rep->element[1]->integer, marker))
+    snprintf(w->back_marker, sizeof w->back_marker, "%s", marker);
+  w->napplied++;
+  if (w->kind != W_STATUS) return 0;
+  /* observed once per question and final state: only when this event moved
+   * the view (a redelivery or late duplicate is "not newer") */
+  const Sluice__V1__QuestionStatus *st = w->st;
+  if (rc == 1 && !replaying && st->accepted_at_ms > 0 && st->at_ms >= st->accepted_at_ms &&
+      (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
+       st->state == SLUICE__V1__QUESTION_STATE__FAILED))
+    sl_histogram_observe(st->state == SLUICE__V1__QUESTION_STATE__DONE ? w->M->h_done
+                                                                        : w->M->h_failed,
+                         (double)(st->at_ms - st->accepted_at_ms) / 1000.0);
+  char key[96];
+  snprintf(key, sizeof key, "%s/%u", st->submission_id, st->question_no);
+  sl_log(SL_LOG_DEBUG, key, "%s %s", w->label, rc ? "applied" : "ignored (not newer)");
+  return 0;
+}
+
+/* The work is over: the submission's log line. */
+static void work_done(work *w) {
+  if (w->kind == W_SUBMISSION && w->res->outcome == SL_OUTCOME_DONE)
+    sl_log(SL_LOG_INFO, w->sc->submission_id, "submission recorded (%zu questions)",
+           w->sc->n_questions);
+}
+
+/* Blocking, on the calling thread's connection: the rebuild thread. */
+static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  (void)out;
+  work w = {.M = ud, .m = m, .res = res};
+  work_begin(&w);
+  while (work_next(&w)) {
+    sl_redis *r = sl_tls_get(w.M->redis, w.err, sizeof w.err);
+    redisReply *rep = !r ? NULL
+                      : w.script
+                          ? sl_redis_eval(r, w.script, w.nkeys, w.argc, w.argv, NULL, w.err,
+                                          sizeof w.err)
+                          : sl_redis_argv(r, w.argc, w.argv, NULL, w.err, sizeof w.err);
+    int go = work_reply(&w, rep);
+    if (rep) freeReplyObject(rep);
+    if (w.back_marker[0]) drop_marker(w.M, w.back_marker);
+    w.back_marker[0] = '\0';
+    if (go) break;
+  }
+  work_done(&w);
+  work_end(&w);
+}
+
+/* ---- the live stage: on the loop ---- */
+
+static void async_next(work *w);
+
+static void on_async_reply(redisReply *rep, void *ud) {
+  work *w = ud;
+  int go = work_reply(w, rep);
+  if (w->back_marker[0]) { /* fire and forget, as the apply itself */
+    const char *argv[] = {SL__VIEW_MARKER, w->back_marker};
+    sl_aredis_eval(sl_job_redis(w->job), NULL, NULL, &w->M->release, 1, 2, argv, NULL);
+    w->back_marker[0] = '\0';
+  }
+  if (go) w->kind = W_DONE; /* nothing more */
+  async_next(w);
+}
+
+static void async_next(work *w) {
+  if (work_next(w)) {
+    sl_aredis *ar = sl_job_redis(w->job);
+    int rc = w->script ? sl_aredis_eval(ar, on_async_reply, w, w->script, w->nkeys, w->argc,
+                                        w->argv, NULL)
+                       : sl_aredis_argv(ar, on_async_reply, w, w->argc, w->argv, NULL);
+    if (rc == 0) return;
+    /* not sent (no connection): as if Redis had not answered */
+    on_async_reply(NULL, w);
+    return;
+  }
+  sl_job *job = w->job;
+  work_done(w);
+  work_end(w);
+  free(w);
+  sl_job_done(job);
+}
+
+static void start(void *ud, sl_job *job) {
+  work *w = calloc(1, sizeof *w);
+  if (!w) {
+    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "internal", "out of memory");
+    sl_job_done(job);
+    return;
+  }
+  *w = (work){.M = ud, .m = sl_job_message(job), .res = sl_job_result(job), .job = job};
+  work_begin(w);
+  async_next(w);
 }
 
 /* ---- rebuilding a lost view ---------------------------------------------------- */
@@ -603,9 +752,7 @@ static int behind_committed(mat *M) {
   }
   if (behind) {
     sl_metric_add(M->m_rollbacks, 1);
-    const char *del[] = {"EVAL", sl_claim_release_lua, "1", SL__VIEW_MARKER, mk->str};
-    redisReply *rep = cmd(M, 5, del, err, sizeof err);
-    if (rep) freeReplyObject(rep);
+    drop_marker(M, mk->str);
   }
   freeReplyObject(mk);
   rd_kafka_topic_partition_list_destroy(l);
@@ -626,8 +773,9 @@ static void *watch(void *arg) {
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
       const redisReply *mk = rep->element[0], *seq = rep->element[1];
       missing = mk->type != REDIS_REPLY_STRING;
-      if (!missing && seq->type == REDIS_REPLY_STRING) /* an idle view is checked too */
-        went_back(M, strtoll(seq->str, NULL, 10), mk->str);
+      if (!missing && seq->type == REDIS_REPLY_STRING && /* an idle view is checked too */
+          went_back(M, strtoll(seq->str, NULL, 10), mk->str))
+        drop_marker(M, mk->str);
     }
     if (rep) freeReplyObject(rep);
     int locked = 0;
@@ -687,6 +835,9 @@ int sl__materialize_main(int argc, char **argv) {
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
   sl__owner_id(M.owner, sizeof M.owner);
+  sl_redis_script_init(&M.apply, apply_lua);
+  sl_redis_script_init(&M.record, record_lua);
+  sl_redis_script_init(&M.release, sl_claim_release_lua);
   static const char *const legacy[] = {"queued", "transcribing", "grading", "failed", "done"};
   for (size_t i = 0; i < 5; i++) {
     int now = sl_pipeline_progress_rank(cc.pipeline, legacy[i]);
@@ -715,7 +866,7 @@ int sl__materialize_main(int argc, char **argv) {
   if (rc == 0) {
     const char *topics[] = {cc.topic_results, cc.topic_submissions};
     sl_stage_opts o = {.stage = "materialize", .common = &cc, .topics = topics, .ntopics = 2,
-                       .process = process, .ud = &M, .admin = admin,
+                       .start = start, .ud = &M, .admin = admin,
                        .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   }

@@ -9,7 +9,9 @@
  *     Redis) never counts as up: commands fail at once, and the client keeps
  *     dropping and reopening the silent connection;
  *   - with the deadline off (0) a command waits, and sl_aredis_free answers
- *     it with NULL.
+ *     it with NULL;
+ *   - a script (sl_aredis_eval) goes by its SHA-1; a server that does not
+ *     know it (NOSCRIPT) gets its text once, and the caller one answer.
  * No Redis is needed.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -28,6 +30,8 @@
 
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_metrics.h"
+#include "sluice/sl_redis.h"
 
 /* ---- the fake server ---------------------------------------------------- */
 
@@ -38,6 +42,9 @@ static uv_tcp_t server;
 static int port;
 static int answer_ping; /* 0: never answer anything */
 static int accepted;
+/* scripts: EVALSHA is answered NOSCRIPT until an EVAL has sent the text,
+ * then ":7"; so is EVAL */
+static int script_known, evalsha_seen, eval_seen;
 static uv_tcp_t *clients[MAX_CLIENTS];
 static uv_timer_t tick; /* keeps UV_RUN_ONCE from blocking long; closed in teardown */
 static int tick_on;
@@ -74,6 +81,17 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     uv_buf_t b = uv_buf_init(pong, sizeof pong - 1);
     assert_int_equal(uv_write(w, s, &b, 1, on_written), 0);
   }
+  static char noscript[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n", seven[] = ":7\r\n";
+  for (const char *p = buf->base; (p = strstr(p, "\r\nEVAL")) != NULL; p += 6) {
+    int sha = strncmp(p + 6, "SHA\r\n", 5) == 0;
+    if (sha) evalsha_seen++;
+    else eval_seen++, script_known = 1;
+    uv_write_t *w = malloc(sizeof *w);
+    assert_non_null(w);
+    uv_buf_t b = sha && !script_known ? uv_buf_init(noscript, sizeof noscript - 1)
+                                      : uv_buf_init(seven, sizeof seven - 1);
+    assert_int_equal(uv_write(w, s, &b, 1, on_written), 0);
+  }
 }
 
 static void on_connection(uv_stream_t *srv, int status) {
@@ -105,6 +123,7 @@ static int setup(void **state) {
   port = ntohs(((struct sockaddr_in *)&got)->sin_port);
   accepted = 0;
   answer_ping = 1;
+  script_known = evalsha_seen = eval_seen = 0;
   tick_on = 0;
   return 0;
 }
@@ -142,6 +161,7 @@ static int is_connected(void *r) { return sl_aredis_connected(r); }
 typedef struct {
   int called;
   int null_reply;
+  long long integer; /* an integer reply */
   uint64_t at;
 } answer;
 
@@ -151,6 +171,7 @@ static void on_answer(redisReply *reply, void *ud) {
   answer *a = ud;
   a->called++;
   a->null_reply = reply == NULL;
+  a->integer = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
   a->at = uv_now(&loop);
 }
 
@@ -228,6 +249,43 @@ static void test_no_deadline_waits_and_free_answers_null(void **state) {
   assert_true(a.null_reply);
 }
 
+static void test_script_by_sha1_and_text_once(void **state) {
+  (void)state;
+  start_tick();
+  sl_redis_script sc;
+  assert_int_equal(sl_redis_script_init(&sc, "return 1"), 0);
+  assert_string_equal(sc.sha1, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+  sl_aredis *r = client(1000);
+  assert_true(run_until(is_connected, r, 3000));
+  uint64_t errors = sl_metric_value(sl__redis_errors());
+  const char *argv[] = {"k1", "arg"};
+  answer a = {0};
+  assert_int_equal(sl_aredis_eval(r, on_answer, &a, &sc, 1, 2, argv, NULL), 0);
+  assert_true(run_until(answered, &a, 3000));
+  /* unknown: by SHA-1, refused, then once with its text; one answer */
+  assert_int_equal(a.called, 1);
+  assert_int_equal(a.integer, 7);
+  assert_int_equal(evalsha_seen, 1);
+  assert_int_equal(eval_seen, 1);
+  answer b = {0};
+  assert_int_equal(sl_aredis_eval(r, on_answer, &b, &sc, 1, 2, argv, NULL), 0);
+  assert_true(run_until(answered, &b, 3000));
+  assert_int_equal(b.integer, 7);
+  assert_int_equal(evalsha_seen, 2); /* known now: its SHA-1 only */
+  assert_int_equal(eval_seen, 1);
+  /* a NOSCRIPT is part of the protocol, not a Redis error */
+  assert_int_equal(sl_metric_value(sl__redis_errors()), errors);
+  /* more arguments than a call may have: refused, no callback */
+  const char *many[SL__REDIS_SCRIPT_MAX_ARGS + 1];
+  for (int i = 0; i <= SL__REDIS_SCRIPT_MAX_ARGS; i++) many[i] = "x";
+  answer c = {0};
+  assert_int_equal(sl_aredis_eval(r, on_answer, &c, &sc, 0, SL__REDIS_SCRIPT_MAX_ARGS + 1, many,
+                                  NULL),
+                   SL_EINVAL);
+  assert_int_equal(c.called, 0);
+  sl_aredis_free(r);
+}
+
 static void test_set_timeout_arguments(void **state) {
   (void)state;
   assert_int_equal(sl_aredis_set_timeout(NULL, 100), SL_EINVAL);
@@ -244,6 +302,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_silent_server_never_counts_as_up, setup, teardown),
       cmocka_unit_test_setup_teardown(test_no_deadline_waits_and_free_answers_null, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_script_by_sha1_and_text_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_set_timeout_arguments, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

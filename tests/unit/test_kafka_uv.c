@@ -11,6 +11,8 @@
  * certain — it waits until the main queue holds events before attaching —
  * and then expects the delivery report of a timed-out message on the loop.
  *
+ * Also: what sl_kafka_prefetch holds and refuses.
+ *
  * Real librdkafka against a refused loopback port (nothing listens on
  * 127.0.0.1:1); no broker is needed.
  */
@@ -28,6 +30,7 @@
 #include <librdkafka/rdkafka.h>
 #include <uv.h>
 
+#include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
 
 static int reports;
@@ -101,9 +104,43 @@ static void test_events_queued_before_attach_are_served(void **state) {
   rd_kafka_destroy(rk);
 }
 
+/* sl_kafka_prefetch holds one handle per topic until released, refuses
+ * bad arguments holding nothing, and does not wait for the (refused) broker;
+ * that the first message then goes out at once is
+ * tests/integration/test_presign_first_create.sh, against a real broker. */
+static void test_prefetch_holds_the_topics(void **state) {
+  (void)state;
+  rd_kafka_t *rk = NULL;
+  char err[512] = "";
+  assert_int_equal(sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-prefetch", NULL, err,
+                                         sizeof err),
+                   0);
+  const char *topics[] = {"submissions", "storage-events"}, *bad[] = {"ok", ""};
+  rd_kafka_topic_t *held[2] = {NULL, NULL};
+  assert_int_equal(sl_kafka_prefetch(NULL, topics, 2, held), SL_EINVAL);
+  assert_int_equal(sl_kafka_prefetch(rk, NULL, 2, held), SL_EINVAL);
+  assert_int_equal(sl_kafka_prefetch(rk, bad, 2, held), SL_EINVAL);
+  assert_null(held[0]);
+  assert_null(held[1]);
+  assert_int_equal(sl_kafka_prefetch(rk, topics, 0, NULL), 0);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  assert_int_equal(sl_kafka_prefetch(rk, topics, 2, held), 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  assert_true(t1.tv_sec - t0.tv_sec < 1); /* asynchronous */
+  assert_string_equal(rd_kafka_topic_name(held[0]), "submissions");
+  assert_string_equal(rd_kafka_topic_name(held[1]), "storage-events");
+  sl_kafka_prefetch_release(held, 2);
+  assert_null(held[0]);
+  assert_null(held[1]);
+  sl_kafka_prefetch_release(NULL, 2);
+  rd_kafka_destroy(rk);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_events_queued_before_attach_are_served),
+      cmocka_unit_test(test_prefetch_holds_the_topics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

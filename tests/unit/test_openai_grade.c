@@ -62,9 +62,15 @@ static void reply_content(const char *content, int tokens) {
   free(s);
 }
 
+/* Request i's body, parsed; it must be exactly what json_dumps writes for
+ * it (the plugin puts it together from parts serialized once). */
 static json_t *req_json(int i) {
   json_t *o = json_loads(th.req[i].body, 0, NULL);
   assert_non_null(o);
+  char *again = json_dumps(o, JSON_COMPACT);
+  assert_non_null(again);
+  assert_string_equal(again, th.req[i].body);
+  free(again);
   return o;
 }
 

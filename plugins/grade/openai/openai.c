@@ -100,6 +100,12 @@ typedef struct {
   long timeout_ms, connect_timeout_ms;
   size_t max_response;
   json_t *schema;
+  /* the request body's parts that are the same for every call, serialized
+   * once: it is what json_dumps gives for the whole body, put together
+   * (send_req) with the conversation after the system message */
+  char *body_head;                   /* {"model":…,"messages":[<system message> */
+  char *body_tail[2];                /* ],"temperature":…,"response_format":…} for
+                                        json_object [0] and json_schema [1] */
   sl_plugin_metric *m_bad_reply, *m_regen, *m_invalid, *m_fallback;
 } grade_state;
 
@@ -267,6 +273,46 @@ static json_t *render(const char *t, const sl_plugin_input *in) {
   return j;
 }
 
+/* The response_format a request asks for. */
+static json_t *response_format(const grade_state *s, int schema) {
+  return schema ? json_pack("{s:s,s:{s:s,s:b,s:O}}", "type", "json_schema", "json_schema",
+                            "name", "opic_grade", "strict", 1, "schema", s->schema)
+                : json_pack("{s:s}", "type", "json_object");
+}
+
+/* Serializes the body's constant parts once (0, or SL_ENOMEM): the model
+ * and the system message before the rest of the conversation, the
+ * temperature, response_format (either kind) and max_tokens after it. A
+ * body of a placeholder conversation is cut where the placeholder is, so
+ * the parts are exactly what json_dumps writes around it. */
+static int body_parts(grade_state *s) {
+  static const char mark[] = "\x01sluice-conversation\x01";
+  for (int k = 0; k < 2; k++) {
+    json_t *msgs = json_pack("[{s:s,s:s},s]", "role", "system", "content", s->system, mark);
+    json_t *body = msgs ? json_pack("{s:s,s:o,s:f,s:o}", "model", s->model, "messages", msgs,
+                                    "temperature", s->temperature, "response_format",
+                                    response_format(s, k))
+                        : NULL;
+    if (body && s->max_tokens > 0)
+      json_object_set_new(body, "max_tokens", json_integer((json_int_t)s->max_tokens));
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    char *at = text ? strstr(text, ",\"\\u0001sluice-conversation\\u0001\"") : NULL;
+    if (!at) {
+      free(text);
+      return SL_ENOMEM;
+    }
+    const char *after = at + strlen(",\"\\u0001sluice-conversation\\u0001\"");
+    size_t tl = strlen(after) + 1;
+    if ((s->body_tail[k] = malloc(tl)) != NULL) memcpy(s->body_tail[k], after, tl);
+    *at = '\0';
+    if (k == 0) s->body_head = text;
+    else free(text);
+    if (!s->body_tail[k] || !s->body_head) return SL_ENOMEM;
+  }
+  return 0;
+}
+
 /* ---------- instance ---------- */
 
 static char *dup_host(const sl_plugin_host *h, const char *s) {
@@ -280,6 +326,9 @@ static void destroy(void *v) {
   grade_state *s = v;
   if (!s) return;
   json_decref(s->schema);
+  free(s->body_head);
+  free(s->body_tail[0]);
+  free(s->body_tail[1]);
   s->h->free(s->system);
   s->h->free(s->tmpl);
   s->h->free(s);
@@ -339,7 +388,7 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     s->system = dup_host(h, sys);
     s->tmpl = dup_host(h, tmpl);
     s->schema = make_schema();
-    if (!s->system || !s->tmpl || !s->schema) rc = SL_ENOMEM;
+    if (!s->system || !s->tmpl || !s->schema || body_parts(s) != 0) rc = SL_ENOMEM;
   }
   if (rc) {
     destroy(s);
@@ -378,21 +427,33 @@ static void finish(grade_req *q, sl_plugin_outcome o, int64_t retry_ms, int thro
 static void on_reply(const sl_plugin_http_response *r, void *ud);
 
 /* Sends the conversation in q->messages. Returns 0 or a negative code (the
- * caller completes the call). */
+ * caller completes the call). The body is the serialized constant parts
+ * around the conversation after its system message (the same bytes as
+ * json_dumps of the whole body: the system prompt and the schema are not
+ * serialized again for every call). */
 static int send_req(grade_req *q) {
   grade_state *s = q->s;
   q->sent_schema = s->json_schema;
-  json_t *rf = s->json_schema
-                   ? json_pack("{s:s,s:{s:s,s:b,s:O}}", "type", "json_schema", "json_schema",
-                               "name", "opic_grade", "strict", 1, "schema", s->schema)
-                   : json_pack("{s:s}", "type", "json_object");
-  json_t *body = json_pack("{s:s,s:O,s:f,s:o}", "model", s->model, "messages", q->messages,
-                           "temperature", s->temperature, "response_format", rf);
-  if (body && s->max_tokens > 0)
-    json_object_set_new(body, "max_tokens", json_integer((json_int_t)s->max_tokens));
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-  json_decref(body);
-  if (!text) return SL_ENOMEM;
+  const char *tail = s->body_tail[s->json_schema ? 1 : 0];
+  size_t cap = strlen(s->body_head) + strlen(tail) + 1, len = 0;
+  char *text = NULL;
+  size_t n = json_array_size(q->messages);
+  char **parts = calloc(n ? n : 1, sizeof *parts);
+  int rc = parts ? 0 : SL_ENOMEM;
+  for (size_t i = 1; rc == 0 && i < n; i++) { /* [0] is the system message: in body_head */
+    parts[i] = json_dumps(json_array_get(q->messages, i), JSON_COMPACT);
+    if (!parts[i]) rc = SL_ENOMEM;
+    else cap += 1 + strlen(parts[i]);
+  }
+  if (rc == 0 && (text = malloc(cap)) == NULL) rc = SL_ENOMEM;
+  if (rc == 0) {
+    len = (size_t)snprintf(text, cap, "%s", s->body_head);
+    for (size_t i = 1; i < n; i++) len += (size_t)snprintf(text + len, cap - len, ",%s", parts[i]);
+    len += (size_t)snprintf(text + len, cap - len, "%s", tail);
+  }
+  for (size_t i = 0; parts && i < n; i++) free(parts[i]);
+  free(parts);
+  if (rc) return rc;
   const char *hdrs[4] = {"Content-Type: application/json", "Accept: application/json", NULL,
                          NULL};
   if (s->auth[0]) hdrs[2] = s->auth;
@@ -401,11 +462,11 @@ static int send_req(grade_req *q) {
                                 .url = s->url,
                                 .headers = hdrs,
                                 .body = text,
-                                .body_len = strlen(text),
+                                .body_len = len,
                                 .timeout_ms = s->timeout_ms,
                                 .connect_timeout_ms = s->connect_timeout_ms,
                                 .max_response = s->max_response};
-  int rc = s->h->http_send ? s->h->http_send(q->call, &req, on_reply, q) : SL_EINVAL;
+  rc = s->h->http_send ? s->h->http_send(q->call, &req, on_reply, q) : SL_EINVAL;
   free(text); /* the host copied the body */
   return rc;
 }

@@ -19,6 +19,8 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+
+#include "sluice/sl_redis.h"
 #include <stdint.h>
 #include <uv.h>
 
@@ -51,5 +53,11 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
                    const size_t *lens);
 
 int sl_aredis_connected(const sl_aredis *r);
+
+/* Runs the script s (sl_redis.h) with nkeys keys and the rest of argv as
+ * arguments: EVALSHA, and EVAL once more when Redis answers NOSCRIPT (the
+ * arguments are copied for that). The callback rules of sl_aredis_argv. */
+int sl_aredis_eval(sl_aredis *r, sl_aredis_cb cb, void *ud, const sl_redis_script *s, int nkeys,
+                   int argc, const char **argv, const size_t *lens);
 
 #endif

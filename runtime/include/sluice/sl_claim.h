@@ -32,6 +32,12 @@
  *   EVAL sl_claim_renew_lua N <claim key>... <lease ms> <owner>...: extends
  *   each claim still held by the owner at the same position. Reply: integer,
  *   how many were extended.
+ * ---- sl_claim_store_lua --------------------------------------------------
+ *   EVAL sl_claim_store_lua 2 <stored key> <claim key> <outputs> <ttl s> <owner>:
+ *   stores the outputs (SET EX), then deletes the claim when it is still the
+ *   owner's: one round trip where a call ends, the outputs always stored
+ *   before the claim goes (a waiting replica finds them). Reply: integer 1
+ *   the claim was released, 0 it was not the owner's (or gone).
  */
 #ifndef SLUICE_SL_CLAIM_H
 #define SLUICE_SL_CLAIM_H
@@ -41,6 +47,7 @@
 extern const char sl_claim_take_lua[];
 extern const char sl_claim_release_lua[];
 extern const char sl_claim_renew_lua[];
+extern const char sl_claim_store_lua[];
 
 /* Reply codes of sl_claim_take_lua. */
 enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2 };

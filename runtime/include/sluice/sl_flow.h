@@ -4,7 +4,7 @@
  * (stage.max_bytes_in_flight: each job's message plus what the stage holds
  * for it, such as the answer stt fetched).
  *
- * Fetching pauses once either limit is reached and resumes when both are
+ * Fetching stops once either limit is reached and resumes when both are
  * down to their resume mark, 80% of the limit unless given (hysteresis:
  * not a pause per message). A
  * limit is checked after a job is taken, never before, so one job larger

@@ -7,7 +7,9 @@
  * Every request ends in exactly one callback, on the loop thread: with the
  * HTTP status, or with status 0 and the transport error (timeout, refused
  * connection, truncated body, response over its size limit, cancelled by
- * sl_httpc_free). Bodies are collected into bounded memory.
+ * sl_httpc_free). Bodies are collected into bounded memory. Connections
+ * are kept open between requests (as many as were open at once, up to
+ * 8192), so a stage calling a host per message does not connect per message.
  * @locality loop thread only.
  */
 #ifndef SLUICE_SL_HTTPC_H

@@ -85,6 +85,21 @@ int sl_kafka_fatal(rd_kafka_t *rk, const char *who);
  * answer_within_ms - 1000, at least 100. */
 int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms);
 
+/* Makes the producer rk ask for these topics' partitions and leaders as
+ * soon as it is connected, instead of at its first message to each:
+ * librdkafka 2.0 asks about a topic first met in a produce only on its
+ * one-second timer, so after every start the first messages to each topic
+ * waited up to 1 s. Asynchronous: nothing here waits for Kafka, and a topic
+ * that does not exist is found out at its first message, as without it.
+ * held[i] gets a handle on topics[i] that keeps it known for as long as the
+ * producer lives; release them with sl_kafka_prefetch_release before
+ * rd_kafka_destroy. Returns 0, SL_EINVAL or SL_ENOMEM (then nothing is held).
+ * @locality the thread that owns rk */
+int sl_kafka_prefetch(rd_kafka_t *rk, const char *const *topics, size_t n,
+                      rd_kafka_topic_t **held);
+/* Lets go of what sl_kafka_prefetch holds (NULL entries are skipped). */
+void sl_kafka_prefetch_release(rd_kafka_topic_t **held, size_t n);
+
 /* Splits spec, "name=value,name=value" (librdkafka producer properties,
  * the value of kafka.producer_properties), into kv: NULL-terminated
  * name/value pairs pointing into buf (bounded: buflen bytes; kv has room

@@ -104,6 +104,35 @@ redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t
 redisReply *sl_redis_cmd(sl_redis *r, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* A Lua script that Redis runs by its SHA-1 (EVALSHA): its text goes over
+ * the wire only when Redis does not know it (NOSCRIPT: a new or restarted
+ * Redis, SCRIPT FLUSH, a failover), so a script run for every message costs
+ * its arguments, not its text, and Redis does not hash the text every time.
+ * Built once (sl_redis_script_init) before threads use it; read-only after. */
+typedef struct {
+  const char *text; /* borrowed: must outlive the script (a string literal) */
+  char sha1[41];    /* hex */
+} sl_redis_script;
+/* s->text = text and its SHA-1. Returns 0 or SL_EINVAL. */
+int sl_redis_script_init(sl_redis_script *s, const char *text);
+/* 1 when reply is Redis's NOSCRIPT error (the script must be sent). */
+int sl_redis_noscript(const redisReply *reply);
+
+/* Runs s with nkeys keys and the rest as arguments (argv holds the keys,
+ * then the arguments: argc in all): EVALSHA, and EVAL once more when Redis
+ * answers NOSCRIPT. Returns what sl_redis_argv returns. */
+redisReply *sl_redis_eval(sl_redis *r, const sl_redis_script *s, int nkeys, int argc,
+                          const char **argv, const size_t *lens, char *err, size_t errlen);
+
+/* Internal (sl_redis.c, sl_aredis.c): the argument vector of a call of s,
+ * EVALSHA when sha is 1 else EVAL, into out/outlens (3 + argc entries; nk
+ * receives the key count as text). Returns 0 or SL_EINVAL (more than
+ * SL__REDIS_SCRIPT_MAX_ARGS arguments). */
+#define SL__REDIS_SCRIPT_MAX_ARGS 64
+int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc,
+                          const char **argv, const size_t *lens, char *nk, size_t nklen,
+                          const char **out, size_t *outlens);
+
 /* A registry of one sl_redis per worker thread (see sl_tls.h) for blocking
  * processors: sl_tls_get() returns the calling thread's connection. */
 struct sl_tls;

@@ -1,7 +1,8 @@
 /*
  * sl_s3.h — the object-storage settings shared by presign and stt, and the
- * few server-side calls Sluice makes: GET or HEAD an answer (blocking, for
- * worker threads), and the multipart-upload calls presign makes on behalf of
+ * few server-side calls Sluice makes: GET, HEAD or PUT an object (blocking,
+ * for worker threads, each with a connection kept open: sl_s3_conn), and the
+ * multipart-upload calls presign makes on behalf of
  * browser clients (CreateMultipartUpload, ListParts, CompleteMultipartUpload,
  * AbortMultipartUpload: asynchronous, on a libuv loop through sl_httpc, so
  * the HTTP server's loop never blocks on storage). Requests are signed with
@@ -60,10 +61,19 @@ int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t 
  * for the same sig. */
 int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
                       unsigned expires_s, char *url, size_t len);
+/* A worker thread's client for the blocking calls below: its signer and one
+ * libcurl handle, whose connection to the endpoint stays open from one call
+ * to the next (HTTP keep-alive: no TCP, or TLS, handshake per object).
+ * Owned by one thread at a time (not thread-safe): a stage keeps one per
+ * worker thread (sl_tls). */
+typedef struct sl_s3_conn sl_s3_conn;
+int sl_s3_conn_new(sl_s3_conn **out, const sl_s3_conf *c);
+void sl_s3_conn_free(sl_s3_conn *c); /* NULL-safe */
+
 /* GETs an object into a malloc'd buffer of at most max bytes.
  * Returns 0; SL_ENOTFOUND (404); SL_ETOOBIG; SL_ESTORAGE for other HTTP
  * statuses (*status set) or SL_EUNAVAIL for connection errors. */
-int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
+int sl_s3_get(sl_s3_conn *c, const sl_s3_target *t, const char *key, size_t max,
               void **data, size_t *len, long *status, char *err, size_t errlen);
 
 /* PUTs len bytes as the object key with the given Content-Type (blocking,
@@ -71,7 +81,7 @@ int sl_s3_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, size_t max,
  * bytes again is harmless, which is what makes it safe to repeat after a
  * crash. Returns 0; SL_ESTORAGE for an HTTP status other than 200 (*status
  * set) or SL_EUNAVAIL for connection errors, with the reason in err. */
-int sl_s3_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *content_type,
+int sl_s3_put(sl_s3_conn *c, const sl_s3_target *t, const char *key, const char *content_type,
               const void *data, size_t len, long *status, char *err, size_t errlen);
 
 /* What a HEAD of an object says. */
@@ -82,12 +92,11 @@ typedef struct {
   int64_t last_modified_ms; /* Last-Modified (whole seconds), 0 when none */
 } sl_s3_head_info;
 
-/* HEADs an object (blocking, for worker threads; a presigned HEAD URL, so
- * the same signer as sl_s3_get). Returns 0 with *info filled; SL_ENOTFOUND
- * (404); SL_EUNAVAIL for connection errors, timeouts and 5xx; SL_ESTORAGE
- * for any other status (*status set when not NULL). Not thread-safe for the
- * same sig. */
-int sl_s3_head(sl_sigv4 *sig, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
+/* HEADs an object (blocking, for worker threads; a presigned HEAD URL).
+ * Returns 0 with *info filled; SL_ENOTFOUND (404); SL_EUNAVAIL for
+ * connection errors, timeouts and 5xx; SL_ESTORAGE for any other status
+ * (*status set when not NULL). */
+int sl_s3_head(sl_s3_conn *c, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
                long *status, char *err, size_t errlen);
 
 /* ---- multipart uploads (asynchronous) ------------------------------- */

@@ -162,9 +162,14 @@ typedef struct {
   int retry_copy; /* set by the runtime: produce with the retry headers */
 } sl_out;
 
+/* Zero-initialised ({0}) it is empty; sl_outbox_clear() frees what it
+ * holds and leaves it empty (and reusable). The items are allocated as they
+ * are added, not inline: a job is allocated per message and most hold one
+ * to three outputs, so a fixed array of SL_OUTBOX_MAX (10 KB) zeroed per
+ * message cost more than the rest of the job (bench/cost). */
 typedef struct {
-  sl_out items[SL_OUTBOX_MAX];
-  size_t n;
+  sl_out *items; /* n of them, room for cap */
+  size_t n, cap;
   void *producer; /* set by the runtime; used by sl_outbox_emit_now() */
   int failed;     /* the error of the first add that failed, 0 when none */
 } sl_outbox;
@@ -228,6 +233,11 @@ sl_result *sl_job_result(sl_job *job);
 const char *sl_job_key(const sl_job *job);
 /* The stage's HTTP client (curl multi on the loop). */
 struct sl_httpc *sl_job_http(sl_job *job);
+/* The stage's asynchronous Redis connection (the one its idempotency store
+ * and claims use), on the loop: what one job sends goes out pipelined with
+ * every other job's. */
+struct sl_aredis;
+struct sl_aredis *sl_job_redis(sl_job *job);
 /* What the stage holds for the job now, in bytes, beyond its message (the
  * answer it fetched): replaces what it held before, starting with the
  * reservation sl_stage_opts.bytes_of made, and counts towards

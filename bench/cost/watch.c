@@ -1,0 +1,256 @@
+/*
+ * bench/cost/watch.c — the meter of bench/cost/run: how much CPU a consumer
+ * process spent per message it finished, measured from outside the same way
+ * for a Sluice stage and for the raw loop (raw_loop.c).
+ *
+ * It reads the group's committed offsets on the given topics every 5 ms
+ * (OffsetFetch with a consumer of that group that never joins it, as
+ * sluicectl does) and the process's CPU time from /proc/<pid>/stat (utime +
+ * stime of all its threads). "Finished" means committed: the consumer
+ * commits an offset only once the outputs of everything before it are
+ * acknowledged. The window is steady state: from the first commit that
+ * passes --from of the backlog (default 10%) to the first that passes --to
+ * (90%); both ends are taken right when a commit lands, so the messages in
+ * flight at either end are about as many and cancel out, and neither the
+ * start-up nor the tail counts. Other processes (Redis, the S3 gateway,
+ * Kafka, the fake provider) are sampled at the same instants, so what the
+ * stage made them do is reported beside it, never added to it.
+ *
+ * The backlog is what the group has not committed when the watch starts, up
+ * to the high watermarks then: nothing may write to the topics meanwhile.
+ *
+ * Output: one JSON object on stdout once everything is committed (exit 0),
+ * or on --timeout (exit 1, "complete": false). `cost_watch --high T[,T...]`
+ * prints the sum of the topics' high watermarks instead (messages written);
+ * `cost_watch --rewind 1 --group G --topics T[,T...]` commits every
+ * partition's low watermark for the group (which must have no member), so
+ * that a stage reads its backlog again.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <librdkafka/rdkafka.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_OTHERS 8
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds (user + system, every thread, exited ones included) of pid,
+ * or -1 when it is gone. */
+static double cpu_of(long pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may hold blanks */
+  if (!p) return -1;
+  unsigned long long ut = 0, st = 0;
+  /* after ")": state(3) ... utime(14) stime(15) */
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Peak resident set of pid in kB (VmHWM), or 0. */
+static long peak_rss_kb(long pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%ld/status", pid);
+  FILE *f = fopen(path, "r");
+  long kb = 0;
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
+}
+
+typedef struct {
+  const char *name;
+  long pid;
+  double at0, at1;
+} other;
+
+static void die(const char *what) {
+  fprintf(stderr, "cost_watch: %s\n", what);
+  exit(2);
+}
+
+/* Every partition of topics (comma-separated) with its high watermark. */
+static rd_kafka_topic_partition_list_t *partitions(rd_kafka_t *rk, const char *topics,
+                                                   int64_t **high) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(64);
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", topics);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *kt = rd_kafka_topic_new(rk, t, NULL);
+    if (!kt || rd_kafka_metadata(rk, 0, kt, &md, 10000) || md->topic_cnt != 1 ||
+        md->topics[0].err)
+      die("no metadata for a topic");
+    for (int p = 0; p < md->topics[0].partition_cnt; p++)
+      rd_kafka_topic_partition_list_add(l, t, md->topics[0].partitions[p].id);
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(kt);
+  }
+  *high = calloc((size_t)l->cnt + 1, sizeof **high);
+  for (int i = 0; i < l->cnt; i++) {
+    int64_t lo = 0, hi = 0;
+    if (rd_kafka_query_watermark_offsets(rk, l->elems[i].topic, l->elems[i].partition, &lo, &hi,
+                                         10000))
+      die("cannot read the watermarks");
+    (*high)[i] = hi;
+    l->elems[i].offset = lo; /* where an uncommitted partition starts */
+  }
+  return l;
+}
+
+/* Sum over the partitions of what is committed (a partition without a
+ * commit counts from its low watermark, base). */
+static int64_t committed(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *l, const int64_t *base) {
+  rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_copy(l);
+  for (int i = 0; i < q->cnt; i++) q->elems[i].offset = RD_KAFKA_OFFSET_INVALID;
+  int64_t sum = -1;
+  if (rd_kafka_committed(rk, q, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    sum = 0;
+    for (int i = 0; i < q->cnt; i++)
+      sum += q->elems[i].offset >= 0 && !q->elems[i].err ? q->elems[i].offset : base[i];
+  }
+  rd_kafka_topic_partition_list_destroy(q);
+  return sum;
+}
+
+int main(int argc, char **argv) {
+  const char *brokers = "127.0.0.1:9092", *group = NULL, *topics = NULL, *high_of = NULL;
+  long pid = 0;
+  double from = 0.1, to = 0.9, timeout = 600;
+  int rewind = 0;
+  other others[MAX_OTHERS];
+  int nothers = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *k = argv[i], *v = argv[i + 1];
+    if (!strcmp(k, "--brokers")) brokers = v;
+    else if (!strcmp(k, "--group")) group = v;
+    else if (!strcmp(k, "--topics")) topics = v;
+    else if (!strcmp(k, "--high")) high_of = v;
+    else if (!strcmp(k, "--pid")) pid = atol(v);
+    else if (!strcmp(k, "--from")) from = atof(v);
+    else if (!strcmp(k, "--to")) to = atof(v);
+    else if (!strcmp(k, "--timeout")) timeout = atof(v);
+    else if (!strcmp(k, "--rewind")) rewind = atoi(v);
+    else if (!strcmp(k, "--other") && nothers < MAX_OTHERS && strchr(v, '=')) {
+      others[nothers].name = v;
+      *strchr(v, '=') = '\0';
+      others[nothers].pid = atol(v + strlen(v) + 1);
+      nothers++;
+    } else {
+      fprintf(stderr, "cost_watch: unknown option %s\n", k);
+      return 2;
+    }
+  }
+  if (!high_of && (!group || !topics || (pid <= 0 && !rewind) ||
+                   !(from >= 0 && from < to && to <= 1))) {
+    fprintf(stderr, "usage: cost_watch --group G --topics T[,T...] --pid PID [--brokers B] "
+                    "[--other NAME=PID]... [--from 0.1] [--to 0.9] [--timeout S]\n"
+                    "       cost_watch --high T[,T...] [--brokers B]\n"
+                    "       cost_watch --rewind 1 --group G --topics T[,T...] [--brokers B]\n");
+    return 2;
+  }
+  char err[512];
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  if (rd_kafka_conf_set(c, "bootstrap.servers", brokers, err, sizeof err) ||
+      rd_kafka_conf_set(c, "group.id", group ? group : "cost-watch", err, sizeof err) ||
+      rd_kafka_conf_set(c, "client.id", "cost-watch", err, sizeof err))
+    die(err);
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof err);
+  if (!rk) die(err);
+  int64_t *high = NULL;
+  rd_kafka_topic_partition_list_t *l = partitions(rk, high_of ? high_of : topics, &high);
+  if (high_of) {
+    long long sum = 0;
+    for (int i = 0; i < l->cnt; i++) sum += high[i];
+    printf("%lld\n", sum);
+    rd_kafka_topic_partition_list_destroy(l);
+    free(high);
+    rd_kafka_destroy(rk);
+    return 0;
+  }
+  if (rewind) { /* the low watermarks, read by partitions() */
+    rd_kafka_resp_err_t e = rd_kafka_commit(rk, l, 0);
+    rd_kafka_topic_partition_list_destroy(l);
+    free(high);
+    rd_kafka_destroy(rk);
+    if (e) fprintf(stderr, "cost_watch: rewind: %s\n", rd_kafka_err2str(e));
+    return e ? 1 : 0;
+  }
+  int64_t *base = calloc((size_t)l->cnt + 1, sizeof *base);
+  int64_t end = 0;
+  for (int i = 0; i < l->cnt; i++) {
+    base[i] = l->elems[i].offset;
+    end += high[i];
+  }
+  int64_t c_start = -1;
+  while (c_start < 0) c_start = committed(rk, l, base);
+  int64_t backlog = end - c_start;
+  if (backlog <= 0) die("nothing to consume");
+  int64_t at0 = c_start + (int64_t)((double)backlog * from);
+  int64_t at1 = c_start + (int64_t)((double)backlog * to);
+
+  double t_begin = mono_s(), t_first = 0, t0 = 0, t1 = 0, t_end = 0;
+  double cpu0 = 0, cpu1 = 0;
+  int64_t c0 = 0, c1 = 0, last = c_start;
+  int complete = 0;
+  struct timespec nap = {0, 5 * 1000000L};
+  while (mono_s() - t_begin < timeout) {
+    int64_t now = committed(rk, l, base);
+    if (now > last) { /* a commit landed: sample right now */
+      double t = mono_s(), cpu = cpu_of(pid);
+      if (cpu < 0) die("the measured process is gone");
+      if (!t_first) t_first = t;
+      if (!t0 && now >= at0) {
+        t0 = t, cpu0 = cpu, c0 = now;
+        for (int i = 0; i < nothers; i++) others[i].at0 = cpu_of(others[i].pid);
+      }
+      if (t0 && !t1 && now >= at1) {
+        t1 = t, cpu1 = cpu, c1 = now;
+        for (int i = 0; i < nothers; i++) others[i].at1 = cpu_of(others[i].pid);
+      }
+      last = now;
+      if (now >= end) {
+        t_end = t;
+        complete = 1;
+        break;
+      }
+    }
+    nanosleep(&nap, NULL);
+  }
+  double cpu_total = cpu_of(pid);
+  printf("{\"complete\":%s,\"backlog\":%lld,\"committed\":%lld,\"window_messages\":%lld,"
+         "\"window_s\":%.4f,\"window_cpu_s\":%.3f,\"run_s\":%.3f,\"process_cpu_s\":%.3f,"
+         "\"peak_rss_kb\":%ld,\"others_cpu_s\":{",
+         complete ? "true" : "false", (long long)backlog, (long long)(last - c_start),
+         (long long)(c1 - c0), t1 - t0, cpu1 - cpu0, complete ? t_end - t_first : 0.0, cpu_total,
+         peak_rss_kb(pid));
+  for (int i = 0; i < nothers; i++)
+    printf("%s\"%s\":%.3f", i ? "," : "", others[i].name,
+           others[i].at0 >= 0 && others[i].at1 >= 0 ? others[i].at1 - others[i].at0 : -1.0);
+  printf("}}\n");
+  rd_kafka_topic_partition_list_destroy(l);
+  free(high);
+  free(base);
+  rd_kafka_destroy(rk);
+  return complete && t1 > t0 ? 0 : 1;
+}

@@ -1,0 +1,38 @@
+/*
+ * apply_lua.h — materialize's monotonic apply, one Lua script run by Redis
+ * for every question state (stages/materialize/materialize.c). A header of
+ * its own so that bench/cost/evalsha_loop.c measures the very script the
+ * stage runs.
+ */
+#ifndef SLUICE_MATERIALIZE_APPLY_LUA_H
+#define SLUICE_MATERIALIZE_APPLY_LUA_H
+
+/* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
+ * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
+ * view marker, KEYS[5] the offsets applied per input partition; ARGV: qno,
+ * rank, json, ttl, "<sid>/<qno>", accepted_at_ms, "<topic>:<partition>",
+ * offset (the message's; -1: none), then the ranks today of what an older
+ * materialize stored as 2..6 (queued, transcribing, grading, failed, done). The highest offset applied per partition
+ * is what a starting materialize compares with its group's committed
+ * offsets (behind_committed()).
+ * A question is in the set exactly while its stored rank is 1: it enters
+ * when awaiting_upload is written and leaves when a later state replaces it
+ * (no ZREM for the statuses after that).
+ * Returns {1 if written else 0, the sequence after this apply, the marker
+ * (nil while the view is missing)}: see went_back(). */
+static const char apply_lua[] =
+    "local seq = redis.call('INCR', KEYS[3])\n"
+    "if ARGV[8] ~= '-1' and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '-1') then\n"
+    "  redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])\n"
+    "end\n"
+    "local mk = redis.call('GET', KEYS[4])\n"
+    "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
+    "if r >= 2 and r <= 6 then r = tonumber(ARGV[7 + r]) end\n"
+    "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
+    "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
+    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+    "if tonumber(ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) end\n"
+    "return {1, seq, mk}\n";
+
+#endif
