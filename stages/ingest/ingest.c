@@ -90,22 +90,11 @@ typedef struct {
   sl_common_conf *cc;
   ingest_conf *ic;
   sl_s3_conf *s3;
-  sl_s3_target target;
+  sl__objects objects; /* storage: one kept-open connection per worker thread */
   int head_always;  /* ingest.verify_object = always */
   sl_tls *redis;    /* one sl_redis per worker thread */
-  sl_tls *storage;  /* one sl_s3_conn per worker thread */
   sl_redis_script first_time; /* first_time_lua, by its SHA-1 */
 } ingest;
-
-static void *storage_create(void *arg, char *err, unsigned long errlen) {
-  ingest *in = arg;
-  sl_s3_conn *c = NULL;
-  int rc = sl_s3_conn_new(&c, in->s3);
-  if (rc) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
-  return c;
-}
-
-static void storage_destroy(void *v) { sl_s3_conn_free(v); }
 
 /* The media type of a Content-Type (before ';', blanks trimmed) equals
  * the declared one, ignoring case. */
@@ -130,8 +119,8 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   if (!in->head_always && rec->size > 0) return 1;
   char err[512];
   long status = 0;
-  sl_s3_conn *conn = sl_tls_get(in->storage, err, sizeof err);
-  int rc = conn ? sl_s3_head(conn, &in->target, rec->key, head, &status, err, sizeof err)
+  sl_s3_conn *conn = sl_tls_get(in->objects.conns, err, sizeof err);
+  int rc = conn ? sl_s3_head(conn, &in->objects.target, rec->key, head, &status, err, sizeof err)
                 : SL_ESTORAGE;
   if (rc == SL_ENOTFOUND) {
     sl_result_set(res, SL_OUTCOME_FAIL, "object_missing",
@@ -165,7 +154,6 @@ static const char first_time_lua[] =
     "if redis.call('EXISTS', KEYS[1]) == 0 then return ARGV[2] end\n"
     "redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])\n"
     "return redis.call('HGET', KEYS[1], ARGV[1])\n";
-
 
 /* *ms: in, this event's upload time; out, the first one recorded for this
  * upload (question and ETag). 0, or SL_EREDIS with err set. */
@@ -437,14 +425,16 @@ int sl__ingest_main(int argc, char **argv) {
            ic.verify_object);
     rc = SL_ECONFIG;
   }
-  if (rc == 0 && (rc = sl_s3_target_init(&in.target, &s3)) != 0)
-    sl_log(SL_LOG_ERROR, NULL, "s3 settings: %s", sl_strerror(rc));
-  if (rc == 0) rc = sl_tls_new(&in.storage, storage_create, storage_destroy, &in);
+  if (rc == 0) {
+    char err[512] = "";
+    rc = sl__objects_init(&in.objects, &s3, 0, 0, 1, err, sizeof err);
+    if (rc) sl_log(SL_LOG_ERROR, NULL, "%s", err[0] ? err : sl_strerror(rc));
+  }
   if (rc == 0) rc = sl_redis_tls_new(&in.redis, cc.redis_url);
   sl__sweep *sweep = NULL;
   if (rc == 0) {
     char err[512] = "";
-    rc = sl__sweep_start(&sweep, &ic.sweep, &cc, &s3, &in.target, err, sizeof err);
+    rc = sl__sweep_start(&sweep, &ic.sweep, &cc, &s3, &in.objects.target, err, sizeof err);
     if (rc) sl_log(SL_LOG_ERROR, NULL, "sweep: %s", err[0] ? err : sl_strerror(rc));
   }
   if (rc == 0) {
@@ -456,7 +446,7 @@ int sl__ingest_main(int argc, char **argv) {
   }
   sl__sweep_stop(sweep);
   sl_tls_free(in.redis);
-  sl_tls_free(in.storage);
+  sl__objects_free(&in.objects);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }
