@@ -624,12 +624,18 @@ void sl__holds_key(job *j) {
   loop_t *L = j->L;
   if (L->o->idempotent) {
     sl_sha256_hex(j->m->payload, j->m->len, j->digest);
-    char k[256];
-    sl__idem_key(j, k, sizeof k);
-    const char *argv[] = {"GET", k};
-    if (sl_aredis_argv(L->redis, sl__on_lookup, j, 2, argv, NULL) == 0) return;
+    /* a claim reads the stored outputs anyway: one round trip, not two */
+    if (!sl__lookup_in_claim(j) && sl__lookup(j) == 0) return;
   }
   sl__gate(j);
+}
+
+int sl__lookup(job *j) {
+  char k[256];
+  sl__idem_key(j, k, sizeof k);
+  const char *argv[] = {"GET", k};
+  j->looked_up = 1;
+  return sl_aredis_argv(j->L->redis, sl__on_lookup, j, 2, argv, NULL);
 }
 
 static void on_park_timer(uv_timer_t *t) {
@@ -1069,6 +1075,7 @@ out:
   sl_httpc_free(L->http);   /* cancelled requests end their jobs (dropped) */
   L->http = NULL;
   L->lq_head = L->lq_tail = NULL; /* their jobs are dropped just below */
+  L->pq_head = L->pq_tail = NULL;
   L->rq_head = L->rq_tail = NULL;
   L->rq_len = 0;
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */

@@ -47,14 +47,16 @@ static void limiter_try(loop_t *L);
 
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
 
-static job *lq_pop(loop_t *L) {
-  job *j = L->lq_head;
+/* The first job of a queue linked through next (NULL: empty). */
+static job *q_pop(job **head, job **tail) {
+  job *j = *head;
   if (!j) return NULL;
-  L->lq_head = j->next;
-  if (!L->lq_head) L->lq_tail = NULL;
+  *head = j->next;
+  if (!*head) *tail = NULL;
   j->next = NULL;
   return j;
 }
+static job *lq_pop(loop_t *L) { return q_pop(&L->lq_head, &L->lq_tail); }
 
 /* The head's answer: go (or Redis unavailable: fail open), or wait. */
 static void on_limit_q(redisReply *r, void *ud) {
@@ -92,6 +94,7 @@ static void limiter_try(loop_t *L) {
 }
 
 static void gate_limits(job *j);
+static int claims_on(const job *j);
 
 
 static void bq_push(loop_t *L, job *j) {
@@ -104,11 +107,8 @@ static void bq_push(loop_t *L, job *j) {
 }
 
 job *sl__bq_pop(loop_t *L) {
-  job *j = L->bq_head;
+  job *j = q_pop(&L->bq_head, &L->bq_tail);
   if (!j) return NULL;
-  L->bq_head = j->next;
-  if (!L->bq_head) L->bq_tail = NULL;
-  j->next = NULL;
   L->bq_len--;
   sl_metric_set(L->m_held, L->bq_len);
   return j;
@@ -153,22 +153,53 @@ static void circuit_open(job *j, int64_t retry_in) {
   sl__produce(j);
 }
 
-/* Without a rate: only a 429 pause (PTTL of the pause key) can hold a call. */
+/* Without a rate only a 429's pause (the pause key's PTTL) can hold a call.
+ * The key is read at most once per SL_PAUSE_FRESH_MS, not per call: another
+ * replica's pause is seen that much later (its own is seen at once,
+ * sl__pause_noted), a few calls that the provider answers with another 429
+ * and that are retried. */
+#define SL_PAUSE_FRESH_MS 100
+
 static void on_pause_ttl(uv_timer_t *t) { sl__gate(t->data); }
 
+/* j holds no stored outputs it has not looked for: 1 when it may wait */
+static int looked_for_stored(job *j) {
+  return j->looked_up || !j->L->o->idempotent || sl__lookup(j) != 0;
+}
+
+/* The pause as last read decides: wait it out, or go on to the claim. */
+static void pause_decide(job *j) {
+  loop_t *L = j->L;
+  int64_t wait = L->pause_until_ms - sl__mono_ms();
+  if (wait <= 0) {
+    sl__run_process(j);
+    return;
+  }
+  if (!looked_for_stored(j)) return; /* stored outputs are answered, paused or not */
+  gate_waits(L, wait);
+  sl__job_after(j, wait, on_pause_ttl, sl__gate);
+}
+
+static job *pq_pop(loop_t *L) { return q_pop(&L->pq_head, &L->pq_tail); }
+
 static void on_pause(redisReply *r, void *ud) {
-  job *j = ud;
-  if (j->L->closing) {
-    sl__job_drop(j);
+  loop_t *L = ud;
+  job *j;
+  L->pq_busy = 0;
+  if (L->closing) {
+    while ((j = pq_pop(L)) != NULL) sl__job_drop(j);
     return;
   }
-  int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
-  if (wait > 0) {
-    gate_waits(j->L, wait);
-    sl__job_after(j, wait, on_pause_ttl, sl__gate);
-    return;
-  }
-  sl__run_process(j); /* not paused, or Redis unavailable: fail open */
+  /* Redis unavailable: not paused (fail open) */
+  int64_t now = sl__mono_ms(), ttl = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+  L->pause_read_ms = now;
+  if (ttl > 0 && now + ttl > L->pause_until_ms) L->pause_until_ms = now + ttl;
+  while ((j = pq_pop(L)) != NULL) pause_decide(j);
+}
+
+void sl__pause_noted(loop_t *L, int64_t ms) {
+  int64_t until = sl__mono_ms() + ms;
+  if (until > L->pause_until_ms) L->pause_until_ms = until;
 }
 
 void sl__gate(job *j) {
@@ -184,6 +215,7 @@ void sl__gate(job *j) {
   if (L->o->provider) {
     int64_t retry_in = 0;
     if (L->bq_head || !sl_breaker_allow(L->breaker, sl__mono_ms(), &retry_in)) {
+      if (!looked_for_stored(j)) return; /* stored outputs are answered, open or not */
       circuit_open(j, retry_in); /* behind those already held, in order */
       return;
     }
@@ -203,10 +235,27 @@ static void gate_limits(job *j) {
       limiter_try(L);
       return;
     }
+    if (L->pause_read_ms && sl__mono_ms() - L->pause_read_ms < SL_PAUSE_FRESH_MS) {
+      pause_decide(j);
+      return;
+    }
+    if (L->pq_tail) L->pq_tail->next = j;
+    else L->pq_head = j;
+    L->pq_tail = j;
+    if (L->pq_busy) return; /* the answer on its way decides for it too */
     const char *argv[] = {"PTTL", L->pause_key};
-    if (sl_aredis_argv(L->redis, on_pause, j, 2, argv, NULL) == 0) return;
+    L->pq_busy = 1;
+    if (sl_aredis_argv(L->redis, on_pause, L, 2, argv, NULL) == 0) return;
+    on_pause(NULL, L); /* Redis unavailable: fail open */
+    return;
   }
   sl__run_process(j);
+}
+
+int sl__lookup_in_claim(const job *j) {
+  const loop_t *L = j->L;
+  return claims_on(j) && L->cc->provider_rate <= 0 && !L->bq_head &&
+         sl_breaker_get_state(L->breaker) == SL_BREAKER_CLOSED;
 }
 
 /* ---- the claim: one paid call per input across replicas (sl_claim.h) ---- */

@@ -113,6 +113,8 @@ struct sl_job {
   char owner[112];        /* its claim's owner id (sl_claim.h) */
   int claimed;            /* it holds the claim on its input */
   unsigned claim_waits;   /* times it found another replica's claim */
+  int looked_up;          /* its idempotency lookup was made (a claim that reads the
+                           * stored outputs may stand in for it: sl__lookup_in_claim) */
   sl_outbox out;
   sl_result res;
   int outstanding;        /* deliveries pending */
@@ -183,6 +185,12 @@ struct loop_t {
   job *lq_head, *lq_tail;
   int lq_busy;
   uv_timer_t lq_timer;
+  /* without a rate, the provider's pause (a 429's Retry-After, set by any
+   * replica) as last read: one PTTL per SL_PAUSE_FRESH_MS, not per call;
+   * jobs that arrive while it is asked wait for the answer, in order */
+  int64_t pause_until_ms, pause_read_ms; /* monotonic; 0: never read */
+  job *pq_head, *pq_tail;
+  int pq_busy;
   /* input claims (sl_claim.h): this process's owner prefix, renewed while
    * their calls run */
   char owner[80];
@@ -234,6 +242,10 @@ void sl__held_release(job *j);
 int sl__job_stale(const job *j);
 /* The job holds its key (or keys are not ordered): lookup, then the gate. */
 void sl__holds_key(job *j);
+/* The idempotency lookup of j (a GET; its answer goes to sl__on_lookup,
+ * which continues at the gate). 0 when asked, <0 when Redis cannot be
+ * (then nothing happens). */
+int sl__lookup(job *j);
 void sl__release_parked(loop_t *L, part *p);
 /* Frees p's messages waiting for a processing slot, uncalled (p == NULL:
  * every partition's); their offsets stay uncommitted, so they come back. */
@@ -279,6 +291,15 @@ void sl__lag_free(loop_t *L);
 
 /* ---- sl_stage_gate.c: the provider gate and claims ---- */
 void sl__gate(job *j);
+/* 1 when j may skip its lookup because the claim it takes before calling
+ * reads the stored outputs itself (sl_claim_take_lua): claims on, no rate
+ * limiter to wait for, the breaker closed. A job the gate then holds (the
+ * breaker opened, a pause) makes its lookup first, so stored outputs are
+ * still answered at once. */
+int sl__lookup_in_claim(const job *j);
+/* This process paused the provider for ms (a 429): its own calls see the
+ * pause at once, before the pause key is read again. */
+void sl__pause_noted(loop_t *L, int64_t ms);
 job *sl__bq_pop(loop_t *L);
 void sl__on_bq_timer(uv_timer_t *t);
 void sl__claim_release(job *j);

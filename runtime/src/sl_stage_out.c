@@ -386,6 +386,7 @@ void sl__complete(job *j) {
       snprintf(ms, sizeof ms, "%lld", (long long)sl__retry_after(L, &j->res));
       const char *a[] = {L->pause_key, ms};
       sl_aredis_eval(L->redis, NULL, NULL, &L->s_pause, 1, 2, a, NULL);
+      sl__pause_noted(L, sl__retry_after(L, &j->res));
       sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
              L->o->provider, ms);
     }
