@@ -6,8 +6,12 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_err.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -97,6 +101,8 @@ static void append(char *buf, size_t len, size_t *pos, const char *s) {
   buf[*pos] = '\0';
 }
 
+static void emit(sl_log_level lvl, const char *line, size_t n);
+
 void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
   if (!sl_log_enabled(lvl)) return;
   char line[4096], msg[2048], tmp[160];
@@ -138,6 +144,72 @@ void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
   if (p + 3 >= sizeof line) p = sizeof line - 4;
   memcpy(line + p, "\"}\n", 3);
   p += 3;
-  ssize_t w = write(STDERR_FILENO, line, p);
-  (void)w;
+  emit(lvl, line, p);
+}
+
+/* ---- batching ---------------------------------------------------------- */
+
+/* Lines waiting to be written (only while batching), in the order they were
+ * logged; one write(2) takes them all. */
+static pthread_mutex_t batch_mu = PTHREAD_MUTEX_INITIALIZER;
+static char batch[64 * 1024];
+static size_t batch_len;
+static atomic_int flush_ms; /* 0: every line at once */
+static int64_t last_flush_ms;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void write_all(const char *b, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(STDERR_FILENO, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* stderr gone: nothing else to tell */
+    b += w;
+    n -= (size_t)w;
+  }
+}
+
+/* with batch_mu held */
+static void flush_locked(int64_t now) {
+  write_all(batch, batch_len);
+  batch_len = 0;
+  last_flush_ms = now;
+}
+
+static void emit(sl_log_level lvl, const char *line, size_t n) {
+  int ms = atomic_load(&flush_ms);
+  if (ms <= 0) {
+    write_all(line, n);
+    return;
+  }
+  pthread_mutex_lock(&batch_mu);
+  int64_t now = mono_ms();
+  if (batch_len + n > sizeof batch) flush_locked(now);
+  memcpy(batch + batch_len, line, n); /* n < sizeof line < sizeof batch */
+  batch_len += n;
+  if (lvl >= SL_LOG_WARN || now - last_flush_ms >= ms) flush_locked(now);
+  pthread_mutex_unlock(&batch_mu);
+}
+
+void sl_log_flush(void) {
+  pthread_mutex_lock(&batch_mu);
+  if (batch_len) flush_locked(mono_ms());
+  pthread_mutex_unlock(&batch_mu);
+}
+
+static void flush_at_exit(void) { sl_log_flush(); }
+static void register_exit(void) { atexit(flush_at_exit); }
+
+void sl_log_batch(int ms) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_exit);
+  pthread_mutex_lock(&batch_mu);
+  if (batch_len) flush_locked(mono_ms());
+  last_flush_ms = mono_ms(); /* the first batch starts now */
+  atomic_store(&flush_ms, ms > 0 ? ms : 0);
+  pthread_mutex_unlock(&batch_mu);
 }

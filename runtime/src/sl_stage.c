@@ -103,6 +103,12 @@ const sl_conf_entry sl_common_conf_table[] = {
      "the pipeline description (JSON, see docs/pipeline.md): stages, their topics and retry "
      "tiers (empty: the built-in one, the repository's pipeline.json)", 0},
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
+    {"log.batch", SL_CONF_BOOL, "true", C(log_batch),
+     "a consuming stage writes its debug and info lines in batches, at most "
+     "SL_LOG_BATCH_MS (100 ms) late (one write for many lines: a line per message written "
+     "one by one costs a stage ~15% of its CPU); warn and error lines go out at once, after "
+     "those before them; a process killed outright (SIGKILL) loses at most the last 100 ms "
+     "of its info lines (false: every line at once)", 0},
     {"admin.listen", SL_CONF_STR, "", C(admin_listen),
      "host:port for /healthz /readyz /metrics (empty: the stage's default)", 0},
     {"stage.max_in_flight", SL_CONF_INT, "1000", C(max_in_flight),
@@ -300,6 +306,10 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
  * it any more, and the consumers are polled (rebalances, the poll interval)
  * while it waits. */
 #define SL_THROTTLE_PAUSE_MS 1000
+
+/* How late a batched log line may be written (log.batch); the tick
+ * (every 100 ms) flushes as well. */
+#define SL_LOG_BATCH_MS 100
 
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
@@ -761,6 +771,7 @@ static void begin_stop(loop_t *L);
 
 static void on_tick(uv_timer_t *t) {
   loop_t *L = t->data;
+  sl_log_flush(); /* batched lines are at most a tick late */
   if (L->throttled && sl__mono_ms() - L->throttled_ms >= SL_THROTTLE_PAUSE_MS) {
     L->throttled = 0; /* full for a while: pause instead (see the top of this file) */
     sl_metric_add(L->throttled_by_bytes ? L->m_pause_bytes : L->m_pause_msgs, 1);
@@ -1041,6 +1052,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     uv_timer_start(&L->claim_timer, sl__on_claim_renew, every, every);
   }
   uv_timer_start(&L->tick, on_tick, 100, 100);
+  if (L->cc->log_batch) sl_log_batch(SL_LOG_BATCH_MS); /* flushed by the tick too */
   uv_run(&L->loop, UV_RUN_DEFAULT);
 
   /* stopped: from here on unfinished jobs are dropped (never committed) */
@@ -1105,5 +1117,6 @@ out:
   }
   sl_breaker_free(L->breaker);
   free(L);
+  sl_log_batch(0); /* the lines still collected go out */
   return rc;
 }

@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
@@ -501,6 +504,94 @@ static void test_outbox(void **state) {
 
 /* ---- sl_err -------------------------------------------------------------- */
 
+/* What stderr (a non-blocking pipe here) holds now: 0 bytes when empty. */
+static size_t drain_pipe(int fd, char *buf, size_t len) {
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, len - 1 - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  buf[n] = '\0';
+  return n;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Batched logging (sl_log_batch): info lines wait, a warn line takes them
+ * out first and in order, a flush or a line logged late enough writes
+ * them, and switching batching off writes every line at once again. */
+static void test_log_batch(void **state) {
+  (void)state;
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+  int saved = dup(STDERR_FILENO);
+  assert_true(saved >= 0);
+  assert_true(dup2(p[1], STDERR_FILENO) >= 0);
+  static char buf[128 * 1024];
+  assert_int_equal(sl_log_init("t", "info"), 0);
+
+  sl_log(SL_LOG_INFO, NULL, "one");
+  sl_log(SL_LOG_INFO, NULL, "two"); /* not batching yet: both out at once */
+  drain_pipe(p[0], buf, sizeof buf);
+  assert_non_null(strstr(buf, "\"msg\":\"two\""));
+
+  sl_log_batch(1000);
+  sl_log(SL_LOG_DEBUG, NULL, "hidden"); /* below the level: never */
+  sl_log(SL_LOG_INFO, NULL, "first");
+  sl_log(SL_LOG_INFO, NULL, "second");
+  assert_int_equal(drain_pipe(p[0], buf, sizeof buf), 0); /* collected, not written */
+  sl_log(SL_LOG_WARN, NULL, "third");
+  drain_pipe(p[0], buf, sizeof buf);
+  char *a = strstr(buf, "\"first\""), *b = strstr(buf, "\"second\""), *c = strstr(buf, "\"third\"");
+  assert_true(a && b && c && a < b && b < c); /* all of them, in order */
+  assert_null(strstr(buf, "hidden"));
+
+  sl_log(SL_LOG_INFO, NULL, "fourth");
+  assert_int_equal(drain_pipe(p[0], buf, sizeof buf), 0);
+  sl_log_flush();
+  drain_pipe(p[0], buf, sizeof buf);
+  assert_non_null(strstr(buf, "\"fourth\""));
+  sl_log_flush(); /* nothing collected: nothing written */
+  assert_int_equal(drain_pipe(p[0], buf, sizeof buf), 0);
+
+  sl_log_batch(50); /* a line logged 50 ms after the last write takes the batch out */
+  sl_log(SL_LOG_INFO, NULL, "fifth");
+  sleep_ms(80);
+  sl_log(SL_LOG_INFO, NULL, "sixth");
+  drain_pipe(p[0], buf, sizeof buf);
+  a = strstr(buf, "\"fifth\"");
+  b = strstr(buf, "\"sixth\"");
+  assert_true(a && b && a < b);
+
+  /* more than the batch holds (64 KiB): written as it fills, nothing lost */
+  char big[1500];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  sl_log_batch(60000);
+  size_t got = 0;
+  for (int i = 0; i < 60; i++) {
+    sl_log(SL_LOG_INFO, NULL, "%s", big);
+    got += drain_pipe(p[0], buf, sizeof buf);
+  }
+  assert_true(got > 0); /* the batch filled and went out */
+  sl_log_batch(0); /* off: what is left goes out, then every line at once */
+  got += drain_pipe(p[0], buf, sizeof buf);
+  assert_true(got >= 60 * (sizeof big - 1));
+  sl_log(SL_LOG_INFO, NULL, "seventh");
+  drain_pipe(p[0], buf, sizeof buf);
+  assert_non_null(strstr(buf, "\"seventh\""));
+
+  assert_true(dup2(saved, STDERR_FILENO) >= 0);
+  close(saved);
+  close(p[0]);
+  close(p[1]);
+}
+
 static void test_err(void **state) {
   (void)state;
   assert_string_equal(sl_strerror(SL_EPARSE), "malformed input");
@@ -538,6 +629,7 @@ int main(void) {
       cmocka_unit_test(test_json_escape_truncation),
       cmocka_unit_test(test_key_parse),
       cmocka_unit_test(test_outbox),
+      cmocka_unit_test(test_log_batch),
       cmocka_unit_test(test_err),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
  * "submission":"…","question":3,"msg":"…"}. Lines about a question pass the
  * message key ("<submission>/<question>") and get both ids as fields.
  * Each line is formatted into a bounded stack buffer and written with one
- * write(2), so lines from different threads never interleave. Thread-safe.
+ * write(2) (or several together, sl_log_batch), so lines from different
+ * threads never interleave. Thread-safe.
  */
 #ifndef SLUICE_SL_LOG_H
 #define SLUICE_SL_LOG_H
@@ -24,6 +25,16 @@ int sl_log_enabled(sl_log_level lvl);
 void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Batching: with ms > 0, debug and info lines are collected (64 KiB at
+ * most) and written together, at the latest with the first line logged ms
+ * after the last write, with any warn or error line (which goes out at
+ * once, after the lines before it), by sl_log_flush() and at exit(); a
+ * process killed outright loses the lines not yet written (at most ms of
+ * them, when something flushes every ms, as the stage runtime's tick
+ * does). ms <= 0 writes every line at once again (the default). */
+void sl_log_batch(int ms);
+/* Writes the collected lines now. Thread-safe. */
+void sl_log_flush(void);
 /* Appends s as a JSON string body (no quotes) to buf at *pos, bounded by
  * len; truncates safely, never inside a UTF-8 sequence, and writes bytes
  * that are not well-formed UTF-8 as \ufffd (the output is always valid

@@ -96,6 +96,7 @@ typedef struct {
   const char *topic_results;        /* sluice.v1.QuestionStatus */
   const char *topic_dlq;            /* the dead letters */
   char *log_level;
+  int log_batch;        /* consuming stages: info lines written in batches (sl_log_batch) */
   char *admin_listen;   /* "" = the stage's default */
   int64_t max_in_flight;
   int64_t prefetch;     /* -1: max_in_flight / 4, at least 4 */
