@@ -262,8 +262,9 @@ static void test_audio_checked_before_upload(void **st) {
   restart();
   start(webm, sizeof webm);
   assert_int_equal(th.nreq, 1);
-  th_reply(200, "{\"text\":\"hello\"}");
+  th_reply(200, "{\"text\":\" hello there \\n\"}"); /* faster-whisper-server's leading blank */
   assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  assert_string_equal(th_str("text"), "hello there");
 }
 
 static void test_config_errors(void **st) {

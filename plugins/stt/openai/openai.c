@@ -256,7 +256,21 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
   double dur = json_number_value(json_object_get(o, "duration"));
   if (!(dur > 0) && q->secs > 0) dur = q->secs;
   const char *lang = json_string_value(json_object_get(o, "language"));
-  int rc = h->out_str(q->call, "text", text);
+  /* the transcript without the blanks around it (faster-whisper-server
+   * starts every segment, so its text, with one) */
+  while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+  size_t tl = strlen(text);
+  while (tl && (text[tl - 1] == ' ' || text[tl - 1] == '\t' || text[tl - 1] == '\n' ||
+                text[tl - 1] == '\r'))
+    tl--;
+  char *trimmed = h->alloc(tl + 1);
+  int rc = trimmed ? 0 : SL_ENOMEM;
+  if (trimmed) {
+    memcpy(trimmed, text, tl);
+    trimmed[tl] = '\0';
+    rc = h->out_str(q->call, "text", trimmed);
+    h->free(trimmed);
+  }
   if (!rc && lang && *lang) rc = h->out_str(q->call, "language", lang);
   if (!rc) {
     char engine[160];
