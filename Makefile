@@ -3,7 +3,7 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | bench-cost | fuzz | fuzz-merge | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | bench-cost | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
@@ -11,7 +11,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-cost fuzz fuzz-merge
+.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-cost bench-stt fuzz fuzz-merge
 
 all: build
 
@@ -74,6 +74,14 @@ bench-poll: build
 # the same run (about 10 minutes); results go to docs/benchmarks.md.
 bench-cost: build
 	BUILD=$(BUILD) bench/cost/run
+
+# Offline speech recognition: word error rate, CPU per second of audio, memory
+# and questions/s of PocketSphinx beside Whisper tiny.en and base on the 24
+# synthesized answers of bench/stt/sentences.tsv (a few minutes; results go to
+# docs/benchmarks.md). Hold /tmp/sluice-bench.lock on a shared machine.
+bench-stt: build
+	SLUICE_WHISPER_MODELS=tiny.en,base tools/bootstrap
+	BUILD=$(BUILD) bench/stt/run
 
 # libFuzzer targets of tests/fuzz (clang, ASan+UBSan) in build-fuzz: each runs
 # FUZZ_SECONDS (per target: FUZZ_SECONDS_http=...) on a copy of its committed

@@ -982,7 +982,10 @@ void sl_plugin_print_markdown(sl_plugin_lib **libs, size_t n, void *out) {
              "NAME` / `sluice grade --plugin NAME` (or `stt.plugin` / `grade.plugin`); a "
              "step plugin is named by its stage in the pipeline description "
              "([pipeline.md](pipeline.md)); keys are set like every other setting (file, "
-             "environment, `--set`).\n",
+             "environment, `--set`). The dev stack and `make demo` transcribe with a local "
+             "Whisper server behind `stt/openai`, `stt/pocketsphinx` being the light fallback: "
+             "why, measured, in [plugins-openai.md](plugins-openai.md#the-offline-default-a-"
+             "local-whisper-server-behind-sttopenai).\n",
           (unsigned)SL_PLUGIN_ABI_VERSION);
   for (size_t i = 0; i < n; i++) {
     const sl_plugin *d = libs[i]->desc;

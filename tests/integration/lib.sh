@@ -11,6 +11,8 @@ export DEVSTACK_DIR=${DEVSTACK_DIR:-$ROOT/build-san/test-stack}
 export DEVSTACK_KAFKA_PORT=${DEVSTACK_KAFKA_PORT:-19092}
 export DEVSTACK_REDIS_PORT=${DEVSTACK_REDIS_PORT:-16379}
 export DEVSTACK_S3_PORT=${DEVSTACK_S3_PORT:-17070}
+# no Whisper server unless the test asks for one (test_whisper): as tools/test
+export DEVSTACK_STT=${DEVSTACK_STT:-pocketsphinx}
 BASE=${SLUICE_TEST_PORT_BASE:-18080}
 export DEVSTACK_CORS_ORIGINS=${DEVSTACK_CORS_ORIGINS:-http://127.0.0.1:$BASE}
 export SLUICE_BIN=${SLUICE_BIN:-$ROOT/build-san/stages/sluice}
@@ -133,6 +135,20 @@ put_answer() {
   local -a hdrs
   mapfile -t hdrs < <(jq -r ".questions[$1].headers | to_entries[] | select(.key != \"Content-Length\") | \"-H\\n\(.key): \(.value)\"" <<<"$SUB_REPLY")
   curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$2" "$(jq -r ".questions[$1].url" <<<"$SUB_REPLY")" >/dev/null
+}
+
+# stt_inputs DIR : the STT conformance inputs (test_plugins, test_whisper):
+# espeak-ng speech as speech.wav, .flac, .ogg and 48 kHz stereo speech48k.wav,
+# noise.wav (random bytes behind no audio header), empty.wav, and
+# truncated.wav (the speech's first 2000 bytes: a WAV header and 45 ms)
+stt_inputs() {
+  espeak-ng -w "$1/speech.wav" "On weekends I usually go hiking with my friends in the mountains" 2>/dev/null
+  sox "$1/speech.wav" "$1/speech.flac"
+  sox "$1/speech.wav" "$1/speech.ogg"
+  sox "$1/speech.wav" -r 48000 -c 2 "$1/speech48k.wav"
+  { printf 'noise:'; head -c 4000 /dev/urandom; } >"$1/noise.wav"
+  : >"$1/empty.wav"
+  head -c 2000 "$1/speech.wav" >"$1/truncated.wav"
 }
 
 # view_of SID TOKEN : the results view of a submission

@@ -13,7 +13,9 @@
 #                 then against a misbehaving one: outage, 429, truncated
 #                 bodies, no answer within the timeout, a reply trickling
 #                 past it (tests/tools/trickle_server.c), nothing listening,
-#                 unreadable and empty audio, schema-violating replies
+#                 unreadable, empty, truncated and over-long audio (failed
+#                 before any request; a provider's 400 is in the unit test),
+#                 schema-violating replies
 #                 (regenerations, then failed), no json_schema support.
 # Then the stages themselves: an unknown plugin, a plugin built for another
 # ABI and an unknown plugin setting stop `sluice stt|grade` at start-up with
@@ -31,13 +33,7 @@ check "plugins found (${PLUGINS[*]})" test "${#PLUGINS[@]}" -ge 2
 jqok() { jq -e "$1" >/dev/null; } # jqok FILTER <<<"$JSON"
 
 # ---- inputs ----
-espeak-ng -w "$TMP/speech.wav" "On weekends I usually go hiking with my friends in the mountains" 2>/dev/null
-sox "$TMP/speech.wav" "$TMP/speech.flac"
-sox "$TMP/speech.wav" "$TMP/speech.ogg"
-sox "$TMP/speech.wav" -r 48000 -c 2 "$TMP/speech48k.wav"
-head -c 4000 /dev/urandom >"$TMP/noise.wav"
-: >"$TMP/empty.wav"
-head -c 2000 "$TMP/speech.wav" >"$TMP/truncated.wav"
+stt_inputs "$TMP"
 sox -n -r 16000 -c 1 "$TMP/long.wav" trim 0 5 # 5 s of silence vs a 2 s limit below
 
 cat >"$TMP/t-good.json" <<'EOF'
@@ -204,14 +200,18 @@ if printf '%s\n' "${PLUGINS[@]}" | grep -q '^stt/openai/'; then
   P=$((BASE + 56)) U=http://127.0.0.1:$((BASE + 56))
   fake_case $P
   run stt openai "$TMP/noise.wav" --set stt.openai.base_url=$U
-  check "stt/openai: audio the provider cannot read (400) -> failed provider_rejected" outcome 4 failed provider_rejected
+  check "stt/openai: bytes of no audio format -> failed undecodable_audio, no request" outcome 4 failed undecodable_audio
   run stt openai "$TMP/empty.wav" --set stt.openai.base_url=$U
   check "stt/openai: zero-length audio -> failed empty_audio, no request" outcome 4 failed empty_audio
+  run stt openai "$TMP/truncated.wav" --set stt.openai.base_url=$U
+  check "stt/openai: truncated audio -> failed audio_too_short, no request" outcome 4 failed audio_too_short
+  run stt openai "$TMP/long.wav" --set stt.openai.base_url=$U --set stt.openai.max_seconds=2
+  check "stt/openai: over-long audio -> failed audio_too_long, no request" outcome 4 failed audio_too_long
   run stt openai "$TMP/speech.wav" --set stt.openai.base_url=$U --set stt.openai.response_format=json
   check "stt/openai: plain json mode -> text and the WAV's duration" \
     jqok '.outcome == "done" and (.text | length) > 0 and .duration_s > 3 and (.words | length) == 0' <<<"$OUT"
-  check "stt/openai: the provider saw one 400 and one 200 (none for the empty file)" \
-    jqok '.by_endpoint.transcriptions == {"200":1,"400":1}' <<<"$(curl -fsS "$U/stats")"
+  check "stt/openai: the provider saw only the one 200 (no request for the four above)" \
+    jqok '.by_endpoint.transcriptions == {"200":1}' <<<"$(curl -fsS "$U/stats")"
 fi
 if printf '%s\n' "${PLUGINS[@]}" | grep -q '^grade/openai/'; then
   P=$((BASE + 57)) U=http://127.0.0.1:$((BASE + 57))

@@ -200,11 +200,79 @@ static void test_empty_audio_and_send_failure(void **st) {
   assert_string_equal(th.error_class, "http_send_failed");
 }
 
+/* a FLAC header whose STREAMINFO says 16 kHz and `samples` samples */
+static void make_flac(unsigned char *f, size_t len, uint64_t samples) {
+  memset(f, 0, len);
+  memcpy(f, "fLaC", 4);
+  f[4] = 0x80; /* last metadata block, type 0 (STREAMINFO), 34 bytes */
+  f[7] = 34;
+  f[18] = 16000 >> 12; /* 20-bit sample rate, then channels-1, bits-1, 36-bit total */
+  f[19] = (16000 >> 4) & 0xFF;
+  f[20] = (unsigned char)((16000 & 0x0F) << 4 | 0 << 1 | 0);
+  f[21] = (unsigned char)(0xF0 | ((samples >> 32) & 0x0F));
+  f[22] = (unsigned char)(samples >> 24);
+  f[23] = (unsigned char)(samples >> 16);
+  f[24] = (unsigned char)(samples >> 8);
+  f[25] = (unsigned char)samples;
+}
+
+static void restart(void) {
+  destroy(inst);
+  inst = NULL;
+  th_reset(sluice_plugin_entry());
+}
+
+/* What no server could transcribe fails for good here, before any request:
+ * not an audio container, shorter than min_seconds (a truncated WAV), longer
+ * than max_seconds (WAV header or FLAC STREAMINFO). Audio of unknown length
+ * (Ogg, MP3, WebM, MP4) goes out as before. */
+static void test_audio_checked_before_upload(void **st) {
+  (void)st;
+  static const unsigned char junk[64] = "this is not audio, only text";
+  start(junk, sizeof junk);
+  assert_int_equal(th.nreq, 0);
+  assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(th.error_class, "undecodable_audio");
+  restart();
+  start(wav, 44 + 3200); /* cut to 0.1 s */
+  assert_int_equal(th.nreq, 0);
+  assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(th.error_class, "audio_too_short");
+  restart();
+  th_set("max_seconds", "1");
+  start(wav, sizeof wav); /* 1.5 s */
+  assert_int_equal(th.nreq, 0);
+  assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(th.error_class, "audio_too_long");
+  static unsigned char flac[4096];
+  make_flac(flac, sizeof flac, 40000); /* 2.5 s */
+  restart();
+  th_set("max_seconds", "2");
+  start(flac, sizeof flac);
+  assert_int_equal(th.nreq, 0);
+  assert_string_equal(th.error_class, "audio_too_long");
+  restart();
+  th_set("max_seconds", "3");
+  start(flac, sizeof flac);
+  assert_int_equal(th.nreq, 1);
+  th_reply(200, "{\"text\":\"hello\"}");
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  assert_float_equal(th_num("duration_s"), 2.5, 1e-9); /* none in the reply: STREAMINFO's */
+  static const unsigned char webm[64] = {0x1A, 0x45, 0xDF, 0xA3};
+  restart();
+  start(webm, sizeof webm);
+  assert_int_equal(th.nreq, 1);
+  th_reply(200, "{\"text\":\" hello there \\n\"}"); /* faster-whisper-server's leading blank */
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  assert_string_equal(th_str("text"), "hello there");
+}
+
 static void test_config_errors(void **st) {
   (void)st;
   static const char *bad[][2] = {{"base_url", "ftp://x"}, {"response_format", "srt"},
                                  {"model", ""},           {"timeout_ms", "0"},
-                                 {"api_key", "a\nb"},     {"max_response", "10"}};
+                                 {"api_key", "a\nb"},     {"max_response", "10"},
+                                 {"min_seconds", "-1"},   {"max_seconds", "-1"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     th_reset(sluice_plugin_entry());
     th_set(bad[i][0], bad[i][1]);
@@ -233,6 +301,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_status_policy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_replies, setup, teardown),
       cmocka_unit_test_setup_teardown(test_empty_audio_and_send_failure, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_audio_checked_before_upload, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

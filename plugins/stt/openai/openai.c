@@ -22,7 +22,12 @@
  * sluice_openai_bad_replies_total. A JSON reply without a "text" string is
  * FAIL provider_bad_reply: the server answered completely but not in the
  * transcription format, and asking again would get the same answer. Empty
- * audio is FAIL empty_audio without a request.
+ * audio is FAIL empty_audio without a request, and so is what no server
+ * could transcribe (a self-hosted one answers such audio with a 500, which
+ * would be retried): bytes of no audio container (WAV, FLAC, Ogg, MP3,
+ * WebM/Matroska, MP4) are FAIL undecodable_audio; a length known from a WAV
+ * header or FLAC STREAMINFO below min_seconds (a truncated recording) is
+ * FAIL audio_too_short, above max_seconds FAIL audio_too_long.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -55,6 +60,14 @@ static const sl_plugin_conf_key conf_keys[] = {
     {"connect_timeout_ms", SL_PLUGIN_CONF_INT, "5000", "connection timeout", 0},
     {"max_response", SL_PLUGIN_CONF_INT, "4194304",
      "largest reply accepted, bytes (a larger one is a transfer error: retry)", 0},
+    {"min_seconds", SL_PLUGIN_CONF_DOUBLE, "0.3",
+     "audio known (WAV, FLAC) to be shorter fails for good as audio_too_short, without a "
+     "request",
+     0},
+    {"max_seconds", SL_PLUGIN_CONF_DOUBLE, "600",
+     "audio known (WAV, FLAC) to be longer fails for good as audio_too_long, without a "
+     "request (0: no limit)",
+     0},
 };
 
 typedef struct {
@@ -65,6 +78,7 @@ typedef struct {
   int verbose, words;
   long timeout_ms, connect_timeout_ms;
   size_t max_response;
+  double min_seconds, max_seconds;
   sl_plugin_metric *m_bad_reply;
 } stt_state;
 
@@ -73,7 +87,7 @@ typedef struct {
   stt_state *s;
   sl_plugin_call *call;
   char key[160];
-  double wav_s; /* duration from the WAV header, or 0 */
+  double secs; /* duration from the WAV header or FLAC STREAMINFO, or -1 */
 } stt_req;
 
 static int copy_conf(char *dst, size_t len, const char *v, const char *key, char *err,
@@ -112,6 +126,10 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     snprintf(err, errlen,
              "stt.openai.timeout_ms and connect_timeout_ms must be > 0, max_response >= 1024");
     rc = SL_ECONFIG;
+  } else if (!(h->conf_double(c, "min_seconds") >= 0) ||
+             !(h->conf_double(c, "max_seconds") >= 0)) {
+    snprintf(err, errlen, "stt.openai.min_seconds and max_seconds must be >= 0");
+    rc = SL_ECONFIG;
   } else if (strpbrk(key, "\r\n")) {
     snprintf(err, errlen, "stt.openai.api_key must be one line");
     rc = SL_ECONFIG;
@@ -136,6 +154,8 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
   s->timeout_ms = (long)h->conf_int(c, "timeout_ms");
   s->connect_timeout_ms = (long)h->conf_int(c, "connect_timeout_ms");
   s->max_response = (size_t)h->conf_int(c, "max_response");
+  s->min_seconds = h->conf_double(c, "min_seconds");
+  s->max_seconds = h->conf_double(c, "max_seconds");
   if (h->counter)
     s->m_bad_reply = h->counter("sluice_openai_bad_replies_total", "plugin=\"stt/openai\"",
                                 "Provider replies that were not the expected JSON");
@@ -152,9 +172,10 @@ static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Seconds of PCM audio from a RIFF/WAVE header, or 0 when not a WAV. */
+/* Seconds of PCM audio from a RIFF/WAVE header (what the file holds, when it
+ * is cut short), or -1 when not a WAV or not found. */
 static double wav_seconds(const unsigned char *d, size_t n) {
-  if (n < 12 || memcmp(d, "RIFF", 4) != 0 || memcmp(d + 8, "WAVE", 4) != 0) return 0;
+  if (n < 12 || memcmp(d, "RIFF", 4) != 0 || memcmp(d + 8, "WAVE", 4) != 0) return -1;
   uint32_t byte_rate = 0;
   for (size_t off = 12; off + 8 <= n;) {
     uint32_t sz = le32(d + off + 4);
@@ -166,7 +187,27 @@ static double wav_seconds(const unsigned char *d, size_t n) {
     if (sz > n - off - 8) break;
     off += 8 + (size_t)sz + (sz & 1);
   }
-  return 0;
+  return -1;
+}
+
+/* Seconds from a FLAC stream's STREAMINFO (the first metadata block: 20-bit
+ * sample rate at byte 18, 36-bit total samples from byte 21), or -1. */
+static double flac_seconds(const unsigned char *d, size_t n) {
+  if (n < 26 || memcmp(d, "fLaC", 4) != 0 || (d[4] & 0x7F) != 0) return -1;
+  uint32_t rate = (uint32_t)d[18] << 12 | (uint32_t)d[19] << 4 | d[20] >> 4;
+  uint64_t total = (uint64_t)(d[21] & 0x0F) << 32 | (uint64_t)d[22] << 24 |
+                   (uint64_t)d[23] << 16 | (uint64_t)d[24] << 8 | d[25];
+  return rate && total ? (double)total / rate : -1; /* total 0: not known */
+}
+
+/* Is it in a container the transcription APIs read: WAV, FLAC, Ogg, MP3 (an
+ * ID3 tag or an MPEG frame sync), WebM/Matroska (EBML), MP4/M4A (ftyp)? */
+static int audio_container(const unsigned char *d, size_t n) {
+  if (n < 12) return 0;
+  return (memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WAVE", 4) == 0) ||
+         memcmp(d, "fLaC", 4) == 0 || memcmp(d, "OggS", 4) == 0 || memcmp(d, "ID3", 3) == 0 ||
+         (d[0] == 0xFF && (d[1] & 0xE0) == 0xE0) || memcmp(d, "\x1A\x45\xDF\xA3", 4) == 0 ||
+         memcmp(d + 4, "ftyp", 4) == 0;
 }
 
 static void finish(stt_req *q, sl_plugin_outcome o, int64_t retry_ms, int throttled,
@@ -213,9 +254,23 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
     return;
   }
   double dur = json_number_value(json_object_get(o, "duration"));
-  if (!(dur > 0)) dur = q->wav_s;
+  if (!(dur > 0) && q->secs > 0) dur = q->secs;
   const char *lang = json_string_value(json_object_get(o, "language"));
-  int rc = h->out_str(q->call, "text", text);
+  /* the transcript without the blanks around it (faster-whisper-server
+   * starts every segment, so its text, with one) */
+  while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+  size_t tl = strlen(text);
+  while (tl && (text[tl - 1] == ' ' || text[tl - 1] == '\t' || text[tl - 1] == '\n' ||
+                text[tl - 1] == '\r'))
+    tl--;
+  char *trimmed = h->alloc(tl + 1);
+  int rc = trimmed ? 0 : SL_ENOMEM;
+  if (trimmed) {
+    memcpy(trimmed, text, tl);
+    trimmed[tl] = '\0';
+    rc = h->out_str(q->call, "text", trimmed);
+    h->free(trimmed);
+  }
   if (!rc && lang && *lang) rc = h->out_str(q->call, "language", lang);
   if (!rc) {
     char engine[160];
@@ -250,6 +305,26 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
     h->complete(c, SL_PLUGIN_FAIL, 0, 0, "empty_audio", "the uploaded answer has no bytes");
     return;
   }
+  double secs = wav_seconds(in->audio, in->audio_len);
+  if (secs < 0) secs = flac_seconds(in->audio, in->audio_len);
+  char why[200];
+  if (!audio_container(in->audio, in->audio_len)) {
+    h->complete(c, SL_PLUGIN_FAIL, 0, 0, "undecodable_audio",
+                "not audio: no WAV, FLAC, Ogg, MP3, WebM or MP4 header");
+    return;
+  }
+  if (secs >= 0 && secs < s->min_seconds) {
+    snprintf(why, sizeof why, "%.2f s of audio, under stt.openai.min_seconds %.2f (truncated?)",
+             secs, s->min_seconds);
+    h->complete(c, SL_PLUGIN_FAIL, 0, 0, "audio_too_short", why);
+    return;
+  }
+  if (s->max_seconds > 0 && secs > s->max_seconds) {
+    snprintf(why, sizeof why, "%.1f s of audio, over stt.openai.max_seconds %.1f", secs,
+             s->max_seconds);
+    h->complete(c, SL_PLUGIN_FAIL, 0, 0, "audio_too_long", why);
+    return;
+  }
   stt_req *q = h->alloc(sizeof *q);
   if (!q) {
     h->complete(c, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "no memory for the request");
@@ -259,7 +334,7 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   q->s = s;
   q->call = c;
   snprintf(q->key, sizeof q->key, "%s", in->key ? in->key : "");
-  q->wav_s = wav_seconds(in->audio, in->audio_len);
+  q->secs = secs;
 
   /* language: configured, else the question's BCP 47 hint cut to its
    * primary subtag ("en-US" -> "en") */
