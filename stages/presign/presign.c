@@ -15,6 +15,13 @@
  * .rate_per_address submissions per minute (a fixed window in Redis); more
  * get 429 with Retry-After.
  *
+ * An optional "callback_url" (where the notify stage POSTs the results) is
+ * held to the callback policy (stages/notify/callback.h) before anything
+ * else: its form and host at once, then the addresses its host resolves to
+ * (uv_getaddrinfo on libuv's pool, the create parked meanwhile); refused:
+ * 422 callback_url_refused with the reason. It travels in
+ * SubmissionCreated.callback_url.
+ *
  * Idempotency-Key (scoped to the user: another user's identical key is
  * another record): a retried create with the same key and body returns the
  * same submission (Idempotent-Replayed: true); the same key with another
@@ -378,9 +385,9 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
   create_done(ps);
 }
 
-/* The create's callback_url (NULL when none) against the policy: 0 to go on
- * now, 1 when answered (refused) or when it goes on once the host is
- * resolved (the resolution then owns ik). */
+/* The create's callback_url against the policy: 1 when answered (refused,
+ * or no resolution could start), -1 when the create goes on once the host
+ * is resolved and its addresses checked (the resolution then owns ik). */
 static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *user,
                           const char *url) {
   sl__callback_target t;

@@ -13,6 +13,7 @@
 #   - a receiver that times out: retried and delivered, same id;
 #   - a receiver that answers 410: not retried, dead-lettered by notify as
 #     callback_gone (visible with sluicectl), the question itself untouched;
+#     the submission's next question is then not sent (skipped);
 #     `sluicectl dlq replay` sends it again (the receiver now answers 200);
 #   - a redirect: not followed, dead-lettered as callback_redirect;
 #   - notify.mode=submission: one submission.complete with every question;
@@ -68,7 +69,10 @@ submit() {
   TOKEN=$(jq -r .results_token <<<"$SUB_REPLY")
   NONCE=$nonce
   local i=0
-  for f in "$@"; do put_answer "$i" "$f"; i=$((i + 1)); done
+  for f in "$@"; do
+    ((i < ${UPLOAD:-$#})) && put_answer "$i" "$f"
+    i=$((i + 1))
+  done
 }
 # received PATH_PREFIX: the receiver's log lines for that path (JSON lines)
 received() { jq -c --arg p "$1" 'select(.path | startswith($p))' "$work/received.jsonl"; }
@@ -164,7 +168,7 @@ check "a timed-out delivery is retried" test "$(count "/slow/3000/$NONCE")" -eq 
 check "the same id after a timeout" test "$(jq -r .delivery <<<"$sl" | sort -u)" = "$SL_SID/1/failed"
 
 # --- 410 Gone: stopped, dead-lettered, replayable -------------------------
-submit gone "$work/silence.wav"
+UPLOAD=1 submit gone "$work/silence.wav" "$work/silence.wav" # the second answer comes later
 GO_SID=$SID GO_NONCE=$NONCE
 wait_for 60 dead ".subject == \"$GO_SID/1\" and .error_class == \"callback_gone\"" ||
   fail "no callback_gone dead letter for $GO_SID/1"
@@ -174,6 +178,11 @@ check "the dead letter says why" jqany \
   ".subject == \"$GO_SID/1\" and (.error_message | test(\"410\"))" "$(dlq_notify)"
 check "the question itself stays failed by preflight, not by notify" jqe \
   '.questions[0].state == "failed" and .questions[0].error.class != "callback_gone"' "$(view_of "$GO_SID" "$TOKEN")"
+skipped0=$(metric sluice_notify_deliveries_total 'outcome="skipped"' "$(admin notify)")
+put_answer 1 "$work/silence.wav"
+wait_for 60 at_least $((skipped0 + 1)) metric sluice_notify_deliveries_total 'outcome="skipped"' "$(admin notify)" ||
+  fail "the question after a 410 was not skipped"
+check "after a 410 the submission's next question is not sent" test "$(count "/gone/$GO_NONCE")" -eq 1
 "$SLUICECTL" dlq replay --stage notify --submission "$GO_SID" --actor test-notify >/dev/null 2>&1 ||
   fail "dlq replay failed"
 wait_for 30 at_least 2 count "/gone/$GO_NONCE" || fail "the replay did not re-send"
