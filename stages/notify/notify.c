@@ -383,7 +383,7 @@ int sl__notify_main(int argc, char **argv) {
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "notify",
                            "POSTs signed results to the callback_url of submissions.", &cc, own,
-                           2, "127.0.0.1:9186", &admin);
+                           2, "127.0.0.1:9187", &admin);
   if (rc) return rc;
   notifier N = {.cc = &cc, .nc = &nc};
   char err[512] = "";
