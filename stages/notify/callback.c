@@ -99,6 +99,11 @@ int sl__callback_policy_new(sl__callback_policy **out, const sl__callback_conf *
   char *save = NULL;
   for (char *t = strtok_r(h, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
     for (char *q = t; *q; q++) *q = (char)tolower((unsigned char)*q);
+    size_t tl = strlen(t);
+    if (tl > 2 && t[0] == '[' && t[tl - 1] == ']') { /* "[::1]": as the URL's host is kept */
+      t[tl - 1] = '\0';
+      t++;
+    }
     if (p->nhosts == MAX_ENTRIES || strlen(t) > 253 || strchr(t + (t[0] == '*'), '*') ||
         (t[0] == '*' && t[1] != '.')) {
       snprintf(err, errlen, "callback.allowed_hosts: \"%.64s\" is not a host name or *.domain "
