@@ -14,9 +14,15 @@
  * not in Redis is 503 view_rebuilding with Retry-After. The token
  * check hashes sid, owner and token together (stages/auth/auth.h) and
  * compares in constant time.
- * Replies carry an ETag (sha256 of the body) and honour If-None-Match with
- * 304; Cache-Control: no-store. Retry-After and the body's "poll" object
- * carry the polling policy (poll_after_s), including when to stop.
+ * Replies carry an ETag and honour If-None-Match with 304; Cache-Control:
+ * no-store. The ETag names the submission's version (the view's write
+ * sequence at its last change, kept by materialize's apply script in the
+ * same atomic write as the change), the polling hint and the stage list;
+ * so a poll whose ETag names the current version is answered 304 from one
+ * HMGET of four fields (fresh_304), without reading or rendering the view.
+ * A view written before versions existed gets the sha256 of its body.
+ * Retry-After and the body's "poll" object carry the polling policy
+ * (poll_after_s), including when to stop.
  *
  * @locality single thread (libuv loop); Redis calls are synchronous on the
  * loop (sub-millisecond on the same host).
@@ -63,6 +69,7 @@ typedef struct {
   sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
   sl__auth *auth;
   json_t *stages; /* the pipeline's progress labels, then "done" (built once) */
+  char stages_tag[9]; /* 8 hex of their sha256: in every versioned ETag */
 } results;
 
 static int valid_id(const char *s) {
@@ -129,6 +136,83 @@ static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_
   return 1;
 }
 
+/* Whether the credential may read submission sid, whose hash holds owner
+ * and tok (the results token's hash; either may be NULL): user is the
+ * caller an API key or JWT named, "" for a results token. */
+static int may_read(const char *sid, const char *owner, const char *tok, const char *user,
+                    const char *cred) {
+  if (owner && user[0]) return sl_secure_equal(owner, user);
+  if (!owner || !tok || user[0]) return 0;
+  char token_hash[65];
+  return sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
+         sl_secure_equal(tok, token_hash);
+}
+
+/* A versioned ETag: "<version>-<retry_after_s>-<stages_tag>". The body is
+ * a function of the view at that version (written atomically with it,
+ * apply_lua.h), of the polling hint and of this process's stage list, so
+ * equal ETags mean equal bodies. */
+static void versioned_etag(const results *R, const char *version, int after, char *out,
+                           size_t len) {
+  snprintf(out, len, "\"%.24s-%d-%s\"", version, after, R->stages_tag);
+}
+
+/* Parses a versioned ETag sent back in If-None-Match: 1 with its version
+ * (digits) and hint, 0 when it is not one of this process's. */
+static int parse_etag(const results *R, const char *inm, char version[25], int *after) {
+  size_t n = strspn(inm + (inm[0] == '"'), "0123456789");
+  if (inm[0] != '"' || n == 0 || n > 24 || inm[1 + n] != '-') return 0;
+  memcpy(version, inm + 1, n);
+  version[n] = '\0';
+  const char *p = inm + 2 + n;
+  size_t m = strspn(p, "0123456789");
+  if (m == 0 || m > 4 || p[m] != '-') return 0;
+  *after = atoi(p);
+  p += m + 1;
+  return strncmp(p, R->stages_tag, 8) == 0 && p[8] == '"' && p[9] == '\0';
+}
+
+/* The 304 decided from four small fields instead of the whole view: the
+ * client's ETag names the version it has; if the submission is still at
+ * that version the view has not changed since (the version moves in the
+ * same atomic write as any change), and the polling hint is recomputed from
+ * the age (a hint of 0 — complete, or past 10 minutes — stays 0). Returns 1
+ * when the 304 was sent; 0 when the full path must answer (anything else:
+ * another version, a credential that does not match, Redis trouble). */
+static int fresh_304(results *R, sl_http_req *req, const char *sid, const char *cred,
+                     const char *user) {
+  const char *inm = sl_http_req_header(req, "If-None-Match");
+  char version[25], hkey[96], err[256];
+  int after_c;
+  if (!inm || !parse_etag(R, inm, version, &after_c)) return 0;
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  const char *argv[] = {"HMGET", hkey, "v", "user", "token", "accepted_at_ms"};
+  redisReply *rep = sl_redis_argv(R->redis, 6, argv, NULL, err, sizeof err);
+  int sent = 0;
+  if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 4) {
+    const char *f[4];
+    for (size_t i = 0; i < 4; i++)
+      f[i] = rep->element[i]->type == REDIS_REPLY_STRING ? rep->element[i]->str : NULL;
+    if (f[0] && f[3] && strcmp(f[0], version) == 0 && may_read(sid, f[1], f[2], user, cred)) {
+      int after = after_c == 0 ? 0
+                               : poll_after_s((sl_now_ms() - strtoll(f[3], NULL, 10)) / 1000, 0);
+      if (after == after_c) {
+        char headers[256];
+        if (after > 0)
+          snprintf(headers, sizeof headers,
+                   "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n", inm, after);
+        else
+          snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", inm);
+        sl_metric_add(R->m_304, 1);
+        sl_http_respond(req, 304, NULL, headers, NULL, 0);
+        sent = 1;
+      }
+    }
+  }
+  if (rep) freeReplyObject(rep);
+  return sent;
+}
+
 /* Readable by the submission's results token, or by its owner's API key or
  * JWT. Everything else — another user, another submission's token, an
  * unknown id — is the same 404. */
@@ -151,6 +235,7 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     sl_http_respond_error(req, 404, "not_found", nf, NULL);
     return;
   }
+  if (fresh_304(R, req, sid, cred, user)) return;
   char hkey[96], err[256];
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   const char *argv[] = {"HGETALL", hkey};
@@ -164,14 +249,7 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     return;
   }
   const char *tok = field(rep, "token"), *owner = field(rep, "user");
-  int allowed = 0;
-  if (owner && user[0]) {
-    allowed = sl_secure_equal(owner, user);
-  } else if (owner && tok && !user[0]) {
-    char token_hash[65];
-    allowed = sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
-              sl_secure_equal(tok, token_hash);
-  }
+  int allowed = may_read(sid, owner, tok, user, cred);
   if (!allowed && rep->elements == 0 && sl__view_marker(R->redis, err, sizeof err) == 0) {
     /* Redis lost the view and materialize is replaying the topics: the
      * submission may well exist, so no 404 (a client would give up); the
@@ -221,6 +299,12 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
       json_array_set_new(qs, b, x);
     }
   const char *acc = field(rep, "accepted_at_ms");
+  /* the version read in the same HGETALL as the questions: the ETag can
+   * only name the state this body shows */
+  char version[25] = "";
+  const char *vf = field(rep, "v");
+  if (vf && strspn(vf, "0123456789") == strlen(vf) && vf[0] && strlen(vf) < sizeof version)
+    memcpy(version, vf, strlen(vf) + 1);
   int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
   int complete = done + failed == (int)n;
   int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
@@ -237,8 +321,12 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     return;
   }
   char digest[65], etag[80], headers[256];
-  sl_sha256_hex(text, strlen(text), digest);
-  snprintf(etag, sizeof etag, "\"%.32s\"", digest);
+  if (version[0]) { /* a view a materialize without versions wrote: the body's hash */
+    versioned_etag(R, version, after, etag, sizeof etag);
+  } else {
+    sl_sha256_hex(text, strlen(text), digest);
+    snprintf(etag, sizeof etag, "\"%.32s\"", digest);
+  }
   if (after > 0)
     snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n",
              etag, after);
@@ -293,6 +381,10 @@ int sl__results_main(int argc, char **argv) {
   for (size_t k = 0, np = sl_pipeline_nprogress(cc.pipeline); k < np; k++)
     json_array_append_new(R.stages, json_string(sl_pipeline_progress_at(cc.pipeline, k)));
   json_array_append_new(R.stages, json_string("done"));
+  char *st_text = json_dumps(R.stages, JSON_COMPACT), st_hash[65];
+  sl_sha256_hex(st_text ? st_text : "", st_text ? strlen(st_text) : 0, st_hash);
+  free(st_text);
+  memcpy(R.stages_tag, st_hash, 8);
   const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
                        "status=\"503\""};
   sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_err};
