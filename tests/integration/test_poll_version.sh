@@ -12,22 +12,11 @@
 #      apply) leaves the version alone: still 304;
 #   4. an ETag with another polling hint or another stage list -> 200.
 source "$(dirname "$0")/lib.sh"
-B=$SLUICE_KAFKA_BROKERS
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
 export HARNESS_STAGE=hpollv
-harness_topics 1
-fake_up 100 100 0
-stages_up
-# a new Redis: materialize rebuilds the (empty) view first, and while it
-# does an unknown id is 503 view_rebuilding, not 404
-marked() { test "$(RC EXISTS sl:view:epoch)" = 1; }
-check "the view marker is set" wait_for 60 marked
-
-espeak-ng -s 140 -w "$work/a1.wav" "I usually go hiking on weekends with my friends."
-espeak-ng -s 140 -w "$work/a2.wav" "My favourite food is kimchi stew."
-new_submission "$work/a1.wav" "$work/a2.wav"
+two_answers "$work"
 # get [CURL ARGS...]: GET the view with $TOKEN; status code out, headers in
 # $work/h, body in $work/b
 get() {
@@ -98,12 +87,7 @@ check "the new ETag -> 304" test "$(get -H "If-None-Match: $e2")" = 304
 # a late FAILED for question 1 (the runtime's dead-letter hook, through
 # sluice-harness): lower than done, so the apply ignores it
 v2=$(RC HGET "sl:sub:$SID" v)
-seq0=$(RC GET sl:view:seq)
-harness_up
-printf '%s\t%s\n' "$SID/1" '{"permanent":true}' | kcat -P -b "$B" -t hpollv.in -K $'\t'
-applied() { test "$(RC GET sl:view:seq)" -gt "$seq0"; }
-check "the late FAILED reached the apply" wait_for 30 applied
-harness_down
+late_failed "$SID/1"
 check "  question 1 is still done" jqe '.questions[0].state == "done"' "$(view_of "$SID" "$TOKEN")"
 check "  the version did not move ($v2 -> $(RC HGET "sl:sub:$SID" v))" test "$(RC HGET "sl:sub:$SID" v)" = "$v2"
 check "  the ETag still gets 304" test "$(get -H "If-None-Match: $e2")" = 304
