@@ -60,6 +60,7 @@ typedef struct {
   char *cors_origins;
   int64_t max_streams;
   int64_t heartbeat_ms;
+  int64_t version_cache;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
@@ -75,10 +76,14 @@ const sl_conf_entry sl__results_table[] = {
     {"results.heartbeat_ms", SL_CONF_INT, "15000", offsetof(results_conf, heartbeat_ms),
      "how often every open event stream gets a comment line, so proxies and clients "
      "see it alive", 0},
+    {"results.version_cache", SL_CONF_INT, "16384", offsetof(results_conf, version_cache),
+     "submissions whose version this process keeps to answer polls' 304 without Redis "
+     "(about 300 bytes each; kept current by the change feed, at most 1 s old; 0: off)", 0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
 
 typedef struct sse sse; /* an open event stream */
+typedef struct vslot vslot; /* a slot of the version cache (fresh_304) */
 #define SSE_BUCKETS 4096
 
 typedef struct {
@@ -97,6 +102,9 @@ typedef struct {
   unsigned gen;              /* catch-up round (on_feed) */
   sl_metric *m_streams, *m_events;
   sl_aredis *ar;             /* polls' version reads (fresh_304) */
+  vslot *vcache;             /* results.version_cache slots, or NULL */
+  size_t nvcache;
+  uv_loop_t *loop;
   sl_aredis *feed;           /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
   uv_timer_t feed_timer, hb_timer;
   char feed_id[64];          /* the last entry read; "": take the newest first */
@@ -213,21 +221,85 @@ static int parse_etag(const results *R, const char *inm, char version[25], int *
  * client's ETag names the version it has; if the submission is still at
  * that version the view has not changed since (the version moves in the
  * same atomic write as any change), and the polling hint is recomputed from
- * the age (a hint of 0 — complete, or past 10 minutes — stays 0). The HMGET
- * goes out on the asynchronous connection, pipelined with other polls', so
- * the loop serves other requests meanwhile (the request is held: its
- * headers stay valid until it is answered). Anything but a match — another
+ * the age (a hint of 0 — complete, or past 10 minutes — stays 0). The four
+ * fields (v, user, token, accepted_at_ms) come from the version cache when
+ * it has them (below), else from an HMGET on the asynchronous connection,
+ * pipelined with other polls' (the request is held meanwhile: its headers
+ * stay valid until it is answered). Anything but a match — another
  * version, a credential that does not match, Redis trouble — takes the
- * full path (get_submission with VIEW_FULL). */
+ * full path (get_submission with VIEW_FULL).
+ *
+ * The version cache: results.version_cache slots, one per submission by
+ * hash (a collision replaces), each the four fields as an HMGET read them.
+ * A slot is used only while the change feed is being read (on_feed) and for
+ * VCACHE_TTL_MS after it was filled; every feed entry drops its
+ * submission's slot, and a feed failure drops them all. An HMGET whose slot
+ * was dropped while it was on its way does not fill it (the slot's
+ * generation moved), so a slot never holds a version older than a change
+ * the feed has delivered; a poll is at most as stale as the feed is late
+ * (milliseconds), or VCACHE_TTL_MS with the feed off. */
+#define VCACHE_TTL_MS 1000
+
+struct vslot {
+  char sid[37];              /* "" empty */
+  char v[25];
+  char user[SL__USER_MAX + 1];
+  char token[65];
+  int64_t accepted_ms;
+  uint64_t filled_ms;        /* uv_now */
+  unsigned gen;              /* moves whenever the slot is dropped */
+};
+
+static vslot *vcache_slot(results *R, const char *sid) {
+  if (!R->vcache) return NULL;
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *p = sid; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+  return &R->vcache[h % R->nvcache];
+}
+
+static void vcache_drop(results *R, const char *sid) {
+  vslot *e = vcache_slot(R, sid);
+  if (e) e->gen++; /* also an HMGET on its way for another submission of the slot */
+  if (e && strcmp(e->sid, sid) == 0) e->sid[0] = '\0';
+}
+
+static void vcache_clear(results *R) {
+  for (size_t i = 0; R->vcache && i < R->nvcache; i++) {
+    R->vcache[i].sid[0] = '\0';
+    R->vcache[i].gen++;
+  }
+}
+
 typedef struct {
   results *R;
   sl_http_req *req;
   const char *cred, *inm; /* in the held request */
   int after_c;
+  unsigned gen;           /* the slot's when the HMGET went out */
   char sid[37], version[25], user[SL__USER_MAX + 1];
 } poll304;
 
 static void get_submission(results *R, sl_http_req *req, const char *sid, int mode);
+
+/* 1 when the 304 was sent from the fields f (v, user, token,
+ * accepted_at_ms; any may be NULL). */
+static int decide_304(results *R, const poll304 *p, const char *const f[4]) {
+  if (!f[0] || !f[3] || strcmp(f[0], p->version) != 0 ||
+      !may_read(p->sid, f[1], f[2], p->user, p->cred))
+    return 0;
+  int after =
+      p->after_c == 0 ? 0 : poll_after_s((sl_now_ms() - strtoll(f[3], NULL, 10)) / 1000, 0);
+  if (after != p->after_c) return 0;
+  char headers[256];
+  if (after > 0)
+    snprintf(headers, sizeof headers,
+             "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n", p->inm, after);
+  else
+    snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", p->inm);
+  sl_metric_add(R->m_304, 1);
+  sl_http_respond(p->req, 304, NULL, headers, NULL, 0);
+  return 1;
+}
 
 static void on_poll304(redisReply *rep, void *ud) {
   poll304 *p = ud;
@@ -237,41 +309,44 @@ static void on_poll304(redisReply *rep, void *ud) {
     const char *f[4];
     for (size_t i = 0; i < 4; i++)
       f[i] = rep->element[i]->type == REDIS_REPLY_STRING ? rep->element[i]->str : NULL;
-    if (f[0] && f[3] && strcmp(f[0], p->version) == 0 &&
-        may_read(p->sid, f[1], f[2], p->user, p->cred)) {
-      int after = p->after_c == 0
-                      ? 0
-                      : poll_after_s((sl_now_ms() - strtoll(f[3], NULL, 10)) / 1000, 0);
-      if (after == p->after_c) {
-        char headers[256];
-        if (after > 0)
-          snprintf(headers, sizeof headers,
-                   "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n", p->inm, after);
-        else
-          snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", p->inm);
-        sl_metric_add(R->m_304, 1);
-        sl_http_respond(p->req, 304, NULL, headers, NULL, 0);
-        sent = 1;
-      }
+    vslot *e = vcache_slot(R, p->sid);
+    if (e && e->gen == p->gen && f[0] && f[1] && f[2] && f[3] && strlen(f[0]) < sizeof e->v &&
+        strlen(f[1]) < sizeof e->user && strlen(f[2]) < sizeof e->token) {
+      snprintf(e->sid, sizeof e->sid, "%s", p->sid);
+      snprintf(e->v, sizeof e->v, "%s", f[0]);
+      snprintf(e->user, sizeof e->user, "%s", f[1]);
+      snprintf(e->token, sizeof e->token, "%s", f[2]);
+      e->accepted_ms = strtoll(f[3], NULL, 10);
+      e->filled_ms = uv_now(R->loop);
     }
+    sent = decide_304(R, p, f);
   }
   if (!sent) get_submission(R, p->req, p->sid, VIEW_FULL);
   free(p);
 }
 
-/* 1 when the request was taken over (answered later by on_poll304). */
+/* 1 when the request was answered (a 304 from the version cache) or taken
+ * over (answered later by on_poll304). */
 static int fresh_304(results *R, sl_http_req *req, const char *sid, const char *cred,
                      const char *user) {
   const char *inm = sl_http_req_header(req, "If-None-Match");
-  char version[25];
-  int after_c;
-  if (!inm || !parse_etag(R, inm, version, &after_c) || !sl_aredis_connected(R->ar)) return 0;
+  poll304 q = {.R = R, .req = req, .cred = cred, .inm = inm};
+  if (!inm || !parse_etag(R, inm, q.version, &q.after_c)) return 0;
+  snprintf(q.sid, sizeof q.sid, "%s", sid);
+  snprintf(q.user, sizeof q.user, "%s", user);
+  vslot *e = vcache_slot(R, sid);
+  if (e && strcmp(e->sid, sid) == 0 && R->feed_id[0] && !R->feed_lost &&
+      uv_now(R->loop) - e->filled_ms < VCACHE_TTL_MS) {
+    char acc[32];
+    snprintf(acc, sizeof acc, "%lld", (long long)e->accepted_ms);
+    const char *f[4] = {e->v, e->user, e->token, acc};
+    return decide_304(R, &q, f); /* a miss: the full path */
+  }
+  if (!sl_aredis_connected(R->ar)) return 0;
   poll304 *p = malloc(sizeof *p);
   if (!p) return 0;
-  *p = (poll304){.R = R, .req = req, .cred = cred, .inm = inm, .after_c = after_c};
-  snprintf(p->sid, sizeof p->sid, "%s", sid);
-  snprintf(p->version, sizeof p->version, "%s", version);
-  snprintf(p->user, sizeof p->user, "%s", user);
+  *p = q;
+  p->gen = e ? e->gen : 0;
   char hkey[96];
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   const char *argv[] = {"HMGET", hkey, "v", "user", "token", "accepted_at_ms"};
@@ -620,6 +695,7 @@ static void on_feed(redisReply *rep, void *ud) {
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     R->feed_id[0] = '\0';
     R->feed_lost = 1;
+    vcache_clear(R);
     uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
     return;
   }
@@ -655,8 +731,9 @@ static void on_feed(redisReply *rep, void *ud) {
       if (e->elements != 2 || e->element[1]->elements != 4) continue;
       snprintf(R->feed_id, sizeof R->feed_id, "%s", e->element[0]->str);
       const char *k = e->element[1]->element[1]->str, *v = e->element[1]->element[3]->str;
-      if (strncmp(k, "sl:sub:", 7) == 0 && R->nstreams > 0)
-        sse_refresh(R, k + 7, strtoll(v, NULL, 10));
+      if (strncmp(k, "sl:sub:", 7) != 0) continue;
+      vcache_drop(R, k + 7);
+      if (R->nstreams > 0) sse_refresh(R, k + 7, strtoll(v, NULL, 10));
     }
   }
   feed_read(R);
@@ -676,6 +753,7 @@ static void feed_read(results *R) {
   if (rc != 0) { /* not connected: try again shortly */
     R->feed_id[0] = '\0';
     R->feed_lost = 1;
+    vcache_clear(R);
     uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
   }
 }
@@ -796,6 +874,11 @@ int sl__results_main(int argc, char **argv) {
                            own, 2, "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
+  if (rconf.version_cache > 0) {
+    R.nvcache = (size_t)rconf.version_cache;
+    R.vcache = calloc(R.nvcache, sizeof *R.vcache);
+    if (!R.vcache) R.nvcache = 0;
+  }
   for (size_t k = 0, np = sl_pipeline_nprogress(cc.pipeline); k < np; k++)
     json_array_append_new(R.stages, json_string(sl_pipeline_progress_at(cc.pipeline, k)));
   json_array_append_new(R.stages, json_string("done"));
@@ -815,6 +898,7 @@ int sl__results_main(int argc, char **argv) {
                                   "Question events written to event streams");
   uv_loop_t loop;
   uv_loop_init(&loop);
+  R.loop = &loop;
   char aerr[256] = "";
   rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
   if (rc == 0) rc = sl_redis_new(&R.redis, cc.redis_url);
@@ -859,6 +943,7 @@ int sl__results_main(int argc, char **argv) {
   sl_redis_free(R.redis);
   sl__auth_free(R.auth);
   json_decref(R.stages);
+  free(R.vcache);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

@@ -10,7 +10,10 @@
 #      states it saw never go back, and its last ETag gets 304;
 #   3. a late FAILED for the graded question (lower rank: ignored by the
 #      apply) leaves the version alone: still 304;
-#   4. an ETag with another polling hint or another stage list -> 200.
+#   4. answer 2 uploaded while a client alternates a full GET and a poll:
+#      once a full GET shows the change, the poll after it is 200 (the
+#      version cache follows the change feed);
+#   5. an ETag with another polling hint or another stage list -> 200.
 source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
@@ -91,6 +94,20 @@ late_failed "$SID/1"
 check "  question 1 is still done" jqe '.questions[0].state == "done"' "$(view_of "$SID" "$TOKEN")"
 check "  the version did not move ($v2 -> $(RC HGET "sl:sub:$SID" v))" test "$(RC HGET "sl:sub:$SID" v)" = "$v2"
 check "  the ETag still gets 304" test "$(get -H "If-None-Match: $e2")" = 304
+
+# the 304 path's version cache is kept current by the change feed: once a
+# full GET shows answer 2 moving, a poll made after it is never 304
+put_answer 1 "$work/a2.wav"
+stale=0 moved=0
+for _ in $(seq 600); do
+  st=$(view_of "$SID" "$TOKEN" | jq -r '.questions[1].state')
+  code=$(get -H "If-None-Match: $e2")
+  [[ $st != awaiting_upload && $code == 304 ]] && stale=$((stale + 1))
+  [[ $code == 200 ]] && { moved=1; break; }
+  sleep 0.05
+done
+check "answer 2 moved, and the old ETag got 200" test "$moved" = 1
+check "  never a 304 after a full GET showed the change ($stale)" test "$stale" = 0
 
 ver=${e2%%-*}
 ver=${ver#\"}
