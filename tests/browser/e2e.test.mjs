@@ -7,8 +7,9 @@
 //    decoded by the preflight stage); three graded results appear, are
 //    announced in the aria-live region; once the first GET shows the view
 //    the page follows the server-sent events (EventSource on .../events)
-//    and polls no more; a revisit (reload) shows them again without
-//    recording.
+//    and polls no more; the results process is SIGKILLed and restarted
+//    mid-way and the stream resumes with Last-Event-ID; a revisit (reload)
+//    shows them again without recording.
 // 2. A large answer goes up in S3 multipart parts; parts after the first are
 //    held back by request interception, the page is reloaded mid-upload, the
 //    same file is chosen again and only the missing parts are sent. The
@@ -23,6 +24,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 
 const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
 const PAGE = env('PAGE_URL'), RESULTS = env('RESULTS_URL'), ART = env('ART_DIR');
@@ -31,6 +33,7 @@ const PAGE = env('PAGE_URL'), RESULTS = env('RESULTS_URL'), ART = env('ART_DIR')
 const KEY = env('SLUICE_API_KEY');
 const PAGE_AUTH = `${PAGE}#credential=${encodeURIComponent(KEY)}`;
 const SPEECH = env('SPEECH_WAV'), BIG = env('BIG_WAV'), OUT = env('OUT_DIR');
+const STAGES = env('STAGES_TOOL'); // tools/stages: kills and restarts a stage
 const { chromium } = createRequire(`${env('PW_DIR')}/`)('playwright-core');
 const PHONE = { width: 390, height: 844 };
 
@@ -84,7 +87,9 @@ test('record three answers with the fake microphone and see three grades', { tim
     const polls = [], streams = [], byRequest = new Map();
     page.on('request', (r) => {
       if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.url().includes('/events?')) {
-        streams.push(polls.length); // how many polls came before it
+        const x = { after: polls.length, lastEventId: null };
+        streams.push(x); // Last-Event-ID is added by the network stack: allHeaders() has it
+        r.allHeaders().then((h) => { x.lastEventId = h['last-event-id'] || null; }, () => {});
       } else if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.method() === 'GET') {
         const p = { inm: r.headers()['if-none-match'] || null, status: null, etag: null };
         polls.push(p);
@@ -119,6 +124,16 @@ test('record three answers with the fake microphone and see three grades', { tim
     }
     await shot(page, '1-recorded');
     await page.locator('#send').click();
+    // mid-way, the results process crashes (SIGKILL) and comes back: the
+    // page's EventSource reconnects by itself with Last-Event-ID
+    const events = await page.evaluate(() => new Promise((resolve) => {
+      const t = setInterval(() => { if (poll.es && poll.es.readyState === EventSource.OPEN) { clearInterval(t); resolve(true); } }, 50);
+      setTimeout(() => { clearInterval(t); resolve(false); }, 60_000);
+    }));
+    assert.ok(events, 'the event stream opened');
+    execFileSync(STAGES, ['kill', 'results'], { stdio: 'inherit' });
+    await page.waitForTimeout(1000);
+    execFileSync(STAGES, ['scale', 'results', '1'], { stdio: 'inherit' });
     await page.waitForFunction(() => document.querySelectorAll('.question[data-upload="done"]').length === 3,
                                null, { timeout: 30_000 });
     assert.equal(await page.locator('.question progress').evaluateAll((ps) => ps.every((p) => p.value === 100)), true);
@@ -141,7 +156,13 @@ test('record three answers with the fake microphone and see three grades', { tim
     const first200 = polls.findIndex((p) => p.status === 200);
     assert.ok(first200 >= 0, `a poll saw the view (${JSON.stringify(polls)})`);
     assert.match(polls[first200].etag, /^"\d+-\d+-[0-9a-f]{8}"$/, 'the ETag names the version');
-    assert.deepEqual(streams, [first200 + 1], `one stream, opened after the first 200 (${JSON.stringify(polls)})`);
+    assert.ok(streams.length >= 2, `the stream reconnected after the crash (${JSON.stringify(streams)})`);
+    assert.equal(streams[0].after, first200 + 1, `the stream opened after the first 200 (${JSON.stringify(polls)})`);
+    assert.equal(streams[0].lastEventId, null, 'the first connection starts from nothing');
+    // attempts while results was down never reached it (no headers sent);
+    // the one that did resumes from the last event the page had
+    assert.match(streams.at(-1).lastEventId || '', /^\d+$/,
+                 `the reconnect resumes with Last-Event-ID (${JSON.stringify(streams)})`);
     assert.equal(polls.length, first200 + 1, `no polls after the stream opened (${JSON.stringify(polls)})`);
     await page.waitForFunction(() => document.querySelector('#poll-status').textContent === 'All answers are finished.',
                                null, { timeout: 10_000 }); // the stream's "complete" event
