@@ -30,6 +30,11 @@ extern const size_t sl__nsubcommands;
  * it rebuilds a lost view (stages/materialize/materialize.c). */
 #define SL__VIEW_MARKER "sl:view:epoch"
 
+/* The view's change feed: a Redis stream materialize's apply script appends
+ * {k: "sl:sub:<sid>", v: version} to whenever a question's state changed;
+ * results reads it to push server-sent events (stages/results/results.c). */
+#define SL__VIEW_FEED "sl:view:changes"
+
 /* 1 when the view marker is set, 0 when it is missing (a rebuild is due or
  * under way), SL_EREDIS with err set when Redis cannot say. */
 struct sl_redis;

@@ -16,11 +16,19 @@
  *     the upload id and every finished part are saved in localStorage, so
  *     after a reload the page lists the stored parts and sends only the
  *     missing ones (the file must be chosen again: browsers do not keep it).
- *  4. GET the results URL with If-None-Match: every 2 s for the first 30 s,
- *     then 5 s, 10 s, 30 s; stop after 10 minutes or once all are finished;
- *     never while the tab is hidden. The server's Retry-After and poll object
- *     say the same and win. The submission id and token stay in
- *     localStorage, so a later visit shows the results.
+ *  4. GET the results URL once, then follow its server-sent events
+ *     (EventSource on <results URL>/events, the results token as
+ *     access_token: EventSource cannot send headers): each "question" event
+ *     is that question's new state, "complete" ends it. EventSource
+ *     reconnects by itself with Last-Event-ID, so a dropped stream resumes
+ *     without losing or repeating a change, and it does not stop after 10
+ *     minutes. Where the stream is unavailable (no EventSource, or the
+ *     server refuses the stream: an older server, a proxy, too many
+ *     streams) the page polls instead: GET with If-None-Match every 2 s for
+ *     the first 30 s, then 5 s, 10 s, 30 s; stop after 10 minutes or once
+ *     all are finished; never while the tab is hidden. The server's
+ *     Retry-After and poll object say the same and win. The submission id
+ *     and token stay in localStorage, so a later visit shows the results.
  */
 'use strict';
 
@@ -455,6 +463,7 @@ function stopPolling(text) {
 function schedule(seconds) {
   clearTimeout(poll.timer);
   if (poll.stopped || document.hidden) return; // visibilitychange starts it again
+  if (poll.es) return; // the stream brings the changes
   poll.timer = setTimeout(pollOnce, seconds * 1000);
 }
 
@@ -486,6 +495,10 @@ async function pollStep() {
         return;
       }
       next = poll.view.poll?.retry_after_s || next;
+      if (!poll.streamTried) { // the view is there: follow its events from now on
+        poll.streamTried = true;
+        if (startStream()) return;
+      }
     } else if (r.status === 304) {
       // unchanged; Retry-After (if any) is already in next
     } else if (r.status === 404 && ageS() > 30) {
@@ -503,8 +516,47 @@ async function pollStep() {
   schedule(next || policyDelay(ageS()));
 }
 
+/* A question's new state from the stream, merged into the view. */
+function applyEvent(q) {
+  if (!poll.view) return;
+  const qs = poll.view.questions.filter((x) => x.no !== q.no);
+  qs.push(q);
+  qs.sort((a, b) => a.no - b.no);
+  poll.view.questions = qs;
+  const s = poll.view.summary;
+  s.done = qs.filter((x) => x.state === 'done').length;
+  s.failed = qs.filter((x) => x.state === 'failed').length;
+  renderView(poll.view);
+  $('#poll-status').textContent = `${s.done + s.failed} of ${s.total} finished.`;
+}
+
+/* Follows the submission's events; false when the browser has no
+ * EventSource. A stream the server refuses (EventSource gives up: CLOSED)
+ * falls back to polling; one that drops is resumed by EventSource itself. */
+function startStream() {
+  if (!window.EventSource || poll.stopped) return false;
+  const es = new EventSource(`${sub.results_url}/events?access_token=${encodeURIComponent(sub.token)}`);
+  poll.es = es;
+  clearTimeout(poll.timer);
+  es.addEventListener('open', () => { poll.streamed = true; });
+  es.addEventListener('question', (e) => applyEvent(JSON.parse(e.data)));
+  es.addEventListener('complete', () => {
+    es.close();
+    poll.es = null;
+    stopPolling('All answers are finished.');
+  });
+  es.addEventListener('error', () => {
+    if (es.readyState !== EventSource.CLOSED || poll.es !== es) return; // reconnecting by itself
+    poll.es = null;
+    if (!poll.stopped) schedule(policyDelay(ageS())); // unavailable: poll instead
+  });
+  return true;
+}
+
 function startPolling() {
-  poll = { timer: 0, etag: null, stopped: false, view: null, inflight: false, announced: poll.announced };
+  if (poll.es) poll.es.close();
+  poll = { timer: 0, etag: null, stopped: false, view: null, inflight: false, es: null,
+           streamTried: false, announced: poll.announced };
   const note = setInterval(() => {
     if (poll.stopped || poll.view?.summary?.complete) return clearInterval(note);
     if (ageS() >= LEAVE_NOTE_S) { $('#leave-note').hidden = false; clearInterval(note); }
@@ -513,7 +565,7 @@ function startPolling() {
 }
 
 document.addEventListener('visibilitychange', () => {
-  if (!sub || poll.stopped) return;
+  if (!sub || poll.stopped || poll.es) return;
   if (document.hidden) clearTimeout(poll.timer);
   else pollOnce();
 });

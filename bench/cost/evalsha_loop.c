@@ -104,11 +104,12 @@ static void *run(void *arg) {
     view_of(s, qno, at + s * 1000 + i % 1000, json, sizeof json);
     snprintf(tp, sizeof tp, "results:%ld", i % 12);
     snprintf(off, sizeof off, "%ld", (long)s * questions / 12 + i / 12);
-    const char *argv[] = {eval ? "EVAL" : "EVALSHA", eval ? apply_lua : sha, "5", hkey,
+    const char *argv[] = {eval ? "EVAL" : "EVALSHA", eval ? apply_lua : sha, "6", hkey,
                           "cost:pending", "cost:view:seq", "cost:view:epoch",
-                          "cost:view:applied", q, rank[s], json, "604800", member,
-                          "1796170550000", tp, off, "20", "40", "50", "100000", "100001"};
-    redisAppendCommandArgv(c, 21, argv, NULL);
+                          "cost:view:applied", "cost:view:changes", q, rank[s], json, "604800",
+                          member, "1796170550000", tp, off, "20", "40", "50", "100000",
+                          "100001", "100000"};
+    redisAppendCommandArgv(c, 23, argv, NULL);
     if (++sent < depth && k + 1 < total) continue;
     for (; sent > 0; sent--) {
       redisReply *r = NULL;

@@ -82,6 +82,11 @@ struct conn {
   int counted;        /* one of srv->nconns */
   uv_shutdown_t shut; /* lingering close of a refused connection */
   wreq *held;         /* detached: a response "being written" */
+  /* a streamed response (sl_http_stream_start); the stream is the conn */
+  sl_http_stream_closed_fn on_closed; /* NULL once run */
+  void *stream_ud;
+  size_t max_queued;
+  int streaming;
 };
 
 static http_parser_settings settings;
@@ -119,6 +124,12 @@ static void conn_close(conn *c) {
     sl_http_server *srv = c->srv;
     c->srv = NULL; /* nothing of a closing connection reads it again */
     drained_maybe_free(srv);
+  }
+  if (c->streaming) {
+    c->busy = 0; /* no handler holds a request: freed when the handles close */
+    sl_http_stream_closed_fn fn = c->on_closed;
+    c->on_closed = NULL;
+    if (fn) fn((sl_http_stream *)(void *)c, c->stream_ud);
   }
   c->nclose = 2;
   uv_timer_stop(&c->timer);
@@ -564,6 +575,106 @@ int sl_http_respond_error(sl_http_req *req, int status, const char *code,
   return sl_http_respond(req, status, "application/json", extra, body, p);
 }
 
+/* ---------- streamed responses ---------- */
+
+static sl_http_stream *as_stream(conn *c) { return (sl_http_stream *)(void *)c; }
+static conn *of_stream(sl_http_stream *s) { return (conn *)(void *)s; }
+
+/* A stream's connection is read only to notice the peer closing: what it
+ * sends goes into one small buffer per thread and is dropped. */
+static _Thread_local char discard_buf[512]; /* the loop thread's */
+
+static void on_discard_alloc(uv_handle_t *h, size_t sugg, uv_buf_t *buf) {
+  (void)h;
+  (void)sugg;
+  *buf = uv_buf_init(discard_buf, sizeof discard_buf);
+}
+
+static void on_discard_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  if (nread < 0) conn_close(s->data);
+}
+
+static void on_stream_written(uv_write_t *w, int status) {
+  wreq *r = (wreq *)w;
+  conn *c = r->c;
+  free(r);
+  if (status < 0 && !c->closing) conn_close(c);
+}
+
+int sl_http_stream_write(sl_http_stream *s, const void *data, size_t len) {
+  conn *c = of_stream(s);
+  if (!c || c->closing) return SL_EINVAL;
+  if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > c->max_queued) {
+    conn_close(c);
+    return SL_ETOOBIG;
+  }
+  wreq *w = malloc(sizeof *w + len);
+  if (!w) {
+    conn_close(c);
+    return SL_ENOMEM;
+  }
+  memcpy(w->data, data, len);
+  w->c = c;
+  w->close_after = 0;
+  uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+  if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_stream_written) != 0) {
+    free(w);
+    conn_close(c);
+    return SL_EINVAL;
+  }
+  return 0;
+}
+
+void sl_http_stream_close(sl_http_stream *s) {
+  if (s) conn_close(of_stream(s));
+}
+
+int sl_http_stream_start(sl_http_req *req, int status, const char *ctype, const char *extra,
+                         size_t max_queued, sl_http_stream_closed_fn on_closed, void *ud,
+                         sl_http_stream **out) {
+  if (!req || !req->c || !out || req->c->srv->detached) return SL_EINVAL;
+  conn *c = req->c;
+  if (c->closing) {
+    req->c = NULL;
+    c->busy = 0;
+    if (c->nclose == 0) conn_free(c);
+    return SL_EINVAL;
+  }
+  char head[1536], cors[768];
+  cors_headers(c->srv, req, 0, cors, sizeof cors);
+  int hl = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n%s%s%sConnection: close\r\n%s%s\r\n",
+                    status, reason(status), ctype ? "Content-Type: " : "", ctype ? ctype : "",
+                    ctype ? "\r\n" : "", cors, extra ? extra : "");
+  req->c = NULL;
+  /* the request is over: its buffers go, the connection stays */
+  free(c->arena);
+  free(c->body);
+  free(c->pending);
+  c->arena = c->body = c->pending = NULL;
+  c->arena_len = c->body_len = c->body_cap = c->pending_len = c->pending_cap = 0;
+  c->streaming = 1;
+  c->on_closed = on_closed;
+  c->stream_ud = ud;
+  c->max_queued = max_queued;
+  uv_timer_stop(&c->timer);
+  *out = as_stream(c);
+  if (hl < 0 || (size_t)hl >= sizeof head) {
+    c->on_closed = NULL; /* never started, as far as the caller knows */
+    conn_close(c);
+    return SL_ENOMEM;
+  }
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_discard_alloc, on_discard_read) != 0) {
+    c->on_closed = NULL;
+    conn_close(c);
+    return SL_ENOMEM;
+  }
+  c->on_closed = NULL; /* a failed first write is the caller's error, not a callback */
+  int rc = sl_http_stream_write(as_stream(c), head, (size_t)hl);
+  c->on_closed = on_closed;
+  return rc ? SL_ENOMEM : 0;
+}
+
 /* ---------- accepting ---------- */
 
 /* A new connection on srv's list, its handles initialised (not connected). */
@@ -750,7 +861,7 @@ void sl_http_server_drain(sl_http_server *srv) {
   srv->draining = 1;
   for (conn *c = srv->conns, *n; c; c = n) {
     n = c->next;
-    if (!c->busy) conn_close(c); /* idle or half-received: nothing to answer */
+    if (!c->busy || c->streaming) conn_close(c); /* nothing to answer (a stream just ends) */
   }
   /* after the loop above: a close may free srv only once the listener is closed */
   uv_close((uv_handle_t *)&srv->tcp, on_listener_closed);

@@ -9,15 +9,27 @@
 
 /* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
  * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
- * view marker, KEYS[5] the offsets applied per input partition; ARGV: qno,
+ * view marker, KEYS[5] the offsets applied per input partition, KEYS[6] the
+ * change feed (a Redis stream); ARGV: qno,
  * rank, json, ttl, "<sid>/<qno>", accepted_at_ms, "<topic>:<partition>",
  * offset (the message's; -1: none), then the ranks today of what an older
- * materialize stored as 2..6 (queued, transcribing, grading, failed, done). The highest offset applied per partition
+ * materialize stored as 2..6 (queued, transcribing, grading, failed, done),
+ * then the feed's length (about; 0: no feed). The highest offset applied per partition
  * is what a starting materialize compares with its group's committed
  * offsets (behind_committed()).
  * A question is in the set exactly while its stored rank is 1: it enters
  * when awaiting_upload is written and leaves when a later state replaces it
  * (no ZREM for the statuses after that).
+ * A write also stores the sequence as the question's version v<no> and the
+ * submission's version v, in the same HSET as the state: both change in one
+ * atomic step with the data, and only when the view changed (an ignored
+ * redelivery leaves them), so results decides a 304 from v alone and a
+ * client resuming a stream asks for the questions with v<no> above what it
+ * saw (stages/results/results.c). The sequence is written with %d: Lua's
+ * tostring keeps 14 digits, and a rebuilt view's sequence starts at its
+ * marker × 1000 (materialize.c, watch()).
+ * A write also appends {k: KEYS[1], v: version} to the change feed, which
+ * results reads to push server-sent events: only a change is announced.
  * Returns {1 if written else 0, the sequence after this apply, the marker
  * (nil while the view is missing)}: see went_back(). */
 static const char apply_lua[] =
@@ -30,8 +42,12 @@ static const char apply_lua[] =
     "if r >= 2 and r <= 6 then r = tonumber(ARGV[7 + r]) end\n"
     "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
     "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
-    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3])\n"
+    "local v = string.format('%d', seq)\n"
+    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3], 'v'..ARGV[1], v, 'v', v)\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+    "if ARGV[14] ~= '0' then\n"
+    "  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[14], '*', 'k', KEYS[1], 'v', v)\n"
+    "end\n"
     "if tonumber(ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) end\n"
     "return {1, seq, mk}\n";
 

@@ -8,6 +8,8 @@
  *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
  *   q<no>     JSON view of the question (state, transcript, grade, error)
  *   r<no>     rank of the state stored in q<no>
+ *   v<no>, v  the view's write sequence when q<no> last changed, and when
+ *             any question last did: the submission's version (apply_lua.h)
  *   u<no>:<etag>  the upload's time, written by ingest (first event wins)
  * The hash expires materialize.ttl_s after its last change. The same script
  * keeps "<sid>/<no>" in the sorted set SL__PENDING while the question awaits
@@ -86,6 +88,7 @@
 typedef struct {
   int64_t ttl_s;
   int64_t watch_interval_ms;
+  int64_t feed_len;
 } mat_conf;
 
 const sl_conf_entry sl__materialize_table[] = {
@@ -94,6 +97,9 @@ const sl_conf_entry sl__materialize_table[] = {
     {"materialize.watch_interval_ms", SL_CONF_INT, "1000", offsetof(mat_conf, watch_interval_ms),
      "how often the view marker is checked; a missing marker (Redis lost its data) "
      "rebuilds the view from the topics", 0},
+    {"materialize.feed_len", SL_CONF_INT, "100000", offsetof(mat_conf, feed_len),
+     "changes kept (about) in the Redis stream " SL__VIEW_FEED " that results reads for "
+     "server-sent events; 0: no feed (no events)", 0},
 };
 const size_t sl__materialize_table_len =
     sizeof sl__materialize_table / sizeof sl__materialize_table[0];
@@ -110,7 +116,7 @@ typedef struct {
   /* today's ranks of what an older materialize stored as 2..6 (queued,
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
-  sl_redis_script apply, record, release; /* by SHA-1 (sl_redis_script) */
+  sl_redis_script apply, record, release, raise; /* by SHA-1 (sl_redis_script) */
 } mat;
 
 
@@ -236,6 +242,13 @@ static char *status_view(const Sluice__V1__QuestionStatus *st, const char *label
 
 /* KEYS[1] the offsets applied per partition; ARGV "<topic>:<partition>",
  * offset: raised to offset if lower. */
+/* KEYS[1] a counter; ARGV[1]: raised to this if lower. */
+static const char raise_lua[] =
+    "if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1])\n"
+    "end\n"
+    "return 0\n";
+
 static const char record_lua[] =
     "if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1') then\n"
     "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
@@ -281,7 +294,8 @@ typedef struct {
   const char *argv_fixed[24];
   char **owned; /* the HSET's strings */
   size_t nowned;
-  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32], qview[256];
+  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32], qview[256],
+      feed[32];
   char back_marker[32]; /* a marker to delete (went_back), or "" */
   char err[256];
 } work;
@@ -347,15 +361,16 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   snprintf(w->ttl, sizeof w->ttl, "%lld", (long long)M->mc->ttl_s);
   snprintf(w->member, sizeof w->member, "%s/%u", sid, qno);
   snprintf(w->acc, sizeof w->acc, "%lld", (long long)accepted_ms);
+  snprintf(w->feed, sizeof w->feed, "%lld", (long long)(M->mc->feed_len > 0 ? M->mc->feed_len : 0));
   const char(*was)[16] = M->legacy_rank;
   const char *argv[] = {w->hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER, VIEW_APPLIED,
-                        w->q,    w->r,        json,     w->ttl,          w->member,
-                        w->acc,  w->tp,       w->off,   was[0],          was[1],
-                        was[2],  was[3],      was[4]};
+                        SL__VIEW_FEED, w->q,  w->r,   json,     w->ttl,
+                        w->member, w->acc,    w->tp,  w->off,   was[0],
+                        was[1],    was[2],    was[3], was[4],   w->feed};
   memcpy(w->argv_fixed, argv, sizeof argv);
   w->script = &M->apply;
-  w->nkeys = 5;
-  w->argc = 18;
+  w->nkeys = 6;
+  w->argc = 20;
 }
 
 /* HSET of the submission's meta and its questions' specs, in one command. */
@@ -811,6 +826,14 @@ static void *watch(void *arg) {
       else
         snprintf(epoch, sizeof epoch, "%lld", (long long)sl_now_ms());
       if (rep) freeReplyObject(rep);
+      /* versions in the rebuilt view (apply_lua.h) start above any of the
+       * lost one: its sequence is at most the previous marker × 1000 plus
+       * its applies, fewer than 1000 a millisecond */
+      char base[40];
+      snprintf(base, sizeof base, "%s000", epoch);
+      const char *raise[] = {VIEW_SEQ, base};
+      rep = sl_redis_eval(r, &M->raise, 1, 2, raise, NULL, err, sizeof err);
+      if (rep) freeReplyObject(rep);
       if (rebuild(M) == 0) {
         /* set only now: a crash mid-rebuild rebuilds again on restart */
         const char *set[] = {"SET", MARKER, epoch};
@@ -843,6 +866,7 @@ int sl__materialize_main(int argc, char **argv) {
   sl_redis_script_init(&M.apply, apply_lua);
   sl_redis_script_init(&M.record, record_lua);
   sl_redis_script_init(&M.release, sl_claim_release_lua);
+  sl_redis_script_init(&M.raise, raise_lua);
   static const char *const legacy[] = {"queued", "transcribing", "grading", "failed", "done"};
   for (size_t i = 0; i < 5; i++) {
     int now = sl_pipeline_progress_rank(cc.pipeline, legacy[i]);

@@ -14,12 +14,27 @@
  * not in Redis is 503 view_rebuilding with Retry-After. The token
  * check hashes sid, owner and token together (stages/auth/auth.h) and
  * compares in constant time.
- * Replies carry an ETag (sha256 of the body) and honour If-None-Match with
- * 304; Cache-Control: no-store. Retry-After and the body's "poll" object
- * carry the polling policy (poll_after_s), including when to stop.
+ * Replies carry an ETag and honour If-None-Match with 304; Cache-Control:
+ * no-store. The ETag names the submission's version (the view's write
+ * sequence at its last change, kept by materialize's apply script in the
+ * same atomic write as the change), the polling hint and the stage list;
+ * so a poll whose ETag names the current version is answered 304 from one
+ * HMGET of four fields (fresh_304), without reading or rendering the view.
+ * Memory per open event stream: the connection's handles and this file's
+ * struct sse (about 2 KB measured by bench/sse/run; the request's buffers are released when the
+ * stream starts, sl_http_stream_start), plus what waits for a slow reader
+ * (at most SSE_MAX_QUEUED).
+ * A view written before versions existed gets the sha256 of its body.
+ * Retry-After and the body's "poll" object carry the polling policy
+ * (poll_after_s), including when to stop.
  *
- * @locality single thread (libuv loop); Redis calls are synchronous on the
- * loop (sub-millisecond on the same host).
+ * GET /v1/submissions/{id}/events streams the same view as server-sent
+ * events (see "server-sent events" below).
+ *
+ * @locality single thread (libuv loop). The full view and the credential
+ * lookups are synchronous Redis calls on the loop (sub-millisecond on the
+ * same host); a poll's version check and the change feed go on two
+ * asynchronous connections, so the loop serves other requests meanwhile.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -30,6 +45,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "sluice/sl_aredis.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_id.h"
@@ -42,6 +58,9 @@ typedef struct {
   char *listen;
   int64_t max_connections;
   char *cors_origins;
+  int64_t max_streams;
+  int64_t heartbeat_ms;
+  int64_t version_cache;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
@@ -51,8 +70,21 @@ const sl_conf_entry sl__results_table[] = {
      "open connections at once; more get 503 and are closed", 0},
     {"results.cors_origins", SL_CONF_STR, "", offsetof(results_conf, cors_origins),
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
+    {"results.max_streams", SL_CONF_INT, "10000", offsetof(results_conf, max_streams),
+     "server-sent event streams open at once; more get 503 too_many_streams (each is also "
+     "one of results.max_connections)", 0},
+    {"results.heartbeat_ms", SL_CONF_INT, "15000", offsetof(results_conf, heartbeat_ms),
+     "how often every open event stream gets a comment line, so proxies and clients "
+     "see it alive", 0},
+    {"results.version_cache", SL_CONF_INT, "16384", offsetof(results_conf, version_cache),
+     "submissions whose version this process keeps to answer polls' 304 without Redis "
+     "(about 300 bytes each; kept current by the change feed, at most 1 s old; 0: off)", 0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
+
+typedef struct sse sse; /* an open event stream */
+typedef struct vslot vslot; /* a slot of the version cache (fresh_304) */
+#define SSE_BUCKETS 4096
 
 typedef struct {
   sl_common_conf *cc;
@@ -63,6 +95,21 @@ typedef struct {
   sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
   sl__auth *auth;
   json_t *stages; /* the pipeline's progress labels, then "done" (built once) */
+  char stages_tag[9]; /* 8 hex of their sha256: in every versioned ETag */
+  /* server-sent events */
+  sse *streams[SSE_BUCKETS]; /* by submission (sid_bucket) */
+  size_t nstreams;
+  unsigned gen;              /* catch-up round (on_feed) */
+  sl_metric *m_streams, *m_events;
+  sl_aredis *ar;             /* polls' version reads (fresh_304) */
+  vslot *vcache;             /* results.version_cache slots, or NULL */
+  size_t nvcache;
+  uv_loop_t *loop;
+  sl_aredis *feed;           /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
+  uv_timer_t feed_timer, hb_timer;
+  char feed_id[64];          /* the last entry read; "": take the newest first */
+  int feed_lost;             /* the feed failed: every stream catches up */
+  int stopping;
 } results;
 
 static int valid_id(const char *s) {
@@ -129,28 +176,232 @@ static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_
   return 1;
 }
 
+/* What a request reads the view for: a poll (a 304 may be decided from the
+ * version), the full view, or an event stream (the token may come in the
+ * query). */
+enum { VIEW_POLL, VIEW_FULL, VIEW_EVENTS };
+
+/* Whether the credential may read submission sid, whose hash holds owner
+ * and tok (the results token's hash; either may be NULL): user is the
+ * caller an API key or JWT named, "" for a results token. */
+static int may_read(const char *sid, const char *owner, const char *tok, const char *user,
+                    const char *cred) {
+  if (owner && user[0]) return sl_secure_equal(owner, user);
+  if (!owner || !tok || user[0]) return 0;
+  char token_hash[65];
+  return sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
+         sl_secure_equal(tok, token_hash);
+}
+
+/* A versioned ETag: "<version>-<retry_after_s>-<stages_tag>". The body is
+ * a function of the view at that version (written atomically with it,
+ * apply_lua.h), of the polling hint and of this process's stage list, so
+ * equal ETags mean equal bodies. */
+static void versioned_etag(const results *R, const char *version, int after, char *out,
+                           size_t len) {
+  snprintf(out, len, "\"%.24s-%d-%s\"", version, after, R->stages_tag);
+}
+
+/* Parses a versioned ETag sent back in If-None-Match: 1 with its version
+ * (digits) and hint, 0 when it is not one of this process's. */
+static int parse_etag(const results *R, const char *inm, char version[25], int *after) {
+  size_t n = strspn(inm + (inm[0] == '"'), "0123456789");
+  if (inm[0] != '"' || n == 0 || n > 24 || inm[1 + n] != '-') return 0;
+  memcpy(version, inm + 1, n);
+  version[n] = '\0';
+  const char *p = inm + 2 + n;
+  size_t m = strspn(p, "0123456789");
+  if (m == 0 || m > 4 || p[m] != '-') return 0;
+  *after = atoi(p);
+  p += m + 1;
+  return strncmp(p, R->stages_tag, 8) == 0 && p[8] == '"' && p[9] == '\0';
+}
+
+/* The 304 decided from four small fields instead of the whole view: the
+ * client's ETag names the version it has; if the submission is still at
+ * that version the view has not changed since (the version moves in the
+ * same atomic write as any change), and the polling hint is recomputed from
+ * the age (a hint of 0 — complete, or past 10 minutes — stays 0). The four
+ * fields (v, user, token, accepted_at_ms) come from the version cache when
+ * it has them (below), else from an HMGET on the asynchronous connection,
+ * pipelined with other polls' (the request is held meanwhile: its headers
+ * stay valid until it is answered). Anything but a match — another
+ * version, a credential that does not match, Redis trouble — takes the
+ * full path (get_submission with VIEW_FULL).
+ *
+ * The version cache: results.version_cache slots, one per submission by
+ * hash (a collision replaces), each the four fields as an HMGET read them.
+ * A slot is used only while the change feed is being read (on_feed) and for
+ * VCACHE_TTL_MS after it was filled; every feed entry drops its
+ * submission's slot, and a feed failure drops them all. An HMGET whose slot
+ * was dropped while it was on its way does not fill it (the slot's
+ * generation moved), so a slot never holds a version older than a change
+ * the feed has delivered; a poll is at most as stale as the feed is late
+ * (milliseconds), or VCACHE_TTL_MS with the feed off. */
+#define VCACHE_TTL_MS 1000
+
+struct vslot {
+  char sid[37];              /* "" empty */
+  char v[25];
+  char user[SL__USER_MAX + 1];
+  char token[65];
+  int64_t accepted_ms;
+  uint64_t filled_ms;        /* uv_now */
+  unsigned gen;              /* moves whenever the slot is dropped */
+};
+
+static vslot *vcache_slot(results *R, const char *sid) {
+  if (!R->vcache) return NULL;
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *p = sid; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+  return &R->vcache[h % R->nvcache];
+}
+
+static void vcache_drop(results *R, const char *sid) {
+  vslot *e = vcache_slot(R, sid);
+  if (e) e->gen++; /* also an HMGET on its way for another submission of the slot */
+  if (e && strcmp(e->sid, sid) == 0) e->sid[0] = '\0';
+}
+
+static void vcache_clear(results *R) {
+  for (size_t i = 0; R->vcache && i < R->nvcache; i++) {
+    R->vcache[i].sid[0] = '\0';
+    R->vcache[i].gen++;
+  }
+}
+
+typedef struct {
+  results *R;
+  sl_http_req *req;
+  const char *cred, *inm; /* in the held request */
+  int after_c;
+  unsigned gen;           /* the slot's when the HMGET went out */
+  char sid[37], version[25], user[SL__USER_MAX + 1];
+} poll304;
+
+static void get_submission(results *R, sl_http_req *req, const char *sid, int mode);
+
+/* 1 when the 304 was sent from the fields f (v, user, token,
+ * accepted_at_ms; any may be NULL). */
+static int decide_304(results *R, const poll304 *p, const char *const f[4]) {
+  if (!f[0] || !f[3] || strcmp(f[0], p->version) != 0 ||
+      !may_read(p->sid, f[1], f[2], p->user, p->cred))
+    return 0;
+  int after =
+      p->after_c == 0 ? 0 : poll_after_s((sl_now_ms() - strtoll(f[3], NULL, 10)) / 1000, 0);
+  if (after != p->after_c) return 0;
+  char headers[256];
+  if (after > 0)
+    snprintf(headers, sizeof headers,
+             "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n", p->inm, after);
+  else
+    snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", p->inm);
+  sl_metric_add(R->m_304, 1);
+  sl_http_respond(p->req, 304, NULL, headers, NULL, 0);
+  return 1;
+}
+
+static void on_poll304(redisReply *rep, void *ud) {
+  poll304 *p = ud;
+  results *R = p->R;
+  int sent = 0;
+  if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 4) {
+    const char *f[4];
+    for (size_t i = 0; i < 4; i++)
+      f[i] = rep->element[i]->type == REDIS_REPLY_STRING ? rep->element[i]->str : NULL;
+    vslot *e = vcache_slot(R, p->sid);
+    if (e && e->gen == p->gen && f[0] && f[1] && f[2] && f[3] && strlen(f[0]) < sizeof e->v &&
+        strlen(f[1]) < sizeof e->user && strlen(f[2]) < sizeof e->token) {
+      snprintf(e->sid, sizeof e->sid, "%s", p->sid);
+      snprintf(e->v, sizeof e->v, "%s", f[0]);
+      snprintf(e->user, sizeof e->user, "%s", f[1]);
+      snprintf(e->token, sizeof e->token, "%s", f[2]);
+      e->accepted_ms = strtoll(f[3], NULL, 10);
+      e->filled_ms = uv_now(R->loop);
+    }
+    sent = decide_304(R, p, f);
+  }
+  if (!sent) get_submission(R, p->req, p->sid, VIEW_FULL);
+  free(p);
+}
+
+/* 1 when the request was answered (a 304 from the version cache) or taken
+ * over (answered later by on_poll304). */
+static int fresh_304(results *R, sl_http_req *req, const char *sid, const char *cred,
+                     const char *user) {
+  const char *inm = sl_http_req_header(req, "If-None-Match");
+  poll304 q = {.R = R, .req = req, .cred = cred, .inm = inm};
+  if (!inm || !parse_etag(R, inm, q.version, &q.after_c)) return 0;
+  snprintf(q.sid, sizeof q.sid, "%s", sid);
+  snprintf(q.user, sizeof q.user, "%s", user);
+  vslot *e = vcache_slot(R, sid);
+  if (e && strcmp(e->sid, sid) == 0 && R->feed_id[0] && !R->feed_lost &&
+      uv_now(R->loop) - e->filled_ms < VCACHE_TTL_MS) {
+    char acc[32];
+    snprintf(acc, sizeof acc, "%lld", (long long)e->accepted_ms);
+    const char *f[4] = {e->v, e->user, e->token, acc};
+    return decide_304(R, &q, f); /* a miss: the full path */
+  }
+  if (!sl_aredis_connected(R->ar)) return 0;
+  poll304 *p = malloc(sizeof *p);
+  if (!p) return 0;
+  *p = q;
+  p->gen = e ? e->gen : 0;
+  char hkey[96];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  const char *argv[] = {"HMGET", hkey, "v", "user", "token", "accepted_at_ms"};
+  if (sl_aredis_argv(R->ar, on_poll304, p, 6, argv, NULL) == 0) return 1;
+  free(p);
+  return 0;
+}
+
+/* The query's access_token: a results token (hex) for clients that cannot
+ * set headers (a browser's EventSource); NULL when absent or not hex (API
+ * keys and JWTs travel in the Authorization header only). */
+static const char *query_token(sl_http_req *req, char *buf, size_t len) {
+  const char *q = sl_http_req_query(req);
+  for (const char *p = q; p && *p;) {
+    size_t n = strcspn(p, "&");
+    if (strncmp(p, "access_token=", 13) == 0) {
+      size_t t = n - 13;
+      if (t == 0 || t >= len || strspn(p + 13, "0123456789abcdef") < t) return NULL;
+      memcpy(buf, p + 13, t);
+      buf[t] = '\0';
+      return buf;
+    }
+    p += n + (p[n] == '&');
+  }
+  return NULL;
+}
+
 /* Readable by the submission's results token, or by its owner's API key or
  * JWT. Everything else — another user, another submission's token, an
- * unknown id — is the same 404. */
-static void get_submission(results *R, sl_http_req *req, const char *sid) {
+ * unknown id — is the same 404. Returns the submission's hash (HGETALL)
+ * for an allowed caller, or NULL when the request was answered or taken
+ * over (an error; or, for VIEW_POLL, a 304 decided from the version). */
+static redisReply *authorized_view(results *R, sl_http_req *req, const char *sid, int mode) {
   static const char nf[] = "no submission with this id for these credentials";
   sl__cred_kind kind;
+  char qtok[128];
   const char *cred = sl__auth_bearer(req, &kind);
+  if (!cred && mode == VIEW_EVENTS && (cred = query_token(req, qtok, sizeof qtok)))
+    kind = SL__CRED_OTHER;
   if (!cred) {
     unauthorized(R, req, "unauthorized",
                  "send the results token (or the owner's API key or JWT) as "
                  "Authorization: Bearer <credential>");
-    return;
+    return NULL;
   }
   char user[SL__USER_MAX + 1] = "";
   if ((kind == SL__CRED_JWT || kind == SL__CRED_APIKEY) &&
       caller_user(R, req, cred, kind, user) != 0)
-    return;
+    return NULL;
   if (!valid_id(sid)) {
     sl_metric_add(R->m_404, 1);
     sl_http_respond_error(req, 404, "not_found", nf, NULL);
-    return;
+    return NULL;
   }
+  if (mode == VIEW_POLL && fresh_304(R, req, sid, cred, user)) return NULL;
   char hkey[96], err[256];
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   const char *argv[] = {"HGETALL", hkey};
@@ -161,17 +412,10 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     if (rep) freeReplyObject(rep);
     sl_http_respond_error(req, 503, "unavailable", "results are unavailable; retry later",
                           "Retry-After: 2\r\n");
-    return;
+    return NULL;
   }
   const char *tok = field(rep, "token"), *owner = field(rep, "user");
-  int allowed = 0;
-  if (owner && user[0]) {
-    allowed = sl_secure_equal(owner, user);
-  } else if (owner && tok && !user[0]) {
-    char token_hash[65];
-    allowed = sl__results_token_hash(sid, owner, cred, token_hash) == 0 &&
-              sl_secure_equal(tok, token_hash);
-  }
+  int allowed = may_read(sid, owner, tok, user, cred);
   if (!allowed && rep->elements == 0 && sl__view_marker(R->redis, err, sizeof err) == 0) {
     /* Redis lost the view and materialize is replaying the topics: the
      * submission may well exist, so no 404 (a client would give up); the
@@ -181,14 +425,20 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     sl_http_respond_error(req, 503, "view_rebuilding",
                           "results are being rebuilt after a storage fault; retry shortly",
                           "Retry-After: 2\r\n");
-    return;
+    return NULL;
   }
   if (!allowed) {
     freeReplyObject(rep);
     sl_metric_add(R->m_404, 1);
     sl_http_respond_error(req, 404, "not_found", nf, NULL);
-    return;
+    return NULL;
   }
+  return rep;
+}
+
+static void get_submission(results *R, sl_http_req *req, const char *sid, int mode) {
+  redisReply *rep = authorized_view(R, req, sid, mode);
+  if (!rep) return;
   long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
   json_t *qs = json_array();
   int done = 0, failed = 0;
@@ -221,6 +471,12 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
       json_array_set_new(qs, b, x);
     }
   const char *acc = field(rep, "accepted_at_ms");
+  /* the version read in the same HGETALL as the questions: the ETag can
+   * only name the state this body shows */
+  char version[25] = "";
+  const char *vf = field(rep, "v");
+  if (vf && strspn(vf, "0123456789") == strlen(vf) && vf[0] && strlen(vf) < sizeof version)
+    memcpy(version, vf, strlen(vf) + 1);
   int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
   int complete = done + failed == (int)n;
   int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
@@ -237,8 +493,12 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
     return;
   }
   char digest[65], etag[80], headers[256];
-  sl_sha256_hex(text, strlen(text), digest);
-  snprintf(etag, sizeof etag, "\"%.32s\"", digest);
+  if (version[0]) { /* a view a materialize without versions wrote: the body's hash */
+    versioned_etag(R, version, after, etag, sizeof etag);
+  } else {
+    sl_sha256_hex(text, strlen(text), digest);
+    snprintf(etag, sizeof etag, "\"%.32s\"", digest);
+  }
   if (after > 0)
     snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n",
              etag, after);
@@ -255,16 +515,333 @@ static void get_submission(results *R, sl_http_req *req, const char *sid) {
   free(text);
 }
 
+/* ---- server-sent events ------------------------------------------------------
+ *
+ * GET /v1/submissions/{id}/events: the same credentials as the GET (or the
+ * results token as ?access_token=, for EventSource, which cannot send
+ * headers). Every event carries the version at which it happened as its
+ * id: "question" events (the question's view, as in the GET) in version
+ * order, then "complete" (the summary) once every declared question is
+ * done or failed, after which the response ends. The first answer sends
+ * every declared question; a reconnect with Last-Event-ID: N sends only the
+ * questions whose version is above N — their current state, so nothing is
+ * lost and nothing repeated (a state overtaken before it was sent is not
+ * sent: the view keeps only the newest). A reconnect after the end
+ * (complete, nothing above N) gets 204, which stops EventSource.
+ *
+ * The feed: materialize appends {k, v} to the Redis stream SL__VIEW_FEED
+ * whenever a question's state changed (apply_lua.h); this process reads it
+ * with XREAD BLOCK on its own asynchronous connection, and for an entry of
+ * a submission that has streams open here reads the hash once (HGETALL)
+ * and writes each of its streams what it has not seen. After the feed
+ * connection failed (Redis restarted, failed over, lost its data) the
+ * reader takes the feed's newest id again and every open stream catches up
+ * from the hash, so a lost or restarted feed loses nothing either.
+ * Streams are indexed by submission in SSE_BUCKETS lists; a heartbeat
+ * comment goes to every stream each results.heartbeat_ms. */
+
+#define SSE_MAX_QUEUED 65536 /* bytes a slow reader may fall behind: then closed */
+
+struct sse {
+  results *R;
+  sl_http_stream *hs;
+  sse *prev, *next; /* in its bucket */
+  long long last;   /* the highest version sent; -1: none yet */
+  unsigned bucket;
+  unsigned gen;     /* the catch-up round that refreshed it last */
+  char sid[37];
+};
+
+static unsigned sid_bucket(const char *sid) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *sid; sid++) h = (h ^ (uint8_t)*sid) * 16777619u;
+  return h & (SSE_BUCKETS - 1);
+}
+
+static void sse_closed(sl_http_stream *hs, void *ud) {
+  (void)hs;
+  sse *s = ud;
+  results *R = s->R;
+  if (s->prev) s->prev->next = s->next;
+  else R->streams[s->bucket] = s->next;
+  if (s->next) s->next->prev = s->prev;
+  R->nstreams--;
+  sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  free(s);
+}
+
+/* Of a submission's hash: how many questions it declared, and how many of
+ * them are done and failed. */
+static void view_tally(redisReply *rep, long *total, int *done, int *failed) {
+  *total = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
+  *done = *failed = 0;
+  for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+    const char *f = rep->element[i]->str, *q = rep->element[i + 1]->str;
+    char spec[32];
+    snprintf(spec, sizeof spec, "spec%.20s", f + 1);
+    if (f[0] != 'q' || !field(rep, spec)) continue;
+    /* the view JSON is compact: these cannot stand inside a string value */
+    if (strstr(q, "\"state\":\"done\"")) (*done)++;
+    else if (strstr(q, "\"state\":\"failed\"")) (*failed)++;
+  }
+}
+
+typedef struct {
+  long long v;
+  const char *json;
+} qchange;
+
+static int by_version(const void *a, const void *b) {
+  long long x = ((const qchange *)a)->v, y = ((const qchange *)b)->v;
+  return (x > y) - (x < y);
+}
+
+/* Writes s what it has not seen of the view rep (a submission's HGETALL);
+ * ends the stream after "complete". May close s (a write failed): the
+ * caller must not use s afterwards. */
+static void sse_send(sse *s, redisReply *rep) {
+  results *R = s->R;
+  size_t nq = 0, cap = rep->elements / 2 + 1;
+  qchange *ch = calloc(cap, sizeof *ch);
+  if (!ch) {
+    sl_http_stream_close(s->hs);
+    return;
+  }
+  for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+    const char *f = rep->element[i]->str;
+    if (f[0] != 'q') continue;
+    char spec[32], vf[32];
+    snprintf(spec, sizeof spec, "spec%.20s", f + 1);
+    snprintf(vf, sizeof vf, "v%.20s", f + 1);
+    const char *q = rep->element[i + 1]->str;
+    if (!field(rep, spec) || strchr(q, '\n')) continue; /* not declared; never in one data line */
+    const char *v = field(rep, vf);
+    long long ver = v ? strtoll(v, NULL, 10) : 0;
+    if (ver > s->last) ch[nq++] = (qchange){ver, q};
+  }
+  qsort(ch, nq, sizeof *ch, by_version);
+  long total;
+  int done, failed;
+  view_tally(rep, &total, &done, &failed);
+  const char *vs = field(rep, "v");
+  long long version = vs ? strtoll(vs, NULL, 10) : 0;
+  int complete = total > 0 && done + failed == (int)total;
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < nq; i++) {
+    size_t len = strlen(ch[i].json);
+    char *ev = malloc(len + 64);
+    if (!ev) {
+      rc = SL_ENOMEM;
+      break;
+    }
+    int hl = snprintf(ev, 64, "id: %lld\nevent: question\ndata: ", ch[i].v);
+    memcpy(ev + hl, ch[i].json, len);
+    memcpy(ev + hl + len, "\n\n", 2);
+    rc = sl_http_stream_write(s->hs, ev, (size_t)hl + len + 2);
+    free(ev);
+    if (rc == 0) {
+      s->last = ch[i].v;
+      sl_metric_add(R->m_events, 1);
+    }
+  }
+  free(ch);
+  if (rc) return; /* closed by the failed write (or closing it below) */
+  if (version > s->last) s->last = version;
+  if (complete) {
+    char ev[256];
+    int n = snprintf(ev, sizeof ev,
+                     "id: %lld\nevent: complete\ndata: {\"summary\":{\"total\":%ld,\"done\":%d,"
+                     "\"failed\":%d,\"complete\":true}}\n\n",
+                     s->last, total, done, failed);
+    if (sl_http_stream_write(s->hs, ev, (size_t)n) == 0) sl_http_stream_close(s->hs);
+  }
+}
+
+/* Every stream of submission sid that has seen less than version (-1:
+ * every stream of it) gets what changed, from one read of the hash. */
+static void sse_refresh(results *R, const char *sid, long long version) {
+  sse *first = NULL;
+  for (sse *s = R->streams[sid_bucket(sid)]; s; s = s->next)
+    if (strcmp(s->sid, sid) == 0 && (version < 0 || s->last < version)) {
+      first = s;
+      break;
+    }
+  if (!first) return;
+  char hkey[96], err[256];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  const char *argv[] = {"HGETALL", hkey};
+  redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
+  for (sse *s = first, *next; s; s = next) {
+    next = s->next; /* sse_send may close (free) s, never another stream */
+    if (strcmp(s->sid, sid) != 0 || (version >= 0 && s->last >= version)) continue;
+    s->gen = R->gen;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0)
+      sl_http_stream_close(s->hs); /* the client reconnects with its Last-Event-ID */
+    else
+      sse_send(s, rep);
+  }
+  if (rep) freeReplyObject(rep);
+}
+
+static void feed_read(results *R);
+
+static void on_feed_retry(uv_timer_t *t) { feed_read(t->data); }
+
+/* The answer to XREAD (or, with R->feed_id empty, to XREVRANGE for the
+ * newest id). NULL: the connection failed; catch up once it is back. */
+static void on_feed(redisReply *rep, void *ud) {
+  results *R = ud;
+  if (R->stopping) return;
+  if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    R->feed_id[0] = '\0';
+    R->feed_lost = 1;
+    vcache_clear(R);
+    uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
+    return;
+  }
+  if (!R->feed_id[0]) { /* XREVRANGE feed + - COUNT 1 */
+    snprintf(R->feed_id, sizeof R->feed_id, "%s",
+             rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+                     rep->element[0]->elements == 2
+                 ? rep->element[0]->element[0]->str
+                 : "0-0");
+    if (R->feed_lost) { /* what came while the feed was not read: from the hashes */
+      R->feed_lost = 0;
+      R->gen++;
+      /* a refresh may close any stream of its submission: after each, the
+       * bucket is scanned again for a stream this round has not refreshed */
+      for (size_t b = 0; b < SSE_BUCKETS; b++)
+        for (sse *s = R->streams[b]; s;) {
+          if (s->gen == R->gen) {
+            s = s->next;
+            continue;
+          }
+          sse_refresh(R, s->sid, -1);
+          s = R->streams[b];
+        }
+    }
+    feed_read(R);
+    return;
+  }
+  /* XREAD: [[key, [[id, [k, "sl:sub:<sid>", v, "<version>"]], ...]]] or nil */
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->elements == 2) {
+    const redisReply *entries = rep->element[0]->element[1];
+    for (size_t i = 0; i < entries->elements; i++) {
+      const redisReply *e = entries->element[i];
+      if (e->elements != 2 || e->element[1]->elements != 4) continue;
+      snprintf(R->feed_id, sizeof R->feed_id, "%s", e->element[0]->str);
+      const char *k = e->element[1]->element[1]->str, *v = e->element[1]->element[3]->str;
+      if (strncmp(k, "sl:sub:", 7) != 0) continue;
+      vcache_drop(R, k + 7);
+      if (R->nstreams > 0) sse_refresh(R, k + 7, strtoll(v, NULL, 10));
+    }
+  }
+  feed_read(R);
+}
+
+static void feed_read(results *R) {
+  if (R->stopping) return;
+  int rc;
+  if (!R->feed_id[0]) {
+    const char *argv[] = {"XREVRANGE", SL__VIEW_FEED, "+", "-", "COUNT", "1"};
+    rc = sl_aredis_argv(R->feed, on_feed, R, 6, argv, NULL);
+  } else {
+    const char *argv[] = {"XREAD", "COUNT", "512", "BLOCK", "1000", "STREAMS", SL__VIEW_FEED,
+                          R->feed_id};
+    rc = sl_aredis_argv(R->feed, on_feed, R, 8, argv, NULL);
+  }
+  if (rc != 0) { /* not connected: try again shortly */
+    R->feed_id[0] = '\0';
+    R->feed_lost = 1;
+    vcache_clear(R);
+    uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
+  }
+}
+
+static void on_heartbeat(uv_timer_t *t) {
+  results *R = t->data;
+  for (size_t b = 0; b < SSE_BUCKETS; b++)
+    for (sse *s = R->streams[b], *next; s; s = next) {
+      next = s->next;
+      sl_http_stream_write(s->hs, ":\n\n", 3); /* may close s */
+    }
+}
+
+static void open_events(results *R, sl_http_req *req, const char *sid) {
+  redisReply *rep = authorized_view(R, req, sid, VIEW_EVENTS);
+  if (!rep) return;
+  if (R->nstreams >= (size_t)R->rc->max_streams) {
+    freeReplyObject(rep);
+    sl_metric_add(R->m_err, 1);
+    sl_http_respond_error(req, 503, "too_many_streams",
+                          "this results process holds as many event streams as it may; poll, "
+                          "or retry later",
+                          "Retry-After: 5\r\n");
+    return;
+  }
+  long long last = -1;
+  const char *lei = sl_http_req_header(req, "Last-Event-ID");
+  if (lei && lei[0] && strlen(lei) <= 18 && strspn(lei, "0123456789") == strlen(lei))
+    last = strtoll(lei, NULL, 10);
+  sse *s = calloc(1, sizeof *s);
+  if (!s) {
+    freeReplyObject(rep);
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return;
+  }
+  *s = (sse){.R = R, .last = last, .bucket = sid_bucket(sid)};
+  snprintf(s->sid, sizeof s->sid, "%s", sid);
+  /* after the end: nothing above its id will come */
+  const char *vs = field(rep, "v");
+  long total;
+  int done, failed;
+  view_tally(rep, &total, &done, &failed);
+  if (last >= 0 && vs && last >= strtoll(vs, NULL, 10) && total > 0 && done + failed == total) {
+    freeReplyObject(rep);
+    free(s);
+    sl_http_respond(req, 204, NULL, "Cache-Control: no-store\r\n", NULL, 0);
+    return;
+  }
+  if (sl_http_stream_start(req, 200, "text/event-stream",
+                           "Cache-Control: no-store\r\nX-Accel-Buffering: no\r\n", SSE_MAX_QUEUED,
+                           sse_closed, s, &s->hs) != 0) {
+    freeReplyObject(rep);
+    free(s);
+    return;
+  }
+  s->next = R->streams[s->bucket];
+  if (s->next) s->next->prev = s;
+  R->streams[s->bucket] = s;
+  R->nstreams++;
+  sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  sl_metric_add(R->m_ok, 1);
+  if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0) sse_send(s, rep);
+  freeReplyObject(rep);
+}
+
 static void handle(sl_http_req *req, void *ud) {
   results *R = ud;
   const char *path = sl_http_req_path(req);
   static const char pre[] = "/v1/submissions/";
+  const char *rest = path + sizeof pre - 1, *slash = strchr(rest, '/');
+  if (strncmp(path, pre, sizeof pre - 1) == 0 && slash && strcmp(slash, "/events") == 0 &&
+      slash - rest == 36) {
+    if (strcmp(sl_http_req_method(req), "GET") != 0) {
+      sl_http_respond_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+      return;
+    }
+    char sid[37];
+    memcpy(sid, rest, 36);
+    sid[36] = '\0';
+    open_events(R, req, sid);
+    return;
+  }
   if (strncmp(path, pre, sizeof pre - 1) == 0 && !strchr(path + sizeof pre - 1, '/')) {
     if (strcmp(sl_http_req_method(req), "GET") != 0) {
       sl_http_respond_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
       return;
     }
-    get_submission(R, req, path + sizeof pre - 1);
+    get_submission(R, req, path + sizeof pre - 1, VIEW_POLL);
     return;
   }
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
@@ -273,7 +850,14 @@ static void handle(sl_http_req *req, void *ud) {
 static void on_signal(uv_signal_t *h, int sig) {
   results *R = h->data;
   sl_log(SL_LOG_INFO, NULL, "signal %d: shutting down", sig);
-  sl_http_server_free(R->srv);
+  R->stopping = 1;
+  uv_close((uv_handle_t *)&R->feed_timer, NULL);
+  uv_close((uv_handle_t *)&R->hb_timer, NULL);
+  sl_aredis_free(R->feed);
+  R->feed = NULL;
+  sl_aredis_free(R->ar); /* a poll waiting for it takes the full path */
+  R->ar = NULL;
+  sl_http_server_free(R->srv); /* closes every stream (sse_closed) */
   R->srv = NULL;
   uv_close((uv_handle_t *)&R->sigterm, NULL);
   uv_close((uv_handle_t *)&R->sigint, NULL);
@@ -290,32 +874,55 @@ int sl__results_main(int argc, char **argv) {
                            own, 2, "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
+  if (rconf.version_cache > 0) {
+    R.nvcache = (size_t)rconf.version_cache;
+    R.vcache = calloc(R.nvcache, sizeof *R.vcache);
+    if (!R.vcache) R.nvcache = 0;
+  }
   for (size_t k = 0, np = sl_pipeline_nprogress(cc.pipeline); k < np; k++)
     json_array_append_new(R.stages, json_string(sl_pipeline_progress_at(cc.pipeline, k)));
   json_array_append_new(R.stages, json_string("done"));
+  char *st_text = json_dumps(R.stages, JSON_COMPACT), st_hash[65];
+  sl_sha256_hex(st_text ? st_text : "", st_text ? strlen(st_text) : 0, st_hash);
+  free(st_text);
+  memcpy(R.stages_tag, st_hash, 8);
   const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
                        "status=\"503\""};
   sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_err};
   for (size_t i = 0; i < 5; i++)
     *ms[i] = sl_metrics_counter("sluice_results_requests_total", lbl[i],
                                 "Results API requests by status");
+  R.m_streams = sl_metrics_gauge("sluice_results_streams", NULL,
+                                 "Server-sent event streams open on this results process");
+  R.m_events = sl_metrics_counter("sluice_results_events_total", NULL,
+                                  "Question events written to event streams");
   uv_loop_t loop;
   uv_loop_init(&loop);
+  R.loop = &loop;
   char aerr[256] = "";
   rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
   if (rc == 0) rc = sl_redis_new(&R.redis, cc.redis_url);
+  if (rc == 0) rc = sl_aredis_new(&R.feed, &loop, cc.redis_url);
+  if (rc == 0) rc = sl_aredis_new(&R.ar, &loop, cc.redis_url);
   sl_http_limits lim = {
       .max_connections = rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)
     rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
-                                 "Authorization, If-None-Match", "ETag, Retry-After, WWW-Authenticate");
+                                 "Authorization, If-None-Match, Last-Event-ID",
+                                 "ETag, Retry-After, WWW-Authenticate");
   if (rc == 0) {
     uv_signal_init(&loop, &R.sigterm);
     uv_signal_init(&loop, &R.sigint);
     R.sigterm.data = R.sigint.data = &R;
     uv_signal_start(&R.sigterm, on_signal, SIGTERM);
     uv_signal_start(&R.sigint, on_signal, SIGINT);
+    uv_timer_init(&loop, &R.feed_timer);
+    uv_timer_init(&loop, &R.hb_timer);
+    R.feed_timer.data = R.hb_timer.data = &R;
+    uint64_t hb = rconf.heartbeat_ms > 0 ? (uint64_t)rconf.heartbeat_ms : 15000;
+    uv_timer_start(&R.hb_timer, on_heartbeat, hb, hb);
+    uv_timer_start(&R.feed_timer, on_feed_retry, 0, 0); /* once connected */
     sl_log(SL_LOG_INFO, NULL, "listening on http://%s", rconf.listen);
     sl_admin_set_ready(admin, 1);
   } else {
@@ -324,11 +931,19 @@ int sl__results_main(int argc, char **argv) {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s, redis %s): %s%s%s", rconf.listen,
            shown, sl_strerror(rc), aerr[0] ? ": " : "", aerr);
   }
+  if (rc) { /* nothing else runs: the connections must not keep the loop */
+    sl_aredis_free(R.feed);
+    sl_aredis_free(R.ar);
+    R.feed = R.ar = NULL;
+  }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
+  sl_aredis_free(R.feed); /* NULL after a signal */
+  sl_aredis_free(R.ar);
   sl_redis_free(R.redis);
   sl__auth_free(R.auth);
   json_decref(R.stages);
+  free(R.vcache);
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }

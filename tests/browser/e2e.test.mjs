@@ -5,12 +5,17 @@
 // 1. Record three answers with Chromium's fake microphone (an espeak-ng WAV),
 //    using the keyboard for one; upload what MediaRecorder produced (WebM/Opus,
 //    decoded by the preflight stage); three graded results appear, are
-//    announced in the aria-live region, and polls after the first send
-//    If-None-Match; a revisit (reload) shows them again without recording.
+//    announced in the aria-live region; once the first GET shows the view
+//    the page follows the server-sent events (EventSource on .../events)
+//    and polls no more; the results process is SIGKILLed and restarted
+//    mid-way and the stream resumes with Last-Event-ID; a revisit (reload)
+//    shows them again without recording.
 // 2. A large answer goes up in S3 multipart parts; parts after the first are
 //    held back by request interception, the page is reloaded mid-upload, the
-//    same file is chosen again and only the missing parts are sent; no polls
-//    while the tab is hidden; all three answers graded.
+//    same file is chosen again and only the missing parts are sent. The
+//    event stream is refused here (404, as from a server or proxy without
+//    it), so the page falls back to polling: no polls while the tab is
+//    hidden; all three answers graded.
 // 3. An answer never uploaded: after 30 s (the page's clock fast-forwarded)
 //    the page says the user may leave and come back; still "waiting".
 // Screenshots go to ART_DIR. Inputs come from the environment (see
@@ -19,6 +24,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 
 const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
 const PAGE = env('PAGE_URL'), RESULTS = env('RESULTS_URL'), ART = env('ART_DIR');
@@ -27,6 +33,7 @@ const PAGE = env('PAGE_URL'), RESULTS = env('RESULTS_URL'), ART = env('ART_DIR')
 const KEY = env('SLUICE_API_KEY');
 const PAGE_AUTH = `${PAGE}#credential=${encodeURIComponent(KEY)}`;
 const SPEECH = env('SPEECH_WAV'), BIG = env('BIG_WAV'), OUT = env('OUT_DIR');
+const STAGES = env('STAGES_TOOL'); // tools/stages: kills and restarts a stage
 const { chromium } = createRequire(`${env('PW_DIR')}/`)('playwright-core');
 const PHONE = { width: 390, height: 844 };
 
@@ -77,9 +84,13 @@ test('record three answers with the fake microphone and see three grades', { tim
     const { page } = await newPage(browser);
     // every poll in order, with what it sent and what came back (the page
     // polls one request at a time, so the order is the page's own)
-    const polls = [], byRequest = new Map();
+    const polls = [], streams = [], byRequest = new Map();
     page.on('request', (r) => {
-      if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.method() === 'GET') {
+      if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.url().includes('/events?')) {
+        const x = { after: polls.length, lastEventId: null };
+        streams.push(x); // Last-Event-ID is added by the network stack: allHeaders() has it
+        r.allHeaders().then((h) => { x.lastEventId = h['last-event-id'] || null; }, () => {});
+      } else if (r.url().startsWith(`${RESULTS}/v1/submissions/`) && r.method() === 'GET') {
         const p = { inm: r.headers()['if-none-match'] || null, status: null, etag: null };
         polls.push(p);
         byRequest.set(r, p);
@@ -113,6 +124,16 @@ test('record three answers with the fake microphone and see three grades', { tim
     }
     await shot(page, '1-recorded');
     await page.locator('#send').click();
+    // mid-way, the results process crashes (SIGKILL) and comes back: the
+    // page's EventSource reconnects by itself with Last-Event-ID
+    const events = await page.evaluate(() => new Promise((resolve) => {
+      const t = setInterval(() => { if (poll.es && poll.es.readyState === EventSource.OPEN) { clearInterval(t); resolve(true); } }, 50);
+      setTimeout(() => { clearInterval(t); resolve(false); }, 60_000);
+    }));
+    assert.ok(events, 'the event stream opened');
+    execFileSync(STAGES, ['kill', 'results'], { stdio: 'inherit' });
+    await page.waitForTimeout(1000);
+    execFileSync(STAGES, ['scale', 'results', '1'], { stdio: 'inherit' });
     await page.waitForFunction(() => document.querySelectorAll('.question[data-upload="done"]').length === 3,
                                null, { timeout: 30_000 });
     assert.equal(await page.locator('.question progress').evaluateAll((ps) => ps.every((p) => p.value === 100)), true);
@@ -127,19 +148,24 @@ test('record three answers with the fake microphone and see three grades', { tim
     assert.equal(transcripts.filter((t) => t.replace(/[“”]/g, '').trim().length > 0).length, 3, 'three transcripts');
     const announced = await page.locator('#announcer p').allTextContents();
     assert.equal(announced.filter((t) => /^Question \d graded: \d+ out of 100/.test(t)).length, 3, announced.join(' | '));
-    assert.ok(polls.length >= 2, `polled ${polls.length} times`);
+    assert.ok(polls.length >= 1, `polled ${polls.length} times`);
     assert.equal(polls[0].inm, null, 'the first poll has no ETag to send');
-    // each poll sends the ETag of the last 200 before it (a 404 or 503 while
-    // the view is not there yet leaves nothing to send); the stt stage takes
-    // seconds, so the first 200 shows questions still in progress and is
-    // followed by polls that must carry its ETag
-    let last = null, conditional = 0;
-    for (const [i, p] of polls.entries()) {
-      assert.equal(p.inm, last, `poll ${i} sends the ETag of the last 200 (${JSON.stringify(polls)})`);
-      if (p.inm) conditional++;
-      if (p.status === 200) { assert.match(p.etag, /^"[0-9a-f]{32}"$/); last = p.etag; }
-    }
-    assert.ok(conditional >= 1, `later polls send If-None-Match (${JSON.stringify(polls)})`);
+    // polls until the view is there (a 404 or 503 before it), then one
+    // event stream brings every change: the stt stage takes seconds, so the
+    // grades came by the stream, not by polls
+    const first200 = polls.findIndex((p) => p.status === 200);
+    assert.ok(first200 >= 0, `a poll saw the view (${JSON.stringify(polls)})`);
+    assert.match(polls[first200].etag, /^"\d+-\d+-[0-9a-f]{8}"$/, 'the ETag names the version');
+    assert.ok(streams.length >= 2, `the stream reconnected after the crash (${JSON.stringify(streams)})`);
+    assert.equal(streams[0].after, first200 + 1, `the stream opened after the first 200 (${JSON.stringify(polls)})`);
+    assert.equal(streams[0].lastEventId, null, 'the first connection starts from nothing');
+    // attempts while results was down never reached it (no headers sent);
+    // the one that did resumes from the last event the page had
+    assert.match(streams.at(-1).lastEventId || '', /^\d+$/,
+                 `the reconnect resumes with Last-Event-ID (${JSON.stringify(streams)})`);
+    assert.equal(polls.length, first200 + 1, `no polls after the stream opened (${JSON.stringify(polls)})`);
+    await page.waitForFunction(() => document.querySelector('#poll-status').textContent === 'All answers are finished.',
+                               null, { timeout: 10_000 }); // the stream's "complete" event
     // the progress shown is the pipeline's stages by name (view.stages), so
     // a stage an operator adds appears without a page change
     const shown = await page.evaluate(() => {
@@ -173,6 +199,14 @@ test('a large answer resumes after a reload mid-upload, sending only the missing
   const browser = await launch();
   try {
     const { page } = await newPage(browser);
+    // no event stream here: the page must fall back to polling
+    let refused = 0;
+    await page.route((u) => u.pathname.endsWith('/events'), (route) => {
+      refused++;
+      route.fulfill({ status: 404, contentType: 'application/json',
+                      headers: { 'Access-Control-Allow-Origin': '*' },
+                      body: '{"error":{"code":"not_found","message":"no such endpoint"}}' });
+    });
     await page.goto(PAGE_AUTH);
     await page.evaluate(() => localStorage.clear());
     await page.reload();
@@ -245,6 +279,7 @@ test('a large answer resumes after a reload mid-upload, sending only the missing
 
     await page.waitForFunction(() => document.querySelectorAll('#result-list .result[data-state="done"] .score strong').length === 3,
                                null, { timeout: 150_000 });
+    assert.ok(refused >= 1, 'the page tried the event stream first');
     await shot(page, '2-graded');
   } finally {
     await browser.close();

@@ -36,7 +36,7 @@ export SLUICE_RESULTS_CORS_ORIGINS=$PRESIGN_URL # the page's origin
 stages_up
 t0=$SECONDS
 PAGE_URL=$PRESIGN_URL/ RESULTS_URL=$RESULTS_URL ART_DIR=$ART_DIR SPEECH_WAV=$work/speech.wav \
-  BIG_WAV=$work/big.wav OUT_DIR=$work PW_DIR=$PW_DIR CHROMIUM=$CHROMIUM \
+  BIG_WAV=$work/big.wav OUT_DIR=$work PW_DIR=$PW_DIR CHROMIUM=$CHROMIUM STAGES_TOOL=$ROOT/tools/stages \
   node --test --test-concurrency=1 --test-reporter=spec "$HERE/e2e.test.mjs" 2>&1 | tee "$work/node.log"
 rc=${PIPESTATUS[0]}
 check "the browser tests passed (node --test exit $rc, $((SECONDS - t0)) s)" test "$rc" = 0

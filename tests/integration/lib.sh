@@ -229,6 +229,42 @@ harness_down() {
   check "harness stopped cleanly on SIGTERM (exit $rc)" test "$rc" = 0
 }
 
+# view_marked: waits until materialize has set the view marker (on a new
+# Redis it first rebuilds the empty view, and meanwhile an unknown id is 503
+# view_rebuilding, not 404)
+view_marked() {
+  marked() { test "$(redis-cli -u "$SLUICE_REDIS_URL" EXISTS sl:view:epoch)" = 1; }
+  check "the view marker is set" wait_for 60 marked
+}
+
+# two_answers DIR: the stages with the fake provider (100 ms; and the
+# harness topics, for late_failed), the view ready, and a new submission of
+# two spoken answers, DIR/a1.wav and DIR/a2.wav, none uploaded (SID, TOKEN)
+two_answers() {
+  harness_topics 1
+  fake_up 100 100 0
+  stages_up
+  view_marked
+  espeak-ng -s 140 -w "$1/a1.wav" "I usually go hiking on weekends with my friends."
+  espeak-ng -s 140 -w "$1/a2.wav" "My favourite food is kimchi stew."
+  new_submission "$1/a1.wav" "$1/a2.wav"
+}
+
+# late_failed KEY: a FAILED status for KEY ("<sid>/<no>") reaches the view
+# through sluice-harness dead-lettering an input keyed KEY (the runtime's
+# own dead-letter hook; harness_topics first); returns once materialize has
+# applied it (the view's write sequence moved)
+late_failed() {
+  local seq0
+  seq0=$(redis-cli -u "$SLUICE_REDIS_URL" GET sl:view:seq)
+  harness_up
+  printf '%s\t%s\n' "$1" '{"permanent":true}' |
+    kcat -P -b "$SLUICE_KAFKA_BROKERS" -t "${HARNESS_STAGE:-harness}.in" -K $'\t'
+  applied() { test "$(redis-cli -u "$SLUICE_REDIS_URL" GET sl:view:seq)" -gt "$seq0"; }
+  check "the late FAILED for $1 reached the apply" wait_for 30 applied
+  harness_down
+}
+
 # jqe FILTER JSON : true when the jq filter yields true (quietly)
 # (jq 1.6 exits 0 with -e when its input holds no JSON value at all, so an
 # empty answer would pass any check: it is false here)

@@ -72,6 +72,11 @@ for b in '{"questions":[' '{"questions":[]}' '{"x":1}' \
 done
 curl -sS -o "$work/e401.json" "$RESULTS_URL/v1/submissions/$sid"
 curl -sS -o "$work/e404.json" -H 'Authorization: Bearer nope' "$RESULTS_URL/v1/submissions/$sid"
+# the event stream's refusals are the same JSON errors
+curl -sS -o "$work/e401-events.json" "$RESULTS_URL/v1/submissions/$sid/events"
+curl -sS -o "$work/e404-events.json" -H 'Authorization: Bearer nope' "$RESULTS_URL/v1/submissions/$sid/events"
+check "the event stream's error bodies match Error (401, 404)" valid Error "$work/e401-events.json" \
+  "$work/e404-events.json"
 post e422.json '{"questions":[{"no":1,"content_type":"audio/wav","size":5}]}' -H "Idempotency-Key: oa-fixed-$sid" >/dev/null
 post e422.json '{"questions":[{"no":1,"content_type":"audio/wav","size":6}]}' -H "Idempotency-Key: oa-fixed-$sid" >/dev/null
 check "every error body matches Error (400, 401, 404, 422)" valid Error "$work"/e400-*.json \

@@ -80,6 +80,42 @@ int sl_http_req_peer(const sl_http_req *req, char *buf, size_t len);
 int sl_http_respond(sl_http_req *req, int status, const char *content_type,
                     const char *extra_headers, const void *body, size_t len);
 
+/* ---- streamed responses (server-sent events) ----
+ *
+ * A response whose body is written piece by piece for as long as both
+ * sides keep the connection: the head goes out at once, without
+ * Content-Length and with Connection: close (the body ends when the
+ * connection does). The request's buffers are released when the stream
+ * starts (an open stream holds its connection's handles and what is queued
+ * for the peer, nothing else); the connection is read only to notice the
+ * peer closing, and what the peer sends is discarded. No idle or request
+ * timeout applies: the owner sends its own heartbeats. */
+typedef struct sl_http_stream sl_http_stream;
+
+/* Runs exactly once when a stream's connection closes for any reason (the
+ * peer left, a write failed, the peer fell more than max_queued behind,
+ * sl_http_stream_close, the server freed or drained); s is invalid after. */
+typedef void (*sl_http_stream_closed_fn)(sl_http_stream *s, void *ud);
+
+/* Answers req with status and headers (content_type and extra_headers as
+ * for sl_http_respond) and keeps the connection for sl_http_stream_write.
+ * max_queued: bytes that may wait for a slow peer before the stream is
+ * closed. Returns 0 with *out set (req is invalid after), SL_EINVAL
+ * (a detached server, or the connection is already closing: req was then
+ * consumed if the connection was closing, untouched on a detached server)
+ * or SL_ENOMEM (the connection is closed). */
+int sl_http_stream_start(sl_http_req *req, int status, const char *content_type,
+                         const char *extra_headers, size_t max_queued,
+                         sl_http_stream_closed_fn on_closed, void *ud, sl_http_stream **out);
+
+/* Queues len bytes for the peer. Returns 0, or SL_ETOOBIG when more than
+ * max_queued bytes were already waiting (the stream is then closed and
+ * on_closed runs before this returns) or SL_ENOMEM (likewise closed). */
+int sl_http_stream_write(sl_http_stream *s, const void *data, size_t len);
+
+/* Ends the response (closes the connection; on_closed runs). NULL-safe. */
+void sl_http_stream_close(sl_http_stream *s);
+
 /* {"error":{"code":code,"message":message}} with the given 4xx/5xx status. */
 int sl_http_respond_error(sl_http_req *req, int status, const char *code,
                           const char *message, const char *extra_headers);
