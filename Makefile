@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sluice — the two commands that matter:
 #   make demo   set up everything on a fresh Debian 12 machine, run the whole
 #               pipeline end to end on synthesized spoken answers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c — the `sluice` binary: one subcommand per stage.
  *   sluice presign|ingest|stt|grade|materialize|results [--help]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/integration/lib.sh - shared set-up for integration tests (sourced).
 # Talks to the stack tools/test started (DEVSTACK_* ports) or starts one on
 # the same test ports when a test is run on its own. Stages run from
