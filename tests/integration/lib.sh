@@ -73,6 +73,9 @@ metric() {
   curl -fsS "$3/metrics" | awk -v n="$1{$2}" '$1 == n {print $2; f=1} END {if (!f) print 0}'
 }
 
+# admin_ready PORT: the admin server on 127.0.0.1:PORT answers /readyz "ready ..."
+admin_ready() { [[ $(curl -fsS "http://127.0.0.1:$1/readyz" 2>/dev/null) == ready* ]]; }
+
 # wait_for SECONDS COMMAND... : polls every 0.5 s
 wait_for() {
   local t=$1; shift
