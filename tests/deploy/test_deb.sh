@@ -27,7 +27,7 @@ DOCKER=${DOCKER:-$(command -v docker || true)}
 WORK=$(mktemp -d)
 CONTAINER=sluice-deb-test-$$
 cleanup() {
-  [[ -n $DOCKER ]] && "$DOCKER" rm -f "$CONTAINER" >/dev/null 2>&1
+  [[ -z $DOCKER ]] || "$DOCKER" rm -f "$CONTAINER" >/dev/null 2>&1 || true
   rm -rf -- "$WORK"
 }
 trap cleanup EXIT
