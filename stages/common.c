@@ -82,6 +82,7 @@ const sl_pipeline_kind sl__stage_kinds[] = {
     {"grade", {M_TR, NULL}, {M_QS, NULL}, 1, 1, 0},
     {"materialize", {M_QS, M_SUB, NULL}, {NULL}, 0, 1, 0},
     {"results", {NULL}, {NULL}, 0, 0, 0},
+    {"notify", {M_QS, NULL}, {NULL}, 0, 1, 0},
     /* `sluice stage NAME`: a step plugin (stages/step/step.c) */
     {"plugin", {NULL}, {NULL}, 0, 1, 1},
 };

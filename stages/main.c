@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c — the `sluice` binary: one subcommand per stage.
- *   sluice presign|ingest|stt|grade|materialize|results [--help]
+ *   sluice presign|ingest|stt|grade|materialize|results|notify [--help]
  *   sluice stage NAME      the stage NAME of the pipeline (stages/step)
  *   sluice plugin run|list|doc   plugins outside a stage (stages/plugin)
  *   sluice config-doc      print every setting as Markdown (docs/configuration.md)
@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "notify/callback.h"
 #include "presign/webhook.h"
 #include "sluice/sl_plugin.h"
 #include "sluice/sl_s3.h"
@@ -35,6 +36,8 @@ const sl__subcommand sl__subcommands[] = {
      sl__materialize_table, &sl__materialize_table_len},
     {"results", "HTTP API clients poll for results", sl__results_main,
      sl__results_table, &sl__results_table_len},
+    {"notify", "POSTs signed results to the callback_url of submissions", sl__notify_main,
+     sl__notify_table, &sl__notify_table_len},
     {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main,
      NULL, NULL},
     {"stage", "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
@@ -62,7 +65,8 @@ static int known_env(const char *env) {
       in_table(sl_s3_conf_table, sl_s3_conf_table_len, env) ||
       in_table(sl__plugin_table, sl__plugin_table_len, env) ||
       in_table(sl__auth_table, sl__auth_table_len, env) ||
-      in_table(sl__webhook_table, sl__webhook_table_len, env))
+      in_table(sl__webhook_table, sl__webhook_table_len, env) ||
+      in_table(sl__callback_table, sl__callback_table_len, env))
     return 1;
   for (size_t i = 0; i < sl__nsubcommands; i++)
     if (sl__subcommands[i].table &&
@@ -141,6 +145,10 @@ static void config_doc(void) {
   printf("\n## Plugins (stt, grade)\n\nEach plugin's own settings are in "
          "[plugins.md](plugins.md).\n\n");
   sl_conf_print_markdown(sl__plugin_table, sl__plugin_table_len, stdout);
+  printf("\n## Callbacks (presign, notify)\n\nWhich `callback_url` a submission may name; "
+         "presign checks it at create, notify again at every delivery. See "
+         "[security.md](security.md).\n\n");
+  sl_conf_print_markdown(sl__callback_table, sl__callback_table_len, stdout);
   printf("\n## Authentication (presign, results)\n\nAPI keys need no setting: they are "
          "issued with `sluicectl apikey add` and stored hashed in Redis. JWTs are accepted "
          "once a key is configured here. See [security.md](security.md).\n\n");

@@ -119,11 +119,14 @@ int sl__grade_main(int argc, char **argv);
 int sl__materialize_main(int argc, char **argv);
 int sl__results_main(int argc, char **argv);
 int sl__plugin_main(int argc, char **argv);
+int sl__notify_main(int argc, char **argv);
 
 extern const sl_conf_entry sl__presign_table[], sl__ingest_table[], sl__stt_table[],
-    sl__grade_table[], sl__materialize_table[], sl__results_table[], sl__step_table[];
+    sl__grade_table[], sl__materialize_table[], sl__results_table[], sl__step_table[],
+    sl__notify_table[];
 extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_len,
-    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len, sl__step_table_len;
+    sl__grade_table_len, sl__materialize_table_len, sl__results_table_len, sl__step_table_len,
+    sl__notify_table_len;
 
 /* The objects a plugin reads and writes in the answers' bucket: the
  * uploaded answer fetched before the call (stt; a step reading "@object")

@@ -52,6 +52,7 @@ struct req {
   sl_httpc *c;
   CURL *easy;
   struct curl_slist *hdrs;
+  struct curl_slist *resolve; /* CURLOPT_RESOLVE, or NULL */
   curl_mime *mime;
   char *body_copy;
   char *buf;
@@ -104,6 +105,7 @@ static void finish_req(req *r, CURLcode code) {
   curl_multi_remove_handle(c->multi, r->easy);
   curl_easy_cleanup(r->easy);
   curl_slist_free_all(r->hdrs);
+  curl_slist_free_all(r->resolve);
   if (r->mime) curl_mime_free(r->mime);
   free(r->body_copy);
   sl_httpc_cb cb = r->cb;
@@ -324,6 +326,12 @@ int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *
     r->hdrs = nl;
   }
   if (r->hdrs) curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+  if (q->resolve) {
+    r->resolve = curl_slist_append(NULL, q->resolve);
+    if (!r->resolve) goto oom;
+    curl_easy_setopt(e, CURLOPT_RESOLVE, r->resolve);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  }
   if (r->mime) {
     curl_easy_setopt(e, CURLOPT_MIMEPOST, r->mime);
   } else if (q->body) {
@@ -342,6 +350,7 @@ int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *
 oom:
   curl_easy_cleanup(e);
   curl_slist_free_all(r->hdrs);
+  curl_slist_free_all(r->resolve);
   if (r->mime) curl_mime_free(r->mime);
   free(r->body_copy);
   free(r);

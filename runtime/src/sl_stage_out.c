@@ -357,6 +357,7 @@ sl_result *sl_job_result(job *j) { return &j->res; }
 const char *sl_job_key(const job *j) { return j->key; }
 sl_httpc *sl_job_http(job *j) { return j->L->http; }
 sl_aredis *sl_job_redis(job *j) { return j->L->redis; }
+uv_loop_t *sl_job_loop(job *j) { return &j->L->loop; }
 
 /* The processor is finished with the job: act on its outcome. */
 void sl__complete(job *j) {

@@ -4,7 +4,8 @@
  *
  * Redis layout, one hash per submission, key "sl:sub:<sid>":
  *   accepted_at_ms, n, user (who created it), token (the results token hash
- *   bound to sid and user, see stages/auth/auth.h)
+ *   bound to sid and user, see stages/auth/auth.h), callback (the
+ *   submission's callback_url, only when it named one: notify reads it)
  *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
  *   q<no>     JSON view of the question (state, transcript, grade, error)
  *   r<no>     rank of the state stored in q<no>
@@ -361,7 +362,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
 /* HSET of the submission's meta and its questions' specs, in one command. */
 static int cmd_hset(work *w) {
   const Sluice__V1__SubmissionCreated *sc = w->sc;
-  size_t cap = 10 + 2 * sc->n_questions;
+  size_t cap = 12 + 2 * sc->n_questions;
   w->argv = calloc(cap, sizeof *w->argv);
   w->owned = calloc(2 * sc->n_questions + 1, sizeof *w->owned);
   if (!w->argv || !w->owned) {
@@ -382,6 +383,10 @@ static int cmd_hset(work *w) {
   w->argv[argc++] = sc->results_token_sha256;
   w->argv[argc++] = "user";
   w->argv[argc++] = sc->user_id;
+  if (sc->callback_url && sc->callback_url[0]) {
+    w->argv[argc++] = "callback";
+    w->argv[argc++] = sc->callback_url;
+  }
   for (size_t i = 0; i < sc->n_questions; i++) {
     const Sluice__V1__QuestionSpec *q = sc->questions[i];
     json_t *j = json_pack("{s:s,s:I,s:s,s:s}", "content_type", q->content_type, "size",

@@ -16,6 +16,13 @@
  * .rate_per_address submissions per minute (a fixed window in Redis); more
  * get 429 with Retry-After.
  *
+ * An optional "callback_url" (where the notify stage POSTs the results) is
+ * held to the callback policy (stages/notify/callback.h) before anything
+ * else: its form and host at once, then the addresses its host resolves to
+ * (uv_getaddrinfo on libuv's pool, the create parked meanwhile); refused:
+ * 422 callback_url_refused with the reason. It travels in
+ * SubmissionCreated.callback_url.
+ *
  * Idempotency-Key (scoped to the user: another user's identical key is
  * another record): a retried create with the same key and body returns the
  * same submission (Idempotent-Replayed: true); the same key with another
@@ -60,6 +67,7 @@
 #include "multipart.h"
 #include "request.h"
 #include "../auth/auth.h"
+#include "../notify/callback.h"
 #include "webhook.h"
 
 #define MAX_TYPES 16
@@ -146,6 +154,7 @@ typedef struct {
   sl__auth *auth;
   sl_metric *m_unauth, *m_limited;
   sl__webhook *hook; /* POST /v1/storage-events (webhook.c), or NULL when off */
+  sl__callback_policy *callbacks; /* which callback_url a create may name */
 } presign;
 
 /* A create on its way through authentication and the rate limits. */
@@ -351,9 +360,70 @@ static void rw_put(reply_w *w, const char *s, const char *v) {
   w->b[w->n] = '\0';
 }
 
+static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
+                          int callback_resolved);
+
+/* A create whose callback_url host is being resolved (callback.h): it owns
+ * ik and counts as in flight until it goes on or is refused. */
+typedef struct {
+  presign *ps;
+  sl_http_req *req;
+  idem *ik;
+  char user[SL__USER_MAX + 1];
+} resolving_create;
+
+static void on_callback_resolved(void *ud, int rc, const char *pin, const char *why) {
+  (void)pin;
+  resolving_create *rcr = ud;
+  presign *ps = rcr->ps;
+  if (rc) {
+    bad(ps, rcr->req, 422, "callback_url_refused", "%s", why);
+    idem_release(rcr->ik);
+  } else if (create_checked(ps, rcr->req, rcr->ik, rcr->user, 1) != 0) {
+    idem_release(rcr->ik);
+  }
+  free(rcr);
+  create_done(ps);
+}
+
+/* The create's callback_url against the policy: 1 when answered (refused,
+ * or no resolution could start), -1 when the create goes on once the host
+ * is resolved and its addresses checked (the resolution then owns ik). */
+static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *user,
+                          const char *url) {
+  sl__callback_target t;
+  char why[320];
+  if (sl__callback_check_url(ps->callbacks, url, &t, why, sizeof why) != 0) {
+    bad(ps, req, 422, "callback_url_refused", "%s", why);
+    return 1;
+  }
+  resolving_create *rcr = calloc(1, sizeof *rcr);
+  if (!rcr) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return 1;
+  }
+  *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik};
+  snprintf(rcr->user, sizeof rcr->user, "%s", user);
+  if (sl__callback_resolve(ps->loop, ps->callbacks, &t, on_callback_resolved,
+                           rcr) != 0) {
+    free(rcr);
+    sl_http_respond_error(req, 503, "unavailable", "name resolution unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    return 1;
+  }
+  ps->inflight++;
+  return -1;
+}
+
 /* Validates, signs and produces. Returns 0 when the request now waits for
- * Kafka (the pending record owns ik), or 1 when it was answered already. */
+ * Kafka (the pending record owns ik) or for its callback host's name, or 1
+ * when it was answered already. */
 static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
+  return create_checked(ps, req, ik, user, 0);
+}
+
+static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
+                          int callback_resolved) {
   int handed = 0;
   size_t blen, n = 0;
   const char *body = sl_http_req_body(req, &blen);
@@ -374,6 +444,13 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
     bad(ps, req, st, code, "%s", msg);
     free(qr);
     return 1;
+  }
+  const char *callback = json_string_value(json_object_get(root, "callback_url"));
+  if (callback && !callback_resolved) {
+    int c = check_callback(ps, req, ik, user, callback);
+    json_decref(root);
+    free(qr);
+    return c < 0 ? 0 : 1;
   }
   char sid[37], token[65], token_hash[65];
   int64_t now_ms = sl_now_ms();
@@ -442,6 +519,7 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
   sc.n_questions = n;
   sc.results_token_sha256 = token_hash;
   sc.user_id = (char *)user;
+  sc.callback_url = (char *)(callback ? callback : "");
   size_t plen = sluice__v1__submission_created__get_packed_size(&sc);
   uint8_t *payload = malloc(plen ? plen : 1);
   pending *p = calloc(1, sizeof *p);
@@ -814,14 +892,16 @@ int sl__presign_main(int argc, char **argv) {
   sl_s3_conf s3 = {0};
   sl__auth_conf ac = {0};
   sl__webhook_conf wc = {0};
+  sl__callback_conf cbc = {0};
   sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
                         {sl__auth_table, sl__auth_table_len, &ac},
-                        {sl__webhook_table, sl__webhook_table_len, &wc}};
+                        {sl__webhook_table, sl__webhook_table_len, &wc},
+                        {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.",
-                           &cc, own, 4, "127.0.0.1:9180", &admin);
+                           &cc, own, 5, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
@@ -846,6 +926,7 @@ int sl__presign_main(int argc, char **argv) {
   ps.m_limited = sl_metrics_counter("sluice_submissions_total", "outcome=\"rate_limited\"",
                                     "Submission create requests by outcome");
   rc = sl__auth_new(&ps.auth, &ac, err, sizeof err);
+  if (rc == 0) rc = sl__callback_policy_new(&ps.callbacks, &cbc, err, sizeof err);
   if (rc == 0 && (pc.rate_per_user < 0 || pc.rate_per_address < 0)) {
     snprintf(err, sizeof err, "presign.rate_per_user and presign.rate_per_address must be >= 0");
     rc = SL_ECONFIG;
@@ -858,6 +939,7 @@ int sl__presign_main(int argc, char **argv) {
                                sizeof err);
   uv_loop_t loop;
   uv_loop_init(&loop);
+  ps.loop = &loop;
   uv_timer_init(&loop, &ps.release_timer);
   ps.release_timer.data = &ps;
   uv_timer_init(&loop, &ps.stop_timer);
@@ -937,6 +1019,7 @@ int sl__presign_main(int argc, char **argv) {
   sl_static_free(ps.web);
   free(ps.types_buf);
   sl__auth_free(ps.auth);
-  sl__stage_finish(&cc, own, 4, admin);
+  sl__callback_policy_free(ps.callbacks);
+  sl__stage_finish(&cc, own, 5, admin);
   return rc || ps.fatal ? 1 : 0;
 }

@@ -6,6 +6,8 @@
  */
 #include "request.h"
 
+#include "../notify/callback.h"
+
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,10 +71,18 @@ int sl__create_parse(const char *ctype, const void *body, size_t len,
     goto out;
   }
   json_object_foreach(doc, k, v) {
-    if (strcmp(k, "questions") != 0) {
+    if (strcmp(k, "questions") != 0 && strcmp(k, "callback_url") != 0) {
       st = refuse(400, code, cl, "unknown_field", msg, ml, "unknown field \"%.64s\"", k);
       goto out;
     }
+  }
+  /* its form and host are the callback policy's (stages/notify/callback.h) */
+  v = json_object_get(doc, "callback_url");
+  if (v && (!json_is_string(v) || json_string_length(v) < 1 ||
+            json_string_length(v) > SL__CALLBACK_URL_MAX)) {
+    st = refuse(422, code, cl, "callback_url_refused", msg, ml,
+                "\"callback_url\" must be a string of 1 to %d bytes", SL__CALLBACK_URL_MAX);
+    goto out;
   }
   qs = json_object_get(doc, "questions");
   if (!json_is_array(qs)) {

@@ -2,7 +2,7 @@
 /*
  * step.c — `sluice stage NAME`: runs the stage NAME of the pipeline
  * description. A stage of a built-in kind (presign, ingest, stt, grade,
- * materialize, results) runs that kind's code, as `sluice <kind>` does; a
+ * materialize, results, notify) runs that kind's code, as `sluice <kind>` does; a
  * stage of kind "plugin" is a step: this generic host consumes its one
  * input topic, hands each message to its step plugin (plugin ABI 2, kind
  * "step"), and writes the output message to its output topic.

@@ -274,6 +274,13 @@ def check_all(docs, alerts_path):
         else:
             check(all(int(t["metadata"]["lagThreshold"]) < 10**6 for t in kafka),
                   f"{stage}: kafka lag thresholds {[t['metadata']['lagThreshold'] for t in kafka]}")
+    # the scale-down window where values set one (grade in values-all.yaml), the
+    # HPA's default elsewhere (tools/autoscale reads the same field)
+    windows = {s: so["spec"].get("advanced", {}).get("horizontalPodAutoscalerConfig", {})
+               .get("behavior", {}).get("scaleDown", {}).get("stabilizationWindowSeconds")
+               for s, so in keda.items()}
+    check(windows.get("grade") == 120 and all(w is None for s, w in windows.items() if s != "grade"),
+          f"scale-down stabilization windows {windows}, want grade 120 only")
     check(actionable == {"stt"}, f"actionable-lag triggers for {sorted(actionable)}, want stt")
     check(keda.get("stt", {}).get("spec", {}).get("minReplicaCount") == 0,
           "stt scales to zero in the every-option render (its retries must wake it)")

@@ -19,13 +19,15 @@
 #include "fuzz_replies.h"
 #include "stt/openai/openai.c"
 
-static unsigned char wav[44 + 3200]; /* 0.1 s of 16 kHz 16-bit mono silence */
+/* 0.5 s of 16 kHz 16-bit mono silence (the plugin refuses less than
+ * stt.openai.min_seconds, 0.3 s, before any request) */
+static unsigned char wav[44 + 16000];
 
 static void make_wav(void) {
   static const unsigned char head[44] = {
-      'R', 'I', 'F', 'F', 0x6c, 0x0c, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ',
+      'R', 'I', 'F', 'F', 0xa4, 0x3e, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ',
       16,  0,   0,   0,   1,    0,    1, 0, 0x80, 0x3e, 0, 0, 0, 0x7d, 0, 0,
-      2,   0,   16,  0,   'd',  'a',  't', 'a', 0x80, 0x0c, 0, 0};
+      2,   0,   16,  0,   'd',  'a',  't', 'a', 0x80, 0x3e, 0, 0};
   memcpy(wav, head, sizeof head);
 }
 

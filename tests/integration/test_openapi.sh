@@ -78,4 +78,8 @@ post e422.json '{"questions":[{"no":1,"content_type":"audio/wav","size":6}]}' -H
 check "every error body matches Error (400, 401, 404, 422)" valid Error "$work"/e400-*.json \
   "$work/e401.json" "$work/e404.json" "$work/e422.json"
 check "the 422 is the idempotency refusal" jqe '.error.code == "idempotency_key_reused"' "$(cat "$work/e422.json")"
+# callbacks are off here (callback.allowed_hosts empty): a callback_url is refused
+check "a refused callback_url -> 422" test "$(post e422cb.json '{"callback_url":"https://hooks.example.com/x","questions":[{"no":1,"content_type":"audio/wav","size":5}]}')" = 422
+check "... whose body matches Error" valid Error "$work/e422cb.json"
+check "... and says why" jqe '.error.code == "callback_url_refused" and (.error.message | test("not enabled"))' "$(cat "$work/e422cb.json")"
 finish

@@ -12,6 +12,10 @@
 #      the messages are held (not sent through the retry tiers) until it closes
 #   7. with stage.per_key_order one key is never in flight twice, and an
 #      input waiting for its key is answered from what the one before stored
+#   8. while the provider is paused (a 429's shared pause key), new inputs
+#      wait without a call, and an input whose outputs are stored is
+#      answered at once (claims read the store, so a stage skips its own
+#      lookup until the gate would hold a message: then it looks first)
 source "$(dirname "$0")/lib.sh"
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
@@ -155,6 +159,27 @@ mapfile -t t8 < <(RC LRANGE "harness:times:t8-$run/1" 0 -1)
 span=$((t8[${#t8[@]} - 1] - t8[0]))
 check "without it the same key runs concurrently (4 calls within ${span} ms < 300)" \
   test "${#t8[@]}" = 4 -a "$span" -lt 300
+
+# 8 --------------------------------------------------------------------
+k9="t9-$run/1" k9b="t9b-$run/1"
+printf '%s\t{}\n' "$k9" | kcat -P -b "$B" -t harness.in -K $'\t'
+wait_count 20 1 outputs "$k9" || true
+check "pause: the first input answered ($(outputs "$k9") output, $(calls "$k9") call)" \
+  test "$(outputs "$k9"),$(calls "$k9")" = 1,1
+RC SET sl:pause:harness-provider 1 PX 6000 >/dev/null # what a replica's 429 sets
+at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL sl:pause:harness-provider >/dev/null 2>&1; true'
+sleep 0.3 # the stage reads the pause key at most every 100 ms
+t9=$(date +%s%N)
+printf '%s\t{}\n%s\t{}\n' "$k9b" "$k9" | kcat -P -b "$B" -t harness.in -K $'\t'
+wait_count 4 2 outputs "$k9" || true
+ms9=$((($(date +%s%N) - t9) / 1000000))
+check "pause: the stored input answered again within 4 s, paused or not ($(outputs "$k9") outputs, ${ms9} ms)" \
+  test "$(outputs "$k9")" = 2
+check "  ... from the store: still one call ($(calls "$k9"))" test "$(calls "$k9")" = 1
+check "pause: the new input not called while paused ($(calls "$k9b") calls)" test "$(calls "$k9b")" = 0
+wait_count 20 1 outputs "$k9b" || true
+check "pause: the new input answered once the pause ended ($(outputs "$k9b") output)" \
+  test "$(outputs "$k9b")" = 1
 
 harness_down
 grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR/harness.log" &&

@@ -30,7 +30,7 @@ static void test_builtin(void **state) {
   char err[512] = "";
   assert_int_equal(sl_pipeline_load(&p, NULL, err, sizeof err), 0);
   assert_string_equal(sl_pipeline_name(p), "sluice");
-  assert_int_equal(sl_pipeline_nstages(p), 7);
+  assert_int_equal(sl_pipeline_nstages(p), 8);
   assert_string_equal(sl_pipeline_topic_of(p, "stt", 0, UP), "stt.requests");
   /* preflight sits between ingest and stt */
   assert_string_equal(sl_pipeline_topic_of(p, "ingest", 1, UP), "preflight.requests");
@@ -52,12 +52,17 @@ static void test_builtin(void **state) {
   assert_true(g->provider && g->retry);
   assert_string_equal(g->retry_topics[1], "grade.retry.30s");
   assert_false(sl_pipeline_stage_find(p, "presign")->provider);
-  /* 6 declared + dlq + dlq.audit + 4 tiers of ingest, preflight, stt, grade, materialize */
+  /* notify reads results beside materialize, with tiers of its own */
+  assert_string_equal(sl_pipeline_topic_of(p, "notify", 0, QS), "results");
+  assert_true(sl_pipeline_stage_find(p, "notify")->retry);
+  /* 6 declared + dlq + dlq.audit + 4 tiers of ingest, preflight, stt, grade, materialize,
+   * notify */
   const char *all[64];
-  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 28);
+  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 32);
   assert_string_equal(all[6], "dlq");
   assert_string_equal(all[27], "materialize.retry.10m");
-  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 28); /* counts past max */
+  assert_string_equal(all[31], "notify.retry.10m");
+  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 32); /* counts past max */
   assert_string_equal(sl_pipeline_message_of(p, "stt.retry.2m"), UP);
   assert_null(sl_pipeline_message_of(p, "materialize.retry.2m")); /* two input types */
   assert_string_equal(sl_pipeline_message_of(p, "dlq"), "sluice.v1.DeadLetter");

@@ -60,6 +60,12 @@ typedef struct {
   size_t max_response;           /* 0 = 8 MiB */
   const char *ca_file;           /* PEM CAs verifying an https peer (CURLOPT_CAINFO),
                                     NULL/"" = the system's */
+  const char *resolve;           /* "host:port:address": connect to this address,
+                                    already checked by the caller, instead of
+                                    resolving host again (CURLOPT_RESOLVE; TLS
+                                    still verifies host). Such a request speaks
+                                    http or https only. NULL = resolve normally.
+                                    Redirects are never followed. */
 } sl_httpc_request;
 
 int sl_httpc_new(sl_httpc **out, uv_loop_t *loop);

@@ -240,6 +240,9 @@ struct sl_httpc *sl_job_http(sl_job *job);
  * every other job's. */
 struct sl_aredis;
 struct sl_aredis *sl_job_redis(sl_job *job);
+/* The stage's loop, for I/O of the processor's own (uv_getaddrinfo). */
+struct uv_loop_s;
+struct uv_loop_s *sl_job_loop(sl_job *job);
 /* What the stage holds for the job now, in bytes, beyond its message (the
  * answer it fetched): replaces what it held before, starting with the
  * reservation sl_stage_opts.bytes_of made, and counts towards
