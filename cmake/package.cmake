@@ -31,7 +31,7 @@ set(CPACK_PACKAGE_CONTACT "Sluice maintainers <sluice@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
   "scale-out pipeline that transcribes and grades spoken answers")
 set(CPACK_PACKAGE_DESCRIPTION
-  "Sluice's stages (presign, ingest, preflight, stt, grade, materialize, results) in one binary, sluicectl, the STT, grading and step plugins, and a systemd unit per stage (sluice@<stage>.service). Kafka, Redis and S3-compatible storage are yours.")
+  "Sluice's stages (every stage of the pipeline) in one binary, sluicectl, the STT, grading and step plugins, and a systemd unit per stage (sluice@<stage>.service). Kafka, Redis and S3-compatible storage are yours.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_GROUPING ALL_COMPONENTS_IN_ONE)

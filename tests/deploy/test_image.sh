@@ -53,7 +53,10 @@ check "--version names plugin ABI $abi" grep -qx "plugin ABI $abi" <<<"$ver"
 
 # --- 3. --help everywhere
 stages=$("${RUN[@]}" "$IMAGE" pipeline --json | jq -r '.stages[].name')
-for c in presign ingest stt grade materialize results pipeline plugin; do
+# the commands `sluice --help` lists (all but `stage`, which needs a name)
+commands=$("${RUN[@]}" "$IMAGE" --help | awk '/^commands:/ {on = 1; next} on && $1 !~ /^-/ {print $1}' |
+  grep -vx stage)
+for c in $commands; do
   check "sluice $c --help" bash -c '"$@" >/dev/null' _ "${RUN[@]}" "$IMAGE" "$c" --help
 done
 for s in $stages; do
