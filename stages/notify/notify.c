@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * notify.c — `sluice notify`: signed webhooks to a submission's callback_url.
  *

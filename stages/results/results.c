@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * results.c — `sluice results`: the API clients poll.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_redis.h — a synchronous Redis connection that reconnects, with AUTH
  * and TLS.
