@@ -4,7 +4,7 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | test-browser | image | test-image | deb | test-deb | bench-presign | bench-api | bench-poll | bench-sse | bench-cost | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | image | test-image | deb | test-deb | bench-presign | bench-api | bench-poll | bench-sse | bench-sse-delay | bench-cost | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
@@ -12,7 +12,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser test-image image deb test-deb unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-cost bench-stt fuzz fuzz-merge
+.PHONY: all bootstrap build build-san demo test test-browser test-image image deb test-deb unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-sse-delay bench-cost bench-stt fuzz fuzz-merge
 
 all: build
 
@@ -91,6 +91,12 @@ bench-poll: build
 # the memory each costs, against the process's idle RSS in the same run.
 bench-sse: build
 	BUILD=$(BUILD) bench/sse/run
+
+# The delay from a status reaching Kafka to an event stream, beside a client
+# polling at the browser's policy on the same statuses (about 2 minutes);
+# results go to docs/benchmarks.md.
+bench-sse-delay: build
+	BUILD=$(BUILD) bench/sse/delay
 
 # CPU per message of each consuming stage driven at its maximum (a backlog
 # the stage before it wrote, the fake provider answering at once), beside a
