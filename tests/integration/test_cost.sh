@@ -85,8 +85,8 @@ v=$(view_of "$SID" "$TOKEN")
 check "the FAILED question's cost is all three attempts' (3.75; view $(jq -c '.questions[0].cost' <<<"$v"))" \
   jqe '(.questions[0].cost - 3.75 | fabs) < 0.0001 and (.cost - 3.75 | fabs) < 0.0001' "$v"
 hdrs=$(for t in hcost.retry.1s hcost.retry.2s; do
-  kcat -C -b "$B" -t "$t" -o beginning -e -q -f '%h\n' 2>/dev/null; done |
-  grep -o 'sluice-cost-units=[0-9.]*' | sort | tr '\n' ' ')
+  kcat -C -b "$B" -t "$t" -o beginning -e -q -f '%k %h\n' 2>/dev/null; done |
+  grep "^$SID/1 " | grep -o 'sluice-cost-units=[0-9.]*' | sort | tr '\n' ' ')
 check "the retry copies carry the running sum ($hdrs)" \
   test "$hdrs" = "sluice-cost-units=1.25 sluice-cost-units=2.5 "
 units=$(metric sluice_provider_cost_units_total 'stage="hcost",plugin="harness-provider"' "$H_ADMIN")
