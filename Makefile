@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sluice — the two commands that matter:
 #   make demo   set up everything on a fresh Debian 12 machine, run the whole
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | test-browser | bench-presign | bench-api | bench-poll | bench-sse | bench-cost | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | image | test-image | deb | test-deb | bench-presign | bench-api | bench-poll | bench-sse | bench-cost | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
@@ -11,7 +12,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-cost bench-stt fuzz fuzz-merge
+.PHONY: all bootstrap build build-san demo test test-browser test-image image deb test-deb unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-cost bench-stt fuzz fuzz-merge
 
 all: build
 
@@ -35,6 +36,25 @@ test: bootstrap build build-san
 # The browser client's end-to-end tests alone (headless Chromium, own test stack).
 test-browser: bootstrap build-san
 	tools/test $(SAN_BUILD) -L browser
+
+# The container image of deploy/Dockerfile (sluice:dev) with Debian's Docker,
+# on a local debootstrap base (no Docker Hub needed); test-image also runs it
+# read-only as non-root: --version, every --help, the plugins, every stage
+# ready on the dev stack (tools/image, docs/deploy.md). Not part of `make test`.
+image:
+	tools/image build
+
+test-image: build
+	BUILD=$(BUILD) tools/image test
+
+# The Debian package (CPack): build/sluice_<version>_<arch>.deb with
+# sluice@<stage>.service; test-deb installs it in the local Debian image and
+# starts every stage from it (tests/deploy/test_deb.sh, docs/deploy.md).
+deb: build
+	cd $(BUILD) && cpack -G DEB
+
+test-deb: build
+	BUILD=$(BUILD) tools/image test-deb
 
 unit: build-san
 	ctest --test-dir $(SAN_BUILD) -L unit --output-on-failure

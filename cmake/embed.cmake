@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DIN=file -DOUT=file.c -DNAME=symbol -P embed.cmake
 # Writes OUT defining `const char *const NAME` (IN's bytes, NUL-terminated)
 # and `const size_t NAME_len` (without the NUL): a file compiled into a binary.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common.c — start-up and shutdown shared by the stage mains: config and
  * logging, signals, the admin endpoint.

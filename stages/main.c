@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c — the `sluice` binary: one subcommand per stage.
  *   sluice presign|ingest|stt|grade|materialize|results|notify [--help]
@@ -5,6 +6,7 @@
  *   sluice plugin run|list|doc   plugins outside a stage (stages/plugin)
  *   sluice config-doc      print every setting as Markdown (docs/configuration.md)
  *   sluice pipeline        print the pipeline description, resolved and checked
+ *   sluice --version       version, git revision (baked in at build time), plugin ABI
  */
 #define _POSIX_C_SOURCE 200809L
 #include "stages.h"
@@ -17,7 +19,9 @@
 
 #include "notify/callback.h"
 #include "presign/webhook.h"
+#include "sluice/sl_plugin.h"
 #include "sluice/sl_s3.h"
+#include "sluice_version.h" /* generated: cmake/version.cmake */
 
 const sl__subcommand sl__subcommands[] = {
     {"presign", "HTTP API that creates submissions and presigned upload URLs",
@@ -83,6 +87,7 @@ static void usage(FILE *f) {
     fprintf(f, "  %-12s %s\n", sl__subcommands[i].name, sl__subcommands[i].summary);
   fprintf(f, "  %-12s %s\n", "pipeline", "print the pipeline description, resolved and checked");
   fprintf(f, "  %-12s %s\n", "config-doc", "print every setting as Markdown");
+  fprintf(f, "  %-12s %s\n", "--version", "version, git revision and plugin ABI");
 }
 
 /* sluice pipeline [--json | --topics] [--file F]: the description stages
@@ -164,6 +169,11 @@ int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+    printf("sluice %s\ngit revision %s\nplugin ABI %u\n", SLUICE_VERSION, SLUICE_GIT_REVISION,
+           (unsigned)SL_PLUGIN_ABI_VERSION);
+    return 0;
   }
   if (strcmp(argv[1], "config-doc") == 0) {
     config_doc();

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stages.h — what the `sluice` binary knows about its subcommands, and the
  * start-up/shutdown plumbing every stage main shares (internal, sl__ prefix).

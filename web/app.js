@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * app.js — the Sluice browser client: record (or pick) an answer per
  * question, upload each straight to storage, watch the grades arrive.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bare_produce.c — the floor under POST /v1/submissions: an open-loop
  * librdkafka producer writing what a create writes, with nothing else.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/api/latency.h — what bench/api/loadgen and bench/api/bare_produce
  * share: the schedule arguments (RATE DURATION_S [WARMUP_S]), error kinds
  * counted by name, and nearest-rank percentiles

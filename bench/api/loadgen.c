@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/api/loadgen.c — open-loop load generator for POST /v1/submissions.
  *
  * Sends one create (15 questions) every 1/R s for D s, scheduled by the clock

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench/cost/evalsha_loop.c — the anchor of materialize in bench/cost/run:
  * materialize's apply script (stages/materialize/apply_lua.h, the very

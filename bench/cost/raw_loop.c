@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench/cost/raw_loop.c — the anchor of bench/cost/run: the least a Kafka
  * consumer that never loses a message must do per message, with librdkafka

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench/cost/watch.c — the meter of bench/cost/run: how much CPU a consumer
  * process spent per message it finished, measured from outside the same way

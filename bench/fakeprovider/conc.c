@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/fakeprovider/conc.c — how many slow requests can `sluice-fakeprovider`
  * hold at once?
  *

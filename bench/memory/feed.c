@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/memory/feed.c — the input of the memory benchmark (bench/memory/run):
  * stores one answer in the answers' bucket and writes COUNT UploadCompleted
  * messages naming it to TOPIC, as ingest would after COUNT uploads, so that

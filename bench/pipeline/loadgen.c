@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/pipeline/loadgen.c — end-to-end load for the whole pipeline.
  *
  * Open loop: every 1/R s (by the clock, not after the previous answer) a

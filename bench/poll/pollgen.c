@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/poll/pollgen.c — closed-loop load generator for polling GETs.
  *
  * CONNS keep-alive connections each send GET URL, wait for the complete

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * preflight_bench.c — what the preflight step costs and what it changes,
  * per recording format: the bytes a client uploads per minute of speech,

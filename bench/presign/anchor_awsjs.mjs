@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // anchor_awsjs.mjs — presigned URLs per second with the AWS SDK for
 // JavaScript v3 (getSignedUrl from @aws-sdk/s3-request-presigner on a
 // PutObjectCommand), the Node anchor for bench/presign.

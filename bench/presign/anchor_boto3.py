@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """anchor_boto3.py — presigned URLs per second with boto3's
 S3 client generate_presigned_url(), the Python anchor for bench/presign.
 

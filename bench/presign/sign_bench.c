@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sign_bench.c — presigned URLs per second on one thread: Sluice's
  * sl_sigv4_presign() (the anchors are anchor_boto3.py / anchor_awsjs.mjs).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/sse/holdgen.c — opens and holds server-sent event streams.
  *
  * N TCP connections to 127.0.0.1:PORT, each sending GET PATH with the given

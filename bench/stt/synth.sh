@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/stt/synth.sh OUTDIR [SENTENCES] - speak the fixed sentence set
 # (bench/stt/sentences.tsv: voice, words per minute, text) with espeak-ng, one
 # answer per line, stored as the pipeline hands audio to STT: 16 kHz mono FLAC

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/stt/wer.sh REF HYP - word error rate of transcripts against references.
 # REF and HYP hold "id<TAB>text" lines; lines are paired by id (an id missing
 # from HYP counts as an empty transcript). Words are compared after

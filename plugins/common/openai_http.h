@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * openai_http.h — what the two OpenAI-compatible plugins (stt/openai,
  * grade/openai) share: the endpoint URL, the HTTP-status-to-outcome policy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_admin.c — /healthz, /readyz, /metrics and /loglevel on a private loop
  * thread. Shutdown uses a uv_async_t: the owner thread signals, the loop

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_aredis.c — async Redis with reconnect, AUTH, TLS and a command deadline
  * (see sl_aredis.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_claim.c — the Redis scripts of the input claim (see sl_claim.h).
  *

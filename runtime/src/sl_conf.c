@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_conf.c — loads component config tables from defaults, a file, the
  * environment and --set overrides (see sl_conf.h for the precedence rules).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_err.c — messages and names for the SL_ERR_MAP codes.
  * Negative errno values (system errors) are described by strerror_r into a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_flow.c — the limits on a stage's work in flight (see sl_flow.h).
  */

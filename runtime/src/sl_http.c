@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_http.c — HTTP/1.1 server (see sl_http.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_http_internal.h — a socket-free way into the HTTP server of sl_http.c,
  * for the fuzz target tests/fuzz/fuzz_http.c (internal: not part of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_httpc.c — libcurl multi on libuv (see sl_httpc.h).
  *

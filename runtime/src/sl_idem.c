@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_idem.c — idempotency store records and keys (see sl_idem.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_kafka.c — producer/consumer construction, the libuv bridge for
  * delivery reports, and a consumer group's lag as Kafka has it (see

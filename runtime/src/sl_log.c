@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_log.c — see sl_log.h. The level is an atomic so it can be changed at run
  * time from any thread (e.g. an admin endpoint) without locks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_metrics.c — a fixed-size registry (no allocation after start-up) of
  * atomic counters, gauges and histograms, rendered grouped by metric name with

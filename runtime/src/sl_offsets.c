@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_offsets.c — a partition's in-flight offsets (see sl_offsets.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_outbox.c — what a processor hands the runtime (see sl_stage.h): the
  * outbox of outputs, the result, and the "<submission>/<question>" key.

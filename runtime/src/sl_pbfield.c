@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_pbfield.c — protobuf fields by path (see sl_pbfield.h).
  *

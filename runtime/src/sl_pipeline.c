@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_pipeline.c — loads and checks the pipeline description (see
  * sl_pipeline.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_pluginhost.c — loading plugins and running their calls (see
  * sl_pluginhost.h and the ABI in sl_plugin.h).

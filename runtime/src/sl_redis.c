@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_redis.c — see sl_redis.h.
  *
@@ -662,4 +663,12 @@ int sl_redis_tls_new(sl_tls **out, const char *url) {
   sl_redis_addr a;
   if (sl_redis_addr_parse(url, &a) != 0) return SL_EINVAL;
   return sl_tls_new(out, tls_create, tls_destroy, (void *)url);
+}
+
+const char *sl_redis_hash_field(const redisReply *rep, const char *name) {
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || !name) return NULL;
+  for (size_t i = 0; i + 1 < rep->elements; i += 2)
+    if (rep->element[i]->str && strcmp(rep->element[i]->str, name) == 0)
+      return rep->element[i + 1]->str;
+  return NULL;
 }

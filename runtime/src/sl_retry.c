@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_retry.c — the retry policy (see sl_retry.h): tier spec parsing, the
  * tier and not-before time of a transient failure, when a copy is due.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_s3.c — S3 settings, signed GET and HEAD, and the multipart-upload
  * calls (see sl_s3.h). GET, HEAD and PUT use a short-lived presigned URL,

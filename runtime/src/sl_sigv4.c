@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_sigv4.c — AWS Signature Version 4 signer (contract in sl_sigv4.h).
  *

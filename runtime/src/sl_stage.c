@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage.c — the stage runtime's loop (see sl_stage.h for the contract,
  * sl_stage_int.h for how the runtime is split).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage_gate.c — the provider gate: what a job passes between its
  * idempotency lookup and its provider call.

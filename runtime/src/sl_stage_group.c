@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage_group.c — partitions of a stage's consumer groups: the commit of
  * each partition's offsets (sl_offsets.h), pausing, rebalances and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage_int.h — the stage runtime's internals, shared by its files.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage_lag.c — consumer lag as Kafka has it, queried off the loop.
  *

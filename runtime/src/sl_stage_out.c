@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage_out.c — what becomes of a job: processing (on the worker pool or
  * async on the loop), its outcome (done, retry copy, dead letter), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_tls.c — a small registry: slot per thread id, looked up linearly
  * (worker pools are a handful of threads), guarded by a mutex only while

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.c — credential checks for presign and results (see auth.h).
  *

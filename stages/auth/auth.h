@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.h — who is calling: API keys, JWTs and results tokens (internal to
  * presign and results).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grade.c — `sluice grade`: transcript -> grade, with a grading plugin
  * (plugin ABI: runtime/include/sluice/sl_plugin.h).

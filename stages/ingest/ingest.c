@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ingest.c — `sluice ingest`: storage upload events -> transcription requests.
  *

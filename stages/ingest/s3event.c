@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * s3event.c — S3 bucket notification reading (see s3event.h). jansson parses
  * the JSON; this file only knows which fields matter and how our object keys

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * s3event.h — reading S3 bucket notifications (internal to ingest and the
  * presign webhook; pure functions, no I/O, so they are also fuzz targets).

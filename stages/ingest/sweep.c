@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sweep.c — ingest's reconciliation sweep (see sweep.h for the design).
  *

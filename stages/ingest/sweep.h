@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sweep.h — ingest's reconciliation sweep: uploads whose storage event never
  * arrived (internal to ingest).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * apply_lua.h — materialize's monotonic apply, one Lua script run by Redis
  * for every question state (stages/materialize/materialize.c). A header of

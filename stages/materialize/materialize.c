@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * materialize.c — `sluice materialize`: Kafka -> the Redis view clients poll.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * callback.c — the callback URL policy (see callback.h): URL form and host
  * allow-list with libcurl's URL parser (the parser the delivery uses, so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * callback.h — which callback URLs a submission may name (internal): the
  * one policy presign applies at create and notify applies again at every

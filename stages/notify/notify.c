@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * notify.c — `sluice notify`: signed webhooks to a submission's callback_url.
  *
@@ -119,9 +120,7 @@ static void finish(delivery *d) {
 }
 
 static const char *field(const redisReply *rep, const char *name) {
-  for (size_t i = 0; i + 1 < rep->elements; i += 2)
-    if (strcmp(rep->element[i]->str, name) == 0) return rep->element[i + 1]->str;
-  return NULL;
+  return sl_redis_hash_field(rep, name);
 }
 
 /* A view's rank field r<no> as stored: a final one is rank_done/failed. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin.c — `sluice plugin`: run, list and document plugins outside a stage.
  *

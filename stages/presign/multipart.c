@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * multipart.c — resumable uploads for large answers: S3 multipart with
  * presigned part URLs, behind the endpoints the Uppy @uppy/aws-s3 plugin

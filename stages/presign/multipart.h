@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * multipart.h — the Companion-style S3 multipart endpoints of `sluice
  * presign` (internal to the presign stage; see multipart.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * presign.c — `sluice presign`: the API that creates submissions.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * request.c — validation of a create request (see request.h). jansson
  * parses (duplicate keys refused); this file knows the fields, their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * request.h — the create request of POST /v1/submissions, parsed and
  * validated (internal to presign; pure, so it is also a fuzz target).

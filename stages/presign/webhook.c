@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * webhook.c — POST /v1/storage-events: storage upload events over HTTP, for
  * object stores that notify by webhook instead of writing to Kafka.

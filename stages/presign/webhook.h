@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * webhook.h — POST /v1/storage-events, the storage-event webhook of `sluice
  * presign` (internal to the presign stage; see webhook.c and the "Storage

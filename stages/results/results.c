@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * results.c — `sluice results`: the API clients poll.
  *
@@ -134,10 +135,8 @@ static int poll_after_s(int64_t age_s, int complete) {
   return 30;
 }
 
-static const char *field(redisReply *rep, const char *name) {
-  for (size_t i = 0; i + 1 < rep->elements; i += 2)
-    if (strcmp(rep->element[i]->str, name) == 0) return rep->element[i + 1]->str;
-  return NULL;
+static const char *field(const redisReply *rep, const char *name) {
+  return sl_redis_hash_field(rep, name);
 }
 
 static int unauthorized(results *R, sl_http_req *req, const char *code, const char *msg) {

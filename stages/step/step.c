@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * step.c — `sluice stage NAME`: runs the stage NAME of the pipeline
  * description. A stage of a built-in kind (presign, ingest, stt, grade,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stt.c — `sluice stt`: fetch each uploaded answer and transcribe it with an
  * STT plugin (plugin ABI: runtime/include/sluice/sl_plugin.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // e2e.test.mjs — the browser client (web/) in real headless Chromium
 // (Debian's /usr/bin/chromium driven by playwright-core), against the real
 // stack and stages that test_browser.sh started. Node's test runner.

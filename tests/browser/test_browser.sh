@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end tests of the browser client (web/) in real headless Chromium:
 # Debian's chromium driven by playwright-core (pinned in package.json,
 # installed with npm ci into the build directory), Node's test runner

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """check_chart.py - assertions on charts/sluice's rendered manifests.
 
 Called by tests/deploy/test_chart.sh with the output of `helm template`:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """dpkg_closure.py PKG... - the installed packages apt brings in with PKG...
 
 Prints, one a line, PKG... and everything they depend on (Depends and

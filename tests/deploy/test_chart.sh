@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/deploy/test_chart.sh - charts/sluice without a cluster:
 #   1. helm lint --strict with the defaults and with every option (values-all.yaml);
 #   2. helm template of both, validated offline against the Kubernetes 1.37

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/deploy/test_packages.sh BUILD_DIR - deploy/Dockerfile and tools/bootstrap
 # install from one list, and what the image gets is enough (no Docker engine):
 #   1. tools/bootstrap --print-apt: build, runtime and dev lists, disjoint, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.c — replays fuzz inputs without libFuzzer: main() runs the target's
  * LLVMFuzzerTestOneInput (after LLVMFuzzerInitialize, when the target has

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_auth.c — the credentials an attacker controls: JWTs
  * (stages/auth/auth.c, over libjwt), the webhook's X-Sluice-Signature and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_http.c — the HTTP/1.1 server of runtime/src/sl_http.c (http-parser
  * callbacks, header arena, limits, pipelining, CORS preflights, error

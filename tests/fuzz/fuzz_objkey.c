@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_objkey.c — object keys: sl__url_decode (the key as an S3 event
  * carries it, URL-encoded) and sl__object_key_parse (our

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_openai_grade.c — grade/openai's handling of chat-completion answers
  * (plugins/grade/openai/openai.c: the status policy of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_openai_stt.c — stt/openai's handling of provider answers
  * (plugins/stt/openai/openai.c: the status policy of

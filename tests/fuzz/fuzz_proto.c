@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_proto.c — protobuf-c unpacking of every message type of
  * proto/sluice.proto (the list is generated from protoc-c's output by

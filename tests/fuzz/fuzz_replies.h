@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_replies.h — provider answers scripted by a fuzz input, for the
  * targets that drive an OpenAI-compatible plugin through the scripted host

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_s3event.c — S3 bucket notifications as ingest (and the presign
  * webhook) read them: sl__s3event_load on the raw message, then

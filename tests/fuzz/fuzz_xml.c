@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_xml.c — storage replies to the multipart calls presign makes
  * (CreateMultipartUpload, ListParts, CompleteMultipartUpload,

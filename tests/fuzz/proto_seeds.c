@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto_seeds.c — writes the seed corpus of fuzz_proto: one file per
  * message the stages write (SubmissionCreated with questions,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -P proto_types.cmake IN=<sluice.pb-c.h> OUT=<header>
 # Writes the list of every message descriptor protoc-c generated (nested
 # messages included), in the order of the .proto, for fuzz_proto.c and

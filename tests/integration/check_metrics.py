@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks real /metrics scrapes and the deploy/ files that query them.
 
 usage: check_metrics.py ROOT SCRAPE_FILE...

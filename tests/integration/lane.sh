@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/integration/lane.sh - which test stack a test runs on (sourced by
 # lib.sh, and first of all by tests that derive ports before lib.sh).
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/integration/lib.sh - shared set-up for integration tests (sourced).
 # Talks to the stack tools/test started (DEVSTACK_* ports) or starts one on
 # the same test ports when a test is run on its own. Stages run from
@@ -71,6 +72,9 @@ check() { # check DESCRIPTION COMMAND... : records a failure instead of exiting
 metric() {
   curl -fsS "$3/metrics" | awk -v n="$1{$2}" '$1 == n {print $2; f=1} END {if (!f) print 0}'
 }
+
+# admin_ready PORT: the admin server on 127.0.0.1:PORT answers /readyz "ready ..."
+admin_ready() { [[ $(curl -fsS "http://127.0.0.1:$1/readyz" 2>/dev/null) == ready* ]]; }
 
 # wait_for SECONDS COMMAND... : polls every 0.5 s
 wait_for() {

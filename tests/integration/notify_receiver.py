@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A webhook receiver for tests/integration/test_notify.sh (a test tool).
 
 Usage: notify_receiver.py ADDRESS:PORT LOGFILE

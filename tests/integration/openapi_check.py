@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Validate real API responses against docs/openapi.yaml.
 
 usage: openapi_check.py SPEC SCHEMA FILE...

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Async processing and the shared limit, with `sluice-fakeprovider` as the
 # provider and sluice-harness in async mode (curl multi on the runtime loop):
 #   1. one worker thread, 1 s provider latency, 200 messages: the provider

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # An async plugin may read its input until it completes the call (the ABI:
 # "Everything is borrowed from the host until complete()"): the grade stage
 # runs tests/plugins/lateread.c, which only starts an HTTP request in

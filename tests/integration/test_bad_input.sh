@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Bad input gets a clear error and changes nothing:
 #  - presign answers 4xx with {"error":{"code","message"}} and writes nothing;
 #  - results answers 401/404 without telling whether a submission exists;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End to end against the real stack: spoken answers (WAV, FLAC, Ogg/Vorbis
 # from espeak-ng + sox) go presign -> storage PUT -> storage event -> ingest
 # -> stt (PocketSphinx) -> grade -> materialize -> results; every question

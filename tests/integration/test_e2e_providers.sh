@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End to end with the HTTP plugins: the stt and grade stages run stt/openai
 # and grade/openai (async, on the stage's loop) against `sluice-
 # fakeprovider`, which speaks OpenAI's API and fails 30% of its calls with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `sluice-fakeprovider` as the tests and benchmarks rely on it:
 #   1. replies: transcriptions in json, text and verbose_json (segments,
 #      words when asked, duration from the WAV header), the same audio gives

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A status for a question the submission never declared (question 99: a
 # forged or misrouted FAILED on the results topic) must not end a client's
 # polling: results lists and counts only the declared questions.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sluice_consumer_lag_messages is the group's lag as Kafka has it (committed
 # offsets against high watermarks), also while the stage has paused
 # fetching, and sluice_consumer_lag_actionable_messages leaves out what more

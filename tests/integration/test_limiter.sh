@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The shared provider rate limit (runtime/src/sl_limiter.c) against the test
 # Redis, without the stages:
 #  - the script's KEYS/ARGV contract, evaluated by hand with redis-cli:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # An upload whose storage event was lost is still graded, once.
 # Versity Gateway sends the bucket notification after answering the PUT and
 # drops it when Kafka does not take it ("failed to send kafka event"), so an

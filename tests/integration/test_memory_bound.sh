@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # stage.max_bytes_in_flight bounds what stt holds, not only how many
 # messages: 24 answers of 1.5 MB (4 submissions of 6) wait in stt.requests
 # while the fake provider takes 3 s per transcription, and stt may hold

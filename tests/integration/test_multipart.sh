@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A large answer, resumable: a 64 MiB WAV (espeak-ng speech padded with
 # silence, 96 kHz stereo so that it is ~3 min of audio) goes up through the
 # Companion-style multipart endpoints of presign in 8 parts of 8 MiB, as an

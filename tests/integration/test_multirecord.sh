@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A storage event with several records (some storages batch them): one bad
 # record must not dead-letter the good ones beside it. Ingest splits the
 # event into single-record events, so each record is checked, retried or

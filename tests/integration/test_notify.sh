@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Signed webhooks: a submission's callback_url, the notify stage, on the real
 # stack with a real receiver (tests/integration/notify_receiver.py, a test
 # tool) on loopback, which the callback policy must allow explicitly:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # docs/openapi.yaml describes what the APIs really answer: real responses of
 # presign and results (created, replayed, polled while awaiting upload and
 # when done, and the error bodies) validate against its schemas.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Operations against the real pipeline: metrics, deploy/ files and the
 # operator/support/client commands of sluicectl.
 #  - usage errors of status / submission / submit exit 2 with a message and

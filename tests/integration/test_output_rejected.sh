@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # An output Kafka refuses for good (here: larger than message.max.bytes) is
 # not produced again forever while its partition stops committing: the input
 # becomes a dead letter of class output_rejected (its payload cut to fit),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A third-party step placed in the pipeline by configuration only. The
 # transcript filter tests/plugins/external/mask.c is built out of tree
 # against the installed headers (cmake --install; cc, no Sluice library),

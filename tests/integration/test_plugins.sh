@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # test_plugins.sh - plugin conformance: every built plugin is dlopen'ed, its
 # ABI checked (`sluice plugin list` refuses anything else), and run through
 # the same host path the stages use (`sluice plugin run`) on real inputs:

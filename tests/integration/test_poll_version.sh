@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Polls decided by the submission's version (issue 19): results answers 304
 # from the version materialize's apply script keeps, and never a stale one.
 #   1. a submission of two answers: the ETag names the hash's version "v";

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The preflight stage between ingest and stt (pipeline.json, step/preflight):
 # answers recorded as browsers and phones record them go through unconverted,
 # and the ones nobody should pay for fail at once, before any paid call.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # SIGTERM while requests wait for Kafka: presign stops taking requests, and
 # every request already taken — a create, and a storage event on the
 # webhook, which shares presign's producer and Redis — still gets its answer

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The first creates after presign starts are answered as fast as the later
 # ones: its producer knows the submissions topic before the first message.
 # (librdkafka 2.0 learns a topic from its first message and asks for the

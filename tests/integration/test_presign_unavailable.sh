@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # When Kafka cannot take the submission, presign answers 503 with Retry-After,
 # within presign.kafka_timeout_ms, and nothing half-exists: no submission id
 # is handed out. (A presign whose

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A fatal producer error (librdkafka can no longer keep its idempotence
 # promise) must not commit an input whose outputs were not written. The
 # fault comes from the real broker: the harness stage's producer runs with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Redis stops answering (SIGSTOP: the kernel still accepts connections, but
 # no reply ever comes) while a stage works. The async Redis client's command
 # deadline (redis.command_timeout_ms) answers the waiting idempotency lookup

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Redis faults under load, with 3 replicas of every consuming stage: a
 # steady load (pipeline_loadgen) over the fake provider while Redis is
 #   t=8 s   emptied (FLUSHALL: what a restart without persistence leaves),

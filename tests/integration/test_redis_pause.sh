@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Redis stops answering (SIGSTOP) while a submission is created: materialize
 # cannot apply the SubmissionCreated, sends it through its retry tier, and
 # applies it once Redis is back (SIGCONT). The retry copy must be handled as

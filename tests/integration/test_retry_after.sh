@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A provider's Retry-After is honoured up to provider.max_retry_after_ms.
 # A 429 that says "Retry-After: 86400" (a day) must neither pause every
 # replica of the stage for a day (the shared pause key) nor park the retry

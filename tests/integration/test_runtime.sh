@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The stage runtime against real Kafka and Redis, through sluice-harness (the
 # real runtime around a scripted provider; see tests/runtime/harness.c):
 #   1. transient twice then success: done after exactly two retry hops, each

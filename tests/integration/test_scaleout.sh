@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Scale-out under a rebalance storm: a steady load (pipeline_loadgen, open
 # loop) over the fake provider (3 s calls) while stt and grade are scaled
 # between 2 and 4 replicas every 20 s and one replica (stt and grade in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # test_security - who may do what (docs/security.md), against the real stack:
 #  - creating a submission needs an API key or a JWT: none, garbage, unknown,
 #    revoked, expired, not yet valid, wrongly signed, alg "none", an RS256

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A client trickling its request slower than presign.request_timeout_ms is
 # answered 408 (JSON error) and disconnected, however steadily it trickles;
 # meanwhile the server keeps serving everyone else. (Idle keep-alive

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sluicectl against the test stack's Kafka, without the stages:
 #  - topics ensure creates missing topics and reports existing ones; topics list;
 #  - dead letters written with the test/support command `dlq inject` (two of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Server-sent events (issue 19): GET /v1/submissions/{id}/events.
 #   1. credentials as for the GET: none -> 401 JSON, a wrong token -> 404
 #      JSON, the token in ?access_token= (EventSource) -> a stream;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One stt replica whose signatures storage refuses (403: a clock off by more
 # than SigV4 allows, or credentials being rotated) must not fail answers for
 # good: the object exists, the fault is the replica's. The answer is retried

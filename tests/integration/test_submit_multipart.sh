@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `sluicectl submit` of large answers through presign's /s3/multipart:
 #  - bad arguments exit 2 with a message and create nothing: --part-size
 #    below 5 MiB or junk, --multipart-threshold junk, a (sparse) file that

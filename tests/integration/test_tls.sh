@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Transport security end to end, on a stack of its own (tools/devstack up
 # --secure on ports BASE+900..904): Kafka clients only on SASL_SSL (PLAIN),
 # Redis TLS-only with a password and an ACL user, the gateway on https, all

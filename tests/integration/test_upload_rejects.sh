@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The presigned URL signs content-length and content-type (and, when the
 # client gives one, the sha256 checksum), so the storage
 # itself refuses (403) an upload whose size or type differs from what the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The results view survives losing Redis: a submission is graded, Redis is
 # emptied (FLUSHALL, what a restart without persistence leaves), and
 # materialize notices the missing view marker and replays the topics, so the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # An upload that arrives while the Redis view is lost and not yet rebuilt is
 # not failed as unknown_submission: ingest sees materialize's view marker
 # missing and retries (class view_rebuilding) for as long as the rebuild

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Progress is data (pipeline.json's progress labels, ranked by stage order),
 # and a view written before that stays monotonic: an older materialize
 # stored ranks 2 queued, 3 transcribing, 4 grading, 5 failed, 6 done, which

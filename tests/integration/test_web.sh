@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The browser client's plumbing, over real HTTP: presign serves web/ at "/"
 # with the right content types, an ETag and 304 on revalidation; nothing
 # outside the loaded files is reachable (traversal attempts, encoded dots,

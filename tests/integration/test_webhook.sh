@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The storage-event webhook (POST /v1/storage-events on presign) and ingest's
 # checks of every event against what was signed, on the real stack.
 #

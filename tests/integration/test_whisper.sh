@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # test_whisper.sh - the default offline recognizer, end to end: the dev
 # stack's local Whisper server (faster-whisper-server with Whisper base,
 # DEVSTACK_STT=whisper, as `make demo` runs it) behind the stt stage's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * abi1.c — a grading plugin as ABI 1 built it (abi_version 1, no declared
  * fields): ABI 2 hosts still run it, adapted (docs/plugin-abi.md). Grades

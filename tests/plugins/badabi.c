@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * badabi.c — a test plugin built for a future ABI (99): the host must refuse
  * it with a message naming both ABI versions, never call into it.

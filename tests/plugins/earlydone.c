@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * earlydone.c — an async STT plugin that completes its call before its
  * upload is over: call() starts a POST of the input audio as a multipart

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lateread.c — an async grading plugin that reads its input late: call()
  * only starts an HTTP request (to grade.lateread.url), and the callback,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * misbehave.c — a grading plugin that breaks the call contract on purpose,
  * chosen by the transcript: "forget" returns without completing, "twice"

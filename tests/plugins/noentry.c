@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * noentry.c — a shared object without the entry symbol: the host must say
  * it is not a Sluice plugin.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * harness.c — a stage for testing the stage runtime, driven by its input.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trickle_server.c — a deliberately slow HTTP server for bad-input tests.
  *

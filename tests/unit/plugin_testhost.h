@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin_testhost.h — a scripted plugin host for unit tests of async
  * plugins (sl_plugin.h), without the runtime, a loop or a network.

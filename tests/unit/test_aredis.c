@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_aredis.c — sl_aredis's command deadline against a fake Redis on the
  * same loop (a libuv TCP server on 127.0.0.1 that answers PING with PONG and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_auth.c — stages/auth: JWT verification (signature, algorithm,
  * claims), API key shape and lookup key, user ids, results-token binding.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_breaker.c — unit tests for the circuit breaker (sl_breaker): opening
  * only with enough calls and at the failure ratio, failures ageing out of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_callback.c — the callback URL policy (stages/notify/callback.h):
  * the allow-list of hosts, URL form, and the address classes refused

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_client.c — the API client code sluicectl and the load generators
  * share (tools/client/sl_client.h): the create body as presign reads it,

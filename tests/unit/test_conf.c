@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_conf.c — unit tests for the configuration loader (sl_conf).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_flow.c — unit tests for the limits on a stage's work in flight
  * (sl_flow): pausing at either limit, resuming only below 80% of both, the

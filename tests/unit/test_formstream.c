@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_formstream.c — an async plugin's upload of its input audio is
  * streamed by the host from the buffer the stage holds, not copied

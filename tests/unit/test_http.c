@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_http.c — unit tests for the HTTP/1.1 server (sl_http).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_idem.c — unit tests for the idempotency store's records (sl_idem):
  * outputs survive a pack/unpack round trip byte for byte (empty values and

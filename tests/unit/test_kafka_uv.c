@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_kafka_uv.c — the librdkafka → libuv bridge (sl_kafka_uv) wakes the
  * loop for events that were queued before it was attached.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_keepalive.c — the HTTP clients keep their connections: a stage that
  * fetches one object per message, or calls its provider once per message,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_limiter.c — unit tests for the pure parts of the shared rate limiter
  * (sl_limiter): key naming and provider validation, the prepared EVALSHA /

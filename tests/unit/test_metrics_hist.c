@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_metrics_hist.c — histograms in the metrics registry: bucket
  * placement (le is inclusive), cumulative rendering in text format 0.0.4

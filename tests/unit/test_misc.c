@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_misc.c — unit tests for the small runtime helpers: ids and digests
  * (sl_id), the metrics registry and its text rendering (sl_metrics), JSON

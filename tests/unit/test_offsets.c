@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_offsets.c — unit tests for a partition's offset tracker
  * (sl_offsets): the commit point never passes an unfinished offset, out of

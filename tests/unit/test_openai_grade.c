@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_openai_grade.c — grade/openai against a scripted host
  * (plugin_testhost.h): the request, the grade-schema validation,
  * regeneration, the json_schema -> json_object fallback, refusals and the

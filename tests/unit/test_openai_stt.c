@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_openai_stt.c — stt/openai against a scripted host (plugin_testhost.h):
  * the request it builds, reply parsing, the HTTP status policy and bad
  * replies. The plugin source is compiled into this test. */

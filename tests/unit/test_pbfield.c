@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pbfield.c — protobuf fields by path over real Sluice messages: reads
  * (strings, numbers, bytes, sub-messages, list elements), declared paths

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pipeline.c — the pipeline description: the built-in one (the
  * repository's pipeline.json) resolves as the stages expect, a step

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pluginhost.c — the plugin host: loading and refusing plugins, their
  * configuration tables, and the call contract (sl_pluginhost.h).

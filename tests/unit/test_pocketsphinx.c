@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pocketsphinx.c — the offline STT module against real audio.
  *

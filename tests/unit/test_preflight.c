@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_preflight.c — step/preflight's core (plugins/step/preflight) on real
  * recordings in every format a browser or phone uploads that Debian can

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_retry.c — unit tests for the retry policy (sl_retry): parsing tier
  * specs (and refusing bad ones), the tier and not-before time of a failure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_rubric.c — unit tests for the deterministic rubric grader
  * (plugins/grade/rubric). The worked example is the one in docs/grading.md;

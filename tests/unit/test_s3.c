@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_s3.c — unit tests for the S3 multipart helpers in sl_s3: reading
  * storage replies (InitiateMultipartUpload, ListParts with and without a

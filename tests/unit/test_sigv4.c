@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_sigv4.c — unit tests for the SigV4 signer (sl_sigv4).
  *

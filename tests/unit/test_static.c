@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_static.c — unit tests for sl_static: what a static directory serves
  * and, above all, what it never serves (paths outside the loaded names,

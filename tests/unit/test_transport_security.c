@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_transport_security.c — redis[s]:// URLs (user info, %-decoding,
  * redaction), the Kafka security combinations refused at start-up, and the

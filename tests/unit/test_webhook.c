@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_webhook.c — the pure parts of presign's storage-event webhook
  * (stages/presign/webhook.c): the X-Sluice-Signature check (HMAC-SHA256

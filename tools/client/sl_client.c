@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_client.c — see sl_client.h. JSON with jansson.
  */

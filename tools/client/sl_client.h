@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_client.h — the Sluice API client code that `sluicectl submit` and the
  * load generators (bench/pipeline/loadgen.c) share: what a client sends to

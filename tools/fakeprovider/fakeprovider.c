@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fakeprovider.c — `sluice-fakeprovider` (tools/, not part of the shipped
  * `sluice` binary): a test double for paid AI providers,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * limiter_probe.c — drives the shared Redis rate limiter (sl_limiter) the way
  * a blocking worker would, for tests and for checking a live limit.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * apikey.c — `sluicectl apikey add|list|revoke`: the API keys presign and
  * results accept (stages/auth/auth.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dlq.c — reading the dead-letter topic: dlq list, dlq show, dlq audit, and
  * the test/support tool dlq inject.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http.c — sluicectl's HTTP and Redis plumbing: libcurl GET/POST/PUT with
  * bounded bodies and the headers the client cares about (ETag,

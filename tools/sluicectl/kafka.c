@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kafka.c — librdkafka plumbing of sluicectl: client configuration with the
  * last broker error captured (so a failure can say why), reading a whole

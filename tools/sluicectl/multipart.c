@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * multipart.c — `sluicectl submit`'s upload of a large answer through the
  * Companion-style endpoints presign serves (docs/openapi.yaml,

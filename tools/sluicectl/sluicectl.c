@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sluicectl.c — the operator's command line (docs/sluicectl.md).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sluicectl.h — shared declarations of the operator CLI (tools/sluicectl/).
  *

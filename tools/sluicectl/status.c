@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * status.c — `sluicectl status`: one screen for a whole deployment.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * submission.c — `sluicectl submission ID`: everything the pipeline holds
  * about one submission, for a support ticket.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * submit.c — `sluicectl submit FILE...`: the client a person or a script
  * uses, behaving exactly as an app should (docs/openapi.yaml):

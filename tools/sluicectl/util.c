@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.c — small helpers of sluicectl that do not talk to Kafka: time
  * parsing and formatting, UUIDv7, base64, text escaping, protobuf -> JSON,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * openai.c — grade/openai: grading through any OpenAI-compatible
  * POST /v1/chat/completions with structured output.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rubric.h — deterministic rubric grader for spoken answers.
  *

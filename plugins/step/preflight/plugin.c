@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin.c — step/preflight as a Sluice plugin (ABI 2, kind "step"): the
  * check between ingest and stt that stops an answer nobody should pay to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * preflight.c — decoding with GStreamer, speech activity, FLAC with libFLAC
  * (design in preflight.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * preflight.h — the work of the step/preflight plugin, callable without the
  * plugin host (unit tests, benchmarks): decode any recorded answer to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * openai.c — stt/openai: speech-to-text through any OpenAI-compatible
  * POST /v1/audio/transcriptions (OpenAI, Groq, whisper.cpp's server,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin.c — stt/pocketsphinx as a Sluice plugin (ABI in sl_plugin.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pocketsphinx.c — offline speech-to-text with CMU PocketSphinx.
  *

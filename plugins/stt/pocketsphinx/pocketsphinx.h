@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pocketsphinx.h — offline speech-to-text for the stt stage (CMU PocketSphinx).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_admin.h — the operator endpoints every Sluice process serves:
  *   GET /healthz  200 while the process is alive

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_aredis.h — an asynchronous Redis connection on a libuv loop (hiredis
  * async API with its libuv adapter) that reconnects by itself.

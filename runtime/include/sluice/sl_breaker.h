@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_breaker.h — a circuit breaker for calls to an external provider (an STT
  * or LLM API).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_claim.h — at most one paid provider call per input across every replica
  * of a stage: a lease on the input, kept in Redis.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_cli.h — the command line every `sluice <stage>` shares:
  *   --help                 list every setting (key, env var, default)

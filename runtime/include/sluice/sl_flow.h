@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_flow.h — when a stage stops and resumes fetching: its limits on work
  * in flight, by messages (stage.max_in_flight) and by bytes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_http.h — a small HTTP/1.1 server on a libuv loop, parsing requests with
  * nodejs/http-parser (Debian libhttp-parser).

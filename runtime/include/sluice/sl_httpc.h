@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_httpc.h — an HTTP client on a libuv loop (libcurl's multi interface
  * driven by uv_poll and a uv_timer), for async processors that call external

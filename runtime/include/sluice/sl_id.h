@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_id.h — identifiers and digests: UUIDv7 submission ids (RFC 9562: 48-bit
  * unix-ms timestamp, version 7, variant 10, 74 random bits from OpenSSL's

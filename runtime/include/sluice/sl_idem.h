@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_idem.h — the idempotency store's records: what a stage stored for an
  * input (its outputs) and under which Redis keys.

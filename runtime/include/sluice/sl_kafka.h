@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_kafka.h — librdkafka set-up shared by every stage.
  *

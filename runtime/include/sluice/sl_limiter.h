@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_limiter.h — a provider rate limit shared by every replica of a stage,
  * kept in Redis.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_metrics.h — Prometheus text exposition for every Sluice process.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_offsets.h — one partition's offsets in flight, and what may be
  * committed (the part of librdkafka's consumer that Sluice does itself,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_pbfield.h — fields of protobuf messages by name, through protobuf-c's
  * descriptors: what lets a plugin read its input and write its output by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_pipeline.h — the pipeline description: which stages exist, what each
  * consumes and produces, and the topics between them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_plugin.h — the plugin ABI: how STT providers, graders and pipeline
  * steps plug into their stages. This is the only Sluice header a plugin

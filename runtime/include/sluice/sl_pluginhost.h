@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_pluginhost.h — the host side of the plugin ABI (sl_plugin.h): finding
  * and loading plugins, their configuration tables, instances, and running

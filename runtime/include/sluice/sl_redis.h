@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_redis.h — a synchronous Redis connection that reconnects, with AUTH
  * and TLS.
@@ -101,6 +102,10 @@ redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t
 /* printf-style convenience over sl_redis_argv for commands without binary
  * arguments: fmt is split on spaces after formatting (so no argument may
  * contain a space). */
+/* The value of field name in an HGETALL reply (an array of field, value
+ * pairs), or NULL when the reply has no such field or is not an array. */
+const char *sl_redis_hash_field(const redisReply *rep, const char *name);
+
 redisReply *sl_redis_cmd(sl_redis *r, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_retry.h — the retry policy of a stage: tiers, budget, Retry-After.
  *

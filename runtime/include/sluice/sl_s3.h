@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_s3.h — the object-storage settings shared by presign and stt, and the
  * few server-side calls Sluice makes: GET, HEAD or PUT an object (blocking,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_sigv4.h — AWS Signature Version 4 (AWS4-HMAC-SHA256) for S3-compatible
  * object storage.

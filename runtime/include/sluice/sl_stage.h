@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_stage.h — the runtime every Kafka stage runs: consume -> process ->
  * produce -> commit, with many messages in flight, retry tiers with a time

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_static.h — static files (a browser client) served by a stage's HTTP
  * server.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_tls.h — per-thread resources for blocking stage work.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mask.c — a step plugin written the way a third party would: built out of
  * tree against the installed headers (sluice/sl_plugin.h, plugin ABI 2),
