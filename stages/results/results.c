@@ -484,8 +484,8 @@ static void get_submission(results *R, sl_http_req *req, const char *sid, int mo
   json_t *body = json_pack("{s:s,s:I,s:O,s:{s:i,s:i,s:i,s:b},s:f,s:{s:i,s:b},s:o}",
                            "submission_id", sid, "accepted_at_ms", (json_int_t)accepted,
                            "stages", R->stages, "summary", "total", (int)n, "done", done,
-                           "failed", failed, "complete", complete, "cost", cost, "poll", "retry_after_s", after, "stop",
-                           after == 0, "questions", qs);
+                           "failed", failed, "complete", complete, "cost", cost, "poll",
+                           "retry_after_s", after, "stop", after == 0, "questions", qs);
   freeReplyObject(rep);
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);

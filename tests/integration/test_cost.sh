@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Cost per answer: what every provider call cost (cost_units), retries
 # included, reaches the view per question and per submission, the metric
 # sluice_provider_cost_units_total{stage,plugin}, and sluicectl.
