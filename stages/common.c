@@ -38,7 +38,7 @@ void sl__owner_id(char *buf, size_t len) {
 
 void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
                             const char *error_class, const char *error_message, int64_t at_ms,
-                            sl_outbox *out) {
+                            double cost_units, sl_outbox *out) {
   char sid[64];
   unsigned qno;
   if (!subject || sl_key_parse(subject, strlen(subject), sid, &qno) != 0) return;
@@ -50,6 +50,7 @@ void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
   st.stage = (char *)o->stage;
   st.error_class = (char *)error_class;
   st.error_message = (char *)error_message;
+  st.cost_units = cost_units;
   sl_outbox_add_pb(out, o->common->topic_results, subject, &st.base);
 }
 
@@ -565,6 +566,7 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
 
 int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {
   res->provider_called = 1;
+  res->cost_units = pr->cost_units > 0 ? pr->cost_units : 0; /* failed calls cost too */
   if (pr->outcome == SL_PLUGIN_DONE) return 1;
   if (pr->outcome == SL_PLUGIN_RETRY) {
     res->retry_after_ms = pr->retry_after_ms;

@@ -68,10 +68,11 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
 
 /* The stages' dead-letter hook (sl_stage_opts.on_dead_letter): a subject
  * "<submission>/<question>" gets a FAILED QuestionStatus on the stage's status topic
- * with the dead letter's class and message, so the user sees the reason. */
+ * with the dead letter's class and message, so the user sees the reason, and
+ * what this stage's attempts cost (not what earlier stages did). */
 void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
                             const char *error_class, const char *error_message, int64_t at_ms,
-                            sl_outbox *out);
+                            double cost_units, sl_outbox *out);
 
 /* Releases what sl__stage_start() set up. */
 void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,

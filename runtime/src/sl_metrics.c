@@ -26,6 +26,7 @@ struct sl_metric {
   char labels[160];
   const char *help;
   int gauge;
+  int milli; /* a fractional counter: v counts thousandths, rendered as units */
   _Atomic int64_t v;
 };
 
@@ -49,6 +50,7 @@ static sl_metric *get(const char *name, const char *labels, const char *help, in
     strcpy(m->labels, l);
     m->help = help ? help : "";
     m->gauge = gauge;
+    m->milli = 0;
     atomic_store(&m->v, 0);
     atomic_store(&nreg, n + 1);
   }
@@ -61,6 +63,14 @@ sl_metric *sl_metrics_counter(const char *name, const char *labels, const char *
 }
 sl_metric *sl_metrics_gauge(const char *name, const char *labels, const char *help) {
   return get(name, labels, help, 1);
+}
+sl_metric *sl_metrics_counter_real(const char *name, const char *labels, const char *help) {
+  sl_metric *m = get(name, labels, help, 0);
+  if (m) m->milli = 1; /* set once at registration, before any add or scrape */
+  return m;
+}
+void sl_metric_add_real(sl_metric *m, double units) {
+  if (m && units > 0 && isfinite(units)) atomic_fetch_add(&m->v, (int64_t)llround(units * 1000));
 }
 void sl_metric_add(sl_metric *m, uint64_t n) {
   if (m) atomic_fetch_add(&m->v, (int64_t)n);
@@ -189,10 +199,15 @@ int sl_metrics_render(char **out, size_t *len) {
     for (size_t j = i; j < n; j++) {
       if (strcmp(reg[j].name, reg[i].name) != 0) continue;
       long long v = (long long)atomic_load(&reg[j].v);
-      if (reg[j].labels[0])
-        fprintf(f, "%s{%s} %lld\n", reg[j].name, reg[j].labels, v);
+      char num[32];
+      if (reg[j].milli)
+        snprintf(num, sizeof num, "%lld.%03lld", v / 1000, v % 1000);
       else
-        fprintf(f, "%s %lld\n", reg[j].name, v);
+        snprintf(num, sizeof num, "%lld", v);
+      if (reg[j].labels[0])
+        fprintf(f, "%s{%s} %s\n", reg[j].name, reg[j].labels, num);
+      else
+        fprintf(f, "%s %s\n", reg[j].name, num);
     }
   }
   size_t nh = atomic_load(&nhreg);

@@ -50,6 +50,7 @@
 
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -442,6 +443,13 @@ int64_t sl__hdr_i64(const rd_kafka_message_t *m, const char *name) {
   return sl__hdr(m, name, buf, sizeof buf) ? strtoll(buf, NULL, 10) : 0;
 }
 
+/* SL_HDR_COST: a finite, non-negative number, or 0 */
+double sl__hdr_cost(const rd_kafka_message_t *m) {
+  char buf[32];
+  double v = sl__hdr(m, SL_HDR_COST, buf, sizeof buf) ? strtod(buf, NULL) : 0;
+  return isfinite(v) && v > 0 ? v : 0;
+}
+
 int64_t sl_message_first_failure_ms(const rd_kafka_message_t *m) {
   return m ? sl__hdr_i64(m, SL_HDR_FIRST_FAILURE) : 0;
 }
@@ -729,6 +737,7 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   if (L->jobs) L->jobs->all_prev = j;
   L->jobs = j;
   j->attempts = (unsigned)sl__hdr_i64(m, SL_HDR_ATTEMPT);
+  j->cost_before = sl__hdr_cost(m);
   j->first_failure_ms = sl__hdr_i64(m, SL_HDR_FIRST_FAILURE);
   j->not_before_ms = sl__hdr_i64(m, SL_HDR_NOT_BEFORE);
   if (j->p->retry_tier >= 0) {
@@ -947,6 +956,15 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     char okl[192], fl[192];
     snprintf(okl, sizeof okl, "%s,result=\"ok\"", pl);
     snprintf(fl, sizeof fl, "%s,result=\"transient_failure\"", pl);
+    /* plugin: the provider name without its "<stage>-" prefix */
+    size_t sn = strlen(o->stage);
+    const char *plugin = strncmp(o->provider, o->stage, sn) == 0 && o->provider[sn] == '-'
+                             ? o->provider + sn + 1 : o->provider;
+    char cl[192];
+    snprintf(cl, sizeof cl, "stage=\"%s\",plugin=\"%s\"", o->stage, plugin);
+    L->m_cost = sl_metrics_counter_real("sluice_provider_cost_units_total", cl,
+                                        "What provider calls cost, in the plugin's units "
+                                        "(docs/operations.md), retries included");
     L->m_calls_ok = sl__metric("sluice_provider_calls_total", o->stage, okl,
                            "Provider calls by result", 0);
     L->m_calls_fail = sl__metric("sluice_provider_calls_total", o->stage, fl,

@@ -394,6 +394,8 @@ static void call_now(job *j) {
   j->work.data = j;
   j->out.producer = j->L->producer;
   j->res.outcome = SL_OUTCOME_DONE;
+  j->res.cost_units = 0;
+  j->res.cost_before = j->cost_before;
   j->call_ns = uv_hrtime();
   if (j->L->o->start) {
     j->in_async = 1;

@@ -105,6 +105,7 @@ struct sl_job {
   int64_t offset;
   char key[128];
   unsigned attempts;      /* failed attempts before this one */
+  double cost_before;     /* provider cost of those attempts (SL_HDR_COST) */
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t retry_delay_ms; /* of the retry copy it produces (its not-before - now) */
@@ -206,7 +207,7 @@ struct loop_t {
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
       *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
       *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm,
-      *m_assigned, *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes;
+      *m_assigned, *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes, *m_cost;
   sl_histogram *h_call;
   /* consumer lag gauges, one per partition this process has been assigned,
    * set from what the lag thread queried (sl_stage_lag.c) */
@@ -234,6 +235,7 @@ void sl__job_after(job *j, int64_t ms, uv_timer_cb cb, void (*now)(job *));
 /* A header's value as a string in buf (NULL: absent), or as a number (0). */
 const char *sl__hdr(const rd_kafka_message_t *m, const char *name, char *buf, size_t len);
 int64_t sl__hdr_i64(const rd_kafka_message_t *m, const char *name);
+double sl__hdr_cost(const rd_kafka_message_t *m);
 void sl__key_release(job *j);
 /* The job is over and its outputs acknowledged: its offset is done. */
 void sl__job_finish(job *j);

@@ -140,6 +140,8 @@ void sl__produce(job *j) {
       rd_kafka_header_add(hs, SL_HDR_DELAY, -1, b[3], -1);
       rd_kafka_header_add(hs, SL_HDR_ERROR_CLASS, -1, j->res.error_class, -1);
       rd_kafka_header_add(hs, SL_HDR_ERROR_MESSAGE, -1, j->res.error_message, -1);
+      snprintf(b[4], 32, "%.17g", j->cost_before + j->res.cost_units);
+      rd_kafka_header_add(hs, SL_HDR_COST, -1, b[4], -1);
     }
     rd_kafka_resp_err_t e;
     if (hs)
@@ -216,7 +218,7 @@ void sl__add_dead_letter(job *j) {
 
   if (L->o->on_dead_letter) /* the stage's own word about it (stages/common.c) */
     L->o->on_dead_letter(L->o, subject, j->res.error_class, j->res.error_message,
-                         dl.last_failure_ms, &j->out);
+                         dl.last_failure_ms, j->cost_before + j->res.cost_units, &j->out);
   sl_metric_add(L->m_dead, 1);
   sl_log(SL_LOG_WARN, subject, "dead-lettered after %u attempt(s) (%s): %s", j->attempts + 1,
          j->res.error_class, j->res.error_message);
@@ -375,6 +377,7 @@ void sl__complete(job *j) {
                                                       : L->m_calls_fail,
                   1);
     sl_histogram_observe(L->h_call, (double)(uv_hrtime() - j->call_ns) / 1e9);
+    sl_metric_add_real(L->m_cost, j->res.cost_units);
     sl_breaker_state st = sl_breaker_get_state(L->breaker);
     if ((int64_t)st != (int64_t)sl_metric_value(L->m_breaker_state) && st == SL_BREAKER_OPEN)
       sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", L->o->provider);

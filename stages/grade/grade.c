@@ -118,6 +118,8 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
   st.duration_s = t->duration_s;
   st.grade = &gr;
   st.accepted_at_ms = t->upload->accepted_at_ms;
+  /* stt's cost (in the transcript) and every grading attempt's */
+  st.cost_units = t->cost_units + res->cost_before + res->cost_units;
   int rc = sl_outbox_add_pb(out, g->cc->topic_results, key, &st.base);
   if (rc)
     sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing result: %s", sl_strerror(rc));

@@ -229,6 +229,8 @@ static char *status_view(const Sluice__V1__QuestionStatus *st, const char *label
       json_object_set_new(gj, "criteria", c);
     }
   }
+  if (st->cost_units > 0) /* a total the status carries: a redelivery sets the same */
+    json_object_set_new(j, "cost", json_real(st->cost_units));
   if (st->state == SLUICE__V1__QUESTION_STATE__FAILED)
     json_object_set_new(j, "error", json_pack("{s:s,s:s}", "class", st->error_class,
                                               "message", st->error_message));

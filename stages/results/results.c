@@ -441,6 +441,7 @@ static void get_submission(results *R, sl_http_req *req, const char *sid, int mo
   long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
   json_t *qs = json_array();
   int done = 0, failed = 0;
+  double cost = 0; /* provider cost units, the sum of the questions' */
   /* questions are numbered by the client; collect every q<no> field of a
    * declared question (one with a spec<no>): a status for a number the
    * submission never had (forged, misrouted) is not shown or counted */
@@ -455,6 +456,7 @@ static void get_submission(results *R, sl_http_req *req, const char *sid, int mo
     const char *st = json_string_value(json_object_get(q, "state"));
     if (st && strcmp(st, "done") == 0) done++;
     if (st && strcmp(st, "failed") == 0) failed++;
+    cost += json_number_value(json_object_get(q, "cost"));
     json_array_append_new(qs, q);
   }
   /* stable order by question number */
@@ -479,11 +481,11 @@ static void get_submission(results *R, sl_http_req *req, const char *sid, int mo
   int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
   int complete = done + failed == (int)n;
   int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
-  json_t *body = json_pack("{s:s,s:I,s:O,s:{s:i,s:i,s:i,s:b},s:{s:i,s:b},s:o}", "submission_id",
-                           sid, "accepted_at_ms", (json_int_t)accepted, "stages", R->stages,
-                           "summary", "total", (int)n, "done", done, "failed", failed,
-                           "complete", complete, "poll", "retry_after_s", after, "stop",
-                           after == 0, "questions", qs);
+  json_t *body = json_pack("{s:s,s:I,s:O,s:{s:i,s:i,s:i,s:b},s:f,s:{s:i,s:b},s:o}",
+                           "submission_id", sid, "accepted_at_ms", (json_int_t)accepted,
+                           "stages", R->stages, "summary", "total", (int)n, "done", done,
+                           "failed", failed, "complete", complete, "cost", cost, "poll",
+                           "retry_after_s", after, "stop", after == 0, "questions", qs);
   freeReplyObject(rep);
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);

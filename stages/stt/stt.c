@@ -169,7 +169,7 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
   t.duration_s = pr->duration_s;
   t.engine = pr->engine ? pr->engine : "";
   t.language = pr->language ? pr->language : "";
-  t.cost_units = pr->cost_units;
+  t.cost_units = res->cost_before + res->cost_units; /* every attempt's */
   size_t nw = pr->nwords;
   Sluice__V1__Word *words = calloc(nw ? nw : 1, sizeof *words);
   Sluice__V1__Word **wp = calloc(nw ? nw : 1, sizeof *wp);
@@ -189,6 +189,7 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
       status_of(up, SLUICE__V1__QUESTION_STATE__GRADING, s->progress_next);
   st.transcript = (char *)text;
   st.duration_s = pr->duration_s;
+  st.cost_units = t.cost_units;
   if (rc == 0) rc = sl_outbox_add_pb(out, s->cc->topic_results, key, &st.base);
   if (rc)
     sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing transcript: %s", sl_strerror(rc));

@@ -13,6 +13,8 @@
  *   {"sleep_ms": M}       each call takes M ms
  *   {"retry_after_ms": R, "throttle": true}  transient failures say 429
  *   {"out_bytes": N}      the output is N bytes (JSON padded with spaces)
+ *   {"cost": C}           each call costs C provider cost units
+ *                         (sl_result.cost_units), whatever its outcome
  *   {"careless": true}    also adds an output to a topic name too long for
  *                         the outbox and ignores the error, as a careless
  *                         processor or plugin would
@@ -91,6 +93,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   long long calls = cmd_int(r, 2, incr);
   cmd_int(r, 3, push);
   res->provider_called = 1;
+  res->cost_units = json_number_value(json_object_get(j, "cost"));
   json_int_t sleep_ms = json_integer_value(json_object_get(j, "sleep_ms"));
   if (sleep_ms > 0) {
     struct timespec ts = {(time_t)(sleep_ms / 1000), (long)(sleep_ms % 1000) * 1000000L};

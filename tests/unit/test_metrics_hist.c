@@ -3,7 +3,8 @@
  * test_metrics_hist.c — histograms in the metrics registry: bucket
  * placement (le is inclusive), cumulative rendering in text format 0.0.4
  * (_bucket with le, _sum, _count, HELP/TYPE once per name), registration
- * rules, and concurrent observations losing nothing.
+ * rules, and concurrent observations losing nothing; fractional counters
+ * (thousandths, rendered in units).
  * A separate executable from test_misc so the exact-output tests there keep
  * owning the tail of the rendering.
  */
@@ -126,6 +127,29 @@ static void test_hist_with_counters(void **state) {
   free(out);
 }
 
+/* a fractional counter: exact to 0.001, rendered in units with three
+ * decimals; negative, NaN and infinite adds ignored */
+static void test_real_counter(void **state) {
+  (void)state;
+  sl_metric *m = sl_metrics_counter_real("sluice_treal_units_total", "stage=\"stt\"", "Real");
+  sl_metric *z = sl_metrics_counter_real("sluice_treal_units_total", "stage=\"grade\"", "Real");
+  assert_non_null(m);
+  assert_non_null(z);
+  sl_metric_add_real(m, 1.25);
+  sl_metric_add_real(m, 2.5004); /* rounds to 2.500 */
+  sl_metric_add_real(m, -3);
+  sl_metric_add_real(m, NAN);
+  sl_metric_add_real(m, INFINITY);
+  for (int i = 0; i < 1000; i++) sl_metric_add_real(m, 0.001);
+  assert_int_equal(sl_metric_value(m), 4750);
+  char *out = NULL;
+  assert_int_equal(sl_metrics_render(&out, NULL), 0);
+  assert_non_null(strstr(out, "# TYPE sluice_treal_units_total counter\n"
+                              "sluice_treal_units_total{stage=\"stt\"} 4.750\n"
+                              "sluice_treal_units_total{stage=\"grade\"} 0.000\n"));
+  free(out);
+}
+
 #define OBS_THREADS 4
 #define OBS_EACH 20000
 static sl_histogram *conc;
@@ -169,7 +193,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hist_registration),  cmocka_unit_test(test_hist_render),
       cmocka_unit_test(test_hist_with_counters), cmocka_unit_test(test_hist_concurrent),
-      cmocka_unit_test(test_latency_bounds),
+      cmocka_unit_test(test_latency_bounds),     cmocka_unit_test(test_real_counter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,10 @@
  * process knows: in-flight work and circuit-breaker state. Redis adds the
  * shared limiter per provider: how far ahead its schedule is booked
  * (sl:limit:<provider> holds the next free slot, ms) and a provider pause
- * (sl:pause:<provider>, PTTL).
+ * (sl:pause:<provider>, PTTL). Provider cost is the sum over processes of
+ * sluice_provider_cost_units_total per stage and plugin; per minute is its
+ * growth between the two samples (a restarted process resets its share,
+ * so a drop reads as 0).
  *
  * An unreachable Kafka is a failure (exit 1); unreachable admin endpoints
  * or Redis are shown as such.
@@ -39,6 +42,7 @@
 #define MAX_PARTS 512
 #define MAX_PROVIDERS 16
 #define MAX_BREAKERS 8
+#define MAX_COSTS 16
 
 typedef struct {
   char topic[160];
@@ -87,12 +91,19 @@ typedef struct {
 } provider_t;
 
 typedef struct {
+  char stage[64], plugin[64];
+  double units, per_min; /* per_min: -1 until there are two samples */
+} cost_t;
+
+typedef struct {
   stage_t st[SL_PIPELINE_MAX_STAGES]; /* the stages that read topics */
   int nst;
   proc_t procs[SC_MAX_ADMINS];
   int nprocs;
   provider_t prov[MAX_PROVIDERS];
   int nprov;
+  cost_t cost[MAX_COSTS];
+  int ncost;
   int redis_ok;
   char redis_err[128];
   int64_t at_ms;
@@ -313,6 +324,19 @@ static provider_t *provider_named(snapshot *s, const char *name) {
   return p;
 }
 
+static cost_t *cost_named(snapshot *s, const char *stage, const char *plugin) {
+  for (int i = 0; i < s->ncost; i++)
+    if (strcmp(s->cost[i].stage, stage) == 0 && strcmp(s->cost[i].plugin, plugin) == 0)
+      return &s->cost[i];
+  if (s->ncost == MAX_COSTS) return NULL;
+  cost_t *c = &s->cost[s->ncost++];
+  snprintf(c->stage, sizeof c->stage, "%s", stage);
+  snprintf(c->plugin, sizeof c->plugin, "%s", plugin);
+  c->units = 0;
+  c->per_min = -1;
+  return c;
+}
+
 static void scrape(const sc_opts *o, snapshot *s) {
   for (int a = 0; a < o->nadmins; a++) {
     proc_t *pr = &s->procs[s->nprocs++];
@@ -364,6 +388,11 @@ static void scrape(const sc_opts *o, snapshot *s) {
             int v2 = (int)m->value, cur = st->breaker[k].state;
             if (v2 == 1 || (v2 == 2 && cur == 0)) st->breaker[k].state = v2;
           }
+        } else if (strcmp(m->name, "sluice_provider_cost_units_total") == 0) {
+          char plug[64] = "";
+          sc_label(m->labels, "plugin", plug, sizeof plug);
+          cost_t *c = cost_named(s, stg, plug);
+          if (c) c->units += m->value;
         } else if (strcmp(m->name, "sluice_limiter_waits_total") == 0) {
           provider_t *p = provider_named(s, prov);
           if (p) {
@@ -450,6 +479,15 @@ static void rates(snapshot *now, const snapshot *before) {
     if (a->rate_out < 0) a->rate_out = 0;
     a->have_rates = 1;
   }
+  for (int i = 0; i < now->ncost; i++) {
+    cost_t *c = &now->cost[i];
+    double was = 0;
+    for (int k = 0; k < before->ncost; k++)
+      if (strcmp(before->cost[k].stage, c->stage) == 0 &&
+          strcmp(before->cost[k].plugin, c->plugin) == 0)
+        was = before->cost[k].units;
+    c->per_min = c->units > was ? (c->units - was) / dt * 60 : 0;
+  }
 }
 
 /* ---- output ---- */
@@ -503,8 +541,17 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
                         p->have_waits ? json_integer((json_int_t)p->waits) : json_null());
     json_array_append_new(provs, j);
   }
-  json_t *root = json_pack("{s:s,s:s,s:o,s:o,s:o}", "at", at, "brokers", o->brokers, "stages",
-                           stages, "processes", procs, "providers", provs);
+  json_t *costs = json_array();
+  for (int i = 0; i < s->ncost; i++) {
+    const cost_t *c = &s->cost[i];
+    json_t *j = json_pack("{s:s,s:s,s:f}", "stage", c->stage, "plugin", c->plugin, "units",
+                          c->units);
+    json_object_set_new(j, "units_per_min", c->per_min >= 0 ? json_real(c->per_min) : json_null());
+    json_array_append_new(costs, j);
+  }
+  json_t *root = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o}", "at", at, "brokers", o->brokers,
+                           "stages", stages, "processes", procs, "providers", provs,
+                           "provider_cost", costs);
   json_object_set_new(root, "redis", s->redis_ok ? json_string("ok") : json_string(s->redis_err));
   return root;
 }
@@ -558,6 +605,14 @@ static void print_table(const sc_opts *o, const snapshot *s) {
     printf("%-24s %14s %10s %14s\n", p->name, b, pa, w);
   }
   if (s->nprov == 0) printf("(none seen)\n");
+  printf("\n%-12s %-16s %16s %14s\n", "COST: STAGE", "PLUGIN", "UNITS", "UNITS/min");
+  for (int i = 0; i < s->ncost; i++) {
+    const cost_t *c = &s->cost[i];
+    char pm[32] = "-";
+    if (c->per_min >= 0) snprintf(pm, sizeof pm, "%.3f", c->per_min);
+    printf("%-12s %-16s %16.3f %14s\n", c->stage, c->plugin, c->units, pm);
+  }
+  if (s->ncost == 0) printf("(no provider cost seen: no provider stage scraped)\n");
   printf("\n%-28s %-12s %-4s %s\n", "ADMIN ENDPOINT", "PROCESS", "UP", "READY");
   for (int i = 0; i < s->nprocs; i++)
     printf("%-28s %-12s %-4s %s\n", s->procs[i].endpoint, s->procs[i].stage,

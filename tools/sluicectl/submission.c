@@ -10,7 +10,8 @@
  * whose key starts with the id or whose payload contains it (storage events
  * are JSON naming the object key), decodes each with the message type of
  * its topic, and prints them in time order; then the submission's view in
- * Redis (hash sl:sub:<id>). A whole-topic read is what a support tool can
+ * Redis (hash sl:sub:<id>) and what each question cost in provider units
+ * (the view's "cost": every attempt of every stage). A whole-topic read is what a support tool can
  * afford; it is bounded by the topics' retention.
  *
  * Exit status: 0 when anything was found, 1 when nothing was (or Kafka is
@@ -87,9 +88,11 @@ static json_t *decode(kind_t k, const void *p, size_t len, char *summary, size_t
     if (s) {
       const ProtobufCEnumValue *ev =
           protobuf_c_enum_descriptor_get_value(&sluice__v1__question_state__descriptor, s->state);
-      snprintf(summary, n, "q%u %s (by %s)%s%s", s->question_no, ev ? ev->name : "?", s->stage,
-               s->error_class && *s->error_class ? ": " : "",
-               s->error_class && *s->error_class ? s->error_class : "");
+      int l = snprintf(summary, n, "q%u %s (by %s)%s%s", s->question_no, ev ? ev->name : "?",
+                       s->stage, s->error_class && *s->error_class ? ": " : "",
+                       s->error_class && *s->error_class ? s->error_class : "");
+      if (s->cost_units > 0 && l > 0 && (size_t)l < n)
+        snprintf(summary + l, n - (size_t)l, ", cost %.3f units", s->cost_units);
     }
     m = (ProtobufCMessage *)s;
     break;
@@ -171,6 +174,22 @@ static int is_retry_tier(const sl_pipeline *p, const char *topic) {
       if (strcmp(s->retry_topics[k], topic) == 0) return 1;
   }
   return 0;
+}
+
+/* {"questions": {"<no>": units}, "total": units} from the view's q<no>
+ * fields (a question without "cost" cost nothing so far) */
+static json_t *view_cost(json_t *view) {
+  json_t *qs = json_object();
+  double total = 0;
+  const char *f;
+  json_t *val;
+  json_object_foreach(view, f, val) {
+    if (f[0] != 'q' || !json_is_object(val)) continue;
+    double c = json_number_value(json_object_get(val, "cost"));
+    json_object_set_new(qs, f + 1, json_real(c));
+    total += c;
+  }
+  return json_pack("{s:o,s:f}", "questions", qs, "total", total);
 }
 
 static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
@@ -284,6 +303,7 @@ int sc_submission(const sc_opts *o) {
   int rc = (n > 0 || in_redis) ? SC_EXIT_OK : SC_EXIT_FAIL;
   if (o->json) {
     json_t *root = json_pack("{s:s,s:O,s:O}", "submission_id", sid, "events", sorted, "redis", view);
+    if (in_redis) json_object_set_new(root, "cost_units", view_cost(view));
     char *txt = json_dumps(root, JSON_INDENT(2));
     if (txt) printf("%s\n", txt);
     free(txt);
@@ -317,6 +337,12 @@ int sc_submission(const sc_opts *o) {
         printf("  %-16s %s\n", f, txt ? txt : "?");
         free(txt);
       }
+      json_t *c = view_cost(view), *q;
+      printf("\nProvider cost (units, every attempt):");
+      json_object_foreach(json_object_get(c, "questions"), f, q)
+        printf(" q%s %.3f,", f, json_number_value(q));
+      printf(" total %.3f\n", json_number_value(json_object_get(c, "total")));
+      json_decref(c);
     }
     if (rc) fprintf(stderr, "sluicectl: nothing known about submission %s\n", sid);
   }

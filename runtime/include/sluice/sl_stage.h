@@ -65,6 +65,10 @@
 /* On retry copies: the topic the message first came from (its stage's input,
  * not the retry tier it comes back on). */
 #define SL_HDR_ORIGIN_TOPIC "sluice-origin-topic"
+/* On retry copies: the provider cost units (sl_result.cost_units) of every
+ * attempt so far, summed ("%.17g"); the next attempt starts from it
+ * (sl_result.cost_before). */
+#define SL_HDR_COST "sluice-cost-units"
 
 /* Settings shared by every stage (one table: sl_common_conf_table). */
 typedef struct {
@@ -207,6 +211,15 @@ typedef struct {
   int provider_called;     /* the external provider was called (breaker input) */
   int provider_throttled;  /* it answered 429: pause it for every replica */
   int64_t retry_after_ms;  /* it asked to wait this long (Retry-After), or 0 */
+  double cost_units;       /* what this attempt's provider call cost (the
+                              plugin's cost_units), whatever its outcome: the
+                              stage sets it; counted in
+                              sluice_provider_cost_units_total */
+  double cost_before;      /* what the earlier attempts of this input cost
+                              (SL_HDR_COST of a retry copy, else 0): the
+                              runtime sets it before process()/start(); a
+                              stage's final status reports cost_before +
+                              cost_units */
   char subject[128];       /* "<submission>/<question>" when the input's key does
                               not say (storage events): names the dead letter
                               and gets the FAILED status */
@@ -258,11 +271,13 @@ struct sl_stage_opts;
  * (or what the processor named in sl_result.subject; may be ""); the hook
  * may add outputs to out that tell the domain about it (Sluice's stages add
  * a FAILED QuestionStatus for "<submission>/<question>", see stages/common.c),
- * produced with the dead letter, all or nothing. Runs on the loop thread and
- * must not block; the runtime itself knows nothing of questions. */
+ * produced with the dead letter, all or nothing. cost_units: what every
+ * attempt of the message cost (sl_result.cost_before + cost_units). Runs on
+ * the loop thread and must not block; the runtime itself knows nothing of
+ * questions. */
 typedef void (*sl_stage_dead_letter_fn)(const struct sl_stage_opts *o, const char *subject,
                                         const char *error_class, const char *error_message,
-                                        int64_t at_ms, sl_outbox *out);
+                                        int64_t at_ms, double cost_units, sl_outbox *out);
 
 typedef struct sl_stage_opts {
   const char *stage;                 /* "stt"; retry topics are <stage>.retry.<tier> */
