@@ -337,10 +337,17 @@ int sc_submission(const sc_opts *o) {
         printf("  %-16s %s\n", f, txt ? txt : "?");
         free(txt);
       }
-      json_t *c = view_cost(view), *q;
+      json_t *c = view_cost(view), *qs = json_object_get(c, "questions");
       printf("\nProvider cost (units, every attempt):");
-      json_object_foreach(json_object_get(c, "questions"), f, q)
-        printf(" q%s %.3f,", f, json_number_value(q));
+      /* in question order (an object's keys come in hash order) */
+      for (int no = 1, left = (int)json_object_size(qs); left > 0 && no <= 999; no++) {
+        char k[8];
+        snprintf(k, sizeof k, "%d", no);
+        json_t *q = json_object_get(qs, k);
+        if (!q) continue;
+        printf(" q%d %.3f,", no, json_number_value(q));
+        left--;
+      }
       printf(" total %.3f\n", json_number_value(json_object_get(c, "total")));
       json_decref(c);
     }
