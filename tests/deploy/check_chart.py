@@ -23,6 +23,8 @@ import sys
 
 import yaml
 
+STORAGE_STAGES = ("presign", "ingest", "preflight", "stt")
+
 HTTP = {"presign": 8080, "results": 8081}
 SECRET_WORDS = re.compile(r"(KEY|SECRET|PASSWORD|TOKEN)$")
 
@@ -168,9 +170,11 @@ def check_common(docs):
         # S3 credentials only where they are used
         names = {e["name"] for e in c.get("env", [])}
         has_s3 = "SLUICE_S3_SECRET_KEY" in names
-        check(has_s3 == (stage in ("presign", "stt")),
+        # the stages that touch storage: presign signs, ingest HEADs the
+        # upload, preflight (a plugin step) and stt fetch it
+        check(has_s3 == (stage in STORAGE_STAGES),
               f"{name}: S3 secret key {'given' if has_s3 else 'missing'}")
-        check(("s3.endpoint" in conf) == (stage in ("presign", "stt")), f"{name}: s3 settings")
+        check(("s3.endpoint" in conf) == (stage in STORAGE_STAGES), f"{name}: s3 settings")
         if stage in ("stt", "grade"):
             check(f"{stage}.plugin" in conf, f"{name}: no {stage}.plugin")
     # services for the APIs only

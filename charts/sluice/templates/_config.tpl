@@ -91,7 +91,7 @@ presign.results_base_url = {{ ternary "https" "http" (gt (len $v.ingress.tls) 0)
 {{- if eq $stage "results" }}
 results.listen = 0.0.0.0:8081
 {{- end }}
-{{- if has $stage (list "presign" "stt") }}
+{{- if include "sluice.usesStorage" (dict "root" $root "stage" $stage) }}
 s3.endpoint = {{ required "s3.endpoint is required" $v.s3.endpoint }}
 s3.region = {{ $v.s3.region }}
 s3.bucket = {{ required "s3.bucket is required" $v.s3.bucket }}

@@ -112,6 +112,14 @@ whether it consumes Kafka, its kind and its input topics.
 {{- end }}
 {{- end -}}
 
+{{/* "true" when the stage (dict "root" $ "stage" NAME) touches storage, by
+     its kind: presign signs URLs, ingest HEADs the upload, a plugin step
+     (preflight) and stt fetch it. Those get the s3.* settings and keys. */}}
+{{- define "sluice.usesStorage" -}}
+{{- $info := include "sluice.stageInfo" .root | fromYaml -}}
+{{- if has (index $info .stage).kind (list "presign" "ingest" "plugin" "stt") }}true{{ end -}}
+{{- end -}}
+
 {{- define "sluice.stageOrder" -}}
 {{- $p := include "sluice.pipeline" . | fromJson -}}
 {{- $names := list -}}

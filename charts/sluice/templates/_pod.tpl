@@ -90,7 +90,7 @@ with (dict "v" .Values "kafkaOnly" BOOL)) */}}
       name: {{ $v.redis.auth.existingSecret }}
       key: {{ $v.redis.auth.passwordKey }}
 {{- end }}
-{{- if and (has $stage (list "presign" "stt")) $v.s3.credentials.existingSecret }}
+{{- if and (include "sluice.usesStorage" (dict "root" $root "stage" $stage)) $v.s3.credentials.existingSecret }}
 - name: SLUICE_S3_ACCESS_KEY
   valueFrom:
     secretKeyRef:
