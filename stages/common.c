@@ -36,9 +36,9 @@ void sl__owner_id(char *buf, size_t len) {
   snprintf(buf, len, "%s:%ld", host, (long)getpid());
 }
 
-void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
-                            const char *error_class, const char *error_message, int64_t at_ms,
-                            double cost_units, sl_outbox *out) {
+void sl__dead_letter_status(const sl_stage_opts *o, const char *subject, const char *error_class,
+                            const char *error_message, int64_t at_ms, double cost_units,
+                            sl_outbox *out) {
   char sid[64];
   unsigned qno;
   if (!subject || sl_key_parse(subject, strlen(subject), sid, &qno) != 0) return;
@@ -112,8 +112,8 @@ int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t e
 }
 
 int sl__stage_start(int argc, char **argv, const char *stage, const char *summary,
-                    sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
-                    const char *def_admin, sl_admin **admin) {
+                    sl_common_conf *cc, const sl_conf_bind *own, size_t nown, const char *def_admin,
+                    sl_admin **admin) {
   sl_conf_bind binds[32];
   size_t nb = 0;
   binds[nb++] = (sl_conf_bind){sl_common_conf_table, sl_common_conf_table_len, cc};
@@ -144,13 +144,11 @@ int sl__stage_start(int argc, char **argv, const char *stage, const char *summar
     sl__stage_finish(cc, own, nown, NULL);
     return 1001;
   }
-  sl_log(SL_LOG_INFO, NULL, "admin endpoint on http://%s (/healthz /readyz /metrics)",
-         listen);
+  sl_log(SL_LOG_INFO, NULL, "admin endpoint on http://%s (/healthz /readyz /metrics)", listen);
   return 0;
 }
 
-void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
-                      sl_admin *admin) {
+void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown, sl_admin *admin) {
   sl_admin_stop(admin);
   sl_common_release(cc);
   sl_conf_bind c = {sl_common_conf_table, sl_common_conf_table_len, cc};
@@ -165,7 +163,8 @@ void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
 const sl_conf_entry sl__plugin_table[] = {
     {"plugin.path", SL_CONF_STR, "", PC(path),
      "':'-separated directories searched for <kind>-<name>.so plugins (\"\" = "
-     "../lib/sluice/plugins next to the sluice binary)", 0},
+     "../lib/sluice/plugins next to the sluice binary)",
+     0},
 };
 const size_t sl__plugin_table_len = sizeof sl__plugin_table / sizeof sl__plugin_table[0];
 
@@ -197,8 +196,7 @@ int sl__plugins_open(sl__plugins *p, int argc, char **argv, const char *kind) {
   snprintf(key, sizeof key, "%s.plugin", kind);
   if (!direct && sl_cli_peek(p->argc, p->argv, key, name, sizeof name) && strchr(name, '/'))
     direct = name;
-  if (sl_plugin_scan(path, kind, &p->libs, &p->nlibs, warn_plugin, (void *)kind) != 0)
-    return 1001;
+  if (sl_plugin_scan(path, kind, &p->libs, &p->nlibs, warn_plugin, (void *)kind) != 0) return 1001;
   if (direct) {
     char err[1024];
     sl_plugin_lib *l = NULL;
@@ -342,8 +340,7 @@ void sl__objects_free(sl__objects *o) {
 
 /* Storage's answer to a GET or PUT of key as the stage's outcome. */
 static void storage_fault(sl_result *res, int rc, long status, const char *key, const char *why) {
-  if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 ||
-                                                   status == 408)))
+  if (rc == SL_EUNAVAIL || (rc == SL_ESTORAGE && (status >= 500 || status == 429 || status == 408)))
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", why);
   else if (rc == SL_ESTORAGE && (status == 403 || status == 401))
     /* the object exists (ingest saw it), so the fault is this replica's: a
@@ -351,7 +348,8 @@ static void storage_fault(sl_result *res, int rc, long status, const char *key, 
      * rotated; retried, so another replica or this one fixed can get it */
     sl_result_set(res, SL_OUTCOME_RETRY, "storage_denied",
                   "%s: HTTP %ld: storage refused this replica's signature (is its clock right? "
-                  "are s3.access_key/s3.secret_key current?)", key, status);
+                  "are s3.access_key/s3.secret_key current?)",
+                  key, status);
   else
     sl_result_set(res, SL_OUTCOME_FAIL, rc == SL_ETOOBIG ? "audio_too_large" : "storage", "%s",
                   why);
@@ -431,8 +429,7 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   sl_plugin_result pr = {0};
   int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
   if (rc)
-    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
+    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s", sl_strerror(rc));
   else
     ops->finish(ud, msg, key, &pr, out, res);
   sl_plugin_result_clear(&pr);
@@ -481,8 +478,8 @@ static void run_async(plugin_job *c) {
   int rc = sl_plugin_run(c->pp->inst, &c->in, sl_job_http(c->job), on_plugin_done, c);
   if (rc) {
     sl_job *job = c->job;
-    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "plugin_error",
-                  "running the plugin: %s", sl_strerror(rc));
+    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
     plugin_job_free(c);
     sl_job_done(job);
   }
@@ -497,8 +494,8 @@ static void on_object(const sl_httpc_response *r, void *ud) {
   if (r->status == 200) {
     c->object = sl_httpc_take_body(r);
     if (!c->object) {
-      sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "holding %zu bytes of %s",
-                    r->body_len, k);
+      sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "holding %zu bytes of %s", r->body_len,
+                    k);
     } else {
       sl_job_hold(job, (int64_t)r->body_len); /* what it weighs, not what was reserved */
       give_object(&c->in, k, c->object, r->body_len);
@@ -506,8 +503,8 @@ static void on_object(const sl_httpc_response *r, void *ud) {
       return;
     }
   } else if (r->too_big) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "audio_too_large", "object %s is larger than %zu bytes",
-                  k, c->pp->objects->max_bytes);
+    sl_result_set(res, SL_OUTCOME_FAIL, "audio_too_large", "object %s is larger than %zu bytes", k,
+                  c->pp->objects->max_bytes);
   } else if (r->status == 404) {
     sl_result_set(res, SL_OUTCOME_FAIL, "storage", "object %s not found in storage", k);
   } else {
@@ -523,13 +520,16 @@ static void fetch_async(plugin_job *c) {
   sl__objects *o = c->pp->objects;
   char url[4096];
   int rc = sl_s3_presign_get(o->loop_sig, &o->target, c->object_key, 600, url, sizeof url);
-  sl_httpc_request q = {.method = "GET", .url = url, .timeout_ms = o->timeout_ms,
-                        .max_response = o->max_bytes, .ca_file = o->target.ca_file};
+  sl_httpc_request q = {.method = "GET",
+                        .url = url,
+                        .timeout_ms = o->timeout_ms,
+                        .max_response = o->max_bytes,
+                        .ca_file = o->target.ca_file};
   if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_object, c);
   if (rc) {
     sl_job *job = c->job;
-    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",
-                  c->object_key, sl_strerror(rc));
+    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s", c->object_key,
+                  sl_strerror(rc));
     plugin_job_free(c);
     sl_job_done(job);
   }

@@ -24,8 +24,8 @@
 #include "sluice_version.h" /* generated: cmake/version.cmake */
 
 const sl__subcommand sl__subcommands[] = {
-    {"presign", "HTTP API that creates submissions and presigned upload URLs",
-     sl__presign_main, sl__presign_table, &sl__presign_table_len},
+    {"presign", "HTTP API that creates submissions and presigned upload URLs", sl__presign_main,
+     sl__presign_table, &sl__presign_table_len},
     {"ingest", "turns storage upload events into transcription requests", sl__ingest_main,
      sl__ingest_table, &sl__ingest_table_len},
     {"stt", "transcribes uploaded answers (STT plugin, default pocketsphinx)", sl__stt_main,
@@ -34,12 +34,12 @@ const sl__subcommand sl__subcommands[] = {
      sl__grade_table, &sl__grade_table_len},
     {"materialize", "writes question states and results into Redis", sl__materialize_main,
      sl__materialize_table, &sl__materialize_table_len},
-    {"results", "HTTP API clients poll for results", sl__results_main,
-     sl__results_table, &sl__results_table_len},
+    {"results", "HTTP API clients poll for results", sl__results_main, sl__results_table,
+     &sl__results_table_len},
     {"notify", "POSTs signed results to the callback_url of submissions", sl__notify_main,
      sl__notify_table, &sl__notify_table_len},
-    {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main,
-     NULL, NULL},
+    {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main, NULL,
+     NULL},
     {"stage", "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
      sl__stage_main, sl__step_table, &sl__step_table_len},
 };
@@ -56,9 +56,13 @@ static int in_table(const sl_conf_entry *t, size_t n, const char *env) {
  * environment; anything else is a typo worth refusing. */
 static int known_env(const char *env) {
   /* read by the scripts in tools/ and tests/, not by the stages */
-  static const char *tooling[] = {"SLUICE_BIN", "SLUICE_CACHE", "SLUICE_SOURCE_DIR",
-                                  "SLUICE_TEST_PORT_BASE", "SLUICE_KEEP_SYSTEM_REDIS",
-                                  "SLUICE_HARNESS", "SLUICE_API_KEY"};
+  static const char *tooling[] = {"SLUICE_BIN",
+                                  "SLUICE_CACHE",
+                                  "SLUICE_SOURCE_DIR",
+                                  "SLUICE_TEST_PORT_BASE",
+                                  "SLUICE_KEEP_SYSTEM_REDIS",
+                                  "SLUICE_HARNESS",
+                                  "SLUICE_API_KEY"};
   for (size_t i = 0; i < sizeof tooling / sizeof tooling[0]; i++)
     if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||

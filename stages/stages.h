@@ -63,20 +63,19 @@ int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t e
  * starts the admin endpoint (admin.listen or def_admin). Returns 0, or an exit
  * code + 1000 (see sl_cli_load). */
 int sl__stage_start(int argc, char **argv, const char *stage, const char *summary,
-                    sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
-                    const char *def_admin, sl_admin **admin);
+                    sl_common_conf *cc, const sl_conf_bind *own, size_t nown, const char *def_admin,
+                    sl_admin **admin);
 
 /* The stages' dead-letter hook (sl_stage_opts.on_dead_letter): a subject
  * "<submission>/<question>" gets a FAILED QuestionStatus on the stage's status topic
  * with the dead letter's class and message, so the user sees the reason, and
  * what this stage's attempts cost (not what earlier stages did). */
-void sl__dead_letter_status(const sl_stage_opts *o, const char *subject,
-                            const char *error_class, const char *error_message, int64_t at_ms,
-                            double cost_units, sl_outbox *out);
+void sl__dead_letter_status(const sl_stage_opts *o, const char *subject, const char *error_class,
+                            const char *error_message, int64_t at_ms, double cost_units,
+                            sl_outbox *out);
 
 /* Releases what sl__stage_start() set up. */
-void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown,
-                      sl_admin *admin);
+void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown, sl_admin *admin);
 
 /* `sluice stage NAME` (stages/step/step.c) */
 int sl__stage_main(int argc, char **argv);
@@ -95,7 +94,7 @@ typedef struct {
   sl_plugin_lib **libs; /* every plugin of the kind along the path */
   size_t nlibs;
   sl_plugin_lib *chosen;
-  char **argv;          /* argv with --plugin NAME rewritten as --set <kind>.plugin=NAME */
+  char **argv; /* argv with --plugin NAME rewritten as --set <kind>.plugin=NAME */
   int argc;
   char set_buf[512];
 } sl__plugins;
@@ -146,9 +145,9 @@ typedef struct {
   sl_s3_conf *s3;
   sl_s3_target target;
   size_t max_bytes;
-  long timeout_ms;        /* async fetches */
-  struct sl_tls *conns;   /* SYNC: one sl_s3_conn per worker thread */
-  sl_sigv4 *loop_sig;     /* async: the loop's */
+  long timeout_ms;      /* async fetches */
+  struct sl_tls *conns; /* SYNC: one sl_s3_conn per worker thread */
+  sl_sigv4 *loop_sig;   /* async: the loop's */
 } sl__objects;
 /* One signer (or connection) is made at once, so bad s3 settings fail at
  * start-up. */
@@ -167,9 +166,9 @@ int sl__objects_put(sl__objects *o, const char *key, const char *content_type, c
 typedef struct {
   sl_plugin_lib *lib;
   int sync;
-  struct sl_tls *insts;   /* SYNC */
-  sl_plugin_inst *inst;   /* async */
-  sl__objects *objects;   /* or NULL */
+  struct sl_tls *insts; /* SYNC */
+  sl_plugin_inst *inst; /* async */
+  sl__objects *objects; /* or NULL */
 } sl__plugin_pool;
 int sl__plugin_pool_init(sl__plugin_pool *pp, sl_plugin_lib *lib, char *err, size_t errlen);
 /* The calling thread's instance (SYNC) or the loop's (async); NULL with
@@ -186,8 +185,8 @@ typedef struct {
   const char *setup_class; /* retry class when no instance could be made */
   /* decodes m into *msg (owned) and key; 0 with res set when it cannot;
    * may emit a best-effort status at once (sl_outbox_emit_now on out) */
-  int (*parse)(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res,
-               void **msg, char key[SL__KEY_MAX]);
+  int (*parse)(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
+               char key[SL__KEY_MAX]);
   /* the plugin's input for msg; *scratch (left NULL if unused) is freed
    * with free() once the call is over. 0 with res set: no call (the input
    * could not be prepared, e.g. its object could not be fetched) */

@@ -59,7 +59,7 @@ typedef struct {
   double scheduled; /* CLOCK_MONOTONIC seconds */
   double latency_ms;
   double late_ms; /* how long after its scheduled time it was produced */
-  int err; /* rd_kafka_resp_err_t of the delivery report */
+  int err;        /* rd_kafka_resp_err_t of the delivery report */
   int done;
 } slot;
 
@@ -184,8 +184,8 @@ int main(int argc, char **argv) {
   }
   int np = partitions_of(rk, topic), tnp = partitions_of(rk, template_topic);
   if (np < 1 || np != tnp) {
-    fprintf(stderr, "bare_produce: topic %s has %d partitions, %s has %d: want the same\n",
-            topic, np, template_topic, tnp);
+    fprintf(stderr, "bare_produce: topic %s has %d partitions, %s has %d: want the same\n", topic,
+            np, template_topic, tnp);
     return 1;
   }
 
@@ -207,8 +207,8 @@ int main(int argc, char **argv) {
     s->late_ms = (now_s() - s->scheduled) * 1000.0;
     char key[37];
     sl_uuid7(sl_now_ms(), key);
-    rd_kafka_resp_err_t e = sl_kafka_send(rk, topic, key, 36, value, (size_t)vlen,
-                                          RD_KAFKA_MSG_F_COPY, on_sent, s);
+    rd_kafka_resp_err_t e =
+        sl_kafka_send(rk, topic, key, 36, value, (size_t)vlen, RD_KAFKA_MSG_F_COPY, on_sent, s);
     if (e) {
       if (i >= n_warm) {
         char k[48];
@@ -242,8 +242,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bare_produce: cannot write %s\n", argv[7]);
     return 1;
   }
-  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f",
-         rate, dur, sent, ok, (double)ok / dur);
+  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f", rate, dur,
+         sent, ok, (double)ok / dur);
   print_latencies(lat, n_lat, late, n_meas);
   printf(",\"payload_bytes\":%ld,\"key_bytes\":36,\"partitions\":%d}\n", vlen, np);
 

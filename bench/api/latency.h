@@ -64,8 +64,10 @@ static double pct(const double *v, long n, double p) {
 }
 
 static void print_num(const char *key, double v) {
-  if (isnan(v)) printf(",\"%s\":null", key);
-  else printf(",\"%s\":%.3f", key, v);
+  if (isnan(v))
+    printf(",\"%s\":null", key);
+  else
+    printf(",\"%s\":%.3f", key, v);
 }
 
 /* Writes v[0..n) to path, one number (ms) a line, for pooling several runs'

@@ -46,7 +46,8 @@ struct req {
 };
 
 static size_t discard(char *p, size_t s, size_t n, void *u) {
-  (void)p; (void)u;
+  (void)p;
+  (void)u;
   return s * n;
 }
 
@@ -179,8 +180,13 @@ int main(int argc, char **argv) {
       } else if (m->data.result == CURLE_OK) {
         curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &code);
         lat[n_lat++] = (tdone - r->scheduled) * 1000.0;
-        if (code >= 200 && code < 300) ok++;
-        else { char k[32]; snprintf(k, sizeof k, "%ld", code); count_err(k); }
+        if (code >= 200 && code < 300)
+          ok++;
+        else {
+          char k[32];
+          snprintf(k, sizeof k, "%ld", code);
+          count_err(k);
+        }
       } else {
         char k[32];
         snprintf(k, sizeof k, "curl_%d", (int)m->data.result);
@@ -213,8 +219,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   long n_sent = sent > n_warm ? sent - n_warm : 0;
-  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f",
-         rate, dur, n_sent, ok, (double)ok / dur);
+  printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f", rate, dur,
+         n_sent, ok, (double)ok / dur);
   print_latencies(lat, n_lat, late + n_warm, n_sent);
   printf("}\n");
 

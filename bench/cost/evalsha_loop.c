@@ -105,11 +105,29 @@ static void *run(void *arg) {
     view_of(s, qno, at + s * 1000 + i % 1000, json, sizeof json);
     snprintf(tp, sizeof tp, "results:%ld", i % 12);
     snprintf(off, sizeof off, "%ld", (long)s * questions / 12 + i / 12);
-    const char *argv[] = {eval ? "EVAL" : "EVALSHA", eval ? apply_lua : sha, "6", hkey,
-                          "cost:pending", "cost:view:seq", "cost:view:epoch",
-                          "cost:view:applied", "cost:view:changes", q, rank[s], json, "604800",
-                          member, "1796170550000", tp, off, "20", "40", "50", "100000",
-                          "100001", "100000"};
+    const char *argv[] = {eval ? "EVAL" : "EVALSHA",
+                          eval ? apply_lua : sha,
+                          "6",
+                          hkey,
+                          "cost:pending",
+                          "cost:view:seq",
+                          "cost:view:epoch",
+                          "cost:view:applied",
+                          "cost:view:changes",
+                          q,
+                          rank[s],
+                          json,
+                          "604800",
+                          member,
+                          "1796170550000",
+                          tp,
+                          off,
+                          "20",
+                          "40",
+                          "50",
+                          "100000",
+                          "100001",
+                          "100000"};
     redisAppendCommandArgv(c, 23, argv, NULL);
     if (++sent < depth && k + 1 < total) continue;
     for (; sent > 0; sent--) {
@@ -138,12 +156,18 @@ static double cpu_s(void) {
 int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--host")) host = v;
-    else if (!strcmp(k, "--port")) port = atoi(v);
-    else if (!strcmp(k, "--conns")) conns = atoi(v);
-    else if (!strcmp(k, "--depth")) depth = atoi(v);
-    else if (!strcmp(k, "--questions")) questions = atol(v);
-    else if (!strcmp(k, "--eval")) eval = atoi(v);
+    if (!strcmp(k, "--host"))
+      host = v;
+    else if (!strcmp(k, "--port"))
+      port = atoi(v);
+    else if (!strcmp(k, "--conns"))
+      conns = atoi(v);
+    else if (!strcmp(k, "--depth"))
+      depth = atoi(v);
+    else if (!strcmp(k, "--questions"))
+      questions = atol(v);
+    else if (!strcmp(k, "--eval"))
+      eval = atoi(v);
     else {
       fprintf(stderr, "evalsha_loop: unknown option %s\n", k);
       return 2;

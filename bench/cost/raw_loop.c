@@ -122,8 +122,7 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     committed_msgs += offsets->elems[i].offset - (p->committed >= 0 ? p->committed : p->first);
     p->committed = offsets->elems[i].offset;
   }
-  if (!t10 && committed_msgs >= expect / 10)
-    t10 = mono_s(), cpu10 = cpu_s(), c10 = committed_msgs;
+  if (!t10 && committed_msgs >= expect / 10) t10 = mono_s(), cpu10 = cpu_s(), c10 = committed_msgs;
   if (!t90 && committed_msgs >= expect * 9 / 10)
     t90 = mono_s(), cpu90 = cpu_s(), c90 = committed_msgs;
 }
@@ -176,13 +175,20 @@ int main(int argc, char **argv) {
   long long max_inflight = 1000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--brokers")) brokers = v;
-    else if (!strcmp(k, "--group")) group = v;
-    else if (!strcmp(k, "--topics")) topics = v;
-    else if (!strcmp(k, "--out")) out = v;
-    else if (!strcmp(k, "--copies")) copies = atoi(v);
-    else if (!strcmp(k, "--expect")) expect = atoll(v);
-    else if (!strcmp(k, "--max-in-flight")) max_inflight = atoll(v);
+    if (!strcmp(k, "--brokers"))
+      brokers = v;
+    else if (!strcmp(k, "--group"))
+      group = v;
+    else if (!strcmp(k, "--topics"))
+      topics = v;
+    else if (!strcmp(k, "--out"))
+      out = v;
+    else if (!strcmp(k, "--copies"))
+      copies = atoi(v);
+    else if (!strcmp(k, "--expect"))
+      expect = atoll(v);
+    else if (!strcmp(k, "--max-in-flight"))
+      max_inflight = atoll(v);
     else {
       fprintf(stderr, "raw_loop: unknown option %s\n", k);
       return 2;
@@ -196,16 +202,42 @@ int main(int argc, char **argv) {
   }
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  const char *prod_conf[] = {"bootstrap.servers", brokers, "client.id", "cost-raw-loop",
-                             "enable.idempotence", "true", "acks", "all", "linger.ms", "2",
-                             "message.timeout.ms", "30000", NULL};
-  const char *cons_conf[] = {"bootstrap.servers", brokers, "client.id", "cost-raw-loop",
-                             "group.id", group, "enable.auto.commit", "false",
-                             "enable.auto.offset.store", "false", "auto.offset.reset", "earliest",
-                             "max.poll.interval.ms", "600000",
-                             "queued.max.messages.kbytes", "8192",
-                             "partition.assignment.strategy", "cooperative-sticky",
-                             "session.timeout.ms", "10000", "heartbeat.interval.ms", "2000", NULL};
+  const char *prod_conf[] = {"bootstrap.servers",
+                             brokers,
+                             "client.id",
+                             "cost-raw-loop",
+                             "enable.idempotence",
+                             "true",
+                             "acks",
+                             "all",
+                             "linger.ms",
+                             "2",
+                             "message.timeout.ms",
+                             "30000",
+                             NULL};
+  const char *cons_conf[] = {"bootstrap.servers",
+                             brokers,
+                             "client.id",
+                             "cost-raw-loop",
+                             "group.id",
+                             group,
+                             "enable.auto.commit",
+                             "false",
+                             "enable.auto.offset.store",
+                             "false",
+                             "auto.offset.reset",
+                             "earliest",
+                             "max.poll.interval.ms",
+                             "600000",
+                             "queued.max.messages.kbytes",
+                             "8192",
+                             "partition.assignment.strategy",
+                             "cooperative-sticky",
+                             "session.timeout.ms",
+                             "10000",
+                             "heartbeat.interval.ms",
+                             "2000",
+                             NULL};
   rd_kafka_conf_t *pc = conf_of(prod_conf);
   rd_kafka_conf_set_dr_msg_cb(pc, on_dr);
   rd_kafka_t *prod = client(RD_KAFKA_PRODUCER, pc);
@@ -262,12 +294,10 @@ int main(int argc, char **argv) {
     uintptr_t tag = ((uintptr_t)(p - parts) << 40) | (uintptr_t)seq;
     for (int k = 0; k < copies; k++) {
       rd_kafka_resp_err_t e;
-      while ((e = rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(out),
-                                    RD_KAFKA_V_KEY(m->key, m->key_len),
-                                    RD_KAFKA_V_VALUE(m->payload, m->len),
-                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                    RD_KAFKA_V_OPAQUE((void *)tag), RD_KAFKA_V_END)) ==
-             RD_KAFKA_RESP_ERR__QUEUE_FULL)
+      while ((e = rd_kafka_producev(
+                  prod, RD_KAFKA_V_TOPIC(out), RD_KAFKA_V_KEY(m->key, m->key_len),
+                  RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                  RD_KAFKA_V_OPAQUE((void *)tag), RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
         rd_kafka_poll(prod, 10);
       if (e) {
         fprintf(stderr, "raw_loop: produce: %s\n", rd_kafka_err2str(e));
@@ -281,8 +311,7 @@ int main(int argc, char **argv) {
   double t_last = mono_s();
   printf("{\"messages\":%lld,\"copies\":%d,\"run_s\":%.3f,\"window_messages\":%lld,"
          "\"window_s\":%.4f,\"window_cpu_s\":%.4f,\"process_cpu_s\":%.3f}\n",
-         finished, copies, t_last - t_first, c90 - c10, t90 - t10,
-         cpu90 - cpu10, cpu_s());
+         finished, copies, t_last - t_first, c90 - c10, t90 - t10, cpu90 - cpu10, cpu_s());
   fflush(stdout);
   while (!stop) { /* idle until the meter is done with us */
     rd_kafka_poll(prod, 100);

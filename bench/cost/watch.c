@@ -99,8 +99,7 @@ static rd_kafka_topic_partition_list_t *partitions(rd_kafka_t *rk, const char *t
   for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_topic_t *kt = rd_kafka_topic_new(rk, t, NULL);
-    if (!kt || rd_kafka_metadata(rk, 0, kt, &md, 10000) || md->topic_cnt != 1 ||
-        md->topics[0].err)
+    if (!kt || rd_kafka_metadata(rk, 0, kt, &md, 10000) || md->topic_cnt != 1 || md->topics[0].err)
       die("no metadata for a topic");
     for (int p = 0; p < md->topics[0].partition_cnt; p++)
       rd_kafka_topic_partition_list_add(l, t, md->topics[0].partitions[p].id);
@@ -143,15 +142,24 @@ int main(int argc, char **argv) {
   int nothers = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--brokers")) brokers = v;
-    else if (!strcmp(k, "--group")) group = v;
-    else if (!strcmp(k, "--topics")) topics = v;
-    else if (!strcmp(k, "--high")) high_of = v;
-    else if (!strcmp(k, "--pid")) pid = atol(v);
-    else if (!strcmp(k, "--from")) from = atof(v);
-    else if (!strcmp(k, "--to")) to = atof(v);
-    else if (!strcmp(k, "--timeout")) timeout = atof(v);
-    else if (!strcmp(k, "--rewind")) rewind = atoi(v);
+    if (!strcmp(k, "--brokers"))
+      brokers = v;
+    else if (!strcmp(k, "--group"))
+      group = v;
+    else if (!strcmp(k, "--topics"))
+      topics = v;
+    else if (!strcmp(k, "--high"))
+      high_of = v;
+    else if (!strcmp(k, "--pid"))
+      pid = atol(v);
+    else if (!strcmp(k, "--from"))
+      from = atof(v);
+    else if (!strcmp(k, "--to"))
+      to = atof(v);
+    else if (!strcmp(k, "--timeout"))
+      timeout = atof(v);
+    else if (!strcmp(k, "--rewind"))
+      rewind = atoi(v);
     else if (!strcmp(k, "--other") && nothers < MAX_OTHERS && strchr(v, '=')) {
       others[nothers].name = v;
       *strchr(v, '=') = '\0';
@@ -162,8 +170,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!high_of && (!group || !topics || (pid <= 0 && !rewind) ||
-                   !(from >= 0 && from < to && to <= 1))) {
+  if (!high_of &&
+      (!group || !topics || (pid <= 0 && !rewind) || !(from >= 0 && from < to && to <= 1))) {
     fprintf(stderr, "usage: cost_watch --group G --topics T[,T...] --pid PID [--brokers B] "
                     "[--other NAME=PID]... [--from 0.1] [--to 0.9] [--timeout S]\n"
                     "       cost_watch --high T[,T...] [--brokers B]\n"

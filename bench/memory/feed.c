@@ -61,15 +61,17 @@ int main(int argc, char **argv) {
   sl_s3_conn *conn = NULL;
   long status = 0;
   int rc = sl_conf_load(&b, 1, NULL, NULL, 0, err, sizeof err);
-  if (!rc && (rc = read_file(path, &data, &len)) != 0) snprintf(err, sizeof err, "cannot read %s", path);
+  if (!rc && (rc = read_file(path, &data, &len)) != 0)
+    snprintf(err, sizeof err, "cannot read %s", path);
   if (!rc) rc = sl_s3_target_init(&t, &s3);
   if (!rc) rc = sl_s3_conn_new(&conn, &s3);
   snprintf(key, sizeof key, "bench-memory/%s.wav", run);
   if (!rc) rc = sl_s3_put(conn, &t, key, "audio/wav", data, len, &status, err, sizeof err);
   const char *brokers = getenv("SLUICE_KAFKA_BROKERS");
   rd_kafka_t *rk = NULL;
-  if (!rc) rc = sl_kafka_producer_new(&rk, brokers ? brokers : "127.0.0.1:9092", "memory-feed",
-                                      NULL, err, sizeof err);
+  if (!rc)
+    rc = sl_kafka_producer_new(&rk, brokers ? brokers : "127.0.0.1:9092", "memory-feed", NULL, err,
+                               sizeof err);
   for (int i = 0; !rc && i < count; i++) {
     char sid[64], k[96];
     snprintf(sid, sizeof sid, "bm-%s-%d", run, i / 10);
@@ -92,8 +94,9 @@ int main(int argc, char **argv) {
     int kl = snprintf(k, sizeof k, "%s/%u", sid, up.question_no);
     rd_kafka_resp_err_t e;
     while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(k, (size_t)kl),
-                                  RD_KAFKA_V_VALUE(buf, n), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
-                                  RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                                  RD_KAFKA_V_VALUE(buf, n),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE), RD_KAFKA_V_END)) ==
+           RD_KAFKA_RESP_ERR__QUEUE_FULL)
       rd_kafka_poll(rk, 100);
     if (e) {
       free(buf);

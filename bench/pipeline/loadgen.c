@@ -52,7 +52,7 @@ typedef struct {
   int uploaded; /* 1 ok, -1 failed */
   int final;    /* 1 done, 2 failed */
   long accept_to_done_ms;
-  double final_at; /* seconds since start when first seen final */
+  double final_at;  /* seconds since start when first seen final */
   char *final_view; /* the view when first seen final */
 } question;
 
@@ -142,8 +142,8 @@ static void start_create(sub *s, const char *url) {
   x->qi = -1;
   sl_client_question qs[MAXQ];
   for (int i = 0; i < s->n; i++)
-    qs[i] = (sl_client_question){i + 1, audio_type, (int64_t)audio_len,
-                                 "Tell me about your weekend."};
+    qs[i] =
+        (sl_client_question){i + 1, audio_type, (int64_t)audio_len, "Tell me about your weekend."};
   x->body = sl_client_create_body(qs, (size_t)s->n);
   x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
   x->hdrs = curl_slist_append(x->hdrs, "Expect:");
@@ -294,23 +294,32 @@ int main(int argc, char **argv) {
   unsigned seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--presign")) url = v;
-    else if (!strcmp(k, "--audio")) audio_path = v;
-    else if (!strcmp(k, "--redis")) redis_addr = v;
-    else if (!strcmp(k, "--out")) out = v;
-    else if (!strcmp(k, "--rate")) rate = atof(v);
-    else if (!strcmp(k, "--duration")) duration = atof(v);
-    else if (!strcmp(k, "--mean-questions")) mean = atof(v);
-    else if (!strcmp(k, "--max-questions")) maxq = atoi(v);
-    else if (!strcmp(k, "--drain-timeout")) drain_timeout = atof(v);
-    else if (!strcmp(k, "--seed")) seed = (unsigned)atoi(v);
+    if (!strcmp(k, "--presign"))
+      url = v;
+    else if (!strcmp(k, "--audio"))
+      audio_path = v;
+    else if (!strcmp(k, "--redis"))
+      redis_addr = v;
+    else if (!strcmp(k, "--out"))
+      out = v;
+    else if (!strcmp(k, "--rate"))
+      rate = atof(v);
+    else if (!strcmp(k, "--duration"))
+      duration = atof(v);
+    else if (!strcmp(k, "--mean-questions"))
+      mean = atof(v);
+    else if (!strcmp(k, "--max-questions"))
+      maxq = atoi(v);
+    else if (!strcmp(k, "--drain-timeout"))
+      drain_timeout = atof(v);
+    else if (!strcmp(k, "--seed"))
+      seed = (unsigned)atoi(v);
     else if (!strcmp(k, "--then")) {
       if (sscanf(v, "%lf:%lf", &rate2, &duration2) != 2 || rate2 <= 0 || duration2 <= 0) {
         fprintf(stderr, "loadgen: --then wants RATE:SECONDS, not %s\n", v);
         return 2;
       }
-    }
-    else {
+    } else {
       fprintf(stderr, "loadgen: unknown option %s\n", k);
       return 2;
     }
@@ -345,8 +354,7 @@ int main(int argc, char **argv) {
   if (sl_redis_new(&rc, redis_url) != 0 || sl_redis_check(redis_url, rerr, sizeof rerr) != 0) {
     char shown[600];
     sl_redis_redact(redis_url, shown, sizeof shown);
-    fprintf(stderr, "loadgen: cannot connect to redis %s: %s\n", shown,
-            rc ? rerr : "bad URL");
+    fprintf(stderr, "loadgen: cannot connect to redis %s: %s\n", shown, rc ? rerr : "bad URL");
     sl_redis_free(rc);
     return 1;
   }
@@ -442,9 +450,12 @@ int main(int argc, char **argv) {
         continue;
       }
       uploaded++;
-      if (q->final == 1) done++;
-      else if (q->final == 2) failed++;
-      else lost++;
+      if (q->final == 1)
+        done++;
+      else if (q->final == 2)
+        failed++;
+      else
+        lost++;
       if (q->final) {
         dl[ndl++] = q->accept_to_done_ms / 1000.0;
         if (q->final_at > last_final) last_final = q->final_at;
@@ -454,7 +465,9 @@ int main(int argc, char **argv) {
                 "{\"submission\":\"%s\",\"no\":%d,\"n\":%d,\"sched_s\":%.3f,\"accept_ms\":%.3f,"
                 "\"state\":\"%s\",\"accept_to_done_ms\":%ld,\"final_at_s\":%.3f}\n",
                 s->sid, q->no, s->n, s->sched, s->accept_ms,
-                q->final == 1 ? "done" : q->final == 2 ? "failed" : "lost",
+                q->final == 1   ? "done"
+                : q->final == 2 ? "failed"
+                                : "lost",
                 q->accept_to_done_ms, q->final_at);
     }
   }
@@ -463,11 +476,12 @@ int main(int argc, char **argv) {
   qsort(dl, ndl, sizeof *dl, cmp_d);
   printf("{\"rate\":%.3f,\"duration_s\":%.1f,\"submissions\":%ld,\"accepted\":%ld,"
          "\"create_errors\":%ld,\"questions\":%ld,\"uploaded\":%ld,\"upload_errors\":%ld,"
-         "\"done\":%ld,\"failed\":%ld,\"lost\":%ld,\"duplicated\":%ld,\"accept_p50_ms\":%.2f,\"accept_p95_ms\":%.2f,"
+         "\"done\":%ld,\"failed\":%ld,\"lost\":%ld,\"duplicated\":%ld,\"accept_p50_ms\":%.2f,"
+         "\"accept_p95_ms\":%.2f,"
          "\"accept_p99_ms\":%.2f,\"done_p50_s\":%.2f,\"done_p95_s\":%.2f,\"done_max_s\":%.2f,"
          "\"drain_s\":%.1f,\"watch_s\":%.1f,\"then_rate\":%.3f,\"then_s\":%.1f}\n",
-         rate, duration, nsubs, accepted, create_err, questions, uploaded, upload_err, done,
-         failed, lost, duplicated, pct(acc, nacc, .50), pct(acc, nacc, .95), pct(acc, nacc, .99),
+         rate, duration, nsubs, accepted, create_err, questions, uploaded, upload_err, done, failed,
+         lost, duplicated, pct(acc, nacc, .50), pct(acc, nacc, .95), pct(acc, nacc, .99),
          pct(dl, ndl, .50), pct(dl, ndl, .95), ndl ? dl[ndl - 1] : 0, last_final - load_end,
          drain_end - load_end, rate2, duration2);
   free(acc);

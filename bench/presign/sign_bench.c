@@ -63,8 +63,7 @@ static double now_s(clockid_t id) {
 /* The line after "--- url ---" in the vector file, into out. */
 static int load_vector_url(const char *file, char *out, size_t size) {
   FILE *f = fopen(file, "r");
-  if (f == NULL)
-    return -1;
+  if (f == NULL) return -1;
   char line[2048];
   int found = 0, rc = -1;
   while (fgets(line, sizeof line, f) != NULL) {
@@ -90,14 +89,12 @@ static int cmp_str(const void *a, const void *b) {
 static size_t split_url(char *u, char **params, size_t max) {
   char *q = strchr(u, '?');
   size_t n = 0;
-  if (q == NULL)
-    return 0;
+  if (q == NULL) return 0;
   *q++ = '\0';
   for (char *p = q; p != NULL && n < max;) {
     params[n++] = p;
     p = strchr(p, '&');
-    if (p != NULL)
-      *p++ = '\0';
+    if (p != NULL) *p++ = '\0';
   }
   qsort(params, n, sizeof *params, cmp_str);
   return n;
@@ -106,20 +103,16 @@ static size_t split_url(char *u, char **params, size_t max) {
 /* 2: byte-identical; 1: same scheme/host/path and the same name=value
  * parameters (byte for byte, signature included) in another order; 0: no. */
 static int same_url(const char *got, const char *want) {
-  if (strcmp(got, want) == 0)
-    return 2;
+  if (strcmp(got, want) == 0) return 2;
   char a[2048], b[2048];
   char *pa[64], *pb[64];
-  if (strlen(got) >= sizeof a || strlen(want) >= sizeof b)
-    return 0;
+  if (strlen(got) >= sizeof a || strlen(want) >= sizeof b) return 0;
   strcpy(a, got);
   strcpy(b, want);
   size_t na = split_url(a, pa, 64), nb = split_url(b, pb, 64);
-  if (na != nb || strcmp(a, b) != 0)
-    return 0;
+  if (na != nb || strcmp(a, b) != 0) return 0;
   for (size_t i = 0; i < na; i++)
-    if (strcmp(pa[i], pb[i]) != 0)
-      return 0;
+    if (strcmp(pa[i], pb[i]) != 0) return 0;
   return 1;
 }
 
@@ -140,8 +133,8 @@ int main(int argc, char **argv) {
   const char *vector = SLUICE_TEST_VECTORS "/sigv4-presign-put.txt";
   const char *vdir = getenv("SLUICE_TEST_VECTORS"); /* as the anchors */
   if (vdir != NULL && *vdir != '\0' &&
-      snprintf(vector_buf, sizeof vector_buf, "%s/sigv4-presign-put.txt",
-               vdir) < (int)sizeof vector_buf)
+      snprintf(vector_buf, sizeof vector_buf, "%s/sigv4-presign-put.txt", vdir) <
+          (int)sizeof vector_buf)
     vector = vector_buf;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) {
@@ -178,8 +171,8 @@ int main(int argc, char **argv) {
 
   /* 1. The fixed-time check: no number without the right URL. */
   char url[2048];
-  rc = sl_sigv4_presign(s, "PUT", "http", HOST, PATH_Q01, NULL, VECTOR_TIME,
-                        EXPIRES, HDRS, 2, url, sizeof url);
+  rc = sl_sigv4_presign(s, "PUT", "http", HOST, PATH_Q01, NULL, VECTOR_TIME, EXPIRES, HDRS, 2, url,
+                        sizeof url);
   int match = rc == 0 ? same_url(url, want) : 0;
   if (match == 0) {
     fprintf(stderr,
@@ -200,10 +193,8 @@ int main(int argc, char **argv) {
   double cpu0 = now_s(CLOCK_PROCESS_CPUTIME_ID), wall_timed = 0;
   for (int r = 0; r <= rounds; r++) {
     double len = r == 0 ? warmup : seconds;
-    if (len <= 0)
-      continue;
-    if (r == 1)
-      cpu0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (len <= 0) continue;
+    if (r == 1) cpu0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
     unsigned long long n = 0;
     double t0 = now_s(CLOCK_MONOTONIC), t1 = t0, end = t0 + len;
     while (t1 < end) {
@@ -211,8 +202,8 @@ int main(int argc, char **argv) {
         unsigned qn = (unsigned)(q++ % QUESTIONS) + 1;
         qdig[0] = (char)('0' + qn / 10);
         qdig[1] = (char)('0' + qn % 10);
-        rc = sl_sigv4_presign(s, "PUT", "http", HOST, path, NULL, time(NULL),
-                              EXPIRES, HDRS, 2, url, sizeof url);
+        rc = sl_sigv4_presign(s, "PUT", "http", HOST, path, NULL, time(NULL), EXPIRES, HDRS, 2, url,
+                              sizeof url);
         if (rc != 0) {
           fprintf(stderr, "sign_bench: sl_sigv4_presign: %d\n", rc);
           sl_sigv4_free(s);
@@ -235,8 +226,8 @@ int main(int argc, char **argv) {
   double sorted[MAX_ROUNDS];
   memcpy(sorted, rates, (size_t)rounds * sizeof *rates);
   qsort(sorted, (size_t)rounds, sizeof *sorted, cmp_double);
-  double median = rounds % 2 ? sorted[rounds / 2]
-                             : (sorted[rounds / 2 - 1] + sorted[rounds / 2]) / 2;
+  double median =
+      rounds % 2 ? sorted[rounds / 2] : (sorted[rounds / 2 - 1] + sorted[rounds / 2]) / 2;
 
   if (json) {
     printf("{\"impl\":\"sluice\",\"api\":\"sl_sigv4_presign\","
@@ -244,19 +235,16 @@ int main(int argc, char **argv) {
            "\"rate_per_s\":%.1f,\"rounds\":[",
            OpenSSL_version(OPENSSL_VERSION), SLUICE_BENCH_BUILD_TYPE,
            BENCH_SANITIZED ? "true" : "false", median);
-    for (int r = 0; r < rounds; r++)
-      printf("%s%.1f", r ? "," : "", rates[r]);
+    for (int r = 0; r < rounds; r++) printf("%s%.1f", r ? "," : "", rates[r]);
     printf("],\"seconds_per_round\":%g,\"warmup_s\":%g,\"iterations\":%llu,"
            "\"cpu_per_wall\":%.3f,\"vector_match\":\"%s\",\"sink\":%u}\n",
-           seconds, warmup, total, cpu / wall_timed,
-           match == 2 ? "exact" : "same-params-reordered", sink);
+           seconds, warmup, total, cpu / wall_timed, match == 2 ? "exact" : "same-params-reordered",
+           sink);
   } else {
-    printf("sl_sigv4_presign (%s, %s build%s): test vector %s\n",
-           OpenSSL_version(OPENSSL_VERSION), SLUICE_BENCH_BUILD_TYPE,
-           BENCH_SANITIZED ? ", SANITIZED" : "",
+    printf("sl_sigv4_presign (%s, %s build%s): test vector %s\n", OpenSSL_version(OPENSSL_VERSION),
+           SLUICE_BENCH_BUILD_TYPE, BENCH_SANITIZED ? ", SANITIZED" : "",
            match == 2 ? "matches exactly" : "matches (parameters reordered)");
-    for (int r = 0; r < rounds; r++)
-      printf("  round %d: %12.0f URLs/s\n", r + 1, rates[r]);
+    for (int r = 0; r < rounds; r++) printf("  round %d: %12.0f URLs/s\n", r + 1, rates[r]);
     printf("median: %.0f URLs/s (%.0f ns/URL), %d rounds of %gs, "
            "cpu/wall %.2f\n",
            median, 1e9 / median, rounds, seconds, cpu / wall_timed);

@@ -22,9 +22,9 @@
  * status for the rest.
  *
  * One thread runs libcurl multi for all HTTP and produces; another serves
- * delivery reports (ack_at: written there, read after it is joined). Bounded: stream buffers 64 KiB, views 1 MiB.
- * Usage: sse_delaygen BASE SUBS RATE SECONDS (SLUICE_KAFKA_BROKERS)
- * Output (stdout): one JSON object, delays in ms.
+ * delivery reports (ack_at: written there, read after it is joined). Bounded: stream buffers 64
+ * KiB, views 1 MiB. Usage: sse_delaygen BASE SUBS RATE SECONDS (SLUICE_KAFKA_BROKERS) Output
+ * (stdout): one JSON object, delays in ms.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
@@ -58,7 +58,7 @@ typedef struct {
   long polls, p304;
 } sub;
 
-static double ack_at[MAXSUBS * MAXQ]; /* by status k; 0: not acknowledged */
+static double ack_at[MAXSUBS * MAXQ];  /* by status k; 0: not acknowledged */
 static double sent_at[MAXSUBS * MAXQ]; /* by status k: when it was handed to librdkafka */
 static int nsubs;
 static sub *S;
@@ -193,8 +193,9 @@ static void stats(const char *name, double *d, size_t n, int last) {
          mx = n ? d[n - 1] : -1;
   size_t neg = 0;
   while (neg < n && d[neg] < 0) neg++;
-  printf("\"%s\":{\"seen\":%zu,\"p50_ms\":%.1f,\"p99_ms\":%.1f,\"max_ms\":%.1f,\"before_ack\":%zu}%s",
-         name, n, p50, p99, mx, neg, last ? "" : ",");
+  printf(
+      "\"%s\":{\"seen\":%zu,\"p50_ms\":%.1f,\"p99_ms\":%.1f,\"max_ms\":%.1f,\"before_ack\":%zu}%s",
+      name, n, p50, p99, mx, neg, last ? "" : ",");
 }
 
 int main(int argc, char **argv) {
@@ -305,8 +306,9 @@ int main(int argc, char **argv) {
       char key[96];
       int kl = snprintf(key, sizeof key, "%s/%u", s->sid, st.question_no);
       rd_kafka_resp_err_t e;
-      while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("results"), RD_KAFKA_V_KEY(key, (size_t)kl),
-                                    RD_KAFKA_V_VALUE(buf, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+      while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("results"),
+                                    RD_KAFKA_V_KEY(key, (size_t)kl), RD_KAFKA_V_VALUE(buf, len),
+                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                     RD_KAFKA_V_OPAQUE((void *)(uintptr_t)produced),
                                     RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
         nanosleep(&(struct timespec){0, 10000000}, NULL);

@@ -63,8 +63,8 @@ int main(int argc, char **argv) {
     while (started < n && pending < 256) { /* a bounded number connecting at once */
       conn *k = &c[started++];
       k->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-      if (k->fd < 0 || (connect(k->fd, (struct sockaddr *)&sa, sizeof sa) != 0 &&
-                        errno != EINPROGRESS)) {
+      if (k->fd < 0 ||
+          (connect(k->fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS)) {
         k->state = DEAD;
         refused++;
         continue;

@@ -65,8 +65,10 @@ static inline void oai_error_text(const char *body, size_t n, char *out, size_t 
   if (!m) m = json_string_value(e);
   if (!m) m = json_string_value(json_object_get(o, "message"));
   if (!m) m = json_string_value(json_object_get(o, "detail"));
-  if (m) oai_snippet(m, strlen(m), 300, out, len);
-  else oai_snippet(body, n, 200, out, len);
+  if (m)
+    oai_snippet(m, strlen(m), 300, out, len);
+  else
+    oai_snippet(body, n, 200, out, len);
   json_decref(o);
 }
 

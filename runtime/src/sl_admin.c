@@ -36,8 +36,7 @@ static void handle(sl_http_req *req, void *ud) {
     sl_http_respond(req, 200, "text/plain", NULL, body, (size_t)n);
   } else if (strcmp(p, "/readyz") == 0) {
     int ready = atomic_load(&a->ready);
-    n = snprintf(body, sizeof body, "%s pid=%ld\n", ready ? "ready" : "not ready",
-                 (long)getpid());
+    n = snprintf(body, sizeof body, "%s pid=%ld\n", ready ? "ready" : "not ready", (long)getpid());
     sl_http_respond(req, ready ? 200 : 503, "text/plain", NULL, body, (size_t)n);
   } else if (strcmp(p, "/metrics") == 0) {
     char *text = NULL;
@@ -55,8 +54,8 @@ static void handle(sl_http_req *req, void *ud) {
     if (blen < sizeof lvl) memcpy(lvl, b, blen);
     lvl[strcspn(lvl, "\r\n ")] = '\0';
     if (sl_log_set_level(lvl) != 0)
-      sl_http_respond_error(req, 400, "invalid_level",
-                            "level must be debug, info, warn or error", NULL);
+      sl_http_respond_error(req, 400, "invalid_level", "level must be debug, info, warn or error",
+                            NULL);
     else
       sl_http_respond(req, 204, NULL, NULL, NULL, 0);
   } else {

@@ -78,20 +78,20 @@ struct sl_aredis {
   redisAsyncContext *ac; /* redis:// */
   tconn *tc;             /* rediss:// */
   sl_redis_addr a;
-  int connected;         /* the current connection answered its PING */
+  int connected; /* the current connection answered its PING */
   int closing;
   int warned;
-  int handles;           /* timers not closed yet (sl_aredis_free) */
-  int64_t timeout_ms;    /* 0: no deadline */
-  unsigned outstanding;  /* requests on the current connection not yet answered */
-  uint64_t progress_ms;  /* uv_now of the last answer, or when outstanding left 0 */
-  uint64_t tick_ms;      /* uv_now of the watchdog's previous look */
+  int handles;          /* timers not closed yet (sl_aredis_free) */
+  int64_t timeout_ms;   /* 0: no deadline */
+  unsigned outstanding; /* requests on the current connection not yet answered */
+  uint64_t progress_ms; /* uv_now of the last answer, or when outstanding left 0 */
+  uint64_t tick_ms;     /* uv_now of the watchdog's previous look */
 };
 
 typedef struct pending {
   sl_aredis_cb cb; /* NULL: fire and forget */
   void *ud;
-  int kind;        /* K_USER, or the connection's own AUTH / SELECT / PING */
+  int kind; /* K_USER, or the connection's own AUTH / SELECT / PING */
   struct pending *next;
 } pending;
 
@@ -212,11 +212,11 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv) {
 struct tconn {
   uv_tcp_t tcp;
   uv_connect_t creq;
-  sl_aredis *r;   /* NULL once detached (closing) */
+  sl_aredis *r; /* NULL once detached (closing) */
   SSL *ssl;
   BIO *rbio, *wbio;
   redisReader *rd;
-  int ready;      /* handshake done */
+  int ready; /* handshake done */
   int dead;
   pending *head, *tail;
 };
@@ -287,8 +287,10 @@ static int t_flush(tconn *tc) {
 
 static void t_push(tconn *tc, pending *p) {
   p->next = NULL;
-  if (tc->tail) tc->tail->next = p;
-  else tc->head = p;
+  if (tc->tail)
+    tc->tail->next = p;
+  else
+    tc->head = p;
   tc->tail = p;
   if (tc->r && tc->r->tc == tc) sent(tc->r);
 }
@@ -383,8 +385,8 @@ static void on_t_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (tc->dead) return;
   if (nread < 0) {
     char why[128];
-    snprintf(why, sizeof why, "%s", nread == UV_EOF ? "connection closed by the server"
-                                                    : uv_strerror((int)nread));
+    snprintf(why, sizeof why, "%s",
+             nread == UV_EOF ? "connection closed by the server" : uv_strerror((int)nread));
     t_fail(tc, why);
     return;
   }
@@ -725,8 +727,7 @@ static void on_script_reply(redisReply *rep, void *ud) {
     const char *a[3 + SL__REDIS_SCRIPT_MAX_ARGS];
     size_t l[3 + SL__REDIS_SCRIPT_MAX_ARGS];
     char nk[16];
-    sl__redis_script_argv(sc->s, 0, sc->nkeys, sc->argc, sc->argv, sc->lens, nk, sizeof nk, a,
-                          l);
+    sl__redis_script_argv(sc->s, 0, sc->nkeys, sc->argc, sc->argv, sc->lens, nk, sizeof nk, a, l);
     if (sl_aredis_argv(sc->r, sc->cb, sc->ud, 3 + sc->argc, a, l) != 0 && sc->cb)
       sc->cb(NULL, sc->ud); /* it was called once already: it gets its answer */
   } else if (sc->cb) {
@@ -740,8 +741,7 @@ int sl_aredis_eval(sl_aredis *r, sl_aredis_cb cb, void *ud, const sl_redis_scrip
   const char *a[3 + SL__REDIS_SCRIPT_MAX_ARGS];
   size_t l[3 + SL__REDIS_SCRIPT_MAX_ARGS];
   char nk[16];
-  if (!r || !argv ||
-      sl__redis_script_argv(s, 1, nkeys, argc, argv, lens, nk, sizeof nk, a, l) != 0)
+  if (!r || !argv || sl__redis_script_argv(s, 1, nkeys, argc, argv, lens, nk, sizeof nk, a, l) != 0)
     return SL_EINVAL;
   size_t bytes = 0;
   for (int i = 0; i < argc; i++) bytes += l[3 + i];

@@ -75,8 +75,7 @@ static void window_sum(const sl_breaker *b, int64_t now_ms, uint64_t *ok, uint64
   *ok = *fail = 0;
   for (int i = 0; i < SL_BREAKER_BUCKETS; i++) {
     const bucket *k = &b->w[i];
-    if (k->epoch == EPOCH_EMPTY || k->epoch > cur || k->epoch <= cur - SL_BREAKER_BUCKETS)
-      continue;
+    if (k->epoch == EPOCH_EMPTY || k->epoch > cur || k->epoch <= cur - SL_BREAKER_BUCKETS) continue;
     *ok += k->ok;
     *fail += k->fail;
   }
@@ -166,9 +165,12 @@ sl_breaker_state sl_breaker_get_state(const sl_breaker *b) {
 
 const char *sl_breaker_state_name(sl_breaker_state s) {
   switch (s) {
-  case SL_BREAKER_CLOSED: return "closed";
-  case SL_BREAKER_OPEN: return "open";
-  case SL_BREAKER_HALF_OPEN: return "half_open";
+  case SL_BREAKER_CLOSED:
+    return "closed";
+  case SL_BREAKER_OPEN:
+    return "open";
+  case SL_BREAKER_HALF_OPEN:
+    return "half_open";
   }
   return "unknown";
 }

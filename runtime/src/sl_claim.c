@@ -24,15 +24,14 @@ const char sl_claim_release_lua[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
     "return 0\n";
 
-const char sl_claim_renew_lua[] =
-    "local n = 0\n"
-    "for i, k in ipairs(KEYS) do\n"
-    "  if redis.call('GET', k) == ARGV[i + 1] then\n"
-    "    redis.call('PEXPIRE', k, ARGV[1])\n"
-    "    n = n + 1\n"
-    "  end\n"
-    "end\n"
-    "return n\n";
+const char sl_claim_renew_lua[] = "local n = 0\n"
+                                  "for i, k in ipairs(KEYS) do\n"
+                                  "  if redis.call('GET', k) == ARGV[i + 1] then\n"
+                                  "    redis.call('PEXPIRE', k, ARGV[1])\n"
+                                  "    n = n + 1\n"
+                                  "  end\n"
+                                  "end\n"
+                                  "return n\n";
 
 const char sl_claim_store_lua[] =
     "redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])\n"

@@ -24,8 +24,7 @@ int sl_cli_load(int argc, char **argv, const char *stage, const char *summary,
       printf("usage: %s%s [--config FILE] [--set key=value]...\n\n%s\n\n"
              "Settings (file key, environment variable, default):\n",
              pre, stage, summary);
-      for (size_t b = 0; b < nbinds; b++)
-        sl_conf_print_help(binds[b].entries, binds[b].n, stdout);
+      for (size_t b = 0; b < nbinds; b++) sl_conf_print_help(binds[b].entries, binds[b].n, stdout);
       return 1000;
     } else if (strcmp(a, "--config") == 0 && i + 1 < argc) {
       file = argv[++i];

@@ -26,8 +26,7 @@ void sl_conf_set_known_env(int (*known)(const char *)) { known_env = known; }
 
 int sl_conf_env_name(const char *key, char *buf, size_t len) {
   size_t n = strlen("SLUICE_");
-  if (!key || !buf || len <= n + strlen(key))
-    return SL_EINVAL;
+  if (!key || !buf || len <= n + strlen(key)) return SL_EINVAL;
   memcpy(buf, "SLUICE_", n);
   for (const char *p = key; *p; p++)
     buf[n++] = (*p == '.' || *p == '-') ? '_' : (char)toupper((unsigned char)*p);
@@ -35,12 +34,11 @@ int sl_conf_env_name(const char *key, char *buf, size_t len) {
   return 0;
 }
 
-static const sl_conf_entry *find(const sl_conf_bind *b, size_t nb, const char *key,
-                                 size_t keylen, void **obj) {
+static const sl_conf_entry *find(const sl_conf_bind *b, size_t nb, const char *key, size_t keylen,
+                                 void **obj) {
   for (size_t i = 0; i < nb; i++)
     for (size_t j = 0; j < b[i].n; j++)
-      if (strlen(b[i].entries[j].key) == keylen &&
-          strncmp(b[i].entries[j].key, key, keylen) == 0) {
+      if (strlen(b[i].entries[j].key) == keylen && strncmp(b[i].entries[j].key, key, keylen) == 0) {
         *obj = b[i].obj;
         return &b[i].entries[j];
       }
@@ -57,8 +55,8 @@ static int parse_bool(const char *v, int *out) {
   return SL_ECONFIG;
 }
 
-static int assign(const sl_conf_entry *e, void *obj, const char *val,
-                  const char *source, char *err, size_t errlen) {
+static int assign(const sl_conf_entry *e, void *obj, const char *val, const char *source, char *err,
+                  size_t errlen) {
   char *field = (char *)obj + e->offset;
   char *end = NULL;
   switch (e->type) {
@@ -88,8 +86,8 @@ static int assign(const sl_conf_entry *e, void *obj, const char *val,
     break;
   }
   static const char *tn[] = {"text", "an integer", "a number", "a boolean"};
-  snprintf(err, errlen, "%s: %s must be %s, got \"%s\"", source, e->key,
-           tn[e->type], e->secret ? "<redacted>" : (val ? val : ""));
+  snprintf(err, errlen, "%s: %s must be %s, got \"%s\"", source, e->key, tn[e->type],
+           e->secret ? "<redacted>" : (val ? val : ""));
   return SL_ECONFIG;
 }
 
@@ -101,8 +99,8 @@ static char *trim(char *s) {
 }
 
 /* Applies one "key=value" text; `source` names where it came from. */
-static int apply_kv(const sl_conf_bind *b, size_t nb, char *line,
-                    const char *source, char *err, size_t errlen) {
+static int apply_kv(const sl_conf_bind *b, size_t nb, char *line, const char *source, char *err,
+                    size_t errlen) {
   char *eq = strchr(line, '=');
   if (!eq) {
     /* the text is not echoed: it may be a secret ("api.token: s3cr3t") */
@@ -114,15 +112,13 @@ static int apply_kv(const sl_conf_bind *b, size_t nb, char *line,
   void *obj = NULL;
   const sl_conf_entry *e = find(b, nb, key, strlen(key), &obj);
   if (!e) {
-    snprintf(err, errlen, "%s: unknown configuration key \"%s\" (see --help)",
-             source, key);
+    snprintf(err, errlen, "%s: unknown configuration key \"%s\" (see --help)", source, key);
     return SL_EUNKNOWNKEY;
   }
   return assign(e, obj, val, source, err, errlen);
 }
 
-static int load_file(const sl_conf_bind *b, size_t nb, const char *file,
-                     char *err, size_t errlen) {
+static int load_file(const sl_conf_bind *b, size_t nb, const char *file, char *err, size_t errlen) {
   FILE *f = fopen(file, "r");
   if (!f) {
     snprintf(err, errlen, "config file %s: %s", file, strerror(errno));
@@ -133,8 +129,7 @@ static int load_file(const sl_conf_bind *b, size_t nb, const char *file,
   while (rc == 0 && fgets(line, sizeof line, f)) {
     lineno++;
     if (!strchr(line, '\n') && !feof(f)) {
-      snprintf(err, errlen, "%s:%d: line longer than %zu bytes", file, lineno,
-               sizeof line - 1);
+      snprintf(err, errlen, "%s:%d: line longer than %zu bytes", file, lineno, sizeof line - 1);
       rc = SL_ECONFIG;
       break;
     }
@@ -164,8 +159,7 @@ static int load_env(const sl_conf_bind *b, size_t nb, char *err, size_t errlen) 
         mine = sl_conf_env_name(b[i].entries[j].key, cand, sizeof cand) == 0 &&
                strcmp(cand, name) == 0;
     if (!mine && !(known_env && known_env(name))) {
-      snprintf(err, errlen,
-               "environment: unknown variable %s (no Sluice component reads it)",
+      snprintf(err, errlen, "environment: unknown variable %s (no Sluice component reads it)",
                name);
       return SL_EUNKNOWNKEY;
     }
@@ -185,15 +179,15 @@ static int load_env(const sl_conf_bind *b, size_t nb, char *err, size_t errlen) 
   return 0;
 }
 
-int sl_conf_load(const sl_conf_bind *b, size_t nb, const char *file,
-                 const char *const *ov, size_t nov, char *err, size_t errlen) {
+int sl_conf_load(const sl_conf_bind *b, size_t nb, const char *file, const char *const *ov,
+                 size_t nov, char *err, size_t errlen) {
   if (!b || !err || !errlen) return SL_EINVAL;
   err[0] = '\0';
   for (size_t i = 0; i < nb; i++)
     for (size_t j = 0; j < b[i].n; j++) {
       const sl_conf_entry *e = &b[i].entries[j];
-      int rc = assign(e, b[i].obj, e->def ? e->def : (e->type == SL_CONF_STR ? "" : "0"),
-                      "default", err, errlen);
+      int rc = assign(e, b[i].obj, e->def ? e->def : (e->type == SL_CONF_STR ? "" : "0"), "default",
+                      err, errlen);
       if (rc) return rc;
     }
   int rc = 0;
@@ -225,8 +219,8 @@ static int peek_kv(const char *text, const char *key, char *buf, size_t len) {
   return 1;
 }
 
-int sl_conf_peek(const char *file, const char *const *ov, size_t nov, const char *key,
-                 char *buf, size_t len) {
+int sl_conf_peek(const char *file, const char *const *ov, size_t nov, const char *key, char *buf,
+                 size_t len) {
   if (!key || !buf || !len) return SL_EINVAL;
   int found = 0;
   if (file && *file) {
@@ -266,8 +260,7 @@ void sl_conf_print_help(const sl_conf_entry *e, size_t n, void *out) {
   char env[256];
   for (size_t i = 0; i < n; i++) {
     sl_conf_env_name(e[i].key, env, sizeof env);
-    fprintf(f, "  %-26s %s\n  %-26s   env %s, default: %s\n", e[i].key,
-            e[i].desc, "", env,
+    fprintf(f, "  %-26s %s\n  %-26s   env %s, default: %s\n", e[i].key, e[i].desc, "", env,
             e[i].secret ? "(secret)" : (e[i].def && *e[i].def ? e[i].def : "(empty)"));
   }
 }

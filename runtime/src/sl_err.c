@@ -14,8 +14,8 @@ const char *sl_strerror(int err) {
   switch (err) {
   case 0:
     return "success";
-#define SL__ERR_MSG(name, num, msg)                                            \
-  case SL_E##name:                                                             \
+#define SL__ERR_MSG(name, num, msg)                                                                \
+  case SL_E##name:                                                                                 \
     return msg;
     SL_ERR_MAP(SL__ERR_MSG)
 #undef SL__ERR_MSG
@@ -33,8 +33,8 @@ const char *sl_err_name(int err) {
   switch (err) {
   case 0:
     return "OK";
-#define SL__ERR_NAME(name, num, msg)                                           \
-  case SL_E##name:                                                             \
+#define SL__ERR_NAME(name, num, msg)                                                               \
+  case SL_E##name:                                                                                 \
     return "SL_E" #name;
     SL_ERR_MAP(SL__ERR_NAME)
 #undef SL__ERR_NAME

@@ -46,11 +46,11 @@ struct sl_http_server {
   sl_http_limits lim;
   sl_http_handler_fn fn;
   void *ud;
-  conn *conns; /* doubly linked list of open connections */
+  conn *conns;   /* doubly linked list of open connections */
   size_t nconns; /* counted connections in conns (not the refused ones) */
   int port;
   int closing;
-  int draining;          /* sl_http_server_drain: freed when the last conn closes */
+  int draining; /* sl_http_server_drain: freed when the last conn closes */
   int listener_closed;
   char cors_origins[512]; /* "" = CORS off */
   char cors_methods[128], cors_headers[256], cors_expose[128];
@@ -65,24 +65,24 @@ struct conn {
   http_parser parser;
   sl_http_server *srv;
   conn *prev, *next;
-  char *arena;        /* max_header bytes */
+  char *arena; /* max_header bytes */
   size_t arena_len;
   int last_was_value; /* header callback state */
   char *body;
   size_t body_len, body_cap;
-  char *pending;      /* unparsed input */
+  char *pending; /* unparsed input */
   size_t pending_len, pending_cap;
   sl_http_req req;
-  int in_request;     /* headers begun */
-  int busy;           /* handler has the request */
+  int in_request; /* headers begun */
+  int busy;       /* handler has the request */
   int keep_alive;
   int closing;
-  int error_status;   /* limit hit while parsing */
+  int error_status;      /* limit hit while parsing */
   const char *error_msg; /* why, when not the parser's own error or a limit */
-  int nclose;         /* handles still to close */
-  int counted;        /* one of srv->nconns */
-  uv_shutdown_t shut; /* lingering close of a refused connection */
-  wreq *held;         /* detached: a response "being written" */
+  int nclose;            /* handles still to close */
+  int counted;           /* one of srv->nconns */
+  uv_shutdown_t shut;    /* lingering close of a refused connection */
+  wreq *held;            /* detached: a response "being written" */
   /* a streamed response (sl_http_stream_start); the stream is the conn */
   sl_http_stream_closed_fn on_closed; /* NULL once run */
   void *stream_ud;
@@ -118,8 +118,10 @@ static void conn_close(conn *c) {
   c->closing = 1;
   if (c->counted && c->srv) c->srv->nconns--;
   c->counted = 0;
-  if (c->prev) c->prev->next = c->next;
-  else if (c->srv) c->srv->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else if (c->srv)
+    c->srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   if (c->srv && c->srv->draining) {
     sl_http_server *srv = c->srv;
@@ -154,9 +156,7 @@ static void on_timeout(uv_timer_t *t) {
   conn_close(c);
 }
 
-static void arm_timer(conn *c, unsigned ms) {
-  uv_timer_start(&c->timer, on_timeout, ms, 0);
-}
+static void arm_timer(conn *c, unsigned ms) { uv_timer_start(&c->timer, on_timeout, ms, 0); }
 
 /* ---------- parser callbacks ---------- */
 
@@ -313,12 +313,12 @@ static void fail_parse(conn *c) {
                      : st == 408 ? "request_timeout"
                      : st == 503 ? "too_many_connections"
                                  : "bad_request";
-  const char *msg = st == 413   ? "request body exceeds the limit"
-                    : st == 431 ? "request headers exceed the limit"
-                    : st == 408 ? "the request did not arrive in time"
-                    : st == 503 ? "the server has too many open connections; retry"
+  const char *msg = st == 413      ? "request body exceeds the limit"
+                    : st == 431    ? "request headers exceed the limit"
+                    : st == 408    ? "the request did not arrive in time"
+                    : st == 503    ? "the server has too many open connections; retry"
                     : c->error_msg ? c->error_msg
-                                : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
+                                   : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
   c->keep_alive = 0;
   c->busy = 1;
   c->req.c = c;
@@ -407,11 +407,13 @@ static void on_written(uv_write_t *w, int status) {
   conn *c = r->c;
   int close_after = r->close_after || status < 0;
   free(r);
-  c->busy = 0; /* the response is out: the connection owns itself again */
+  c->busy = 0;            /* the response is out: the connection owns itself again */
   if (c->closing) return; /* close callbacks run after this one and free c */
   if (close_after) {
-    if (c->error_status == 503 && status == 0) linger_close(c);
-    else conn_close(c);
+    if (c->error_status == 503 && status == 0)
+      linger_close(c);
+    else
+      conn_close(c);
     return;
   }
   http_parser_pause(&c->parser, 0);
@@ -425,27 +427,48 @@ static void on_written(uv_write_t *w, int status) {
 
 static const char *reason(int st) {
   switch (st) {
-  case 200: return "OK";
-  case 201: return "Created";
-  case 202: return "Accepted";
-  case 204: return "No Content";
-  case 304: return "Not Modified";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 409: return "Conflict";
-  case 413: return "Payload Too Large";
-  case 415: return "Unsupported Media Type";
-  case 422: return "Unprocessable Entity";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 502: return "Bad Gateway";
-  case 503: return "Service Unavailable";
-  default: return "Status";
+  case 200:
+    return "OK";
+  case 201:
+    return "Created";
+  case 202:
+    return "Accepted";
+  case 204:
+    return "No Content";
+  case 304:
+    return "Not Modified";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 409:
+    return "Conflict";
+  case 413:
+    return "Payload Too Large";
+  case 415:
+    return "Unsupported Media Type";
+  case 422:
+    return "Unprocessable Entity";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 502:
+    return "Bad Gateway";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Status";
   }
 }
 
@@ -509,14 +532,13 @@ int sl_http_req_peer(const sl_http_req *req, char *buf, size_t len) {
   int sl = sizeof ss;
   if (!req || !req->c || len == 0) return SL_EINVAL;
   if (uv_tcp_getpeername(&req->c->tcp, (struct sockaddr *)&ss, &sl) != 0) return SL_EINVAL;
-  int rc = ss.ss_family == AF_INET6
-               ? uv_ip6_name((const struct sockaddr_in6 *)&ss, buf, len)
-               : uv_ip4_name((const struct sockaddr_in *)&ss, buf, len);
+  int rc = ss.ss_family == AF_INET6 ? uv_ip6_name((const struct sockaddr_in6 *)&ss, buf, len)
+                                    : uv_ip4_name((const struct sockaddr_in *)&ss, buf, len);
   return rc == 0 ? 0 : SL_EINVAL;
 }
 
-int sl_http_respond(sl_http_req *req, int status, const char *ctype,
-                    const char *extra, const void *body, size_t len) {
+int sl_http_respond(sl_http_req *req, int status, const char *ctype, const char *extra,
+                    const void *body, size_t len) {
   if (!req || !req->c) return SL_EINVAL;
   conn *c = req->c;
   req->c = NULL;
@@ -529,10 +551,9 @@ int sl_http_respond(sl_http_req *req, int status, const char *ctype,
   int keep = c->keep_alive && !c->srv->closing;
   cors_headers(c->srv, req, 0, cors, sizeof cors);
   int hl = snprintf(head, sizeof head,
-                    "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\n%s%s%sConnection: %s\r\n%s",
-                    status, reason(status), len, ctype ? "Content-Type: " : "",
-                    ctype ? ctype : "", ctype ? "\r\n" : "", keep ? "keep-alive" : "close",
-                    cors);
+                    "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\n%s%s%sConnection: %s\r\n%s", status,
+                    reason(status), len, ctype ? "Content-Type: " : "", ctype ? ctype : "",
+                    ctype ? "\r\n" : "", keep ? "keep-alive" : "close", cors);
   if (hl < 0 || (size_t)hl >= sizeof head) { /* only an absurd content type gets here */
     conn_close(c);
     return SL_ETOOBIG;
@@ -564,8 +585,8 @@ int sl_http_respond(sl_http_req *req, int status, const char *ctype,
   return 0;
 }
 
-int sl_http_respond_error(sl_http_req *req, int status, const char *code,
-                          const char *message, const char *extra) {
+int sl_http_respond_error(sl_http_req *req, int status, const char *code, const char *message,
+                          const char *extra) {
   char body[1024];
   size_t p = 0;
   p += (size_t)snprintf(body, sizeof body, "{\"error\":{\"code\":\"");
@@ -797,8 +818,8 @@ int sl_http_server_port(const sl_http_server *srv) { return srv ? srv->port : -1
 
 /* ---------- detached servers (sl_http_internal.h) ---------- */
 
-int sl__http_server_new_detached(sl_http_server **out, uv_loop_t *loop,
-                                 const sl_http_limits *lim, sl_http_handler_fn fn, void *ud) {
+int sl__http_server_new_detached(sl_http_server **out, uv_loop_t *loop, const sl_http_limits *lim,
+                                 sl_http_handler_fn fn, void *ud) {
   if (!out || !loop || !fn) return SL_EINVAL;
   init_settings();
   sl_http_server *srv = calloc(1, sizeof *srv);

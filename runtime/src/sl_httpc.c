@@ -75,8 +75,10 @@ static void check_done(sl_httpc *c);
 
 static void finish_req(req *r, CURLcode code) {
   sl_httpc *c = r->c;
-  if (r->prev) r->prev->next = r->next;
-  else c->reqs = r->next;
+  if (r->prev)
+    r->prev->next = r->next;
+  else
+    c->reqs = r->next;
   if (r->next) r->next->prev = r->prev;
   c->pending--;
   sl_httpc_response res;
@@ -91,7 +93,7 @@ static void finish_req(req *r, CURLcode code) {
     res.status = 0;
     res.timed_out = code == CURLE_OPERATION_TIMEDOUT;
     res.too_big = r->too_big;
-    res.error = r->too_big ? "response body over its size limit"
+    res.error = r->too_big     ? "response body over its size limit"
                 : r->errbuf[0] ? r->errbuf
                                : curl_easy_strerror(code);
   }
@@ -119,7 +121,8 @@ char *sl_httpc_take_body(const sl_httpc_response *res) {
   req *r = res ? res->req_ : NULL;
   if (!r) return NULL;
   char *b = r->buf;
-  if (!b) b = calloc(1, 1);
+  if (!b)
+    b = calloc(1, 1);
   else if (r->cap > r->len + 1 + 4096) { /* grown by doubling: give back the slack */
     char *nb = realloc(b, r->len + 1);
     if (nb) b = nb;

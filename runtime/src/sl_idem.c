@@ -53,8 +53,8 @@ int sl_idem_unpack(const void *v, size_t n, sl_outbox *ob) {
   if (!so) return SL_EPARSE;
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < so->n_outputs; i++)
-    rc = sl_outbox_add(ob, so->outputs[i]->topic, so->outputs[i]->key,
-                       so->outputs[i]->value.data, so->outputs[i]->value.len);
+    rc = sl_outbox_add(ob, so->outputs[i]->topic, so->outputs[i]->key, so->outputs[i]->value.data,
+                       so->outputs[i]->value.len);
   sluice__v1__stored_outputs__free_unpacked(so, NULL);
   if (rc) sl_outbox_clear(ob);
   return rc;

@@ -33,17 +33,17 @@ static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque
   cb(m->err, ctx);
 }
 
-rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key,
-                                  size_t keylen, void *value, size_t len, int msgflags,
-                                  sl_kafka_sent_fn cb, void *ctx) {
+rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key, size_t keylen,
+                                  void *value, size_t len, int msgflags, sl_kafka_sent_fn cb,
+                                  void *ctx) {
   if (!rk || !topic || !cb) return RD_KAFKA_RESP_ERR__INVALID_ARG;
   sl_kafka_ticket *t = malloc(sizeof *t);
   if (!t) return RD_KAFKA_RESP_ERR__QUEUE_FULL;
   *t = (sl_kafka_ticket){cb, ctx, 1};
-  rd_kafka_resp_err_t e = rd_kafka_producev(
-      rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? keylen : 0),
-      RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(msgflags), RD_KAFKA_V_OPAQUE(t),
-      RD_KAFKA_V_END);
+  rd_kafka_resp_err_t e =
+      rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? keylen : 0),
+                        RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(msgflags),
+                        RD_KAFKA_V_OPAQUE(t), RD_KAFKA_V_END);
   if (e) free(t);
   return e;
 }
@@ -67,8 +67,10 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
   (void)rk;
-  sl_log(level <= 3 ? SL_LOG_ERROR : level <= 4 ? SL_LOG_WARN : SL_LOG_DEBUG, NULL,
-         "rdkafka %s: %s", fac, buf);
+  sl_log(level <= 3   ? SL_LOG_ERROR
+         : level <= 4 ? SL_LOG_WARN
+                      : SL_LOG_DEBUG,
+         NULL, "rdkafka %s: %s", fac, buf);
 }
 
 static int set(rd_kafka_conf_t *c, const char *k, const char *v, char *err, size_t errlen) {
@@ -126,7 +128,8 @@ int sl_kafka_security_set(const sl_kafka_security *s, char *err, size_t errlen) 
   if (pi < 0) {
     snprintf(err, errlen,
              "kafka.security_protocol must be plaintext, ssl, sasl_plaintext or sasl_ssl, got "
-             "\"%s\"", proto);
+             "\"%s\"",
+             proto);
     return SL_ECONFIG;
   }
   int sasl = pi >= 2, tls = pi == 1 || pi == 3;
@@ -140,20 +143,24 @@ int sl_kafka_security_set(const sl_kafka_security *s, char *err, size_t errlen) 
       return SL_ECONFIG;
     }
     if (!set_(s->username) || !set_(s->password)) {
-      snprintf(err, errlen, "kafka.security_protocol=%s needs kafka.sasl_username and "
-               "kafka.sasl_password (%s is empty)", protos[pi],
-               set_(s->username) ? "kafka.sasl_password" : "kafka.sasl_username");
+      snprintf(err, errlen,
+               "kafka.security_protocol=%s needs kafka.sasl_username and "
+               "kafka.sasl_password (%s is empty)",
+               protos[pi], set_(s->username) ? "kafka.sasl_password" : "kafka.sasl_username");
       return SL_ECONFIG;
     }
   } else if (set_(s->username) || set_(s->password)) {
-    snprintf(err, errlen, "kafka.sasl_username/kafka.sasl_password are set but "
+    snprintf(err, errlen,
+             "kafka.sasl_username/kafka.sasl_password are set but "
              "kafka.security_protocol=%s does not use SASL (sasl_plaintext or sasl_ssl)",
              protos[pi]);
     return SL_ECONFIG;
   }
   if (!tls && (set_(s->ca_file) || set_(s->cert_file) || set_(s->key_file))) {
-    snprintf(err, errlen, "kafka.ssl_* files are set but kafka.security_protocol=%s does not "
-             "use TLS (ssl or sasl_ssl)", protos[pi]);
+    snprintf(err, errlen,
+             "kafka.ssl_* files are set but kafka.security_protocol=%s does not "
+             "use TLS (ssl or sasl_ssl)",
+             protos[pi]);
     return SL_ECONFIG;
   }
   if (set_(s->cert_file) != set_(s->key_file)) {
@@ -262,8 +269,7 @@ int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen
     }
   }
   if (rc)
-    snprintf(err, errlen, "kafka %s: %s", brokers,
-             ps.reason[0] ? ps.reason : "no broker answered");
+    snprintf(err, errlen, "kafka %s: %s", brokers, ps.reason[0] ? ps.reason : "no broker answered");
   rd_kafka_destroy(rk);
   return rc;
 }
@@ -297,8 +303,9 @@ static char *trim(char *a) {
 
 int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char **kv,
                          size_t maxpairs, char *err, size_t errlen) {
-  static const char *const guarded[] = {"enable.idempotence", "acks", "request.required.acks",
-                                        "transactional.id", "dr_cb", "dr_msg_cb", "opaque"};
+  static const char *const guarded[] = {
+      "enable.idempotence", "acks",  "request.required.acks", "transactional.id", "dr_cb",
+      "dr_msg_cb",          "opaque"};
   if (!buf || !kv || maxpairs == 0) return SL_EINVAL;
   kv[0] = NULL;
   if (!spec || !*spec) return 0;
@@ -324,8 +331,10 @@ int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char 
     char *k = trim(it), *v = trim(eq + 1);
     for (size_t i = 0; i < sizeof guarded / sizeof guarded[0]; i++)
       if (strcmp(k, guarded[i]) == 0) {
-        snprintf(err, errlen, "kafka.producer_properties may not set %s: Sluice's delivery "
-                 "guarantee depends on its own value", k);
+        snprintf(err, errlen,
+                 "kafka.producer_properties may not set %s: Sluice's delivery "
+                 "guarantee depends on its own value",
+                 k);
         rc = SL_ECONFIG;
       }
     if (rc) break;
@@ -336,8 +345,7 @@ int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char 
       break;
     }
     if (n >= maxpairs) {
-      snprintf(err, errlen, "kafka.producer_properties has more than %zu properties",
-               maxpairs);
+      snprintf(err, errlen, "kafka.producer_properties has more than %zu properties", maxpairs);
       rc = SL_ECONFIG;
       break;
     }
@@ -356,9 +364,8 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
   if (!out || !brokers) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
-  if (set(c, "enable.idempotence", "true", err, errlen) ||
-      set(c, "acks", "all", err, errlen) || set(c, "linger.ms", "2", err, errlen) ||
-      set(c, "message.timeout.ms", "30000", err, errlen)) {
+  if (set(c, "enable.idempotence", "true", err, errlen) || set(c, "acks", "all", err, errlen) ||
+      set(c, "linger.ms", "2", err, errlen) || set(c, "message.timeout.ms", "30000", err, errlen)) {
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }
@@ -486,8 +493,8 @@ static int committed_offsets(rd_kafka_t *rk, const rd_kafka_topic_partition_list
   }
   for (int i = 0; rc == 0 && i < l->cnt; i++) {
     if (l->elems[i].err) {
-      snprintf(err, errlen, "committed offset of group %s on %s [%d]: %s", group,
-               l->elems[i].topic, (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
+      snprintf(err, errlen, "committed offset of group %s on %s [%d]: %s", group, l->elems[i].topic,
+               (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
       rc = SL_EKAFKA;
       break;
     }
@@ -497,8 +504,8 @@ static int committed_offsets(rd_kafka_t *rk, const rd_kafka_topic_partition_list
   return rc;
 }
 
-int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts,
-                       int timeout_ms, sl_kafka_lag *out, char *err, size_t errlen) {
+int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts, int timeout_ms,
+                       sl_kafka_lag *out, char *err, size_t errlen) {
   if (!rk || !parts || !out) return SL_EINVAL;
   if (parts->cnt == 0) return 0;
   int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
@@ -519,14 +526,12 @@ int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms) {
   return t >= 100 ? t : 100;
 }
 
-int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
-                          const char *client_id, const sl_kafka_group_opts *group, char *err,
-                          size_t errlen,
-                          void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
-                                            rd_kafka_topic_partition_list_t *, void *),
-                          void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
-                                            rd_kafka_topic_partition_list_t *, void *),
-                          int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque) {
+int sl_kafka_consumer_new(
+    rd_kafka_t **out, const char *brokers, const char *group_id, const char *client_id,
+    const sl_kafka_group_opts *group, char *err, size_t errlen,
+    void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t, rd_kafka_topic_partition_list_t *, void *),
+    void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t, rd_kafka_topic_partition_list_t *, void *),
+    int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque) {
   if (!out || !brokers || !group_id) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;

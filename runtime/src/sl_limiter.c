@@ -79,8 +79,8 @@ static int provider_ok(const char *p) {
   if (n == 0 || n > SL_LIMITER_PROVIDER_MAX) return 0;
   for (size_t i = 0; i < n; i++) {
     char c = p[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
       return 0;
   }
   return 1;
@@ -113,8 +113,7 @@ int sl_limiter_prepare_take(sl_limiter_cmd *cmd, const char *provider, double ra
                             double cost) {
   if (!cmd) return SL_EINVAL;
   memset(cmd, 0, sizeof *cmd);
-  if (!isfinite(rate) || rate <= 0 || !isfinite(burst) || burst < 1 || !isfinite(cost) ||
-      cost <= 0)
+  if (!isfinite(rate) || rate <= 0 || !isfinite(burst) || burst < 1 || !isfinite(cost) || cost <= 0)
     return SL_EINVAL;
   int rc = sl_limiter_keys(provider, cmd->limit_key, sizeof cmd->limit_key, cmd->pause_key,
                            sizeof cmd->pause_key);

@@ -45,10 +45,14 @@ static size_t utf8_len(const unsigned char *s) {
   unsigned char c = s[0];
   size_t n;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else
+    return 0;
   if (s[1] < lo || s[1] > hi) return 0;
   for (size_t i = 2; i < n; i++)
     if (s[i] < 0x80 || s[i] > 0xBF) return 0;
@@ -115,8 +119,8 @@ void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
   snprintf(tmp, sizeof tmp,
            "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\","
            "\"component\":\"",
-           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-           tm.tm_sec, (long)(tv.tv_usec / 1000), names[lvl]);
+           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+           (long)(tv.tv_usec / 1000), names[lvl]);
   append(line, sizeof line, &p, tmp);
   sl_json_escape(line, sizeof line, &p, component);
   append(line, sizeof line, &p, "\"");

@@ -89,7 +89,7 @@ struct sl_histogram {
   char name[96];
   char labels[160];
   const char *help;
-  size_t nb;                                  /* finite bounds */
+  size_t nb; /* finite bounds */
   double bounds[SL_HIST_BUCKETS_MAX];
   _Atomic uint64_t counts[SL_HIST_BUCKETS_MAX + 1]; /* last one: above every bound */
   _Atomic uint64_t sum_bits;

@@ -89,8 +89,10 @@ int sl_offsets_done(sl_offsets *r, uint64_t epoch, int64_t off) {
   size_t lo = 0, hi = r->n;
   while (lo < hi) { /* ascending: binary search */
     size_t mid = (lo + hi) / 2;
-    if (r->offs[(r->head + mid) % r->cap] < off) lo = mid + 1;
-    else hi = mid;
+    if (r->offs[(r->head + mid) % r->cap] < off)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   if (lo < r->n && r->offs[(r->head + lo) % r->cap] == off) r->done[(r->head + lo) % r->cap] = 1;
   int moved = 0;

@@ -69,10 +69,10 @@ void sl_outbox_emit_now(sl_outbox *ob, const char *topic, const char *key,
   uint8_t *buf = malloc(n ? n : 1);
   if (!buf) return;
   protobuf_c_message_pack(msg, buf);
-  rd_kafka_resp_err_t e = rd_kafka_producev(
-      ob->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
-      RD_KAFKA_V_VALUE(buf, n), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
-      RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
+  rd_kafka_resp_err_t e =
+      rd_kafka_producev(ob->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
+                        RD_KAFKA_V_VALUE(buf, n), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+                        RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
   if (e) free(buf); /* on error librdkafka did not take ownership */
 }
 
@@ -103,4 +103,3 @@ int sl_key_parse(const char *key, size_t len, char sid[64], unsigned *qno) {
   *qno = q;
   return 0;
 }
-

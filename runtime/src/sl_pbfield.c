@@ -47,10 +47,14 @@ static int is_index(const char *seg, size_t *out) {
 
 static sl_pbfield_kind kind_of(const ProtobufCFieldDescriptor *f) {
   switch (f->type) {
-  case PROTOBUF_C_TYPE_STRING: return SL_PBF_STRING;
-  case PROTOBUF_C_TYPE_BYTES: return SL_PBF_BYTES;
-  case PROTOBUF_C_TYPE_MESSAGE: return SL_PBF_MESSAGE;
-  default: return SL_PBF_NUMBER;
+  case PROTOBUF_C_TYPE_STRING:
+    return SL_PBF_STRING;
+  case PROTOBUF_C_TYPE_BYTES:
+    return SL_PBF_BYTES;
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return SL_PBF_MESSAGE;
+  default:
+    return SL_PBF_NUMBER;
   }
 }
 
@@ -157,11 +161,17 @@ const void *sl_pbfield_bytes(const ProtobufCMessage *m, const char *path, size_t
 
 static size_t scalar_size(ProtobufCType t) {
   switch (t) {
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE:
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+  case PROTOBUF_C_TYPE_DOUBLE:
     return 8;
-  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-  default: return 4;
+  case PROTOBUF_C_TYPE_BOOL:
+    return sizeof(protobuf_c_boolean);
+  default:
+    return 4;
   }
 }
 
@@ -173,19 +183,36 @@ int sl_pbfield_num(const ProtobufCMessage *m, const char *path, double *out) {
   const void *v = value_at(o, f, idx, scalar_size(f->type));
   if (!v || !out) return SL_ENOTFOUND;
   switch (f->type) {
-  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32:
   case PROTOBUF_C_TYPE_ENUM:
-    *out = *(const int32_t *)v; break;
-  case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32:
-    *out = *(const uint32_t *)v; break;
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-    *out = (double)*(const int64_t *)v; break;
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
-    *out = (double)*(const uint64_t *)v; break;
-  case PROTOBUF_C_TYPE_FLOAT: *out = *(const float *)v; break;
-  case PROTOBUF_C_TYPE_DOUBLE: *out = *(const double *)v; break;
-  case PROTOBUF_C_TYPE_BOOL: *out = *(const protobuf_c_boolean *)v ? 1 : 0; break;
-  default: return SL_ENOTFOUND;
+    *out = *(const int32_t *)v;
+    break;
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32:
+    *out = *(const uint32_t *)v;
+    break;
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+    *out = (double)*(const int64_t *)v;
+    break;
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+    *out = (double)*(const uint64_t *)v;
+    break;
+  case PROTOBUF_C_TYPE_FLOAT:
+    *out = *(const float *)v;
+    break;
+  case PROTOBUF_C_TYPE_DOUBLE:
+    *out = *(const double *)v;
+    break;
+  case PROTOBUF_C_TYPE_BOOL:
+    *out = *(const protobuf_c_boolean *)v ? 1 : 0;
+    break;
+  default:
+    return SL_ENOTFOUND;
   }
   return 0;
 }
@@ -243,23 +270,40 @@ int sl_pbfield_set_num(ProtobufCMessage *m, const char *path, double v) {
   if (kind_of(f) != SL_PBF_NUMBER || v != v) return SL_EINVAL;
   void *p = (char *)o + f->offset;
   switch (f->type) {
-  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32:
   case PROTOBUF_C_TYPE_ENUM:
     if (v < INT32_MIN || v > INT32_MAX) return SL_EINVAL;
-    *(int32_t *)p = (int32_t)v; break;
-  case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32:
+    *(int32_t *)p = (int32_t)v;
+    break;
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32:
     if (v < 0 || v > UINT32_MAX) return SL_EINVAL;
-    *(uint32_t *)p = (uint32_t)v; break;
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+    *(uint32_t *)p = (uint32_t)v;
+    break;
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
     if (v < -9.2e18 || v > 9.2e18) return SL_EINVAL;
-    *(int64_t *)p = (int64_t)v; break;
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
+    *(int64_t *)p = (int64_t)v;
+    break;
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
     if (v < 0 || v > 1.8e19) return SL_EINVAL;
-    *(uint64_t *)p = (uint64_t)v; break;
-  case PROTOBUF_C_TYPE_FLOAT: *(float *)p = (float)v; break;
-  case PROTOBUF_C_TYPE_DOUBLE: *(double *)p = v; break;
-  case PROTOBUF_C_TYPE_BOOL: *(protobuf_c_boolean *)p = v != 0; break;
-  default: return SL_EINVAL;
+    *(uint64_t *)p = (uint64_t)v;
+    break;
+  case PROTOBUF_C_TYPE_FLOAT:
+    *(float *)p = (float)v;
+    break;
+  case PROTOBUF_C_TYPE_DOUBLE:
+    *(double *)p = v;
+    break;
+  case PROTOBUF_C_TYPE_BOOL:
+    *(protobuf_c_boolean *)p = v != 0;
+    break;
+  default:
+    return SL_EINVAL;
   }
   mark_present(o, f);
   return 0;

@@ -41,7 +41,6 @@ static const ProtobufCMessageDescriptor *const messages[] = {
     &sluice__v1__dead_letter__descriptor,        &sluice__v1__replay_audit__descriptor,
 };
 
-
 static int fail(char *err, size_t errlen, const char *source, const char *fmt, ...) {
   char msg[400];
   va_list ap;
@@ -93,8 +92,8 @@ static int only_keys(json_t *obj, const char *const *allowed, const char *where,
   return 0;
 }
 
-static const char *str_of(json_t *obj, const char *key, int required, const char *where,
-                          int *rc, char *err, size_t errlen, const char *source) {
+static const char *str_of(json_t *obj, const char *key, int required, const char *where, int *rc,
+                          char *err, size_t errlen, const char *source) {
   json_t *v = json_object_get(obj, key);
   if (!v) {
     if (required) *rc = fail(err, errlen, source, "%s has no \"%s\"", where, key);
@@ -143,16 +142,19 @@ static int parse_io(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, int output
     const char *t = json_string_value(v);
     const sl_pipeline_topic *tp = topic_find(p, t);
     if (!tp)
-      return fail(err, errlen, source, "stage \"%s\" %s topic \"%s\", which is not declared in "
-                  "\"topics\"", s->name, output ? "writes" : "reads", t);
+      return fail(err, errlen, source,
+                  "stage \"%s\" %s topic \"%s\", which is not declared in "
+                  "\"topics\"",
+                  s->name, output ? "writes" : "reads", t);
     for (size_t j = 0; j < *n; j++) {
       const sl_pipeline_topic *o = topic_find(p, names[j]);
       if (strcmp(names[j], t) == 0)
         return fail(err, errlen, source, "stage \"%s\" lists %s twice in %s", s->name, t, key);
       if (strcmp(o->message, tp->message) == 0)
-        return fail(err, errlen, source, "stage \"%s\" %s two topics of %s (%s and %s): a stage "
-                    "finds its topics by message type, so it may have one of each", s->name,
-                    output ? "writes" : "reads", tp->message, names[j], t);
+        return fail(err, errlen, source,
+                    "stage \"%s\" %s two topics of %s (%s and %s): a stage "
+                    "finds its topics by message type, so it may have one of each",
+                    s->name, output ? "writes" : "reads", tp->message, names[j], t);
     }
     names[(*n)++] = t;
   }
@@ -170,8 +172,10 @@ static int parse_stage(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, size_t 
   s->name = str_of(st, "name", 1, where, &rc, err, errlen, source);
   if (rc) return rc;
   if (!valid_stage(s->name))
-    return fail(err, errlen, source, "stage name \"%s\" must be 1-40 of a-z, 0-9 and '-', "
-                "starting with a letter", s->name);
+    return fail(err, errlen, source,
+                "stage name \"%s\" must be 1-40 of a-z, 0-9 and '-', "
+                "starting with a letter",
+                s->name);
   snprintf(where, sizeof where, "stage \"%s\"", s->name);
   if ((rc = only_keys(st, keys, where, err, errlen, source))) return rc;
   for (size_t i = 0; i < idx; i++)
@@ -189,13 +193,11 @@ static int parse_stage(sl_pipeline *p, sl_pipeline_stage *s, json_t *st, size_t 
   for (size_t i = 0; i < s->ninputs; i++)
     for (size_t j = 0; j < s->noutputs; j++)
       if (strcmp(s->inputs[i], s->outputs[j]) == 0)
-        return fail(err, errlen, source, "stage \"%s\" reads and writes %s", s->name,
-                    s->inputs[i]);
+        return fail(err, errlen, source, "stage \"%s\" reads and writes %s", s->name, s->inputs[i]);
   if (s->retry && s->ninputs == 0)
     return fail(err, errlen, source, "stage \"%s\" has retry tiers but reads no topic", s->name);
   if (s->provider && s->ninputs == 0)
-    return fail(err, errlen, source, "stage \"%s\" calls a provider but reads no topic",
-                s->name);
+    return fail(err, errlen, source, "stage \"%s\" calls a provider but reads no topic", s->name);
   return 0;
 }
 
@@ -214,11 +216,9 @@ static int check_graph(sl_pipeline *p, char *err, size_t errlen, const char *sou
     for (size_t i = 0; i < p->nstages; i++) {
       const sl_pipeline_stage *s = &p->stages[i];
       for (size_t j = 0; j < s->ninputs; j++) rd += strcmp(s->inputs[j], p->topics[t].name) == 0;
-      for (size_t j = 0; j < s->noutputs; j++)
-        wr += strcmp(s->outputs[j], p->topics[t].name) == 0;
+      for (size_t j = 0; j < s->noutputs; j++) wr += strcmp(s->outputs[j], p->topics[t].name) == 0;
     }
-    if (!wr)
-      return fail(err, errlen, source, "no stage writes topic \"%s\"", p->topics[t].name);
+    if (!wr) return fail(err, errlen, source, "no stage writes topic \"%s\"", p->topics[t].name);
     if (!rd) return fail(err, errlen, source, "no stage reads topic \"%s\"", p->topics[t].name);
   }
   /* progress labels: a word each, unique, not a final state; a question
@@ -227,15 +227,21 @@ static int check_graph(sl_pipeline *p, char *err, size_t errlen, const char *sou
     const sl_pipeline_stage *s = &p->stages[i];
     if (!s->progress) continue;
     if (!label_ok(s->progress))
-      return fail(err, errlen, source, "progress \"%s\" of stage \"%s\" is not a word of 1 to "
-                  "32 characters a-z, 0-9 and _", s->progress, s->name);
+      return fail(err, errlen, source,
+                  "progress \"%s\" of stage \"%s\" is not a word of 1 to "
+                  "32 characters a-z, 0-9 and _",
+                  s->progress, s->name);
     if (!strcmp(s->progress, "done") || !strcmp(s->progress, "failed"))
-      return fail(err, errlen, source, "progress \"%s\" of stage \"%s\": done and failed are "
-                  "the final states, not a stage's", s->progress, s->name);
+      return fail(err, errlen, source,
+                  "progress \"%s\" of stage \"%s\": done and failed are "
+                  "the final states, not a stage's",
+                  s->progress, s->name);
     for (size_t j = 0; j < i; j++)
       if (p->stages[j].progress && !strcmp(p->stages[j].progress, s->progress))
-        return fail(err, errlen, source, "progress \"%s\" is given to stages \"%s\" and "
-                    "\"%s\"", s->progress, p->stages[j].name, s->name);
+        return fail(err, errlen, source,
+                    "progress \"%s\" is given to stages \"%s\" and "
+                    "\"%s\"",
+                    s->progress, p->stages[j].name, s->name);
   }
   return 0;
 }
@@ -316,7 +322,7 @@ static int derive(sl_pipeline *p, char *err, size_t errlen, const char *source) 
 
 int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const char *source,
                       char *err, size_t errlen) {
-  static const char *const top_keys[] = {"pipeline",     "version",     "about", "topics",
+  static const char *const top_keys[] = {"pipeline",     "version",     "about",  "topics",
                                          "dead_letters", "retry_tiers", "stages", NULL};
   static const char *const topic_keys[] = {"name", "message", "about", NULL};
   static const char *const dl_keys[] = {"topic", "audit", NULL};
@@ -325,8 +331,7 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
   if (!source) source = "(text)";
   json_error_t je;
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root)
-    return fail(err, errlen, source, "line %d column %d: %s", je.line, je.column, je.text);
+  if (!root) return fail(err, errlen, source, "line %d column %d: %s", je.line, je.column, je.text);
   sl_pipeline *p = calloc(1, sizeof *p);
   if (!p) {
     json_decref(root);
@@ -370,8 +375,10 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
     if (rc == 0) t->about = str_of(v, "about", 0, where, &rc, err, errlen, source);
     if (rc) goto out;
     if (!valid_topic(t->name)) {
-      rc = fail(err, errlen, source, "\"%s\" is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ "
-                "-)", t->name);
+      rc = fail(err, errlen, source,
+                "\"%s\" is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ "
+                "-)",
+                t->name);
       goto out;
     }
     if (topic_find(p, t->name)) {
@@ -379,8 +386,10 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
       goto out;
     }
     if (!known_message(t->message)) {
-      rc = fail(err, errlen, source, "topic \"%s\": message \"%s\" is neither a message of "
-                "proto/sluice.proto (sluice.v1.<Name>) nor json:<schema>", t->name, t->message);
+      rc = fail(err, errlen, source,
+                "topic \"%s\": message \"%s\" is neither a message of "
+                "proto/sluice.proto (sluice.v1.<Name>) nor json:<schema>",
+                t->name, t->message);
       goto out;
     }
     p->ntopics++;
@@ -397,15 +406,19 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
   const char *dls[2] = {p->dlq, p->dlq_audit};
   for (int k = 0; k < 2; k++)
     if (!valid_topic(dls[k]) || topic_find(p, dls[k]) || (k && strcmp(dls[0], dls[1]) == 0)) {
-      rc = fail(err, errlen, source, "dead-letter topic \"%s\" must be a Kafka topic name of its "
-                "own", dls[k]);
+      rc = fail(err, errlen, source,
+                "dead-letter topic \"%s\" must be a Kafka topic name of its "
+                "own",
+                dls[k]);
       goto out;
     }
   json_t *tiers = json_object_get(root, "retry_tiers");
   if (!json_is_array(tiers) || json_array_size(tiers) == 0 ||
       json_array_size(tiers) > SL_RETRY_TIERS_MAX) {
-    rc = fail(err, errlen, source, "\"retry_tiers\" must be a list of 1 to %d delays such as "
-              "\"5s\"", SL_RETRY_TIERS_MAX);
+    rc = fail(err, errlen, source,
+              "\"retry_tiers\" must be a list of 1 to %d delays such as "
+              "\"5s\"",
+              SL_RETRY_TIERS_MAX);
     goto out;
   }
   size_t w = 0;
@@ -420,8 +433,10 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
   int64_t delays[SL_RETRY_TIERS_MAX];
   p->ntiers = sl_retry_tiers_parse(p->tiers, delays, p->tier_label);
   if (p->ntiers < 0) {
-    rc = fail(err, errlen, source, "\"retry_tiers\" %s: delays must be ascending, each a number "
-              "with ms, s, m or h", p->tiers);
+    rc = fail(err, errlen, source,
+              "\"retry_tiers\" %s: delays must be ascending, each a number "
+              "with ms, s, m or h",
+              p->tiers);
     goto out;
   }
   json_t *stages = json_object_get(root, "stages");
@@ -448,8 +463,8 @@ out:
 
 int sl_pipeline_load(sl_pipeline **out, const char *file, char *err, size_t errlen) {
   if (!file || !*file)
-    return sl_pipeline_parse(out, sl_pipeline_builtin, sl_pipeline_builtin_len, "(built-in)",
-                             err, errlen);
+    return sl_pipeline_parse(out, sl_pipeline_builtin, sl_pipeline_builtin_len, "(built-in)", err,
+                             errlen);
   FILE *f = fopen(file, "rb");
   if (!f) {
     snprintf(err, errlen, "pipeline %s: cannot read it", file);
@@ -490,14 +505,15 @@ int sl_pipeline_check_kinds(const sl_pipeline *p, const sl_pipeline_kind *kinds,
       size_t w = 0;
       for (size_t j = 0; j < nkinds && w < sizeof known; j++)
         w += (size_t)snprintf(known + w, sizeof known - w, "%s%s", j ? ", " : "", kinds[j].kind);
-      snprintf(err, errlen, "stage \"%s\": no stage kind \"%s\" (there are: %s)", s->name,
-               s->kind, known);
+      snprintf(err, errlen, "stage \"%s\": no stage kind \"%s\" (there are: %s)", s->name, s->kind,
+               known);
       return SL_ECONFIG;
     }
     if (!k->generic != !s->plugin) {
-      snprintf(err, errlen, k->generic ? "stage \"%s\" (kind %s) names no \"plugin\" to host"
-                                       : "stage \"%s\" (kind %s) hosts no plugin: only kind "
-                                         "\"plugin\" takes \"plugin\"",
+      snprintf(err, errlen,
+               k->generic ? "stage \"%s\" (kind %s) names no \"plugin\" to host"
+                          : "stage \"%s\" (kind %s) hosts no plugin: only kind "
+                            "\"plugin\" takes \"plugin\"",
                s->name, s->kind);
       return SL_ECONFIG;
     }
@@ -509,15 +525,19 @@ int sl_pipeline_check_kinds(const sl_pipeline *p, const sl_pipeline_kind *kinds,
           main_out++;
       if (s->ninputs != 1 || !sl_pipeline_descriptor(topic_find(p, s->inputs[0])->message) ||
           main_out != 1 || !s->retry) {
-        snprintf(err, errlen, "stage \"%s\" (kind %s) must read one topic of a protobuf message, "
+        snprintf(err, errlen,
+                 "stage \"%s\" (kind %s) must read one topic of a protobuf message, "
                  "write one (and may write a sluice.v1.QuestionStatus topic besides), and say "
-                 "\"retry\": true", s->name, s->kind);
+                 "\"retry\": true",
+                 s->name, s->kind);
         return SL_ECONFIG;
       }
       for (size_t j = 0; j < s->noutputs; j++)
         if (!sl_pipeline_descriptor(topic_find(p, s->outputs[j])->message)) {
-          snprintf(err, errlen, "stage \"%s\" (kind %s) writes %s, which is not a protobuf "
-                   "message", s->name, s->kind, s->outputs[j]);
+          snprintf(err, errlen,
+                   "stage \"%s\" (kind %s) writes %s, which is not a protobuf "
+                   "message",
+                   s->name, s->kind, s->outputs[j]);
           return SL_ECONFIG;
         }
       continue;
@@ -535,15 +555,16 @@ int sl_pipeline_check_kinds(const sl_pipeline *p, const sl_pipeline_kind *kinds,
       return SL_ECONFIG;
     }
     if (!k->provider != !s->provider || !k->retry != !s->retry) {
-      snprintf(err, errlen, "stage \"%s\" (kind %s) must say \"provider\": %s and \"retry\": %s, "
-               "as its code does", s->name, s->kind, k->provider ? "true" : "false",
-               k->retry ? "true" : "false");
+      snprintf(err, errlen,
+               "stage \"%s\" (kind %s) must say \"provider\": %s and \"retry\": %s, "
+               "as its code does",
+               s->name, s->kind, k->provider ? "true" : "false", k->retry ? "true" : "false");
       return SL_ECONFIG;
     }
     for (size_t j = 0; j < SL_PIPELINE_MAX_IO && k->out[j]; j++)
       if (!sl_pipeline_topic_of(p, s->name, 1, k->out[j])) {
-        snprintf(err, errlen, "stage \"%s\" (kind %s) must write a topic of %s", s->name,
-                 s->kind, k->out[j]);
+        snprintf(err, errlen, "stage \"%s\" (kind %s) must write a topic of %s", s->name, s->kind,
+                 k->out[j]);
         return SL_ECONFIG;
       }
   }
@@ -607,10 +628,10 @@ const char *sl_pipeline_retry_tiers(const sl_pipeline *p) { return p ? p->tiers 
 size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t max) {
   size_t n = 0;
   if (!p) return 0;
-#define ADD(x)                        \
-  do {                                \
-    if (names && n < max) names[n] = (x); \
-    n++;                              \
+#define ADD(x)                                                                                     \
+  do {                                                                                             \
+    if (names && n < max) names[n] = (x);                                                          \
+    n++;                                                                                           \
   } while (0)
   for (size_t i = 0; i < p->ntopics; i++) ADD(p->topics[i].name);
   ADD(p->dlq);
@@ -644,10 +665,10 @@ static int print_json(const sl_pipeline *p, FILE *f) {
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
     char g[64];
-    json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:o,s:o}", "name", s->name, "kind", s->kind,
-                          "provider", s->provider, "retry", s->retry, "inputs",
-                          names_json(s->inputs, s->ninputs), "outputs",
-                          names_json(s->outputs, s->noutputs));
+    json_t *j =
+        json_pack("{s:s,s:s,s:b,s:b,s:o,s:o}", "name", s->name, "kind", s->kind, "provider",
+                  s->provider, "retry", s->retry, "inputs", names_json(s->inputs, s->ninputs),
+                  "outputs", names_json(s->outputs, s->noutputs));
     if (s->about) json_object_set_new(j, "about", json_string(s->about));
     if (s->progress) json_object_set_new(j, "progress", json_string(s->progress));
     if (s->plugin) json_object_set_new(j, "plugin", json_string(s->plugin));
@@ -682,8 +703,8 @@ int sl_pipeline_print(const sl_pipeline *p, FILE *f, int json) {
   if (!p || !f) return SL_EINVAL;
   if (json) return print_json(p, f);
   fprintf(f, "pipeline %s%s%s\n\n", p->name, p->about ? ": " : "", p->about ? p->about : "");
-  fprintf(f, "%-12s %-12s %-8s %-16s %-36s %s\n", "STAGE", "KIND", "GATED", "PROGRESS",
-          "READS", "WRITES");
+  fprintf(f, "%-12s %-12s %-8s %-16s %-36s %s\n", "STAGE", "KIND", "GATED", "PROGRESS", "READS",
+          "WRITES");
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
     char in[256] = "-", outs[256] = "-";

@@ -150,8 +150,10 @@ static int lib_check(sl_plugin_lib *l, const char *kind, const char *name, char 
     return SL_EPLUGIN;
   }
   if (!name_ok(d->name) || (name && !strchr(name, '/') && strcmp(d->name, name) != 0)) {
-    snprintf(err, errlen, "%s: plugin name \"%s\" is not [a-z0-9_]{1,32} or does not match "
-             "the file name", l->file, d->name ? d->name : "");
+    snprintf(err, errlen,
+             "%s: plugin name \"%s\" is not [a-z0-9_]{1,32} or does not match "
+             "the file name",
+             l->file, d->name ? d->name : "");
     return SL_EPLUGIN;
   }
   if (!d->create || !d->call || !d->destroy) {
@@ -202,14 +204,14 @@ static int lib_check(sl_plugin_lib *l, const char *kind, const char *name, char 
     static const sl_conf_type map[] = {SL_CONF_STR, SL_CONF_INT, SL_CONF_DOUBLE, SL_CONF_BOOL};
     static const size_t field[] = {offsetof(slot, s), offsetof(slot, i), offsetof(slot, d),
                                    offsetof(slot, b)};
-    l->entries[i] = (sl_conf_entry){l->keys[i], map[k->type], k->def,
-                                    i * sizeof(slot) + field[k->type], k->desc, k->secret};
+    l->entries[i] = (sl_conf_entry){
+        l->keys[i], map[k->type], k->def, i * sizeof(slot) + field[k->type], k->desc, k->secret};
   }
   return 0;
 }
 
-static int open_file(sl_plugin_lib **out, const char *file, const char *kind,
-                     const char *name, char *err, size_t errlen) {
+static int open_file(sl_plugin_lib **out, const char *file, const char *kind, const char *name,
+                     char *err, size_t errlen) {
   sl_plugin_lib *l = calloc(1, sizeof *l);
   if (!l) return SL_ENOMEM;
   snprintf(l->file, sizeof l->file, "%s", file);
@@ -246,8 +248,8 @@ static int open_file(sl_plugin_lib **out, const char *file, const char *kind,
   return 0;
 }
 
-int sl_plugin_lib_open(sl_plugin_lib **out, const char *path, const char *kind,
-                       const char *name, char *err, size_t errlen) {
+int sl_plugin_lib_open(sl_plugin_lib **out, const char *path, const char *kind, const char *name,
+                       char *err, size_t errlen) {
   if (!out || !name || !*name || !err) return SL_EINVAL;
   *out = NULL;
   if (strchr(name, '/')) return open_file(out, name, kind, name, err, errlen);
@@ -302,8 +304,7 @@ int sl_plugin_scan(const char *path, const char *kind, sl_plugin_lib ***libs, si
     while ((de = readdir(dp))) {
       size_t len = strlen(de->d_name);
       if (len < 4 || strcmp(de->d_name + len - 3, ".so") != 0) continue;
-      if (kind && (strncmp(de->d_name, kind, strlen(kind)) != 0 ||
-                   de->d_name[strlen(kind)] != '-'))
+      if (kind && (strncmp(de->d_name, kind, strlen(kind)) != 0 || de->d_name[strlen(kind)] != '-'))
         continue;
       char file[PATH_MAX], err[1024];
       snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
@@ -403,10 +404,9 @@ static int h_conf_bool(const sl_plugin_conf *c, const char *key) {
   return s ? s->b : 0;
 }
 
-__attribute__((format(printf, 3, 4))) static void h_log(sl_plugin_log_level lvl,
-                                                        const char *key, const char *fmt,
-                                                        ...) {
-  sl_log_level l = lvl <= SL_PLUGIN_LOG_DEBUG ? SL_LOG_DEBUG
+__attribute__((format(printf, 3, 4))) static void h_log(sl_plugin_log_level lvl, const char *key,
+                                                        const char *fmt, ...) {
+  sl_log_level l = lvl <= SL_PLUGIN_LOG_DEBUG  ? SL_LOG_DEBUG
                    : lvl == SL_PLUGIN_LOG_INFO ? SL_LOG_INFO
                    : lvl == SL_PLUGIN_LOG_WARN ? SL_LOG_WARN
                                                : SL_LOG_ERROR;
@@ -539,11 +539,11 @@ static int h_out_str(sl_plugin_call *call, const char *field, const char *v) {
   int rc = field_put(call, field, v, 0, 0);
   if (rc) return rc;
   sl_plugin_result *r = &call->res;
-  char **dst = strcmp(field, "text") == 0       ? &r->text
-               : strcmp(field, "language") == 0 ? &r->language
-               : strcmp(field, "engine") == 0   ? &r->engine
-               : strcmp(field, "level") == 0    ? &r->level
-               : strcmp(field, "feedback") == 0 ? &r->feedback
+  char **dst = strcmp(field, "text") == 0        ? &r->text
+               : strcmp(field, "language") == 0  ? &r->language
+               : strcmp(field, "engine") == 0    ? &r->engine
+               : strcmp(field, "level") == 0     ? &r->level
+               : strcmp(field, "feedback") == 0  ? &r->feedback
                : strcmp(field, "raw_reply") == 0 ? &r->raw_reply
                                                  : NULL;
   if (!dst) return 0; /* unknown fields are ignored so the set can grow */
@@ -683,9 +683,9 @@ static void h_complete(sl_plugin_call *call, sl_plugin_outcome o, int64_t retry_
 struct form_stream {
   const unsigned char *p; /* the bytes sent: the input's, or own after a detach */
   size_t len, pos;
-  unsigned char *own;     /* the copy a detach made, or NULL */
-  int broken;             /* detach found no memory: the transfer aborts */
-  sl_plugin_call *call;   /* while attached to the call's input, else NULL */
+  unsigned char *own;   /* the copy a detach made, or NULL */
+  int broken;           /* detach found no memory: the transfer aborts */
+  sl_plugin_call *call; /* while attached to the call's input, else NULL */
   form_stream *prev, *next;
 };
 
@@ -701,8 +701,9 @@ static size_t stream_read(char *buf, size_t size, size_t nitems, void *arg) {
 
 static int stream_seek(void *arg, curl_off_t off, int origin) {
   form_stream *s = arg;
-  curl_off_t base = origin == SEEK_SET ? 0 : origin == SEEK_CUR ? (curl_off_t)s->pos
-                                                                : (curl_off_t)s->len;
+  curl_off_t base = origin == SEEK_SET   ? 0
+                    : origin == SEEK_CUR ? (curl_off_t)s->pos
+                                         : (curl_off_t)s->len;
   if (origin != SEEK_SET && origin != SEEK_CUR && origin != SEEK_END) return CURL_SEEKFUNC_FAIL;
   if (off < -base || base + off > (curl_off_t)s->len) return CURL_SEEKFUNC_FAIL;
   s->pos = (size_t)(base + off);
@@ -711,8 +712,10 @@ static int stream_seek(void *arg, curl_off_t off, int origin) {
 
 static void stream_unlink(form_stream *s) {
   if (!s->call) return;
-  if (s->prev) s->prev->next = s->next;
-  else s->call->streams = s->next;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    s->call->streams = s->next;
   if (s->next) s->next->prev = s->prev;
   s->call = NULL;
   s->prev = s->next = NULL;
@@ -779,7 +782,7 @@ typedef struct {
 
 static void on_http(const sl_httpc_response *r, void *ud) {
   http_fwd *f = ud;
-  sl_plugin_http_response pr = {r->status, r->error, r->timed_out, r->body,
+  sl_plugin_http_response pr = {r->status,   r->error,          r->timed_out, r->body,
                                 r->body_len, r->retry_after_ms, r->total_s};
   sl_plugin_http_cb cb = f->cb;
   void *cud = f->ud;
@@ -787,8 +790,8 @@ static void on_http(const sl_httpc_response *r, void *ud) {
   cb(&pr, cud);
 }
 
-static int h_http_send(sl_plugin_call *call, const sl_plugin_http_request *q,
-                       sl_plugin_http_cb cb, void *ud) {
+static int h_http_send(sl_plugin_call *call, const sl_plugin_http_request *q, sl_plugin_http_cb cb,
+                       void *ud) {
   if (!call || !q || !cb || call->completed || !call->http) return SL_EINVAL;
   if (q->struct_size < offsetof(sl_plugin_http_request, reserved) || !q->url || !q->method)
     return SL_EINVAL;
@@ -816,9 +819,13 @@ static int h_http_send(sl_plugin_call *call, const sl_plugin_http_request *q,
   }
   f->cb = cb;
   f->ud = ud;
-  sl_httpc_request r = {.method = q->method, .url = q->url, .headers = q->headers,
-                        .body = mime ? NULL : q->body, .body_len = mime ? 0 : q->body_len,
-                        .mime = mime, .timeout_ms = q->timeout_ms,
+  sl_httpc_request r = {.method = q->method,
+                        .url = q->url,
+                        .headers = q->headers,
+                        .body = mime ? NULL : q->body,
+                        .body_len = mime ? 0 : q->body_len,
+                        .mime = mime,
+                        .timeout_ms = q->timeout_ms,
                         .connect_timeout_ms = q->connect_timeout_ms,
                         .max_response = q->max_response};
   int rc = sl_httpc_send(call->http, &r, on_http, f);
@@ -832,16 +839,30 @@ int sl_plugin_inst_new(sl_plugin_inst **out, sl_plugin_lib *lib, char *err, size
   sl_plugin_inst *in = calloc(1, sizeof *in);
   if (!in) return SL_ENOMEM;
   in->lib = lib;
-  in->host = (sl_plugin_host){
-      .abi_version = SL_PLUGIN_ABI_VERSION, .struct_size = sizeof(sl_plugin_host),
-      .log = h_log, .alloc = h_alloc, .realloc = h_realloc, .free = h_free,
-      .conf_str = h_conf_str, .conf_int = h_conf_int, .conf_double = h_conf_double,
-      .conf_bool = h_conf_bool, .counter = h_counter, .counter_add = h_counter_add,
-      .http_send = (lib->desc->flags & SL_PLUGIN_SYNC) ? NULL : h_http_send,
-      .out_str = h_out_str, .out_num = h_out_num, .out_word = h_out_word,
-      .out_criterion = h_out_criterion, .complete = h_complete, .in_str = h_in_str,
-      .in_num = h_in_num, .in_bytes = h_in_bytes, .in_count = h_in_count,
-      .out_object = (lib->desc->flags & SL_PLUGIN_SYNC) ? h_out_object : NULL};
+  in->host =
+      (sl_plugin_host){.abi_version = SL_PLUGIN_ABI_VERSION,
+                       .struct_size = sizeof(sl_plugin_host),
+                       .log = h_log,
+                       .alloc = h_alloc,
+                       .realloc = h_realloc,
+                       .free = h_free,
+                       .conf_str = h_conf_str,
+                       .conf_int = h_conf_int,
+                       .conf_double = h_conf_double,
+                       .conf_bool = h_conf_bool,
+                       .counter = h_counter,
+                       .counter_add = h_counter_add,
+                       .http_send = (lib->desc->flags & SL_PLUGIN_SYNC) ? NULL : h_http_send,
+                       .out_str = h_out_str,
+                       .out_num = h_out_num,
+                       .out_word = h_out_word,
+                       .out_criterion = h_out_criterion,
+                       .complete = h_complete,
+                       .in_str = h_in_str,
+                       .in_num = h_in_num,
+                       .in_bytes = h_in_bytes,
+                       .in_count = h_in_count,
+                       .out_object = (lib->desc->flags & SL_PLUGIN_SYNC) ? h_out_object : NULL};
   err[0] = '\0';
   int rc = lib->desc->create(&in->host, &lib->conf, &in->state, err, errlen);
   if (rc) {
@@ -920,14 +941,18 @@ int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescr
   for (size_t i = 0; d->reads && d->reads[i]; i++) {
     if (strcmp(d->reads[i], SL_PLUGIN_READ_OBJECT) == 0) {
       if (strcmp(d->kind, SL_PLUGIN_KIND_STEP) || !(d->flags & SL_PLUGIN_SYNC)) {
-        snprintf(err, errlen, "plugin %s/%s reads \"%s\": only SYNC step plugins get the "
-                 "input's object", d->kind, d->name, SL_PLUGIN_READ_OBJECT);
+        snprintf(err, errlen,
+                 "plugin %s/%s reads \"%s\": only SYNC step plugins get the "
+                 "input's object",
+                 d->kind, d->name, SL_PLUGIN_READ_OBJECT);
         return SL_ECONFIG;
       }
       if (!in || !sl_plugin_object_path(lib, in)) {
-        snprintf(err, errlen, "plugin %s/%s reads \"%s\": its input %s names no object "
-                 "(no string object_key or upload.object_key)", d->kind, d->name,
-                 SL_PLUGIN_READ_OBJECT, in ? in->name : "(not a protobuf message)");
+        snprintf(err, errlen,
+                 "plugin %s/%s reads \"%s\": its input %s names no object "
+                 "(no string object_key or upload.object_key)",
+                 d->kind, d->name, SL_PLUGIN_READ_OBJECT,
+                 in ? in->name : "(not a protobuf message)");
         return SL_ECONFIG;
       }
       continue;
@@ -950,17 +975,16 @@ int sl_plugin_check_fields(const sl_plugin_lib *lib, const ProtobufCMessageDescr
       k = -1;
     }
     if (k < 0) {
-      snprintf(err, errlen, "plugin %s/%s writes \"%s\": %s", d->kind, d->name, d->writes[i],
-               why);
+      snprintf(err, errlen, "plugin %s/%s writes \"%s\": %s", d->kind, d->name, d->writes[i], why);
       return SL_ECONFIG;
     }
   }
   return 0;
 }
 
-const char *sl_plugin_object_path(const sl_plugin_lib *lib,
-                                  const ProtobufCMessageDescriptor *in) {
-  if (!lib || !in || lib->desc->abi_version < 2 || !declared(lib->desc->reads, SL_PLUGIN_READ_OBJECT))
+const char *sl_plugin_object_path(const sl_plugin_lib *lib, const ProtobufCMessageDescriptor *in) {
+  if (!lib || !in || lib->desc->abi_version < 2 ||
+      !declared(lib->desc->reads, SL_PLUGIN_READ_OBJECT))
     return NULL;
   static const char *const paths[] = {"object_key", "upload.object_key"};
   char why[256];
@@ -978,15 +1002,16 @@ const char *sl_plugin_outcome_name(sl_plugin_outcome o) {
 
 void sl_plugin_print_markdown(sl_plugin_lib **libs, size_t n, void *out) {
   FILE *f = out;
-  fprintf(f, "# Sluice plugins\n\nGenerated by `sluice plugin doc` from the plugins' own "
-             "configuration tables (plugin ABI %u). Choose one with `sluice stt --plugin "
-             "NAME` / `sluice grade --plugin NAME` (or `stt.plugin` / `grade.plugin`); a "
-             "step plugin is named by its stage in the pipeline description "
-             "([pipeline.md](pipeline.md)); keys are set like every other setting (file, "
-             "environment, `--set`). The dev stack and `make demo` transcribe with a local "
-             "Whisper server behind `stt/openai`, `stt/pocketsphinx` being the light fallback: "
-             "why, measured, in [plugins-openai.md](plugins-openai.md#the-offline-default-a-"
-             "local-whisper-server-behind-sttopenai).\n",
+  fprintf(f,
+          "# Sluice plugins\n\nGenerated by `sluice plugin doc` from the plugins' own "
+          "configuration tables (plugin ABI %u). Choose one with `sluice stt --plugin "
+          "NAME` / `sluice grade --plugin NAME` (or `stt.plugin` / `grade.plugin`); a "
+          "step plugin is named by its stage in the pipeline description "
+          "([pipeline.md](pipeline.md)); keys are set like every other setting (file, "
+          "environment, `--set`). The dev stack and `make demo` transcribe with a local "
+          "Whisper server behind `stt/openai`, `stt/pocketsphinx` being the light fallback: "
+          "why, measured, in [plugins-openai.md](plugins-openai.md#the-offline-default-a-"
+          "local-whisper-server-behind-sttopenai).\n",
           (unsigned)SL_PLUGIN_ABI_VERSION);
   for (size_t i = 0; i < n; i++) {
     const sl_plugin *d = libs[i]->desc;

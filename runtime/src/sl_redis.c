@@ -72,8 +72,8 @@ static SSL_CTX *ctx_new(const char *ca, const char *cert, const char *key, char 
   }
   SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
   SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
-  int ok = ca && *ca ? SSL_CTX_load_verify_locations(c, ca, NULL)
-                     : SSL_CTX_set_default_verify_paths(c);
+  int ok =
+      ca && *ca ? SSL_CTX_load_verify_locations(c, ca, NULL) : SSL_CTX_set_default_verify_paths(c);
   if (ok != 1) {
     ssl_queue(why, sizeof why);
     snprintf(err, errlen, "redis.tls_ca_file %s: %s", ca && *ca ? ca : "(system CAs)", why);
@@ -168,8 +168,10 @@ void sl__redis_ssl_why(struct ssl_st *ssl, int ret, char *err, size_t errlen) {
 /* ---- URLs ------------------------------------------------------------- */
 
 static int unhex(int c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
 }
 
 /* %-decodes p[0..n) into out (cap bytes). */
@@ -195,9 +197,12 @@ int sl_redis_addr_parse(const char *url, sl_redis_addr *a) {
   if (!url || !a) return SL_EINVAL;
   memset(a, 0, sizeof *a);
   const char *p = url;
-  if (strncmp(p, "redis://", 8) == 0) p += 8;
-  else if (strncmp(p, "rediss://", 9) == 0) p += 9, a->tls = 1;
-  else if (strstr(p, "://")) return SL_EINVAL;
+  if (strncmp(p, "redis://", 8) == 0)
+    p += 8;
+  else if (strncmp(p, "rediss://", 9) == 0)
+    p += 9, a->tls = 1;
+  else if (strstr(p, "://"))
+    return SL_EINVAL;
   const char *at = NULL;
   for (const char *q = p; *q && *q != '/'; q++)
     if (*q == '@') at = q; /* the last '@' before the path ends the user info */
@@ -205,8 +210,8 @@ int sl_redis_addr_parse(const char *url, sl_redis_addr *a) {
     const char *colon = memchr(p, ':', (size_t)(at - p));
     size_t ul = colon ? (size_t)(colon - p) : (size_t)(at - p);
     if (pct_decode(p, ul, a->user, sizeof a->user) != 0) return SL_EINVAL;
-    if (colon && pct_decode(colon + 1, (size_t)(at - colon - 1), a->password,
-                            sizeof a->password) != 0)
+    if (colon &&
+        pct_decode(colon + 1, (size_t)(at - colon - 1), a->password, sizeof a->password) != 0)
       return SL_EINVAL;
     if (!colon) { /* redis://password@host is a common shorthand */
       snprintf(a->password, sizeof a->password, "%s", a->user);
@@ -286,9 +291,9 @@ struct sl_redis {
   int fd;          /* rediss:// : socket, SSL and reply reader */
   SSL *ssl;
   redisReader *rd;
-  int refused;     /* the last failure was a refusal (AUTH, TLS trust) */
-  int closed;      /* the last failure was the server closing the connection
-                    * (EOF, reset), not a timeout */
+  int refused; /* the last failure was a refusal (AUTH, TLS trust) */
+  int closed;  /* the last failure was the server closing the connection
+                * (EOF, reset), not a timeout */
 };
 
 static sl_metric *m_errors;
@@ -406,8 +411,8 @@ static redisReply *tls_command(sl_redis *r, int argc, const char **argv, const s
     int got = SSL_read(r->ssl, buf, sizeof buf);
     if (got <= 0) {
       int re = errno, e = SSL_get_error(r->ssl, got);
-      r->closed = e == SSL_ERROR_ZERO_RETURN ||
-                  (e == SSL_ERROR_SYSCALL && (re == ECONNRESET || got == 0));
+      r->closed =
+          e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && (re == ECONNRESET || got == 0));
       sl__redis_ssl_why(r->ssl, got, err, errlen);
       return NULL;
     }
@@ -499,13 +504,12 @@ static int connect_(sl_redis *r, char *err, size_t errlen) {
   }
   if ((r->c || r->ssl) && handshake(r, why, sizeof why) != 0) drop(r);
   if (r->c || r->ssl) return 0;
-  snprintf(err, errlen, "redis %s:%d%s: %s", r->a.host, r->a.port, r->a.tls ? " (TLS)" : "",
-           why);
+  snprintf(err, errlen, "redis %s:%d%s: %s", r->a.host, r->a.port, r->a.tls ? " (TLS)" : "", why);
   return SL_EREDIS;
 }
 
-redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
-                          char *err, size_t errlen) {
+redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                          size_t errlen) {
   int reused = r->c || r->ssl;
   if (!reused && connect_(r, err, errlen) != 0) {
     sl_metric_add(m_errors, 1);
@@ -560,9 +564,9 @@ int sl_redis_noscript(const redisReply *reply) {
          strncmp(reply->str, "NOSCRIPT", 8) == 0;
 }
 
-int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc,
-                          const char **argv, const size_t *lens, char *nk, size_t nklen,
-                          const char **out, size_t *outlens) {
+int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc, const char **argv,
+                          const size_t *lens, char *nk, size_t nklen, const char **out,
+                          size_t *outlens) {
   if (!s || nkeys < 0 || nkeys > argc || argc < 0 || argc > SL__REDIS_SCRIPT_MAX_ARGS)
     return SL_EINVAL;
   snprintf(nk, nklen, "%d", nkeys);

@@ -23,11 +23,16 @@ int sl_retry_tiers_parse(const char *spec, int64_t delays[SL_RETRY_TIERS_MAX],
     if (end == p || v <= 0) return SL_ECONFIG;
     int64_t mul;
     size_t ul;
-    if (strncmp(end, "ms", 2) == 0) mul = 1, ul = 2;
-    else if (*end == 's') mul = 1000, ul = 1;
-    else if (*end == 'm') mul = 60000, ul = 1;
-    else if (*end == 'h') mul = 3600000, ul = 1;
-    else return SL_ECONFIG;
+    if (strncmp(end, "ms", 2) == 0)
+      mul = 1, ul = 2;
+    else if (*end == 's')
+      mul = 1000, ul = 1;
+    else if (*end == 'm')
+      mul = 60000, ul = 1;
+    else if (*end == 'h')
+      mul = 3600000, ul = 1;
+    else
+      return SL_ECONFIG;
     if (v > INT64_MAX / mul) return SL_ECONFIG; /* would overflow */
     const char *after = end + ul;
     if (*after && *after != ',' && *after != ' ') return SL_ECONFIG;

@@ -34,15 +34,15 @@ const sl_conf_entry sl_s3_conf_table[] = {
     {"s3.region", SL_CONF_STR, "us-east-1", S(region), "signing region", 0},
     {"s3.bucket", SL_CONF_STR, "answers", S(bucket), "bucket holding the answers", 0},
     {"s3.access_key", SL_CONF_STR, "sluice-dev", S(access_key), "access key id", 1},
-    {"s3.secret_key", SL_CONF_STR, "sluice-dev-secret-key", S(secret_key),
-     "secret access key", 1},
+    {"s3.secret_key", SL_CONF_STR, "sluice-dev-secret-key", S(secret_key), "secret access key", 1},
     {"s3.path_style", SL_CONF_BOOL, "true", S(path_style),
      "path-style URLs (endpoint/bucket/key); false = virtual-hosted style", 0},
     {"s3.url_expiry_s", SL_CONF_INT, "900", S(url_expiry_s),
      "lifetime of presigned URLs in seconds", 0},
     {"s3.ca_file", SL_CONF_STR, "", S(ca_file),
      "PEM file of the CAs that verify an https s3.endpoint (empty: the system's CAs); "
-     "used by every signed request", 0},
+     "used by every signed request",
+     0},
 };
 const size_t sl_s3_conf_table_len = sizeof sl_s3_conf_table / sizeof sl_s3_conf_table[0];
 
@@ -120,12 +120,12 @@ static int presign_url(sl_sigv4 *sig, const sl_s3_target *t, const char *method,
   char path[1024];
   int rc = sl_s3_object_path(t, key, path, sizeof path);
   if (rc) return rc;
-  return sl_sigv4_presign(sig, method, t->scheme, t->host, path, NULL, time(NULL), expires_s,
-                          NULL, 0, url, len);
+  return sl_sigv4_presign(sig, method, t->scheme, t->host, path, NULL, time(NULL), expires_s, NULL,
+                          0, url, len);
 }
 
-int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
-                      unsigned expires_s, char *url, size_t len) {
+int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, unsigned expires_s,
+                      char *url, size_t len) {
   return presign_url(sig, t, "GET", key, expires_s, url, len);
 }
 
@@ -162,8 +162,8 @@ static CURL *fresh(sl_s3_conn *c) {
   return c->h;
 }
 
-int sl_s3_get(sl_s3_conn *c, const sl_s3_target *t, const char *key, size_t max,
-              void **data, size_t *len, long *status, char *err, size_t errlen) {
+int sl_s3_get(sl_s3_conn *c, const sl_s3_target *t, const char *key, size_t max, void **data,
+              size_t *len, long *status, char *err, size_t errlen) {
   char url[4096];
   if (!c || !t || !key || !data || !len) return SL_EINVAL;
   int rc = sl_s3_presign_get(c->sig, t, key, 300, url, sizeof url);
@@ -390,8 +390,7 @@ int sl_s3_parse_reply(int op, long status, const char *body, size_t len, sl_s3_r
     child_text(root, "Code", r->code, sizeof r->code);
     child_text(root, "Message", r->message, sizeof r->message);
     if (!r->message[0]) snprintf(r->message, sizeof r->message, "HTTP %ld", status);
-    if (status == 404 || strcmp(r->code, "NoSuchUpload") == 0 ||
-        strcmp(r->code, "NoSuchKey") == 0)
+    if (status == 404 || strcmp(r->code, "NoSuchUpload") == 0 || strcmp(r->code, "NoSuchKey") == 0)
       rc = SL_ENOTFOUND;
     else if (status >= 500 || strcmp(r->code, "SlowDown") == 0 ||
              strcmp(r->code, "InternalError") == 0)
@@ -413,8 +412,8 @@ int sl_s3_parse_reply(int op, long status, const char *body, size_t len, sl_s3_r
     rc = SL_EPARSE;
   }
   if (rc == SL_EPARSE || rc == SL_ETOOBIG || rc == SL_ENOMEM) {
-    snprintf(r->message, sizeof r->message, "unexpected storage reply (HTTP %ld, <%.40s>)",
-             status, rname);
+    snprintf(r->message, sizeof r->message, "unexpected storage reply (HTTP %ld, <%.40s>)", status,
+             rname);
     rc = SL_ESTORAGE;
   }
   xmlFreeDoc(doc);
@@ -463,16 +462,19 @@ static int send_signed(const sl_s3_client *c, int op, const char *method, const 
   n = snprintf(h_ct, sizeof h_ct, "Content-Type: %s", ctype ? ctype : "");
   if (n < 0 || (size_t)n >= sizeof h_ct) return SL_ETOOBIG;
   /* without a signed type, send none (curl would add a form type to a POST) */
-  const char *headers[] = {h_auth, h_date, h_hash, ctype ? h_ct : "Content-Type:", "Expect:",
-                           NULL};
+  const char *headers[] = {h_auth, h_date, h_hash, ctype ? h_ct : "Content-Type:", "Expect:", NULL};
   call *k = calloc(1, sizeof *k);
   if (!k) return SL_ENOMEM;
   k->op = op;
   k->cb = cb;
   k->ud = ud;
-  sl_httpc_request q = {.method = method, .url = url, .headers = headers,
+  sl_httpc_request q = {.method = method,
+                        .url = url,
+                        .headers = headers,
                         .body = strcmp(method, "POST") == 0 ? (body ? body : "") : NULL,
-                        .body_len = blen, .timeout_ms = 30000, .max_response = 4u << 20,
+                        .body_len = blen,
+                        .timeout_ms = 30000,
+                        .max_response = 4u << 20,
                         .ca_file = c->target->ca_file};
   rc = sl_httpc_send(c->http, &q, on_reply, k);
   if (rc) free(k);
@@ -506,8 +508,7 @@ int sl_s3_list_parts(const sl_s3_client *c, const char *key, const char *upload_
 
 int sl_s3_complete_multipart(const sl_s3_client *c, const char *key, const char *upload_id,
                              const sl_s3_part *parts, size_t n, sl_s3_cb cb, void *ud) {
-  if (!valid_upload_id(upload_id) || !parts || n == 0 || n > SL_S3_MAX_PART_NO)
-    return SL_EINVAL;
+  if (!valid_upload_id(upload_id) || !parts || n == 0 || n > SL_S3_MAX_PART_NO) return SL_EINVAL;
   xmlDocPtr doc = xmlNewDoc(BAD_CAST "1.0");
   xmlNodePtr root = doc ? xmlNewNode(NULL, BAD_CAST "CompleteMultipartUpload") : NULL;
   if (!root) {
@@ -534,8 +535,8 @@ int sl_s3_complete_multipart(const sl_s3_client *c, const char *key, const char 
   char q[600];
   snprintf(q, sizeof q, "uploadId=%s", upload_id);
   if (rc == 0)
-    rc = send_signed(c, SL_S3_OP_COMPLETE, "POST", key, q, "application/xml",
-                     (const char *)xml, (size_t)xlen, cb, ud);
+    rc = send_signed(c, SL_S3_OP_COMPLETE, "POST", key, q, "application/xml", (const char *)xml,
+                     (size_t)xlen, cb, ud);
   xmlFree(xml);
   return rc;
 }
@@ -548,15 +549,12 @@ int sl_s3_abort_multipart(const sl_s3_client *c, const char *key, const char *up
   return send_signed(c, SL_S3_OP_ABORT, "DELETE", key, q, NULL, NULL, 0, cb, ud);
 }
 
-int sl_s3_presign_part(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
-                       const char *upload_id, int part_no, time_t now, unsigned expires,
-                       char *url, size_t len) {
-  if (!valid_upload_id(upload_id) || part_no < 1 || part_no > SL_S3_MAX_PART_NO)
-    return SL_EINVAL;
+int sl_s3_presign_part(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *upload_id,
+                       int part_no, time_t now, unsigned expires, char *url, size_t len) {
+  if (!valid_upload_id(upload_id) || part_no < 1 || part_no > SL_S3_MAX_PART_NO) return SL_EINVAL;
   char path[1100], q[600];
   int rc = sl_s3_object_path(t, key, path, sizeof path);
   if (rc) return rc;
   snprintf(q, sizeof q, "partNumber=%d&uploadId=%s", part_no, upload_id);
-  return sl_sigv4_presign(sig, "PUT", t->scheme, t->host, path, q, now, expires, NULL, 0, url,
-                          len);
+  return sl_sigv4_presign(sig, "PUT", t->scheme, t->host, path, q, now, expires, NULL, 0, url, len);
 }

@@ -46,9 +46,8 @@
 #define MAX_UNIX_TIME INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 
 /* "YYYYMMDD/<region>/<service>/aws4_request" */
-#define SCOPE_MAX                                                              \
-  (8 + 1 + SL_SIGV4_MAX_SCOPE_PART + 1 + SL_SIGV4_MAX_SCOPE_PART + 1 +         \
-   sizeof SCOPE_TERMINATOR)
+#define SCOPE_MAX                                                                                  \
+  (8 + 1 + SL_SIGV4_MAX_SCOPE_PART + 1 + SL_SIGV4_MAX_SCOPE_PART + 1 + sizeof SCOPE_TERMINATOR)
 /* URI-encoded "<access key>/<scope>" (worst case every byte as %XX) */
 #define CRED_Q_MAX (3 * (SL_SIGV4_MAX_ACCESS_KEY + 1 + SCOPE_MAX) + 1)
 /* "AWS4-HMAC-SHA256\n" date "\n" scope "\n" hex */
@@ -128,26 +127,23 @@ static const char HEX_UPPER[16] = {'0', '1', '2', '3', '4', '5', '6', '7',
                                    '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'};
 
 static inline int is_unreserved(unsigned char c) {
-  return (unsigned)((c | 0x20) - 'a') < 26u || (unsigned)(c - '0') < 10u ||
-         c == '-' || c == '.' || c == '_' || c == '~';
+  return (unsigned)((c | 0x20) - 'a') < 26u || (unsigned)(c - '0') < 10u || c == '-' || c == '.' ||
+         c == '_' || c == '~';
 }
 
 /* S3 URI encoding: unreserved bytes kept, '/' kept iff keep_slash, anything
  * else %XX with uppercase hex. */
 static void sb_uri(sbuf *b, const char *s, size_t n, int keep_slash) {
-  if (b->over)
-    return;
+  if (b->over) return;
   char *p = b->buf + b->len;
   char *end = b->buf + b->cap;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     if (is_unreserved(c) || (keep_slash && c == '/')) {
-      if (p == end)
-        goto overflow;
+      if (p == end) goto overflow;
       *p++ = (char)c;
     } else {
-      if (end - p < 3)
-        goto overflow;
+      if (end - p < 3) goto overflow;
       p[0] = '%';
       p[1] = HEX_UPPER[c >> 4];
       p[2] = HEX_UPPER[c & 15];
@@ -174,29 +170,23 @@ static inline char ascii_lower(char c) {
 
 /* RFC 9110 token character (header names, methods). */
 static int is_tchar(unsigned char c) {
-  if ((unsigned)((c | 0x20) - 'a') < 26u || (unsigned)(c - '0') < 10u)
-    return 1;
+  if ((unsigned)((c | 0x20) - 'a') < 26u || (unsigned)(c - '0') < 10u) return 1;
   return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
 static int is_token(const char *s) {
-  if (*s == '\0')
-    return 0;
+  if (*s == '\0') return 0;
   for (; *s; s++)
-    if (!is_tchar((unsigned char)*s))
-      return 0;
+    if (!is_tchar((unsigned char)*s)) return 0;
   return 1;
 }
 
 /* Host/authority: printable ASCII, no space and no URL delimiters. */
 static int is_host(const char *s) {
-  if (*s == '\0')
-    return 0;
+  if (*s == '\0') return 0;
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c <= 0x20 || c >= 0x7f || c == '/' || c == '?' || c == '#' ||
-        c == '\\')
-      return 0;
+    if (c <= 0x20 || c >= 0x7f || c == '/' || c == '?' || c == '#' || c == '\\') return 0;
   }
   return 1;
 }
@@ -213,10 +203,10 @@ static inline void put2(char *p, unsigned v) {
 static void civil_date(int64_t days, unsigned *y, unsigned *m, unsigned *d) {
   int64_t z = days + 719468; /* shift epoch to 0000-03-01 */
   int64_t era = z / 146097;
-  unsigned doe = (unsigned)(z - era * 146097);                    /* 0..146096 */
+  unsigned doe = (unsigned)(z - era * 146097); /* 0..146096 */
   unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);        /* 0..365 */
-  unsigned mp = (5 * doy + 2) / 153;                              /* 0..11 */
+  unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100); /* 0..365 */
+  unsigned mp = (5 * doy + 2) / 153;                      /* 0..11 */
   *d = doy - (153 * mp + 2) / 5 + 1;
   *m = mp < 10 ? mp + 3 : mp - 9;
   *y = (unsigned)(yoe + era * 400) + (*m <= 2);
@@ -224,32 +214,27 @@ static void civil_date(int64_t days, unsigned *y, unsigned *m, unsigned *d) {
 
 /* ---- crypto helpers -------------------------------------------------- */
 
-static int hmac_with_key(sl_sigv4 *s, const unsigned char *key, size_t klen,
-                         const void *msg, size_t mlen, unsigned char out[32]) {
+static int hmac_with_key(sl_sigv4 *s, const unsigned char *key, size_t klen, const void *msg,
+                         size_t mlen, unsigned char out[32]) {
   size_t olen = 0;
-  if (!EVP_MAC_init(s->hmac, key, klen, NULL) ||
-      !EVP_MAC_update(s->hmac, msg, mlen) ||
+  if (!EVP_MAC_init(s->hmac, key, klen, NULL) || !EVP_MAC_update(s->hmac, msg, mlen) ||
       !EVP_MAC_final(s->hmac, out, &olen, 32) || olen != 32)
     return SL_ECRYPTO;
   return 0;
 }
 
 /* HMAC with the cached signing key (context already keyed). */
-static int hmac_signing(sl_sigv4 *s, const void *msg, size_t mlen,
-                        unsigned char out[32]) {
+static int hmac_signing(sl_sigv4 *s, const void *msg, size_t mlen, unsigned char out[32]) {
   size_t olen = 0;
-  if (!EVP_MAC_init(s->hmac, NULL, 0, NULL) ||
-      !EVP_MAC_update(s->hmac, msg, mlen) ||
+  if (!EVP_MAC_init(s->hmac, NULL, 0, NULL) || !EVP_MAC_update(s->hmac, msg, mlen) ||
       !EVP_MAC_final(s->hmac, out, &olen, 32) || olen != 32)
     return SL_ECRYPTO;
   return 0;
 }
 
-static int sha256(sl_sigv4 *s, const void *msg, size_t mlen,
-                  unsigned char out[32]) {
+static int sha256(sl_sigv4 *s, const void *msg, size_t mlen, unsigned char out[32]) {
   unsigned olen = 0;
-  if (!EVP_DigestInit_ex2(s->md, s->sha256, NULL) ||
-      !EVP_DigestUpdate(s->md, msg, mlen) ||
+  if (!EVP_DigestInit_ex2(s->md, s->sha256, NULL) || !EVP_DigestUpdate(s->md, msg, mlen) ||
       !EVP_DigestFinal_ex(s->md, out, &olen) || olen != 32)
     return SL_ECRYPTO;
   return 0;
@@ -257,8 +242,7 @@ static int sha256(sl_sigv4 *s, const void *msg, size_t mlen,
 
 /* Refreshes the per-day cache when `day` differs from the cached day. */
 static int ensure_day(sl_sigv4 *s, int64_t day) {
-  if (s->have_day && s->day == day)
-    return 0;
+  if (s->have_day && s->day == day) return 0;
   s->have_day = 0;
 
   unsigned y, m, d;
@@ -278,8 +262,7 @@ static int ensure_day(sl_sigv4 *s, int64_t day) {
   sb_mem(&b, s->service, s->service_len);
   sb_ch(&b, '/');
   sb_str(&b, SCOPE_TERMINATOR);
-  if (b.over)
-    return SL_ETOOBIG; /* unreachable: sizes are checked in sl_sigv4_new */
+  if (b.over) return SL_ETOOBIG; /* unreachable: sizes are checked in sl_sigv4_new */
   s->scope[b.len] = '\0';
   s->scope_len = b.len;
 
@@ -287,27 +270,21 @@ static int ensure_day(sl_sigv4 *s, int64_t day) {
   sb_uri(&b, s->access_key, s->access_key_len, 0);
   sb_uri(&b, "/", 1, 0);
   sb_uri(&b, s->scope, s->scope_len, 0);
-  if (b.over)
-    return SL_ETOOBIG; /* unreachable, as above */
+  if (b.over) return SL_ETOOBIG; /* unreachable, as above */
   s->cred_q[b.len] = '\0';
   s->cred_q_len = b.len;
 
   unsigned char k1[32], k2[32];
   int rc = hmac_with_key(s, s->ksecret, s->ksecret_len, s->date8, 8, k1);
+  if (rc == 0) rc = hmac_with_key(s, k1, 32, s->region, s->region_len, k2);
+  if (rc == 0) rc = hmac_with_key(s, k2, 32, s->service, s->service_len, k1);
   if (rc == 0)
-    rc = hmac_with_key(s, k1, 32, s->region, s->region_len, k2);
-  if (rc == 0)
-    rc = hmac_with_key(s, k2, 32, s->service, s->service_len, k1);
-  if (rc == 0)
-    rc = hmac_with_key(s, k1, 32, SCOPE_TERMINATOR,
-                       sizeof SCOPE_TERMINATOR - 1, s->signing_key);
+    rc = hmac_with_key(s, k1, 32, SCOPE_TERMINATOR, sizeof SCOPE_TERMINATOR - 1, s->signing_key);
   /* Leave the context keyed with the signing key for hmac_signing(). */
-  if (rc == 0 && !EVP_MAC_init(s->hmac, s->signing_key, 32, NULL))
-    rc = SL_ECRYPTO;
+  if (rc == 0 && !EVP_MAC_init(s->hmac, s->signing_key, 32, NULL)) rc = SL_ECRYPTO;
   OPENSSL_cleanse(k1, sizeof k1);
   OPENSSL_cleanse(k2, sizeof k2);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   s->day = day;
   s->have_day = 1;
   s->derivations++;
@@ -316,46 +293,34 @@ static int ensure_day(sl_sigv4 *s, int64_t day) {
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-static int copy_part(char *dst, size_t dst_size, size_t *len, const char *src,
-                     int scope_part) {
+static int copy_part(char *dst, size_t dst_size, size_t *len, const char *src, int scope_part) {
   size_t n = strlen(src);
-  if (n == 0)
-    return SL_EINVAL;
-  if (n >= dst_size)
-    return SL_ETOOBIG;
+  if (n == 0) return SL_EINVAL;
+  if (n >= dst_size) return SL_ETOOBIG;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)src[i];
-    if (c < 0x20 || c == 0x7f || (scope_part && c == '/'))
-      return SL_EINVAL;
+    if (c < 0x20 || c == 0x7f || (scope_part && c == '/')) return SL_EINVAL;
   }
   memcpy(dst, src, n + 1);
   *len = n;
   return 0;
 }
 
-int sl_sigv4_new(sl_sigv4 **out, const char *access_key, const char *secret_key,
-                 const char *region, const char *service) {
-  if (out == NULL)
-    return SL_EINVAL;
+int sl_sigv4_new(sl_sigv4 **out, const char *access_key, const char *secret_key, const char *region,
+                 const char *service) {
+  if (out == NULL) return SL_EINVAL;
   *out = NULL;
-  if (access_key == NULL || secret_key == NULL || region == NULL ||
-      service == NULL)
+  if (access_key == NULL || secret_key == NULL || region == NULL || service == NULL)
     return SL_EINVAL;
   size_t slen = strlen(secret_key);
-  if (slen == 0)
-    return SL_EINVAL;
-  if (slen > SL_SIGV4_MAX_SECRET)
-    return SL_ETOOBIG;
+  if (slen == 0) return SL_EINVAL;
+  if (slen > SL_SIGV4_MAX_SECRET) return SL_ETOOBIG;
 
   sl_sigv4 *s = calloc(1, sizeof *s);
-  if (s == NULL)
-    return SL_ENOMEM;
-  int rc = copy_part(s->access_key, sizeof s->access_key, &s->access_key_len,
-                     access_key, 0);
-  if (rc == 0)
-    rc = copy_part(s->region, sizeof s->region, &s->region_len, region, 1);
-  if (rc == 0)
-    rc = copy_part(s->service, sizeof s->service, &s->service_len, service, 1);
+  if (s == NULL) return SL_ENOMEM;
+  int rc = copy_part(s->access_key, sizeof s->access_key, &s->access_key_len, access_key, 0);
+  if (rc == 0) rc = copy_part(s->region, sizeof s->region, &s->region_len, region, 1);
+  if (rc == 0) rc = copy_part(s->service, sizeof s->service, &s->service_len, service, 1);
   if (rc != 0) {
     sl_sigv4_free(s);
     return rc;
@@ -373,8 +338,7 @@ int sl_sigv4_new(sl_sigv4 **out, const char *access_key, const char *secret_key,
     return SL_ECRYPTO;
   }
   OSSL_PARAM params[2];
-  params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
-                                               (char *)"SHA256", 0);
+  params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
   params[1] = OSSL_PARAM_construct_end();
   if (!EVP_MAC_CTX_set_params(s->hmac, params)) {
     sl_sigv4_free(s);
@@ -385,8 +349,7 @@ int sl_sigv4_new(sl_sigv4 **out, const char *access_key, const char *secret_key,
 }
 
 void sl_sigv4_free(sl_sigv4 *s) {
-  if (s == NULL)
-    return;
+  if (s == NULL) return;
   EVP_MAC_CTX_free(s->hmac);
   EVP_MAC_free(s->hmac_alg);
   EVP_MD_CTX_free(s->md);
@@ -395,9 +358,7 @@ void sl_sigv4_free(sl_sigv4 *s) {
   free(s);
 }
 
-unsigned long sl_sigv4_key_derivations(const sl_sigv4 *s) {
-  return s ? s->derivations : 0;
-}
+unsigned long sl_sigv4_key_derivations(const sl_sigv4 *s) { return s ? s->derivations : 0; }
 
 /* ---- headers ----------------------------------------------------------- */
 
@@ -415,16 +376,14 @@ static int hname_cmp(const hent *a, const hent *b) {
   size_t n = a->nlen < b->nlen ? a->nlen : b->nlen;
   for (size_t i = 0; i < n; i++) {
     char ca = ascii_lower(a->name[i]), cb = ascii_lower(b->name[i]);
-    if (ca != cb)
-      return (unsigned char)ca < (unsigned char)cb ? -1 : 1;
+    if (ca != cb) return (unsigned char)ca < (unsigned char)cb ? -1 : 1;
   }
   return (a->nlen > b->nlen) - (a->nlen < b->nlen);
 }
 
 static int hname_is(const char *name, const char *lower) {
   for (; *name && *lower; name++, lower++)
-    if (ascii_lower(*name) != *lower)
-      return 0;
+    if (ascii_lower(*name) != *lower) return 0;
   return *name == '\0' && *lower == '\0';
 }
 
@@ -436,25 +395,21 @@ static void hent_set(hent *h, const char *name, const char *val) {
     val++;
     vlen--;
   }
-  while (vlen > 0 && is_blank(val[vlen - 1]))
-    vlen--;
+  while (vlen > 0 && is_blank(val[vlen - 1])) vlen--;
   h->val = val;
   h->vlen = vlen;
 }
 
 /* Validates caller headers and appends them to ents (after the signer's own
  * entries at ents[0..*n)), then sorts everything by lowercased name. */
-static int collect_headers(const sl_sigv4_header *hdrs, size_t nhdrs,
-                           int authorize, hent *ents, size_t *n) {
+static int collect_headers(const sl_sigv4_header *hdrs, size_t nhdrs, int authorize, hent *ents,
+                           size_t *n) {
   for (size_t i = 0; i < nhdrs; i++) {
     const char *name = hdrs[i].name, *val = hdrs[i].value;
-    if (name == NULL || val == NULL || !is_token(name))
-      return SL_EINVAL;
-    if (strpbrk(val, "\r\n") != NULL)
-      return SL_EINVAL;
+    if (name == NULL || val == NULL || !is_token(name)) return SL_EINVAL;
+    if (strpbrk(val, "\r\n") != NULL) return SL_EINVAL;
     if (hname_is(name, "host") ||
-        (authorize && (hname_is(name, "x-amz-date") ||
-                       hname_is(name, "x-amz-content-sha256"))))
+        (authorize && (hname_is(name, "x-amz-date") || hname_is(name, "x-amz-content-sha256"))))
       return SL_EINVAL;
     hent_set(&ents[(*n)++], name, val);
   }
@@ -476,8 +431,7 @@ static void sb_lower(sbuf *b, const char *s, size_t n) {
     return;
   }
   char *p = b->buf + b->len;
-  for (size_t i = 0; i < n; i++)
-    p[i] = ascii_lower(s[i]);
+  for (size_t i = 0; i < n; i++) p[i] = ascii_lower(s[i]);
   b->len += n;
 }
 
@@ -486,14 +440,11 @@ static void sb_header_value(sbuf *b, const char *v, size_t n) {
   size_t i = 0;
   while (i < n) {
     size_t j = i;
-    while (j < n && !is_blank(v[j]))
-      j++;
+    while (j < n && !is_blank(v[j])) j++;
     sb_mem(b, v + i, j - i);
-    if (j == n)
-      break;
+    if (j == n) break;
     sb_ch(b, ' ');
-    while (j < n && is_blank(v[j]))
-      j++;
+    while (j < n && is_blank(v[j])) j++;
     i = j;
   }
 }
@@ -504,8 +455,7 @@ static void sb_canonical_headers(sbuf *b, const hent *e, size_t n) {
     if (i > 0 && hname_cmp(&e[i - 1], &e[i]) == 0) {
       sb_ch(b, ',');
     } else {
-      if (i > 0)
-        sb_ch(b, '\n');
+      if (i > 0) sb_ch(b, '\n');
       sb_lower(b, e[i].name, e[i].nlen);
       sb_ch(b, ':');
     }
@@ -517,10 +467,8 @@ static void sb_canonical_headers(sbuf *b, const hent *e, size_t n) {
 /* "a;b;c" of the distinct lowercased names. */
 static void sb_signed_headers(sbuf *b, const hent *e, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (i > 0 && hname_cmp(&e[i - 1], &e[i]) == 0)
-      continue;
-    if (i > 0)
-      sb_ch(b, ';');
+    if (i > 0 && hname_cmp(&e[i - 1], &e[i]) == 0) continue;
+    if (i > 0) sb_ch(b, ';');
     sb_lower(b, e[i].name, e[i].nlen);
   }
 }
@@ -537,8 +485,7 @@ typedef struct {
 static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen) {
   size_t n = alen < blen ? alen : blen;
   int c = n ? memcmp(a, b, n) : 0;
-  if (c != 0)
-    return c;
+  if (c != 0) return c;
   return (alen > blen) - (alen < blen);
 }
 
@@ -547,45 +494,37 @@ static int qent_cmp(const qent *a, const qent *b) {
   return c != 0 ? c : bytes_cmp(a->v, a->vlen, b->v, b->vlen);
 }
 
-static const char *const RESERVED_PARAMS[] = {
-    "X-Amz-Algorithm", "X-Amz-Credential",    "X-Amz-Date",
-    "X-Amz-Expires",   "X-Amz-SignedHeaders", "X-Amz-Signature"};
+static const char *const RESERVED_PARAMS[] = {"X-Amz-Algorithm",     "X-Amz-Credential",
+                                              "X-Amz-Date",          "X-Amz-Expires",
+                                              "X-Amz-SignedHeaders", "X-Amz-Signature"};
 
 /* Splits a raw query on '&' and the first '=', URI-encodes names and values
  * into the arena and appends entries to ents[*n..max). */
-static int parse_query(const char *q, sbuf *arena, qent *ents, size_t *n,
-                       size_t max) {
-  if (q == NULL)
-    return 0;
+static int parse_query(const char *q, sbuf *arena, qent *ents, size_t *n, size_t max) {
+  if (q == NULL) return 0;
   while (*q) {
     const char *amp = strchr(q, '&');
     size_t seg = amp ? (size_t)(amp - q) : strlen(q);
     if (seg > 0) {
-      if (*n == max)
-        return SL_ETOOBIG;
+      if (*n == max) return SL_ETOOBIG;
       const char *eq = memchr(q, '=', seg);
       size_t klen = eq ? (size_t)(eq - q) : seg;
       qent *e = &ents[(*n)++];
       size_t k0 = arena->len;
       sb_uri(arena, q, klen, 0);
       size_t v0 = arena->len;
-      if (eq)
-        sb_uri(arena, eq + 1, seg - klen - 1, 0);
-      if (arena->over)
-        return SL_ETOOBIG;
+      if (eq) sb_uri(arena, eq + 1, seg - klen - 1, 0);
+      if (arena->over) return SL_ETOOBIG;
       e->k = arena->buf + k0;
       e->klen = v0 - k0;
       e->v = arena->buf + v0;
       e->vlen = arena->len - v0;
-      for (size_t r = 0; r < sizeof RESERVED_PARAMS / sizeof *RESERVED_PARAMS;
-           r++)
-        if (bytes_cmp(e->k, e->klen, RESERVED_PARAMS[r],
-                      strlen(RESERVED_PARAMS[r])) == 0)
+      for (size_t r = 0; r < sizeof RESERVED_PARAMS / sizeof *RESERVED_PARAMS; r++)
+        if (bytes_cmp(e->k, e->klen, RESERVED_PARAMS[r], strlen(RESERVED_PARAMS[r])) == 0)
           return SL_EINVAL;
     }
     q += seg;
-    if (*q == '&')
-      q++;
+    if (*q == '&') q++;
   }
   return 0;
 }
@@ -604,8 +543,7 @@ static void sort_query(qent *e, size_t n) {
 
 static void sb_query(sbuf *b, const qent *e, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (i > 0)
-      sb_ch(b, '&');
+    if (i > 0) sb_ch(b, '&');
     sb_mem(b, e[i].k, e[i].klen);
     sb_ch(b, '=');
     sb_mem(b, e[i].v, e[i].vlen);
@@ -629,51 +567,41 @@ typedef struct {
 } sreq;
 
 static int copy_out(char *dst, size_t dst_size, const char *src, size_t n) {
-  if (dst_size <= n)
-    return SL_ETOOBIG;
+  if (dst_size <= n) return SL_ETOOBIG;
   memcpy(dst, src, n);
   dst[n] = '\0';
   return 0;
 }
 
 static int is_payload_hash(const char *p) {
-  if (strcmp(p, UNSIGNED_PAYLOAD) == 0)
-    return 1;
+  if (strcmp(p, UNSIGNED_PAYLOAD) == 0) return 1;
   size_t i = 0;
   for (; p[i]; i++)
-    if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
-      return 0;
+    if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f'))) return 0;
   return i == 64;
 }
 
 /* Signs r. Presign: writes the URL into out. Authorize: writes the
  * Authorization value into out and the x-amz-date into amz_date_out. */
-static int sign_request(sl_sigv4 *s, const sreq *r, char *out,
-                        size_t out_size, char *amz_date_out,
+static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, char *amz_date_out,
                         sl_sigv4_debug *dbg) {
-  if (r->method == NULL || r->host == NULL || r->path == NULL ||
-      r->payload == NULL || (r->hdrs == NULL && r->nhdrs > 0))
+  if (r->method == NULL || r->host == NULL || r->path == NULL || r->payload == NULL ||
+      (r->hdrs == NULL && r->nhdrs > 0))
     return SL_EINVAL;
-  if (!is_token(r->method) || !is_host(r->host) || r->path[0] != '/')
-    return SL_EINVAL;
+  if (!is_token(r->method) || !is_host(r->host) || r->path[0] != '/') return SL_EINVAL;
   if (r->presign) {
-    if (r->scheme == NULL ||
-        (strcmp(r->scheme, "http") != 0 && strcmp(r->scheme, "https") != 0))
+    if (r->scheme == NULL || (strcmp(r->scheme, "http") != 0 && strcmp(r->scheme, "https") != 0))
       return SL_EINVAL;
-    if (r->expires < 1 || r->expires > MAX_EXPIRES)
-      return SL_EINVAL;
+    if (r->expires < 1 || r->expires > MAX_EXPIRES) return SL_EINVAL;
   } else if (!is_payload_hash(r->payload)) {
     return SL_EINVAL;
   }
-  if ((int64_t)r->now < 0 || (int64_t)r->now > MAX_UNIX_TIME)
-    return SL_EINVAL;
-  if (r->nhdrs > SL_SIGV4_MAX_HEADERS)
-    return SL_ETOOBIG;
+  if ((int64_t)r->now < 0 || (int64_t)r->now > MAX_UNIX_TIME) return SL_EINVAL;
+  if (r->nhdrs > SL_SIGV4_MAX_HEADERS) return SL_ETOOBIG;
 
   int64_t t = (int64_t)r->now;
   int rc = ensure_day(s, t / SECS_PER_DAY);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   unsigned sod = (unsigned)(t % SECS_PER_DAY);
   char amz_date[SL_SIGV4_AMZ_DATE_LEN + 1];
   memcpy(amz_date, s->date8, 8);
@@ -693,15 +621,13 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out,
     hent_set(&hents[nh++], "x-amz-date", amz_date);
   }
   rc = collect_headers(r->hdrs, r->nhdrs, !r->presign, hents, &nh);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
 
   char signed_hdrs[SIGNED_HEADERS_MAX];
   sbuf shb;
   sb_init(&shb, signed_hdrs, sizeof signed_hdrs);
   sb_signed_headers(&shb, hents, nh);
-  if (shb.over)
-    return SL_ETOOBIG;
+  if (shb.over) return SL_ETOOBIG;
 
   /* Query: caller params (encoded into the arena) + X-Amz-* for presign. */
   char arena_buf[QUERY_ARENA_MAX];
@@ -710,26 +636,22 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out,
   qent qents[SL_SIGV4_MAX_QUERY + PRESIGN_PARAMS];
   size_t nq = 0;
   rc = parse_query(r->query, &arena, qents, &nq, SL_SIGV4_MAX_QUERY);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   if (r->presign) {
     char expires_dec[16];
     int ne = 0;
     for (unsigned v = r->expires; v > 0; v /= 10) /* digits, reversed */
       expires_dec[ne++] = (char)('0' + v % 10);
     size_t x0 = arena.len;
-    while (ne > 0)
-      sb_ch(&arena, expires_dec[--ne]);
+    while (ne > 0) sb_ch(&arena, expires_dec[--ne]);
     size_t h0 = arena.len;
     sb_uri(&arena, signed_hdrs, shb.len, 0);
-    if (arena.over)
-      return SL_ETOOBIG;
+    if (arena.over) return SL_ETOOBIG;
     qents[nq++] = qent_lit("X-Amz-Algorithm", ALGORITHM, sizeof ALGORITHM - 1);
     qents[nq++] = qent_lit("X-Amz-Credential", s->cred_q, s->cred_q_len);
     qents[nq++] = qent_lit("X-Amz-Date", amz_date, SL_SIGV4_AMZ_DATE_LEN);
     qents[nq++] = qent_lit("X-Amz-Expires", arena.buf + x0, h0 - x0);
-    qents[nq++] =
-        qent_lit("X-Amz-SignedHeaders", arena.buf + h0, arena.len - h0);
+    qents[nq++] = qent_lit("X-Amz-SignedHeaders", arena.buf + h0, arena.len - h0);
   }
   sort_query(qents, nq);
 
@@ -752,15 +674,13 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out,
   sb_mem(&cr, signed_hdrs, shb.len);
   sb_ch(&cr, '\n');
   sb_str(&cr, r->presign ? UNSIGNED_PAYLOAD : r->payload);
-  if (cr.over)
-    return SL_ETOOBIG;
+  if (cr.over) return SL_ETOOBIG;
   creq[cr.len] = '\0';
 
   /* String to sign and signature. */
   unsigned char digest[32];
   rc = sha256(s, creq, cr.len, digest);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   char sts[STS_MAX];
   sbuf sb;
   sb_init(&sb, sts, sizeof sts - 1);
@@ -776,20 +696,17 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out,
 
   unsigned char mac[32];
   rc = hmac_signing(s, sts, sb.len, mac);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   char sig[65];
   hex_lower(sig, mac, 32);
 
   if (dbg != NULL) {
     hex_lower(dbg->signing_key_hex, s->signing_key, 32);
     if (dbg->canonical_request != NULL &&
-        copy_out(dbg->canonical_request, dbg->canonical_request_size, creq,
-                 cr.len) != 0)
+        copy_out(dbg->canonical_request, dbg->canonical_request_size, creq, cr.len) != 0)
       return SL_ETOOBIG;
     if (dbg->string_to_sign != NULL &&
-        copy_out(dbg->string_to_sign, dbg->string_to_sign_size, sts,
-                 sb.len) != 0)
+        copy_out(dbg->string_to_sign, dbg->string_to_sign_size, sts, sb.len) != 0)
       return SL_ETOOBIG;
   }
 
@@ -815,34 +732,27 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out,
     sb_mem(&o, ",Signature=", 11);
     sb_mem(&o, sig, 64);
   }
-  if (o.over)
-    return SL_ETOOBIG;
+  if (o.over) return SL_ETOOBIG;
   out[o.len] = '\0';
-  if (amz_date_out != NULL)
-    memcpy(amz_date_out, amz_date, SL_SIGV4_AMZ_DATE_LEN + 1);
+  if (amz_date_out != NULL) memcpy(amz_date_out, amz_date, SL_SIGV4_AMZ_DATE_LEN + 1);
   return 0;
 }
 
 static void clear_debug(sl_sigv4_debug *dbg) {
-  if (dbg == NULL)
-    return;
+  if (dbg == NULL) return;
   dbg->signing_key_hex[0] = '\0';
   if (dbg->canonical_request != NULL && dbg->canonical_request_size > 0)
     dbg->canonical_request[0] = '\0';
-  if (dbg->string_to_sign != NULL && dbg->string_to_sign_size > 0)
-    dbg->string_to_sign[0] = '\0';
+  if (dbg->string_to_sign != NULL && dbg->string_to_sign_size > 0) dbg->string_to_sign[0] = '\0';
 }
 
-static int presign_impl(sl_sigv4 *s, const char *method, const char *scheme,
-                        const char *host, const char *path, const char *query,
-                        time_t now, unsigned expires,
-                        const sl_sigv4_header *hdrs, size_t nhdrs, char *url,
-                        size_t url_size, sl_sigv4_debug *dbg) {
-  if (url == NULL || url_size == 0)
-    return SL_EINVAL;
+static int presign_impl(sl_sigv4 *s, const char *method, const char *scheme, const char *host,
+                        const char *path, const char *query, time_t now, unsigned expires,
+                        const sl_sigv4_header *hdrs, size_t nhdrs, char *url, size_t url_size,
+                        sl_sigv4_debug *dbg) {
+  if (url == NULL || url_size == 0) return SL_EINVAL;
   url[0] = '\0';
-  if (s == NULL)
-    return SL_EINVAL;
+  if (s == NULL) return SL_EINVAL;
   sreq r = {.presign = 1,
             .method = method,
             .scheme = scheme,
@@ -862,37 +772,30 @@ static int presign_impl(sl_sigv4 *s, const char *method, const char *scheme,
   return rc;
 }
 
-int sl_sigv4_presign(sl_sigv4 *s, const char *method, const char *scheme,
-                     const char *host, const char *path, const char *query,
-                     time_t now, unsigned expires, const sl_sigv4_header *hdrs,
-                     size_t nhdrs, char *url, size_t url_size) {
-  return presign_impl(s, method, scheme, host, path, query, now, expires, hdrs,
-                      nhdrs, url, url_size, NULL);
+int sl_sigv4_presign(sl_sigv4 *s, const char *method, const char *scheme, const char *host,
+                     const char *path, const char *query, time_t now, unsigned expires,
+                     const sl_sigv4_header *hdrs, size_t nhdrs, char *url, size_t url_size) {
+  return presign_impl(s, method, scheme, host, path, query, now, expires, hdrs, nhdrs, url,
+                      url_size, NULL);
 }
 
-int sl_sigv4_presign_debug(sl_sigv4 *s, const char *method, const char *scheme,
-                           const char *host, const char *path,
-                           const char *query, time_t now, unsigned expires,
-                           const sl_sigv4_header *hdrs, size_t nhdrs,
-                           char *url, size_t url_size, sl_sigv4_debug *dbg) {
-  if (dbg == NULL)
-    return SL_EINVAL;
-  return presign_impl(s, method, scheme, host, path, query, now, expires, hdrs,
-                      nhdrs, url, url_size, dbg);
+int sl_sigv4_presign_debug(sl_sigv4 *s, const char *method, const char *scheme, const char *host,
+                           const char *path, const char *query, time_t now, unsigned expires,
+                           const sl_sigv4_header *hdrs, size_t nhdrs, char *url, size_t url_size,
+                           sl_sigv4_debug *dbg) {
+  if (dbg == NULL) return SL_EINVAL;
+  return presign_impl(s, method, scheme, host, path, query, now, expires, hdrs, nhdrs, url,
+                      url_size, dbg);
 }
 
-static int authorize_impl(sl_sigv4 *s, const char *method, const char *host,
-                          const char *path, const char *query,
-                          const char *payload_sha256_hex, time_t now,
-                          const sl_sigv4_header *hdrs, size_t nhdrs,
-                          char *auth, size_t auth_size, char amz_date[17],
-                          sl_sigv4_debug *dbg) {
-  if (auth == NULL || auth_size == 0 || amz_date == NULL)
-    return SL_EINVAL;
+static int authorize_impl(sl_sigv4 *s, const char *method, const char *host, const char *path,
+                          const char *query, const char *payload_sha256_hex, time_t now,
+                          const sl_sigv4_header *hdrs, size_t nhdrs, char *auth, size_t auth_size,
+                          char amz_date[17], sl_sigv4_debug *dbg) {
+  if (auth == NULL || auth_size == 0 || amz_date == NULL) return SL_EINVAL;
   auth[0] = '\0';
   amz_date[0] = '\0';
-  if (s == NULL)
-    return SL_EINVAL;
+  if (s == NULL) return SL_EINVAL;
   sreq r = {.presign = 0,
             .method = method,
             .host = host,
@@ -911,35 +814,29 @@ static int authorize_impl(sl_sigv4 *s, const char *method, const char *host,
   return rc;
 }
 
-int sl_sigv4_authorize(sl_sigv4 *s, const char *method, const char *host,
-                       const char *path, const char *query,
-                       const char *payload_sha256_hex, time_t now,
-                       const sl_sigv4_header *hdrs, size_t nhdrs, char *auth,
-                       size_t auth_size, char amz_date[17]) {
-  return authorize_impl(s, method, host, path, query, payload_sha256_hex, now,
-                        hdrs, nhdrs, auth, auth_size, amz_date, NULL);
+int sl_sigv4_authorize(sl_sigv4 *s, const char *method, const char *host, const char *path,
+                       const char *query, const char *payload_sha256_hex, time_t now,
+                       const sl_sigv4_header *hdrs, size_t nhdrs, char *auth, size_t auth_size,
+                       char amz_date[17]) {
+  return authorize_impl(s, method, host, path, query, payload_sha256_hex, now, hdrs, nhdrs, auth,
+                        auth_size, amz_date, NULL);
 }
 
-int sl_sigv4_authorize_debug(sl_sigv4 *s, const char *method, const char *host,
-                             const char *path, const char *query,
-                             const char *payload_sha256_hex, time_t now,
-                             const sl_sigv4_header *hdrs, size_t nhdrs,
-                             char *auth, size_t auth_size, char amz_date[17],
-                             sl_sigv4_debug *dbg) {
-  if (dbg == NULL)
-    return SL_EINVAL;
-  return authorize_impl(s, method, host, path, query, payload_sha256_hex, now,
-                        hdrs, nhdrs, auth, auth_size, amz_date, dbg);
+int sl_sigv4_authorize_debug(sl_sigv4 *s, const char *method, const char *host, const char *path,
+                             const char *query, const char *payload_sha256_hex, time_t now,
+                             const sl_sigv4_header *hdrs, size_t nhdrs, char *auth,
+                             size_t auth_size, char amz_date[17], sl_sigv4_debug *dbg) {
+  if (dbg == NULL) return SL_EINVAL;
+  return authorize_impl(s, method, host, path, query, payload_sha256_hex, now, hdrs, nhdrs, auth,
+                        auth_size, amz_date, dbg);
 }
 
 /* ---- standalone encoders -------------------------------------------- */
 
 int sl_sigv4_encode_path(const char *path, char *out, size_t out_size) {
-  if (out == NULL || out_size == 0)
-    return SL_EINVAL;
+  if (out == NULL || out_size == 0) return SL_EINVAL;
   out[0] = '\0';
-  if (path == NULL || path[0] != '/')
-    return SL_EINVAL;
+  if (path == NULL || path[0] != '/') return SL_EINVAL;
   sbuf b;
   sb_init(&b, out, out_size - 1);
   sb_uri(&b, path, strlen(path), 1);
@@ -952,8 +849,7 @@ int sl_sigv4_encode_path(const char *path, char *out, size_t out_size) {
 }
 
 int sl_sigv4_encode_query(const char *query, char *out, size_t out_size) {
-  if (out == NULL || out_size == 0)
-    return SL_EINVAL;
+  if (out == NULL || out_size == 0) return SL_EINVAL;
   out[0] = '\0';
   char arena_buf[QUERY_ARENA_MAX];
   sbuf arena;
@@ -961,8 +857,7 @@ int sl_sigv4_encode_query(const char *query, char *out, size_t out_size) {
   qent qents[SL_SIGV4_MAX_QUERY];
   size_t nq = 0;
   int rc = parse_query(query, &arena, qents, &nq, SL_SIGV4_MAX_QUERY);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   sort_query(qents, nq);
   sbuf b;
   sb_init(&b, out, out_size - 1);

@@ -59,7 +59,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #define C(field) offsetof(sl_common_conf, field)
 const sl_conf_entry sl_common_conf_table[] = {
     {"kafka.brokers", SL_CONF_STR, "127.0.0.1:9092", C(kafka_brokers),
@@ -82,10 +81,12 @@ const sl_conf_entry sl_common_conf_table[] = {
      "password of an encrypted kafka.ssl_key_file", 1},
     {"kafka.ssl_verify_hostname", SL_CONF_BOOL, "true", C(kafka_ssl_verify_hostname),
      "check that a broker's certificate names the host connected to (endpoint "
-     "identification); the certificate chain is always verified", 0},
+     "identification); the certificate chain is always verified",
+     0},
     {"redis.url", SL_CONF_STR, "redis://127.0.0.1:6379", C(redis_url),
      "Redis URL redis://[user:password@]host:port[/db]; rediss:// for TLS "
-     "(user and password %-encoded)", 0},
+     "(user and password %-encoded)",
+     0},
     {"redis.username", SL_CONF_STR, "", C(redis_username),
      "ACL user name sent with AUTH (when redis.url has none; empty: the default user)", 0},
     {"redis.password", SL_CONF_STR, "", C(redis_password),
@@ -93,24 +94,26 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"redis.tls_ca_file", SL_CONF_STR, "", C(redis_tls_ca_file),
      "PEM file of the CAs that verify the server (rediss://; empty: the system's CAs)", 0},
     {"redis.tls_cert_file", SL_CONF_STR, "", C(redis_tls_cert_file),
-     "PEM client certificate for mutual TLS (rediss://, optional; needs redis.tls_key_file)",
-     0},
+     "PEM client certificate for mutual TLS (rediss://, optional; needs redis.tls_key_file)", 0},
     {"redis.tls_key_file", SL_CONF_STR, "", C(redis_tls_key_file),
      "PEM private key of redis.tls_cert_file (unencrypted)", 0},
     {"redis.command_timeout_ms", SL_CONF_INT, "2000", C(redis_command_timeout_ms),
      "a Redis that has answered none of the waiting commands for this long is treated as "
      "unavailable: the connection is dropped, its commands fail (stages fail open) and it "
-     "reconnects; also the socket's TCP_USER_TIMEOUT (0: no deadline)", 0},
+     "reconnects; also the socket's TCP_USER_TIMEOUT (0: no deadline)",
+     0},
     {"pipeline.file", SL_CONF_STR, "", C(pipeline_file),
      "the pipeline description (JSON, see docs/pipeline.md): stages, their topics and retry "
-     "tiers (empty: the built-in one, the repository's pipeline.json)", 0},
+     "tiers (empty: the built-in one, the repository's pipeline.json)",
+     0},
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
     {"log.batch", SL_CONF_BOOL, "true", C(log_batch),
      "a consuming stage writes its debug and info lines in batches, at most "
      "SL_LOG_BATCH_MS (100 ms) late (one write for many lines: a line per message written "
      "one by one costs a stage ~15% of its CPU); warn and error lines go out at once, after "
      "those before them; a process killed outright (SIGKILL) loses at most the last 100 ms "
-     "of its info lines (false: every line at once)", 0},
+     "of its info lines (false: every line at once)",
+     0},
     {"admin.listen", SL_CONF_STR, "", C(admin_listen),
      "host:port for /healthz /readyz /metrics (empty: the stage's default)", 0},
     {"stage.max_in_flight", SL_CONF_INT, "1000", C(max_in_flight),
@@ -118,13 +121,15 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"stage.prefetch", SL_CONF_INT, "-1", C(prefetch),
      "messages taken beyond stage.max_in_flight that wait, in order, for a slot, so a slot "
      "that frees starts the next message at once rather than after a fetch (-1: "
-     "max_in_flight / 4, at least 4); fetching pauses at max_in_flight + prefetch", 0},
+     "max_in_flight / 4, at least 4); fetching pauses at max_in_flight + prefetch",
+     0},
     {"stage.max_bytes_in_flight", SL_CONF_INT, "201326592", C(max_bytes_in_flight),
      "bytes the messages in flight may hold: each one's Kafka message plus what the stage "
      "holds for it (stt: the answer it fetched, reserved at the size the upload declares); "
      "fetching pauses at this or at stage.max_in_flight, whichever comes first, and a "
      "message larger than this still runs, alone (0: no byte limit). The default, 192 MiB, "
-     "keeps an stt process under 256 MB (docs/operations.md, Memory)", 0},
+     "keeps an stt process under 256 MB (docs/operations.md, Memory)",
+     0},
     {"stage.per_key_order", SL_CONF_BOOL, "false", C(per_key_order),
      "never run two messages with the same key at once", 0},
     {"stage.drain_timeout_s", SL_CONF_DOUBLE, "30", C(drain_timeout_s),
@@ -133,7 +138,8 @@ const sl_conf_entry sl_common_conf_table[] = {
      "worker threads for blocking processing (libuv pool)", 0},
     {"retry.tiers", SL_CONF_STR, "", C(retry_tiers),
      "delays of the retry topics <stage>.retry.<delay>, ascending (empty: the pipeline's "
-     "retry_tiers)", 0},
+     "retry_tiers)",
+     0},
     {"retry.budget_s", SL_CONF_DOUBLE, "21600", C(retry_budget_s),
      "transient errors retry until this many seconds after the first failure", 0},
     {"idempotency.ttl_s", SL_CONF_INT, "604800", C(idempotency_ttl_s),
@@ -150,7 +156,8 @@ const sl_conf_entry sl_common_conf_table[] = {
      "sliding window of the failure ratio", 0},
     {"breaker.hold", SL_CONF_BOOL, "true", C(breaker_hold),
      "while the breaker is open, hold messages (the backlog stays in Kafka, fetching stops "
-     "at stage.max_in_flight) instead of sending each through the retry tiers", 0},
+     "at stage.max_in_flight) instead of sending each through the retry tiers",
+     0},
     {"breaker.probe_interval_ms", SL_CONF_INT, "1000", C(breaker_probe_interval_ms),
      "while open, one probe call per interval", 0},
     {"kafka.assignment_strategy", SL_CONF_STR, "cooperative-sticky", C(kafka_assignment),
@@ -159,35 +166,42 @@ const sl_conf_entry sl_common_conf_table[] = {
      "retry tiers are balanced as two groups, sluice-<stage> and sluice-<stage>-retry, so "
      "every replica gets a share of the input) or an eager one, roundrobin or range (a "
      "rebalance revokes every partition first); all replicas of a stage must agree (see "
-     "docs/deploy.md, Upgrading)", 0},
+     "docs/deploy.md, Upgrading)",
+     0},
     {"kafka.session_timeout_ms", SL_CONF_INT, "10000", C(kafka_session_timeout_ms),
      "a replica that stops heart-beating (SIGKILL, lost node) loses its partitions after "
-     "this long (the broker's group.min/max.session.timeout.ms bound it)", 0},
+     "this long (the broker's group.min/max.session.timeout.ms bound it)",
+     0},
     {"kafka.heartbeat_interval_ms", SL_CONF_INT, "2000", C(kafka_heartbeat_ms),
      "group heartbeat; also how soon the others learn of a rebalance", 0},
     {"kafka.producer_properties", SL_CONF_STR, "", C(kafka_producer_properties),
      "extra librdkafka properties of the stage's producer, name=value,... (for example "
      "compression.type=zstd); enable.idempotence, acks and transactional.id are Sluice's and "
-     "refused", 0},
+     "refused",
+     0},
     {"stage.revoke_wait_ms", SL_CONF_INT, "10000", C(revoke_wait_ms),
      "when partitions are taken away, work on them that is already running (a provider "
      "call) may finish, store its outputs and commit for this long before they are handed "
-     "over; waiting work is released at once, uncalled (0: release everything at once)", 0},
+     "over; waiting work is released at once, uncalled (0: release everything at once)",
+     0},
     {"provider.max_retry_after_ms", SL_CONF_INT, "600000", C(max_retry_after_ms),
      "the longest wait a provider's Retry-After may impose; longer ones are cut to this, both "
      "the pause every replica honours after a 429 and the delay of the message's retry copy "
-     "(a misbehaving \"Retry-After: 86400\" must not stop a stage for a day)", 0},
+     "(a misbehaving \"Retry-After: 86400\" must not stop a stage for a day)",
+     0},
     {"stage.claim_lease_ms", SL_CONF_INT, "15000", C(claim_lease_ms),
      "before a provider call, a stage with a provider claims the input in Redis for this "
      "long, renewed every third of it while the call runs; a replica that meets another's "
      "claim waits for its stored outputs instead of calling, so an input is paid once across "
-     "replicas (a crash costs a second call after the lease) (0: no claims)", 0},
+     "replicas (a crash costs a second call after the lease) (0: no claims)",
+     0},
     {"stage.lag_interval_ms", SL_CONF_INT, "5000", C(lag_interval_ms),
      "how often the stage asks Kafka for its groups' committed offsets and the high "
      "watermarks of the partitions assigned to it, for sluice_consumer_lag_messages and "
      "sluice_consumer_lag_actionable_messages (a thread of their own, never the loop, with a "
      "client per group that never joins it; right while fetching is paused) (0: no lag "
-     "gauges)", 0},
+     "gauges)",
+     0},
 };
 const size_t sl_common_conf_table_len =
     sizeof sl_common_conf_table / sizeof sl_common_conf_table[0];
@@ -255,11 +269,10 @@ void sl_common_release(sl_common_conf *cc) {
 
 int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errlen) {
   if (!cc) return SL_EINVAL;
-  sl_kafka_security ks = {cc->kafka_security_protocol, cc->kafka_sasl_mechanism,
-                          cc->kafka_sasl_username,     cc->kafka_sasl_password,
-                          cc->kafka_ssl_ca_file,       cc->kafka_ssl_cert_file,
-                          cc->kafka_ssl_key_file,      cc->kafka_ssl_key_password,
-                          cc->kafka_ssl_verify_hostname};
+  sl_kafka_security ks = {
+      cc->kafka_security_protocol, cc->kafka_sasl_mechanism,   cc->kafka_sasl_username,
+      cc->kafka_sasl_password,     cc->kafka_ssl_ca_file,      cc->kafka_ssl_cert_file,
+      cc->kafka_ssl_key_file,      cc->kafka_ssl_key_password, cc->kafka_ssl_verify_hostname};
   int rc = sl_kafka_security_set(&ks, err, errlen);
   if (rc) return rc;
   sl_redis_addr a;
@@ -274,8 +287,7 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
                   (cc->redis_tls_cert_file && *cc->redis_tls_cert_file) ||
                   (cc->redis_tls_key_file && *cc->redis_tls_key_file);
   if (tls_files && !a.tls) {
-    snprintf(err, errlen, "redis.tls_* files are set but redis.url \"%s\" is not rediss://",
-             shown);
+    snprintf(err, errlen, "redis.tls_* files are set but redis.url \"%s\" is not rediss://", shown);
     return SL_ECONFIG;
   }
   sl_redis_security rs = {cc->redis_username, cc->redis_password, cc->redis_tls_ca_file,
@@ -333,8 +345,10 @@ int64_t sl__mono_ms(void) {
 
 void sl__job_free(job *j) {
   loop_t *L = j->L;
-  if (j->all_prev) j->all_prev->all_next = j->all_next;
-  else if (L->jobs == j) L->jobs = j->all_next;
+  if (j->all_prev)
+    j->all_prev->all_next = j->all_next;
+  else if (L->jobs == j)
+    L->jobs = j->all_next;
   if (j->all_next) j->all_next->all_prev = j->all_prev;
   L->bytes -= j->bytes;
   sl_metric_gauge_add(L->m_bytes, -j->bytes);
@@ -370,8 +384,7 @@ static void on_drain_timer(uv_timer_t *t) {
 void sl__flow(loop_t *L) {
   if (L->stopping || L->closing) return;
   int by_bytes = 0;
-  switch (sl_flow_next(&L->flow, L->paused_all || L->throttled, L->inflight, L->bytes,
-                       &by_bytes)) {
+  switch (sl_flow_next(&L->flow, L->paused_all || L->throttled, L->inflight, L->bytes, &by_bytes)) {
   case SL_FLOW_PAUSE: /* take no more for now; pause if it lasts (on_tick) */
     L->throttled = 1;
     L->throttled_ms = sl__mono_ms();
@@ -533,8 +546,8 @@ void sl__release_parked(loop_t *L, part *p) {
   uv_timer_stop(&p->park_timer);
 }
 /* a series labelled with the stage (and extra labels) */
-sl_metric *sl__metric(const char *name, const char *stage, const char *extra,
-                         const char *help, int gauge) {
+sl_metric *sl__metric(const char *name, const char *stage, const char *extra, const char *help,
+                      int gauge) {
   char l[256];
   snprintf(l, sizeof l, "stage=\"%s\"%s%s", stage, extra ? "," : "", extra ? extra : "");
   return gauge ? sl_metrics_gauge(name, l, help) : sl_metrics_counter(name, l, help);
@@ -547,8 +560,7 @@ static void start(job *j);
  * job larger than the limit still runs, alone). */
 static int may_start(const loop_t *L) {
   if (L->active >= L->cc->max_in_flight) return 0;
-  return L->cc->max_bytes_in_flight <= 0 || L->bytes < L->cc->max_bytes_in_flight ||
-         L->active == 0;
+  return L->cc->max_bytes_in_flight <= 0 || L->bytes < L->cc->max_bytes_in_flight || L->active == 0;
 }
 
 /* Past parking: runs the job if a slot is free, else it waits in order. */
@@ -559,8 +571,10 @@ static void admit(job *j) {
     return;
   }
   j->next = NULL;
-  if (L->rq_tail) L->rq_tail->next = j;
-  else L->rq_head = j;
+  if (L->rq_tail)
+    L->rq_tail->next = j;
+  else
+    L->rq_head = j;
   L->rq_tail = j;
   L->rq_len++;
   sl_metric_set(L->m_waiting, L->rq_len);
@@ -597,8 +611,10 @@ void sl__release_waiting(loop_t *L, part *p) {
       sl__job_free(j);
       continue;
     }
-    if (keep_tail) keep_tail->next = j;
-    else keep = j;
+    if (keep_tail)
+      keep_tail->next = j;
+    else
+      keep = j;
     keep_tail = j;
   }
   L->rq_head = keep;
@@ -621,8 +637,10 @@ static void start(job *j) {
     keyq *q = NULL;
     HASH_FIND_STR(L->keys, j->key, q);
     if (q) { /* someone holds the key: wait behind it */
-      if (q->tail) q->tail->next = j;
-      else q->head = j;
+      if (q->tail)
+        q->tail->next = j;
+      else
+        q->head = j;
       q->tail = j;
       return;
     }
@@ -669,8 +687,8 @@ static void on_park_timer(uv_timer_t *t) {
     admit(j);
   }
   if (p->parked_head)
-    uv_timer_start(&p->park_timer, on_park_timer,
-                   (uint64_t)(p->parked_head->not_before_ms - now), 0);
+    uv_timer_start(&p->park_timer, on_park_timer, (uint64_t)(p->parked_head->not_before_ms - now),
+                   0);
   else if (p->paused_for_park)
     sl__pause_one(L, p, 0);
 }
@@ -680,8 +698,10 @@ static void dispatch(loop_t *L, job *j) {
     int64_t now = sl_now_ms();
     if (j->p->parked_head || j->not_before_ms > now) {
       /* not due (or queued behind one that is not): park, pause, set the timer */
-      if (j->p->parked_tail) j->p->parked_tail->next = j;
-      else j->p->parked_head = j;
+      if (j->p->parked_tail)
+        j->p->parked_tail->next = j;
+      else
+        j->p->parked_head = j;
       j->p->parked_tail = j;
       if (!j->p->paused_for_park) sl__pause_one(L, j->p, 1);
       if (j == j->p->parked_head)
@@ -714,8 +734,7 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
     return;
   }
   int64_t ts = rd_kafka_message_timestamp(m, NULL);
-  int took = j->p ? sl_offsets_take(&j->p->ring, m->offset, ts > 0 ? ts : sl_now_ms())
-                  : SL_ENOMEM;
+  int took = j->p ? sl_offsets_take(&j->p->ring, m->offset, ts > 0 ? ts : sl_now_ms()) : SL_ENOMEM;
   if (took < 0) {
     sl_log(SL_LOG_ERROR, NULL, "out of memory tracking a message");
     rd_kafka_message_destroy(m);
@@ -774,7 +793,6 @@ static void drain_consumer(void *ud) {
   }
 }
 
-
 /* ---- the tick: commits, metrics, stop ---- */
 
 static void begin_stop(loop_t *L);
@@ -830,8 +848,7 @@ static void begin_stop(loop_t *L) {
   L->stopping = 1;
   L->throttled = 0; /* paused below: the consumers are polled and take nothing */
   L->stop_deadline = sl_now_ms() + (int64_t)(L->cc->drain_timeout_s * 1000);
-  sl_log(SL_LOG_INFO, NULL, "stopping: no new messages; %lld in flight",
-         (long long)L->active);
+  sl_log(SL_LOG_INFO, NULL, "stopping: no new messages; %lld in flight", (long long)L->active);
   sl__set_pause(L, 1);
   part *p, *tmp;
   HASH_ITER(hh, L->parts, p, tmp) { /* parked retries are not in flight */
@@ -844,7 +861,6 @@ static void begin_stop(loop_t *L) {
 }
 
 /* ------------------------------------------------------------------ */
-
 
 static void walk_close(uv_handle_t *h, void *arg) {
   (void)arg;
@@ -879,8 +895,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     return SL_ECONFIG;
   }
   for (int i = 0; i < L->rp.ntiers; i++)
-    snprintf(L->tier_topic[i], sizeof L->tier_topic[i], "%s.retry.%s", o->stage,
-             L->tier_label[i]);
+    snprintf(L->tier_topic[i], sizeof L->tier_topic[i], "%s.retry.%s", o->stage, L->tier_label[i]);
   sl_redis_script_init(&L->s_limit, sl_limiter_lua);
   sl_redis_script_init(&L->s_pause, sl_limiter_pause_lua);
   sl_redis_script_init(&L->s_claim_take, sl_claim_take_lua);
@@ -897,85 +912,91 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     char t[64];
     snprintf(t, sizeof t, "tier=\"%s\"", L->tier_label[i]);
     L->m_tier[i] = sl__metric("sluice_retries_total", o->stage, t,
-                          "Messages sent to a retry tier, by tier", 0);
+                              "Messages sent to a retry tier, by tier", 0);
   }
   L->m_inflight = sl__metric("sluice_in_flight", o->stage, NULL,
                              "Messages taken and not finished (running, waiting for a slot, "
-                             "parked for a retry tier)", 1);
+                             "parked for a retry tier)",
+                             1);
   L->m_waiting = sl__metric("sluice_waiting_for_slot", o->stage, NULL,
                             "Messages taken beyond stage.max_in_flight, waiting for a slot "
-                            "(at most stage.prefetch)", 1);
+                            "(at most stage.prefetch)",
+                            1);
   L->prefetch = L->cc->prefetch >= 0
                     ? L->cc->prefetch
                     : (L->cc->max_in_flight / 4 > 4 ? L->cc->max_in_flight / 4 : 4);
   L->m_bytes = sl__metric("sluice_in_flight_bytes", o->stage, NULL,
                           "Bytes the messages being processed hold: their Kafka messages plus "
-                          "what the stage holds for them (stage.max_bytes_in_flight)", 1);
+                          "what the stage holds for them (stage.max_bytes_in_flight)",
+                          1);
   const char *h_pause = "Times fetching paused at a limit on work in flight, by limit";
-  L->m_pause_msgs = sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"messages\"",
-                               h_pause, 0);
-  L->m_pause_bytes = sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"bytes\"",
-                                h_pause, 0);
+  L->m_pause_msgs =
+      sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"messages\"", h_pause, 0);
+  L->m_pause_bytes =
+      sl__metric("sluice_fetch_pauses_total", o->stage, "limit=\"bytes\"", h_pause, 0);
   /* taken: the running ones and the prefetch; fetching resumes when half
    * of the prefetch has started */
   L->flow = (sl_flow_limits){L->cc->max_in_flight + L->prefetch, L->cc->max_bytes_in_flight,
                              L->cc->max_in_flight + L->prefetch / 2};
   L->m_idem_hits = sl__metric("sluice_idempotency_hits_total", o->stage, NULL,
-                          "Inputs answered from stored outputs (provider calls avoided)", 0);
+                              "Inputs answered from stored outputs (provider calls avoided)", 0);
   L->m_oldest = sl__metric("sluice_oldest_uncommitted_age_seconds", o->stage, NULL,
-                       "Age of the oldest message taken and not yet finished", 1);
-  L->m_oldest_waiting =
-      sl__metric("sluice_oldest_unprocessed_age_seconds", o->stage, NULL,
-             "Age of the oldest input message (main topics, not retry tiers) not yet finished", 1);
+                           "Age of the oldest message taken and not yet finished", 1);
+  L->m_oldest_waiting = sl__metric(
+      "sluice_oldest_unprocessed_age_seconds", o->stage, NULL,
+      "Age of the oldest input message (main topics, not retry tiers) not yet finished", 1);
   L->m_claim_waits =
       sl__metric("sluice_claim_waits_total", o->stage, NULL,
-             "Inputs another replica was already calling the provider for: waited for its "
-             "outputs instead of calling", 0);
+                 "Inputs another replica was already calling the provider for: waited for its "
+                 "outputs instead of calling",
+                 0);
   {
     char host[40] = "", rnd[17] = "";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "host");
     host[sizeof host - 1] = '\0';
-    if (sl_random_hex(8, rnd, sizeof rnd) != 0) snprintf(rnd, sizeof rnd, "%llx",
-                                                          (unsigned long long)uv_hrtime());
+    if (sl_random_hex(8, rnd, sizeof rnd) != 0)
+      snprintf(rnd, sizeof rnd, "%llx", (unsigned long long)uv_hrtime());
     snprintf(L->owner, sizeof L->owner, "%.39s:%ld:%.16s", host, (long)getpid(), rnd);
   }
   L->m_assigned = sl__metric("sluice_assigned_partitions", o->stage, NULL,
-                         "Partitions assigned to this process (0: not consuming)", 1);
+                             "Partitions assigned to this process (0: not consuming)", 1);
   if (o->provider) {
     char pl[128];
     snprintf(pl, sizeof pl, "provider=\"%s\"", o->provider);
     L->m_limiter_waits = sl__metric("sluice_limiter_waits_total", o->stage, pl,
-                                "Calls delayed by the shared rate limit", 0);
+                                    "Calls delayed by the shared rate limit", 0);
     L->m_breaker_state = sl__metric("sluice_breaker_state", o->stage, pl,
-                                "Circuit breaker: 0 closed, 1 open, 2 half-open", 1);
+                                    "Circuit breaker: 0 closed, 1 open, 2 half-open", 1);
     L->m_circuit_skips = sl__metric("sluice_breaker_rejections_total", o->stage, pl,
-                                "Messages the open breaker held back (breaker.hold) or sent "
-                                "to a retry tier", 0);
+                                    "Messages the open breaker held back (breaker.hold) or sent "
+                                    "to a retry tier",
+                                    0);
     L->m_held = sl__metric("sluice_breaker_held", o->stage, pl,
-                       "Messages held in memory while the breaker is open", 1);
+                           "Messages held in memory while the breaker is open", 1);
     char okl[192], fl[192];
     snprintf(okl, sizeof okl, "%s,result=\"ok\"", pl);
     snprintf(fl, sizeof fl, "%s,result=\"transient_failure\"", pl);
     /* plugin: the provider name without its "<stage>-" prefix */
     size_t sn = strlen(o->stage);
     const char *plugin = strncmp(o->provider, o->stage, sn) == 0 && o->provider[sn] == '-'
-                             ? o->provider + sn + 1 : o->provider;
+                             ? o->provider + sn + 1
+                             : o->provider;
     char cl[192];
     snprintf(cl, sizeof cl, "stage=\"%s\",plugin=\"%s\"", o->stage, plugin);
     L->m_cost = sl_metrics_counter_real("sluice_provider_cost_units_total", cl,
                                         "What provider calls cost, in the plugin's units "
                                         "(docs/operations.md), retries included");
-    L->m_calls_ok = sl__metric("sluice_provider_calls_total", o->stage, okl,
-                           "Provider calls by result", 0);
-    L->m_calls_fail = sl__metric("sluice_provider_calls_total", o->stage, fl,
-                             "Provider calls by result", 0);
+    L->m_calls_ok =
+        sl__metric("sluice_provider_calls_total", o->stage, okl, "Provider calls by result", 0);
+    L->m_calls_fail =
+        sl__metric("sluice_provider_calls_total", o->stage, fl, "Provider calls by result", 0);
     char tl[192], perml[192];
     snprintf(tl, sizeof tl, "%s,result=\"throttled\"", pl);
     snprintf(perml, sizeof perml, "%s,result=\"permanent_failure\"", pl);
-    L->m_calls_throttled = sl__metric("sluice_provider_calls_total", o->stage, tl,
-                                  "Provider calls by result", 0);
-    L->m_calls_perm = sl__metric("sluice_provider_calls_total", o->stage, perml,
-                             "Provider calls by result", 0);
+    L->m_calls_throttled =
+        sl__metric("sluice_provider_calls_total", o->stage, tl, "Provider calls by result", 0);
+    L->m_calls_perm =
+        sl__metric("sluice_provider_calls_total", o->stage, perml, "Provider calls by result", 0);
     char hl[256];
     snprintf(hl, sizeof hl, "stage=\"%s\",%s", o->stage, pl);
     L->h_call = sl_metrics_histogram("sluice_provider_call_seconds", hl,
@@ -1015,8 +1036,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   char props[1024];
   const char *pkv[2 * 16 + 1];
   if (rc == 0)
-    rc = sl_kafka_props_split(L->cc->kafka_producer_properties, props, sizeof props, pkv, 16,
-                              err, sizeof err);
+    rc = sl_kafka_props_split(L->cc->kafka_producer_properties, props, sizeof props, pkv, 16, err,
+                              sizeof err);
   if (rc == 0)
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, pkv, err, sizeof err);
   if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);
@@ -1052,8 +1073,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   sl_log(SL_LOG_INFO, NULL,
          "consuming %s%s%s as group %s; %s retry tiers (%s .. %s) as group %s (%s); up to "
          "%lld messages and %lld MiB in flight (0: no byte limit)",
-         o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "",
-         L->g[0].name, tp, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], L->g[1].name,
+         o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "", L->g[0].name,
+         tp, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1], L->g[1].name,
          L->cc->kafka_assignment, (long long)L->cc->max_in_flight,
          (long long)(L->cc->max_bytes_in_flight > 0 ? L->cc->max_bytes_in_flight >> 20 : 0));
   uv_timer_init(&L->loop, &L->tick);
@@ -1086,7 +1107,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
     L->g[i].cku = NULL;
     rd_kafka_consumer_close(L->g[i].rk);
   }
-  rd_kafka_flush(L->producer, 10000); /* delivery reports finish their jobs */
+  rd_kafka_flush(L->producer, 10000);       /* delivery reports finish their jobs */
   if (rd_kafka_outq_len(L->producer) > 0) { /* Kafka gone: their offsets stay uncommitted */
     rd_kafka_purge(L->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_poll(L->producer, 0);
@@ -1103,7 +1124,7 @@ out:
   sl_kafka_uv_detach(L->pku);
   sl_aredis_free(L->redis); /* pending replies come back NULL: their jobs drop */
   L->redis = NULL;
-  sl_httpc_free(L->http);   /* cancelled requests end their jobs (dropped) */
+  sl_httpc_free(L->http); /* cancelled requests end their jobs (dropped) */
   L->http = NULL;
   L->lq_head = L->lq_tail = NULL; /* their jobs are dropped just below */
   L->pq_head = L->pq_tail = NULL;

@@ -97,11 +97,12 @@ static void limiter_try(loop_t *L) {
 static void gate_limits(job *j);
 static int claims_on(const job *j);
 
-
 static void bq_push(loop_t *L, job *j) {
   j->next = NULL;
-  if (L->bq_tail) L->bq_tail->next = j;
-  else L->bq_head = j;
+  if (L->bq_tail)
+    L->bq_tail->next = j;
+  else
+    L->bq_head = j;
   L->bq_tail = j;
   L->bq_len++;
   sl_metric_set(L->m_held, L->bq_len);
@@ -217,7 +218,7 @@ void sl__gate(job *j) {
     int64_t retry_in = 0;
     if (L->bq_head || !sl_breaker_allow(L->breaker, sl__mono_ms(), &retry_in)) {
       if (!looked_for_stored(j)) return; /* stored outputs are answered, open or not */
-      circuit_open(j, retry_in); /* behind those already held, in order */
+      circuit_open(j, retry_in);         /* behind those already held, in order */
       return;
     }
     sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
@@ -230,8 +231,10 @@ static void gate_limits(job *j) {
   loop_t *L = j->L;
   if (L->o->provider) {
     if (L->cc->provider_rate > 0) { /* queue behind the limiter */
-      if (L->lq_tail) L->lq_tail->next = j;
-      else L->lq_head = j;
+      if (L->lq_tail)
+        L->lq_tail->next = j;
+      else
+        L->lq_head = j;
       L->lq_tail = j;
       limiter_try(L);
       return;
@@ -240,8 +243,10 @@ static void gate_limits(job *j) {
       pause_decide(j);
       return;
     }
-    if (L->pq_tail) L->pq_tail->next = j;
-    else L->pq_head = j;
+    if (L->pq_tail)
+      L->pq_tail->next = j;
+    else
+      L->pq_head = j;
     L->pq_tail = j;
     if (L->pq_busy) return; /* the answer on its way decides for it too */
     const char *argv[] = {"PTTL", L->pause_key};
@@ -334,8 +339,7 @@ static void claim_try(job *j) {
   if (!j->owner[0])
     snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
   const char *argv[] = {k, sk, j->owner, lease};
-  if (sl_aredis_eval(L->redis, on_claim, j, &L->s_claim_take, 2, 4, argv, NULL) != 0)
-    call_now(j);
+  if (sl_aredis_eval(L->redis, on_claim, j, &L->s_claim_take, 2, 4, argv, NULL) != 0) call_now(j);
 }
 
 /* Extends the claims of every call still running (one script per batch). */
@@ -410,4 +414,3 @@ static void call_now(job *j) {
     sl__produce(j);
   }
 }
-

@@ -146,7 +146,8 @@ void sl__set_pause(loop_t *L, int pause) {
     /* resume all but the ones parked for a retry tier */
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(g->assignment->cnt);
     for (int i = 0; i < g->assignment->cnt; i++) {
-      part *p = sl__part_get(L, g->assignment->elems[i].topic, g->assignment->elems[i].partition, 0);
+      part *p =
+          sl__part_get(L, g->assignment->elems[i].topic, g->assignment->elems[i].partition, 0);
       if (p && p->paused_for_park) continue;
       rd_kafka_topic_partition_list_add(l, g->assignment->elems[i].topic,
                                         g->assignment->elems[i].partition);
@@ -223,8 +224,10 @@ static void release_stale(loop_t *L, job **head, job **tail, int64_t *len) {
       stale = j;
       if (len) (*len)--;
     } else {
-      if (keep_tail) keep_tail->next = j;
-      else keep = j;
+      if (keep_tail)
+        keep_tail->next = j;
+      else
+        keep = j;
       keep_tail = j;
     }
   }
@@ -259,8 +262,7 @@ void sl__revoke_finish(grp *g) {
   if (g->cooperative) {
     rd_kafka_error_t *e = rd_kafka_incremental_unassign(g->rk, l);
     if (e) {
-      sl_log(SL_LOG_WARN, NULL, "incremental unassign (%s): %s", g->name,
-             rd_kafka_error_string(e));
+      sl_log(SL_LOG_WARN, NULL, "incremental unassign (%s): %s", g->name, rd_kafka_error_string(e));
       rd_kafka_error_destroy(e);
     }
   } else {
@@ -300,7 +302,7 @@ static void on_revoke_timer(uv_timer_t *t) { sl__revoke_finish(t->data); }
 static void revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
   loop_t *L = g->L;
   if (g->revoking) sl__revoke_finish(g); /* not expected: librdkafka waits for the first */
-  if (g->cooperative) { /* this generation's assign, then the rejoin's */
+  if (g->cooperative) {                  /* this generation's assign, then the rejoin's */
     g->rejoin_assigns = rd_kafka_assignment_lost(rk) ? 1 : 2;
     g->rejoin_until_ms = sl_now_ms() + L->cc->revoke_wait_ms + L->cc->kafka_session_timeout_ms;
   }
@@ -311,7 +313,7 @@ static void revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t
     part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 0);
     if (!p) continue;
     p->revoking = 1;
-    sl__release_parked(L, p); /* not due yet, uncalled: redelivered */
+    sl__release_parked(L, p);  /* not due yet, uncalled: redelivered */
     sl__release_waiting(L, p); /* not started: the same */
     p->paused_for_park = 0;
   }
@@ -340,7 +342,7 @@ static void revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t
 }
 
 void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+                      rd_kafka_topic_partition_list_t *parts, void *opaque) {
   grp *g = opaque;
   loop_t *L = g->L;
   /* NULL while no protocol is in force (leaving the group on close): the

@@ -47,21 +47,21 @@ typedef struct sl_job job;
  * [1] "sluice-<stage>-retry" (its retry tiers); see sl_stage_group.c. */
 typedef struct grp {
   loop_t *L;
-  char name[160];     /* the group id */
+  char name[160]; /* the group id */
   rd_kafka_t *rk;
   sl_kafka_uv *cku;
   rd_kafka_topic_partition_list_t *assignment;
   /* partitions being revoked: unassigned once their running work is over
    * or stage.revoke_wait_ms has passed */
   rd_kafka_topic_partition_list_t *revoking;
-  int revoking_lost;  /* the assignment was lost: commit nothing */
+  int revoking_lost; /* the assignment was lost: commit nothing */
   /* after a cooperative revoke the member rejoins at once; an asynchronous
    * commit in flight across that join gets ILLEGAL_GENERATION, which
    * librdkafka < 2.10 (#4059) turns into a lost assignment. Periodic
    * commits wait for the rejoin's assign (or rejoin_until_ms). */
   int rejoin_assigns;
   int64_t rejoin_until_ms;
-  int cooperative;    /* the group's protocol is incremental (KIP-429) */
+  int cooperative; /* the group's protocol is incremental (KIP-429) */
   uv_timer_t revoke_timer;
 } grp;
 
@@ -80,7 +80,7 @@ typedef struct part {
   UT_hash_handle hh;
   loop_t *L;
   grp *g;          /* the group its topic is consumed in */
-  sl_offsets ring;  /* offsets in flight and the commit point (sl_offsets.h) */
+  sl_offsets ring; /* offsets in flight and the commit point (sl_offsets.h) */
   int revoked;     /* no longer ours: nothing of it is committed */
   int revoking;    /* being taken away: running work may still finish */
   int retry_tier;  /* index of the tier this topic is, or -1 for a main input */
@@ -101,40 +101,40 @@ struct sl_job {
   loop_t *L;
   rd_kafka_message_t *m;
   part *p;
-  uint64_t epoch;         /* p->ring.epoch when taken */
+  uint64_t epoch; /* p->ring.epoch when taken */
   int64_t offset;
   char key[128];
-  unsigned attempts;      /* failed attempts before this one */
-  double cost_before;     /* provider cost of those attempts (SL_HDR_COST) */
+  unsigned attempts;  /* failed attempts before this one */
+  double cost_before; /* provider cost of those attempts (SL_HDR_COST) */
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t retry_delay_ms; /* of the retry copy it produces (its not-before - now) */
   int64_t started_ms;
-  uint64_t call_ns;       /* uv_hrtime() when process()/start() began */
+  uint64_t call_ns; /* uv_hrtime() when process()/start() began */
   char digest[65];
-  char owner[112];        /* its claim's owner id (sl_claim.h) */
-  int claimed;            /* it holds the claim on its input */
-  unsigned claim_waits;   /* times it found another replica's claim */
-  int looked_up;          /* its idempotency lookup was made (a claim that reads the
-                           * stored outputs may stand in for it: sl__lookup_in_claim) */
+  char owner[112];      /* its claim's owner id (sl_claim.h) */
+  int claimed;          /* it holds the claim on its input */
+  unsigned claim_waits; /* times it found another replica's claim */
+  int looked_up;        /* its idempotency lookup was made (a claim that reads the
+                         * stored outputs may stand in for it: sl__lookup_in_claim) */
   sl_outbox out;
   sl_result res;
-  int outstanding;        /* deliveries pending */
-  sl_kafka_ticket ticket; /* every output's delivery report: sl__on_delivery(err, job) */
+  int outstanding;                 /* deliveries pending */
+  sl_kafka_ticket ticket;          /* every output's delivery report: sl__on_delivery(err, job) */
   rd_kafka_resp_err_t produce_err; /* a delivery of the set failed: the first permanent
                                     * error, else the first one (0: none) */
-  int rejected;           /* Kafka refused an output for good: now a dead letter */
-  int uncommitted;        /* ends without its offset counting as done */
-  int stored;             /* outputs came from the idempotency store */
+  int rejected;                    /* Kafka refused an output for good: now a dead letter */
+  int uncommitted;                 /* ends without its offset counting as done */
+  int stored;                      /* outputs came from the idempotency store */
   uv_work_t work;
-  uv_timer_t *timer;      /* limiter waits, produce backoff */
-  job *next;              /* park FIFO / key queue */
+  uv_timer_t *timer;        /* limiter waits, produce backoff */
+  job *next;                /* park FIFO / key queue */
   job *all_prev, *all_next; /* every live job, for shutdown */
-  int keyed;              /* holds its key's slot */
-  int in_pool;            /* process() is running on the worker pool */
-  int in_async;           /* start() was called, sl_job_done() not yet */
-  int64_t bytes;          /* counted in L->bytes: its message, once started plus what the
-                           * stage holds for it (bytes_of, sl_job_hold) */
+  int keyed;                /* holds its key's slot */
+  int in_pool;              /* process() is running on the worker pool */
+  int in_async;             /* start() was called, sl_job_done() not yet */
+  int64_t bytes;            /* counted in L->bytes: its message, once started plus what the
+                             * stage holds for it (bytes_of, sl_job_hold) */
 };
 
 struct loop_t {
@@ -143,40 +143,40 @@ struct loop_t {
   uv_loop_t loop;
   rd_kafka_t *producer;
   sl_kafka_uv *pku;
-  grp g[2];           /* inputs, retry tiers */
+  grp g[2]; /* inputs, retry tiers */
   int ngroups;
   sl_aredis *redis;
-  sl_httpc *http;     /* for async processors */
+  sl_httpc *http; /* for async processors */
   sl_breaker *breaker;
   part *parts;
   keyq *keys;
   uv_timer_t tick;
-  int64_t inflight;   /* jobs taken and not finished (parked included) */
-  int64_t active;     /* jobs past parking: what a drain waits for */
+  int64_t inflight; /* jobs taken and not finished (parked included) */
+  int64_t active;   /* jobs past parking: what a drain waits for */
   /* jobs taken beyond stage.max_in_flight, waiting in order for a slot (at
    * most stage.prefetch): a slot that frees starts the next one at once,
    * not after a resume and a fetch */
   job *rq_head, *rq_tail;
   int64_t rq_len, prefetch;
-  int admitting;      /* admit_waiting() is running: no recursion */
+  int admitting; /* admit_waiting() is running: no recursion */
   sl_metric *m_waiting;
-  int64_t bytes;      /* what the jobs hold (job.bytes summed): stage.max_bytes_in_flight */
+  int64_t bytes;       /* what the jobs hold (job.bytes summed): stage.max_bytes_in_flight */
   sl_flow_limits flow; /* when fetching pauses (sl_flow.h) */
-  job *jobs;          /* every live job */
+  job *jobs;           /* every live job */
   int paused_all;
   /* at a flow limit (sl_flow.h): no message is taken from the consumers
    * (what they prefetched waits there, bounded) until work finishes; still
    * at it after SL_THROTTLE_PAUSE_MS, every partition is paused instead */
   int throttled;
   int throttled_by_bytes; /* the byte limit alone was reached */
-  int64_t throttled_ms; /* since when (monotonic) */
+  int64_t throttled_ms;   /* since when (monotonic) */
   uv_timer_t drain_timer; /* takes what waits, once below the limits */
   int stopping;
-  int closing;        /* the loop has stopped: drop instead of continuing */
+  int closing; /* the loop has stopped: drop instead of continuing */
   int64_t stop_deadline;
   int fatal;
   volatile sig_atomic_t *stop;
-  sl_retry_policy rp;  /* tiers, budget, Retry-After cap (sl_retry.h) */
+  sl_retry_policy rp; /* tiers, budget, Retry-After cap (sl_retry.h) */
   char tier_label[SL_RETRY_TIERS_MAX][16];
   char tier_topic[SL_RETRY_TIERS_MAX][160];
   char limit_key[160], pause_key[160];
@@ -205,9 +205,9 @@ struct loop_t {
   uv_timer_t bq_timer;
   sl_metric *m_held;
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
-      *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail,
-      *m_circuit_skips, *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm,
-      *m_assigned, *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes, *m_cost;
+      *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail, *m_circuit_skips,
+      *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm, *m_assigned,
+      *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes, *m_cost;
   sl_histogram *h_call;
   /* consumer lag gauges, one per partition this process has been assigned,
    * set from what the lag thread queried (sl_stage_lag.c) */

@@ -61,8 +61,8 @@
 typedef struct {
   char topic[128];
   int32_t partition;
-  int g;        /* index of the group in L->g */
-  int ok;       /* answered (lag holds the number) */
+  int g;  /* index of the group in L->g */
+  int ok; /* answered (lag holds the number) */
   int64_t lag;
 } lag_entry;
 
@@ -73,14 +73,14 @@ struct sl_lagq {
   int64_t interval_ms;
   uv_thread_t thread;
   int started;
-  uv_async_t async;  /* the thread's answers are in */
+  uv_async_t async; /* the thread's answers are in */
   uv_mutex_t mu;
   uv_cond_t cv;
   /* under mu */
   int stop, kick;
   lag_entry want[SL_LAG_SERIES_MAX]; /* what is assigned, from the loop */
   int nwant;
-  lag_entry got[SL_LAG_SERIES_MAX];  /* the last answers, for the loop */
+  lag_entry got[SL_LAG_SERIES_MAX]; /* the last answers, for the loop */
   int ngot, fresh;
   /* the loop's own */
   lag_entry take[SL_LAG_SERIES_MAX];
@@ -161,8 +161,7 @@ static void lag_thread(void *arg) {
 
 static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
   for (int i = 0; i < L->nlag; i++)
-    if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0)
-      return L->lag[i].m;
+    if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0) return L->lag[i].m;
   if (L->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof L->lag[0].topic) return NULL;
   char l[200];
   snprintf(l, sizeof l, "topic=\"%s\",partition=\"%d\"", topic, (int)partition);
@@ -237,8 +236,8 @@ int sl__lag_start(loop_t *L, char *err, size_t errlen) {
   char client[192];
   snprintf(client, sizeof client, "sluice-%s-lag", L->o->stage);
   for (int g = 0; g < q->ngroups; g++) {
-    int rc = sl_kafka_group_reader_new(&q->rk[g], L->cc->kafka_brokers, L->g[g].name, client,
-                                       err, errlen);
+    int rc = sl_kafka_group_reader_new(&q->rk[g], L->cc->kafka_brokers, L->g[g].name, client, err,
+                                       errlen);
     if (rc) {
       for (int k = 0; k < g; k++) sl_kafka_group_reader_free(q->rk[k]);
       free(q);

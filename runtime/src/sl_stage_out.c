@@ -34,7 +34,6 @@
 
 static void on_backoff(uv_timer_t *t) { sl__produce(t->data); }
 
-
 /* Errors that producing the same message again cannot cure. */
 static int produce_permanent(rd_kafka_resp_err_t e) {
   switch (e) {
@@ -80,8 +79,7 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     /* never drop: produce the whole set again (duplicates are harmless) */
     rd_kafka_resp_err_t e = j->produce_err;
     j->produce_err = 0;
-    sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s",
-           rd_kafka_err2str(e));
+    sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s", rd_kafka_err2str(e));
     if (!j->L->fatal && sl_kafka_fatal(j->L->producer, j->L->o->stage)) {
       j->L->fatal = 1;
       *j->L->stop = 1;
@@ -103,8 +101,10 @@ void sl__produce(job *j) {
      * not even be added: finishing would commit the input without it, so
      * its offset stays uncommitted (the partition commits up to it; a
      * restart or a rebalance delivers it again) */
-    sl_log(SL_LOG_ERROR, j->key, "an output could not be added to the outbox (%s): the input "
-           "stays uncommitted", sl_strerror(j->out.failed));
+    sl_log(SL_LOG_ERROR, j->key,
+           "an output could not be added to the outbox (%s): the input "
+           "stays uncommitted",
+           sl_strerror(j->out.failed));
     sl_outbox_clear(&j->out);
     j->uncommitted = 1;
     sl__job_finish(j);
@@ -145,17 +145,15 @@ void sl__produce(job *j) {
     }
     rd_kafka_resp_err_t e;
     if (hs)
-      e = rd_kafka_producev(L->producer, RD_KAFKA_V_TOPIC(it->topic),
-                            RD_KAFKA_V_KEY(it->key, strlen(it->key)),
-                            RD_KAFKA_V_VALUE(it->value, it->len),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hs),
-                            RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
+      e = rd_kafka_producev(
+          L->producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+          RD_KAFKA_V_VALUE(it->value, it->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     else
-      e = rd_kafka_producev(L->producer, RD_KAFKA_V_TOPIC(it->topic),
-                            RD_KAFKA_V_KEY(it->key, strlen(it->key)),
-                            RD_KAFKA_V_VALUE(it->value, it->len),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                            RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
+      e = rd_kafka_producev(
+          L->producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+          RD_KAFKA_V_VALUE(it->value, it->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     if (e) {
       if (hs) rd_kafka_headers_destroy(hs);
       /* not queued: a failed delivery, reported below */
@@ -204,7 +202,7 @@ void sl__add_dead_letter(job *j) {
    * before copies carried their origin: the stage's first input */
   char origin[160];
   const char *from = sl__hdr(m, SL_HDR_ORIGIN_TOPIC, origin, sizeof origin);
-  dl.replay_topic = (char *)(from && *from                          ? from
+  dl.replay_topic = (char *)(from && *from                   ? from
                              : j->p && j->p->retry_tier >= 0 ? L->o->topics[0]
                                                              : dl.topic);
   const char *subject = j->key[0] ? j->key : j->res.subject;
@@ -263,7 +261,6 @@ void sl__idem_key(job *j, char *buf, size_t len) {
   if (sl_idem_key(buf, len, j->L->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
 }
 
-
 static void on_stored(redisReply *r, void *ud) {
   job *j = ud;
   if (j->L->closing) {
@@ -273,7 +270,7 @@ static void on_stored(redisReply *r, void *ud) {
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
   else if (j->claimed && r->type == REDIS_REPLY_INTEGER)
-    j->claimed = 0; /* the store script released it (or it was not ours any more) */
+    j->claimed = 0;     /* the store script released it (or it was not ours any more) */
   sl__claim_release(j); /* after the store: a waiting replica finds the outputs */
   sl__produce(j);
 }
@@ -339,7 +336,6 @@ void sl__work_cb(uv_work_t *w) {
   job *j = w->data;
   j->L->o->process(j->L->o->ud, j->m, &j->out, &j->res);
 }
-
 
 void sl__after_work_cb(uv_work_t *w, int status) {
   job *j = w->data;
@@ -425,4 +421,3 @@ void sl__complete(job *j) {
   }
   sl__produce(j);
 }
-

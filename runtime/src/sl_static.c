@@ -66,8 +66,8 @@ static int servable_name(const char *s) {
   if (n == 0 || n > MAX_NAME || s[0] == '.') return 0;
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
       return 0;
   }
   return 1;
@@ -112,8 +112,8 @@ static int load_one(int dfd, const char *name, entry *e, char *err, size_t errle
   snprintf(e->name, sizeof e->name, "%s", name);
   snprintf(e->etag, sizeof e->etag, "\"%.32s\"", hex);
   e->data = data;
-  e->f = (sl_static_file){.name = e->name, .type = type_for(name), .etag = e->etag,
-                          .body = data, .len = got};
+  e->f = (sl_static_file){
+      .name = e->name, .type = type_for(name), .etag = e->etag, .body = data, .len = got};
   return 1;
 }
 

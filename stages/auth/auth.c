@@ -37,8 +37,8 @@ const sl_conf_entry sl__auth_table[] = {
      "required \"iss\" of JWTs (empty: not checked)", 0},
     {"auth.jwt_audience", SL_CONF_STR, "", A(jwt_audience),
      "required \"aud\" of JWTs, string or one of an array (empty: not checked)", 0},
-    {"auth.jwt_user_claim", SL_CONF_STR, "sub", A(jwt_user_claim),
-     "the JWT claim naming the user", 0},
+    {"auth.jwt_user_claim", SL_CONF_STR, "sub", A(jwt_user_claim), "the JWT claim naming the user",
+     0},
     {"auth.jwt_leeway_s", SL_CONF_INT, "60", A(jwt_leeway_s),
      "clock skew allowed on exp, nbf and iat, seconds", 0},
     {"auth.jwt_max_lifetime_s", SL_CONF_INT, "86400", A(jwt_max_lifetime_s),
@@ -65,16 +65,17 @@ int sl__auth_new(sl__auth **out, const sl__auth_conf *c, char *err, size_t errle
   }
   if (!sl__user_valid(c->jwt_user_claim) || c->jwt_leeway_s < 0 || c->jwt_leeway_s > 3600 ||
       c->jwt_max_lifetime_s < 60) {
-    snprintf(err, errlen, "auth.jwt_user_claim must be a claim name, auth.jwt_leeway_s "
-                          "0..3600 and auth.jwt_max_lifetime_s at least 60");
+    snprintf(err, errlen,
+             "auth.jwt_user_claim must be a claim name, auth.jwt_leeway_s "
+             "0..3600 and auth.jwt_max_lifetime_s at least 60");
     free(a);
     return SL_ECONFIG;
   }
   if (c->jwt_rs256_public_key_file[0]) {
     FILE *f = fopen(c->jwt_rs256_public_key_file, "rb");
     if (!f) {
-      snprintf(err, errlen, "auth.jwt_rs256_public_key_file %s: %s",
-               c->jwt_rs256_public_key_file, strerror(errno));
+      snprintf(err, errlen, "auth.jwt_rs256_public_key_file %s: %s", c->jwt_rs256_public_key_file,
+               strerror(errno));
       free(a);
       return SL_ECONFIG;
     }
@@ -104,8 +105,8 @@ static int b64url_part(const char *s, size_t n) {
   if (n == 0) return 0;
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-          c == '-' || c == '_'))
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_'))
       return 0;
   }
   return 1;
@@ -152,7 +153,8 @@ static int aud_ok(jwt_t *j, const char *want) {
   if (json_is_string(v)) ok = strcmp(json_string_value(v), want) == 0;
   size_t i;
   json_t *e;
-  if (json_is_array(v)) json_array_foreach(v, i, e) ok |= json_is_string(e) && strcmp(json_string_value(e), want) == 0;
+  if (json_is_array(v))
+    json_array_foreach(v, i, e) ok |= json_is_string(e) && strcmp(json_string_value(e), want) == 0;
   json_decref(v);
   return ok;
 }
@@ -181,7 +183,8 @@ static jwt_alg_t header_alg(const char *jwt) {
   size_t n = dot ? (size_t)(dot - jwt) : 0;
   if (n == 0 || n > 1024) return JWT_ALG_INVAL;
   unsigned char in[1032], out[800];
-  for (size_t i = 0; i < n; i++) in[i] = jwt[i] == '-' ? '+' : jwt[i] == '_' ? '/' : (unsigned char)jwt[i];
+  for (size_t i = 0; i < n; i++)
+    in[i] = jwt[i] == '-' ? '+' : jwt[i] == '_' ? '/' : (unsigned char)jwt[i];
   size_t pad = (4 - n % 4) % 4;
   if (pad == 3) return JWT_ALG_INVAL;
   for (size_t i = 0; i < pad; i++) in[n + i] = '=';
@@ -214,7 +217,9 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
     klen = (int)a->rsa_len;
   } else {
     return fail(why, whylen, "JWT algorithm %s is not accepted here",
-                alg == JWT_ALG_NONE ? "none" : jwt_alg_str(alg) ? jwt_alg_str(alg) : "?");
+                alg == JWT_ALG_NONE ? "none"
+                : jwt_alg_str(alg)  ? jwt_alg_str(alg)
+                                    : "?");
   }
   /* 2. verify with that algorithm's key, and make sure it is still that one */
   if (jwt_decode(&j, jwt, key, klen) != 0 || !j || jwt_get_alg(j) != alg) {

@@ -28,8 +28,8 @@
 #include "sluice/sl_conf.h"
 #include "sluice/sl_http.h"
 
-#define SL__USER_MAX 128   /* bytes of a user id, without the NUL */
-#define SL__APIKEY_LEN 68  /* "slk_" + 64 hex */
+#define SL__USER_MAX 128  /* bytes of a user id, without the NUL */
+#define SL__APIKEY_LEN 68 /* "slk_" + 64 hex */
 
 typedef struct {
   char *jwt_hs256_secret;

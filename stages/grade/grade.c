@@ -29,7 +29,8 @@ typedef struct {
 const sl_conf_entry sl__grade_table[] = {
     {"grade.plugin", SL_CONF_STR, "rubric", offsetof(grade_conf, plugin),
      "grading plugin: a name found along plugin.path (grade-<name>.so) or a file path "
-     "(also --plugin NAME); docs/plugins.md lists them", 0},
+     "(also --plugin NAME); docs/plugins.md lists them",
+     0},
 };
 const size_t sl__grade_table_len = sizeof sl__grade_table / sizeof sl__grade_table[0];
 
@@ -38,8 +39,8 @@ typedef struct {
   sl__plugin_pool pool; /* SYNC: one instance per worker; async: one on the loop */
 } grade;
 
-static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res,
-                 void **msg, char key[SL__KEY_MAX]) {
+static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
+                 char key[SL__KEY_MAX]) {
   (void)ud;
   (void)out;
   Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(NULL, m->len, m->payload);
@@ -58,8 +59,8 @@ static void release(void *msg) { sluice__v1__transcript__free_unpacked(msg, NULL
 
 /* Builds the plugin input; words point into t (and into *scratch, the word
  * array). */
-static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
-                     void **scratch, sl_result *res) {
+static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch,
+                     sl_result *res) {
   (void)ud;
   (void)res;
   const Sluice__V1__Transcript *t = msg;
@@ -128,8 +129,11 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
            (long long)pr->elapsed_ms, gr.score, gr.level);
 }
 
-static const sl__plugin_ops ops = {.setup_class = "grade_setup", .parse = parse,
-                                   .input = input_for, .finish = finish, .release = release};
+static const sl__plugin_ops ops = {.setup_class = "grade_setup",
+                                   .parse = parse,
+                                   .input = input_for,
+                                   .finish = finish,
+                                   .release = release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   sl__plugin_process(&((grade *)ud)->pool, &ops, ud, m, out, res);
@@ -151,8 +155,8 @@ int sl__grade_main(int argc, char **argv) {
                           {sl__plugin_table, sl__plugin_table_len, &pc}};
   size_t nown = 2 + sl__plugins_binds(&pl, own + 2, 24 - 2);
   sl_admin *admin = NULL;
-  rc = sl__stage_start(pl.argc, pl.argv, "grade", "Grades transcripts with a grading plugin.",
-                       &cc, own, nown, "127.0.0.1:9183", &admin);
+  rc = sl__stage_start(pl.argc, pl.argv, "grade", "Grades transcripts with a grading plugin.", &cc,
+                       own, nown, "127.0.0.1:9183", &admin);
   if (rc) {
     sl__plugins_close(&pl);
     return rc;
@@ -169,9 +173,16 @@ int sl__grade_main(int argc, char **argv) {
            d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
            sl_plugin_lib_file(pl.chosen));
     const char *topics[] = {cc.topic_grade_requests};
-    sl_stage_opts o = {.stage = "grade", .common = &cc, .topics = topics, .ntopics = 1,
-                       .process = sync ? process : NULL, .start = sync ? NULL : start,
-                       .ud = &g, .provider = provider, .idempotent = 1, .admin = admin,
+    sl_stage_opts o = {.stage = "grade",
+                       .common = &cc,
+                       .topics = topics,
+                       .ntopics = 1,
+                       .process = sync ? process : NULL,
+                       .start = sync ? NULL : start,
+                       .ud = &g,
+                       .provider = provider,
+                       .idempotent = 1,
+                       .admin = admin,
                        .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   } else {

@@ -70,16 +70,20 @@ typedef struct {
 const sl_conf_entry sl__ingest_table[] = {
     {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
      "how long an upload may wait for its submission to appear before it is dead-lettered "
-     "(from its first failure; not counted while materialize rebuilds the view)", 0},
+     "(from its first failure; not counted while materialize rebuilds the view)",
+     0},
     {"ingest.verify_object", SL_CONF_STR, "always", offsetof(ingest_conf, verify_object),
      "always: HEAD every uploaded object and compare its size and type with what was "
-     "declared; when_needed: only when the event carries no size", 0},
+     "declared; when_needed: only when the event carries no size",
+     0},
     {"ingest.sweep_interval_s", SL_CONF_INT, "30", offsetof(ingest_conf, sweep.interval_s),
      "how often questions still awaiting their upload are looked for in storage (an "
-     "upload whose storage event was lost); 0 turns the sweep off", 0},
+     "upload whose storage event was lost); 0 turns the sweep off",
+     0},
     {"ingest.sweep_grace_s", SL_CONF_INT, "60", offsetof(ingest_conf, sweep.grace_s),
      "how long after an object was stored its own event is waited for before the sweep "
-     "writes one", 0},
+     "writes one",
+     0},
     {"ingest.sweep_max_age_s", SL_CONF_INT, "86400", offsetof(ingest_conf, sweep.max_age_s),
      "how long after acceptance a question's upload is looked for", 0},
     {"ingest.sweep_batch", SL_CONF_INT, "500", offsetof(ingest_conf, sweep.batch),
@@ -91,9 +95,9 @@ typedef struct {
   sl_common_conf *cc;
   ingest_conf *ic;
   sl_s3_conf *s3;
-  sl__objects objects; /* storage: one kept-open connection per worker thread */
-  int head_always;  /* ingest.verify_object = always */
-  sl_tls *redis;    /* one sl_redis per worker thread */
+  sl__objects objects;        /* storage: one kept-open connection per worker thread */
+  int head_always;            /* ingest.verify_object = always */
+  sl_tls *redis;              /* one sl_redis per worker thread */
   sl_redis_script first_time; /* first_time_lua, by its SHA-1 */
 } ingest;
 
@@ -147,7 +151,6 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   return 1;
 }
 
-
 /* KEYS[1] the submission's hash; ARGV: field, time. The first time
  * recorded for the field wins; returns it. A hash that expired meanwhile is
  * not recreated (it would have no TTL): the time given is returned. */
@@ -170,7 +173,8 @@ static int first_upload_time(const ingest *in, sl_redis *redis, const char *hkey
   if (rep->type == REDIS_REPLY_STRING)
     *ms = strtoll(rep->str, NULL, 10);
   else {
-    snprintf(err, errlen, "redis: %s", rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    snprintf(err, errlen, "redis: %s",
+             rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
     rc = SL_EREDIS;
   }
   freeReplyObject(rep);
@@ -227,8 +231,7 @@ static void fan_out(ingest *in, json_t *recs, sl_outbox *out, sl_result *res) {
     free(body);
     if (rc) { /* nothing of the split is produced: the whole event again */
       sl_outbox_clear(out);
-      sl_result_set(res, SL_OUTCOME_RETRY, "internal", "splitting an event: %s",
-                    sl_strerror(rc));
+      sl_result_set(res, SL_OUTCOME_RETRY, "internal", "splitting an event: %s", sl_strerror(rc));
       return;
     }
   }
@@ -415,8 +418,10 @@ int sl__ingest_main(int argc, char **argv) {
   sl_conf_bind own[] = {{sl__ingest_table, sl__ingest_table_len, &ic},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "ingest", "Turns storage upload events into "
-                           "transcription requests.", &cc, own, 2, "127.0.0.1:9181", &admin);
+  int rc = sl__stage_start(argc, argv, "ingest",
+                           "Turns storage upload events into "
+                           "transcription requests.",
+                           &cc, own, 2, "127.0.0.1:9181", &admin);
   if (rc) return rc;
   ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
   sl_redis_script_init(&in.first_time, first_time_lua);
@@ -440,8 +445,13 @@ int sl__ingest_main(int argc, char **argv) {
   }
   if (rc == 0) {
     const char *topics[] = {cc.topic_storage_events};
-    sl_stage_opts o = {.stage = "ingest", .common = &cc, .topics = topics, .ntopics = 1,
-                       .process = process, .ud = &in, .admin = admin,
+    sl_stage_opts o = {.stage = "ingest",
+                       .common = &cc,
+                       .topics = topics,
+                       .ntopics = 1,
+                       .process = process,
+                       .ud = &in,
+                       .admin = admin,
                        .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   }

@@ -64,8 +64,7 @@ int sl__s3event_load(const void *buf, size_t len, json_t **root, json_t **record
   *records = NULL;
   json_t *doc = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!doc || !json_is_object(doc)) {
-    snprintf(why, whylen, "storage event is not a JSON object: %s",
-             doc ? "wrong type" : jerr.text);
+    snprintf(why, whylen, "storage event is not a JSON object: %s", doc ? "wrong type" : jerr.text);
     json_decref(doc);
     return SL_EPARSE;
   }

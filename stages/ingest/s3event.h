@@ -19,16 +19,16 @@
 /* One record of an event, as far as ingest needs it. Strings point into the
  * json_t the record came from (valid while it lives) except key/sid. */
 typedef struct {
-  const char *event_name;   /* "s3:ObjectCreated:Put" … */
+  const char *event_name; /* "s3:ObjectCreated:Put" … */
   const char *bucket;
-  const char *raw_key;      /* as sent (URL-encoded on AWS) */
-  char key[SL__S3KEY_MAX];  /* decoded */
-  char sid[37];             /* submission id, when the key is ours */
-  unsigned qno;             /* question number, when the key is ours */
-  int64_t size;             /* -1 when the event has no size */
-  const char *etag;         /* or NULL */
-  int created;              /* 1 for s3:ObjectCreated:* */
-  int ours;                 /* 1 when key parsed as submissions/<uuid>/q<N>.<ext> */
+  const char *raw_key;     /* as sent (URL-encoded on AWS) */
+  char key[SL__S3KEY_MAX]; /* decoded */
+  char sid[37];            /* submission id, when the key is ours */
+  unsigned qno;            /* question number, when the key is ours */
+  int64_t size;            /* -1 when the event has no size */
+  const char *etag;        /* or NULL */
+  int created;             /* 1 for s3:ObjectCreated:* */
+  int ours;                /* 1 when key parsed as submissions/<uuid>/q<N>.<ext> */
 } sl__s3rec;
 
 /* "submissions/<36-char lowercase-or-upper hex uuid>/q<1-4 digits>.<ext>"

@@ -71,8 +71,7 @@ static void iso8601_ms(int64_t ms, char out[32]) {
  * grace <= now). */
 static void reschedule(sl__sweep *s, const char *member, int64_t now, int64_t delay_ms) {
   char score[32], err[256];
-  snprintf(score, sizeof score, "%lld",
-           (long long)(now + delay_ms - s->sc->grace_s * 1000));
+  snprintf(score, sizeof score, "%lld", (long long)(now + delay_ms - s->sc->grace_s * 1000));
   const char *argv[] = {"ZADD", SL__PENDING, "XX", score, member};
   redisReply *rep = sl_redis_argv(s->redis, 5, argv, NULL, err, sizeof err);
   if (rep) freeReplyObject(rep);
@@ -93,9 +92,8 @@ static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_h
   sl__etag_bare(h->etag, etag, sizeof etag);
   json_t *ev = json_pack("{s:[{s:s,s:s,s:s,s:s,s:{s:{s:s},s:{s:s,s:I,s:s}}}]}", "Records",
                          "eventVersion", "2.2", "eventSource", "sluice:sweep", "eventTime", when,
-                         "eventName", "s3:ObjectCreated:Put", "s3", "bucket", "name",
-                         s->s3->bucket, "object", "key", key, "size", (json_int_t)h->size,
-                         "eTag", etag);
+                         "eventName", "s3:ObjectCreated:Put", "s3", "bucket", "name", s->s3->bucket,
+                         "object", "key", key, "size", (json_int_t)h->size, "eTag", etag);
   char *body = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
   json_decref(ev);
   if (!body) return SL_ENOMEM;
@@ -148,8 +146,10 @@ static int look_at(sl__sweep *s, const char *member, int64_t now) {
   if (now - accepted > s->sc->max_age_s * 1000) {
     json_decref(j);
     sl_metric_add(s->m_dropped, 1);
-    sl_log(SL_LOG_INFO, member, "sweep: nothing uploaded within %lld s of acceptance; "
-           "no longer looked for", (long long)s->sc->max_age_s);
+    sl_log(SL_LOG_INFO, member,
+           "sweep: nothing uploaded within %lld s of acceptance; "
+           "no longer looked for",
+           (long long)s->sc->max_age_s);
     drop(s, member, "too old");
     return 0;
   }
@@ -176,9 +176,10 @@ static int look_at(sl__sweep *s, const char *member, int64_t now) {
     reschedule(s, member, now, h.last_modified_ms + grace_ms - now);
     return 0;
   }
-  sl_log(SL_LOG_WARN, member, "sweep: %s was stored %lld s ago and no event for it has "
-         "been seen: writing it", key,
-         (long long)((now - (h.last_modified_ms > 0 ? h.last_modified_ms : accepted)) / 1000));
+  sl_log(SL_LOG_WARN, member,
+         "sweep: %s was stored %lld s ago and no event for it has "
+         "been seen: writing it",
+         key, (long long)((now - (h.last_modified_ms > 0 ? h.last_modified_ms : accepted)) / 1000));
   if (emit(s, member, key, &h) == 0) sl_metric_add(s->m_found, 1);
   json_decref(j);
   reschedule(s, member, now, delay);
@@ -216,8 +217,7 @@ static void round_once(sl__sweep *s) {
   freeReplyObject(rep);
   rd_kafka_flush(s->producer, 30000);
   if (s->refused) /* their members stay in the set: written again when next due */
-    sl_log(SL_LOG_WARN, NULL, "sweep: %d event(s) not written; written again when due",
-           s->refused);
+    sl_log(SL_LOG_WARN, NULL, "sweep: %d event(s) not written; written again when due", s->refused);
 }
 
 static void *run(void *arg) {
@@ -246,12 +246,12 @@ void sl__sweep_stop(sl__sweep *s) {
 }
 
 int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_conf *cc,
-                    const sl_s3_conf *s3, const sl_s3_target *target, char *err,
-                    size_t errlen) {
+                    const sl_s3_conf *s3, const sl_s3_target *target, char *err, size_t errlen) {
   *out = NULL;
   if (sc->interval_s <= 0) return 0;
   if (sc->grace_s < 0 || sc->max_age_s <= 0 || sc->batch <= 0) {
-    snprintf(err, errlen, "ingest.sweep_grace_s must be >= 0, sweep_max_age_s and "
+    snprintf(err, errlen,
+             "ingest.sweep_grace_s must be >= 0, sweep_max_age_s and "
              "sweep_batch > 0");
     return SL_ECONFIG;
   }

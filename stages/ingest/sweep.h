@@ -46,8 +46,7 @@ typedef struct sl__sweep sl__sweep;
 /* Starts the sweep thread. All arguments are borrowed and must outlive the
  * sweep. *out is NULL (and 0 returned) when sc->interval_s is 0. */
 int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_conf *cc,
-                    const sl_s3_conf *s3, const sl_s3_target *target, char *err,
-                    size_t errlen);
+                    const sl_s3_conf *s3, const sl_s3_target *target, char *err, size_t errlen);
 
 /* Stops and joins the thread, frees everything. NULL-safe. */
 void sl__sweep_stop(sl__sweep *s);

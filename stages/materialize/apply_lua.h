@@ -35,7 +35,8 @@
  * (nil while the view is missing)}: see went_back(). */
 static const char apply_lua[] =
     "local seq = redis.call('INCR', KEYS[3])\n"
-    "if ARGV[8] ~= '-1' and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '-1') then\n"
+    "if ARGV[8] ~= '-1' and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or "
+    "'-1') then\n"
     "  redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])\n"
     "end\n"
     "local mk = redis.call('GET', KEYS[4])\n"
@@ -44,7 +45,8 @@ static const char apply_lua[] =
     "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
     "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
     "local v = string.format('%d', seq)\n"
-    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3], 'v'..ARGV[1], v, 'v', v)\n"
+    "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3], 'v'..ARGV[1], v, "
+    "'v', v)\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
     "if ARGV[14] ~= '0' then\n"
     "  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[14], '*', 'k', KEYS[1], 'v', v)\n"

@@ -97,10 +97,12 @@ const sl_conf_entry sl__materialize_table[] = {
      "how long a submission's view stays in Redis after its last change", 0},
     {"materialize.watch_interval_ms", SL_CONF_INT, "1000", offsetof(mat_conf, watch_interval_ms),
      "how often the view marker is checked; a missing marker (Redis lost its data) "
-     "rebuilds the view from the topics", 0},
+     "rebuilds the view from the topics",
+     0},
     {"materialize.feed_len", SL_CONF_INT, "100000", offsetof(mat_conf, feed_len),
      "changes kept (about) in the Redis stream " SL__VIEW_FEED " that results reads for "
-     "server-sent events; 0: no feed (no events)", 0},
+     "server-sent events; 0: no feed (no events)",
+     0},
 };
 const size_t sl__materialize_table_len =
     sizeof sl__materialize_table / sizeof sl__materialize_table[0];
@@ -108,18 +110,17 @@ const size_t sl__materialize_table_len =
 typedef struct {
   sl_common_conf *cc;
   mat_conf *mc;
-  sl_tls *redis; /* one sl_redis per worker thread */
+  sl_tls *redis;                   /* one sl_redis per worker thread */
   sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
   atomic_int stop_watch;
   sl_metric *m_rebuilds, *m_rebuilt, *m_rollbacks;
-  sl_redis *watch_r;  /* the watcher thread's connection (rebuild lock) */
-  char owner[64];     /* this process in the rebuild lock */
+  sl_redis *watch_r; /* the watcher thread's connection (rebuild lock) */
+  char owner[64];    /* this process in the rebuild lock */
   /* today's ranks of what an older materialize stored as 2..6 (queued,
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
   sl_redis_script apply, record, release, raise; /* by SHA-1 (sl_redis_script) */
 } mat;
-
 
 /* Set on the rebuild thread: replayed events were observed when they first
  * happened, so they do not count again in the latency histogram. */
@@ -191,8 +192,8 @@ static void drop_marker(mat *M, const char *marker) {
 }
 
 /* the built-in states' names: the label of a status without one */
-static const char *state_names[] = {NULL,      "awaiting_upload", "queued", "transcribing",
-                                    "grading", "done",            "failed"};
+static const char *state_names[] = {NULL,   "awaiting_upload", "queued", "transcribing", "grading",
+                                    "done", "failed"};
 
 static const char *label_of(const Sluice__V1__QuestionStatus *st) {
   if (st->state == SLUICE__V1__QUESTION_STATE__DONE) return "done";
@@ -213,27 +214,27 @@ static char *status_view(const Sluice__V1__QuestionStatus *st, const char *label
   }
   if (st->grade) {
     const Sluice__V1__GradeResult *g = st->grade;
-    json_object_set_new(
-        j, "grade",
-        json_pack("{s:f,s:s,s:s,s:f,s:f,s:f,s:f,s:s}", "score", g->score, "level", g->level,
-                  "feedback", g->feedback, "words_per_minute", g->words_per_minute,
-                  "lexical_variety", g->lexical_variety, "filler_rate", g->filler_rate,
-                  "relevance", g->relevance, "engine", g->engine));
+    json_object_set_new(j, "grade",
+                        json_pack("{s:f,s:s,s:s,s:f,s:f,s:f,s:f,s:s}", "score", g->score, "level",
+                                  g->level, "feedback", g->feedback, "words_per_minute",
+                                  g->words_per_minute, "lexical_variety", g->lexical_variety,
+                                  "filler_rate", g->filler_rate, "relevance", g->relevance,
+                                  "engine", g->engine));
     json_t *gj = json_object_get(j, "grade");
     if (gj && g->n_criteria) {
       json_t *c = json_array();
       for (size_t i = 0; i < g->n_criteria; i++)
-        json_array_append_new(c, json_pack("{s:s,s:f,s:s}", "name", g->criteria[i]->name,
-                                           "score", g->criteria[i]->score, "comment",
-                                           g->criteria[i]->comment));
+        json_array_append_new(c,
+                              json_pack("{s:s,s:f,s:s}", "name", g->criteria[i]->name, "score",
+                                        g->criteria[i]->score, "comment", g->criteria[i]->comment));
       json_object_set_new(gj, "criteria", c);
     }
   }
   if (st->cost_units > 0) /* a total the status carries: a redelivery sets the same */
     json_object_set_new(j, "cost", json_real(st->cost_units));
   if (st->state == SLUICE__V1__QUESTION_STATE__FAILED)
-    json_object_set_new(j, "error", json_pack("{s:s,s:s}", "class", st->error_class,
-                                              "message", st->error_message));
+    json_object_set_new(
+        j, "error", json_pack("{s:s,s:s}", "class", st->error_class, "message", st->error_message));
   if (st->accepted_at_ms > 0 && (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
                                  st->state == SLUICE__V1__QUESTION_STATE__FAILED))
     json_object_set_new(j, "accept_to_done_ms",
@@ -297,8 +298,7 @@ typedef struct {
   const char *argv_fixed[24];
   char **owned; /* the HSET's strings */
   size_t nowned;
-  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32], qview[256],
-      feed[32];
+  char hkey[96], q[16], r[16], ttl[32], member[96], acc[32], tp[200], off[32], qview[256], feed[32];
   char back_marker[32]; /* a marker to delete (went_back), or "" */
   char err[256];
 } work;
@@ -366,10 +366,10 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   snprintf(w->acc, sizeof w->acc, "%lld", (long long)accepted_ms);
   snprintf(w->feed, sizeof w->feed, "%lld", (long long)(M->mc->feed_len > 0 ? M->mc->feed_len : 0));
   const char(*was)[16] = M->legacy_rank;
-  const char *argv[] = {w->hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER, VIEW_APPLIED,
-                        SL__VIEW_FEED, w->q,  w->r,   json,     w->ttl,
-                        w->member, w->acc,    w->tp,  w->off,   was[0],
-                        was[1],    was[2],    was[3], was[4],   w->feed};
+  const char *argv[] = {
+      w->hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER, VIEW_APPLIED, SL__VIEW_FEED, w->q,
+      w->r,    json,        w->ttl,   w->member,       w->acc,       w->tp,         w->off,
+      was[0],  was[1],      was[2],   was[3],          was[4],       w->feed};
   memcpy(w->argv_fixed, argv, sizeof argv);
   w->script = &M->apply;
   w->nkeys = 6;
@@ -428,8 +428,7 @@ static int work_next(work *w) {
   switch (w->kind) {
   case W_STATUS:
     if (step > 0) return 0;
-    cmd_apply(w, w->st->submission_id, w->st->question_no, w->rank, w->view,
-              w->st->accepted_at_ms);
+    cmd_apply(w, w->st->submission_id, w->st->question_no, w->rank, w->view, w->st->accepted_at_ms);
     return 1;
   case W_SUBMISSION: {
     const Sluice__V1__SubmissionCreated *sc = w->sc;
@@ -443,8 +442,7 @@ static int work_next(work *w) {
     snprintf(w->qview, sizeof w->qview, "{\"no\":%u,\"state\":\"%s\",\"updated_at_ms\":%lld}",
              sc->questions[step - 1]->no, first ? first : "awaiting_upload",
              (long long)sc->accepted_at_ms);
-    cmd_apply(w, sc->submission_id, sc->questions[step - 1]->no, 1, w->qview,
-              sc->accepted_at_ms);
+    cmd_apply(w, sc->submission_id, sc->questions[step - 1]->no, 1, w->qview, sc->accepted_at_ms);
     return 1;
   }
   case W_RECORD:
@@ -496,7 +494,7 @@ static int work_reply(work *w, const redisReply *rep) {
       (st->state == SLUICE__V1__QUESTION_STATE__DONE ||
        st->state == SLUICE__V1__QUESTION_STATE__FAILED))
     sl_histogram_observe(st->state == SLUICE__V1__QUESTION_STATE__DONE ? w->M->h_done
-                                                                        : w->M->h_failed,
+                                                                       : w->M->h_failed,
                          (double)(st->at_ms - st->accepted_at_ms) / 1000.0);
   char key[96];
   snprintf(key, sizeof key, "%s/%u", st->submission_id, st->question_no);
@@ -518,11 +516,10 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   work_begin(&w);
   while (work_next(&w)) {
     sl_redis *r = sl_tls_get(w.M->redis, w.err, sizeof w.err);
-    redisReply *rep = !r ? NULL
-                      : w.script
-                          ? sl_redis_eval(r, w.script, w.nkeys, w.argc, w.argv, NULL, w.err,
-                                          sizeof w.err)
-                          : sl_redis_argv(r, w.argc, w.argv, NULL, w.err, sizeof w.err);
+    redisReply *rep =
+        !r         ? NULL
+        : w.script ? sl_redis_eval(r, w.script, w.nkeys, w.argc, w.argv, NULL, w.err, sizeof w.err)
+                   : sl_redis_argv(r, w.argc, w.argv, NULL, w.err, sizeof w.err);
     int go = work_reply(&w, rep);
     if (rep) freeReplyObject(rep);
     if (w.back_marker[0]) drop_marker(w.M, w.back_marker);
@@ -625,8 +622,8 @@ static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied
   int open = 0;
   for (int i = 0; rc == 0 && high && i < parts->cnt; i++) {
     int64_t lo = 0, hi = 0;
-    if (rd_kafka_query_watermark_offsets(rk, topic, parts->elems[i].partition, &lo, &hi,
-                                         10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (rd_kafka_query_watermark_offsets(rk, topic, parts->elems[i].partition, &lo, &hi, 10000) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
       rc = SL_EKAFKA;
       break;
     }
@@ -658,8 +655,7 @@ static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied
       for (int attempt = 0;; attempt++) { /* Redis may still be coming back */
         sl_result res = {0};
         process(M, m, &ob, &res);
-        if (res.outcome != SL_OUTCOME_RETRY || attempt == 50 || atomic_load(&M->stop_watch))
-          break;
+        if (res.outcome != SL_OUTCOME_RETRY || attempt == 50 || atomic_load(&M->stop_watch)) break;
         sleep_ms(200);
       }
       (*applied)++;
@@ -718,8 +714,8 @@ static int behind_committed(mat *M) {
   redisReply *mk = cmd(M, 2, get, err, sizeof err);
   const char *hl[] = {"HLEN", VIEW_APPLIED};
   redisReply *n = cmd(M, 2, hl, err, sizeof err);
-  int comparable = mk && mk->type == REDIS_REPLY_STRING && n &&
-                   n->type == REDIS_REPLY_INTEGER && n->integer > 0;
+  int comparable =
+      mk && mk->type == REDIS_REPLY_STRING && n && n->type == REDIS_REPLY_INTEGER && n->integer > 0;
   if (n) freeReplyObject(n);
   if (!comparable) {
     if (mk) freeReplyObject(mk);
@@ -730,9 +726,8 @@ static int behind_committed(mat *M) {
    * committed offsets, it never joins */
   char group[64];
   sl_pipeline_group(group, sizeof group, "materialize", 0);
-  if (sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, group,
-                            "sluice-materialize-check", NULL,
-                            err, sizeof err, NULL, NULL, NULL, NULL) != 0) {
+  if (sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, group, "sluice-materialize-check", NULL, err,
+                            sizeof err, NULL, NULL, NULL, NULL) != 0) {
     sl_log(SL_LOG_WARN, NULL, "start check of the view: %s (skipped)", err);
     freeReplyObject(mk);
     return 0;
@@ -813,8 +808,10 @@ static void *watch(void *arg) {
         sl_log(SL_LOG_DEBUG, NULL, "the view marker is missing; another replica rebuilds");
     }
     if (locked) {
-      sl_log(SL_LOG_WARN, NULL, "the view marker %s is missing (a new or emptied Redis): "
-                                "rebuilding the view from the topics", MARKER);
+      sl_log(SL_LOG_WARN, NULL,
+             "the view marker %s is missing (a new or emptied Redis): "
+             "rebuilding the view from the topics",
+             MARKER);
       sl_metric_add(M->m_rebuilds, 1);
       /* the marker's value is Redis's own clock (ms) when the rebuild
        * started: a later rebuild always sets a larger one (went_back()) */
@@ -822,7 +819,8 @@ static void *watch(void *arg) {
       const char *tm[] = {"TIME"};
       rep = sl_redis_argv(r, 1, tm, NULL, err, sizeof err);
       if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-          rep->element[0]->type == REDIS_REPLY_STRING && rep->element[1]->type == REDIS_REPLY_STRING)
+          rep->element[0]->type == REDIS_REPLY_STRING &&
+          rep->element[1]->type == REDIS_REPLY_STRING)
         snprintf(epoch, sizeof epoch, "%lld",
                  strtoll(rep->element[0]->str, NULL, 10) * 1000 +
                      strtoll(rep->element[1]->str, NULL, 10) / 1000);
@@ -859,9 +857,9 @@ int sl__materialize_main(int argc, char **argv) {
   mat_conf mc = {0};
   sl_conf_bind own[] = {{sl__materialize_table, sl__materialize_table_len, &mc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "materialize",
-                           "Writes question states and results into Redis.", &cc, own, 1,
-                           "127.0.0.1:9184", &admin);
+  int rc =
+      sl__stage_start(argc, argv, "materialize", "Writes question states and results into Redis.",
+                      &cc, own, 1, "127.0.0.1:9184", &admin);
   if (rc) return rc;
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
@@ -878,10 +876,11 @@ int sl__materialize_main(int argc, char **argv) {
   }
   M.h_done = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"done\"", h_help,
                                   sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
-  M.h_failed = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"",
-                                    h_help, sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
-  M.m_rebuilds = sl_metrics_counter("sluice_view_rebuilds_total", NULL,
-                                    "Times materialize found the Redis view gone and replayed the topics");
+  M.h_failed = sl_metrics_histogram("sluice_accept_to_done_seconds", "outcome=\"failed\"", h_help,
+                                    sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
+  M.m_rebuilds =
+      sl_metrics_counter("sluice_view_rebuilds_total", NULL,
+                         "Times materialize found the Redis view gone and replayed the topics");
   M.m_rebuilt = sl_metrics_counter("sluice_view_rebuild_messages_total", NULL,
                                    "Messages replayed into Redis by view rebuilds");
   M.m_rollbacks = sl_metrics_counter(
@@ -897,8 +896,13 @@ int sl__materialize_main(int argc, char **argv) {
     watching = pthread_create(&watcher, NULL, watch, &M) == 0;
   if (rc == 0) {
     const char *topics[] = {cc.topic_results, cc.topic_submissions};
-    sl_stage_opts o = {.stage = "materialize", .common = &cc, .topics = topics, .ntopics = 2,
-                       .start = start, .ud = &M, .admin = admin,
+    sl_stage_opts o = {.stage = "materialize",
+                       .common = &cc,
+                       .topics = topics,
+                       .ntopics = 2,
+                       .start = start,
+                       .ud = &M,
+                       .admin = admin,
                        .on_dead_letter = sl__dead_letter_status};
     rc = sl_stage_run(&o, &sl__stop);
   }

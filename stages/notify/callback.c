@@ -24,11 +24,13 @@
 const sl_conf_entry sl__callback_table[] = {
     {"callback.allowed_hosts", SL_CONF_STR, "", C(allowed_hosts),
      "hosts a submission's callback_url may name, comma-separated (\"hooks.example.com\", "
-     "\"*.example.com\" for its subdomains); empty: callback_url is refused (422)", 0},
+     "\"*.example.com\" for its subdomains); empty: callback_url is refused (422)",
+     0},
     {"callback.allowed_addresses", SL_CONF_STR, "", C(allowed_addresses),
      "addresses or CIDR ranges (\"127.0.0.1\", \"10.1.0.0/16\") a callback host may resolve "
      "to although they are loopback, private, link-local or metadata addresses (refused "
-     "otherwise)", 0},
+     "otherwise)",
+     0},
     {"callback.allow_http", SL_CONF_BOOL, "false", C(allow_http),
      "accept http:// callback URLs (otherwise https:// only)", 0},
 };
@@ -37,7 +39,7 @@ const size_t sl__callback_table_len = sizeof sl__callback_table / sizeof sl__cal
 #define MAX_ENTRIES 64
 
 typedef struct {
-  int family;            /* AF_INET or AF_INET6 */
+  int family; /* AF_INET or AF_INET6 */
   unsigned char a[16];
   unsigned bits;
 } cidr;
@@ -107,8 +109,10 @@ int sl__callback_policy_new(sl__callback_policy **out, const sl__callback_conf *
     }
     if (p->nhosts == MAX_ENTRIES || strlen(t) > 253 || strchr(t + (t[0] == '*'), '*') ||
         (t[0] == '*' && t[1] != '.')) {
-      snprintf(err, errlen, "callback.allowed_hosts: \"%.64s\" is not a host name or *.domain "
-                            "(at most %d entries)", t, MAX_ENTRIES);
+      snprintf(err, errlen,
+               "callback.allowed_hosts: \"%.64s\" is not a host name or *.domain "
+               "(at most %d entries)",
+               t, MAX_ENTRIES);
       sl__callback_policy_free(p);
       return SL_ECONFIG;
     }
@@ -116,8 +120,10 @@ int sl__callback_policy_new(sl__callback_policy **out, const sl__callback_conf *
   }
   for (char *t = strtok_r(a, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
     if (p->nallowed == MAX_ENTRIES || parse_cidr(t, &p->allowed[p->nallowed]) != 0) {
-      snprintf(err, errlen, "callback.allowed_addresses: \"%.64s\" is not an address or CIDR "
-                            "range (at most %d entries)", t, MAX_ENTRIES);
+      snprintf(err, errlen,
+               "callback.allowed_addresses: \"%.64s\" is not an address or CIDR "
+               "range (at most %d entries)",
+               t, MAX_ENTRIES);
       sl__callback_policy_free(p);
       return SL_ECONFIG;
     }
@@ -149,8 +155,8 @@ static int host_allowed(const sl__callback_policy *p, const char *host) {
   return 0;
 }
 
-int sl__callback_check_url(const sl__callback_policy *p, const char *url,
-                           sl__callback_target *t, char *why, size_t whylen) {
+int sl__callback_check_url(const sl__callback_policy *p, const char *url, sl__callback_target *t,
+                           char *why, size_t whylen) {
   memset(t, 0, sizeof *t);
   if (!sl__callback_enabled(p)) {
     snprintf(why, whylen, "callbacks are not enabled on this server (callback.allowed_hosts)");
@@ -204,8 +210,7 @@ int sl__callback_check_url(const sl__callback_policy *p, const char *url,
   if (hl && t->host[hl - 1] == '.') t->host[--hl] = '\0'; /* "example.com." */
   t->port = port ? (unsigned)strtoul(port, NULL, 10) : (https ? 443 : 80);
   if (!host_allowed(p, t->host)) {
-    snprintf(why, whylen, "callback_url host \"%.200s\" is not among the allowed hosts",
-             t->host);
+    snprintf(why, whylen, "callback_url host \"%.200s\" is not among the allowed hosts", t->host);
     goto out;
   }
   unsigned char bin[16];
@@ -308,8 +313,10 @@ int sl__callback_check_addr(const sl__callback_policy *p, const struct sockaddr 
   }
   const char *what = refused_class(family, a);
   if (!what) return 0;
-  snprintf(why, whylen, "callback host resolves to %s, %s address (not allowed: "
-                        "callback.allowed_addresses)", text, what);
+  snprintf(why, whylen,
+           "callback host resolves to %s, %s address (not allowed: "
+           "callback.allowed_addresses)",
+           text, what);
   return SL_EINVAL;
 }
 

@@ -50,8 +50,8 @@ typedef struct {
 
 /* Checks url's form and host against the policy (no name resolution). 0 with
  * t filled, or SL_EINVAL with the reason in why (a sentence for the 422). */
-int sl__callback_check_url(const sl__callback_policy *p, const char *url,
-                           sl__callback_target *t, char *why, size_t whylen);
+int sl__callback_check_url(const sl__callback_policy *p, const char *url, sl__callback_target *t,
+                           char *why, size_t whylen);
 
 /* Checks one resolved address. 0, or SL_EINVAL with why ("127.0.0.1 is a
  * loopback address"). */

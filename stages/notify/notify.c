@@ -75,12 +75,14 @@ typedef struct {
 const sl_conf_entry sl__notify_table[] = {
     {"notify.secret", SL_CONF_STR, "", N(secret),
      "HMAC-SHA256 key signing every delivery (X-Sluice-Signature, docs/operations.md); "
-     "required when callback.allowed_hosts is set", 1},
+     "required when callback.allowed_hosts is set",
+     1},
     {"notify.secret_previous", SL_CONF_STR, "", N(secret_previous),
      "while rotating: deliveries carry a second v1 signature made with this key", 1},
     {"notify.mode", SL_CONF_STR, "question", N(mode),
      "question: one POST per question when it is final; submission: one POST when every "
-     "question is final", 0},
+     "question is final",
+     0},
     {"notify.timeout_ms", SL_CONF_INT, "10000", N(timeout_ms),
      "a delivery that has not been answered in this long is retried", 0},
 };
@@ -102,7 +104,7 @@ typedef struct {
   sl_result *res;
   char sid[64];
   unsigned qno;
-  int replay;         /* from sluicectl dlq replay: sent even after a 410 */
+  int replay; /* from sluicectl dlq replay: sent even after a 410 */
   char hkey[96];
   char *url;
   char *body;
@@ -149,8 +151,8 @@ static int build(delivery *d, const redisReply *rep) {
     const char *st = json_string_value(json_object_get(q, "state"));
     snprintf(d->id, sizeof d->id, "%s/%u/%s", d->sid, d->qno, st ? st : "?");
     d->event = "question.final";
-    body = json_pack("{s:s,s:s,s:s,s:o}", "event", d->event, "delivery_id", d->id,
-                     "submission_id", d->sid, "question", q);
+    body = json_pack("{s:s,s:s,s:s,s:o}", "event", d->event, "delivery_id", d->id, "submission_id",
+                     d->sid, "question", q);
   } else {
     long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
     json_t *qs = json_array();
@@ -213,16 +215,16 @@ static void on_answer(const sl_httpc_response *r, void *ud) {
   } else if (r->status >= 300 && r->status < 400) {
     sl_metric_add(N->m_failed, 1);
     sl_result_set(d->res, SL_OUTCOME_FAIL, "callback_redirect",
-                  "the receiver answered %ld (a redirect; redirects are not followed)",
-                  r->status);
+                  "the receiver answered %ld (a redirect; redirects are not followed)", r->status);
   } else if (r->status >= 400 && r->status < 500 && r->status != 408 && r->status != 429) {
     sl_metric_add(N->m_failed, 1);
-    sl_result_set(d->res, SL_OUTCOME_FAIL, "callback_rejected",
-                  "the receiver answered %ld to %s", r->status, d->id);
+    sl_result_set(d->res, SL_OUTCOME_FAIL, "callback_rejected", "the receiver answered %ld to %s",
+                  r->status, d->id);
   } else {
     sl_metric_add(N->m_retried, 1);
     if (r->status == 0)
-      sl_result_set(d->res, SL_OUTCOME_RETRY, r->timed_out ? "callback_timeout" : "callback_unavailable",
+      sl_result_set(d->res, SL_OUTCOME_RETRY,
+                    r->timed_out ? "callback_timeout" : "callback_unavailable",
                     "delivery of %s: %s", d->id, r->error);
     else
       sl_result_set(d->res, SL_OUTCOME_RETRY, "callback_unavailable",
@@ -258,11 +260,16 @@ static void on_resolved(void *ud, int rc, const char *pin, const char *why) {
            v1p);
   snprintf(id, sizeof id, "X-Sluice-Delivery: %s", d->id);
   snprintf(ev, sizeof ev, "X-Sluice-Event: %s", d->event);
-  const char *headers[] = {"Content-Type: application/json", sig, id, ev,
-                           "User-Agent: sluice-notify", "Expect:", NULL};
-  sl_httpc_request q = {.method = "POST", .url = d->url, .headers = headers, .body = d->body,
-                        .body_len = len, .timeout_ms = (long)N->nc->timeout_ms,
-                        .max_response = 65536, .resolve = pin};
+  const char *headers[] = {"Content-Type: application/json", sig,       id,  ev,
+                           "User-Agent: sluice-notify",      "Expect:", NULL};
+  sl_httpc_request q = {.method = "POST",
+                        .url = d->url,
+                        .headers = headers,
+                        .body = d->body,
+                        .body_len = len,
+                        .timeout_ms = (long)N->nc->timeout_ms,
+                        .max_response = 65536,
+                        .resolve = pin};
   if (sl_httpc_send(sl_job_http(d->job), &q, on_answer, d) != 0) {
     sl_result_set(d->res, SL_OUTCOME_RETRY, "internal", "the HTTP client refused the request");
     finish(d);
@@ -302,8 +309,8 @@ static void on_view(redisReply *rep, void *ud) {
   }
   if (field(rep, "notify_gone") && !d->replay) {
     sl_metric_add(N->m_skipped, 1);
-    sl_log(SL_LOG_INFO, NULL, "%s/%u: not delivered: the receiver answered 410 Gone before",
-           d->sid, d->qno);
+    sl_log(SL_LOG_INFO, NULL, "%s/%u: not delivered: the receiver answered 410 Gone before", d->sid,
+           d->qno);
     finish(d);
     return;
   }
@@ -363,8 +370,7 @@ static void start(void *ud, sl_job *job) {
   const void *v;
   size_t vl;
   d->replay = rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-              rd_kafka_header_get_last(h, SL_HDR_REPLAY_ID, &v, &vl) ==
-                  RD_KAFKA_RESP_ERR_NO_ERROR;
+              rd_kafka_header_get_last(h, SL_HDR_REPLAY_ID, &v, &vl) == RD_KAFKA_RESP_ERR_NO_ERROR;
   snprintf(d->hkey, sizeof d->hkey, "sl:sub:%s", d->sid);
   const char *argv[] = {"HGETALL", d->hkey};
   if (sl_aredis_argv(sl_job_redis(job), on_view, d, 2, argv, NULL) != 0) {
@@ -381,15 +387,14 @@ int sl__notify_main(int argc, char **argv) {
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "notify",
-                           "POSTs signed results to the callback_url of submissions.", &cc, own,
-                           2, "127.0.0.1:9187", &admin);
+                           "POSTs signed results to the callback_url of submissions.", &cc, own, 2,
+                           "127.0.0.1:9187", &admin);
   if (rc) return rc;
   notifier N = {.cc = &cc, .nc = &nc};
   char err[512] = "";
   rc = sl__callback_policy_new(&N.policy, &cbc, err, sizeof err);
   if (rc == 0 && strcmp(nc.mode, "question") != 0 && strcmp(nc.mode, "submission") != 0) {
-    snprintf(err, sizeof err, "notify.mode must be question or submission, not \"%.64s\"",
-             nc.mode);
+    snprintf(err, sizeof err, "notify.mode must be question or submission, not \"%.64s\"", nc.mode);
     rc = SL_ECONFIG;
   }
   if (rc == 0 && sl__callback_enabled(N.policy) && !nc.secret[0]) {
@@ -405,7 +410,8 @@ int sl__notify_main(int argc, char **argv) {
     N.rank_done = sl_pipeline_progress_rank(cc.pipeline, "done");
     N.rank_failed = sl_pipeline_progress_rank(cc.pipeline, "failed");
     const char *help = "Webhook deliveries by outcome";
-    N.m_delivered = sl_metrics_counter("sluice_notify_deliveries_total", "outcome=\"delivered\"", help);
+    N.m_delivered =
+        sl_metrics_counter("sluice_notify_deliveries_total", "outcome=\"delivered\"", help);
     N.m_retried = sl_metrics_counter("sluice_notify_deliveries_total", "outcome=\"retried\"", help);
     N.m_failed = sl_metrics_counter("sluice_notify_deliveries_total", "outcome=\"failed\"", help);
     N.m_gone = sl_metrics_counter("sluice_notify_deliveries_total", "outcome=\"gone\"", help);
@@ -413,8 +419,13 @@ int sl__notify_main(int argc, char **argv) {
     if (!sl__callback_enabled(N.policy))
       sl_log(SL_LOG_INFO, NULL, "callbacks are off (callback.allowed_hosts is empty)");
     const char *topics[] = {cc.topic_results};
-    sl_stage_opts o = {.stage = "notify", .common = &cc, .topics = topics, .ntopics = 1,
-                       .start = start, .ud = &N, .admin = admin};
+    sl_stage_opts o = {.stage = "notify",
+                       .common = &cc,
+                       .topics = topics,
+                       .ntopics = 1,
+                       .start = start,
+                       .ud = &N,
+                       .admin = admin};
     rc = sl_stage_run(&o, &sl__stop);
   } else {
     sl_log(SL_LOG_ERROR, NULL, "%s", err);

@@ -133,23 +133,23 @@ static json_t *result_json(const sl_plugin *d, int sync, const sl_plugin_result 
     json_t *f = json_object();
     for (size_t i = 0; i < r->nfields; i++)
       json_object_set_new(f, r->fields[i].name,
-                          r->fields[i].is_num ? json_real(r->fields[i].num)
-                                              : json_string(r->fields[i].str ? r->fields[i].str : ""));
+                          r->fields[i].is_num
+                              ? json_real(r->fields[i].num)
+                              : json_string(r->fields[i].str ? r->fields[i].str : ""));
     json_object_set_new(o, "fields", f);
     if (r->object)
-      json_object_set_new(o, "object", json_pack("{s:s,s:s,s:s,s:I}", "field", r->object_field,
-                                                 "suffix", r->object_suffix, "content_type",
-                                                 r->object_type, "bytes",
-                                                 (json_int_t)r->object_len));
+      json_object_set_new(o, "object",
+                          json_pack("{s:s,s:s,s:s,s:I}", "field", r->object_field, "suffix",
+                                    r->object_suffix, "content_type", r->object_type, "bytes",
+                                    (json_int_t)r->object_len));
   } else if (!strcmp(d->kind, SL_PLUGIN_KIND_STT)) {
     if (r->text) json_object_set_new(o, "text", json_string(r->text));
     if (r->language) json_object_set_new(o, "language", json_string(r->language));
     json_object_set_new(o, "duration_s", json_real(r->duration_s));
     json_t *w = json_array();
     for (size_t i = 0; i < r->nwords; i++)
-      json_array_append_new(w, json_pack("{s:s,s:f,s:f}", "word", r->words[i].word,
-                                         "start_s", r->words[i].start_s, "end_s",
-                                         r->words[i].end_s));
+      json_array_append_new(w, json_pack("{s:s,s:f,s:f}", "word", r->words[i].word, "start_s",
+                                         r->words[i].start_s, "end_s", r->words[i].end_s));
     json_object_set_new(o, "words", w);
   } else {
     json_object_set_new(o, "score", json_real(r->score));
@@ -161,8 +161,8 @@ static json_t *result_json(const sl_plugin *d, int sync, const sl_plugin_result 
     json_object_set_new(o, "relevance", json_real(r->relevance));
     json_t *c = json_array();
     for (size_t i = 0; i < r->ncriteria; i++)
-      json_array_append_new(c, json_pack("{s:s,s:f,s:s}", "name", r->criteria[i].name,
-                                         "score", r->criteria[i].score, "comment",
+      json_array_append_new(c, json_pack("{s:s,s:f,s:s}", "name", r->criteria[i].name, "score",
+                                         r->criteria[i].score, "comment",
                                          r->criteria[i].comment ? r->criteria[i].comment : ""));
     json_object_set_new(o, "criteria", c);
     if (r->raw_reply) json_object_set_new(o, "raw_reply", json_string(r->raw_reply));
@@ -177,8 +177,9 @@ static int grade_input(json_t *j, sl_plugin_input *in, sl_plugin_word **wbuf, ch
   if (!t) t = json_object_get(j, "text");
   json_t *d = json_object_get(j, "duration_s");
   if (!json_is_string(t) || !json_is_number(d) || !(json_number_value(d) > 0)) {
-    snprintf(err, errlen, "grade input needs \"transcript\" (string) and \"duration_s\" "
-                          "(number > 0)");
+    snprintf(err, errlen,
+             "grade input needs \"transcript\" (string) and \"duration_s\" "
+             "(number > 0)");
     return -1;
   }
   in->transcript = json_string_value(t);
@@ -199,9 +200,9 @@ static int grade_input(json_t *j, sl_plugin_input *in, sl_plugin_word **wbuf, ch
         snprintf(err, errlen, "words[%zu].word must be a string", i);
         return -1;
       }
-      (*wbuf)[i] = (sl_plugin_word){json_string_value(ww),
-                                    json_number_value(json_object_get(x, "start_s")),
-                                    json_number_value(json_object_get(x, "end_s"))};
+      (*wbuf)[i] =
+          (sl_plugin_word){json_string_value(ww), json_number_value(json_object_get(x, "start_s")),
+                           json_number_value(json_object_get(x, "end_s"))};
     }
     in->words = *wbuf;
     in->nwords = json_array_size(w);
@@ -253,14 +254,15 @@ static int cmd_run(int argc, char **argv) {
   }
   int step = !strcmp(kind, "step");
   if (step && !sl_plugin_object_path(lib, &sluice__v1__upload_completed__descriptor)) {
-    fprintf(stderr, "sluice plugin run: step/%s does not read an object (\"@object\"): it runs "
-                    "on messages in its stage (sluice stage NAME)\n", name);
+    fprintf(stderr,
+            "sluice plugin run: step/%s does not read an object (\"@object\"): it runs "
+            "on messages in its stage (sluice stage NAME)\n",
+            name);
     sl_plugin_lib_close(lib);
     return 2;
   }
   sl__plugin_conf pc = {0};
-  sl_conf_bind binds[2] = {{sl__plugin_table, sl__plugin_table_len, &pc},
-                           sl_plugin_lib_conf(lib)};
+  sl_conf_bind binds[2] = {{sl__plugin_table, sl__plugin_table_len, &pc}, sl_plugin_lib_conf(lib)};
   int rc = sl_conf_load(binds, 2, file, sets, nsets, err, sizeof err);
   if (rc) {
     fprintf(stderr, "sluice plugin run: %s\n", err);
@@ -304,8 +306,8 @@ static int cmd_run(int argc, char **argv) {
     json_error_t je;
     tj = json_loadb(data, len, 0, &je);
     if (!json_is_object(tj)) {
-      fprintf(stderr, "sluice plugin run: %s is not a JSON object (%s, line %d)\n", input,
-              je.text, je.line);
+      fprintf(stderr, "sluice plugin run: %s is not a JSON object (%s, line %d)\n", input, je.text,
+              je.line);
       exit_code = 2;
     } else if (grade_input(tj, &in, &wbuf, err, sizeof err)) {
       fprintf(stderr, "sluice plugin run: %s: %s\n", input, err);
@@ -337,8 +339,8 @@ static int cmd_run(int argc, char **argv) {
       exit_code = 1;
     } else {
       json_t *o = result_json(sl_plugin_lib_desc(lib), sync, &ctx.res);
-      if (object_out && ctx.res.object && write_file(object_out, ctx.res.object,
-                                                     ctx.res.object_len) != 0) {
+      if (object_out && ctx.res.object &&
+          write_file(object_out, ctx.res.object, ctx.res.object_len) != 0) {
         fprintf(stderr, "sluice plugin run: cannot write %s\n", object_out);
         exit_code = 2;
       }
@@ -347,7 +349,9 @@ static int cmd_run(int argc, char **argv) {
       free(s);
       json_decref(o);
       if (!exit_code)
-        exit_code = ctx.res.outcome == SL_PLUGIN_DONE ? 0 : ctx.res.outcome == SL_PLUGIN_RETRY ? 3 : 4;
+        exit_code = ctx.res.outcome == SL_PLUGIN_DONE    ? 0
+                    : ctx.res.outcome == SL_PLUGIN_RETRY ? 3
+                                                         : 4;
     }
     sl_plugin_result_clear(&ctx.res);
     sl_plugin_inst_free(inst);

@@ -87,14 +87,14 @@ typedef struct {
   char token[130];
   char sid[37];
   unsigned qno;
-  char key[256];        /* the client's key (all but create) */
+  char key[256]; /* the client's key (all but create) */
   char upload_id[512];
-  int part_no;          /* OP_SIGN */
-  int *batch;           /* OP_BATCH */
+  int part_no; /* OP_SIGN */
+  int *batch;  /* OP_BATCH */
   size_t nbatch;
-  sl_s3_part *want;     /* OP_COMPLETE: the client's parts */
+  sl_s3_part *want; /* OP_COMPLETE: the client's parts */
   size_t nwant;
-  sl_s3_part *have;     /* OP_LIST / OP_COMPLETE: stored parts, all pages */
+  sl_s3_part *have; /* OP_LIST / OP_COMPLETE: stored parts, all pages */
   size_t nhave, cap;
   /* from the submission */
   char ctype[128];
@@ -120,8 +120,7 @@ static void reply_json(op *o, json_t *j) {
     sl_http_respond_error(o->req, 500, "internal", "out of memory", NULL);
     sl_metric_add(o->m->m_failed, 1);
   } else {
-    sl_http_respond(o->req, 200, "application/json", "Cache-Control: no-store\r\n", s,
-                    strlen(s));
+    sl_http_respond(o->req, 200, "application/json", "Cache-Control: no-store\r\n", s, strlen(s));
     sl_metric_add(o->m->m_ok, 1);
   }
   free(s);
@@ -150,16 +149,16 @@ static void storage_error(op *o, const sl_s3_result *r, const char *what) {
                 o->upload_id[0] ? o->upload_id : "");
     return;
   }
-  sl_log(SL_LOG_WARN, o->sid, "%s on %s: %s %s (HTTP %ld)", what, o->spec_key, r->code,
-         r->message, r->status);
+  sl_log(SL_LOG_WARN, o->sid, "%s on %s: %s %s (HTTP %ld)", what, o->spec_key, r->code, r->message,
+         r->status);
   if (r->rc == SL_EINVAL)
     reply_error(o, 400, "storage_refused", "%s refused by storage: %s %.200s", what, r->code,
                 r->message);
   else if (r->rc == SL_EUNAVAIL)
     reply_error(o, 503, "unavailable", "storage unavailable; retry later");
   else
-    reply_error(o, 502, "storage_error", "storage answered %s with HTTP %ld %s", what,
-                r->status, r->code);
+    reply_error(o, 502, "storage_error", "storage answered %s with HTTP %ld %s", what, r->status,
+                r->code);
 }
 
 /* ---- request parsing ---- */
@@ -236,8 +235,8 @@ static void on_created(const sl_s3_result *r, void *ud) {
   }
   sl_log(SL_LOG_INFO, o->sid, "multipart upload created for %s (%s, %lld bytes declared)",
          o->spec_key, o->ctype, (long long)o->size);
-  reply_json(o, json_pack("{s:s,s:s,s:s}", "key", o->spec_key, "uploadId", r->upload_id,
-                          "bucket", o->m->s3->bucket));
+  reply_json(o, json_pack("{s:s,s:s,s:s}", "key", o->spec_key, "uploadId", r->upload_id, "bucket",
+                          o->m->s3->bucket));
 }
 
 static void sign_urls(op *o) {
@@ -281,12 +280,11 @@ static void on_completed(const sl_s3_result *r, void *ud) {
   }
   char location[1400], path[1100];
   sl_s3_object_path(o->m->target, o->spec_key, path, sizeof path);
-  snprintf(location, sizeof location, "%s://%s%s", o->m->target->scheme, o->m->target->host,
-           path);
+  snprintf(location, sizeof location, "%s://%s%s", o->m->target->scheme, o->m->target->host, path);
   sl_log(SL_LOG_INFO, o->sid, "multipart upload of %s completed: %zu parts, %lld bytes",
          o->spec_key, o->nwant, (long long)o->size);
-  reply_json(o, json_pack("{s:s,s:s,s:s}", "location", location, "key", o->spec_key, "etag",
-                          r->etag));
+  reply_json(o,
+             json_pack("{s:s,s:s,s:s}", "location", location, "key", o->spec_key, "etag", r->etag));
 }
 
 /* Complete: every named part must be stored, and together they must be
@@ -350,9 +348,8 @@ static void on_listed(const sl_s3_result *r, void *ud) {
   }
   json_t *arr = json_array();
   for (size_t i = 0; arr && i < o->nhave; i++)
-    json_array_append_new(arr, json_pack("{s:i,s:s,s:I}", "PartNumber", o->have[i].number,
-                                         "ETag", o->have[i].etag, "Size",
-                                         (json_int_t)o->have[i].size));
+    json_array_append_new(arr, json_pack("{s:i,s:s,s:I}", "PartNumber", o->have[i].number, "ETag",
+                                         o->have[i].etag, "Size", (json_int_t)o->have[i].size));
   reply_json(o, arr);
 }
 

@@ -96,10 +96,9 @@ const sl_conf_entry sl__presign_table[] = {
      "public base URL of the results API (used in replies)", 0},
     {"presign.max_questions", SL_CONF_INT, "30", P(max_questions),
      "most questions in one submission", 0},
-    {"presign.max_size", SL_CONF_INT, "104857600", P(max_size),
-     "largest answer in bytes", 0},
-    {"presign.max_prompt", SL_CONF_INT, "4000", P(max_prompt),
-     "longest question prompt in bytes", 0},
+    {"presign.max_size", SL_CONF_INT, "104857600", P(max_size), "largest answer in bytes", 0},
+    {"presign.max_prompt", SL_CONF_INT, "4000", P(max_prompt), "longest question prompt in bytes",
+     0},
     {"presign.content_types", SL_CONF_STR,
      "audio/webm,audio/ogg,audio/mp4,audio/mpeg,audio/wav,audio/flac", P(content_types),
      "comma-separated allowlist of answer content types", 0},
@@ -119,7 +118,8 @@ const sl_conf_entry sl__presign_table[] = {
      "submissions one client address may create per minute (0: no limit)", 0},
     {"presign.client_address_header", SL_CONF_STR, "", P(client_address_header),
      "header a trusted proxy sets to the client address, e.g. X-Forwarded-For (its last "
-     "entry is used); empty: the TCP peer address", 0},
+     "entry is used); empty: the TCP peer address",
+     0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -139,21 +139,21 @@ typedef struct {
   char *types[MAX_TYPES];
   size_t ntypes;
   sl_metric *m_created, *m_rejected, *m_unavailable;
-  int fatal;         /* the producer failed for good */
+  int fatal; /* the producer failed for good */
   int shutting_down;
-  size_t inflight;   /* creates handed to Kafka, not yet answered */
-  int holders;       /* route modules (multipart, webhook) still using the
-                      * producer and Redis presign lends them */
-  int released;      /* Kafka reports and Redis let go (after the last create) */
+  size_t inflight; /* creates handed to Kafka, not yet answered */
+  int holders;     /* route modules (multipart, webhook) still using the
+                    * producer and Redis presign lends them */
+  int released;    /* Kafka reports and Redis let go (after the last create) */
   uv_timer_t release_timer;
   uv_timer_t stop_timer; /* a fatal producer error stops presign from here */
-  sl_aredis *redis;  /* Idempotency-Key records */
+  sl_aredis *redis;      /* Idempotency-Key records */
   sl_metric *m_replayed;
-  sl__mpu *mpu;      /* the multipart endpoints (multipart.c) */
-  sl_static *web;    /* presign.static_dir, or NULL */
+  sl__mpu *mpu;   /* the multipart endpoints (multipart.c) */
+  sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
   sl_metric *m_unauth, *m_limited;
-  sl__webhook *hook; /* POST /v1/storage-events (webhook.c), or NULL when off */
+  sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
 } presign;
 
@@ -163,7 +163,6 @@ typedef struct {
   sl_http_req *req;
   char user[SL__USER_MAX + 1];
 } caller;
-
 
 /* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(user\0key)>
  * holds "pending <body sha256>" while the create runs (30 s), then
@@ -181,14 +180,13 @@ typedef struct {
   sl_http_req *req;
   char *body; /* the 201 reply, sent once Kafka acknowledges */
   char sid[37];
-  idem *ik;   /* or NULL */
+  idem *ik; /* or NULL */
 } pending;
 
 static const char *ext_for(const char *ct) {
-  static const char *map[][2] = {{"audio/webm", "webm"}, {"audio/ogg", "ogg"},
-                                 {"audio/mp4", "m4a"},   {"audio/mpeg", "mp3"},
-                                 {"audio/wav", "wav"},   {"audio/x-wav", "wav"},
-                                 {"audio/flac", "flac"}};
+  static const char *map[][2] = {
+      {"audio/webm", "webm"}, {"audio/ogg", "ogg"},   {"audio/mp4", "m4a"},  {"audio/mpeg", "mp3"},
+      {"audio/wav", "wav"},   {"audio/x-wav", "wav"}, {"audio/flac", "flac"}};
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i][0], ct) == 0) return map[i][1];
   return "bin";
@@ -289,8 +287,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
     sl_metric_add(ps->m_unavailable, 1);
     sl_log(SL_LOG_WARN, p->sid, "submission not accepted: kafka: %s", rd_kafka_err2str(err));
     sl_http_respond_error(p->req, 503, "unavailable",
-                          "the submission could not be stored; retry later",
-                          "Retry-After: 2\r\n");
+                          "the submission could not be stored; retry later", "Retry-After: 2\r\n");
     idem_release(p->ik);
   } else {
     sl_metric_add(ps->m_created, 1);
@@ -304,10 +301,9 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   create_done(ps);
 }
 
-static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt,
-               ...) __attribute__((format(printf, 5, 6)));
-static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt,
-               ...) {
+static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int bad(presign *ps, sl_http_req *req, int status, const char *code, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -404,8 +400,7 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
   }
   *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik};
   snprintf(rcr->user, sizeof rcr->user, "%s", user);
-  if (sl__callback_resolve(ps->loop, ps->callbacks, &t, on_callback_resolved,
-                           rcr) != 0) {
+  if (sl__callback_resolve(ps->loop, ps->callbacks, &t, on_callback_resolved, rcr) != 0) {
     free(rcr);
     sl_http_respond_error(req, 503, "unavailable", "name resolution unavailable; retry later",
                           "Retry-After: 2\r\n");
@@ -427,8 +422,8 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   int handed = 0;
   size_t blen, n = 0;
   const char *body = sl_http_req_body(req, &blen);
-  sl__create_limits lim = {ps->pc->max_questions, ps->pc->max_size, ps->pc->max_prompt,
-                           (const char *const *)ps->types, ps->ntypes, ps->pc->content_types};
+  sl__create_limits lim = {ps->pc->max_questions,          ps->pc->max_size, ps->pc->max_prompt,
+                           (const char *const *)ps->types, ps->ntypes,       ps->pc->content_types};
   sl__question_req *qr = calloc((size_t)ps->pc->max_questions, sizeof *qr);
   json_t *root = NULL;
   reply_w w = {0};
@@ -469,8 +464,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   time_t now = (time_t)(now_ms / 1000);
   char expires[32], results_url[512];
   iso8601(now + (time_t)ps->s3->url_expiry_s, expires);
-  snprintf(results_url, sizeof results_url, "%s/v1/submissions/%s", ps->pc->results_base_url,
-           sid);
+  snprintf(results_url, sizeof results_url, "%s/v1/submissions/%s", ps->pc->results_base_url, sid);
   rw_put(&w, "{\"submission_id\":", sid);
   rw_put(&w, ",\"results_token\":", token);
   rw_put(&w, ",\"results_url\":", results_url);
@@ -536,8 +530,8 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   w.b = NULL;
   p->ik = ik;
   memcpy(p->sid, sid, sizeof sid);
-  rd_kafka_resp_err_t e = sl_kafka_send(ps->producer, ps->cc->topic_submissions, sid, 36,
-                                        payload, plen, RD_KAFKA_MSG_F_FREE, on_delivery, p);
+  rd_kafka_resp_err_t e = sl_kafka_send(ps->producer, ps->cc->topic_submissions, sid, 36, payload,
+                                        plen, RD_KAFKA_MSG_F_FREE, on_delivery, p);
   if (e) {
     free(payload);
     free(p->body);
@@ -604,8 +598,7 @@ static void on_idem_claim(redisReply *r, void *ud) {
 }
 
 /* A create with an Idempotency-Key: claim it, or answer from the record. */
-static void create_idempotent(presign *ps, sl_http_req *req, const char *key,
-                              const char *user) {
+static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const char *user) {
   size_t kl = strlen(key);
   int ok = kl >= 1 && kl <= 255;
   for (size_t i = 0; ok && i < kl; i++) ok = key[i] > 0x20 && key[i] < 0x7f;
@@ -653,7 +646,8 @@ static void create_idempotent(presign *ps, sl_http_req *req, const char *key,
 
 static int unauthorized(presign *ps, sl_http_req *req, const char *code, const char *msg) {
   sl_metric_add(ps->m_unauth, 1);
-  return sl_http_respond_error(req, 401, code, msg, "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
+  return sl_http_respond_error(req, 401, code, msg,
+                               "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
 }
 
 /* Authenticated and within the limits: create (with or without a key). */
@@ -832,7 +826,9 @@ static int route_create(presign *ps, sl_http_req *req) {
   return 1;
 }
 static int route_multipart(presign *ps, sl_http_req *req) { return sl__mpu_handle(ps->mpu, req); }
-static int route_webhook(presign *ps, sl_http_req *req) { return sl__webhook_handle(ps->hook, req); }
+static int route_webhook(presign *ps, sl_http_req *req) {
+  return sl__webhook_handle(ps->hook, req);
+}
 static int route_static(presign *ps, sl_http_req *req) { return sl_static_serve(ps->web, req); }
 
 /* What presign serves, tried in order (docs/openapi.yaml): the create API,
@@ -875,8 +871,7 @@ static void shutdown_loop(presign *ps) {
   ps->mpu = NULL;
   sl__webhook_free(ps->hook, on_module_done, ps); /* may be done at once */
   ps->hook = NULL;
-  if (ps->inflight == 0 && ps->holders == 0)
-    uv_timer_start(&ps->release_timer, release_rest, 0, 0);
+  if (ps->inflight == 0 && ps->holders == 0) uv_timer_start(&ps->release_timer, release_rest, 0, 0);
   uv_close((uv_handle_t *)&ps->sigterm, NULL);
   uv_close((uv_handle_t *)&ps->sigint, NULL);
 }
@@ -900,8 +895,8 @@ int sl__presign_main(int argc, char **argv) {
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
-                           "HTTP API that creates submissions and presigned upload URLs.",
-                           &cc, own, 5, "127.0.0.1:9180", &admin);
+                           "HTTP API that creates submissions and presigned upload URLs.", &cc, own,
+                           5, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
@@ -955,31 +950,29 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0 && pc.static_dir[0]) {
     char serr[384];
     rc = sl_static_new(&ps.web, pc.static_dir, serr, sizeof serr);
-    if (rc) snprintf(err, sizeof err, "presign.static_dir: %s", serr);
+    if (rc)
+      snprintf(err, sizeof err, "presign.static_dir: %s", serr);
     else
       sl_log(SL_LOG_INFO, NULL, "serving %zu files of %s at /", sl_static_count(ps.web),
              pc.static_dir);
   }
   if (rc == 0) {
     xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
-    rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, ps.redis,
-                     (unsigned)s3.url_expiry_s);
+    rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, ps.redis, (unsigned)s3.url_expiry_s);
     if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
   }
   if (rc == 0)
-    rc = sl__webhook_new(&ps.hook, &wc, &cc, ps.producer, ps.redis, on_fatal, &ps, err,
-                         sizeof err);
+    rc = sl__webhook_new(&ps.hook, &wc, &cc, ps.producer, ps.redis, on_fatal, &ps, err, sizeof err);
   /* the topics it writes to, known before the first create (else up to 1 s) */
   const char *topics[] = {cc.topic_submissions, cc.topic_storage_events};
   if (rc == 0 && (rc = sl_kafka_prefetch(ps.producer, topics, ps.hook ? 2 : 1, ps.topics)) != 0)
     snprintf(err, sizeof err, "kafka topics: %s", sl_strerror(rc));
   if (rc == 0) {
-    sl_http_limits lim = {.request_timeout_ms = pc.request_timeout_ms > 0 &&
-                                                        pc.request_timeout_ms < 3600000
-                                                    ? (unsigned)pc.request_timeout_ms
-                                                    : 10000,
-                          .max_connections =
-                              pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
+    sl_http_limits lim = {
+        .request_timeout_ms = pc.request_timeout_ms > 0 && pc.request_timeout_ms < 3600000
+                                  ? (unsigned)pc.request_timeout_ms
+                                  : 10000,
+        .max_connections = pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
     if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",

@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static int refuse(int status, char *code, size_t codelen, const char *c, char *msg,
-                  size_t msglen, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static int refuse(int status, char *code, size_t codelen, const char *c, char *msg,
-                  size_t msglen, const char *fmt, ...) {
+static int refuse(int status, char *code, size_t codelen, const char *c, char *msg, size_t msglen,
+                  const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int refuse(int status, char *code, size_t codelen, const char *c, char *msg, size_t msglen,
+                  const char *fmt, ...) {
   snprintf(code, codelen, "%s", c);
   va_list ap;
   va_start(ap, fmt);
@@ -34,10 +34,14 @@ static int sha256_b64(const char *hex, char out[48]) {
     for (int k = 0; k < 2; k++) {
       char c = hex[2 * i + k];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-      else return -1;
+      if (c >= '0' && c <= '9')
+        v |= (unsigned)(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= (unsigned)(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= (unsigned)(c - 'A' + 10);
+      else
+        return -1;
     }
     raw[i] = (unsigned char)v;
   }
@@ -50,9 +54,9 @@ static int type_allowed(const sl__create_limits *lim, const char *ct) {
   return 0;
 }
 
-int sl__create_parse(const char *ctype, const void *body, size_t len,
-                     const sl__create_limits *lim, json_t **root, sl__question_req *out,
-                     size_t *n, char *code, size_t cl, char *msg, size_t ml) {
+int sl__create_parse(const char *ctype, const void *body, size_t len, const sl__create_limits *lim,
+                     json_t **root, sl__question_req *out, size_t *n, char *code, size_t cl,
+                     char *msg, size_t ml) {
   *root = NULL;
   *n = 0;
   if (ctype && strncmp(ctype, "application/json", 16) != 0)
@@ -92,8 +96,7 @@ int sl__create_parse(const char *ctype, const void *body, size_t len,
   size_t nq = json_array_size(qs);
   if (nq == 0 || nq > (size_t)lim->max_questions) {
     st = refuse(400, code, cl, "question_count", msg, ml,
-                "a submission has 1 to %lld questions, got %zu", (long long)lim->max_questions,
-                nq);
+                "a submission has 1 to %lld questions, got %zu", (long long)lim->max_questions, nq);
     goto out;
   }
   unsigned char seen[1000] = {0};
@@ -121,8 +124,8 @@ int sl__create_parse(const char *ctype, const void *body, size_t len,
       goto out;
     }
     if (seen[no]++) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml, "questions[%zu].no %lld is repeated",
-                  i, (long long)no);
+      st = refuse(400, code, cl, "invalid_field", msg, ml, "questions[%zu].no %lld is repeated", i,
+                  (long long)no);
       goto out;
     }
     if (!json_is_string(jct)) {

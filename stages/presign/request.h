@@ -14,7 +14,7 @@ typedef struct {
   int64_t max_questions, max_size, max_prompt;
   const char *const *types; /* allowed content types */
   size_t ntypes;
-  const char *types_text;   /* the same, as configured (for messages) */
+  const char *types_text; /* the same, as configured (for messages) */
 } sl__create_limits;
 
 /* One question as the client declared it. Strings point into the parsed
@@ -31,8 +31,8 @@ typedef struct {
  * Returns 0 with *root (the caller json_decref()s it) and q[0..*n) filled
  * (q has room for lim->max_questions), or the HTTP status to answer (415 or
  * 400) with code and msg set and *root NULL. */
-int sl__create_parse(const char *ctype, const void *body, size_t len,
-                     const sl__create_limits *lim, json_t **root, sl__question_req *q,
-                     size_t *n, char *code, size_t codelen, char *msg, size_t msglen);
+int sl__create_parse(const char *ctype, const void *body, size_t len, const sl__create_limits *lim,
+                     json_t **root, sl__question_req *q, size_t *n, char *code, size_t codelen,
+                     char *msg, size_t msglen);
 
 #endif

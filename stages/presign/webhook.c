@@ -66,7 +66,8 @@
 const sl_conf_entry sl__webhook_table[] = {
     {"webhook.secret", SL_CONF_STR, "", W(secret),
      "shared secret of POST /v1/storage-events (HMAC key, or the bearer token); empty: "
-     "the webhook is off (404)", 1},
+     "the webhook is off (404)",
+     1},
     {"webhook.secret_previous", SL_CONF_STR, "", W(secret_previous),
      "the previous secret, still accepted while senders are switched over (rotation)", 1},
     {"webhook.tolerance_s", SL_CONF_INT, "300", W(tolerance_s),
@@ -87,9 +88,9 @@ struct sl__webhook {
   rd_kafka_t *producer; /* presign's, lent */
   void (*on_fatal)(void *ud);
   void *fatal_ud;
-  sl_aredis *redis;     /* presign's, lent: the replay cache */
-  size_t live;          /* deliveries not yet answered */
-  int closing;          /* sl__webhook_free ran: w goes with the last delivery */
+  sl_aredis *redis; /* presign's, lent: the replay cache */
+  size_t live;      /* deliveries not yet answered */
+  int closing;      /* sl__webhook_free ran: w goes with the last delivery */
   void (*done)(void *ud);
   void *done_ud;
   const char *secrets[2];
@@ -111,8 +112,7 @@ typedef struct {
 
 /* ---- pure parts ------------------------------------------------------ */
 
-int sl__webhook_sign(const char *secret, int64_t t, const void *body, size_t len,
-                     char out[65]) {
+int sl__webhook_sign(const char *secret, int64_t t, const void *body, size_t len, char out[65]) {
   char ts[24];
   int tl = snprintf(ts, sizeof ts, "%lld.", (long long)t);
   unsigned char mac[32];
@@ -308,8 +308,8 @@ static int r2_normalize(json_t *doc, size_t max_records, char **out, size_t *out
 }
 
 int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char **out,
-                          size_t *outlen, size_t *nrec, char *label, size_t keylen,
-                          char *why, size_t whylen) {
+                          size_t *outlen, size_t *nrec, char *label, size_t keylen, char *why,
+                          size_t whylen) {
   *out = NULL;
   *outlen = 0;
   *nrec = 0;
@@ -320,9 +320,9 @@ int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char
     snprintf(why, whylen, "body is not JSON: %s", jerr.text);
     return SL_EPARSE;
   }
-  int r2 = json_is_array(doc) ||
-           (json_is_object(doc) && json_object_get(doc, "action") &&
-            !json_object_get(doc, "Records") && !json_object_get(doc, "Event"));
+  int r2 =
+      json_is_array(doc) || (json_is_object(doc) && json_object_get(doc, "action") &&
+                             !json_object_get(doc, "Records") && !json_object_get(doc, "Event"));
   int rc = 0;
   if (r2) rc = r2_normalize(doc, max_records, out, outlen, why, whylen);
   json_decref(doc);
@@ -412,8 +412,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
     return;
   }
   sl_metric_add(w->m_accepted, 1);
-  sl_log(SL_LOG_INFO, NULL, "webhook: event for %s accepted (%zu records)", d->label,
-         d->nrec);
+  sl_log(SL_LOG_INFO, NULL, "webhook: event for %s accepted (%zu records)", d->label, d->nrec);
   /* the claim becomes the replay record for its full lifetime */
   char ttl[32];
   snprintf(ttl, sizeof ttl, "%lld", d->ttl_ms);
@@ -554,8 +553,8 @@ static void serve(sl__webhook *w, sl_http_req *req) {
     return;
   }
   char why[512];
-  int rc = sl__webhook_normalize(body, blen, MAX_RECORDS, &d->payload, &d->plen, &d->nrec,
-                                 d->label, sizeof d->label, why, sizeof why);
+  int rc = sl__webhook_normalize(body, blen, MAX_RECORDS, &d->payload, &d->plen, &d->nrec, d->label,
+                                 sizeof d->label, why, sizeof why);
   if (rc == SL_ENOMEM) {
     free(d);
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
@@ -609,10 +608,10 @@ int sl__webhook_new(sl__webhook **out, const sl__webhook_conf *c, const sl_commo
     snprintf(err, errlen, "webhook.secret must be at least 16 bytes");
     return SL_ECONFIG;
   }
-  if (c->tolerance_s < 1 || c->tolerance_s > 86400 || c->replay_window_s < 1 ||
-      c->max_body < 64) {
-    snprintf(err, errlen, "webhook.tolerance_s must be 1..86400, webhook.replay_window_s >= 1, "
-                          "webhook.max_body >= 64");
+  if (c->tolerance_s < 1 || c->tolerance_s > 86400 || c->replay_window_s < 1 || c->max_body < 64) {
+    snprintf(err, errlen,
+             "webhook.tolerance_s must be 1..86400, webhook.replay_window_s >= 1, "
+             "webhook.max_body >= 64");
     return SL_ECONFIG;
   }
   sl__webhook *w = calloc(1, sizeof *w);

@@ -64,8 +64,7 @@ int sl__webhook_check_signature(const char *header, const void *body, size_t len
                                 int64_t tolerance_s, int64_t *t);
 
 /* Hex HMAC-SHA256(secret, "<t>.<body>") into out (what a sender puts in v1). */
-int sl__webhook_sign(const char *secret, int64_t t, const void *body, size_t len,
-                     char out[65]);
+int sl__webhook_sign(const char *secret, int64_t t, const void *body, size_t len, char out[65]);
 
 /* Checks "Bearer <secret>" against each non-empty secret (constant time).
  * 0 or SL_EINVAL. */
@@ -80,7 +79,7 @@ int sl__webhook_check_bearer(const char *authorization, const char *const *secre
  * "<bucket>/<key>" of the first record (for logs). 0, or SL_EPARSE with
  * why set, SL_ETOOBIG (more than max_records records), SL_ENOMEM. */
 int sl__webhook_normalize(const void *body, size_t len, size_t max_records, char **out,
-                          size_t *outlen, size_t *nrec, char *label, size_t keylen,
-                          char *why, size_t whylen);
+                          size_t *outlen, size_t *nrec, char *label, size_t keylen, char *why,
+                          size_t whylen);
 
 #endif

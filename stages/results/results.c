@@ -73,17 +73,20 @@ const sl_conf_entry sl__results_table[] = {
      "browser origins allowed by CORS, comma-separated, or * (empty: CORS off)", 0},
     {"results.max_streams", SL_CONF_INT, "10000", offsetof(results_conf, max_streams),
      "server-sent event streams open at once; more get 503 too_many_streams (each is also "
-     "one of results.max_connections)", 0},
+     "one of results.max_connections)",
+     0},
     {"results.heartbeat_ms", SL_CONF_INT, "15000", offsetof(results_conf, heartbeat_ms),
      "how often every open event stream gets a comment line, so proxies and clients "
-     "see it alive", 0},
+     "see it alive",
+     0},
     {"results.version_cache", SL_CONF_INT, "16384", offsetof(results_conf, version_cache),
      "submissions whose version this process keeps to answer polls' 304 without Redis "
-     "(about 300 bytes each; kept current by the change feed, at most 1 s old; 0: off)", 0},
+     "(about 300 bytes each; kept current by the change feed, at most 1 s old; 0: off)",
+     0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
 
-typedef struct sse sse; /* an open event stream */
+typedef struct sse sse;     /* an open event stream */
 typedef struct vslot vslot; /* a slot of the version cache (fresh_304) */
 #define SSE_BUCKETS 4096
 
@@ -95,21 +98,21 @@ typedef struct {
   uv_signal_t sigterm, sigint;
   sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
   sl__auth *auth;
-  json_t *stages; /* the pipeline's progress labels, then "done" (built once) */
+  json_t *stages;     /* the pipeline's progress labels, then "done" (built once) */
   char stages_tag[9]; /* 8 hex of their sha256: in every versioned ETag */
   /* server-sent events */
   sse *streams[SSE_BUCKETS]; /* by submission (sid_bucket) */
   size_t nstreams;
-  unsigned gen;              /* catch-up round (on_feed) */
+  unsigned gen; /* catch-up round (on_feed) */
   sl_metric *m_streams, *m_events;
-  sl_aredis *ar;             /* polls' version reads (fresh_304) */
-  vslot *vcache;             /* results.version_cache slots, or NULL */
+  sl_aredis *ar; /* polls' version reads (fresh_304) */
+  vslot *vcache; /* results.version_cache slots, or NULL */
   size_t nvcache;
   uv_loop_t *loop;
-  sl_aredis *feed;           /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
+  sl_aredis *feed; /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
   uv_timer_t feed_timer, hb_timer;
-  char feed_id[64];          /* the last entry read; "": take the newest first */
-  int feed_lost;             /* the feed failed: every stream catches up */
+  char feed_id[64]; /* the last entry read; "": take the newest first */
+  int feed_lost;    /* the feed failed: every stream catches up */
   int stopping;
 } results;
 
@@ -141,7 +144,8 @@ static const char *field(const redisReply *rep, const char *name) {
 
 static int unauthorized(results *R, sl_http_req *req, const char *code, const char *msg) {
   sl_metric_add(R->m_401, 1);
-  return sl_http_respond_error(req, 401, code, msg, "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
+  return sl_http_respond_error(req, 401, code, msg,
+                               "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
 }
 
 /* The user an API key or a JWT names: 0 with user set, 401 answered (1),
@@ -240,13 +244,13 @@ static int parse_etag(const results *R, const char *inm, char version[25], int *
 #define VCACHE_TTL_MS 1000
 
 struct vslot {
-  char sid[37];              /* "" empty */
+  char sid[37]; /* "" empty */
   char v[25];
   char user[SL__USER_MAX + 1];
   char token[65];
   int64_t accepted_ms;
-  uint64_t filled_ms;        /* uv_now */
-  unsigned gen;              /* moves whenever the slot is dropped */
+  uint64_t filled_ms; /* uv_now */
+  unsigned gen;       /* moves whenever the slot is dropped */
 };
 
 static vslot *vcache_slot(results *R, const char *sid) {
@@ -274,7 +278,7 @@ typedef struct {
   sl_http_req *req;
   const char *cred, *inm; /* in the held request */
   int after_c;
-  unsigned gen;           /* the slot's when the HMGET went out */
+  unsigned gen; /* the slot's when the HMGET went out */
   char sid[37], version[25], user[SL__USER_MAX + 1];
 } poll304;
 
@@ -286,13 +290,12 @@ static int decide_304(results *R, const poll304 *p, const char *const f[4]) {
   if (!f[0] || !f[3] || strcmp(f[0], p->version) != 0 ||
       !may_read(p->sid, f[1], f[2], p->user, p->cred))
     return 0;
-  int after =
-      p->after_c == 0 ? 0 : poll_after_s((sl_now_ms() - strtoll(f[3], NULL, 10)) / 1000, 0);
+  int after = p->after_c == 0 ? 0 : poll_after_s((sl_now_ms() - strtoll(f[3], NULL, 10)) / 1000, 0);
   if (after != p->after_c) return 0;
   char headers[256];
   if (after > 0)
-    snprintf(headers, sizeof headers,
-             "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n", p->inm, after);
+    snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\nRetry-After: %d\r\n",
+             p->inm, after);
   else
     snprintf(headers, sizeof headers, "ETag: %s\r\nCache-Control: no-store\r\n", p->inm);
   sl_metric_add(R->m_304, 1);
@@ -481,11 +484,11 @@ static void get_submission(results *R, sl_http_req *req, const char *sid, int mo
   int64_t accepted = acc ? strtoll(acc, NULL, 10) : 0;
   int complete = done + failed == (int)n;
   int after = poll_after_s((sl_now_ms() - accepted) / 1000, complete);
-  json_t *body = json_pack("{s:s,s:I,s:O,s:{s:i,s:i,s:i,s:b},s:f,s:{s:i,s:b},s:o}",
-                           "submission_id", sid, "accepted_at_ms", (json_int_t)accepted,
-                           "stages", R->stages, "summary", "total", (int)n, "done", done,
-                           "failed", failed, "complete", complete, "cost", cost, "poll",
-                           "retry_after_s", after, "stop", after == 0, "questions", qs);
+  json_t *body =
+      json_pack("{s:s,s:I,s:O,s:{s:i,s:i,s:i,s:b},s:f,s:{s:i,s:b},s:o}", "submission_id", sid,
+                "accepted_at_ms", (json_int_t)accepted, "stages", R->stages, "summary", "total",
+                (int)n, "done", done, "failed", failed, "complete", complete, "cost", cost, "poll",
+                "retry_after_s", after, "stop", after == 0, "questions", qs);
   freeReplyObject(rep);
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
@@ -549,7 +552,7 @@ struct sse {
   sse *prev, *next; /* in its bucket */
   long long last;   /* the highest version sent; -1: none yet */
   unsigned bucket;
-  unsigned gen;     /* the catch-up round that refreshed it last */
+  unsigned gen; /* the catch-up round that refreshed it last */
   char sid[37];
 };
 
@@ -563,8 +566,10 @@ static void sse_closed(sl_http_stream *hs, void *ud) {
   (void)hs;
   sse *s = ud;
   results *R = s->R;
-  if (s->prev) s->prev->next = s->next;
-  else R->streams[s->bucket] = s->next;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    R->streams[s->bucket] = s->next;
   if (s->next) s->next->prev = s->prev;
   R->nstreams--;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
@@ -582,8 +587,10 @@ static void view_tally(redisReply *rep, long *total, int *done, int *failed) {
     snprintf(spec, sizeof spec, "spec%.20s", f + 1);
     if (f[0] != 'q' || !field(rep, spec)) continue;
     /* the view JSON is compact: these cannot stand inside a string value */
-    if (strstr(q, "\"state\":\"done\"")) (*done)++;
-    else if (strstr(q, "\"state\":\"failed\"")) (*failed)++;
+    if (strstr(q, "\"state\":\"done\""))
+      (*done)++;
+    else if (strstr(q, "\"state\":\"failed\""))
+      (*failed)++;
   }
 }
 
@@ -702,8 +709,7 @@ static void on_feed(redisReply *rep, void *ud) {
   }
   if (!R->feed_id[0]) { /* XREVRANGE feed + - COUNT 1 */
     snprintf(R->feed_id, sizeof R->feed_id, "%s",
-             rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
-                     rep->element[0]->elements == 2
+             rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->elements == 2
                  ? rep->element[0]->element[0]->str
                  : "0-0");
     if (R->feed_lost) { /* what came while the feed was not read: from the hashes */
@@ -747,8 +753,8 @@ static void feed_read(results *R) {
     const char *argv[] = {"XREVRANGE", SL__VIEW_FEED, "+", "-", "COUNT", "1"};
     rc = sl_aredis_argv(R->feed, on_feed, R, 6, argv, NULL);
   } else {
-    const char *argv[] = {"XREAD", "COUNT", "512", "BLOCK", "1000", "STREAMS", SL__VIEW_FEED,
-                          R->feed_id};
+    const char *argv[] = {"XREAD", "COUNT",   "512",         "BLOCK",
+                          "1000",  "STREAMS", SL__VIEW_FEED, R->feed_id};
     rc = sl_aredis_argv(R->feed, on_feed, R, 8, argv, NULL);
   }
   if (rc != 0) { /* not connected: try again shortly */
@@ -871,8 +877,8 @@ int sl__results_main(int argc, char **argv) {
   sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf},
                         {sl__auth_table, sl__auth_table_len, &ac}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc,
-                           own, 2, "127.0.0.1:9185", &admin);
+  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own, 2,
+                           "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
   if (rconf.version_cache > 0) {
@@ -905,8 +911,8 @@ int sl__results_main(int argc, char **argv) {
   if (rc == 0) rc = sl_redis_new(&R.redis, cc.redis_url);
   if (rc == 0) rc = sl_aredis_new(&R.feed, &loop, cc.redis_url);
   if (rc == 0) rc = sl_aredis_new(&R.ar, &loop, cc.redis_url);
-  sl_http_limits lim = {
-      .max_connections = rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
+  sl_http_limits lim = {.max_connections =
+                            rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)
     rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
@@ -929,8 +935,8 @@ int sl__results_main(int argc, char **argv) {
   } else {
     char shown[600]; /* a password in the URL is never logged */
     sl_redis_redact(cc.redis_url, shown, sizeof shown);
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s, redis %s): %s%s%s", rconf.listen,
-           shown, sl_strerror(rc), aerr[0] ? ": " : "", aerr);
+    sl_log(SL_LOG_ERROR, NULL, "start-up failed (listen %s, redis %s): %s%s%s", rconf.listen, shown,
+           sl_strerror(rc), aerr[0] ? ": " : "", aerr);
   }
   if (rc) { /* nothing else runs: the connections must not keep the loop */
     sl_aredis_free(R.feed);

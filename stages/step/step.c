@@ -115,8 +115,8 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *ob, sl_result
 
 static void release(void *msg) { protobuf_c_message_free_unpacked(msg, NULL); }
 
-static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in,
-                     void **scratch, sl_result *res) {
+static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch,
+                     sl_result *res) {
   const step *s = ud;
   memset(in, 0, sizeof *in);
   in->struct_size = sizeof *in;
@@ -168,8 +168,7 @@ static ProtobufCMessage *copy_message(const ProtobufCMessage *m) {
 
 /* A new message of the output type with the input's same-named single
  * fields (strings, numbers, sub-messages of the same type). */
-static ProtobufCMessage *convert(const ProtobufCMessage *in,
-                                 const ProtobufCMessageDescriptor *od) {
+static ProtobufCMessage *convert(const ProtobufCMessage *in, const ProtobufCMessageDescriptor *od) {
   ProtobufCMessage *o = calloc(1, od->sizeof_message);
   if (!o) return NULL;
   od->message_init(o);
@@ -211,8 +210,9 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl
     const char *v = pr->object && strcmp(f->name, pr->object_field) == 0 ? derived : f->str;
     rc = f->is_num ? sl_pbfield_set_num(o, f->name, f->num) : sl_pbfield_set_str(o, f->name, v);
     if (rc)
-      sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "the plugin's %s \"%s\" does not fit %s: %s",
-                    f->is_num ? "number" : "string", f->name, s->out_desc->name, sl_strerror(rc));
+      sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error",
+                    "the plugin's %s \"%s\" does not fit %s: %s", f->is_num ? "number" : "string",
+                    f->name, s->out_desc->name, sl_strerror(rc));
   }
   if (rc == 0) {
     size_t n = protobuf_c_message_get_packed_size(o);
@@ -223,8 +223,7 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl
       protobuf_c_message_pack(o, buf);
       rc = sl_outbox_add(out, s->out_topic, key, buf, n);
       if (rc)
-        sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing the output: %s",
-                      sl_strerror(rc));
+        sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing the output: %s", sl_strerror(rc));
       else
         sl_log(SL_LOG_DEBUG, key, "%s/%s in %lld ms: %zu field(s) written", s->st->name,
                s->st->plugin, (long long)pr->elapsed_ms, pr->nfields);
@@ -236,8 +235,11 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl
   if (o && o != msg) protobuf_c_message_free_unpacked(o, NULL);
 }
 
-static const sl__plugin_ops ops = {.setup_class = "step_setup", .parse = parse,
-                                   .input = input_for, .object = object_of, .finish = finish,
+static const sl__plugin_ops ops = {.setup_class = "step_setup",
+                                   .parse = parse,
+                                   .input = input_for,
+                                   .object = object_of,
+                                   .finish = finish,
                                    .release = release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
@@ -291,14 +293,20 @@ static int run_step(int argc, char **argv, const char *name) {
   if (rc == 0) {
     const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
     snprintf(provider, sizeof provider, "%s-%s", name, d->name);
-    sl_log(SL_LOG_INFO, NULL, "stage %s: plugin step/%s %s (%s) from %s; %s -> %s (%s -> %s)",
-           name, d->name, d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
+    sl_log(SL_LOG_INFO, NULL, "stage %s: plugin step/%s %s (%s) from %s; %s -> %s (%s -> %s)", name,
+           d->name, d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
            sl_plugin_lib_file(pl.chosen), s.st->inputs[0], s.out_topic, s.in_desc->name,
            s.out_desc->name);
     const char *topics[] = {s.st->inputs[0]};
-    sl_stage_opts o = {.stage = name, .common = &cc, .topics = topics, .ntopics = 1,
-                       .process = sync ? process : NULL, .start = sync ? NULL : start,
-                       .ud = &s, .provider = s.st->provider ? provider : NULL, .idempotent = 1,
+    sl_stage_opts o = {.stage = name,
+                       .common = &cc,
+                       .topics = topics,
+                       .ntopics = 1,
+                       .process = sync ? process : NULL,
+                       .start = sync ? NULL : start,
+                       .ud = &s,
+                       .provider = s.st->provider ? provider : NULL,
+                       .idempotent = 1,
                        .admin = admin,
                        /* a FAILED status for the user only where the stage writes statuses */
                        .on_dead_letter = s.status_topic ? sl__dead_letter_status : NULL};
@@ -318,7 +326,7 @@ int sl__stage_main(int argc, char **argv) {
     fprintf(stderr, "usage: sluice stage NAME [--config FILE] [--set key=value]... [--help]\n"
                     "Runs the stage NAME of the pipeline description (`sluice pipeline`).\n");
     return argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) ? 1000
-                                                                                        : 1002;
+                                                                                       : 1002;
   }
   const char *name = argv[1];
   char file[4096] = "", err[1024];

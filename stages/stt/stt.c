@@ -56,7 +56,8 @@ typedef struct {
 const sl_conf_entry sl__stt_table[] = {
     {"stt.plugin", SL_CONF_STR, "pocketsphinx", SC(plugin),
      "STT plugin: a name found along plugin.path (stt-<name>.so) or a file path "
-     "(also --plugin NAME); docs/plugins.md lists them", 0},
+     "(also --plugin NAME); docs/plugins.md lists them",
+     0},
     {"stt.max_audio_bytes", SL_CONF_INT, "67108864", SC(max_audio_bytes),
      "largest answer object fetched from storage", 0},
     {"stt.fetch_timeout_ms", SL_CONF_INT, "120000", SC(fetch_timeout_ms),
@@ -101,11 +102,10 @@ static Sluice__V1__QuestionStatus status_of(const Sluice__V1__UploadCompleted *u
 }
 
 /* The upload decoded; the TRANSCRIBING status at once (best effort). */
-static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res,
-                 void **msg, char key[SL__KEY_MAX]) {
+static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
+                 char key[SL__KEY_MAX]) {
   const stt *s = ud;
-  Sluice__V1__UploadCompleted *up =
-      sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
+  Sluice__V1__UploadCompleted *up = sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
   if (!up || !up->submission_id[0] || !up->question_no || !up->object_key[0]) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message",
                   "stt.requests message is not a valid UploadCompleted");
@@ -127,8 +127,7 @@ static void release(void *msg) { sluice__v1__upload_completed__free_unpacked(msg
  * its decoded length as 16-bit PCM — up to stt.max_audio_bytes. */
 static int64_t answer_bytes(void *ud, const rd_kafka_message_t *m) {
   const stt *s = ud;
-  Sluice__V1__UploadCompleted *up =
-      sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
+  Sluice__V1__UploadCompleted *up = sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
   if (!up) return 0;
   double n = (double)up->size;
   if (up->audio_key && up->audio_key[0] && strcmp(s->sc->audio, "original") != 0)
@@ -200,8 +199,12 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, s
   free(wp);
 }
 
-static const sl__plugin_ops ops = {.setup_class = "stt_setup", .parse = parse, .input = input_for,
-                                   .object = audio_key, .finish = finish, .release = release};
+static const sl__plugin_ops ops = {.setup_class = "stt_setup",
+                                   .parse = parse,
+                                   .input = input_for,
+                                   .object = audio_key,
+                                   .finish = finish,
+                                   .release = release};
 
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   sl__plugin_process(&((stt *)ud)->pool, &ops, ud, m, out, res);
@@ -231,7 +234,8 @@ int sl__stt_main(int argc, char **argv) {
     sl__plugins_close(&pl);
     return rc;
   }
-  stt s = {.cc = &cc, .sc = &sc,
+  stt s = {.cc = &cc,
+           .sc = &sc,
            .progress_own = sl_pipeline_progress_of(cc.pipeline, "stt"),
            .progress_next = sl_pipeline_progress_next(cc.pipeline, "stt")};
   char err[1024] = "", provider[80];
@@ -254,10 +258,18 @@ int sl__stt_main(int argc, char **argv) {
            d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
            sl_plugin_lib_file(pl.chosen));
     const char *topics[] = {cc.topic_stt_requests};
-    sl_stage_opts o = {.stage = "stt", .common = &cc, .topics = topics, .ntopics = 1,
-                       .process = sync ? process : NULL, .start = sync ? NULL : start,
-                       .ud = &s, .provider = provider, .idempotent = 1, .admin = admin,
-                       .on_dead_letter = sl__dead_letter_status, .bytes_of = answer_bytes};
+    sl_stage_opts o = {.stage = "stt",
+                       .common = &cc,
+                       .topics = topics,
+                       .ntopics = 1,
+                       .process = sync ? process : NULL,
+                       .start = sync ? NULL : start,
+                       .ud = &s,
+                       .provider = provider,
+                       .idempotent = 1,
+                       .admin = admin,
+                       .on_dead_letter = sl__dead_letter_status,
+                       .bytes_of = answer_bytes};
     rc = sl_stage_run(&o, &sl__stop);
   } else {
     sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);

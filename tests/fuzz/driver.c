@@ -83,8 +83,10 @@ static long run_dir(const char *dir) {
   for (size_t i = 0; i < n; i++) {
     struct stat st;
     if (stat(names[i], &st) == 0 && S_ISREG(st.st_mode)) {
-      if (run_file(names[i]) != 0) ran = -1;
-      else if (ran >= 0) ran++;
+      if (run_file(names[i]) != 0)
+        ran = -1;
+      else if (ran >= 0)
+        ran++;
     }
     free(names[i]);
   }
@@ -103,8 +105,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     struct stat st;
     long r;
-    if (stat(argv[i], &st) == 0 && S_ISREG(st.st_mode)) r = run_file(argv[i]) == 0 ? 1 : -1;
-    else r = run_dir(argv[i]);
+    if (stat(argv[i], &st) == 0 && S_ISREG(st.st_mode))
+      r = run_file(argv[i]) == 0 ? 1 : -1;
+    else
+      r = run_dir(argv[i]);
     if (r < 0) {
       fprintf(stderr, "driver: %s: could not read every input\n", argv[i]);
       bad = 1;

@@ -34,12 +34,12 @@
 #include "presign/webhook.h"
 #include "sluice/sl_err.h"
 
-#define CHECK(cond)                                                                       \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "fuzz_auth: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                            \
-    }                                                                                     \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_auth: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);          \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static sl__auth *auth;
@@ -55,9 +55,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   unsigned char r[32];
   static const char hx[] = "0123456789abcdef";
   if (RAND_bytes(r, sizeof r) != 1) abort();
-  for (int i = 0; i < 32; i++) hs_secret[2 * i] = hx[r[i] >> 4], hs_secret[2 * i + 1] = hx[r[i] & 15];
+  for (int i = 0; i < 32; i++)
+    hs_secret[2 * i] = hx[r[i] >> 4], hs_secret[2 * i + 1] = hx[r[i] & 15];
   if (RAND_bytes(r, sizeof r) != 1) abort();
-  for (int i = 0; i < 32; i++) hook_secret[2 * i] = hx[r[i] >> 4], hook_secret[2 * i + 1] = hx[r[i] & 15];
+  for (int i = 0; i < 32; i++)
+    hook_secret[2 * i] = hx[r[i] >> 4], hook_secret[2 * i + 1] = hx[r[i] & 15];
   EVP_PKEY *k = EVP_RSA_gen(2048);
   snprintf(pub_path, sizeof pub_path, "/tmp/sluice-fuzz-auth-%d.pem", (int)getpid());
   FILE *f = fopen(pub_path, "wb");

@@ -55,12 +55,12 @@ static sl_http_server *srv;
 static sl__mpu *mpu;
 static sl_static *web;
 
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "fuzz_http: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                           \
-    }                                                                                    \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_http: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);          \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static void route(sl_http_req *req, void *ud) {
@@ -80,15 +80,16 @@ static void route(sl_http_req *req, void *ud) {
       return;
     }
     static const char *const types[] = {"audio/webm", "audio/ogg", "audio/mp4",
-                                        "audio/mpeg", "audio/wav",  "audio/flac"};
-    static const sl__create_limits lim = {30, 104857600, 4000, types, 6,
-                                          "audio/webm,audio/ogg,audio/mp4,audio/mpeg,audio/wav,audio/flac"};
+                                        "audio/mpeg", "audio/wav", "audio/flac"};
+    static const sl__create_limits lim = {
+        30,    104857600, 4000,
+        types, 6,         "audio/webm,audio/ogg,audio/mp4,audio/mpeg,audio/wav,audio/flac"};
     sl__question_req q[30];
     json_t *root = NULL;
     size_t n = 99;
     char code[64], msg[512];
-    int st = sl__create_parse(sl_http_req_header(req, "Content-Type"), body, blen, &lim, &root,
-                              q, &n, code, sizeof code, msg, sizeof msg);
+    int st = sl__create_parse(sl_http_req_header(req, "Content-Type"), body, blen, &lim, &root, q,
+                              &n, code, sizeof code, msg, sizeof msg);
     if (st) {
       CHECK((st == 400 || st == 415) && !root && code[0] && msg[0]);
       sl_http_respond_error(req, st, code, msg, NULL);
@@ -160,8 +161,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   sl_log_init("fuzz", "error");
   verbose = getenv("FUZZ_HTTP_VERBOSE") != NULL;
   if (uv_loop_init(&loop) != 0) abort();
-  sl_http_limits lim = {.max_body = MAX_BODY, .max_header = MAX_HEADER,
-                        .request_timeout_ms = 10000, .idle_timeout_ms = 60000};
+  sl_http_limits lim = {.max_body = MAX_BODY,
+                        .max_header = MAX_HEADER,
+                        .request_timeout_ms = 10000,
+                        .idle_timeout_ms = 60000};
   if (sl__http_server_new_detached(&srv, &loop, &lim, route, NULL) != 0) abort();
   /* borrowed by the multipart endpoints; never used (Redis never answers) */
   static sl_s3_target target;
@@ -184,8 +187,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   unsigned mode = data[0];
   sl_http_server_set_cors(srv, mode & 16 ? "http://127.0.0.1:8080, https://app.example" : "",
                           "GET, POST, DELETE", NULL, "ETag");
-  int rc = sl__http_feed(srv, data + 1, size - 1, chunks[mode & 7], (mode & 8) != 0,
-                         check_response, NULL);
+  int rc = sl__http_feed(srv, data + 1, size - 1, chunks[mode & 7], (mode & 8) != 0, check_response,
+                         NULL);
   CHECK(rc == 0);
   uv_run(&loop, UV_RUN_NOWAIT); /* the connection's close callbacks free it */
   return 0;

@@ -27,12 +27,12 @@
 #include "s3event.h"
 #include "sluice/sl_err.h"
 
-#define CHECK(cond)                                                                         \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      fprintf(stderr, "fuzz_objkey: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                              \
-    }                                                                                       \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_objkey: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);        \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static void check_parsed(const char *key, const char *sid, unsigned q) {

@@ -23,10 +23,12 @@
 #include "grade/openai/openai.c"
 #include "fuzz_replies.h"
 
-static const sl_plugin_input input = {
-    .struct_size = sizeof(sl_plugin_input), .key = "sub/2",
-    .prompt = "What do you do on weekends?", .language = "en",
-    .transcript = "on weekends i go hiking with my friends", .duration_s = 12.5};
+static const sl_plugin_input input = {.struct_size = sizeof(sl_plugin_input),
+                                      .key = "sub/2",
+                                      .prompt = "What do you do on weekends?",
+                                      .language = "en",
+                                      .transcript = "on weekends i go hiking with my friends",
+                                      .duration_s = 12.5};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   th_reset(sluice_plugin_entry());

@@ -24,10 +24,10 @@
 static unsigned char wav[44 + 16000];
 
 static void make_wav(void) {
-  static const unsigned char head[44] = {
-      'R', 'I', 'F', 'F', 0xa4, 0x3e, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ',
-      16,  0,   0,   0,   1,    0,    1, 0, 0x80, 0x3e, 0, 0, 0, 0x7d, 0, 0,
-      2,   0,   16,  0,   'd',  'a',  't', 'a', 0x80, 0x3e, 0, 0};
+  static const unsigned char head[44] = {'R',  'I',  'F', 'F', 0xa4, 0x3e, 0, 0, 'W', 'A', 'V', 'E',
+                                         'f',  'm',  't', ' ', 16,   0,    0, 0, 1,   0,   1,   0,
+                                         0x80, 0x3e, 0,   0,   0,    0x7d, 0, 0, 2,   0,   16,  0,
+                                         'd',  'a',  't', 'a', 0x80, 0x3e, 0, 0};
   memcpy(wav, head, sizeof head);
 }
 
@@ -39,9 +39,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   void *inst = NULL;
   char err[256] = "";
   FR_CHECK(create(&th_host, NULL, &inst, err, sizeof err) == 0);
-  sl_plugin_input in = {.struct_size = sizeof in, .key = "sub/1", .prompt = "Tell me",
-                        .language = "en-US", .audio = wav, .audio_len = sizeof wav,
-                        .content_type = "audio/wav", .filename = "1.wav"};
+  sl_plugin_input in = {.struct_size = sizeof in,
+                        .key = "sub/1",
+                        .prompt = "Tell me",
+                        .language = "en-US",
+                        .audio = wav,
+                        .audio_len = sizeof wav,
+                        .content_type = "audio/wav",
+                        .filename = "1.wav"};
   call(inst, &in, (sl_plugin_call *)&th);
   FR_CHECK(th.nreq == 1 && th.completes == 0);
   fr_play(data, size);

@@ -27,12 +27,12 @@
 
 #include "fuzz_proto_types.h"
 
-#define CHECK(cond)                                                                        \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "fuzz_proto: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                             \
-    }                                                                                      \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_proto: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);         \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 /* Does m or a message inside it keep an unknown field numbered 0? */

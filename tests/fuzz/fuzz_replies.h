@@ -20,25 +20,21 @@
 
 #include "plugin_testhost.h"
 
-#define FR_CHECK(cond)                                                                     \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);             \
-      abort();                                                                             \
-    }                                                                                      \
+#define FR_CHECK(cond)                                                                             \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 /* Answers the oldest unanswered request with status and body[0..n). */
 static void fr_answer(long status, const char *body, size_t n, int timed_out) {
   FR_CHECK(th.answered < th.nreq);
   th_request *r = &th.req[th.answered++];
-  sl_plugin_http_response resp = {status,
-                                  status == 0 ? "connection refused" : "",
-                                  timed_out,
-                                  body,
-                                  n,
-                                  status == 429 || status == 503 ? 2000 : 0,
-                                  0.1};
+  sl_plugin_http_response resp = {
+      status, status == 0 ? "connection refused" : "",   timed_out, body,
+      n,      status == 429 || status == 503 ? 2000 : 0, 0.1};
   r->cb(&resp, r->ud);
 }
 
@@ -59,8 +55,8 @@ static void fr_play(const uint8_t *data, size_t size) {
       }
     if (!e) e = end;
     long status = 200;
-    if (e - s >= 4 && s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9' &&
-        s[2] >= '0' && s[2] <= '9' && s[3] == '\n') {
+    if (e - s >= 4 && s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9' && s[2] >= '0' &&
+        s[2] <= '9' && s[3] == '\n') {
       status = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
       s += 4;
     }

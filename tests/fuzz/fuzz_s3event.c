@@ -19,12 +19,12 @@
 
 #include "s3event.h"
 
-#define CHECK(cond)                                                                          \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "fuzz_s3event: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                               \
-    }                                                                                        \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_s3event: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);       \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

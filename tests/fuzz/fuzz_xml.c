@@ -23,12 +23,12 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_s3.h"
 
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "fuzz_xml: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                           \
-    }                                                                                    \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_xml: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);           \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 #define TERMINATED(f) (memchr((f), '\0', sizeof(f)) != NULL)
@@ -43,8 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&r, 0, sizeof r);
   int rc = sl_s3_parse_reply(op, status, (const char *)data + 1, size - 1, &r);
   CHECK(rc == r.rc);
-  CHECK(rc == 0 || rc == SL_ENOTFOUND || rc == SL_EINVAL || rc == SL_EUNAVAIL ||
-        rc == SL_ESTORAGE);
+  CHECK(rc == 0 || rc == SL_ENOTFOUND || rc == SL_EINVAL || rc == SL_EUNAVAIL || rc == SL_ESTORAGE);
   CHECK(TERMINATED(r.code) && TERMINATED(r.message) && TERMINATED(r.upload_id) &&
         TERMINATED(r.etag));
   if (rc == 0 && op == SL_S3_OP_CREATE) CHECK(r.upload_id[0] != '\0');

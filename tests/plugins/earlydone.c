@@ -46,8 +46,12 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   state *s = v;
   sl_plugin_form_part part = {"file", in->audio, in->audio_len, "a.wav", "audio/wav"};
-  sl_plugin_http_request q = {.struct_size = sizeof q, .method = "POST", .url = s->url,
-                              .form = &part, .nform = 1, .timeout_ms = 10000};
+  sl_plugin_http_request q = {.struct_size = sizeof q,
+                              .method = "POST",
+                              .url = s->url,
+                              .form = &part,
+                              .nform = 1,
+                              .timeout_ms = 10000};
   if (s->h->http_send(c, &q, on_reply, NULL) != 0) {
     s->h->complete(c, SL_PLUGIN_RETRY, 0, 0, "unreachable", "http_send failed");
     return;

@@ -64,8 +64,8 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   state *s = v;
   pending *p = &slots[next_slot++ % (sizeof slots / sizeof slots[0])];
   *p = (pending){s, in, c};
-  sl_plugin_http_request q = {.struct_size = sizeof q, .method = "GET", .url = s->url,
-                              .timeout_ms = 5000};
+  sl_plugin_http_request q = {
+      .struct_size = sizeof q, .method = "GET", .url = s->url, .timeout_ms = 5000};
   if (s->h->http_send(c, &q, on_reply, p) != 0)
     s->h->complete(c, SL_PLUGIN_RETRY, 0, 0, "unreachable", "http_send failed");
 }

@@ -55,7 +55,6 @@ static void on_signal(int s) {
   stop_flag = 1;
 }
 
-
 static long long cmd_int(sl_redis *r, int argc, const char **argv) {
   char err[256];
   redisReply *rep = sl_redis_argv(r, argc, argv, NULL, err, sizeof err);
@@ -106,8 +105,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     json_int_t ra = json_integer_value(json_object_get(j, "retry_after_ms"));
     res->retry_after_ms = ra;
     res->provider_throttled = json_is_true(json_object_get(j, "throttle"));
-    sl_result_set(res, SL_OUTCOME_RETRY, res->provider_throttled ? "provider_throttled"
-                                                                 : "provider_unavailable",
+    sl_result_set(res, SL_OUTCOME_RETRY,
+                  res->provider_throttled ? "provider_throttled" : "provider_unavailable",
                   "HTTP %d on call %lld", res->provider_throttled ? 429 : 503, calls);
   } else if (!healed && json_is_true(json_object_get(j, "permanent"))) {
     sl_result_set(res, SL_OUTCOME_FAIL, "provider_rejected", "HTTP 400 on call %lld", calls);
@@ -169,8 +168,12 @@ static void start(void *ud, sl_job *job) {
                              "\"content\":\"grade this\"}]}";
   char url[600];
   snprintf(url, sizeof url, "%s/v1/chat/completions", provider_url);
-  sl_httpc_request q = {.method = "POST", .url = url, .headers = hdrs, .body = body,
-                        .body_len = sizeof body - 1, .timeout_ms = 30000};
+  sl_httpc_request q = {.method = "POST",
+                        .url = url,
+                        .headers = hdrs,
+                        .body = body,
+                        .body_len = sizeof body - 1,
+                        .timeout_ms = 30000};
   if (sl_httpc_send(sl_job_http(job), &q, on_reply, job) != 0) {
     sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "internal", "could not send");
     sl_job_done(job);
@@ -211,15 +214,21 @@ int main(int argc, char **argv) {
   }
   sl_tls *tls = NULL;
   rc = sl_redis_tls_new(&tls, cc.redis_url);
-  const char *stage = getenv("HARNESS_STAGE") && *getenv("HARNESS_STAGE") ? getenv("HARNESS_STAGE")
-                                                                          : "harness";
+  const char *stage =
+      getenv("HARNESS_STAGE") && *getenv("HARNESS_STAGE") ? getenv("HARNESS_STAGE") : "harness";
   char in_topic[128];
   snprintf(in_topic, sizeof in_topic, "%s.in", stage);
   snprintf(out_topic, sizeof out_topic, "%s.out", stage);
   const char *topics[] = {in_topic};
-  sl_stage_opts o = {.stage = stage, .common = &cc, .topics = topics, .ntopics = 1,
-                     .process = process, .ud = tls, .provider = "harness-provider",
-                     .idempotent = 1, .admin = admin,
+  sl_stage_opts o = {.stage = stage,
+                     .common = &cc,
+                     .topics = topics,
+                     .ntopics = 1,
+                     .process = process,
+                     .ud = tls,
+                     .provider = "harness-provider",
+                     .idempotent = 1,
+                     .admin = admin,
                      .on_dead_letter = sl__dead_letter_status}; /* as Sluice's stages */
   const char *url = getenv("HARNESS_PROVIDER_URL");
   if (url && *url) {

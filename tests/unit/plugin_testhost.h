@@ -116,7 +116,7 @@ static int th_conf_bool(const sl_plugin_conf *c, const char *k) {
 }
 
 __attribute__((format(printf, 3, 4))) static void th_log(sl_plugin_log_level l, const char *key,
-                                                          const char *fmt, ...) {
+                                                         const char *fmt, ...) {
   (void)l;
   (void)key;
   (void)fmt;
@@ -131,8 +131,8 @@ static sl_plugin_metric *th_counter(const char *n, const char *l, const char *h)
 }
 static void th_counter_add(sl_plugin_metric *m, uint64_t n) { (void)m, (void)n; }
 
-static int th_http_send(sl_plugin_call *call, const sl_plugin_http_request *q,
-                        sl_plugin_http_cb cb, void *ud) {
+static int th_http_send(sl_plugin_call *call, const sl_plugin_http_request *q, sl_plugin_http_cb cb,
+                        void *ud) {
   (void)call;
   if (th.http_fail) return th.http_fail;
   if (th.nreq == TH_MAX) return -1;
@@ -231,11 +231,18 @@ static void th_reply_full(long status, const char *body, int64_t retry_after_ms,
     abort();
   }
   th_request *r = &th.req[th.answered++];
-  sl_plugin_http_response resp = {status,     error ? error : "", timed_out, body ? body : "",
-                                   body ? strlen(body) : 0, retry_after_ms, 0.1};
+  sl_plugin_http_response resp = {status,
+                                  error ? error : "",
+                                  timed_out,
+                                  body ? body : "",
+                                  body ? strlen(body) : 0,
+                                  retry_after_ms,
+                                  0.1};
   r->cb(&resp, r->ud);
 }
-static inline void th_reply(long status, const char *body) { th_reply_full(status, body, 0, 0, NULL); }
+static inline void th_reply(long status, const char *body) {
+  th_reply_full(status, body, 0, 0, NULL);
+}
 
 static inline const char *th_str(const char *field) {
   for (int i = th.nstr - 1; i >= 0; i--)

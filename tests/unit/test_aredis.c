@@ -85,8 +85,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   static char noscript[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n", seven[] = ":7\r\n";
   for (const char *p = buf->base; (p = strstr(p, "\r\nEVAL")) != NULL; p += 6) {
     int sha = strncmp(p + 6, "SHA\r\n", 5) == 0;
-    if (sha) evalsha_seen++;
-    else eval_seen++, script_known = 1;
+    if (sha)
+      evalsha_seen++;
+    else
+      eval_seen++, script_known = 1;
     uv_write_t *w = malloc(sizeof *w);
     assert_non_null(w);
     uv_buf_t b = sha && !script_known ? uv_buf_init(noscript, sizeof noscript - 1)
@@ -280,9 +282,9 @@ static void test_script_by_sha1_and_text_once(void **state) {
   const char *many[SL__REDIS_SCRIPT_MAX_ARGS + 1];
   for (int i = 0; i <= SL__REDIS_SCRIPT_MAX_ARGS; i++) many[i] = "x";
   answer c = {0};
-  assert_int_equal(sl_aredis_eval(r, on_answer, &c, &sc, 0, SL__REDIS_SCRIPT_MAX_ARGS + 1, many,
-                                  NULL),
-                   SL_EINVAL);
+  assert_int_equal(
+      sl_aredis_eval(r, on_answer, &c, &sc, 0, SL__REDIS_SCRIPT_MAX_ARGS + 1, many, NULL),
+      SL_EINVAL);
   assert_int_equal(c.called, 0);
   sl_aredis_free(r);
 }

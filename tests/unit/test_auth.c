@@ -68,7 +68,8 @@ static void make(char *out, const char *alg, const char *claims, const char *mod
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     size_t n = sizeof sig;
     assert_int_equal(EVP_DigestSignInit(c, NULL, EVP_sha256(), NULL, rsa), 1);
-    assert_int_equal(EVP_DigestSign(c, sig, &n, (const unsigned char *)signing, strlen(signing)), 1);
+    assert_int_equal(EVP_DigestSign(c, sig, &n, (const unsigned char *)signing, strlen(signing)),
+                     1);
     EVP_MD_CTX_free(c);
     b64url(sig, n, s64);
   }
@@ -96,9 +97,9 @@ static int verify(const sl__auth_conf *c, const char *tok, char user[SL__USER_MA
   return rc;
 }
 
-#define CLAIMS(extra)                                                                       \
-  "{\"sub\":\"alice\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":1800000600" \
-  extra "}"
+#define CLAIMS(extra)                                                                              \
+  "{\"sub\":\"alice\",\"iss\":\"https://"                                                          \
+  "login.example\",\"aud\":\"sluice\",\"exp\":1800000600" extra "}"
 
 static void jwt_accepts_valid_tokens(void **st) {
   (void)st;
@@ -143,8 +144,10 @@ static void jwt_refuses_forgeries(void **st) {
   assert_int_equal(verify(&only_hs, tok, user), SL_EAUTH);
   /* a valid RS256 token with its payload swapped keeps its signature: refused */
   char other[4096];
-  make(other, "RS256", "{\"sub\":\"mallory\",\"iss\":\"https://login.example\",\"aud\":\"sluice\","
-                       "\"exp\":1800000600}", "rs");
+  make(other, "RS256",
+       "{\"sub\":\"mallory\",\"iss\":\"https://login.example\",\"aud\":\"sluice\","
+       "\"exp\":1800000600}",
+       "rs");
   char *p1 = strchr(tok, '.'), *p2 = strchr(p1 + 1, '.');
   char *q1 = strchr(other, '.'), *q2 = strchr(q1 + 1, '.');
   char spliced[8192];
@@ -165,15 +168,19 @@ static void jwt_checks_claims(void **st) {
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":\"sluice\"}",
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":\"1800000600\"}",
       /* not yet valid */
-      CLAIMS(",\"nbf\":1800000200"), CLAIMS(",\"iat\":1800000200"), CLAIMS(",\"nbf\":\"soon\""),
+      CLAIMS(",\"nbf\":1800000200"),
+      CLAIMS(",\"iat\":1800000200"),
+      CLAIMS(",\"nbf\":\"soon\""),
       /* issuer, audience */
       "{\"sub\":\"a\",\"iss\":\"https://evil.example\",\"aud\":\"sluice\",\"exp\":1800000600}",
       "{\"sub\":\"a\",\"aud\":\"sluice\",\"exp\":1800000600}",
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":[\"x\"],\"exp\":1800000600}",
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"exp\":1800000600}",
       /* times that would overflow a sum with the leeway, negative times */
-      "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":9223372036854775807}",
-      CLAIMS(",\"nbf\":-9223372036854775807"), CLAIMS(",\"iat\":-5"),
+      "{\"sub\":\"a\",\"iss\":\"https://"
+      "login.example\",\"aud\":\"sluice\",\"exp\":9223372036854775807}",
+      CLAIMS(",\"nbf\":-9223372036854775807"),
+      CLAIMS(",\"iat\":-5"),
       /* lifetime over a day */
       "{\"sub\":\"a\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":1800090000}",
       /* no user, a user with a space, a numeric sub, an over-long one */
@@ -189,9 +196,10 @@ static void jwt_checks_claims(void **st) {
   memset(longsub, 'u', 129);
   longsub[129] = '\0';
   char claims[1024];
-  snprintf(claims, sizeof claims,
-           "{\"sub\":\"%s\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":1800000600}",
-           longsub);
+  snprintf(
+      claims, sizeof claims,
+      "{\"sub\":\"%s\",\"iss\":\"https://login.example\",\"aud\":\"sluice\",\"exp\":1800000600}",
+      longsub);
   make(tok, "HS256", claims, "hs");
   assert_int_equal(verify(&c, tok, user), SL_EAUTH);
 }
@@ -223,9 +231,13 @@ static void api_keys_users_tokens(void **st) {
   sl_sha256_hex(key, strlen(key), h);
   assert_string_equal(rk + 10, h);
   assert_memory_equal(rk, "sl:apikey:", 10);
-  assert_int_equal(sl__apikey_rkey("slk_00112233445566778899aabbccddeeff00112233445566778899aabbccddeefg", rk2), SL_EAUTH);
+  assert_int_equal(
+      sl__apikey_rkey("slk_00112233445566778899aabbccddeeff00112233445566778899aabbccddeefg", rk2),
+      SL_EAUTH);
   assert_int_equal(sl__apikey_rkey("slk_0011", rk2), SL_EAUTH);
-  assert_int_equal(sl__apikey_rkey("sk_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff0", rk2), SL_EAUTH);
+  assert_int_equal(
+      sl__apikey_rkey("sk_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff0", rk2),
+      SL_EAUTH);
   assert_true(sl__user_valid("alice"));
   assert_true(sl__user_valid("auth0|5f7c8ec7c33c6c004bbafe82"));
   assert_false(sl__user_valid(""));

@@ -48,8 +48,8 @@ static void hosts_and_form(void **state) {
   char why[320];
   sl__callback_policy *p = policy("hooks.example.com, *.example.org", "", 0);
   sl__callback_target t;
-  assert_int_equal(sl__callback_check_url(p, "https://HOOKS.example.com./x?y=1", &t, why,
-                                          sizeof why), 0);
+  assert_int_equal(
+      sl__callback_check_url(p, "https://HOOKS.example.com./x?y=1", &t, why, sizeof why), 0);
   assert_string_equal(t.host, "hooks.example.com");
   assert_int_equal(t.port, 443);
   assert_int_equal(url(p, "https://a.b.example.org:8443/x", why), 0);
@@ -95,12 +95,27 @@ static void address_classes(void **state) {
   (void)state;
   char why[320];
   sl__callback_policy *p = policy("x.example", "", 0);
-  const char *refused[] = {"0.0.0.0",       "10.9.8.7",        "100.64.0.1",  "127.0.0.1",
-                           "127.255.0.1",   "169.254.1.1",     "169.254.169.254",
-                           "172.16.0.1",    "172.31.255.255",  "192.168.1.1", "224.0.0.1",
-                           "255.255.255.255", "::",            "::1",         "fe80::1",
-                           "fd00::1",       "fd00:ec2::254",   "ff02::1",     "::ffff:127.0.0.1",
-                           "::ffff:10.0.0.1", "64:ff9b::a9fe:a9fe"};
+  const char *refused[] = {"0.0.0.0",
+                           "10.9.8.7",
+                           "100.64.0.1",
+                           "127.0.0.1",
+                           "127.255.0.1",
+                           "169.254.1.1",
+                           "169.254.169.254",
+                           "172.16.0.1",
+                           "172.31.255.255",
+                           "192.168.1.1",
+                           "224.0.0.1",
+                           "255.255.255.255",
+                           "::",
+                           "::1",
+                           "fe80::1",
+                           "fd00::1",
+                           "fd00:ec2::254",
+                           "ff02::1",
+                           "::ffff:127.0.0.1",
+                           "::ffff:10.0.0.1",
+                           "64:ff9b::a9fe:a9fe"};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     if (addr(p, refused[i], why) != SL_EINVAL) fail_msg("%s was allowed", refused[i]);
   }

@@ -32,7 +32,8 @@ static void test_create_body(void **state) {
   assert_int_equal(json_integer_value(json_object_get(a, "no")), 1);
   assert_string_equal(json_string_value(json_object_get(a, "content_type")), "audio/webm");
   assert_int_equal(json_integer_value(json_object_get(a, "size")), 24000);
-  assert_string_equal(json_string_value(json_object_get(a, "prompt")), "What do you do on weekends?");
+  assert_string_equal(json_string_value(json_object_get(a, "prompt")),
+                      "What do you do on weekends?");
   assert_int_equal(json_integer_value(json_object_get(b, "no")), 2); /* 0: its position */
   assert_null(json_object_get(b, "prompt"));                         /* none: not sent */
   assert_int_equal(json_integer_value(json_object_get(c, "no")), 7);
@@ -80,8 +81,8 @@ static void test_parse_reply(void **state) {
 static void refused(const char *body, size_t want, const char *why) {
   sl_client_created c;
   char err[256] = "";
-  assert_int_equal(sl_client_created_parse(body, body ? strlen(body) : 0, want, &c, err, sizeof err),
-                   -1);
+  assert_int_equal(
+      sl_client_created_parse(body, body ? strlen(body) : 0, want, &c, err, sizeof err), -1);
   if (!strstr(err, why)) fail_msg("\"%s\" does not say \"%s\"", err, why);
   assert_null(c.submission_id);
   assert_null(c.uploads);
@@ -93,10 +94,12 @@ static void test_bad_replies(void **state) {
   refused("not json", 1, "not a JSON object");
   refused(NULL, 1, "not a JSON object");
   refused("[1,2]", 1, "not a JSON object");
-  refused("{\"results_token\":\"t\",\"results_url\":\"u\",\"questions\":[]}", 0, "lacks submission_id");
+  refused("{\"results_token\":\"t\",\"results_url\":\"u\",\"questions\":[]}", 0,
+          "lacks submission_id");
   refused(reply, 3, "one upload per question");
   refused("{\"submission_id\":\"s\",\"results_token\":\"t\",\"results_url\":\"u\","
-          "\"questions\":[{\"no\":1,\"url\":\"x\",\"headers\":{}}]}", 1, "lacks no, url, object_key");
+          "\"questions\":[{\"no\":1,\"url\":\"x\",\"headers\":{}}]}",
+          1, "lacks no, url, object_key");
   refused("{\"submission_id\":\"s\",\"results_token\":\"t\",\"results_url\":\"u\","
           "\"questions\":[{\"no\":1,\"url\":\"x\",\"object_key\":\"k\",\"headers\":{\"A\":1}}]}",
           1, "not a string");
@@ -117,8 +120,10 @@ static void test_content_types(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_create_body), cmocka_unit_test(test_parse_reply),
-      cmocka_unit_test(test_bad_replies), cmocka_unit_test(test_content_types),
+      cmocka_unit_test(test_create_body),
+      cmocka_unit_test(test_parse_reply),
+      cmocka_unit_test(test_bad_replies),
+      cmocka_unit_test(test_content_types),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

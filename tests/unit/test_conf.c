@@ -160,9 +160,9 @@ static void test_precedence(void **state) {
   assert_string_equal(c->name, "from-file"); /* file > default */
   assert_int_equal(c->count, 20);            /* env > file */
   assert_string_equal(c->token, "env-token");
-  assert_true(c->ratio == 3.5);              /* override > env > file */
-  assert_int_equal(c->flag, 1);              /* override > default */
-  assert_int_equal(c->pin, 1234);            /* untouched default */
+  assert_true(c->ratio == 3.5);   /* override > env > file */
+  assert_int_equal(c->flag, 1);   /* override > default */
+  assert_int_equal(c->pin, 1234); /* untouched default */
 
   /* the later of two overrides wins; an empty file path means no file */
   const char *ov2[] = {"t.count=1", "t.count=2"};
@@ -272,14 +272,21 @@ typedef struct {
 static void test_strict_values(void **state) {
   tconf *c = *state;
   static const bad_case bad[] = {
-      {"t.count=12abc", "t.count"},  {"t.count=", "t.count"},
-      {"t.count=1.5", "t.count"},    {"t.count=0x10", "t.count"},
+      {"t.count=12abc", "t.count"},
+      {"t.count=", "t.count"},
+      {"t.count=1.5", "t.count"},
+      {"t.count=0x10", "t.count"},
       {"t.count=99999999999999999999", "t.count"},
-      {"t.flag=maybe", "t.flag"},    {"t.flag=TRUE", "t.flag"},
-      {"t.flag=", "t.flag"},         {"t.flag=2", "t.flag"},
-      {"t.ratio=nan", "t.ratio"},    {"t.ratio=inf", "t.ratio"},
-      {"t.ratio=-infinity", "t.ratio"}, {"t.ratio=1e999", "t.ratio"},
-      {"t.ratio=1.5x", "t.ratio"},   {"t.ratio=", "t.ratio"},
+      {"t.flag=maybe", "t.flag"},
+      {"t.flag=TRUE", "t.flag"},
+      {"t.flag=", "t.flag"},
+      {"t.flag=2", "t.flag"},
+      {"t.ratio=nan", "t.ratio"},
+      {"t.ratio=inf", "t.ratio"},
+      {"t.ratio=-infinity", "t.ratio"},
+      {"t.ratio=1e999", "t.ratio"},
+      {"t.ratio=1.5x", "t.ratio"},
+      {"t.ratio=", "t.ratio"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";
@@ -302,8 +309,8 @@ static void test_accepted_values(void **state) {
   static const struct {
     const char *v;
     int want;
-  } bools[] = {{"1", 1},   {"true", 1}, {"yes", 1}, {"on", 1},
-               {"0", 0},   {"false", 0}, {"no", 0}, {"off", 0}};
+  } bools[] = {{"1", 1}, {"true", 1},  {"yes", 1}, {"on", 1},
+               {"0", 0}, {"false", 0}, {"no", 0},  {"off", 0}};
   for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
     char ov0[32];
     snprintf(ov0, sizeof ov0, "t.flag=%s", bools[i].v);
@@ -437,8 +444,7 @@ static void test_line_without_equals(void **state) {
 static void test_missing_file_and_bad_args(void **state) {
   tconf *c = *state;
   char err[256];
-  assert_int_equal(load(c, "/nonexistent/sluice.conf", NULL, 0, err, sizeof err),
-                   SL_ECONFIG);
+  assert_int_equal(load(c, "/nonexistent/sluice.conf", NULL, 0, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "/nonexistent/sluice.conf"));
   assert_non_null(strstr(err, "No such file"));
 
@@ -495,7 +501,7 @@ static void test_release(void **state) {
   assert_null(c->token);
   assert_null(c->multi);
   assert_int_equal(c->count, 7); /* non-strings untouched */
-  sl_conf_release(&b, 1);         /* idempotent */
+  sl_conf_release(&b, 1);        /* idempotent */
   assert_null(c->name);
 
   /* a failed load leaves the strings it stored releasable */

@@ -100,8 +100,10 @@ static void test_backlog_never_deadlocks(void **state) {
     if (bytes > peak) peak = bytes;
     int with_huge = 0;
     for (int i = head; i < tail; i++) with_huge |= inflight[i] == huge;
-    if (with_huge) huge_alone |= tail - head == 1;
-    else if (bytes > peak_ordinary) peak_ordinary = bytes;
+    if (with_huge)
+      huge_alone |= tail - head == 1;
+    else if (bytes > peak_ordinary)
+      peak_ordinary = bytes;
     sl_flow_action a = sl_flow_next(&l, paused, tail - head, bytes, NULL);
     if (a == SL_FLOW_PAUSE) paused = 1;
     if (a == SL_FLOW_RESUME) paused = 0;
@@ -112,7 +114,7 @@ static void test_backlog_never_deadlocks(void **state) {
   /* the answers of ordinary size never passed the limit by more than one */
   assert_true(peak_ordinary < limit + answer + 7 * 1000);
   assert_true(peak_ordinary >= limit); /* and the limit was reached: it paused */
-  assert_true(huge_alone); /* the large one ran, and at some point alone */
+  assert_true(huge_alone);             /* the large one ran, and at some point alone */
 }
 
 int main(void) {

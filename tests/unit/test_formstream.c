@@ -46,9 +46,10 @@ static void le32(unsigned char *p, uint32_t v) {
 /* n bytes of WAV (16 kHz, 16-bit mono: the plugin reads the header and
  * refuses what is not audio before any request) whose samples are noise */
 static unsigned char *new_audio(size_t n, unsigned seed) {
-  static const unsigned char head[44] = {
-      'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ', 16, 0, 0, 0, 1, 0,
-      1,   0,   0x80, 0x3e, 0, 0, 0, 0x7d, 0, 0, 2, 0, 16, 0, 'd', 'a', 't', 'a', 0, 0, 0, 0};
+  static const unsigned char head[44] = {'R', 'I', 'F',  'F',  0,   0,   0,   0,    'W', 'A', 'V',
+                                         'E', 'f', 'm',  't',  ' ', 16,  0,   0,    0,   1,   0,
+                                         1,   0,   0x80, 0x3e, 0,   0,   0,   0x7d, 0,   0,   2,
+                                         0,   16,  0,    'd',  'a', 't', 'a', 0,    0,   0,   0};
   unsigned char *a = malloc(n);
   assert_non_null(a);
   assert_true(n > sizeof head);
@@ -121,8 +122,8 @@ static void fixture_up(fixture *f, const char *dir, const char *name, const char
   assert_int_equal(uv_loop_init(&f->loop), 0);
   if (!port) {
     sl_http_limits lim = {.max_body = 16u << 20};
-    assert_int_equal(
-        sl_http_server_new(&f->srv, &f->loop, "127.0.0.1:0", &lim, on_request, &f->p), 0);
+    assert_int_equal(sl_http_server_new(&f->srv, &f->loop, "127.0.0.1:0", &lim, on_request, &f->p),
+                     0);
     port = sl_http_server_port(f->srv);
   }
   assert_int_equal(sl_httpc_new(&f->http, &f->loop), 0);
@@ -222,7 +223,7 @@ static void test_completing_before_the_upload_keeps_its_bytes(void **st) {
 
 typedef struct {
   int lfd;
-  char *last;      /* the body of the request answered on connection 2 */
+  char *last; /* the body of the request answered on connection 2 */
   size_t last_len;
   int dropped;     /* requests read and dropped */
   const char *err; /* what went wrong on the server's thread, or NULL */
@@ -279,7 +280,8 @@ static int reply(int fd) {
   char r[256];
   int n = snprintf(r, sizeof r,
                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                   "\r\n%s", strlen(body), body);
+                   "\r\n%s",
+                   strlen(body), body);
   return write(fd, r, (size_t)n) == n ? 0 : -1;
 }
 

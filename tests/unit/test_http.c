@@ -60,9 +60,9 @@ typedef struct {
   int port;
   int running;
   int loop_close_rc;
-  atomic_int nreq;     /* requests the handler saw */
-  atomic_int nheld;    /* "/hold" requests parked */
-  atomic_int late_rc;  /* non-zero: a late sl_http_respond failed */
+  atomic_int nreq;             /* requests the handler saw */
+  atomic_int nheld;            /* "/hold" requests parked */
+  atomic_int late_rc;          /* non-zero: a late sl_http_respond failed */
   sl_http_req *held[MAX_HELD]; /* loop thread only */
 } fixture;
 
@@ -97,8 +97,8 @@ static void echo(sl_http_req *req) {
   } else {
     p += (size_t)snprintf(out + p, sizeof out - p, "\",\"x_test\":null");
   }
-  p += (size_t)snprintf(out + p, sizeof out - p, ",\"body_len\":%zu,\"body_sha256\":\"%s\"}",
-                        blen, sha);
+  p += (size_t)snprintf(out + p, sizeof out - p, ",\"body_len\":%zu,\"body_sha256\":\"%s\"}", blen,
+                        sha);
   sl_http_respond(req, 200, "application/json", "X-Echo: 1\r\n", out, p);
 }
 
@@ -160,8 +160,7 @@ static void *loop_main(void *arg) {
 
 static void start_server(fixture *f, const sl_http_limits *lim) {
   assert_int_equal(uv_loop_init(&f->loop), 0);
-  assert_int_equal(
-      sl_http_server_new(&f->srv, &f->loop, "127.0.0.1:0", lim, handler, f), 0);
+  assert_int_equal(sl_http_server_new(&f->srv, &f->loop, "127.0.0.1:0", lim, handler, f), 0);
   f->port = sl_http_server_port(f->srv);
   assert_true(f->port > 0 && f->port < 65536);
   assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
@@ -355,9 +354,8 @@ static char *expected_echo(const char *method, const char *path, const char *que
   return s;
 }
 
-static void assert_echo(const response *r, const char *method, const char *path,
-                        const char *query, const char *x_test, const void *body,
-                        size_t blen) {
+static void assert_echo(const response *r, const char *method, const char *path, const char *query,
+                        const char *x_test, const void *body, size_t blen) {
   char *want = expected_echo(method, path, query, x_test, body, blen);
   assert_int_equal(r->status, 200);
   assert_string_equal(header(r, "Content-Type"), "application/json");
@@ -495,7 +493,8 @@ static void test_post_body(void **state) {
   char head[256];
   snprintf(head, sizeof head,
            "POST /upload HTTP/1.1\r\nHost: h\r\nContent-Type: application/octet-stream\r\n"
-           "Content-Length: %zu\r\n\r\n", n);
+           "Content-Length: %zu\r\n\r\n",
+           n);
   send_str(c, head);
   send_all(c, body, n);
   response r;
@@ -610,8 +609,7 @@ static void test_headers_too_large(void **state) {
   /* many small headers adding up */
   c = connect_client(f);
   size_t p = (size_t)snprintf(req, sizeof req, "GET /many HTTP/1.1\r\n");
-  for (int i = 0; i < 60; i++)
-    p += (size_t)snprintf(req + p, sizeof req - p, "X-H%02d: v\r\n", i);
+  for (int i = 0; i < 60; i++) p += (size_t)snprintf(req + p, sizeof req - p, "X-H%02d: v\r\n", i);
   p += (size_t)snprintf(req + p, sizeof req - p, "\r\n");
   send_all(c, req, p);
   assert_int_equal(read_response(c, &r), 0);
@@ -864,8 +862,8 @@ static void test_new_errors(void **state) {
   uv_loop_t loop;
   assert_int_equal(uv_loop_init(&loop), 0);
   sl_http_server *s = NULL, *s2 = NULL;
-  static const char *bad[] = {"nohost", "127.0.0.1:99999", "127.0.0.1:abc", "127.0.0.1:-1",
-                              "localhost:80", "1.2.3:80"};
+  static const char *bad[] = {"nohost",       "127.0.0.1:99999", "127.0.0.1:abc",
+                              "127.0.0.1:-1", "localhost:80",    "1.2.3:80"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     if (sl_http_server_new(&s, &loop, bad[i], NULL, dummy_handler, NULL) != SL_EINVAL)
       fail_msg("listen \"%s\" accepted", bad[i]);
@@ -954,20 +952,11 @@ static void test_max_connections(void **state) {
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
-      T(test_simple_get),
-      T(test_keep_alive),
-      T(test_pipelining),
-      T(test_post_body),
-      T(test_body_too_large),
-      T(test_headers_too_large),
-      T(test_too_many_headers),
-      T(test_malformed),
-      T(test_nul_in_header),
-      T(test_delayed_response),
-      T(test_request_timeout),
-      T(test_free_closes_connections),
-      T(test_new_errors),
-      T(test_max_connections),
+      T(test_simple_get),       T(test_keep_alive),      T(test_pipelining),
+      T(test_post_body),        T(test_body_too_large),  T(test_headers_too_large),
+      T(test_too_many_headers), T(test_malformed),       T(test_nul_in_header),
+      T(test_delayed_response), T(test_request_timeout), T(test_free_closes_connections),
+      T(test_new_errors),       T(test_max_connections),
   };
 #undef T
   sl_log_init("test_http", "error");

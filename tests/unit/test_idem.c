@@ -57,7 +57,8 @@ static void test_malformed(void **state) {
   assert_int_equal(b.failed, 0);
   /* a record of more outputs than an outbox holds: nothing half-added */
   sl_outbox big = {.n = 0};
-  for (int i = 0; i < SL_OUTBOX_MAX; i++) assert_int_equal(sl_outbox_add(&big, "t", "k", "v", 1), 0);
+  for (int i = 0; i < SL_OUTBOX_MAX; i++)
+    assert_int_equal(sl_outbox_add(&big, "t", "k", "v", 1), 0);
   uint8_t *buf = NULL;
   size_t n = 0;
   assert_int_equal(sl_idem_pack(&big, 1, &buf, &n), 0);

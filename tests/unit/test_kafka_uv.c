@@ -61,9 +61,8 @@ static void test_events_queued_before_attach_are_served(void **state) {
   const char *extra[] = {"message.timeout.ms", "800", "linger.ms", "0", NULL};
   rd_kafka_t *rk = NULL;
   char err[512] = "";
-  assert_int_equal(sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-kafka-uv", extra, err,
-                                         sizeof err),
-                   0);
+  assert_int_equal(
+      sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-kafka-uv", extra, err, sizeof err), 0);
   /* the refused connection queues error events on the main queue */
   rd_kafka_queue_t *mq = rd_kafka_queue_get_main(rk);
   for (int i = 0; i < 100 && rd_kafka_queue_length(mq) == 0; i++) sleep_ms(50);
@@ -113,9 +112,8 @@ static void test_prefetch_holds_the_topics(void **state) {
   (void)state;
   rd_kafka_t *rk = NULL;
   char err[512] = "";
-  assert_int_equal(sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-prefetch", NULL, err,
-                                         sizeof err),
-                   0);
+  assert_int_equal(
+      sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-prefetch", NULL, err, sizeof err), 0);
   const char *topics[] = {"submissions", "storage-events"}, *bad[] = {"ok", ""};
   rd_kafka_topic_t *held[2] = {NULL, NULL};
   assert_int_equal(sl_kafka_prefetch(NULL, topics, 2, held), SL_EINVAL);

@@ -145,8 +145,13 @@ static void test_s3_calls_share_a_connection(void **state) {
   server_start(&s);
   char endpoint[64];
   snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", s.port);
-  sl_s3_conf conf = {.endpoint = endpoint, .region = "us-east-1", .bucket = "answers",
-                     .access_key = "k", .secret_key = "s", .path_style = 1, .ca_file = ""};
+  sl_s3_conf conf = {.endpoint = endpoint,
+                     .region = "us-east-1",
+                     .bucket = "answers",
+                     .access_key = "k",
+                     .secret_key = "s",
+                     .path_style = 1,
+                     .ca_file = ""};
   sl_s3_target t;
   assert_int_equal(sl_s3_target_init(&t, &conf), 0);
   sl_s3_conn *conn = NULL;
@@ -159,12 +164,13 @@ static void test_s3_calls_share_a_connection(void **state) {
     assert_int_equal(h.size, 2);
     void *data = NULL;
     size_t len = 0;
-    assert_int_equal(sl_s3_get(conn, &t, "submissions/a/q1.wav", 1024, &data, &len, &status, err,
-                               sizeof err), 0);
+    assert_int_equal(
+        sl_s3_get(conn, &t, "submissions/a/q1.wav", 1024, &data, &len, &status, err, sizeof err),
+        0);
     assert_int_equal(len, 2);
     free(data);
-    assert_int_equal(sl_s3_put(conn, &t, "derived/a.flac", "audio/flac", "abc", 3, &status, err,
-                               sizeof err), 0);
+    assert_int_equal(
+        sl_s3_put(conn, &t, "derived/a.flac", "audio/flac", "abc", 3, &status, err, sizeof err), 0);
   }
   assert_int_equal(atomic_load(&s.requests), 12);
   /* one connection for all twelve calls (it was one per call) */

@@ -43,10 +43,10 @@ static void test_hist_registration(void **state) {
   assert_null(sl_metrics_histogram("sluice_tbad_seconds", NULL, "h", NULL, 3));
   double many[SL_HIST_BUCKETS_MAX + 1];
   for (size_t i = 0; i < SL_HIST_BUCKETS_MAX + 1; i++) many[i] = (double)i + 1;
-  assert_null(sl_metrics_histogram("sluice_tbad_seconds", NULL, "h", many,
-                                   SL_HIST_BUCKETS_MAX + 1));
-  assert_non_null(sl_metrics_histogram("sluice_tmany_seconds", NULL, "h", many,
-                                       SL_HIST_BUCKETS_MAX));
+  assert_null(
+      sl_metrics_histogram("sluice_tbad_seconds", NULL, "h", many, SL_HIST_BUCKETS_MAX + 1));
+  assert_non_null(
+      sl_metrics_histogram("sluice_tmany_seconds", NULL, "h", many, SL_HIST_BUCKETS_MAX));
   const double inf[] = {1, INFINITY};
   assert_null(sl_metrics_histogram("sluice_tbad_seconds", NULL, "h", inf, 2));
   /* NULL-safe */
@@ -57,11 +57,11 @@ static void test_hist_registration(void **state) {
 static void test_hist_render(void **state) {
   (void)state;
   const double b[] = {0.5, 1, 2.5};
-  sl_histogram *a = sl_metrics_histogram("sluice_trender_seconds", "stage=\"x\"",
-                                         "Rendered latency", b, 3);
+  sl_histogram *a =
+      sl_metrics_histogram("sluice_trender_seconds", "stage=\"x\"", "Rendered latency", b, 3);
   sl_histogram *u = sl_metrics_histogram("sluice_tplain_seconds", NULL, "Plain", b, 3);
-  sl_histogram *c = sl_metrics_histogram("sluice_trender_seconds", "stage=\"y\"",
-                                         "Rendered latency", b, 3);
+  sl_histogram *c =
+      sl_metrics_histogram("sluice_trender_seconds", "stage=\"y\"", "Rendered latency", b, 3);
   assert_non_null(a);
   assert_non_null(u);
   assert_non_null(c);
@@ -165,7 +165,8 @@ static void test_hist_concurrent(void **state) {
   conc = sl_metrics_histogram("sluice_tconc_seconds", NULL, "c", b, 2);
   assert_non_null(conc);
   pthread_t t[OBS_THREADS];
-  for (int i = 0; i < OBS_THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, observer, NULL), 0);
+  for (int i = 0; i < OBS_THREADS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, observer, NULL), 0);
   for (int i = 0; i < OBS_THREADS; i++) pthread_join(t[i], NULL);
   assert_int_equal(sl_histogram_count(conc), OBS_THREADS * OBS_EACH);
   /* each thread adds 0+0.5+1+1.5 per 4 observations: exact in binary */
@@ -185,8 +186,8 @@ static void test_hist_concurrent(void **state) {
 static void test_latency_bounds(void **state) {
   (void)state;
   assert_true(sl_metrics_latency_nbounds > 0 && sl_metrics_latency_nbounds <= SL_HIST_BUCKETS_MAX);
-  assert_non_null(sl_metrics_histogram("sluice_tlat_seconds", NULL, "lat", sl_metrics_latency_bounds,
-                                       sl_metrics_latency_nbounds));
+  assert_non_null(sl_metrics_histogram("sluice_tlat_seconds", NULL, "lat",
+                                       sl_metrics_latency_bounds, sl_metrics_latency_nbounds));
 }
 
 int main(void) {

@@ -43,8 +43,8 @@ static void assert_uuid7_shape(const char *u) {
     else
       assert_true(is_lower_hex(u[i]));
   }
-  assert_int_equal(u[14], '7');                   /* version nibble */
-  assert_true(strchr("89ab", u[19]) != NULL);     /* variant bits 10 */
+  assert_int_equal(u[14], '7');               /* version nibble */
+  assert_true(strchr("89ab", u[19]) != NULL); /* variant bits 10 */
 }
 
 /* The first 48 bits (12 hex digits without the dash) are the timestamp. */
@@ -84,7 +84,7 @@ static int cmp_str(const void *a, const void *b) {
 static void test_uuid7_unique_and_monotonic(void **state) {
   (void)state;
   enum { N = 1000 };
-  char (*ids)[37] = calloc(N, sizeof *ids);
+  char(*ids)[37] = calloc(N, sizeof *ids);
   assert_non_null(ids);
   int64_t base = 1700000000000LL;
   for (int i = 0; i < N; i++) {
@@ -95,7 +95,7 @@ static void test_uuid7_unique_and_monotonic(void **state) {
     if (i > 0) assert_true(strcmp(ids[i - 1], ids[i]) < 0);
   }
   /* 1000 ids for the same millisecond: the random part keeps them unique */
-  char (*same)[37] = calloc(N, sizeof *same);
+  char(*same)[37] = calloc(N, sizeof *same);
   assert_non_null(same);
   for (int i = 0; i < N; i++) assert_int_equal(sl_uuid7(base, same[i]), 0);
   qsort(same, N, sizeof *same, cmp_str);
@@ -207,11 +207,10 @@ static size_t count_occurrences(const char *hay, const char *needle) {
 static void test_metrics_render(void **state) {
   (void)state;
   /* interleave registrations: rendering must still group by name */
-  sl_metric *r1 = sl_metrics_counter("sluice_trender_total", "outcome=\"done\"",
-                                     "Rendered things");
+  sl_metric *r1 = sl_metrics_counter("sluice_trender_total", "outcome=\"done\"", "Rendered things");
   sl_metric *g = sl_metrics_gauge("sluice_trender_level", NULL, "Current level");
-  sl_metric *r2 = sl_metrics_counter("sluice_trender_total", "outcome=\"failed\"",
-                                     "Rendered things");
+  sl_metric *r2 =
+      sl_metrics_counter("sluice_trender_total", "outcome=\"failed\"", "Rendered things");
   assert_non_null(r1);
   assert_non_null(g);
   assert_non_null(r2);
@@ -309,8 +308,11 @@ static void test_json_escape(void **state) {
   assert_int_equal(p, strlen(buf));
 
   p = 0;
-  sl_json_escape(buf, sizeof buf, &p, "l1\nl2\tx\r\x01\x1f\x7f" "end");
-  assert_string_equal(buf, "l1\\nl2\\tx\\u000d\\u0001\\u001f\x7f" "end");
+  sl_json_escape(buf, sizeof buf, &p,
+                 "l1\nl2\tx\r\x01\x1f\x7f"
+                 "end");
+  assert_string_equal(buf, "l1\\nl2\\tx\\u000d\\u0001\\u001f\x7f"
+                           "end");
   assert_int_equal(p, strlen(buf));
 
   /* appends at *pos */
@@ -338,12 +340,14 @@ static void test_json_escape(void **state) {
   /* bytes that are not well-formed UTF-8 become \ufffd (fuzz_http found a
    * JSON parser error text quoting a cut sequence in an error body) */
   const char *bad[][2] = {
-      {"a\xde" "b", "a\\ufffdb"},           /* lead byte, no continuation */
-      {"\x80x", "\\ufffdx"},                /* lone continuation */
-      {"\xc0\xaf", "\\ufffd\\ufffd"},     /* overlong '/' */
-      {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"}, /* a surrogate */
+      {"a\xde"
+       "b",
+       "a\\ufffdb"},                                        /* lead byte, no continuation */
+      {"\x80x", "\\ufffdx"},                                /* lone continuation */
+      {"\xc0\xaf", "\\ufffd\\ufffd"},                       /* overlong '/' */
+      {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"},            /* a surrogate */
       {"\xf4\x90\x80\x80", "\\ufffd\\ufffd\\ufffd\\ufffd"}, /* above U+10FFFF */
-      {"\xe2\x82", "\\ufffd\\ufffd"},     /* cut at the end of the string */
+      {"\xe2\x82", "\\ufffd\\ufffd"},                       /* cut at the end of the string */
       {"\xff", "\\ufffd"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -417,8 +421,8 @@ static void test_key_parse(void **state) {
   assert_int_equal(parse("s/007", sid, &q), 0);
   assert_int_equal(q, 7);
 
-  const char *bad[] = {"", "sid", "/3", "sid/", "sid/0", "sid/x", "sid/12345",
-                       "sid/3x", "sid/-3", "sid/ 3", "sid/3/4", "sid/0000"};
+  const char *bad[] = {"",          "sid",    "/3",     "sid/",   "sid/0",   "sid/x",
+                       "sid/12345", "sid/3x", "sid/-3", "sid/ 3", "sid/3/4", "sid/0000"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     strcpy(sid, "untouched");
     q = 99;
@@ -580,7 +584,7 @@ static void test_log_batch(void **state) {
     got += drain_pipe(p[0], buf, sizeof buf);
   }
   assert_true(got > 0); /* the batch filled and went out */
-  sl_log_batch(0); /* off: what is left goes out, then every line at once */
+  sl_log_batch(0);      /* off: what is left goes out, then every line at once */
   got += drain_pipe(p[0], buf, sizeof buf);
   assert_true(got >= 60 * (sizeof big - 1));
   sl_log(SL_LOG_INFO, NULL, "seventh");

@@ -170,9 +170,12 @@ static void test_growth_and_wrap(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_in_order),       cmocka_unit_test(test_out_of_order),
-      cmocka_unit_test(test_gaps),           cmocka_unit_test(test_reset_epoch),
-      cmocka_unit_test(test_refetch_lower),  cmocka_unit_test(test_commit_failed),
+      cmocka_unit_test(test_in_order),
+      cmocka_unit_test(test_out_of_order),
+      cmocka_unit_test(test_gaps),
+      cmocka_unit_test(test_reset_epoch),
+      cmocka_unit_test(test_refetch_lower),
+      cmocka_unit_test(test_commit_failed),
       cmocka_unit_test(test_growth_and_wrap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,10 +29,12 @@ static int teardown(void **st) {
   return 0;
 }
 
-static const sl_plugin_input input = {
-    .struct_size = sizeof(sl_plugin_input), .key = "sub/2",
-    .prompt = "What do you do on weekends?", .language = "en",
-    .transcript = "on weekends i go hiking with my friends", .duration_s = 12.5};
+static const sl_plugin_input input = {.struct_size = sizeof(sl_plugin_input),
+                                      .key = "sub/2",
+                                      .prompt = "What do you do on weekends?",
+                                      .language = "en",
+                                      .transcript = "on weekends i go hiking with my friends",
+                                      .duration_s = 12.5};
 
 static void start(void) {
   char err[256] = "";
@@ -47,11 +49,10 @@ static const char good[] =
 
 /* a chat.completion whose message content is `content` */
 static char *completion(const char *content, int tokens) {
-  json_t *o = json_pack("{s:s,s:s,s:[{s:i,s:{s:s,s:s},s:s}],s:{s:i,s:i,s:i}}", "id", "c1",
-                        "object", "chat.completion", "choices", "index", 0, "message", "role",
-                        "assistant", "content", content, "finish_reason", "stop", "usage",
-                        "prompt_tokens", tokens - 10, "completion_tokens", 10, "total_tokens",
-                        tokens);
+  json_t *o = json_pack("{s:s,s:s,s:[{s:i,s:{s:s,s:s},s:s}],s:{s:i,s:i,s:i}}", "id", "c1", "object",
+                        "chat.completion", "choices", "index", 0, "message", "role", "assistant",
+                        "content", content, "finish_reason", "stop", "usage", "prompt_tokens",
+                        tokens - 10, "completion_tokens", 10, "total_tokens", tokens);
   char *s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return s;
@@ -96,11 +97,9 @@ static void test_request_and_valid_reply(void **st) {
   json_t *schema = json_object_get(js, "schema");
   assert_int_equal(json_array_size(json_object_get(schema, "required")), 4);
   assert_true(json_is_false(json_object_get(schema, "additionalProperties")));
-  assert_int_equal(
-      json_array_size(json_object_get(json_object_get(json_object_get(schema, "properties"),
-                                                      "level"),
-                                      "enum")),
-      9);
+  assert_int_equal(json_array_size(json_object_get(
+                       json_object_get(json_object_get(schema, "properties"), "level"), "enum")),
+                   9);
   json_t *msgs = json_object_get(b, "messages");
   assert_int_equal(json_array_size(msgs), 2);
   const char *user = json_string_value(json_object_get(json_array_get(msgs, 1), "content"));
@@ -155,7 +154,8 @@ static void test_schema_validation(void **st) {
       {"{\"score\":5,\"level\":\"IL\",\"criteria\":[{\"name\":\"a\",\"score\":1}],\"feedback\":"
        "\"x\"}",
        "criteria[0]"},
-      {"{\"score\":5,\"level\":\"IL\",\"criteria\":[{\"name\":\"a\",\"score\":101,\"comment\":\"c\"}"
+      {"{\"score\":5,\"level\":\"IL\",\"criteria\":[{\"name\":\"a\",\"score\":101,\"comment\":"
+       "\"c\"}"
        "],\"feedback\":\"x\"}",
        "criteria[0]"},
       {"{\"score\":5,\"level\":\"IL\",\"criteria\":[{\"name\":\"a\",\"score\":1,\"comment\":\"c\","
@@ -195,8 +195,8 @@ static void test_regenerates_then_succeeds(void **st) {
   assert_int_equal(json_array_size(msgs), 4); /* system, user, bad reply, correction */
   assert_string_equal(json_string_value(json_object_get(json_array_get(msgs, 2), "role")),
                       "assistant");
-  assert_non_null(strstr(json_string_value(json_object_get(json_array_get(msgs, 2), "content")),
-                         "140"));
+  assert_non_null(
+      strstr(json_string_value(json_object_get(json_array_get(msgs, 2), "content")), "140"));
   assert_non_null(strstr(json_string_value(json_object_get(json_array_get(msgs, 3), "content")),
                          "score must be a number from 0 to 100"));
   json_decref(b);
@@ -327,12 +327,12 @@ static void test_status_policy_and_bad_bodies(void **st) {
   expect(0, NULL, 0, 1, "timeout", SL_PLUGIN_RETRY, "provider_timeout", 0, "60000 ms");
   expect(0, NULL, 0, 0, "Connection reset by peer", SL_PLUGIN_RETRY, "provider_unreachable", 0,
          "Connection reset");
-  expect(200, "<html>502 Bad Gateway</html>", 0, 0, NULL, SL_PLUGIN_RETRY, "provider_bad_reply",
-         0, "502 Bad Gateway");
+  expect(200, "<html>502 Bad Gateway</html>", 0, 0, NULL, SL_PLUGIN_RETRY, "provider_bad_reply", 0,
+         "502 Bad Gateway");
   expect(200, "{\"id\":\"c1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\"mess", 0,
          0, NULL, SL_PLUGIN_RETRY, "provider_bad_reply", 0, "truncated");
-  expect(200, "{\"id\":\"c1\",\"choices\":[]}", 0, 0, NULL, SL_PLUGIN_FAIL, "provider_bad_reply",
-         0, "choices[0].message.content");
+  expect(200, "{\"id\":\"c1\",\"choices\":[]}", 0, 0, NULL, SL_PLUGIN_FAIL, "provider_bad_reply", 0,
+         "choices[0].message.content");
   expect(200,
          "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,"
          "\"refusal\":\"I can't help with that.\"},\"finish_reason\":\"stop\"}]}",

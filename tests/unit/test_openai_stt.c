@@ -57,9 +57,14 @@ static int teardown(void **st) {
 static void start(const void *audio, size_t len) {
   char err[256] = "";
   assert_int_equal(create(&th_host, NULL, &inst, err, sizeof err), 0);
-  sl_plugin_input in = {.struct_size = sizeof in, .key = "sub/1", .prompt = "Tell me",
-                        .language = "en-US", .audio = audio, .audio_len = len,
-                        .content_type = "audio/wav", .filename = "1.wav"};
+  sl_plugin_input in = {.struct_size = sizeof in,
+                        .key = "sub/1",
+                        .prompt = "Tell me",
+                        .language = "en-US",
+                        .audio = audio,
+                        .audio_len = len,
+                        .content_type = "audio/wav",
+                        .filename = "1.wav"};
   call(inst, &in, (sl_plugin_call *)&th);
 }
 
@@ -165,8 +170,8 @@ static void test_status_policy(void **st) {
   expect(401, e, 0, 0, NULL, SL_PLUGIN_FAIL, "provider_auth", 0, 0, "HTTP 401");
   expect(0, NULL, 0, 1, "Operation timed out after 120000 milliseconds", SL_PLUGIN_RETRY,
          "provider_timeout", 0, 0, "120000 ms");
-  expect(0, NULL, 0, 0, "Couldn't connect to server", SL_PLUGIN_RETRY, "provider_unreachable",
-         0, 0, "Couldn't connect");
+  expect(0, NULL, 0, 0, "Couldn't connect to server", SL_PLUGIN_RETRY, "provider_unreachable", 0, 0,
+         "Couldn't connect");
 }
 
 static void test_bad_replies(void **st) {

@@ -58,9 +58,9 @@ static void test_read(void **state) {
   assert_true(v == 2.25);
   assert_int_equal(sl_pbfield_count(m, "words"), 2);
   /* what is not there, or not of that kind */
-  assert_null(sl_pbfield_str(m, "words.2.word"));   /* out of range */
-  assert_null(sl_pbfield_str(m, "words.word"));     /* a list needs an index */
-  assert_null(sl_pbfield_str(m, "duration_s"));     /* a number */
+  assert_null(sl_pbfield_str(m, "words.2.word")); /* out of range */
+  assert_null(sl_pbfield_str(m, "words.word"));   /* a list needs an index */
+  assert_null(sl_pbfield_str(m, "duration_s"));   /* a number */
   assert_null(sl_pbfield_str(m, "nosuch"));
   assert_null(sl_pbfield_str(m, "text.more"));
   assert_int_equal(sl_pbfield_num(m, "text", &v), SL_ENOTFOUND);
@@ -88,10 +88,9 @@ static void test_resolve(void **state) {
   assert_non_null(strstr(err, "\"text\" is not a message"));
   assert_int_equal(sl_pbfield_resolve(d, "a..b", &rep, err, sizeof err), SL_ENOTFOUND);
   assert_int_equal(sl_pbfield_resolve(d, "", &rep, err, sizeof err), SL_ENOTFOUND);
-  assert_int_equal(
-      sl_pbfield_resolve(&sluice__v1__upload_completed__descriptor, "object_key", &rep, err,
-                         sizeof err),
-      SL_PBF_STRING);
+  assert_int_equal(sl_pbfield_resolve(&sluice__v1__upload_completed__descriptor, "object_key", &rep,
+                                      err, sizeof err),
+                   SL_PBF_STRING);
 }
 
 static void test_write(void **state) {

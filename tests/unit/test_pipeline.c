@@ -38,7 +38,8 @@ static void test_builtin(void **state) {
   assert_string_equal(sl_pipeline_progress_next(p, "ingest"), "checking");
   assert_string_equal(sl_pipeline_progress_next(p, "stt"), "grading");
   assert_int_equal(sl_pipeline_progress_rank(p, "awaiting_upload"), 1);
-  assert_true(sl_pipeline_progress_rank(p, "checking") < sl_pipeline_progress_rank(p, "transcribing"));
+  assert_true(sl_pipeline_progress_rank(p, "checking") <
+              sl_pipeline_progress_rank(p, "transcribing"));
   assert_string_equal(sl_pipeline_topic_of(p, "stt", 1, TR), "grade.requests");
   assert_string_equal(sl_pipeline_topic_of(p, "grade", 1, QS), "results");
   assert_null(sl_pipeline_topic_of(p, "grade", 1, TR));
@@ -131,8 +132,10 @@ static void test_inserted_step(void **state) {
   assert_int_equal(sl_pipeline_check_kinds(p, kinds, 5, err, sizeof err), 0);
   /* grade's kind needs a status output the stage lacks */
   const sl_pipeline_kind strict[] = {
-      {"k", {NULL}, {UP, NULL}, 0, 0, 0},          {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
-      {"filter", {TR, NULL}, {TR, QS, NULL}, 0, 1, 0}, {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
+      {"k", {NULL}, {UP, NULL}, 0, 0, 0},
+      {"stt", {UP, NULL}, {TR, QS, NULL}, 1, 1, 0},
+      {"filter", {TR, NULL}, {TR, QS, NULL}, 0, 1, 0},
+      {"grade", {TR, NULL}, {QS, NULL}, 0, 0, 0},
       {"k2", {QS, NULL}, {NULL}, 0, 0, 0},
   };
   assert_int_equal(sl_pipeline_check_kinds(p, strict, 5, err, sizeof err), SL_ECONFIG);
@@ -179,7 +182,8 @@ static void test_refused(void **state) {
   (void)state;
   refused("{\"pipeline\"", "[{\"pipeline\"", "line 1");
   refused("\"version\":1", "\"version\":2", "\"version\" must be 1");
-  refused("\"version\":1", "\"version\":1,\"stagez\":[]", "unknown key \"stagez\" in the description");
+  refused("\"version\":1", "\"version\":1,\"stagez\":[]",
+          "unknown key \"stagez\" in the description");
   refused("\"retry\":true,\"provider\"", "\"retyr\":true,\"provider\"",
           "unknown key \"retyr\" in stage \"stt\"");
   refused("{\"name\":\"up\",", "{\"name\":\"up\",\"partitions\":3,",
@@ -230,8 +234,7 @@ static void test_retry_name_clash(void **state) {
   char err[512] = "";
   assert_int_equal(sl_pipeline_parse(&p, doc, strlen(doc), "t", err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "topic \"a.retry.1s\" is also stage \"a\"'s retry tier"));
-  assert_int_equal(sl_pipeline_load(&p, "/nonexistent/pipeline.json", err, sizeof err),
-                   SL_ECONFIG);
+  assert_int_equal(sl_pipeline_load(&p, "/nonexistent/pipeline.json", err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "cannot read it"));
 }
 
@@ -281,9 +284,9 @@ static void test_common_conf(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_builtin),          cmocka_unit_test(test_inserted_step),
-      cmocka_unit_test(test_refused),          cmocka_unit_test(test_retry_name_clash),
-      cmocka_unit_test(test_file_is_builtin),  cmocka_unit_test(test_common_conf),
+      cmocka_unit_test(test_builtin),         cmocka_unit_test(test_inserted_step),
+      cmocka_unit_test(test_refused),         cmocka_unit_test(test_retry_name_clash),
+      cmocka_unit_test(test_file_is_builtin), cmocka_unit_test(test_common_conf),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

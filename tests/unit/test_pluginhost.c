@@ -38,8 +38,7 @@ static void test_scan_finds_real_plugins(void **st) {
   sl_plugin_libs_free(libs, n);
   /* a kind filter keeps only that kind */
   assert_int_equal(sl_plugin_scan(SLUICE_PLUGIN_DIR, "grade", &libs, &n, NULL, NULL), 0);
-  for (size_t i = 0; i < n; i++)
-    assert_string_equal(sl_plugin_lib_desc(libs[i])->kind, "grade");
+  for (size_t i = 0; i < n; i++) assert_string_equal(sl_plugin_lib_desc(libs[i])->kind, "grade");
   sl_plugin_libs_free(libs, n);
 }
 
@@ -63,14 +62,14 @@ static void test_refuses_non_plugin_and_wrong_kind(void **st) {
   (void)st;
   sl_plugin_lib *l = NULL;
   char err[1024] = "";
-  assert_int_equal(sl_plugin_lib_open(&l, SLUICE_TEST_PLUGIN_DIR, "grade", "noentry", err,
-                                      sizeof err),
-                   SL_EPLUGIN);
+  assert_int_equal(
+      sl_plugin_lib_open(&l, SLUICE_TEST_PLUGIN_DIR, "grade", "noentry", err, sizeof err),
+      SL_EPLUGIN);
   assert_non_null(strstr(err, "not a Sluice plugin"));
   /* a grader asked for as an STT plugin, by path */
-  assert_int_equal(sl_plugin_lib_open(&l, NULL, "stt",
-                                      SLUICE_PLUGIN_DIR "/grade-rubric.so", err, sizeof err),
-                   SL_EPLUGIN);
+  assert_int_equal(
+      sl_plugin_lib_open(&l, NULL, "stt", SLUICE_PLUGIN_DIR "/grade-rubric.so", err, sizeof err),
+      SL_EPLUGIN);
   assert_non_null(strstr(err, "not a stt plugin"));
   assert_int_equal(sl_plugin_lib_open(&l, SLUICE_PLUGIN_DIR, "stt", "nosuch", err, sizeof err),
                    SL_ENOTFOUND);
@@ -157,7 +156,7 @@ static void test_contract_breaches_become_plugin_errors(void **st) {
   run_grade(in, "a fine answer", &g);
   assert_int_equal(g.calls, 1);
   assert_int_equal(g.r.outcome, SL_PLUGIN_DONE);
-  assert_true(g.r.score == 73.5);       /* configuration reached the plugin */
+  assert_true(g.r.score == 73.5); /* configuration reached the plugin */
   assert_string_equal(g.r.level, "AL");
   assert_string_equal(g.r.engine, "misbehave"); /* defaulted to the plugin name */
   run_grade(in, "forget", &g);
@@ -214,7 +213,8 @@ static void test_abi1_adapted(void **st) {
   assert_int_equal(sl_plugin_lib_desc(l)->abi_version, 1);
   assert_int_equal(sl_plugin_check_fields(l, &sluice__v1__transcript__descriptor,
                                           &sluice__v1__question_status__descriptor, err,
-                                          sizeof err), 0);
+                                          sizeof err),
+                   0);
   sl_plugin_inst *in = NULL;
   assert_int_equal(sl_plugin_inst_new(&in, l, err, sizeof err), 0);
   got g = {0};
@@ -240,12 +240,14 @@ static void test_step_fields(void **st) {
   const ProtobufCMessageDescriptor *tr = &sluice__v1__transcript__descriptor;
   assert_int_equal(sl_plugin_check_fields(l, tr, tr, err, sizeof err), 0);
   /* UploadCompleted has no "text": refused, naming plugin, field and type */
-  assert_int_equal(sl_plugin_check_fields(l, &sluice__v1__upload_completed__descriptor, tr, err,
-                                          sizeof err), SL_ECONFIG);
+  assert_int_equal(
+      sl_plugin_check_fields(l, &sluice__v1__upload_completed__descriptor, tr, err, sizeof err),
+      SL_ECONFIG);
   assert_non_null(strstr(err, "plugin step/mask reads \"text\": sluice.v1.UploadCompleted has no "
                               "field \"text\""));
-  assert_int_equal(sl_plugin_check_fields(l, tr, &sluice__v1__upload_completed__descriptor, err,
-                                          sizeof err), SL_ECONFIG);
+  assert_int_equal(
+      sl_plugin_check_fields(l, tr, &sluice__v1__upload_completed__descriptor, err, sizeof err),
+      SL_ECONFIG);
   assert_non_null(strstr(err, "writes \"text\""));
   assert_int_equal(sl_plugin_check_fields(l, NULL, tr, err, sizeof err), SL_ECONFIG);
   /* a call: the masked text comes back as a field written by name */
@@ -256,8 +258,8 @@ static void test_step_fields(void **st) {
   assert_int_equal(sl_plugin_inst_new(&in, l, err, sizeof err), 0);
   Sluice__V1__Transcript t = SLUICE__V1__TRANSCRIPT__INIT;
   t.text = "I live near the river.";
-  sl_plugin_input pin = {.struct_size = sizeof pin, .key = "k", .prompt = "", .language = "",
-                         .message = &t.base};
+  sl_plugin_input pin = {
+      .struct_size = sizeof pin, .key = "k", .prompt = "", .language = "", .message = &t.base};
   sl_plugin_result r = {0};
   assert_int_equal(sl_plugin_run(in, &pin, NULL, take, &r), 0);
   assert_int_equal(r.outcome, SL_PLUGIN_DONE);

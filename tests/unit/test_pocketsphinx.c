@@ -37,11 +37,9 @@
 #define TEST_MODELDIR SL_PS_DEFAULT_MODELDIR
 #endif
 
-#define SENTENCE                                                               \
-  "I usually go hiking on weekends with my friends because I love nature"
+#define SENTENCE "I usually go hiking on weekends with my friends because I love nature"
 
-static const char *const topic_words[] = {"hiking", "weekends", "friends",
-                                          "nature", "go"};
+static const char *const topic_words[] = {"hiking", "weekends", "friends", "nature", "go"};
 
 typedef struct {
   char dir[64];
@@ -59,9 +57,7 @@ static fixture fx;
  * ours. Suppress exactly that allocation and keep leak checking on for the
  * rest. */
 const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void) {
-  return "leak:vorbis_info_init\n";
-}
+const char *__lsan_default_suppressions(void) { return "leak:vorbis_info_init\n"; }
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -75,17 +71,14 @@ static void path_of(char *buf, size_t cap, const char *name) {
  * or -1 if the program could not be run. */
 static int run(char *const argv[], char *out, size_t outcap) {
   int fds[2] = {-1, -1};
-  if (out && pipe(fds) != 0)
-    return -1;
+  if (out && pipe(fds) != 0) return -1;
   pid_t pid = fork();
-  if (pid < 0)
-    return -1;
+  if (pid < 0) return -1;
   if (pid == 0) {
     int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) {
       dup2(devnull, STDERR_FILENO);
-      if (!out)
-        dup2(devnull, STDOUT_FILENO);
+      if (!out) dup2(devnull, STDOUT_FILENO);
     }
     if (out) {
       dup2(fds[1], STDOUT_FILENO);
@@ -99,20 +92,17 @@ static int run(char *const argv[], char *out, size_t outcap) {
     close(fds[1]);
     size_t n = 0;
     ssize_t r;
-    while (n + 1 < outcap && (r = read(fds[0], out + n, outcap - 1 - n)) > 0)
-      n += (size_t)r;
+    while (n + 1 < outcap && (r = read(fds[0], out + n, outcap - 1 - n)) > 0) n += (size_t)r;
     out[n] = '\0';
     close(fds[0]);
   }
   int status;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-    return -1;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status) == 127 ? -1 : WEXITSTATUS(status);
 }
 
 /* sox IN [-r RATE] [-c CHANNELS] OUT, names relative to the temp dir. */
-static int sox(const char *from, const char *to, const char *rate,
-               const char *channels) {
+static int sox(const char *from, const char *to, const char *rate, const char *channels) {
   char in[128], outp[128];
   path_of(in, sizeof in, from);
   path_of(outp, sizeof outp, to);
@@ -137,8 +127,8 @@ static int sox(const char *from, const char *to, const char *rate,
 static int make_silence(const char *to, const char *seconds) {
   char outp[128];
   path_of(outp, sizeof outp, to);
-  char *argv[] = {"sox", "-n",  "-r",  "16000", "-c",          "1", "-b",
-                  "16",  outp,  "trim", "0",    (char *)seconds, NULL};
+  char *argv[] = {"sox", "-n",   "-r", "16000",         "-c", "1", "-b", "16",
+                  outp,  "trim", "0",  (char *)seconds, NULL};
   return run(argv, NULL, 0);
 }
 
@@ -164,29 +154,25 @@ static int has_word(const char *text, const char *word) {
   for (const char *p = text; (p = strstr(p, word)) != NULL; p += wl) {
     int starts = p == text || p[-1] == ' ';
     int ends = p[wl] == '\0' || p[wl] == ' ';
-    if (starts && ends)
-      return 1;
+    if (starts && ends) return 1;
   }
   return 0;
 }
 
 static int has_topic_word(const char *text) {
   for (size_t i = 0; i < sizeof topic_words / sizeof topic_words[0]; i++)
-    if (has_word(text, topic_words[i]))
-      return 1;
+    if (has_word(text, topic_words[i])) return 1;
   return 0;
 }
 
 static int result_is_zero(const sl_ps_result *r) {
-  return r->text == NULL && r->words == NULL && r->nwords == 0 &&
-         r->duration_s == 0.0;
+  return r->text == NULL && r->words == NULL && r->nwords == 0 && r->duration_s == 0.0;
 }
 
 /* Structure every successful transcript of speech must have. */
 static void check_speech(const sl_ps_result *r, double true_duration) {
   assert_non_null(r->text);
-  if (!has_topic_word(r->text))
-    fail_msg("no topic word in transcript \"%s\"", r->text);
+  if (!has_topic_word(r->text)) fail_msg("no topic word in transcript \"%s\"", r->text);
   assert_true(r->duration_s > true_duration * 0.9);
   assert_true(r->duration_s < true_duration * 1.1);
   assert_true(r->nwords > 0);
@@ -202,27 +188,23 @@ static void check_speech(const sl_ps_result *r, double true_duration) {
     assert_true(w->start_s >= 0.0);
     assert_true(w->end_s > w->start_s);
     assert_true(w->end_s <= r->duration_s + 0.05);
-    if (i > 0)
-      assert_true(w->start_s >= r->words[i - 1].start_s);
+    if (i > 0) assert_true(w->start_s >= r->words[i - 1].start_s);
     size_t wl = strlen(w->word);
     assert_memory_equal(r->text + off, w->word, wl);
     off += wl;
-    if (i + 1 < r->nwords)
-      assert_int_equal(r->text[off++], ' ');
+    if (i + 1 < r->nwords) assert_int_equal(r->text[off++], ' ');
   }
   assert_int_equal(r->text[off], '\0');
 }
 
 static void transcribe_file(const char *name, sl_ps_result *r) {
-  if (!fx.have_audio)
-    skip();
+  if (!fx.have_audio) skip();
   size_t len;
   unsigned char *buf = read_all(name, &len);
   char err[256] = "";
   int rc = sl_ps_transcribe(fx.ps, buf, len, r, err, sizeof err);
   free(buf);
-  if (rc != 0)
-    fail_msg("%s: %s: %s", name, sl_err_name(rc), err);
+  if (rc != 0) fail_msg("%s: %s: %s", name, sl_err_name(rc), err);
 }
 
 /* ---- fixture ---------------------------------------------------------- */
@@ -230,25 +212,20 @@ static void transcribe_file(const char *name, sl_ps_result *r) {
 static int group_setup(void **state) {
   memset(&fx, 0, sizeof fx);
   strcpy(fx.dir, "/tmp/sl_ps_test.XXXXXX");
-  if (!mkdtemp(fx.dir))
-    return -1;
+  if (!mkdtemp(fx.dir)) return -1;
 
   char wav[128], dur[64] = "";
   path_of(wav, sizeof wav, "speech.wav");
   char *espeak[] = {"espeak-ng", "-s", "140", "-w", wav, SENTENCE, NULL};
   char *soxi[] = {"soxi", "-D", wav, NULL};
-  fx.have_audio =
-      run(espeak, NULL, 0) == 0 && run(soxi, dur, sizeof dur) == 0 &&
-      sox("speech.wav", "speech.flac", NULL, NULL) == 0 &&
-      sox("speech.wav", "speech.ogg", NULL, NULL) == 0 &&
-      sox("speech.wav", "speech48st.flac", "48000", "2") == 0 &&
-      make_silence("silence.wav", "2") == 0 &&
-      make_silence("short.wav", "0.5") == 0;
+  fx.have_audio = run(espeak, NULL, 0) == 0 && run(soxi, dur, sizeof dur) == 0 &&
+                  sox("speech.wav", "speech.flac", NULL, NULL) == 0 &&
+                  sox("speech.wav", "speech.ogg", NULL, NULL) == 0 &&
+                  sox("speech.wav", "speech48st.flac", "48000", "2") == 0 &&
+                  make_silence("silence.wav", "2") == 0 && make_silence("short.wav", "0.5") == 0;
   fx.duration_s = strtod(dur, NULL);
-  if (!(fx.duration_s > 1.0))
-    fx.have_audio = 0;
-  if (!fx.have_audio)
-    fprintf(stderr, "espeak-ng/sox unavailable: audio tests will be skipped\n");
+  if (!(fx.duration_s > 1.0)) fx.have_audio = 0;
+  if (!fx.have_audio) fprintf(stderr, "espeak-ng/sox unavailable: audio tests will be skipped\n");
 
   char err[256] = "";
   int rc = sl_ps_new(&fx.ps, TEST_MODELDIR, 0, err, sizeof err);
@@ -261,9 +238,8 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   sl_ps_free(fx.ps);
-  static const char *const files[] = {"speech.wav",      "speech.flac",
-                                      "speech.ogg",      "speech48st.flac",
-                                      "silence.wav",     "short.wav"};
+  static const char *const files[] = {"speech.wav",      "speech.flac", "speech.ogg",
+                                      "speech48st.flac", "silence.wav", "short.wav"};
   char path[128];
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", fx.dir, files[i]);
@@ -314,8 +290,7 @@ static void test_deterministic(void **state) {
   transcribe_file("speech.flac", &b);
   assert_string_equal(a.text, b.text);
   assert_int_equal(a.nwords, b.nwords);
-  for (size_t i = 0; i < a.nwords; i++)
-    assert_true(a.words[i].start_s == b.words[i].start_s);
+  for (size_t i = 0; i < a.nwords; i++) assert_true(a.words[i].start_s == b.words[i].start_s);
   sl_ps_result_clear(&a);
   sl_ps_result_clear(&b);
   sl_ps_result_clear(&c);
@@ -334,15 +309,12 @@ static void test_silence(void **state) {
 /* ---- decode errors -------------------------------------------------------- */
 
 /* want: substring err must contain, or NULL for "any reason". */
-static void expect_decode_error(const void *buf, size_t len,
-                                const char *want) {
+static void expect_decode_error(const void *buf, size_t len, const char *want) {
   sl_ps_result r;
   char err[256] = "";
-  assert_int_equal(sl_ps_transcribe(fx.ps, buf, len, &r, err, sizeof err),
-                   SL_EDECODE);
+  assert_int_equal(sl_ps_transcribe(fx.ps, buf, len, &r, err, sizeof err), SL_EDECODE);
   assert_true(err[0] != '\0');
-  if (want && !strstr(err, want))
-    fail_msg("err \"%s\" lacks \"%s\"", err, want);
+  if (want && !strstr(err, want)) fail_msg("err \"%s\" lacks \"%s\"", err, want);
   assert_true(result_is_zero(&r));
 }
 
@@ -361,8 +333,7 @@ static void test_garbage(void **state) {
 }
 
 static void test_truncated_header(void **state) {
-  if (!fx.have_audio)
-    skip();
+  if (!fx.have_audio) skip();
   size_t len;
   unsigned char *buf = read_all("speech.wav", &len);
   assert_true(len > 64);
@@ -384,8 +355,7 @@ static void test_zero_length(void **state) {
 /* ---- limits and arguments ----------------------------------------------- */
 
 static void test_too_long(void **state) {
-  if (!fx.have_audio)
-    skip();
+  if (!fx.have_audio) skip();
   sl_ps *ps = NULL;
   char err[256] = "";
   assert_int_equal(sl_ps_new(&ps, TEST_MODELDIR, 1.0, err, sizeof err), 0);
@@ -395,8 +365,7 @@ static void test_too_long(void **state) {
     unsigned char *buf = read_all(files[i], &len);
     sl_ps_result r;
     err[0] = '\0';
-    assert_int_equal(sl_ps_transcribe(ps, buf, len, &r, err, sizeof err),
-                     SL_ETOOBIG);
+    assert_int_equal(sl_ps_transcribe(ps, buf, len, &r, err, sizeof err), SL_ETOOBIG);
     assert_true(err[0] != '\0');
     assert_true(result_is_zero(&r));
     free(buf);
@@ -419,24 +388,18 @@ static void test_args(void **state) {
   sl_ps_result_clear(NULL);
 
   assert_int_equal(sl_ps_new(NULL, NULL, 0, err, sizeof err), SL_EINVAL);
-  assert_int_equal(sl_ps_new(&ps, TEST_MODELDIR, -1.0, err, sizeof err),
-                   SL_EINVAL);
+  assert_int_equal(sl_ps_new(&ps, TEST_MODELDIR, -1.0, err, sizeof err), SL_EINVAL);
   assert_null(ps);
   assert_true(err[0] != '\0');
-  assert_int_equal(sl_ps_new(&ps, "/nonexistent/model", 0, err, sizeof err),
-                   SL_ECONFIG);
+  assert_int_equal(sl_ps_new(&ps, "/nonexistent/model", 0, err, sizeof err), SL_ECONFIG);
   assert_null(ps);
   assert_non_null(strstr(err, "/nonexistent/model"));
-  assert_int_equal(sl_ps_new(&ps, "/nonexistent/model", 0, NULL, 0),
-                   SL_ECONFIG);
+  assert_int_equal(sl_ps_new(&ps, "/nonexistent/model", 0, NULL, 0), SL_ECONFIG);
 
   sl_ps_result r;
-  assert_int_equal(sl_ps_transcribe(NULL, "x", 1, &r, err, sizeof err),
-                   SL_EINVAL);
-  assert_int_equal(sl_ps_transcribe(fx.ps, "x", 1, NULL, err, sizeof err),
-                   SL_EINVAL);
-  assert_int_equal(sl_ps_transcribe(fx.ps, NULL, 10, &r, err, sizeof err),
-                   SL_EINVAL);
+  assert_int_equal(sl_ps_transcribe(NULL, "x", 1, &r, err, sizeof err), SL_EINVAL);
+  assert_int_equal(sl_ps_transcribe(fx.ps, "x", 1, NULL, err, sizeof err), SL_EINVAL);
+  assert_int_equal(sl_ps_transcribe(fx.ps, NULL, 10, &r, err, sizeof err), SL_EINVAL);
 }
 
 /* err is always NUL-terminated inside errlen and marks a cut with "...". */
@@ -444,27 +407,22 @@ static void test_err_truncation(void **state) {
   char err[16];
   memset(err, 'Z', sizeof err);
   sl_ps_result r;
-  assert_int_equal(sl_ps_transcribe(fx.ps, "garbage!", 8, &r, err, 8),
-                   SL_EDECODE);
+  assert_int_equal(sl_ps_transcribe(fx.ps, "garbage!", 8, &r, err, 8), SL_EDECODE);
   assert_int_equal(strlen(err), 7);
   assert_string_equal(err + 4, "...");
   assert_int_equal(err[8], 'Z'); /* nothing written past errlen */
-  assert_int_equal(sl_ps_transcribe(fx.ps, "garbage!", 8, &r, err, 1),
-                   SL_EDECODE);
+  assert_int_equal(sl_ps_transcribe(fx.ps, "garbage!", 8, &r, err, 1), SL_EDECODE);
   assert_string_equal(err, "");
-  assert_int_equal(sl_ps_transcribe(fx.ps, "garbage!", 8, &r, NULL, 0),
-                   SL_EDECODE);
+  assert_int_equal(sl_ps_transcribe(fx.ps, "garbage!", 8, &r, NULL, 0), SL_EDECODE);
 }
 
 static void test_default_model_dir(void **state) {
   struct stat st;
-  if (stat(SL_PS_DEFAULT_MODELDIR, &st) != 0)
-    skip();
+  if (stat(SL_PS_DEFAULT_MODELDIR, &st) != 0) skip();
   sl_ps *ps = NULL;
   char err[256] = "";
   int rc = sl_ps_new(&ps, NULL, 0, err, sizeof err);
-  if (rc != 0)
-    fail_msg("%s: %s", sl_err_name(rc), err);
+  if (rc != 0) fail_msg("%s: %s", sl_err_name(rc), err);
   assert_non_null(ps);
   sl_ps_free(ps);
 }
@@ -483,16 +441,13 @@ static void *worker(void *arg) {
   job *j = arg;
   sl_ps *ps = NULL;
   j->rc = sl_ps_new(&ps, TEST_MODELDIR, 0, j->err, sizeof j->err);
-  if (j->rc == 0)
-    j->rc = sl_ps_transcribe(ps, j->buf, j->len, &j->res, j->err,
-                             sizeof j->err);
+  if (j->rc == 0) j->rc = sl_ps_transcribe(ps, j->buf, j->len, &j->res, j->err, sizeof j->err);
   sl_ps_free(ps);
   return NULL;
 }
 
 static void test_threads(void **state) {
-  if (!fx.have_audio)
-    skip();
+  if (!fx.have_audio) skip();
   size_t len;
   unsigned char *buf = read_all("speech.wav", &len);
   job jobs[2];
@@ -503,16 +458,13 @@ static void test_threads(void **state) {
     jobs[i].len = len;
     assert_int_equal(pthread_create(&th[i], NULL, worker, &jobs[i]), 0);
   }
-  for (int i = 0; i < 2; i++)
-    assert_int_equal(pthread_join(th[i], NULL), 0);
+  for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
   for (int i = 0; i < 2; i++) {
-    if (jobs[i].rc != 0)
-      fail_msg("thread %d: %s: %s", i, sl_err_name(jobs[i].rc), jobs[i].err);
+    if (jobs[i].rc != 0) fail_msg("thread %d: %s: %s", i, sl_err_name(jobs[i].rc), jobs[i].err);
     check_speech(&jobs[i].res, fx.duration_s);
   }
   assert_string_equal(jobs[0].res.text, jobs[1].res.text);
-  for (int i = 0; i < 2; i++)
-    sl_ps_result_clear(&jobs[i].res);
+  for (int i = 0; i < 2; i++) sl_ps_result_clear(&jobs[i].res);
   free(buf);
 }
 

@@ -122,11 +122,10 @@ static int group_setup(void **state) {
   snprintf(txt, sizeof txt, "On weekends I usually go hiking in the mountains with my friends.");
   char *espeak[] = {"espeak-ng", "-w", wav, txt, NULL};
   char *tofl[] = {"sox", wav, flac, NULL};
-  char *mksil[] = {"sox", "-n", "-r", "16000", "-c", "1", "-b", "16", sil, "trim", "0", "3",
-                   NULL};
+  char *mksil[] = {"sox", "-n", "-r", "16000", "-c", "1", "-b", "16", sil, "trim", "0", "3", NULL};
   /* a steady hiss 45 dB below full scale: room noise, not speech */
-  char *mkhiss[] = {"sox", "-n", "-r", "48000", "-c", "2", "-b", "16", hiss, "synth", "3",
-                    "whitenoise", "vol", "0.0056", NULL};
+  char *mkhiss[] = {"sox", "-n",    "-r", "48000",      "-c",  "2",      "-b", "16",
+                    hiss,  "synth", "3",  "whitenoise", "vol", "0.0056", NULL};
   if (run(espeak) || run(tofl) || run(mksil) || run(mkhiss) ||
       gst_encode("opusenc", "webmmux", "speech.webm") ||
       gst_encode("opusenc", "oggmux", "speech.opus") ||
@@ -287,8 +286,8 @@ static void test_threads(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_formats),        cmocka_unit_test(test_silence_is_no_speech),
-      cmocka_unit_test(test_not_audio),      cmocka_unit_test(test_too_long),
+      cmocka_unit_test(test_formats),         cmocka_unit_test(test_silence_is_no_speech),
+      cmocka_unit_test(test_not_audio),       cmocka_unit_test(test_too_long),
       cmocka_unit_test(test_flac_round_trip), cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

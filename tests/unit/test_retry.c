@@ -31,8 +31,17 @@ static void test_parse(void **state) {
   assert_int_equal(d[0], 250);
   assert_int_equal(d[2], 3600000);
   assert_string_equal(l[0], "250ms");
-  const char *bad[] = {"", ",", "5", "5x", "0s", "-1s", "30s,5s", "5s,5s", "5s;10s",
-                       "1s,2s,3s,4s,5s,6s,7s,8s,9s", "99999999999999999999s",
+  const char *bad[] = {"",
+                       ",",
+                       "5",
+                       "5x",
+                       "0s",
+                       "-1s",
+                       "30s,5s",
+                       "5s,5s",
+                       "5s;10s",
+                       "1s,2s,3s,4s,5s,6s,7s,8s,9s",
+                       "99999999999999999999s",
                        "99999999999999h"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     assert_int_equal(sl_retry_tiers_parse(bad[i], d, l), SL_ECONFIG);
@@ -40,8 +49,10 @@ static void test_parse(void **state) {
 }
 
 static sl_retry_policy policy(void) {
-  sl_retry_policy p = {.ntiers = 3, .tier_ms = {5000, 30000, 120000},
-                       .budget_ms = 3600000, .max_retry_after_ms = 600000};
+  sl_retry_policy p = {.ntiers = 3,
+                       .tier_ms = {5000, 30000, 120000},
+                       .budget_ms = 3600000,
+                       .max_retry_after_ms = 600000};
   return p;
 }
 
@@ -89,7 +100,7 @@ static void test_plan_budget(void **state) {
   nb = -7;
   assert_int_equal(sl_retry_plan(&p, 3, now - 9999999, now, 0, &nb), -1);
   assert_int_equal(nb, -7); /* untouched */
-  p.budget_ms = 0;           /* no retries at all: the first failure is final */
+  p.budget_ms = 0;          /* no retries at all: the first failure is final */
   assert_int_equal(sl_retry_plan(&p, 0, 0, now, 0, &nb), -1);
 }
 
@@ -116,8 +127,10 @@ static void test_due(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse),       cmocka_unit_test(test_plan_by_attempt),
-      cmocka_unit_test(test_plan_retry_after), cmocka_unit_test(test_plan_budget),
+      cmocka_unit_test(test_parse),
+      cmocka_unit_test(test_plan_by_attempt),
+      cmocka_unit_test(test_plan_retry_after),
+      cmocka_unit_test(test_plan_budget),
       cmocka_unit_test(test_due),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

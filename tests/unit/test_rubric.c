@@ -50,8 +50,7 @@ static const char *const REPETITIVE =
 static unsigned count_sentences(const char *s) {
   unsigned n = 0;
   for (const char *p = s; *p; p++) {
-    if (*p == '.' && (p[1] == ' ' || p[1] == '\0'))
-      n++;
+    if (*p == '.' && (p[1] == ' ' || p[1] == '\0')) n++;
   }
   return n;
 }
@@ -65,7 +64,7 @@ static void test_worked_example(void **state) {
   sl_rubric_result r;
   grade_ok(EXAMPLE, 40.0, EXAMPLE_PROMPT, &r);
   assert_int_equal(r.words, 50);
-  assert_int_equal(r.fillers, 3); /* um, uh, you know */
+  assert_int_equal(r.fillers, 3);      /* um, uh, you know */
   assert_int_equal(r.prompt_terms, 4); /* neighborhood, people, place, nearby */
   assert_int_equal(r.prompt_hits, 1);  /* "place" (prompt: "places") */
   NEAR(r.words_per_minute, 75.0);
@@ -100,8 +99,7 @@ static void test_empty(void **state) {
     NEAR(r.lexical_variety, 0.0);
     NEAR(r.filler_rate, 0.0);
     NEAR(r.relevance, 0.0); /* prompt has terms, none found */
-    for (int c = 0; c < SL_RUBRIC_NCRIT; c++)
-      NEAR(r.crit[c], 0.0);
+    for (int c = 0; c < SL_RUBRIC_NCRIT; c++) NEAR(r.crit[c], 0.0);
     assert_non_null(strstr(r.feedback, "No speech was recognized"));
   }
   sl_rubric_result r;
@@ -152,8 +150,7 @@ static void test_fluent_beats_repetitive(void **state) {
   assert_int_equal(bad.prompt_hits, 1); /* hobby */
 
   assert_true(good.score > bad.score + 40.0);
-  for (int c = 0; c < SL_RUBRIC_NCRIT; c++)
-    assert_true(good.crit[c] >= bad.crit[c]);
+  for (int c = 0; c < SL_RUBRIC_NCRIT; c++) assert_true(good.crit[c] >= bad.crit[c]);
   assert_string_equal(bad.level, "NH");
 }
 

@@ -29,18 +29,20 @@ static int parse(int op, long status, const char *body, sl_s3_result *r) {
 static void test_initiate(void **state) {
   (void)state;
   sl_s3_result r;
-  assert_int_equal(parse(SL_S3_OP_CREATE, 200,
-                         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                         "<InitiateMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-                         "<Bucket>answers</Bucket><Key>a/b.wav</Key>"
-                         "<UploadId>VXBsb2FkIElE-1</UploadId></InitiateMultipartUploadResult>",
-                         &r),
-                   0);
+  assert_int_equal(
+      parse(SL_S3_OP_CREATE, 200,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<InitiateMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+            "<Bucket>answers</Bucket><Key>a/b.wav</Key>"
+            "<UploadId>VXBsb2FkIElE-1</UploadId></InitiateMultipartUploadResult>",
+            &r),
+      0);
   assert_string_equal(r.upload_id, "VXBsb2FkIElE-1");
   /* no UploadId: not a usable reply */
   assert_int_equal(parse(SL_S3_OP_CREATE, 200,
                          "<InitiateMultipartUploadResult><Key>k</Key>"
-                         "</InitiateMultipartUploadResult>", &r),
+                         "</InitiateMultipartUploadResult>",
+                         &r),
                    SL_ESTORAGE);
 }
 
@@ -67,8 +69,7 @@ static void test_list_parts(void **state) {
   assert_int_equal(r.next_marker, 3);
   free(r.parts);
   assert_int_equal(parse(SL_S3_OP_LIST, 200,
-                         "<ListPartsResult><IsTruncated>false</IsTruncated></ListPartsResult>",
-                         &r),
+                         "<ListPartsResult><IsTruncated>false</IsTruncated></ListPartsResult>", &r),
                    0);
   assert_int_equal(r.nparts, 0);
   assert_int_equal(r.truncated, 0);
@@ -76,12 +77,12 @@ static void test_list_parts(void **state) {
   /* a part number out of range or a truncated page without a marker */
   assert_int_equal(parse(SL_S3_OP_LIST, 200,
                          "<ListPartsResult><Part><PartNumber>10001</PartNumber><Size>1</Size>"
-                         "</Part></ListPartsResult>", &r),
+                         "</Part></ListPartsResult>",
+                         &r),
                    SL_ESTORAGE);
   free(r.parts);
   assert_int_equal(parse(SL_S3_OP_LIST, 200,
-                         "<ListPartsResult><IsTruncated>true</IsTruncated></ListPartsResult>",
-                         &r),
+                         "<ListPartsResult><IsTruncated>true</IsTruncated></ListPartsResult>", &r),
                    SL_ESTORAGE);
   free(r.parts);
 }
@@ -91,20 +92,23 @@ static void test_errors(void **state) {
   sl_s3_result r;
   assert_int_equal(parse(SL_S3_OP_LIST, 404,
                          "<Error><Code>NoSuchUpload</Code><Message>The specified multipart "
-                         "upload does not exist.</Message></Error>", &r),
+                         "upload does not exist.</Message></Error>",
+                         &r),
                    SL_ENOTFOUND);
   assert_string_equal(r.code, "NoSuchUpload");
   assert_true(strstr(r.message, "does not exist") != NULL);
   /* CompleteMultipartUpload can fail inside a 200 */
   assert_int_equal(parse(SL_S3_OP_COMPLETE, 200,
                          "<?xml version=\"1.0\"?>\n<Error><Code>InvalidPart</Code>"
-                         "<Message>bad etag</Message></Error>", &r),
+                         "<Message>bad etag</Message></Error>",
+                         &r),
                    SL_EINVAL);
   assert_string_equal(r.code, "InvalidPart");
-  assert_int_equal(parse(SL_S3_OP_COMPLETE, 400,
-                         "<Error><Code>EntityTooSmall</Code></Error>", &r), SL_EINVAL);
-  assert_int_equal(parse(SL_S3_OP_CREATE, 403,
-                         "<Error><Code>SignatureDoesNotMatch</Code></Error>", &r), SL_ESTORAGE);
+  assert_int_equal(parse(SL_S3_OP_COMPLETE, 400, "<Error><Code>EntityTooSmall</Code></Error>", &r),
+                   SL_EINVAL);
+  assert_int_equal(
+      parse(SL_S3_OP_CREATE, 403, "<Error><Code>SignatureDoesNotMatch</Code></Error>", &r),
+      SL_ESTORAGE);
   assert_int_equal(parse(SL_S3_OP_CREATE, 503, "", &r), SL_EUNAVAIL);
   assert_int_equal(parse(SL_S3_OP_CREATE, 0, "", &r), SL_EUNAVAIL);
   assert_int_equal(parse(SL_S3_OP_CREATE, 200, "not xml at all <", &r), SL_ESTORAGE);
@@ -113,7 +117,8 @@ static void test_errors(void **state) {
   assert_int_equal(parse(SL_S3_OP_ABORT, 204, "", &r), 0);
   assert_int_equal(parse(SL_S3_OP_COMPLETE, 200,
                          "<CompleteMultipartUploadResult><Location>http://x/k</Location>"
-                         "<ETag>\"ab-8\"</ETag></CompleteMultipartUploadResult>", &r),
+                         "<ETag>\"ab-8\"</ETag></CompleteMultipartUploadResult>",
+                         &r),
                    0);
   assert_string_equal(r.etag, "\"ab-8\"");
 }
@@ -126,8 +131,8 @@ static void test_presign_part(void **state) {
   sl_sigv4 *sig = NULL;
   assert_int_equal(sl_sigv4_new(&sig, "AK", "SECRET", "us-east-1", "s3"), 0);
   char url[4096];
-  assert_int_equal(sl_s3_presign_part(sig, &t, "submissions/x/q01.wav", "up+id/1", 7,
-                                      1700000000, 900, url, sizeof url),
+  assert_int_equal(sl_s3_presign_part(sig, &t, "submissions/x/q01.wav", "up+id/1", 7, 1700000000,
+                                      900, url, sizeof url),
                    0);
   assert_true(strncmp(url, "http://127.0.0.1:7070/answers/submissions/x/q01.wav?", 52) == 0);
   assert_true(strstr(url, "partNumber=7&") != NULL);
@@ -135,11 +140,9 @@ static void test_presign_part(void **state) {
   assert_true(strstr(url, "X-Amz-SignedHeaders=host&") != NULL);
   assert_int_equal(sl_s3_presign_part(sig, &t, "k", "u", 0, 1700000000, 900, url, sizeof url),
                    SL_EINVAL);
-  assert_int_equal(sl_s3_presign_part(sig, &t, "k", "u", 10001, 1700000000, 900, url,
-                                      sizeof url),
+  assert_int_equal(sl_s3_presign_part(sig, &t, "k", "u", 10001, 1700000000, 900, url, sizeof url),
                    SL_EINVAL);
-  assert_int_equal(sl_s3_presign_part(sig, &t, "k", "u", 10000, 1700000000, 900, url,
-                                      sizeof url),
+  assert_int_equal(sl_s3_presign_part(sig, &t, "k", "u", 10000, 1700000000, 900, url, sizeof url),
                    0);
   assert_int_equal(sl_s3_presign_part(sig, &t, "k", "", 1, 1700000000, 900, url, sizeof url),
                    SL_EINVAL);

@@ -114,12 +114,26 @@ static void test_never_outside_the_names(void **state) {
   tree *t = *state;
   sl_static *s = NULL;
   assert_int_equal(sl_static_new(&s, t->www, NULL, 0), 0);
-  static const char *bad[] = {
-      "/../secret.txt", "/..%2fsecret.txt", "/%2e%2e/secret.txt", "//secret.txt",
-      "/secret.txt",    "/.env",            "/sub/inner.txt",     "/sub",
-      "/link.txt",      "/./app.js",        "/app.js/",           "/APP.JS",
-      "app.js",         "",                 "/index.html/../app.js", "/%61pp.js",
-      "/app.js%00",     "/..",              "/.",                 "/\\..\\secret.txt"};
+  static const char *bad[] = {"/../secret.txt",
+                              "/..%2fsecret.txt",
+                              "/%2e%2e/secret.txt",
+                              "//secret.txt",
+                              "/secret.txt",
+                              "/.env",
+                              "/sub/inner.txt",
+                              "/sub",
+                              "/link.txt",
+                              "/./app.js",
+                              "/app.js/",
+                              "/APP.JS",
+                              "app.js",
+                              "",
+                              "/index.html/../app.js",
+                              "/%61pp.js",
+                              "/app.js%00",
+                              "/..",
+                              "/.",
+                              "/\\..\\secret.txt"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     if (sl_static_lookup(s, bad[i])) fail_msg("served %s", bad[i]);
   assert_null(sl_static_lookup(s, NULL));

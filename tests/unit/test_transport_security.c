@@ -29,8 +29,7 @@ static void test_redis_url(void **state) {
   assert_int_equal(a.tls, 0);
   assert_string_equal(a.password, "");
 
-  assert_int_equal(sl_redis_addr_parse("rediss://app:p%40ss%3Aw0rd@redis.internal:6390/1", &a),
-                   0);
+  assert_int_equal(sl_redis_addr_parse("rediss://app:p%40ss%3Aw0rd@redis.internal:6390/1", &a), 0);
   assert_int_equal(a.tls, 1);
   assert_string_equal(a.user, "app");
   assert_string_equal(a.password, "p@ss:w0rd");
@@ -101,8 +100,8 @@ static void test_kafka_security(void **state) {
 
   sl_kafka_security bogus = {.protocol = "tls"};
   assert_int_equal(sl_kafka_security_set(&bogus, err, sizeof err), SL_ECONFIG);
-  sl_kafka_security mech = {.protocol = "sasl_plaintext", .mechanism = "GSSAPI",
-                            .username = "u", .password = "p"};
+  sl_kafka_security mech = {
+      .protocol = "sasl_plaintext", .mechanism = "GSSAPI", .username = "u", .password = "p"};
   assert_int_equal(sl_kafka_security_set(&mech, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "kafka.sasl_mechanism"));
   /* a password without SASL is a mistake, not something to ignore */
@@ -114,8 +113,11 @@ static void test_kafka_security(void **state) {
   assert_int_equal(sl_kafka_security_set(&missing, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "/nonexistent/ca.pem"));
 
-  sl_kafka_security ok = {.protocol = "SASL_SSL", .mechanism = "SCRAM-SHA-512",
-                          .username = "u", .password = "very-secret", .verify_hostname = 1};
+  sl_kafka_security ok = {.protocol = "SASL_SSL",
+                          .mechanism = "SCRAM-SHA-512",
+                          .username = "u",
+                          .password = "very-secret",
+                          .verify_hostname = 1};
   assert_int_equal(sl_kafka_security_set(&ok, err, sizeof err), 0);
   assert_int_equal(sl_kafka_security_enabled(), 1);
   rd_kafka_conf_t *c = rd_kafka_conf_new();
@@ -144,8 +146,9 @@ static void test_producer_properties(void **state) {
   const char *kv[2 * 3 + 1];
   assert_int_equal(sl_kafka_props_split("", buf, sizeof buf, kv, 3, err, sizeof err), 0);
   assert_null(kv[0]);
-  assert_int_equal(sl_kafka_props_split(" compression.type = zstd ,, linger.ms=5", buf,
-                                        sizeof buf, kv, 3, err, sizeof err), 0);
+  assert_int_equal(sl_kafka_props_split(" compression.type = zstd ,, linger.ms=5", buf, sizeof buf,
+                                        kv, 3, err, sizeof err),
+                   0);
   assert_string_equal(kv[0], "compression.type");
   assert_string_equal(kv[1], "zstd");
   assert_string_equal(kv[2], "linger.ms");
@@ -156,10 +159,12 @@ static void test_producer_properties(void **state) {
                    SL_ECONFIG);
   assert_non_null(strstr(err, "may not set acks"));
   assert_null(kv[0]);
-  assert_int_equal(sl_kafka_props_split("linger.ms=1,enable.idempotence=false", buf, sizeof buf,
-                                        kv, 3, err, sizeof err), SL_ECONFIG);
-  assert_int_equal(sl_kafka_props_split("no.such.property=1", buf, sizeof buf, kv, 3, err,
-                                        sizeof err), SL_ECONFIG);
+  assert_int_equal(sl_kafka_props_split("linger.ms=1,enable.idempotence=false", buf, sizeof buf, kv,
+                                        3, err, sizeof err),
+                   SL_ECONFIG);
+  assert_int_equal(
+      sl_kafka_props_split("no.such.property=1", buf, sizeof buf, kv, 3, err, sizeof err),
+      SL_ECONFIG);
   assert_non_null(strstr(err, "no.such.property"));
   assert_int_equal(sl_kafka_props_split("linger.ms=abc", buf, sizeof buf, kv, 3, err, sizeof err),
                    SL_ECONFIG);
@@ -167,18 +172,20 @@ static void test_producer_properties(void **state) {
                    SL_ECONFIG);
   assert_non_null(strstr(err, "not name=value"));
   assert_int_equal(sl_kafka_props_split("linger.ms=1,linger.ms=2,linger.ms=3,linger.ms=4", buf,
-                                        sizeof buf, kv, 3, err, sizeof err), SL_ECONFIG);
+                                        sizeof buf, kv, 3, err, sizeof err),
+                   SL_ECONFIG);
   char big[300];
   memset(big, 'a', sizeof big - 1);
   big[sizeof big - 1] = '\0';
-  assert_int_equal(sl_kafka_props_split(big, buf, sizeof buf, kv, 3, err, sizeof err),
-                   SL_ECONFIG);
+  assert_int_equal(sl_kafka_props_split(big, buf, sizeof buf, kv, 3, err, sizeof err), SL_ECONFIG);
 }
 
 static void test_s3_ca(void **state) {
   (void)state;
   sl_s3_target t;
-  sl_s3_conf c = {.endpoint = "https://s3.internal:7443", .bucket = "answers", .path_style = 1,
+  sl_s3_conf c = {.endpoint = "https://s3.internal:7443",
+                  .bucket = "answers",
+                  .path_style = 1,
                   .ca_file = "/etc/hostname"};
   assert_int_equal(sl_s3_target_init(&t, &c), 0);
   assert_string_equal(t.scheme, "https");

@@ -59,9 +59,9 @@ static void test_sign_vectors(void **state) {
 static void test_signature_good(void **state) {
   (void)state;
   int64_t t = 0;
-  assert_int_equal(sl__webhook_check_signature("t=1796000000,v1=" SIG, BODY, strlen(BODY), one,
-                                               1, T, 300, &t),
-                   0);
+  assert_int_equal(
+      sl__webhook_check_signature("t=1796000000,v1=" SIG, BODY, strlen(BODY), one, 1, T, 300, &t),
+      0);
   assert_int_equal(t, T);
   /* blanks after commas, upper-case hex, an unknown scheme, a second v1 */
   assert_int_equal(check("t=1796000000, v0=abc, v1=" SIG, BODY, one, 1, T), 0);
@@ -117,15 +117,15 @@ static void test_signature_malformed(void **state) {
   const char *bad[] = {
       "",
       "garbage",
-      "v1=" SIG,                                   /* no timestamp */
-      "t=1796000000",                              /* no signature */
-      "t=17960000x0,v1=" SIG,                      /* not a number */
-      "t=-1796000000,v1=" SIG,                     /* negative */
-      "t=1796000000,t=1796000000,v1=" SIG,         /* two timestamps */
-      "t=1796000000,v1=5fd37c",                    /* short */
-      "t=1796000000,v1=" SIG "00",                 /* long */
+      "v1=" SIG,                           /* no timestamp */
+      "t=1796000000",                      /* no signature */
+      "t=17960000x0,v1=" SIG,              /* not a number */
+      "t=-1796000000,v1=" SIG,             /* negative */
+      "t=1796000000,t=1796000000,v1=" SIG, /* two timestamps */
+      "t=1796000000,v1=5fd37c",            /* short */
+      "t=1796000000,v1=" SIG "00",         /* long */
       "t=1796000000,v1=zfd37c3d5a726734d278d70404b4e720b13fdf5f95a9618660675af038586fce",
-      "t=1796000000000000000000,v1=" SIG,          /* overflow */
+      "t=1796000000000000000000,v1=" SIG,                                 /* overflow */
       "t=1796000000,v1=" SIG ",v1=" SIG ",v1=" SIG ",v1=" SIG ",v1=" SIG, /* > 4 */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -163,9 +163,9 @@ static void test_normalize_aws(void **state) {
   (void)state;
   char *out = NULL, label[1400];
   size_t outlen = 0, nrec = 0;
-  const char *aws = "{\"Records\":[{\"eventName\":\"s3:ObjectCreated:Put\",\"s3\":{\"bucket\":"
-                    "{\"name\":\"answers\"},\"object\":{\"key\":\"submissions/" SID
-                    "/q01.wav\",\"size\":10}}}]}";
+  const char *aws =
+      "{\"Records\":[{\"eventName\":\"s3:ObjectCreated:Put\",\"s3\":{\"bucket\":"
+      "{\"name\":\"answers\"},\"object\":{\"key\":\"submissions/" SID "/q01.wav\",\"size\":10}}}]}";
   assert_int_equal(norm(aws, &out, &outlen, &nrec, label), 0);
   assert_null(out); /* produced as received */
   assert_int_equal(nrec, 1);
@@ -249,9 +249,9 @@ static void test_normalize_r2(void **state) {
   assert_int_equal(norm("{\"action\":\"Frobnicate\",\"bucket\":\"b\",\"object\":{\"key\":\"k\"}}",
                         &out, &outlen, &nrec, label),
                    SL_EPARSE);
-  assert_int_equal(norm("{\"action\":\"PutObject\",\"object\":{\"key\":\"k\"}}", &out, &outlen,
-                        &nrec, label),
-                   SL_EPARSE);
+  assert_int_equal(
+      norm("{\"action\":\"PutObject\",\"object\":{\"key\":\"k\"}}", &out, &outlen, &nrec, label),
+      SL_EPARSE);
   assert_int_equal(norm("{\"action\":\"PutObject\",\"bucket\":\"b\",\"object\":{\"key\":\"k\","
                         "\"size\":\"12\"}}",
                         &out, &outlen, &nrec, label),
@@ -282,11 +282,16 @@ static void test_etag_bare(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sign_vectors),      cmocka_unit_test(test_signature_good),
-      cmocka_unit_test(test_signature_rotation), cmocka_unit_test(test_signature_forged),
-      cmocka_unit_test(test_signature_tolerance), cmocka_unit_test(test_signature_malformed),
-      cmocka_unit_test(test_bearer),            cmocka_unit_test(test_normalize_aws),
-      cmocka_unit_test(test_normalize_r2),      cmocka_unit_test(test_etag_bare),
+      cmocka_unit_test(test_sign_vectors),
+      cmocka_unit_test(test_signature_good),
+      cmocka_unit_test(test_signature_rotation),
+      cmocka_unit_test(test_signature_forged),
+      cmocka_unit_test(test_signature_tolerance),
+      cmocka_unit_test(test_signature_malformed),
+      cmocka_unit_test(test_bearer),
+      cmocka_unit_test(test_normalize_aws),
+      cmocka_unit_test(test_normalize_r2),
+      cmocka_unit_test(test_etag_bare),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,9 +14,9 @@
 char *sl_client_create_body(const sl_client_question *q, size_t n) {
   json_t *qs = json_array();
   for (size_t i = 0; qs && i < n; i++) {
-    json_t *j = json_pack("{s:i,s:s,s:I}", "no", q[i].no ? q[i].no : (int)i + 1, "content_type",
-                          q[i].content_type ? q[i].content_type : "", "size",
-                          (json_int_t)q[i].size);
+    json_t *j =
+        json_pack("{s:i,s:s,s:I}", "no", q[i].no ? q[i].no : (int)i + 1, "content_type",
+                  q[i].content_type ? q[i].content_type : "", "size", (json_int_t)q[i].size);
     if (j && q[i].prompt && q[i].prompt[0])
       json_object_set_new(j, "prompt", json_string(q[i].prompt));
     if (!j || json_array_append_new(qs, j) != 0) {
@@ -94,8 +94,7 @@ int sl_client_created_parse(const char *body, size_t len, size_t want, sl_client
     u->headers = calloc(json_object_size(h) + 1, sizeof *u->headers);
     if (!u->url || !u->object_key || !u->headers || u->no < 1 || !json_is_object(h)) {
       json_decref(j);
-      return fail(out, err, errlen,
-                  "an upload in the reply lacks no, url, object_key or headers");
+      return fail(out, err, errlen, "an upload in the reply lacks no, url, object_key or headers");
     }
     size_t nh = 0;
     const char *k;
@@ -125,9 +124,9 @@ const char *sl_client_content_type(const char *path) {
   if (!dot || strchr(dot, '/')) return NULL;
   static const struct {
     const char *ext, *type;
-  } map[] = {{"wav", "audio/wav"},   {"flac", "audio/flac"}, {"ogg", "audio/ogg"},
-             {"oga", "audio/ogg"},   {"opus", "audio/ogg"},  {"webm", "audio/webm"},
-             {"mp3", "audio/mpeg"},  {"m4a", "audio/mp4"},   {"mp4", "audio/mp4"}};
+  } map[] = {{"wav", "audio/wav"},  {"flac", "audio/flac"}, {"ogg", "audio/ogg"},
+             {"oga", "audio/ogg"},  {"opus", "audio/ogg"},  {"webm", "audio/webm"},
+             {"mp3", "audio/mpeg"}, {"m4a", "audio/mp4"},   {"mp4", "audio/mp4"}};
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcasecmp(dot + 1, map[i].ext) == 0) return map[i].type;
   return NULL;

@@ -179,8 +179,8 @@ static uint64_t fnv1a(const void *p, size_t n) {
 }
 
 /* An OpenAI-style error body: {"error":{"message","type","param","code"}}. */
-static char *error_body(const char *message, const char *type, const char *param,
-                        const char *code, size_t *len) {
+static char *error_body(const char *message, const char *type, const char *param, const char *code,
+                        size_t *len) {
   json_t *o = json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error", "message", message, "type", type,
                         "param", param, "code", code);
   char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
@@ -211,8 +211,7 @@ static const char *mem_find(const char *h, size_t hl, const char *n, size_t nl) 
 }
 
 /* Copies the value of attr="..." (or attr=token) from a header line. */
-static void header_param(const char *line, size_t len, const char *attr, char *out,
-                         size_t outlen) {
+static void header_param(const char *line, size_t len, const char *attr, char *out, size_t outlen) {
   out[0] = '\0';
   size_t al = strlen(attr);
   for (size_t i = 0; i + al + 1 < len; i++) {
@@ -223,8 +222,7 @@ static void header_param(const char *line, size_t len, const char *attr, char *o
     int quoted = v < e && *v == '"';
     if (quoted) v++;
     size_t n = 0;
-    while (v + n < e && (quoted ? v[n] != '"' : (v[n] != ';' && v[n] != ' ' && v[n] != '\r')))
-      n++;
+    while (v + n < e && (quoted ? v[n] != '"' : (v[n] != ';' && v[n] != ' ' && v[n] != '\r'))) n++;
     if (n >= outlen) n = outlen - 1;
     memcpy(out, v, n);
     out[n] = '\0';
@@ -234,8 +232,7 @@ static void header_param(const char *line, size_t len, const char *attr, char *o
 
 /* Splits a multipart body. Returns the number of parts, or -1 when the body
  * is not well-formed multipart with the given boundary. */
-static int parse_multipart(const char *ctype, const char *body, size_t len, mpart *parts,
-                           int max) {
+static int parse_multipart(const char *ctype, const char *body, size_t len, mpart *parts, int max) {
   char boundary[128], delim[136];
   if (!ctype || strncasecmp(ctype, "multipart/form-data", 19) != 0) return -1;
   header_param(ctype, strlen(ctype), "boundary", boundary, sizeof boundary);
@@ -360,8 +357,8 @@ static int stt_reply(fake *F, sl_http_req *req, pending *p) {
   p->ctype = "application/json";
   if (np < 0) {
     p->status = 400;
-    p->body = error_body("Could not parse multipart form", "invalid_request_error", NULL, NULL,
-                         &p->len);
+    p->body =
+        error_body("Could not parse multipart form", "invalid_request_error", NULL, NULL, &p->len);
     return 0;
   }
   const mpart *file = form_get(parts, np, "file");
@@ -375,8 +372,7 @@ static int stt_reply(fake *F, sl_http_req *req, pending *p) {
     msg = "Missing required parameter: 'file'.", param = "file";
   else if (!model[0])
     msg = "Missing required parameter: 'model'.", param = "model";
-  else if (strcmp(fmt, "json") != 0 && strcmp(fmt, "text") != 0 &&
-           strcmp(fmt, "verbose_json") != 0)
+  else if (strcmp(fmt, "json") != 0 && strcmp(fmt, "text") != 0 && strcmp(fmt, "verbose_json") != 0)
     msg = "response_format must be json, text or verbose_json", param = "response_format";
   else if (!looks_like_audio((const unsigned char *)file->data, file->len))
     msg = "Invalid file format. Supported formats: ['flac', 'm4a', 'mp3', 'mp4', 'mpeg', "
@@ -430,8 +426,7 @@ static int stt_reply(fake *F, sl_http_req *req, pending *p) {
           segs, json_pack("{s:i,s:i,s:f,s:f,s:s,s:f,s:f,s:f,s:f}", "id", (int)(i / 8), "seek", 0,
                           "start", round(per * (double)i * 100) / 100, "end",
                           round(per * (double)j * 100) / 100, "text", seg, "temperature", 0.0,
-                          "avg_logprob", -0.25, "compression_ratio", 1.3, "no_speech_prob",
-                          0.01));
+                          "avg_logprob", -0.25, "compression_ratio", 1.3, "no_speech_prob", 0.01));
     }
     for (size_t i = 0; want_words && i < nw; i++) {
       char word[64];
@@ -462,7 +457,7 @@ static const char *level_for(int score) {
   static const struct {
     int below;
     const char *level;
-  } t[] = {{10, "NL"}, {20, "NM"}, {30, "NH"}, {42, "IL"}, {54, "IM1"},
+  } t[] = {{10, "NL"},  {20, "NM"},  {30, "NH"}, {42, "IL"}, {54, "IM1"},
            {64, "IM2"}, {74, "IM3"}, {86, "IH"}, {101, "AL"}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (score < t[i].below) return t[i].level;
@@ -498,34 +493,42 @@ static json_t *grade_doc(const char *text) {
   int score = (int)lround(0.4 * length + 0.35 * variety + 0.25 * vocab);
   if (score > 100) score = 100;
   const char *weakest = length <= variety && length <= vocab ? "length"
-                        : variety <= vocab                  ? "variety"
-                                                            : "vocabulary";
+                        : variety <= vocab                   ? "variety"
+                                                             : "vocabulary";
   char fb[256];
-  snprintf(fb, sizeof fb,
-           "%s answer of %zu words. To improve, work on %s: %s.",
-           score >= 64 ? "A clear" : score >= 30 ? "An understandable" : "A very short", words,
-           weakest,
+  snprintf(fb, sizeof fb, "%s answer of %zu words. To improve, work on %s: %s.",
+           score >= 64   ? "A clear"
+           : score >= 30 ? "An understandable"
+                         : "A very short",
+           words, weakest,
            strcmp(weakest, "length") == 0    ? "say more, with examples and reasons"
            : strcmp(weakest, "variety") == 0 ? "use a wider range of words"
                                              : "try some longer, more precise words");
-  return json_pack(
-      "{s:i,s:s,s:[{s:s,s:i,s:s},{s:s,s:i,s:s},{s:s,s:i,s:s}],s:s}", "score", score, "level",
-      level_for(score), "criteria", "name", "length", "score", length, "comment",
-      length >= 60 ? "Well developed." : "Too short to show your range.", "name", "variety",
-      "score", variety, "comment",
-      variety >= 60 ? "Varied wording." : "Many words are repeated.", "name", "vocabulary",
-      "score", vocab, "comment",
-      vocab >= 60 ? "Good choice of words." : "Mostly basic words.", "feedback", fb);
+  return json_pack("{s:i,s:s,s:[{s:s,s:i,s:s},{s:s,s:i,s:s},{s:s,s:i,s:s}],s:s}", "score", score,
+                   "level", level_for(score), "criteria", "name", "length", "score", length,
+                   "comment", length >= 60 ? "Well developed." : "Too short to show your range.",
+                   "name", "variety", "score", variety, "comment",
+                   variety >= 60 ? "Varied wording." : "Many words are repeated.", "name",
+                   "vocabulary", "score", vocab, "comment",
+                   vocab >= 60 ? "Good choice of words." : "Mostly basic words.", "feedback", fb);
 }
 
 /* A reply that violates the grade schema, in one of five ways. */
 static char *bad_content(fake *F, const json_t *good) {
   json_t *o = json_deep_copy(good);
   switch ((int)(rnd(F) * 5)) {
-  case 0: json_object_set_new(o, "score", json_integer(140)); break;
-  case 1: json_object_set_new(o, "level", json_string("B2")); break;
-  case 2: json_object_del(o, "criteria"); break;
-  case 3: json_object_set_new(o, "score", json_string("55")); break;
+  case 0:
+    json_object_set_new(o, "score", json_integer(140));
+    break;
+  case 1:
+    json_object_set_new(o, "level", json_string("B2"));
+    break;
+  case 2:
+    json_object_del(o, "criteria");
+    break;
+  case 3:
+    json_object_set_new(o, "score", json_string("55"));
+    break;
   default:
     json_decref(o);
     return strdup("Sure! Here is my evaluation: the answer is fairly good, level IM1, "
@@ -555,9 +558,9 @@ static int chat_reply(fake *F, sl_http_req *req, pending *p) {
     msg = "'messages' must be a non-empty array", param = "messages";
   else if (json_is_true(json_object_get(in, "stream")))
     msg = "stream is not supported by the fake provider", param = "stream";
-  else if (rf && (!rf_type || (strcmp(rf_type, "text") != 0 &&
-                               strcmp(rf_type, "json_object") != 0 &&
-                               strcmp(rf_type, "json_schema") != 0)))
+  else if (rf &&
+           (!rf_type || (strcmp(rf_type, "text") != 0 && strcmp(rf_type, "json_object") != 0 &&
+                         strcmp(rf_type, "json_schema") != 0)))
     msg = "Invalid value for 'response_format.type'", param = "response_format";
   else if (rf_type && strcmp(rf_type, "json_schema") == 0 && !F->fc->json_schema)
     msg = "response_format of type 'json_schema' is not supported with this model",
@@ -603,13 +606,13 @@ static int chat_reply(fake *F, sl_http_req *req, pending *p) {
   size_t ctoks = strlen(content) / 4 + 1, ptoks = chars / 4 + 8;
   char id[48];
   snprintf(id, sizeof id, "chatcmpl-fake%016llx", (unsigned long long)(F->rng >> 1));
-  json_t *o = json_pack(
-      "{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:s,s:n},s:n,s:s}],s:{s:I,s:I,s:I},s:s}", "id", id,
-      "object", "chat.completion", "created", (json_int_t)(sl_now_ms() / 1000), "model", model,
-      "choices", "index", 0, "message", "role", "assistant", "content", content, "refusal",
-      "logprobs", "finish_reason", "stop", "usage", "prompt_tokens", (json_int_t)ptoks,
-      "completion_tokens", (json_int_t)ctoks, "total_tokens", (json_int_t)(ptoks + ctoks),
-      "system_fingerprint", "fp_sluice_fake");
+  json_t *o =
+      json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:s,s:n},s:n,s:s}],s:{s:I,s:I,s:I},s:s}", "id", id,
+                "object", "chat.completion", "created", (json_int_t)(sl_now_ms() / 1000), "model",
+                model, "choices", "index", 0, "message", "role", "assistant", "content", content,
+                "refusal", "logprobs", "finish_reason", "stop", "usage", "prompt_tokens",
+                (json_int_t)ptoks, "completion_tokens", (json_int_t)ctoks, "total_tokens",
+                (json_int_t)(ptoks + ctoks), "system_fingerprint", "fp_sluice_fake");
   free(content);
   json_decref(in);
   p->status = 200;
@@ -636,8 +639,10 @@ static void on_timer_closed(uv_handle_t *h) {
 }
 
 static void unlink_p(pending *p) {
-  if (p->prev) p->prev->next = p->next;
-  else p->F->waiting = p->next;
+  if (p->prev)
+    p->prev->next = p->next;
+  else
+    p->F->waiting = p->next;
   if (p->next) p->next->prev = p->prev;
 }
 
@@ -705,12 +710,11 @@ static void stats(fake *F, sl_http_req *req) {
     }
     json_object_set_new(by_ep, ep_names[e], o);
   }
-  json_t *o = json_pack("{s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "calls", calls, "by_endpoint",
-                        by_ep, "total", (json_int_t)total, "bad_replies",
-                        (json_int_t)F->bad_replies, "truncated", (json_int_t)F->truncated,
-                        "in_flight", (json_int_t)F->in_flight, "peak_in_flight",
-                        (json_int_t)F->peak, "uptime_s",
-                        (double)(sl_now_ms() - F->started_ms) / 1000.0);
+  json_t *o =
+      json_pack("{s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "calls", calls, "by_endpoint", by_ep, "total",
+                (json_int_t)total, "bad_replies", (json_int_t)F->bad_replies, "truncated",
+                (json_int_t)F->truncated, "in_flight", (json_int_t)F->in_flight, "peak_in_flight",
+                (json_int_t)F->peak, "uptime_s", (double)(sl_now_ms() - F->started_ms) / 1000.0);
   char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
   json_decref(o);
   if (!s) {
@@ -728,7 +732,7 @@ static void handle(sl_http_req *req, void *ud) {
     stats(F, req);
     return;
   }
-  int ep = strcmp(path, "/v1/chat/completions") == 0        ? EP_CHAT
+  int ep = strcmp(path, "/v1/chat/completions") == 0       ? EP_CHAT
            : strcmp(path, "/v1/audio/transcriptions") == 0 ? EP_STT
                                                            : EP_OTHER;
   if (ep == EP_OTHER) {
@@ -764,11 +768,11 @@ static void handle(sl_http_req *req, void *ud) {
   }
   int rc = 0;
   if (p->status == 429) {
-    p->body = error_body("Rate limit reached for requests", "requests", NULL,
-                         "rate_limit_exceeded", &p->len);
+    p->body = error_body("Rate limit reached for requests", "requests", NULL, "rate_limit_exceeded",
+                         &p->len);
   } else if (p->status == 503) {
-    p->body = error_body("The server is overloaded or not ready yet.", "server_error", NULL,
-                         NULL, &p->len);
+    p->body = error_body("The server is overloaded or not ready yet.", "server_error", NULL, NULL,
+                         &p->len);
   } else {
     rc = ep == EP_CHAT ? chat_reply(F, req, p) : stt_reply(F, req, p);
     if (p->status == 400) delay = 0; /* validation answers at once */
@@ -817,14 +821,15 @@ static int parse_outages(fake *F, const char *s) {
   while (s && *s) {
     double a, b;
     int used = 0;
-    if (F->noutage == MAX_OUTAGES || sscanf(s, "%lf-%lf%n", &a, &b, &used) != 2 || a < 0 ||
-        b <= a)
+    if (F->noutage == MAX_OUTAGES || sscanf(s, "%lf-%lf%n", &a, &b, &used) != 2 || a < 0 || b <= a)
       return -1;
     F->outage_from[F->noutage] = a;
     F->outage_to[F->noutage++] = b;
     s += used;
-    if (*s == ',') s++;
-    else if (*s) return -1;
+    if (*s == ',')
+      s++;
+    else if (*s)
+      return -1;
   }
   return 0;
 }
@@ -910,8 +915,8 @@ int main(int argc, char **argv) {
            "quota %g/s, bad replies %.0f%%, truncated %.0f%%%s%s)",
            fc.listen, (long long)fc.stt_latency_ms, (long long)fc.stt_jitter_ms,
            (long long)fc.chat_latency_ms, (long long)fc.chat_jitter_ms, fc.latency_dist,
-           fc.failure_rate * 100, fc.quota_rps, fc.bad_reply_rate * 100,
-           fc.truncate_rate * 100, F.noutage ? ", outages " : "", F.noutage ? fc.outage : "");
+           fc.failure_rate * 100, fc.quota_rps, fc.bad_reply_rate * 100, fc.truncate_rate * 100,
+           F.noutage ? ", outages " : "", F.noutage ? fc.outage : "");
     sl_admin_set_ready(admin, 1);
     uv_run(&F.loop, UV_RUN_DEFAULT);
   } else {

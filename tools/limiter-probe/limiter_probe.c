@@ -92,20 +92,30 @@ int main(int argc, char **argv) {
     }
     const char *v = argv[++i];
     int bad = 0;
-    if (strcmp(a, "--redis") == 0) url = v;
-    else if (strcmp(a, "--provider") == 0) provider = v;
-    else if (strcmp(a, "--trace") == 0) trace_path = v;
-    else if (strcmp(a, "--rate") == 0) bad = parse_double(v, &rate);
-    else if (strcmp(a, "--burst") == 0) bad = parse_double(v, &burst);
-    else if (strcmp(a, "--cost") == 0) bad = parse_double(v, &cost);
-    else if (strcmp(a, "--seconds") == 0) bad = parse_double(v, &seconds);
+    if (strcmp(a, "--redis") == 0)
+      url = v;
+    else if (strcmp(a, "--provider") == 0)
+      provider = v;
+    else if (strcmp(a, "--trace") == 0)
+      trace_path = v;
+    else if (strcmp(a, "--rate") == 0)
+      bad = parse_double(v, &rate);
+    else if (strcmp(a, "--burst") == 0)
+      bad = parse_double(v, &burst);
+    else if (strcmp(a, "--cost") == 0)
+      bad = parse_double(v, &cost);
+    else if (strcmp(a, "--seconds") == 0)
+      bad = parse_double(v, &seconds);
     else if (strcmp(a, "--pause") == 0) {
       bad = parse_double(v, &pause);
       have_pause = 1;
     } else if (strcmp(a, "--print-script") == 0) {
-      if (strcmp(v, "take") == 0) fputs(sl_limiter_lua, stdout);
-      else if (strcmp(v, "pause") == 0) fputs(sl_limiter_pause_lua, stdout);
-      else bad = 1;
+      if (strcmp(v, "take") == 0)
+        fputs(sl_limiter_lua, stdout);
+      else if (strcmp(v, "pause") == 0)
+        fputs(sl_limiter_pause_lua, stdout);
+      else
+        bad = 1;
       if (!bad) return 0;
     } else {
       fprintf(stderr, "limiter_probe: unknown option %s\n", a);

@@ -50,7 +50,7 @@ int sc_apikey_add(const sc_opts *o) {
   sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return SC_EXIT_FAIL;
   char rerr[256] = "";
-  const char *argv[] = {"HSET", rkey, "user", o->user, "label", o->label ? o->label : "",
+  const char *argv[] = {"HSET",       rkey,   "user", o->user, "label", o->label ? o->label : "",
                         "created_ms", created};
   redisReply *r = sl_redis_argv(c, 8, argv, NULL, rerr, sizeof rerr);
   int ok = r && r->type == REDIS_REPLY_INTEGER;
@@ -116,7 +116,8 @@ static int list_one(sl_redis *c, const char *rkey, void *arg) {
     return -1;
   }
   const char *f[3];
-  for (int i = 0; i < 3; i++) f[i] = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
+  for (int i = 0; i < 3; i++)
+    f[i] = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
   char id[13];
   snprintf(id, sizeof id, "%.12s", rkey + 10);
   json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I}", "id", id, "user", f[0], "label", f[1],

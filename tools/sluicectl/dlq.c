@@ -113,12 +113,12 @@ void sc_dl_free(sc_dl_set *s) {
 void sc_filters_text(const sc_opts *o, char *out, size_t n) {
   size_t used = 0;
   out[0] = '\0';
-#define ADD(...)                                                        \
-  do {                                                                  \
-    if (used < n) {                                                     \
-      int w_ = snprintf(out + used, n - used, __VA_ARGS__);             \
-      if (w_ > 0) used += (size_t)w_ < n - used ? (size_t)w_ : n - used; \
-    }                                                                   \
+#define ADD(...)                                                                                   \
+  do {                                                                                             \
+    if (used < n) {                                                                                \
+      int w_ = snprintf(out + used, n - used, __VA_ARGS__);                                        \
+      if (w_ > 0) used += (size_t)w_ < n - used ? (size_t)w_ : n - used;                           \
+    }                                                                                              \
   } while (0)
   ADD("topic=%s", o->topic);
   if (o->stage) ADD(" stage=%s", o->stage);
@@ -150,17 +150,15 @@ static json_t *dl_json(int32_t partition, int64_t offset, const Sluice__V1__Dead
   json_object_set_new(j, "key", sc_json_text(d->key.data, d->key.len));
   json_object_set_new(j, "stage", json_string(d->stage));
   json_object_set_new(j, "error_class", sc_json_text(d->error_class, strlen(d->error_class)));
-  json_object_set_new(j, "error_message",
-                      sc_json_text(d->error_message, strlen(d->error_message)));
+  json_object_set_new(j, "error_message", sc_json_text(d->error_message, strlen(d->error_message)));
   json_object_set_new(j, "attempts", json_integer(d->attempts));
   json_object_set_new(j, "first_failure", json_string(first));
   json_object_set_new(j, "first_failure_ms", json_integer(d->first_failure_ms));
   json_object_set_new(j, "last_failure", json_string(last));
   json_object_set_new(j, "last_failure_ms", json_integer(d->last_failure_ms));
-  json_object_set_new(j, "original", json_pack("{s:o,s:i,s:I}", "topic",
-                                               sc_json_text(d->topic, strlen(d->topic)),
-                                               "partition", (int)d->partition, "offset",
-                                               (json_int_t)d->offset));
+  json_object_set_new(j, "original",
+                      json_pack("{s:o,s:i,s:I}", "topic", sc_json_text(d->topic, strlen(d->topic)),
+                                "partition", (int)d->partition, "offset", (json_int_t)d->offset));
   json_object_set_new(j, "replay_topic", sc_json_text(d->replay_topic, strlen(d->replay_topic)));
   json_object_set_new(j, "subject", sc_json_text(d->subject_key, strlen(d->subject_key)));
   json_object_set_new(j, "payload_bytes", json_integer((json_int_t)d->payload.len));
@@ -225,8 +223,7 @@ typedef struct {
   const sl_pipeline *pipeline;
 } show_ctx;
 
-static int show_cb(void *arg, int32_t partition, int64_t offset, const void *payload,
-                   size_t len) {
+static int show_cb(void *arg, int32_t partition, int64_t offset, const void *payload, size_t len) {
   show_ctx *c = arg;
   c->partition = partition;
   c->offset = offset;
@@ -354,8 +351,7 @@ int sc_dlq_show(const sc_opts *o) {
   show_ctx c = {0, 0, NULL, 0, o->pipeline};
   int rc = sc_scan_topic(o, o->topic, p, off, show_cb, &c);
   if (rc == SC_SCAN_NOT_FOUND) {
-    fprintf(stderr, "sluicectl: no dead letter at %s %d:%lld\n", o->topic, (int)p,
-            (long long)off);
+    fprintf(stderr, "sluicectl: no dead letter at %s %d:%lld\n", o->topic, (int)p, (long long)off);
     return SC_EXIT_FAIL;
   }
   if (rc) return SC_EXIT_FAIL;
@@ -364,8 +360,10 @@ int sc_dlq_show(const sc_opts *o) {
             (long long)off);
     return SC_EXIT_FAIL;
   }
-  if (o->json) rc = show_json(&c);
-  else show_text(&c, o->topic);
+  if (o->json)
+    rc = show_json(&c);
+  else
+    show_text(&c, o->topic);
   sluice__v1__dead_letter__free_unpacked(c.d, NULL);
   return rc;
 }
@@ -385,8 +383,7 @@ typedef struct {
   int oom;
 } audit_ctx;
 
-static int audit_cb(void *arg, int32_t partition, int64_t offset, const void *payload,
-                    size_t len) {
+static int audit_cb(void *arg, int32_t partition, int64_t offset, const void *payload, size_t len) {
   audit_ctx *c = arg;
   Sluice__V1__ReplayAudit *a = sluice__v1__replay_audit__unpack(NULL, len, payload);
   if (!a) {
@@ -431,10 +428,10 @@ static json_t *audit_json(const audit_rec *r) {
   return json_pack("{s:o,s:o,s:o,s:s,s:I,s:o,s:b,s:o,s:i,s:I}", "id",
                    sc_json_text(a->id, strlen(a->id)), "actor",
                    sc_json_text(a->actor, strlen(a->actor)), "host",
-                   sc_json_text(a->host, strlen(a->host)), "at", at, "at_ms",
-                   (json_int_t)a->at_ms, "filters", sc_json_text(a->filters, strlen(a->filters)),
-                   "dry_run", (int)a->dry_run, "entries", entries ? entries : json_array(),
-                   "audit_partition", (int)r->partition, "audit_offset", (json_int_t)r->offset);
+                   sc_json_text(a->host, strlen(a->host)), "at", at, "at_ms", (json_int_t)a->at_ms,
+                   "filters", sc_json_text(a->filters, strlen(a->filters)), "dry_run",
+                   (int)a->dry_run, "entries", entries ? entries : json_array(), "audit_partition",
+                   (int)r->partition, "audit_offset", (json_int_t)r->offset);
 }
 
 int sc_dlq_audit(const sc_opts *o) {
@@ -481,8 +478,7 @@ int sc_dlq_audit(const sc_opts *o) {
 
 int sc_dlq_inject(const sc_opts *o) {
   if (!o->stage || !o->cls || !o->key || !o->payload_file) {
-    fprintf(stderr,
-            "sluicectl: dlq inject needs --stage, --class, --key and --payload-file\n");
+    fprintf(stderr, "sluicectl: dlq inject needs --stage, --class, --key and --payload-file\n");
     return SC_EXIT_USAGE;
   }
   uint8_t *payload = NULL;

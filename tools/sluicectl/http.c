@@ -4,8 +4,8 @@
  * bounded bodies and the headers the client cares about (ETag,
  * Retry-After), a parser for the stages' Prometheus text (what `status`
  * scrapes), the admin endpoint list, and a Redis connection (sl_redis:
- * AUTH and TLS from the environment) from a redis[s]:// URL. Uploads read the file through a small callback (libcurl's
- * own buffer), so a part of any size is never held in memory.
+ * AUTH and TLS from the environment) from a redis[s]:// URL. Uploads read the file through a small
+ * callback (libcurl's own buffer), so a part of any size is never held in memory.
  *
  * Every request has a timeout; nothing here waits unbounded.
  */
@@ -117,8 +117,10 @@ static int perform(CURL *c, struct curl_slist *hl, sc_http_reply *r) {
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
   CURLcode e = curl_easy_perform(c);
-  if (e == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-  else snprintf(r->error, sizeof r->error, "%s", curl_easy_strerror(e));
+  if (e == CURLE_OK)
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+  else
+    snprintf(r->error, sizeof r->error, "%s", curl_easy_strerror(e));
   if (!r->body) r->body = calloc(1, 1);
   curl_slist_free_all(hl);
   curl_easy_cleanup(c);
@@ -175,8 +177,8 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
   return 0;
 }
 
-int sc_http_put_file(const char *url, const char *path, const char *const *headers,
-                     long timeout_ms, sc_http_reply *r) {
+int sc_http_put_file(const char *url, const char *path, const char *const *headers, long timeout_ms,
+                     sc_http_reply *r) {
   FILE *f = fopen(path, "rb");
   struct stat st;
   if (!f || fstat(fileno(f), &st) != 0) {
@@ -210,8 +212,8 @@ int sc_http_put_file(const char *url, const char *path, const char *const *heade
   return rc;
 }
 
-int sc_http_send(const char *method, const char *url, const char *const *headers,
-                 const char *body, long timeout_ms, sc_http_reply *r) {
+int sc_http_send(const char *method, const char *url, const char *const *headers, const char *body,
+                 long timeout_ms, sc_http_reply *r) {
   CURL *c = easy(url, timeout_ms, r);
   if (!c) {
     snprintf(r->error, sizeof r->error, "libcurl could not start");
@@ -315,9 +317,12 @@ int sc_metrics_parse(const char *text, sc_samples *out) {
         const char *close = NULL;
         int inq = 0;
         for (size_t k = i + 1; k < len && !close; k++) {
-          if (p[k] == '\\' && inq) k++;
-          else if (p[k] == '"') inq = !inq;
-          else if (p[k] == '}' && !inq) close = p + k;
+          if (p[k] == '\\' && inq)
+            k++;
+          else if (p[k] == '"')
+            inq = !inq;
+          else if (p[k] == '}' && !inq)
+            close = p + k;
         }
         if (!close || (size_t)(close - p - i - 1) >= sizeof s.labels) return -1;
         memcpy(s.labels, p + i + 1, (size_t)(close - p - i - 1));

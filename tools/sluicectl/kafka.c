@@ -57,8 +57,7 @@ rd_kafka_conf_t *sc_conf_new(const sc_opts *o) {
   rd_kafka_conf_t *c = rd_kafka_conf_new();
   char t[32];
   snprintf(t, sizeof t, "%d", o->timeout_ms);
-  if (sc_conf_set(c, "bootstrap.servers", o->brokers) ||
-      sc_conf_set(c, "client.id", "sluicectl") ||
+  if (sc_conf_set(c, "bootstrap.servers", o->brokers) || sc_conf_set(c, "client.id", "sluicectl") ||
       sc_conf_set(c, "socket.connection.setup.timeout.ms", t) ||
       sc_conf_set(c, "allow.auto.create.topics", "false") ||
       sc_conf_set(c, "log.connection.close", "false")) {
@@ -101,8 +100,7 @@ static int scan(const sc_opts *o, const char *topic, int32_t only_partition, int
                 sc_msg_cb cb, sc_kmsg_cb kcb, void *arg) {
   rd_kafka_conf_t *c = sc_conf_new(o);
   if (!c) return SC_EXIT_FAIL;
-  if (sc_conf_set(c, "group.id", "sluicectl") ||
-      sc_conf_set(c, "enable.auto.commit", "false") ||
+  if (sc_conf_set(c, "group.id", "sluicectl") || sc_conf_set(c, "enable.auto.commit", "false") ||
       sc_conf_set(c, "enable.partition.eof", "true") ||
       sc_conf_set(c, "auto.offset.reset", "earliest")) {
     rd_kafka_conf_destroy(c);
@@ -120,8 +118,8 @@ static int scan(const sc_opts *o, const char *topic, int32_t only_partition, int
   char *done = NULL;
   rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
   const rd_kafka_metadata_t *md = NULL;
-  rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, o->timeout_ms)
-                              : rd_kafka_last_error();
+  rd_kafka_resp_err_t e =
+      rkt ? rd_kafka_metadata(rk, 0, rkt, &md, o->timeout_ms) : rd_kafka_last_error();
   if (e) {
     char what[300];
     snprintf(what, sizeof what, "cannot read topic %s", topic);
@@ -271,9 +269,8 @@ int sc_producer_open(const sc_opts *o, sc_producer *p) {
   return 0;
 }
 
-int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen,
-               const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
-               sc_delivery *d) {
+int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen, const void *val,
+               size_t vlen, const char *hdr_name, const char *hdr_val, sc_delivery *d) {
   memset(d, 0, sizeof *d);
   d->partition = -1;
   d->offset = -1;

@@ -41,11 +41,11 @@
 
 #include "sluicectl.h"
 
-#define BATCH 32            /* parts signed per batch request */
-#define PART_ATTEMPTS 5     /* tries per part PUT */
-#define API_ATTEMPTS 6      /* tries per API call on transient answers */
-#define CREATE_WAIT_S 30    /* how long create waits for presign to see the submission */
-#define RESUME_ROUNDS 3     /* list + upload missing + complete rounds */
+#define BATCH 32         /* parts signed per batch request */
+#define PART_ATTEMPTS 5  /* tries per part PUT */
+#define API_ATTEMPTS 6   /* tries per API call on transient answers */
+#define CREATE_WAIT_S 30 /* how long create waits for presign to see the submission */
+#define RESUME_ROUNDS 3  /* list + upload missing + complete rounds */
 #define API_TIMEOUT_MS 30000
 #define PART_TIMEOUT_MS 600000
 
@@ -356,12 +356,15 @@ static int run(mpu *m) {
     if (rc) break;
     if (nmissing) {
       if (round > RESUME_ROUNDS) {
-        fprintf(stderr, "sluicectl: q%d multipart: storage still lacks %d part(s) after %d "
-                        "resume rounds\n", m->j->qno, nmissing, RESUME_ROUNDS);
+        fprintf(stderr,
+                "sluicectl: q%d multipart: storage still lacks %d part(s) after %d "
+                "resume rounds\n",
+                m->j->qno, nmissing, RESUME_ROUNDS);
         rc = -1;
         break;
       }
-      fprintf(stderr, "  q%d resuming: storage lacks %d of %d part(s) (first: %d); uploading them\n",
+      fprintf(stderr,
+              "  q%d resuming: storage lacks %d of %d part(s) (first: %d); uploading them\n",
               m->j->qno, nmissing, m->nparts, want[0]);
       for (int i = 0; i < nmissing; i++) m->etag[want[i] - 1][0] = '\0';
       rc = upload_parts(m, want, nmissing, 0);
@@ -426,8 +429,8 @@ int sc_multipart_upload(const sc_mpu_job *j) {
     return -1;
   }
   const char *slash = strrchr(j->path, '/');
-  json_t *req = json_pack("{s:s,s:{s:s,s:i}}", "filename", slash ? slash + 1 : j->path,
-                          "metadata", "submission_id", j->sid, "question_no", j->qno);
+  json_t *req = json_pack("{s:s,s:{s:s,s:i}}", "filename", slash ? slash + 1 : j->path, "metadata",
+                          "submission_id", j->sid, "question_no", j->qno);
   char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
   json_decref(req);
   sc_http_reply r;
@@ -436,13 +439,14 @@ int sc_multipart_upload(const sc_mpu_job *j) {
   json_t *created = rc == 0 ? json_loads(r.body, 0, NULL) : NULL;
   const char *id = json_string_value(json_object_get(created, "uploadId"));
   const char *key = json_string_value(json_object_get(created, "key"));
-  if (rc != 0 || !id || !key || strcmp(key, j->key) != 0 ||
-      strlen(id) >= sizeof m.upload_id) {
+  if (rc != 0 || !id || !key || strcmp(key, j->key) != 0 || strlen(id) >= sizeof m.upload_id) {
     if (rc != 0)
       report(&m, "create", &r);
     else
-      fprintf(stderr, "sluicectl: q%d multipart create: the reply lacks uploadId or names "
-                      "another key than %s\n", j->qno, j->key);
+      fprintf(stderr,
+              "sluicectl: q%d multipart create: the reply lacks uploadId or names "
+              "another key than %s\n",
+              j->qno, j->key);
     rc = -1;
   }
   if (rc == 0) {

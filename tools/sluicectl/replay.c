@@ -66,8 +66,8 @@ static void resolve_actor(const sc_opts *o, char *out, size_t n) {
 }
 
 /* looks the replay topic up once per distinct name; -1 on a Kafka error */
-static int check_target(const sc_opts *o, rd_kafka_t *rk, topic_state *ts, size_t *nts,
-                        size_t cap, entry *e) {
+static int check_target(const sc_opts *o, rd_kafka_t *rk, topic_state *ts, size_t *nts, size_t cap,
+                        entry *e) {
   const char *t = e->dl->d->replay_topic;
   if (!*t) {
     e->skip = "no replay_topic in the dead letter";
@@ -139,8 +139,7 @@ static int write_audit(const sc_opts *o, sc_producer *p, const char *id, entry *
   }
   if (sc_producer_wait(p, o->timeout_ms + 2000, NULL) || d.err) {
     char what[300];
-    snprintf(what, sizeof what, "audit record not written to %s; nothing replayed",
-             o->audit_topic);
+    snprintf(what, sizeof what, "audit record not written to %s; nothing replayed", o->audit_topic);
     sc_report_kafka_error(o, what, d.done ? d.err : RD_KAFKA_RESP_ERR__TIMED_OUT);
     goto out;
   }
@@ -157,19 +156,25 @@ static void reasons_text(const entry *es, size_t n, int failed, char *out, size_
   size_t used = 0;
   out[0] = '\0';
   for (size_t i = 0; i < n; i++) {
-    const char *r = failed ? (es[i].skip ? NULL : es[i].reason[0] ? es[i].reason : NULL)
+    const char *r = failed ? (es[i].skip        ? NULL
+                              : es[i].reason[0] ? es[i].reason
+                                                : NULL)
                            : es[i].skip;
     if (!r) continue;
     int seen = 0;
     for (size_t j = 0; j < i && !seen; j++) {
-      const char *q = failed ? (es[j].skip ? NULL : es[j].reason[0] ? es[j].reason : NULL)
+      const char *q = failed ? (es[j].skip        ? NULL
+                                : es[j].reason[0] ? es[j].reason
+                                                  : NULL)
                              : es[j].skip;
       seen = q && strcmp(q, r) == 0;
     }
     if (seen) continue;
     size_t count = 0;
     for (size_t j = i; j < n; j++) {
-      const char *q = failed ? (es[j].skip ? NULL : es[j].reason[0] ? es[j].reason : NULL)
+      const char *q = failed ? (es[j].skip        ? NULL
+                                : es[j].reason[0] ? es[j].reason
+                                                  : NULL)
                              : es[j].skip;
       if (q && strcmp(q, r) == 0) count++;
     }
@@ -183,8 +188,7 @@ static void reasons_text(const entry *es, size_t n, int failed, char *out, size_
 static void print_entry(FILE *f, const char *what, const entry *e, const char *tail) {
   char key[160];
   sc_escape(key, sizeof key, e->dl->d->key.data, e->dl->d->key.len);
-  fprintf(f, "%s %d:%lld %s%s\n", what, (int)e->dl->partition, (long long)e->dl->offset, key,
-          tail);
+  fprintf(f, "%s %d:%lld %s%s\n", what, (int)e->dl->partition, (long long)e->dl->offset, key, tail);
 }
 
 int sc_dlq_replay(const sc_opts *o) {
@@ -205,8 +209,10 @@ int sc_dlq_replay(const sc_opts *o) {
   for (size_t i = 0; i < s.n; i++) {
     es[i].dl = &s.v[i];
     if (check_target(o, p.rk, ts, &nts, sizeof ts / sizeof ts[0], &es[i])) goto out;
-    if (es[i].skip) n_skip++;
-    else n_replay++;
+    if (es[i].skip)
+      n_skip++;
+    else
+      n_replay++;
   }
   if (n_replay > 0) {
     /* also primes the producer's metadata: the first produce then goes out at once */

@@ -37,47 +37,98 @@
 #include "sluice/sl_stage.h"
 
 enum {
-  O_BROKERS, O_TOPIC, O_TIMEOUT, O_AUDIT_TOPIC,
-  O_STAGE, O_CLASS, O_SUBMISSION, O_SINCE, O_UNTIL, O_LIMIT,
-  O_JSON, O_RATE, O_DRY_RUN, O_ACTOR, O_YES,
-  O_PARTITIONS, O_REPLICATION, O_CONFIG, O_ALL,
-  O_KEY, O_REPLAY_TOPIC, O_PAYLOAD_FILE, O_MESSAGE, O_ORIGIN_TOPIC, O_ATTEMPTS, O_FAILED_AT, O_COUNT_N,
-  O_ADMIN, O_REDIS, O_WATCH, O_INTERVAL, O_PRESIGN, O_PROMPT, O_WAIT,
-  O_MP_THRESHOLD, O_PART_SIZE, O_USER, O_LABEL, O_API_KEY,
-  O_HELP, O_COUNT
+  O_BROKERS,
+  O_TOPIC,
+  O_TIMEOUT,
+  O_AUDIT_TOPIC,
+  O_STAGE,
+  O_CLASS,
+  O_SUBMISSION,
+  O_SINCE,
+  O_UNTIL,
+  O_LIMIT,
+  O_JSON,
+  O_RATE,
+  O_DRY_RUN,
+  O_ACTOR,
+  O_YES,
+  O_PARTITIONS,
+  O_REPLICATION,
+  O_CONFIG,
+  O_ALL,
+  O_KEY,
+  O_REPLAY_TOPIC,
+  O_PAYLOAD_FILE,
+  O_MESSAGE,
+  O_ORIGIN_TOPIC,
+  O_ATTEMPTS,
+  O_FAILED_AT,
+  O_COUNT_N,
+  O_ADMIN,
+  O_REDIS,
+  O_WATCH,
+  O_INTERVAL,
+  O_PRESIGN,
+  O_PROMPT,
+  O_WAIT,
+  O_MP_THRESHOLD,
+  O_PART_SIZE,
+  O_USER,
+  O_LABEL,
+  O_API_KEY,
+  O_HELP,
+  O_COUNT
 };
 
 static const struct {
   const char *name;
   int takes_value;
 } opt_table[O_COUNT] = {
-    [O_BROKERS] = {"--brokers", 1},       [O_TOPIC] = {"--topic", 1},
-    [O_TIMEOUT] = {"--timeout", 1},       [O_AUDIT_TOPIC] = {"--audit-topic", 1},
-    [O_STAGE] = {"--stage", 1},           [O_CLASS] = {"--class", 1},
-    [O_SUBMISSION] = {"--submission", 1}, [O_SINCE] = {"--since", 1},
-    [O_UNTIL] = {"--until", 1},           [O_LIMIT] = {"--limit", 1},
-    [O_JSON] = {"--json", 0},             [O_RATE] = {"--rate", 1},
-    [O_DRY_RUN] = {"--dry-run", 0},       [O_ACTOR] = {"--actor", 1},
-    [O_YES] = {"--yes", 0},               [O_PARTITIONS] = {"--partitions", 1},
-    [O_REPLICATION] = {"--replication", 1}, [O_CONFIG] = {"--config", 1},
-    [O_ALL] = {"--all", 0},               [O_KEY] = {"--key", 1},
-    [O_REPLAY_TOPIC] = {"--replay-topic", 1}, [O_PAYLOAD_FILE] = {"--payload-file", 1},
-    [O_MESSAGE] = {"--message", 1},       [O_ORIGIN_TOPIC] = {"--origin-topic", 1},
-    [O_ATTEMPTS] = {"--attempts", 1},     [O_FAILED_AT] = {"--failed-at", 1},
-    [O_COUNT_N] = {"--count", 1},         [O_HELP] = {"--help", 0},
-    [O_ADMIN] = {"--admin", 1},           [O_REDIS] = {"--redis", 1},
-    [O_WATCH] = {"--watch", 0},           [O_INTERVAL] = {"--interval", 1},
-    [O_PRESIGN] = {"--presign", 1},       [O_PROMPT] = {"--prompt", 1},
+    [O_BROKERS] = {"--brokers", 1},
+    [O_TOPIC] = {"--topic", 1},
+    [O_TIMEOUT] = {"--timeout", 1},
+    [O_AUDIT_TOPIC] = {"--audit-topic", 1},
+    [O_STAGE] = {"--stage", 1},
+    [O_CLASS] = {"--class", 1},
+    [O_SUBMISSION] = {"--submission", 1},
+    [O_SINCE] = {"--since", 1},
+    [O_UNTIL] = {"--until", 1},
+    [O_LIMIT] = {"--limit", 1},
+    [O_JSON] = {"--json", 0},
+    [O_RATE] = {"--rate", 1},
+    [O_DRY_RUN] = {"--dry-run", 0},
+    [O_ACTOR] = {"--actor", 1},
+    [O_YES] = {"--yes", 0},
+    [O_PARTITIONS] = {"--partitions", 1},
+    [O_REPLICATION] = {"--replication", 1},
+    [O_CONFIG] = {"--config", 1},
+    [O_ALL] = {"--all", 0},
+    [O_KEY] = {"--key", 1},
+    [O_REPLAY_TOPIC] = {"--replay-topic", 1},
+    [O_PAYLOAD_FILE] = {"--payload-file", 1},
+    [O_MESSAGE] = {"--message", 1},
+    [O_ORIGIN_TOPIC] = {"--origin-topic", 1},
+    [O_ATTEMPTS] = {"--attempts", 1},
+    [O_FAILED_AT] = {"--failed-at", 1},
+    [O_COUNT_N] = {"--count", 1},
+    [O_HELP] = {"--help", 0},
+    [O_ADMIN] = {"--admin", 1},
+    [O_REDIS] = {"--redis", 1},
+    [O_WATCH] = {"--watch", 0},
+    [O_INTERVAL] = {"--interval", 1},
+    [O_PRESIGN] = {"--presign", 1},
+    [O_PROMPT] = {"--prompt", 1},
     [O_WAIT] = {"--wait", 1},
-    [O_MP_THRESHOLD] = {"--multipart-threshold", 1}, [O_PART_SIZE] = {"--part-size", 1},
-    [O_USER] = {"--user", 1},             [O_LABEL] = {"--label", 1},
+    [O_MP_THRESHOLD] = {"--multipart-threshold", 1},
+    [O_PART_SIZE] = {"--part-size", 1},
+    [O_USER] = {"--user", 1},
+    [O_LABEL] = {"--label", 1},
     [O_API_KEY] = {"--api-key", 1},
 };
 
 #define B(x) (1ull << (x))
 #define COMMON (B(O_BROKERS) | B(O_TOPIC) | B(O_TIMEOUT) | B(O_HELP))
-#define FILTERS \
-  (B(O_STAGE) | B(O_CLASS) | B(O_SUBMISSION) | B(O_SINCE) | B(O_UNTIL) | B(O_LIMIT))
+#define FILTERS (B(O_STAGE) | B(O_CLASS) | B(O_SUBMISSION) | B(O_SINCE) | B(O_UNTIL) | B(O_LIMIT))
 
 typedef struct {
   const char *group, *name;
@@ -120,48 +171,48 @@ static const command commands[] = {
 
 static void usage(FILE *f) {
   fprintf(f,
-      "usage: sluicectl dlq list   [FILTERS] [--json]\n"
-      "       sluicectl dlq show   PARTITION:OFFSET [--json]\n"
-      "       sluicectl dlq replay [FILTERS] [--rate N] [--dry-run] [--actor NAME] [--yes]\n"
-      "                            [--audit-topic T]\n"
-      "       sluicectl dlq audit  [--json] [--audit-topic T]\n"
-      "       sluicectl topics ensure [--partitions N] [--replication R]\n"
-      "                               [--config KEY=VALUE]... TOPIC...\n"
-      "       sluicectl topics list [--all] [--json]\n"
-      "       sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch] [--interval S]\n"
-      "                        [--json]\n"
-      "       sluicectl submission ID [--redis URL] [--json]\n"
-      "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
-      "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
-      "                        [--api-key KEY]\n"
-      "       sluicectl apikey add --user ID [--label TEXT] [--redis URL] [--json]\n"
-      "       sluicectl apikey list [--redis URL] [--json]\n"
-      "       sluicectl apikey revoke KEY-OR-ID [--redis URL]\n"
-      "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
-      "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
-      "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
-      "  --limit keeps the N oldest (by last failure) of the matching ones.\n"
-      "replay: --rate messages/s (10); more than %d replays need --yes.\n"
-      "every command: --brokers HOST:PORT (SLUICE_KAFKA_BROKERS, 127.0.0.1:9092)\n"
-      "  --topic NAME, --audit-topic NAME (the pipeline's dead-letter topics, dlq and\n"
-      "  dlq.audit; the pipeline is SLUICE_PIPELINE_FILE or the built-in one)\n"
-      "  --timeout SECONDS (10: the longest wait on Kafka)\n"
-      "status: --admin the stages' admin endpoints, repeatable or comma-separated\n"
-      "  (SLUICECTL_ADMIN; default 127.0.0.1:9180..9185, the ports tools/stages uses);\n"
-      "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
-      "  --interval seconds (2).\n"
-      "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
-      "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600);\n"
-      "  files of at least --multipart-threshold bytes (16777216) go up in parts of\n"
-      "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart;\n"
-      "  --api-key (SLUICE_API_KEY; prefer the variable: arguments show in ps).\n"
-      "apikey: add prints a new key once (Redis keeps only its SHA-256); list shows ids;\n"
-      "  revoke takes the key or its id.\n"
-      "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
-      "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
-      "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"
-      "exit status: 0 success, 1 failure, 2 usage error\n",
-      SC_CONFIRM_ABOVE);
+          "usage: sluicectl dlq list   [FILTERS] [--json]\n"
+          "       sluicectl dlq show   PARTITION:OFFSET [--json]\n"
+          "       sluicectl dlq replay [FILTERS] [--rate N] [--dry-run] [--actor NAME] [--yes]\n"
+          "                            [--audit-topic T]\n"
+          "       sluicectl dlq audit  [--json] [--audit-topic T]\n"
+          "       sluicectl topics ensure [--partitions N] [--replication R]\n"
+          "                               [--config KEY=VALUE]... TOPIC...\n"
+          "       sluicectl topics list [--all] [--json]\n"
+          "       sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch] [--interval S]\n"
+          "                        [--json]\n"
+          "       sluicectl submission ID [--redis URL] [--json]\n"
+          "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
+          "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
+          "                        [--api-key KEY]\n"
+          "       sluicectl apikey add --user ID [--label TEXT] [--redis URL] [--json]\n"
+          "       sluicectl apikey list [--redis URL] [--json]\n"
+          "       sluicectl apikey revoke KEY-OR-ID [--redis URL]\n"
+          "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
+          "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
+          "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
+          "  --limit keeps the N oldest (by last failure) of the matching ones.\n"
+          "replay: --rate messages/s (10); more than %d replays need --yes.\n"
+          "every command: --brokers HOST:PORT (SLUICE_KAFKA_BROKERS, 127.0.0.1:9092)\n"
+          "  --topic NAME, --audit-topic NAME (the pipeline's dead-letter topics, dlq and\n"
+          "  dlq.audit; the pipeline is SLUICE_PIPELINE_FILE or the built-in one)\n"
+          "  --timeout SECONDS (10: the longest wait on Kafka)\n"
+          "status: --admin the stages' admin endpoints, repeatable or comma-separated\n"
+          "  (SLUICECTL_ADMIN; default 127.0.0.1:9180..9185, the ports tools/stages uses);\n"
+          "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
+          "  --interval seconds (2).\n"
+          "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
+          "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600);\n"
+          "  files of at least --multipart-threshold bytes (16777216) go up in parts of\n"
+          "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart;\n"
+          "  --api-key (SLUICE_API_KEY; prefer the variable: arguments show in ps).\n"
+          "apikey: add prints a new key once (Redis keeps only its SHA-256); list shows ids;\n"
+          "  revoke takes the key or its id.\n"
+          "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
+          "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
+          "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"
+          "exit status: 0 success, 1 failure, 2 usage error\n",
+          SC_CONFIRM_ABOVE);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
@@ -218,20 +269,19 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
   }
   if (seen & B(O_PARTITIONS)) {
     if (sc_parse_long(val[O_PARTITIONS], 1, 100000, &v))
-      return usage_error("--partitions wants a positive integer, not \"%s\"%s",
-                         val[O_PARTITIONS], "");
+      return usage_error("--partitions wants a positive integer, not \"%s\"%s", val[O_PARTITIONS],
+                         "");
     o->partitions = (int)v;
   }
   if (seen & B(O_REPLICATION)) {
     if (sc_parse_long(val[O_REPLICATION], 1, 1000, &v))
-      return usage_error("--replication wants a positive integer, not \"%s\"%s",
-                         val[O_REPLICATION], "");
+      return usage_error("--replication wants a positive integer, not \"%s\"%s", val[O_REPLICATION],
+                         "");
     o->replication = (int)v;
   }
   if (seen & B(O_ATTEMPTS)) {
     if (sc_parse_long(val[O_ATTEMPTS], 1, 1000000, &v))
-      return usage_error("--attempts wants a positive integer, not \"%s\"%s", val[O_ATTEMPTS],
-                         "");
+      return usage_error("--attempts wants a positive integer, not \"%s\"%s", val[O_ATTEMPTS], "");
     o->attempts = v;
   }
   if (seen & B(O_COUNT_N)) {
@@ -269,8 +319,7 @@ static int convert(sc_opts *o, const char *const *val, const unsigned long long 
     char *end;
     double r = strtod(val[O_RATE], &end);
     if (*end || end == val[O_RATE] || !(r > 0) || r > 1e6)
-      return usage_error("--rate wants messages per second (> 0), not \"%s\"%s", val[O_RATE],
-                         "");
+      return usage_error("--rate wants messages per second (> 0), not \"%s\"%s", val[O_RATE], "");
     o->rate = r;
   }
   return 0;
@@ -312,8 +361,7 @@ int main(int argc, char **argv) {
   o.part_size = (int64_t)8 << 20;
   const char *admin_env = getenv("SLUICECTL_ADMIN");
   if (admin_env && *admin_env && sc_add_admins(&o, admin_env)) {
-    fprintf(stderr, "sluicectl: SLUICECTL_ADMIN: too many endpoints (at most %d)\n",
-            SC_MAX_ADMINS);
+    fprintf(stderr, "sluicectl: SLUICECTL_ADMIN: too many endpoints (at most %d)\n", SC_MAX_ADMINS);
     sl_conf_release(&cb, 1);
     return SC_EXIT_USAGE;
   }

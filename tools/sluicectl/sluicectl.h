@@ -50,7 +50,7 @@ typedef struct {
   /* the pipeline description (SLUICE_PIPELINE_FILE, else built-in): the
    * stages and topics status, submission and dlq look at */
   const struct sl_pipeline *pipeline;
-  int timeout_ms;          /* --timeout SECONDS: every wait on Kafka (10 s) */
+  int timeout_ms; /* --timeout SECONDS: every wait on Kafka (10 s) */
   /* dead-letter filters */
   const char *stage, *cls, *submission;
   const char *since_arg, *until_arg; /* as given, for the audit record */
@@ -99,9 +99,9 @@ double sc_mono_s(void);
 int sc_parse_time(const char *s, int64_t now_ms, int64_t *out_ms);
 /* strictly positive decimal integer not above max; 0 on success */
 int sc_parse_long(const char *s, long min, long max, long *out);
-void sc_fmt_time(int64_t ms, char out[40]);      /* 2026-11-29T12:00:00.123Z */
-void sc_fmt_time_s(int64_t ms, char out[40]);    /* 2026-11-29T12:00:00Z */
-char *sc_base64(const void *data, size_t len);   /* malloc'd, NUL-terminated */
+void sc_fmt_time(int64_t ms, char out[40]);    /* 2026-11-29T12:00:00.123Z */
+void sc_fmt_time_s(int64_t ms, char out[40]);  /* 2026-11-29T12:00:00Z */
+char *sc_base64(const void *data, size_t len); /* malloc'd, NUL-terminated */
 int sc_utf8_valid(const void *data, size_t len);
 /* prints data with non-printable bytes as \xNN, at most max bytes (then ...) */
 void sc_fput_escaped(FILE *f, const void *data, size_t len, size_t max);
@@ -173,9 +173,8 @@ typedef struct {
 int sc_producer_open(const sc_opts *o, sc_producer *p);
 /* produces one message (copied); d receives the delivery report. hdr_name may
  * be NULL. 0 on success, else the error is in d->err. */
-int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen,
-               const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
-               sc_delivery *d);
+int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen, const void *val,
+               size_t vlen, const char *hdr_name, const char *hdr_val, sc_delivery *d);
 /* serves delivery reports until every produced message has one, or the
  * deadline passes; returns the number still pending */
 size_t sc_producer_wait(sc_producer *p, int timeout_ms, sc_progress *prog);
@@ -222,12 +221,12 @@ int sc_add_admins(sc_opts *o, const char *list);
 
 /* ---- http.c ---- */
 typedef struct {
-  long status;          /* HTTP status, 0 when no answer */
-  char *body;           /* malloc'd, NUL-terminated */
+  long status; /* HTTP status, 0 when no answer */
+  char *body;  /* malloc'd, NUL-terminated */
   size_t len;
   char etag[128];
-  long retry_after_s;   /* -1 when absent */
-  char error[256];      /* transport error, when status is 0 */
+  long retry_after_s; /* -1 when absent */
+  char error[256];    /* transport error, when status is 0 */
 } sc_http_reply;
 void sc_http_reply_free(sc_http_reply *r);
 /* GET url with optional extra headers (NULL-terminated); body bounded to
@@ -235,12 +234,12 @@ void sc_http_reply_free(sc_http_reply *r);
 int sc_http_get(const char *url, const char *const *headers, long timeout_ms, sc_http_reply *r);
 int sc_http_post_json(const char *url, const char *body, long timeout_ms, sc_http_reply *r);
 /* PUTs a file with the given headers, drawing a progress bar on stderr */
-int sc_http_put_file(const char *url, const char *path, const char *const *headers,
-                     long timeout_ms, sc_http_reply *r);
+int sc_http_put_file(const char *url, const char *path, const char *const *headers, long timeout_ms,
+                     sc_http_reply *r);
 /* Any method with extra headers (NULL-terminated) and an optional JSON body
  * (Content-Type: application/json is added). 0 when an HTTP answer came. */
-int sc_http_send(const char *method, const char *url, const char *const *headers,
-                 const char *body, long timeout_ms, sc_http_reply *r);
+int sc_http_send(const char *method, const char *url, const char *const *headers, const char *body,
+                 long timeout_ms, sc_http_reply *r);
 /* PUTs bytes [off, off+len) of f (streamed, not buffered), updating bar (when
  * not NULL) with base + bytes sent; the answer's ETag lands in r->etag. */
 int sc_http_put_range(const char *url, FILE *f, int64_t off, int64_t len, sc_progress *bar,
@@ -286,7 +285,7 @@ int sc_apikey_list(const sc_opts *o);
 int sc_apikey_revoke(const sc_opts *o);
 
 /* ---- multipart.c ---- */
-#define SC_MIN_PART_SIZE ((int64_t)5 << 20)  /* S3: every part but the last */
+#define SC_MIN_PART_SIZE ((int64_t)5 << 20) /* S3: every part but the last */
 #define SC_MAX_PART_SIZE ((int64_t)5 << 30)
 #define SC_MAX_PARTS 10000
 typedef struct {

@@ -47,7 +47,7 @@
 typedef struct {
   char topic[160];
   int32_t partition;
-  int retry; /* a retry tier topic */
+  int retry;                 /* a retry tier topic */
   int64_t lo, hi, committed; /* committed -1: none */
   int64_t lag;
 } part_t;
@@ -62,7 +62,7 @@ typedef struct {
   part_t *parts;
   int nparts;
   int64_t lag, retry_backlog;
-  int64_t oldest_ts; /* 0: nothing waiting */
+  int64_t oldest_ts;             /* 0: nothing waiting */
   int64_t sum_hi, sum_committed; /* main inputs, for rates */
   double rate_in, rate_out;
   int have_rates;
@@ -359,7 +359,8 @@ static void scrape(const sc_opts *o, snapshot *s) {
       for (size_t i = 0; i < ss.n; i++) {
         const sc_sample *m = &ss.v[i];
         if (strcmp(pr->stage, "?") == 0) {
-          if (sc_label(m->labels, "stage", v, sizeof v) == 0 && strcmp(m->name, "sluice_in_flight") == 0)
+          if (sc_label(m->labels, "stage", v, sizeof v) == 0 &&
+              strcmp(m->name, "sluice_in_flight") == 0)
             snprintf(pr->stage, sizeof pr->stage, "%s", v);
           else if (strcmp(m->name, "sluice_submissions_total") == 0)
             snprintf(pr->stage, sizeof pr->stage, "presign");
@@ -492,9 +493,7 @@ static void rates(snapshot *now, const snapshot *before) {
 
 /* ---- output ---- */
 
-static const char *breaker_name(int s) {
-  return s == 1 ? "open" : s == 2 ? "half-open" : "closed";
-}
+static const char *breaker_name(int s) { return s == 1 ? "open" : s == 2 ? "half-open" : "closed"; }
 
 static json_t *to_json(const sc_opts *o, const snapshot *s) {
   char at[40];
@@ -505,26 +504,24 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
     json_t *parts = json_array(), *br = json_array();
     for (int k = 0; k < st->nparts; k++) {
       const part_t *p = &st->parts[k];
-      json_array_append_new(
-          parts, json_pack("{s:s,s:i,s:b,s:I,s:I,s:I}", "topic", p->topic, "partition",
-                           (int)p->partition, "retry_tier", p->retry, "committed",
-                           (json_int_t)p->committed, "high", (json_int_t)p->hi, "lag",
-                           (json_int_t)p->lag));
+      json_array_append_new(parts, json_pack("{s:s,s:i,s:b,s:I,s:I,s:I}", "topic", p->topic,
+                                             "partition", (int)p->partition, "retry_tier", p->retry,
+                                             "committed", (json_int_t)p->committed, "high",
+                                             (json_int_t)p->hi, "lag", (json_int_t)p->lag));
     }
     for (int k = 0; k < st->nbreakers; k++)
-      json_array_append_new(br, json_pack("{s:s,s:s}", "provider", st->breaker[k].provider,
-                                          "state", breaker_name(st->breaker[k].state)));
-    json_t *j = json_pack("{s:s,s:s,s:s,s:i,s:I,s:I,s:o,s:o,s:i,s:o,s:o}", "stage", st->stage,
-                          "group", st->group, "group_state", st->state, "members", st->members,
-                          "lag", (json_int_t)st->lag, "retry_backlog",
-                          (json_int_t)st->retry_backlog, "oldest_waiting_s",
-                          st->oldest_ts ? json_real((double)(s->at_ms - st->oldest_ts) / 1000.0)
-                                        : json_null(),
-                          "in_flight",
-                          st->have_in_flight ? json_integer((json_int_t)st->in_flight) : json_null(),
-                          "processes_scraped", st->processes, "breakers", br, "partitions", parts);
+      json_array_append_new(br, json_pack("{s:s,s:s}", "provider", st->breaker[k].provider, "state",
+                                          breaker_name(st->breaker[k].state)));
+    json_t *j = json_pack(
+        "{s:s,s:s,s:s,s:i,s:I,s:I,s:o,s:o,s:i,s:o,s:o}", "stage", st->stage, "group", st->group,
+        "group_state", st->state, "members", st->members, "lag", (json_int_t)st->lag,
+        "retry_backlog", (json_int_t)st->retry_backlog, "oldest_waiting_s",
+        st->oldest_ts ? json_real((double)(s->at_ms - st->oldest_ts) / 1000.0) : json_null(),
+        "in_flight", st->have_in_flight ? json_integer((json_int_t)st->in_flight) : json_null(),
+        "processes_scraped", st->processes, "breakers", br, "partitions", parts);
     json_object_set_new(j, "rate_in_per_s", st->have_rates ? json_real(st->rate_in) : json_null());
-    json_object_set_new(j, "rate_out_per_s", st->have_rates ? json_real(st->rate_out) : json_null());
+    json_object_set_new(j, "rate_out_per_s",
+                        st->have_rates ? json_real(st->rate_out) : json_null());
     json_array_append_new(stages, j);
   }
   for (int i = 0; i < s->nprocs; i++)
@@ -536,7 +533,8 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
     json_t *j = json_pack("{s:s}", "provider", p->name);
     json_object_set_new(j, "booked_ahead_ms",
                         p->booked_ahead_ms >= 0 ? json_integer(p->booked_ahead_ms) : json_null());
-    json_object_set_new(j, "paused_ms", p->paused_ms >= 0 ? json_integer(p->paused_ms) : json_null());
+    json_object_set_new(j, "paused_ms",
+                        p->paused_ms >= 0 ? json_integer(p->paused_ms) : json_null());
     json_object_set_new(j, "limiter_waits",
                         p->have_waits ? json_integer((json_int_t)p->waits) : json_null());
     json_array_append_new(provs, j);
@@ -544,24 +542,26 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
   json_t *costs = json_array();
   for (int i = 0; i < s->ncost; i++) {
     const cost_t *c = &s->cost[i];
-    json_t *j = json_pack("{s:s,s:s,s:f}", "stage", c->stage, "plugin", c->plugin, "units",
-                          c->units);
+    json_t *j =
+        json_pack("{s:s,s:s,s:f}", "stage", c->stage, "plugin", c->plugin, "units", c->units);
     json_object_set_new(j, "units_per_min", c->per_min >= 0 ? json_real(c->per_min) : json_null());
     json_array_append_new(costs, j);
   }
-  json_t *root = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o}", "at", at, "brokers", o->brokers,
-                           "stages", stages, "processes", procs, "providers", provs,
-                           "provider_cost", costs);
+  json_t *root = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o}", "at", at, "brokers", o->brokers, "stages",
+                           stages, "processes", procs, "providers", provs, "provider_cost", costs);
   json_object_set_new(root, "redis", s->redis_ok ? json_string("ok") : json_string(s->redis_err));
   return root;
 }
 
 static void fmt_age(char *out, size_t n, int64_t ms) {
-  if (ms < 0) snprintf(out, n, "-");
-  else if (ms < 60000) snprintf(out, n, "%.1fs", (double)ms / 1000.0);
-  else if (ms < 3600000) snprintf(out, n, "%lldm%02llds", (long long)(ms / 60000),
-                                  (long long)(ms / 1000 % 60));
-  else snprintf(out, n, "%lldh%02lldm", (long long)(ms / 3600000), (long long)(ms / 60000 % 60));
+  if (ms < 0)
+    snprintf(out, n, "-");
+  else if (ms < 60000)
+    snprintf(out, n, "%.1fs", (double)ms / 1000.0);
+  else if (ms < 3600000)
+    snprintf(out, n, "%lldm%02llds", (long long)(ms / 60000), (long long)(ms / 1000 % 60));
+  else
+    snprintf(out, n, "%lldh%02lldm", (long long)(ms / 3600000), (long long)(ms / 60000 % 60));
 }
 
 static void print_table(const sc_opts *o, const snapshot *s) {
@@ -582,26 +582,30 @@ static void print_table(const sc_opts *o, const snapshot *s) {
       snprintf(inr, sizeof inr, "-");
       snprintf(outr, sizeof outr, "-");
     }
-    if (st->have_in_flight) snprintf(inf, sizeof inf, "%.0f", st->in_flight);
-    else snprintf(inf, sizeof inf, "-");
+    if (st->have_in_flight)
+      snprintf(inf, sizeof inf, "%.0f", st->in_flight);
+    else
+      snprintf(inf, sizeof inf, "-");
     for (int k = 0; k < st->nbreakers; k++) {
       size_t l = strlen(br);
       snprintf(br + l, sizeof br - l, "%s%s %s", k ? ", " : "", st->breaker[k].provider,
                breaker_name(st->breaker[k].state));
     }
-    printf("%-12s %-8d %-13s %8lld %9lld %9s %8s %8s %9s  %s\n", st->stage, st->members,
-           st->state, (long long)st->lag, (long long)st->retry_backlog, age, inr, outr, inf,
-           br[0] ? br : "-");
+    printf("%-12s %-8d %-13s %8lld %9lld %9s %8s %8s %9s  %s\n", st->stage, st->members, st->state,
+           (long long)st->lag, (long long)st->retry_backlog, age, inr, outr, inf, br[0] ? br : "-");
   }
   printf("\n%-24s %14s %10s %14s\n", "PROVIDER", "BOOKED-AHEAD", "PAUSED", "LIMITER-WAITS");
-  if (!s->redis_ok) printf("(Redis at %s unreachable: limiter unknown)\n", sc_redis_shown(o->redis_url));
+  if (!s->redis_ok)
+    printf("(Redis at %s unreachable: limiter unknown)\n", sc_redis_shown(o->redis_url));
   for (int i = 0; i < s->nprov; i++) {
     const provider_t *p = &s->prov[i];
     char b[32], pa[32], w[32];
     fmt_age(b, sizeof b, p->booked_ahead_ms);
     fmt_age(pa, sizeof pa, p->paused_ms > 0 ? p->paused_ms : -1);
-    if (p->have_waits) snprintf(w, sizeof w, "%.0f", p->waits);
-    else snprintf(w, sizeof w, "-");
+    if (p->have_waits)
+      snprintf(w, sizeof w, "%.0f", p->waits);
+    else
+      snprintf(w, sizeof w, "-");
     printf("%-24s %14s %10s %14s\n", p->name, b, pa, w);
   }
   if (s->nprov == 0) printf("(none seen)\n");

@@ -37,7 +37,6 @@ typedef struct {
   json_t *events; /* array */
 } scan_ctx;
 
-
 static int is_uuid(const char *s) {
   if (strlen(s) != 36) return 0;
   for (int i = 0; i < 36; i++) {
@@ -71,15 +70,17 @@ static json_t *decode(kind_t k, const void *p, size_t len, char *summary, size_t
   }
   case T_UPLOAD: {
     Sluice__V1__UploadCompleted *u = sluice__v1__upload_completed__unpack(NULL, len, p);
-    if (u) snprintf(summary, n, "q%u uploaded: %s (%llu bytes)", u->question_no, u->object_key,
-                    (unsigned long long)u->size);
+    if (u)
+      snprintf(summary, n, "q%u uploaded: %s (%llu bytes)", u->question_no, u->object_key,
+               (unsigned long long)u->size);
     m = (ProtobufCMessage *)u;
     break;
   }
   case T_TRANSCRIPT: {
     Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(NULL, len, p);
-    if (t) snprintf(summary, n, "q%u transcribed (%.1f s): %.60s",
-                    t->upload ? t->upload->question_no : 0, t->duration_s, t->text);
+    if (t)
+      snprintf(summary, n, "q%u transcribed (%.1f s): %.60s",
+               t->upload ? t->upload->question_no : 0, t->duration_s, t->text);
     m = (ProtobufCMessage *)t;
     break;
   }
@@ -99,8 +100,9 @@ static json_t *decode(kind_t k, const void *p, size_t len, char *summary, size_t
   }
   case T_DEAD: {
     Sluice__V1__DeadLetter *d = sluice__v1__dead_letter__unpack(NULL, len, p);
-    if (d) snprintf(summary, n, "dead letter from %s (%s): %.80s", d->stage, d->error_class,
-                    d->error_message);
+    if (d)
+      snprintf(summary, n, "dead letter from %s (%s): %.80s", d->stage, d->error_class,
+               d->error_message);
     m = (ProtobufCMessage *)d;
     break;
   }
@@ -109,8 +111,8 @@ static json_t *decode(kind_t k, const void *p, size_t len, char *summary, size_t
     if (j) {
       json_t *rec = json_array_get(json_object_get(j, "Records"), 0);
       const char *ev = json_string_value(json_object_get(rec, "eventName"));
-      const char *key =
-          json_string_value(json_object_get(json_object_get(json_object_get(rec, "s3"), "object"), "key"));
+      const char *key = json_string_value(
+          json_object_get(json_object_get(json_object_get(rec, "s3"), "object"), "key"));
       snprintf(summary, n, "storage event %s %s", ev ? ev : "?", key ? key : "");
       return j;
     }
@@ -135,8 +137,8 @@ static int on_msg(void *arg, const rd_kafka_message_t *m) {
   if (!by_key && !find_bytes(m->payload, m->len, c->sid)) return 0;
   char summary[256];
   json_t *data = decode(c->kind, m->payload, m->len, summary, sizeof summary);
-  json_t *e = json_pack("{s:s,s:i,s:I,s:I,s:s}", "topic", c->topic, "partition",
-                        (int)m->partition, "offset", (json_int_t)m->offset, "timestamp_ms",
+  json_t *e = json_pack("{s:s,s:i,s:I,s:I,s:s}", "topic", c->topic, "partition", (int)m->partition,
+                        "offset", (json_int_t)m->offset, "timestamp_ms",
                         (json_int_t)rd_kafka_message_timestamp(m, NULL), "summary", summary);
   json_object_set_new(e, "key", m->key ? sc_json_text(m->key, m->key_len) : json_null());
   json_object_set_new(e, "message", data ? data : json_null());
@@ -158,9 +160,12 @@ static kind_t kind_of(const sl_pipeline *p, const char *topic) {
   static const struct {
     const char *message;
     kind_t kind;
-  } by[] = {{"sluice.v1.SubmissionCreated", T_SUBMISSION}, {"sluice.v1.UploadCompleted", T_UPLOAD},
-            {"sluice.v1.Transcript", T_TRANSCRIPT},        {"sluice.v1.QuestionStatus", T_STATUS},
-            {"sluice.v1.DeadLetter", T_DEAD},              {"json:s3-event", T_JSON}};
+  } by[] = {{"sluice.v1.SubmissionCreated", T_SUBMISSION},
+            {"sluice.v1.UploadCompleted", T_UPLOAD},
+            {"sluice.v1.Transcript", T_TRANSCRIPT},
+            {"sluice.v1.QuestionStatus", T_STATUS},
+            {"sluice.v1.DeadLetter", T_DEAD},
+            {"json:s3-event", T_JSON}};
   for (size_t i = 0; m && i < sizeof by / sizeof by[0]; i++)
     if (strcmp(by[i].message, m) == 0) return by[i].kind;
   return T_RAW;
@@ -206,14 +211,16 @@ static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
       const char *val = r->element[i + 1]->str;
       if (!f || !val) continue;
       if (strcmp(f, "token") == 0) continue; /* a credential digest: not for tickets */
-      json_t *parsed = (f[0] == 'q' || strncmp(f, "spec", 4) == 0) ? json_loads(val, 0, NULL) : NULL;
+      json_t *parsed =
+          (f[0] == 'q' || strncmp(f, "spec", 4) == 0) ? json_loads(val, 0, NULL) : NULL;
       json_object_set_new(v, f, parsed ? parsed : json_string(val));
       *found = 1;
     }
   }
   freeReplyObject(r);
   r = sc_redis(c, 2, "TTL", key);
-  if (r && r->type == REDIS_REPLY_INTEGER && *found) json_object_set_new(v, "ttl_s", json_integer(r->integer));
+  if (r && r->type == REDIS_REPLY_INTEGER && *found)
+    json_object_set_new(v, "ttl_s", json_integer(r->integer));
   freeReplyObject(r);
   sl_redis_free(c);
   return v;
@@ -222,8 +229,9 @@ static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
 int sc_submission(const sc_opts *o) {
   const char *sid = o->args[0];
   if (!is_uuid(sid)) {
-    fprintf(stderr, "sluicectl: \"%s\" is not a submission id (a UUID like "
-                    "0190f5a2-7c1e-7b3a-9c2d-1e2f3a4b5c6d)\n(sluicectl --help for usage)\n",
+    fprintf(stderr,
+            "sluicectl: \"%s\" is not a submission id (a UUID like "
+            "0190f5a2-7c1e-7b3a-9c2d-1e2f3a4b5c6d)\n(sluicectl --help for usage)\n",
             sid);
     return SC_EXIT_USAGE;
   }
@@ -302,7 +310,8 @@ int sc_submission(const sc_opts *o) {
   json_t *view = redis_view(o, sid, &in_redis);
   int rc = (n > 0 || in_redis) ? SC_EXIT_OK : SC_EXIT_FAIL;
   if (o->json) {
-    json_t *root = json_pack("{s:s,s:O,s:O}", "submission_id", sid, "events", sorted, "redis", view);
+    json_t *root =
+        json_pack("{s:s,s:O,s:O}", "submission_id", sid, "events", sorted, "redis", view);
     if (in_redis) json_object_set_new(root, "cost_units", view_cost(view));
     char *txt = json_dumps(root, JSON_INDENT(2));
     if (txt) printf("%s\n", txt);
@@ -321,7 +330,10 @@ int sc_submission(const sc_opts *o) {
       const char *key = json_string_value(json_object_get(ev, "key"));
       const char *slash = key ? strchr(key, '/') : NULL;
       printf("%-24s %-22s %-10s %-12s %s\n", t, json_string_value(json_object_get(ev, "topic")), po,
-             slash ? slash : key ? "(id)" : "-", json_string_value(json_object_get(ev, "summary")));
+             slash ? slash
+             : key ? "(id)"
+                   : "-",
+             json_string_value(json_object_get(ev, "summary")));
     }
     printf("\nRedis sl:sub:%s: ", sid);
     if (json_is_string(view)) {

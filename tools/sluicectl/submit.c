@@ -77,13 +77,15 @@ static void print_table(json_t *res) {
                json_string_value(json_object_get(err, "message")));
     else
       snprintf(what, sizeof what, "%.120s", text ? text : "-");
-    printf("%-3lld %-8s %6s %-6s %10s  %s\n", (long long)json_integer_value(json_object_get(q, "no")),
+    printf("%-3lld %-8s %6s %-6s %10s  %s\n",
+           (long long)json_integer_value(json_object_get(q, "no")),
            json_string_value(json_object_get(q, "state")), score, level ? level : "-", lat, what);
   }
   size_t k;
   json_array_foreach(json_object_get(res, "questions"), k, q) {
     const char *fb = json_string_value(json_object_get(json_object_get(q, "grade"), "feedback"));
-    if (fb) printf("\nq%lld feedback: %s", (long long)json_integer_value(json_object_get(q, "no")), fb);
+    if (fb)
+      printf("\nq%lld feedback: %s", (long long)json_integer_value(json_object_get(q, "no")), fb);
   }
   printf("\n");
 }
@@ -170,8 +172,8 @@ int sc_submit(const sc_opts *o) {
     if (sizes[i] >= o->mp_threshold) {
       fprintf(stderr, "  uploading q%d %s (%lld bytes, multipart)\n", i + 1, o->args[i],
               (long long)sizes[i]);
-      sc_mpu_job job = {o->presign_url, token, sid, i + 1, up->object_key, o->args[i],
-                        sizes[i], o->part_size};
+      sc_mpu_job job = {o->presign_url, token,      sid,      i + 1,
+                        up->object_key, o->args[i], sizes[i], o->part_size};
       if (sc_multipart_upload(&job) != 0) {
         fprintf(stderr, "sluicectl: uploading %s failed\n", o->args[i]);
         status = SC_EXIT_FAIL;
@@ -233,7 +235,8 @@ int sc_submit(const sc_opts *o) {
         status = SC_EXIT_FAIL;
         break;
       }
-      json_int_t ra = json_integer_value(json_object_get(json_object_get(last, "poll"), "retry_after_s"));
+      json_int_t ra =
+          json_integer_value(json_object_get(json_object_get(last, "poll"), "retry_after_s"));
       if (ra > 0) wait = (long)ra;
     } else if (r.status == 404 && sc_mono_s() < created_at + 30) {
       /* the view appears a moment after the create (materialize reads the
@@ -249,7 +252,8 @@ int sc_submit(const sc_opts *o) {
     if (r.retry_after_s > 0) wait = r.retry_after_s; /* the header has the last word */
     sc_http_reply_free(&r);
     if (sc_mono_s() + (double)wait > deadline) {
-      fprintf(stderr, "sluicectl: submission %s not complete after %d s (--wait)\n", sid, o->wait_s);
+      fprintf(stderr, "sluicectl: submission %s not complete after %d s (--wait)\n", sid,
+              o->wait_s);
       status = SC_EXIT_FAIL;
       break;
     }
@@ -264,8 +268,8 @@ int sc_submit(const sc_opts *o) {
       print_table(last);
     }
     json_t *sum = json_object_get(last, "summary");
-    if (status == SC_EXIT_OK &&
-        json_integer_value(json_object_get(sum, "done")) != json_integer_value(json_object_get(sum, "total")))
+    if (status == SC_EXIT_OK && json_integer_value(json_object_get(sum, "done")) !=
+                                    json_integer_value(json_object_get(sum, "total")))
       status = SC_EXIT_FAIL;
   }
   json_decref(last);

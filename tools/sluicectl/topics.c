@@ -19,8 +19,8 @@ static int valid_topic_name(const char *t) {
   if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0) return 0;
   for (size_t i = 0; i < n; i++) {
     char c = t[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
       return 0;
   }
   return 1;
@@ -29,8 +29,7 @@ static int valid_topic_name(const char *t) {
 int sc_topics_ensure(const sc_opts *o) {
   for (int i = 0; i < o->nargs; i++) {
     if (!valid_topic_name(o->args[i])) {
-      fprintf(stderr,
-              "sluicectl: \"%s\" is not a valid topic name (1-249 of a-z A-Z 0-9 . _ -)\n",
+      fprintf(stderr, "sluicectl: \"%s\" is not a valid topic name (1-249 of a-z A-Z 0-9 . _ -)\n",
               o->args[i]);
       return SC_EXIT_USAGE;
     }

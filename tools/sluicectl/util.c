@@ -58,8 +58,7 @@ static int parse_rfc3339(const char *s, int64_t *out_ms) {
       digits(&p, 2, &D) || expect_char(&p, "Tt") || digits(&p, 2, &h) || expect_char(&p, ":") ||
       digits(&p, 2, &m) || expect_char(&p, ":") || digits(&p, 2, &sec))
     return -1;
-  if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > month_days(Y, M) || h > 23 || m > 59 ||
-      sec > 60)
+  if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > month_days(Y, M) || h > 23 || m > 59 || sec > 60)
     return -1;
   int ms = 0;
   if (*p == '.') {
@@ -104,13 +103,20 @@ static int parse_ago(const char *s, int64_t now_ms, int64_t *out_ms) {
     p++;
   }
   int64_t unit;
-  if (strcmp(p, "ms") == 0) unit = 1;
-  else if (strcmp(p, "s") == 0) unit = 1000;
-  else if (strcmp(p, "m") == 0) unit = 60 * 1000;
-  else if (strcmp(p, "h") == 0) unit = 3600 * 1000;
-  else if (strcmp(p, "d") == 0) unit = 86400 * 1000;
-  else if (strcmp(p, "w") == 0) unit = 7 * 86400 * 1000;
-  else return -1;
+  if (strcmp(p, "ms") == 0)
+    unit = 1;
+  else if (strcmp(p, "s") == 0)
+    unit = 1000;
+  else if (strcmp(p, "m") == 0)
+    unit = 60 * 1000;
+  else if (strcmp(p, "h") == 0)
+    unit = 3600 * 1000;
+  else if (strcmp(p, "d") == 0)
+    unit = 86400 * 1000;
+  else if (strcmp(p, "w") == 0)
+    unit = 7 * 86400 * 1000;
+  else
+    return -1;
   if (v > INT64_MAX / unit) return -1;
   *out_ms = now_ms - v * unit;
   return 0;
@@ -146,8 +152,10 @@ static void fmt(int64_t ms, char out[40], int with_ms) {
   }
   char base[32];
   strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-  if (with_ms) snprintf(out, 40, "%s.%03dZ", base, (int)r);
-  else snprintf(out, 40, "%sZ", base);
+  if (with_ms)
+    snprintf(out, 40, "%s.%03dZ", base, (int)r);
+  else
+    snprintf(out, 40, "%sZ", base);
 }
 void sc_fmt_time(int64_t ms, char out[40]) { fmt(ms, out, 1); }
 void sc_fmt_time_s(int64_t ms, char out[40]) { fmt(ms, out, 0); }
@@ -201,9 +209,12 @@ void sc_fput_escaped(FILE *f, const void *data, size_t len, size_t max) {
   const uint8_t *s = data;
   size_t n = len < max ? len : max;
   for (size_t i = 0; i < n; i++) {
-    if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\') fputc(s[i], f);
-    else if (s[i] == '\\') fputs("\\\\", f);
-    else fprintf(f, "\\x%02x", s[i]);
+    if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\')
+      fputc(s[i], f);
+    else if (s[i] == '\\')
+      fputs("\\\\", f);
+    else
+      fprintf(f, "\\x%02x", s[i]);
   }
   if (n < len) fputs("...", f);
 }
@@ -214,9 +225,12 @@ void sc_escape(char *out, size_t n, const void *data, size_t len) {
   out[0] = '\0';
   for (size_t i = 0; i < len; i++) {
     char one[8];
-    if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\') snprintf(one, sizeof one, "%c", s[i]);
-    else if (s[i] == '\\') snprintf(one, sizeof one, "\\\\");
-    else snprintf(one, sizeof one, "\\x%02x", s[i]);
+    if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\')
+      snprintf(one, sizeof one, "%c", s[i]);
+    else if (s[i] == '\\')
+      snprintf(one, sizeof one, "\\\\");
+    else
+      snprintf(one, sizeof one, "\\x%02x", s[i]);
     size_t k = strlen(one);
     if (used + k + 4 > n && (i + 1 < len || used + k + 1 > n)) {
       snprintf(out + used, n - used, "%s", n - used > 3 ? "..." : "");
@@ -241,19 +255,27 @@ static size_t pb_elem_size(ProtobufCType t) {
   case PROTOBUF_C_TYPE_SINT32:
   case PROTOBUF_C_TYPE_SFIXED32:
   case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_FIXED32: return 4;
+  case PROTOBUF_C_TYPE_FIXED32:
+    return 4;
   case PROTOBUF_C_TYPE_INT64:
   case PROTOBUF_C_TYPE_SINT64:
   case PROTOBUF_C_TYPE_SFIXED64:
   case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64: return 8;
-  case PROTOBUF_C_TYPE_FLOAT: return sizeof(float);
-  case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
-  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_ENUM: return sizeof(int);
+  case PROTOBUF_C_TYPE_FIXED64:
+    return 8;
+  case PROTOBUF_C_TYPE_FLOAT:
+    return sizeof(float);
+  case PROTOBUF_C_TYPE_DOUBLE:
+    return sizeof(double);
+  case PROTOBUF_C_TYPE_BOOL:
+    return sizeof(protobuf_c_boolean);
+  case PROTOBUF_C_TYPE_ENUM:
+    return sizeof(int);
   case PROTOBUF_C_TYPE_STRING:
-  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(void *);
-  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return sizeof(void *);
+  case PROTOBUF_C_TYPE_BYTES:
+    return sizeof(ProtobufCBinaryData);
   }
   return 0;
 }
@@ -419,9 +441,12 @@ static void progress_draw(sc_progress *p, size_t done) {
   double now = sc_mono_s(), elapsed = now - p->start;
   char eta[32];
   size_t left = p->total > done ? p->total - done : 0;
-  if (left == 0) snprintf(eta, sizeof eta, "0s");
-  else if (done == 0) snprintf(eta, sizeof eta, "?");
-  else snprintf(eta, sizeof eta, "%.0fs", ceil(elapsed / (double)done * (double)left));
+  if (left == 0)
+    snprintf(eta, sizeof eta, "0s");
+  else if (done == 0)
+    snprintf(eta, sizeof eta, "?");
+  else
+    snprintf(eta, sizeof eta, "%.0fs", ceil(elapsed / (double)done * (double)left));
   fprintf(stderr, "%s[%s] %zu/%zu %3u%%  eta %s%s", p->tty ? "\r" : "", bar, done, p->total, pct,
           eta, p->tty ? "    " : "\n");
   fflush(stderr);

@@ -52,10 +52,9 @@ static const char default_system[] =
     "AL), \"criteria\" (array of 1 to 16 objects with \"name\" (string), \"score\" (number 0 "
     "to 100) and \"comment\" (string)), \"feedback\" (two or three sentences for the learner).";
 
-static const char default_template[] =
-    "Question: {{prompt}}\n"
-    "Answer length: {{duration_s}} seconds.\n"
-    "Transcript of the answer:\n{{transcript}}";
+static const char default_template[] = "Question: {{prompt}}\n"
+                                       "Answer length: {{duration_s}} seconds.\n"
+                                       "Transcript of the answer:\n{{transcript}}";
 
 static const sl_plugin_conf_key conf_keys[] = {
     {"base_url", SL_PLUGIN_CONF_STR, "https://api.openai.com",
@@ -70,8 +69,7 @@ static const sl_plugin_conf_key conf_keys[] = {
      "back to json_object when the server rejects it",
      0},
     {"system_prompt", SL_PLUGIN_CONF_STR, NULL,
-     "system message (empty: the built-in examiner instructions, which spell out the schema)",
-     0},
+     "system message (empty: the built-in examiner instructions, which spell out the schema)", 0},
     {"prompt_template", SL_PLUGIN_CONF_STR, NULL,
      "user message; placeholders {{prompt}}, {{transcript}}, {{duration_s}}, {{language}}, "
      "{{words}} (empty: the built-in template)",
@@ -104,9 +102,9 @@ typedef struct {
   /* the request body's parts that are the same for every call, serialized
    * once: it is what json_dumps gives for the whole body, put together
    * (send_req) with the conversation after the system message */
-  char *body_head;                   /* {"model":…,"messages":[<system message> */
-  char *body_tail[2];                /* ],"temperature":…,"response_format":…} for
-                                        json_object [0] and json_schema [1] */
+  char *body_head;    /* {"model":…,"messages":[<system message> */
+  char *body_tail[2]; /* ],"temperature":…,"response_format":…} for
+                         json_object [0] and json_schema [1] */
   sl_plugin_metric *m_bad_reply, *m_regen, *m_invalid, *m_fallback;
 } grade_state;
 
@@ -276,8 +274,8 @@ static json_t *render(const char *t, const sl_plugin_input *in) {
 
 /* The response_format a request asks for. */
 static json_t *response_format(const grade_state *s, int schema) {
-  return schema ? json_pack("{s:s,s:{s:s,s:b,s:O}}", "type", "json_schema", "json_schema",
-                            "name", "opic_grade", "strict", 1, "schema", s->schema)
+  return schema ? json_pack("{s:s,s:{s:s,s:b,s:O}}", "type", "json_schema", "json_schema", "name",
+                            "opic_grade", "strict", 1, "schema", s->schema)
                 : json_pack("{s:s}", "type", "json_object");
 }
 
@@ -290,10 +288,10 @@ static int body_parts(grade_state *s) {
   static const char mark[] = "\x01sluice-conversation\x01";
   for (int k = 0; k < 2; k++) {
     json_t *msgs = json_pack("[{s:s,s:s},s]", "role", "system", "content", s->system, mark);
-    json_t *body = msgs ? json_pack("{s:s,s:o,s:f,s:o}", "model", s->model, "messages", msgs,
-                                    "temperature", s->temperature, "response_format",
-                                    response_format(s, k))
-                        : NULL;
+    json_t *body =
+        msgs ? json_pack("{s:s,s:o,s:f,s:o}", "model", s->model, "messages", msgs, "temperature",
+                         s->temperature, "response_format", response_format(s, k))
+             : NULL;
     if (body && s->max_tokens > 0)
       json_object_set_new(body, "max_tokens", json_integer((json_int_t)s->max_tokens));
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -307,8 +305,10 @@ static int body_parts(grade_state *s) {
     size_t tl = strlen(after) + 1;
     if ((s->body_tail[k] = malloc(tl)) != NULL) memcpy(s->body_tail[k], after, tl);
     *at = '\0';
-    if (k == 0) s->body_head = text;
-    else free(text);
+    if (k == 0)
+      s->body_head = text;
+    else
+      free(text);
     if (!s->body_tail[k] || !s->body_head) return SL_ENOMEM;
   }
   return 0;
@@ -362,9 +362,9 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     snprintf(err, errlen, "grade.openai.structured_output must be json_schema or json_object");
   else if (!*model || strlen(model) >= sizeof s->model)
     snprintf(err, errlen, "grade.openai.model must be 1 to %zu bytes", sizeof s->model - 1);
-  else if (strpbrk(key, "\r\n") || (*key && snprintf(s->auth, sizeof s->auth,
-                                                     "Authorization: Bearer %s",
-                                                     key) >= (int)sizeof s->auth))
+  else if (strpbrk(key, "\r\n") ||
+           (*key && snprintf(s->auth, sizeof s->auth, "Authorization: Bearer %s", key) >=
+                        (int)sizeof s->auth))
     snprintf(err, errlen, "grade.openai.api_key must be one line of at most 500 bytes");
   else if (!(s->temperature >= 0 && s->temperature <= 2))
     snprintf(err, errlen, "grade.openai.temperature must be from 0 to 2");
@@ -443,8 +443,10 @@ static int send_req(grade_req *q) {
   int rc = parts ? 0 : SL_ENOMEM;
   for (size_t i = 1; rc == 0 && i < n; i++) { /* [0] is the system message: in body_head */
     parts[i] = json_dumps(json_array_get(q->messages, i), JSON_COMPACT);
-    if (!parts[i]) rc = SL_ENOMEM;
-    else cap += 1 + strlen(parts[i]);
+    if (!parts[i])
+      rc = SL_ENOMEM;
+    else
+      cap += 1 + strlen(parts[i]);
   }
   if (rc == 0 && (text = malloc(cap)) == NULL) rc = SL_ENOMEM;
   if (rc == 0) {
@@ -455,8 +457,7 @@ static int send_req(grade_req *q) {
   for (size_t i = 0; parts && i < n; i++) free(parts[i]);
   free(parts);
   if (rc) return rc;
-  const char *hdrs[4] = {"Content-Type: application/json", "Accept: application/json", NULL,
-                         NULL};
+  const char *hdrs[4] = {"Content-Type: application/json", "Accept: application/json", NULL, NULL};
   if (s->auth[0]) hdrs[2] = s->auth;
   sl_plugin_http_request req = {.struct_size = sizeof req,
                                 .method = "POST",
@@ -540,7 +541,8 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
     finish(q, SL_PLUGIN_RETRY, 0, 0, "provider_bad_reply", reason);
     return;
   }
-  json_int_t used = json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens"));
+  json_int_t used =
+      json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens"));
   if (used > 0) q->tokens += used;
   json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
   const char *content = json_string_value(json_object_get(msg, "content"));
@@ -548,8 +550,10 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
   if (!content) {
     char reason[480];
     const char *cls = refusal ? "model_refused" : "provider_bad_reply";
-    if (refusal) snprintf(reason, sizeof reason, "the model refused: %.400s", refusal);
-    else snprintf(reason, sizeof reason, "reply has no choices[0].message.content string");
+    if (refusal)
+      snprintf(reason, sizeof reason, "the model refused: %.400s", refusal);
+    else
+      snprintf(reason, sizeof reason, "reply has no choices[0].message.content string");
     json_decref(o);
     finish(q, SL_PLUGIN_FAIL, 0, 0, cls, reason);
     return;
@@ -561,8 +565,10 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
     if (!rc) rc = h->out_num(q->call, "cost_units", (double)q->tokens);
     json_decref(doc);
     json_decref(o);
-    if (rc) finish(q, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "recording the grade failed");
-    else finish(q, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
+    if (rc)
+      finish(q, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "recording the grade failed");
+    else
+      finish(q, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
     return;
   }
   if (q->regenerations < s->max_regen) {
@@ -574,8 +580,7 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
              why);
     size_t cl = strlen(content);
     json_t *bad = json_stringn(content, cl < 4096 ? cl : 4096);
-    json_array_append_new(q->messages,
-                          json_pack("{s:s,s:o}", "role", "assistant", "content", bad));
+    json_array_append_new(q->messages, json_pack("{s:s,s:o}", "role", "assistant", "content", bad));
     json_array_append_new(q->messages, json_pack("{s:s,s:s}", "role", "user", "content", fix));
     q->regenerations++;
     bump(s, s->m_regen);
@@ -593,7 +598,8 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
     raw[rl] = '\0';
   }
   oai_snippet(content, cl, 120, snip, sizeof snip);
-  snprintf(reason, sizeof reason, "model reply violates the grade schema after %d attempt%s: %s; reply: %s",
+  snprintf(reason, sizeof reason,
+           "model reply violates the grade schema after %d attempt%s: %s; reply: %s",
            q->regenerations + 1, q->regenerations ? "s" : "", why, snip);
   if (s->max_raw && raw) h->out_str(q->call, "raw_reply", raw);
   h->free(raw);
@@ -619,8 +625,8 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
                ? (double)count_words(in->transcript ? in->transcript : "") * 60.0 / in->duration_s
                : -1;
   json_t *user = render(s->tmpl, in);
-  q->messages = user ? json_pack("[{s:s,s:s},{s:s,s:o}]", "role", "system", "content",
-                                 s->system, "role", "user", "content", user)
+  q->messages = user ? json_pack("[{s:s,s:s},{s:s,s:o}]", "role", "system", "content", s->system,
+                                 "role", "user", "content", user)
                      : NULL;
   if (!q->messages) {
     finish(q, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "no memory for the request");

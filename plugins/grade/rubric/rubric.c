@@ -54,8 +54,7 @@ typedef struct {
 #define NPOINTS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* words per minute -> fluency */
-static const point FLUENCY_CURVE[] = {
-    {40.0, 0.0}, {110.0, 100.0}, {150.0, 100.0}, {220.0, 50.0}};
+static const point FLUENCY_CURVE[] = {{40.0, 0.0}, {110.0, 100.0}, {150.0, 100.0}, {220.0, 50.0}};
 /* MATTR -> variety */
 static const point VARIETY_CURVE[] = {{0.50, 0.0}, {0.90, 100.0}};
 /* fillers per 100 words -> fillers criterion */
@@ -70,8 +69,7 @@ static const double WEIGHTS[SL_RUBRIC_NCRIT] = {0.25, 0.20, 0.15, 0.20, 0.20};
 
 /* Clamp to the end values outside [first.x, last.x], interpolate inside. */
 static double curve(const point *p, size_t n, double x) {
-  if (x <= p[0].x)
-    return p[0].y;
+  if (x <= p[0].x) return p[0].y;
   for (size_t i = 1; i < n; i++) {
     if (x <= p[i].x)
       return p[i - 1].y + (p[i].y - p[i - 1].y) * (x - p[i - 1].x) / (p[i].x - p[i - 1].x);
@@ -84,8 +82,8 @@ static double curve(const point *p, size_t n, double x) {
 static const struct {
   double min;
   const char *name;
-} LEVELS[] = {{86.0, "AL"},  {76.0, "IH"},  {69.0, "IM3"}, {62.0, "IM2"}, {55.0, "IM1"},
-              {45.0, "IL"},  {35.0, "NH"},  {20.0, "NM"},  {0.0, "NL"}};
+} LEVELS[] = {{86.0, "AL"}, {76.0, "IH"}, {69.0, "IM3"}, {62.0, "IM2"}, {55.0, "IM1"},
+              {45.0, "IL"}, {35.0, "NH"}, {20.0, "NM"},  {0.0, "NL"}};
 
 const char *sl_rubric_level(double score) {
   for (size_t i = 0; i < NPOINTS(LEVELS); i++) {
@@ -114,25 +112,17 @@ static char fold(unsigned char c) { return (char)((c >= 'A' && c <= 'Z') ? c + (
  * into buf. Returns 1 for a word, 0 at the end of the string. */
 static int next_word(const char *s, size_t *pos, char buf[WORD_BUF]) {
   for (;;) {
-    while (s[*pos] != '\0' && !is_word_byte((unsigned char)s[*pos]))
-      (*pos)++;
-    if (s[*pos] == '\0')
-      return 0;
+    while (s[*pos] != '\0' && !is_word_byte((unsigned char)s[*pos])) (*pos)++;
+    if (s[*pos] == '\0') return 0;
     size_t start = *pos;
-    while (is_word_byte((unsigned char)s[*pos]))
-      (*pos)++;
+    while (is_word_byte((unsigned char)s[*pos])) (*pos)++;
     size_t end = *pos;
-    while (start < end && s[start] == '\'')
-      start++;
-    while (end > start && s[end - 1] == '\'')
-      end--;
-    if (start == end)
-      continue; /* apostrophes only */
+    while (start < end && s[start] == '\'') start++;
+    while (end > start && s[end - 1] == '\'') end--;
+    if (start == end) continue; /* apostrophes only */
     size_t n = end - start;
-    if (n > SL_RUBRIC_WORD_MAX)
-      n = SL_RUBRIC_WORD_MAX;
-    for (size_t i = 0; i < n; i++)
-      buf[i] = fold((unsigned char)s[start + i]);
+    if (n > SL_RUBRIC_WORD_MAX) n = SL_RUBRIC_WORD_MAX;
+    for (size_t i = 0; i < n; i++) buf[i] = fold((unsigned char)s[start + i]);
     buf[n] = '\0';
     return 1;
   }
@@ -140,8 +130,7 @@ static int next_word(const char *s, size_t *pos, char buf[WORD_BUF]) {
 
 static int in_list(const char *w, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (strcmp(w, list[i]) == 0)
-      return 1;
+    if (strcmp(w, list[i]) == 0) return 1;
   }
   return 0;
 }
@@ -174,11 +163,11 @@ static void stem(char *w) {
 
 /* ---- word lists --------------------------------------------------------- */
 
-static const char *const FILLERS[] = {"um", "umm", "uhm", "uh", "uhh", "er",
-                                      "erm", "ah", "eh", "hmm", "mm"};
+static const char *const FILLERS[] = {"um",  "umm", "uhm", "uh",  "uhh", "er",
+                                      "erm", "ah",  "eh",  "hmm", "mm"};
 /* Left contexts in which "you know" is literal, not a filler. */
-static const char *const YOU_KNOW_LITERAL[] = {"do",     "did",    "don't", "dont", "didn't",
-                                               "didnt",  "if",     "what",  "how"};
+static const char *const YOU_KNOW_LITERAL[] = {"do",    "did", "don't", "dont", "didn't",
+                                               "didnt", "if",  "what",  "how"};
 
 /* Prompt stopwords: English function words plus instruction words that a
  * question uses but an answer has no reason to repeat. */
@@ -197,8 +186,8 @@ static const char *const STOPWORDS[] = {
     "yours", "yourself", "yourselves",
     /* instruction words */
     "tell", "describe", "talk", "explain", "discuss", "please", "give", "share", "answer",
-    "question", "example", "detail", "details", "like", "think", "say", "let", "something",
-    "thing", "things", "kind", "one", "really", "much", "many", "well", "way"};
+    "question", "example", "detail", "details", "like", "think", "say", "let", "something", "thing",
+    "things", "kind", "one", "really", "much", "many", "well", "way"};
 
 /* ---- measuring ---------------------------------------------------------- */
 
@@ -224,10 +213,8 @@ typedef struct {
 } measure;
 
 static int count_filler(measure *m, const char *w) {
-  if (in_list(w, FILLERS, NPOINTS(FILLERS)))
-    return 1;
-  if (m->prev_filler)
-    return 0; /* the left word already belongs to a filler */
+  if (in_list(w, FILLERS, NPOINTS(FILLERS))) return 1;
+  if (m->prev_filler) return 0; /* the left word already belongs to a filler */
   if (strcmp(w, "know") == 0 && strcmp(m->prev, "you") == 0 &&
       !in_list(m->prev2, YOU_KNOW_LITERAL, NPOINTS(YOU_KNOW_LITERAL)))
     return 1;
@@ -238,25 +225,21 @@ static int count_filler(measure *m, const char *w) {
 
 static int ring_has(const measure *m, const char *w, unsigned skip) {
   for (unsigned j = 0; j < m->wn; j++) {
-    if (j != skip && strcmp(m->win[j], w) == 0)
-      return 1;
+    if (j != skip && strcmp(m->win[j], w) == 0) return 1;
   }
   return 0;
 }
 
 static void mattr_push(measure *m, const char *w) {
   if (m->wn < MATTR_WINDOW) {
-    if (!ring_has(m, w, MATTR_WINDOW))
-      m->distinct++;
+    if (!ring_has(m, w, MATTR_WINDOW)) m->distinct++;
     memcpy(m->win[m->wn], w, strlen(w) + 1);
     m->wn++;
   } else {
     unsigned slot = m->wpos;
-    if (!ring_has(m, m->win[slot], slot))
-      m->distinct--; /* the evicted word was the only copy */
+    if (!ring_has(m, m->win[slot], slot)) m->distinct--; /* the evicted word was the only copy */
     memcpy(m->win[slot], w, strlen(w) + 1);
-    if (!ring_has(m, w, slot))
-      m->distinct++;
+    if (!ring_has(m, w, slot)) m->distinct++;
     m->wpos = (slot + 1u) % MATTR_WINDOW;
   }
   if (m->wn == MATTR_WINDOW) {
@@ -266,29 +249,24 @@ static void mattr_push(measure *m, const char *w) {
 }
 
 static void relevance_mark(measure *m, const char *w) {
-  if (m->nterms == 0)
-    return;
+  if (m->nterms == 0) return;
   char s[WORD_BUF];
   memcpy(s, w, strlen(w) + 1);
   stem(s);
   for (unsigned i = 0; i < m->nterms; i++) {
-    if (strcmp(s, m->terms[i]) == 0)
-      m->hit[i] = 1;
+    if (strcmp(s, m->terms[i]) == 0) m->hit[i] = 1;
   }
 }
 
 static void load_prompt(measure *m, const char *prompt) {
-  if (prompt == NULL)
-    return;
+  if (prompt == NULL) return;
   size_t pos = 0;
   char w[WORD_BUF];
   while (m->nterms < SL_RUBRIC_MAX_PROMPT_TERMS && next_word(prompt, &pos, w)) {
-    if (in_list(w, STOPWORDS, NPOINTS(STOPWORDS)))
-      continue;
+    if (in_list(w, STOPWORDS, NPOINTS(STOPWORDS))) continue;
     stem(w);
     int dup = 0;
-    for (unsigned i = 0; i < m->nterms && !dup; i++)
-      dup = strcmp(m->terms[i], w) == 0;
+    for (unsigned i = 0; i < m->nterms && !dup; i++) dup = strcmp(m->terms[i], w) == 0;
     if (!dup) {
       memcpy(m->terms[m->nterms], w, strlen(w) + 1);
       m->nterms++;
@@ -301,8 +279,7 @@ static void load_prompt(measure *m, const char *prompt) {
 /* v >= 0 rounded half-up to `decimals` (0..3) places, printed with '.'. */
 static void fmt_fixed(char *buf, size_t cap, double v, int decimals) {
   static const long long scale[] = {1, 10, 100, 1000};
-  if (!(v >= 0.0))
-    v = 0.0;
+  if (!(v >= 0.0)) v = 0.0;
   long long r = (long long)floor(v * (double)scale[decimals] + 0.5);
   if (decimals == 0)
     snprintf(buf, cap, "%lld", r);
@@ -375,8 +352,7 @@ static void add_sentence(char *fb, size_t cap, int c, const sl_rubric_result *r)
     break;
   }
   size_t used = strlen(fb);
-  if (used < cap)
-    snprintf(fb + used, cap - used, "%s%s", used ? " " : "", s);
+  if (used < cap) snprintf(fb + used, cap - used, "%s%s", used ? " " : "", s);
 }
 
 /* Criteria ordered weakest first (ties: lower index first); relevance is
@@ -384,8 +360,7 @@ static void add_sentence(char *fb, size_t cap, int c, const sl_rubric_result *r)
 static unsigned weakest_order(const sl_rubric_result *r, int order[SL_RUBRIC_NCRIT]) {
   unsigned n = 0;
   for (int c = 0; c < SL_RUBRIC_NCRIT; c++) {
-    if (c == SL_RUBRIC_RELEVANCE && r->prompt_terms == 0)
-      continue;
+    if (c == SL_RUBRIC_RELEVANCE && r->prompt_terms == 0) continue;
     unsigned k = n++;
     while (k > 0 && r->crit[order[k - 1]] > r->crit[c]) { /* stable insertion */
       order[k] = order[k - 1];
@@ -414,15 +389,12 @@ static void write_feedback(sl_rubric_result *r) {
 
 int sl_rubric_grade(const char *transcript, double duration_s, const char *prompt,
                     sl_rubric_result *out) {
-  if (out != NULL)
-    memset(out, 0, sizeof *out);
+  if (out != NULL) memset(out, 0, sizeof *out);
   if (transcript == NULL || out == NULL || !(duration_s > 0.0) || isinf(duration_s))
     return SL_EINVAL;
   size_t len = 0;
-  while (len <= SL_RUBRIC_MAX_TRANSCRIPT && transcript[len] != '\0')
-    len++;
-  if (len > SL_RUBRIC_MAX_TRANSCRIPT)
-    return SL_ETOOBIG;
+  while (len <= SL_RUBRIC_MAX_TRANSCRIPT && transcript[len] != '\0') len++;
+  if (len > SL_RUBRIC_MAX_TRANSCRIPT) return SL_ETOOBIG;
 
   measure m;
   memset(&m, 0, sizeof m);
@@ -445,8 +417,7 @@ int sl_rubric_grade(const char *transcript, double duration_s, const char *promp
   r->words = m.words;
   r->fillers = m.fillers;
   r->prompt_terms = m.nterms;
-  for (unsigned i = 0; i < m.nterms; i++)
-    r->prompt_hits += m.hit[i];
+  for (unsigned i = 0; i < m.nterms; i++) r->prompt_hits += m.hit[i];
   r->relevance = m.nterms ? (double)r->prompt_hits / (double)m.nterms : 1.0;
 
   if (m.words == 0) {
@@ -472,8 +443,7 @@ int sl_rubric_grade(const char *transcript, double duration_s, const char *promp
   r->crit[SL_RUBRIC_RELEVANCE] = curve(RELEVANCE_CURVE, NPOINTS(RELEVANCE_CURVE), r->relevance);
 
   double sum = 0.0;
-  for (int c = 0; c < SL_RUBRIC_NCRIT; c++)
-    sum += WEIGHTS[c] * r->crit[c];
+  for (int c = 0; c < SL_RUBRIC_NCRIT; c++) sum += WEIGHTS[c] * r->crit[c];
   r->weighted = sum;
   double capped = sum < r->crit[SL_RUBRIC_LENGTH] ? sum : r->crit[SL_RUBRIC_LENGTH];
   r->score = floor(capped * 10.0 + 0.5) / 10.0;

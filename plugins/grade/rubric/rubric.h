@@ -51,10 +51,10 @@ typedef struct {
   double crit[5];          /* per-criterion 0..100, indexed SL_RUBRIC_* */
   char feedback[1024];     /* 2-3 English sentences, weakest criteria first */
   /* Additions beyond the original contract: */
-  unsigned fillers;        /* number of fillers counted */
-  unsigned prompt_terms;   /* distinct content words taken from the prompt */
-  unsigned prompt_hits;    /* how many of them occur in the transcript */
-  double weighted;         /* weighted criterion sum before the length cap */
+  unsigned fillers;      /* number of fillers counted */
+  unsigned prompt_terms; /* distinct content words taken from the prompt */
+  unsigned prompt_hits;  /* how many of them occur in the transcript */
+  double weighted;       /* weighted criterion sum before the length cap */
 } sl_rubric_result;
 
 /*

@@ -39,7 +39,8 @@ typedef struct {
 static const sl_plugin_conf_key conf[] = {
     {"max_seconds", SL_PLUGIN_CONF_DOUBLE, "600",
      "longest answer accepted, in seconds of audio (longer fails as too_long; decoding "
-     "holds 32 KB per second)", 0},
+     "holds 32 KB per second)",
+     0},
     {"min_speech_seconds", SL_PLUGIN_CONF_DOUBLE, "0.3",
      "less speech than this fails as no_speech (0: never)", 0},
     {"silence_dbfs", SL_PLUGIN_CONF_DOUBLE, "-50",
@@ -48,7 +49,8 @@ static const sl_plugin_conf_key conf[] = {
      "store a 16 kHz mono FLAC beside the original for the STT plugin (audio_key)", 0},
     {"pass_undecoded", SL_PLUGIN_CONF_BOOL, "true",
      "a recognised format with no decoder here (MP4/AAC) passes on unchecked instead of "
-     "failing as undecodable_audio", 0},
+     "failing as undecodable_audio",
+     0},
     {"decode_timeout_ms", SL_PLUGIN_CONF_INT, "30000", "time limit for decoding one answer", 0},
 };
 
@@ -64,8 +66,9 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     return SL_ECONFIG;
   }
   if (!h->out_object) {
-    snprintf(err, errlen, "this host cannot store objects (out_object): preflight needs a "
-                          "Sluice host of ABI 2 that runs it SYNC");
+    snprintf(err, errlen,
+             "this host cannot store objects (out_object): preflight needs a "
+             "Sluice host of ABI 2 that runs it SYNC");
     return SL_EPLUGIN;
   }
   int rc = sl_pf_init(err, errlen);
@@ -145,7 +148,8 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   if (a.speech_s < s->min_speech_s) {
     snprintf(why, sizeof why,
              "no speech in %.1f s of audio (%.2f s above the silence threshold; loudest "
-             "%.0f dBFS, floor %.0f dBFS)", a.duration_s, a.speech_s, a.peak_dbfs, a.floor_dbfs);
+             "%.0f dBFS, floor %.0f dBFS)",
+             a.duration_s, a.speech_s, a.peak_dbfs, a.floor_dbfs);
     sl_pf_audio_clear(&a);
     reject(s, c, 2, why);
     return;

@@ -69,8 +69,8 @@ int sl_pf_init(char *err, size_t errlen) {
 
 typedef struct {
   const uint8_t *data;
-  size_t len, off; /* touched only by appsrc's streaming thread */
-  atomic_int eos;  /* every byte was handed over (read by the caller) */
+  size_t len, off;        /* touched only by appsrc's streaming thread */
+  atomic_int eos;         /* every byte was handed over (read by the caller) */
   atomic_llong active_ms; /* the last request for data or a seek */
 } src_state;
 
@@ -163,8 +163,8 @@ static int take(GstSample *smp, sl_pf_audio *a, size_t *cap, size_t max) {
   return rc;
 }
 
-int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out,
-                 char *err, size_t errlen) {
+int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
+                 size_t errlen) {
   memset(out, 0, sizeof *out);
   if (!data || !len) {
     snprintf(err, errlen, "the recording is empty (0 bytes)");
@@ -175,7 +175,8 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
   GError *ge = NULL;
   GstElement *pipe = gst_parse_launch(
       "appsrc name=src stream-type=random-access format=bytes ! decodebin ! audioconvert ! "
-      "audioresample quality=10 ! audio/x-raw,format=S16LE,layout=interleaved,channels=1,rate=16000 ! "
+      "audioresample quality=10 ! "
+      "audio/x-raw,format=S16LE,layout=interleaved,channels=1,rate=16000 ! "
       "appsink name=sink sync=false max-buffers=64",
       &ge);
   if (!pipe) {
@@ -221,8 +222,10 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
     int64_t now = mono_ms();
     if (now - last_out > IDLE_MS && now - atomic_load(&ss.active_ms) > IDLE_MS) {
       if (!atomic_load(&ss.eos) || out->n == 0) {
-        snprintf(err, errlen, "the decoder stopped %s without audio or an error (a header "
-                 "with no stream?)", atomic_load(&ss.eos) ? "at the end" : "before the end");
+        snprintf(err, errlen,
+                 "the decoder stopped %s without audio or an error (a header "
+                 "with no stream?)",
+                 atomic_load(&ss.eos) ? "at the end" : "before the end");
         rc = SL_EDECODE;
       }
       break;
@@ -236,8 +239,7 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
     snprintf(err, errlen, "the recording holds no audio");
     rc = SL_EDECODE;
   }
-  if (rc == SL_ETOOBIG)
-    snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
+  if (rc == SL_ETOOBIG) snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
   gst_element_set_state(pipe, GST_STATE_NULL);
   gst_object_unref(bus);
   gst_object_unref(src);
@@ -344,7 +346,7 @@ int sl_pf_flac(const int16_t *pcm, size_t n, void **out, size_t *outlen) {
     for (size_t i = 0; i < k; i++) chunk[i] = pcm[off + i];
     if (!FLAC__stream_encoder_process_interleaved(enc, chunk, (uint32_t)k))
       rc = FLAC__stream_encoder_get_state(enc) == FLAC__STREAM_ENCODER_CLIENT_ERROR ? SL_ENOMEM
-                                                                                   : SL_EIO;
+                                                                                    : SL_EIO;
   }
   if (inited && !FLAC__stream_encoder_finish(enc) && rc == 0) rc = SL_EIO;
   FLAC__stream_encoder_delete(enc);

@@ -40,12 +40,12 @@ typedef struct {
 } sl_pf_conf;
 
 typedef struct {
-  int16_t *pcm;       /* 16 kHz mono, malloc'd; NULL when empty */
-  size_t n;           /* samples */
-  double duration_s;  /* n / 16000 */
-  double speech_s;    /* after sl_pf_analyse */
-  double peak_dbfs;   /* loudest frame, after sl_pf_analyse */
-  double floor_dbfs;  /* the noise floor, after sl_pf_analyse */
+  int16_t *pcm;      /* 16 kHz mono, malloc'd; NULL when empty */
+  size_t n;          /* samples */
+  double duration_s; /* n / 16000 */
+  double speech_s;   /* after sl_pf_analyse */
+  double peak_dbfs;  /* loudest frame, after sl_pf_analyse */
+  double floor_dbfs; /* the noise floor, after sl_pf_analyse */
 } sl_pf_audio;
 
 /* gst_init, once per process. Returns 0 or SL_EPLUGIN with the reason. */
@@ -56,8 +56,8 @@ int sl_pf_init(char *err, size_t errlen);
  * AAC: reason in err); SL_ETOOBIG (longer than max_seconds; out->duration_s
  * is what was decoded before stopping); SL_ETIMEDOUT; SL_ENOMEM. On any
  * return out must be cleared with sl_pf_audio_clear. */
-int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out,
-                 char *err, size_t errlen);
+int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
+                 size_t errlen);
 
 /* Fills speech_s, peak_dbfs and floor_dbfs. Returns 0 or SL_ENOMEM. */
 int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);

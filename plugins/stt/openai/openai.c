@@ -127,8 +127,7 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     snprintf(err, errlen,
              "stt.openai.timeout_ms and connect_timeout_ms must be > 0, max_response >= 1024");
     rc = SL_ECONFIG;
-  } else if (!(h->conf_double(c, "min_seconds") >= 0) ||
-             !(h->conf_double(c, "max_seconds") >= 0)) {
+  } else if (!(h->conf_double(c, "min_seconds") >= 0) || !(h->conf_double(c, "max_seconds") >= 0)) {
     snprintf(err, errlen, "stt.openai.min_seconds and max_seconds must be >= 0");
     rc = SL_ECONFIG;
   } else if (strpbrk(key, "\r\n")) {
@@ -180,7 +179,8 @@ static double wav_seconds(const unsigned char *d, size_t n) {
   uint32_t byte_rate = 0;
   for (size_t off = 12; off + 8 <= n;) {
     uint32_t sz = le32(d + off + 4);
-    if (memcmp(d + off, "fmt ", 4) == 0 && sz >= 16 && off + 24 <= n) byte_rate = le32(d + off + 16);
+    if (memcmp(d + off, "fmt ", 4) == 0 && sz >= 16 && off + 24 <= n)
+      byte_rate = le32(d + off + 16);
     if (memcmp(d + off, "data", 4) == 0 && byte_rate) {
       size_t avail = n - off - 8;
       return (double)(sz < avail ? sz : avail) / byte_rate;
@@ -196,8 +196,8 @@ static double wav_seconds(const unsigned char *d, size_t n) {
 static double flac_seconds(const unsigned char *d, size_t n) {
   if (n < 26 || memcmp(d, "fLaC", 4) != 0 || (d[4] & 0x7F) != 0) return -1;
   uint32_t rate = (uint32_t)d[18] << 12 | (uint32_t)d[19] << 4 | d[20] >> 4;
-  uint64_t total = (uint64_t)(d[21] & 0x0F) << 32 | (uint64_t)d[22] << 24 |
-                   (uint64_t)d[23] << 16 | (uint64_t)d[24] << 8 | d[25];
+  uint64_t total = (uint64_t)(d[21] & 0x0F) << 32 | (uint64_t)d[22] << 24 | (uint64_t)d[23] << 16 |
+                   (uint64_t)d[24] << 8 | d[25];
   return rate && total ? (double)total / rate : -1; /* total 0: not known */
 }
 
@@ -290,8 +290,8 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
       dropped = json_array_size(json_object_get(o, "words")) - i; /* over the host's bound */
   }
   if (dropped)
-    h->log(SL_PLUGIN_LOG_WARN, q->key, "stt/openai: %zu word timings beyond the host's limit dropped",
-           dropped);
+    h->log(SL_PLUGIN_LOG_WARN, q->key,
+           "stt/openai: %zu word timings beyond the host's limit dropped", dropped);
   json_decref(o);
   if (rc)
     finish(q, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "recording the transcript failed");
@@ -347,9 +347,9 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   const char *fname = in->filename && *in->filename ? in->filename : "audio.wav";
   sl_plugin_form_part parts[8];
   size_t np = 0;
-  parts[np++] = (sl_plugin_form_part){"file", in->audio, in->audio_len, fname,
-                                      in->content_type && *in->content_type ? in->content_type
-                                                                           : NULL};
+  parts[np++] =
+      (sl_plugin_form_part){"file", in->audio, in->audio_len, fname,
+                            in->content_type && *in->content_type ? in->content_type : NULL};
   parts[np++] = (sl_plugin_form_part){"model", s->model, strlen(s->model), NULL, NULL};
   parts[np++] = (sl_plugin_form_part){"response_format", fmt, strlen(fmt), NULL, NULL};
   if (lang[0]) parts[np++] = (sl_plugin_form_part){"language", lang, strlen(lang), NULL, NULL};

@@ -87,8 +87,10 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
     return;
   }
   if (r.duration_s < s->min_seconds) {
-    snprintf(err, sizeof err, "audio is %.2f s long, shorter than the %.2f s minimum "
-             "(a truncated or empty recording?)", r.duration_s, s->min_seconds);
+    snprintf(err, sizeof err,
+             "audio is %.2f s long, shorter than the %.2f s minimum "
+             "(a truncated or empty recording?)",
+             r.duration_s, s->min_seconds);
     sl_ps_result_clear(&r);
     h->complete(c, SL_PLUGIN_FAIL, 0, 0, "audio_too_short", err);
     return;

@@ -48,7 +48,8 @@
 #include <sphinxbase/err.h>
 
 #ifndef POCKETSPHINX_EXPORT
-#error "<pocketsphinx.h> found the Sluice header: keep plugins/stt/pocketsphinx off the include path"
+#error                                                                                             \
+    "<pocketsphinx.h> found the Sluice header: keep plugins/stt/pocketsphinx off the include path"
 #endif
 
 #ifndef SLUICE_PS_MODELDIR
@@ -56,21 +57,21 @@
 #endif
 
 enum {
-  SL_PS_CHUNK = 16384,        /* samples per read / per resampler call */
-  SL_PS_MAX_CHANNELS = 256,   /* more is not a speech recording */
-  SL_PS_MIN_RATE = 1000,      /* Hz; libsamplerate allows ratios <= 256 */
-  SL_PS_MAX_RATE = 768000,    /* Hz */
-  SL_PS_LIBERR = 256,         /* bytes of the last library error kept */
+  SL_PS_CHUNK = 16384,      /* samples per read / per resampler call */
+  SL_PS_MAX_CHANNELS = 256, /* more is not a speech recording */
+  SL_PS_MIN_RATE = 1000,    /* Hz; libsamplerate allows ratios <= 256 */
+  SL_PS_MAX_RATE = 768000,  /* Hz */
+  SL_PS_LIBERR = 256,       /* bytes of the last library error kept */
 };
 
 struct sl_ps {
   ps_decoder_t *dec;
   double max_seconds;
-  int rate;       /* sample rate the decoder expects (-samprate) */
-  int frate;      /* decoder frames per second (-frate) */
-  float *in;      /* SL_PS_CHUNK interleaved samples from libsndfile */
-  float *mono;    /* SL_PS_CHUNK downmixed samples */
-  float *rs;      /* SL_PS_CHUNK resampled samples */
+  int rate;    /* sample rate the decoder expects (-samprate) */
+  int frate;   /* decoder frames per second (-frate) */
+  float *in;   /* SL_PS_CHUNK interleaved samples from libsndfile */
+  float *mono; /* SL_PS_CHUNK downmixed samples */
+  float *rs;   /* SL_PS_CHUNK resampled samples */
 };
 
 /* ---- error text ------------------------------------------------------- */
@@ -80,8 +81,7 @@ struct sl_ps {
 static int seterr(int code, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int seterr(int code, char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return code;
+  if (!err || errlen == 0) return code;
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(err, errlen, fmt, ap);
@@ -103,8 +103,7 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t sf_open_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void ps_log_cb(void *user, err_lvl_t lvl, const char *fmt, ...) {
-  if (lvl != ERR_ERROR && lvl != ERR_FATAL)
-    return;
+  if (lvl != ERR_ERROR && lvl != ERR_FATAL) return;
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(tl_liberr, sizeof tl_liberr, fmt, ap);
@@ -125,78 +124,60 @@ static void install_logging(void) {
   err_set_callback(ps_log_cb, NULL);
 }
 
-static const char *liberr(void) {
-  return tl_liberr[0] ? tl_liberr : "no details";
-}
+static const char *liberr(void) { return tl_liberr[0] ? tl_liberr : "no details"; }
 
 /* ---- sl_ps_new ------------------------------------------------------------- */
 
-static int join_path(char *buf, size_t cap, const char *dir, const char *name,
-                     char *err, size_t errlen) {
+static int join_path(char *buf, size_t cap, const char *dir, const char *name, char *err,
+                     size_t errlen) {
   int n = snprintf(buf, cap, "%s/%s", dir, name);
   if (n < 0 || (size_t)n >= cap)
-    return seterr(SL_EINVAL, err, errlen, "model path too long: %s/%s", dir,
-                  name);
+    return seterr(SL_EINVAL, err, errlen, "model path too long: %s/%s", dir, name);
   return 0;
 }
 
 /* Checks up front what PocketSphinx would otherwise report with a fatal
  * error (which exits the process) or a vague message. */
-static int check_model(const char *hmm, const char *lm, const char *dict,
-                       char *err, size_t errlen) {
+static int check_model(const char *hmm, const char *lm, const char *dict, char *err,
+                       size_t errlen) {
   struct stat st;
   if (stat(hmm, &st) != 0 || !S_ISDIR(st.st_mode))
-    return seterr(SL_ECONFIG, err, errlen,
-                  "acoustic model directory not found: %s", hmm);
-  static const char *const hmm_files[] = {"mdef", "means", "variances",
-                                          "transition_matrices"};
+    return seterr(SL_ECONFIG, err, errlen, "acoustic model directory not found: %s", hmm);
+  static const char *const hmm_files[] = {"mdef", "means", "variances", "transition_matrices"};
   char path[PATH_MAX];
   for (size_t i = 0; i < sizeof hmm_files / sizeof hmm_files[0]; i++) {
     int rc = join_path(path, sizeof path, hmm, hmm_files[i], err, errlen);
-    if (rc)
-      return rc;
+    if (rc) return rc;
     if (access(path, R_OK) != 0)
-      return seterr(SL_ECONFIG, err, errlen,
-                    "acoustic model file missing or unreadable: %s", path);
+      return seterr(SL_ECONFIG, err, errlen, "acoustic model file missing or unreadable: %s", path);
   }
   const char *const files[] = {lm, dict};
   for (size_t i = 0; i < 2; i++)
-    if (stat(files[i], &st) != 0 || !S_ISREG(st.st_mode) ||
-        access(files[i], R_OK) != 0)
-      return seterr(SL_ECONFIG, err, errlen,
-                    "model file missing or unreadable: %s", files[i]);
+    if (stat(files[i], &st) != 0 || !S_ISREG(st.st_mode) || access(files[i], R_OK) != 0)
+      return seterr(SL_ECONFIG, err, errlen, "model file missing or unreadable: %s", files[i]);
   return 0;
 }
 
-int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds,
-              char *err, size_t errlen) {
-  if (err && errlen)
-    err[0] = '\0';
-  if (!out)
-    return seterr(SL_EINVAL, err, errlen, "out is NULL");
+int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!out) return seterr(SL_EINVAL, err, errlen, "out is NULL");
   *out = NULL;
   /* !(x >= 0) also rejects NaN; the upper bound keeps sample counts exact */
   if (!(max_seconds >= 0) || max_seconds > 1e7)
-    return seterr(SL_EINVAL, err, errlen, "max_seconds out of range: %g",
-                  max_seconds);
-  if (!model_dir)
-    model_dir = SLUICE_PS_MODELDIR;
-  if (!model_dir[0])
-    return seterr(SL_EINVAL, err, errlen, "model_dir is empty");
+    return seterr(SL_EINVAL, err, errlen, "max_seconds out of range: %g", max_seconds);
+  if (!model_dir) model_dir = SLUICE_PS_MODELDIR;
+  if (!model_dir[0]) return seterr(SL_EINVAL, err, errlen, "model_dir is empty");
 
   char hmm[PATH_MAX], lm[PATH_MAX], dict[PATH_MAX];
   int rc;
   if ((rc = join_path(hmm, sizeof hmm, model_dir, "en-us", err, errlen)) ||
-      (rc = join_path(lm, sizeof lm, model_dir, "en-us.lm.bin", err,
-                      errlen)) ||
-      (rc = join_path(dict, sizeof dict, model_dir, "cmudict-en-us.dict", err,
-                      errlen)) ||
+      (rc = join_path(lm, sizeof lm, model_dir, "en-us.lm.bin", err, errlen)) ||
+      (rc = join_path(dict, sizeof dict, model_dir, "cmudict-en-us.dict", err, errlen)) ||
       (rc = check_model(hmm, lm, dict, err, errlen)))
     return rc;
 
   sl_ps *ps = calloc(1, sizeof *ps);
-  if (!ps)
-    return seterr(SL_ENOMEM, err, errlen, "out of memory");
+  if (!ps) return seterr(SL_ENOMEM, err, errlen, "out of memory");
   ps->max_seconds = max_seconds > 0 ? max_seconds : SL_PS_DEFAULT_MAX_SECONDS;
   ps->in = malloc(SL_PS_CHUNK * sizeof *ps->in);
   ps->mono = malloc(SL_PS_CHUNK * sizeof *ps->mono);
@@ -209,22 +190,20 @@ int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds,
   pthread_once(&log_once, install_logging);
   pthread_mutex_lock(&init_lock);
   tl_liberr[0] = '\0';
-  cmd_ln_t *config = cmd_ln_init(NULL, ps_args(), TRUE, "-hmm", hmm, "-lm",
-                                 lm, "-dict", dict, NULL);
+  cmd_ln_t *config =
+      cmd_ln_init(NULL, ps_args(), TRUE, "-hmm", hmm, "-lm", lm, "-dict", dict, NULL);
   if (config) {
     ps->dec = ps_init(config); /* takes its own reference */
     cmd_ln_free_r(config);
   }
   pthread_mutex_unlock(&init_lock);
   if (!config) {
-    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: bad configuration: %s",
-                liberr());
+    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: bad configuration: %s", liberr());
     sl_ps_free(ps);
     return rc;
   }
   if (!ps->dec) {
-    rc = seterr(SL_ESTT, err, errlen,
-                "pocketsphinx: cannot load models from %s: %s", model_dir,
+    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: cannot load models from %s: %s", model_dir,
                 liberr());
     sl_ps_free(ps);
     return rc;
@@ -232,10 +211,8 @@ int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds,
   cmd_ln_t *cfg = ps_get_config(ps->dec);
   double srate = cmd_ln_float_r(cfg, "-samprate");
   long frate = cmd_ln_int_r(cfg, "-frate");
-  if (!(srate >= SL_PS_MIN_RATE && srate <= SL_PS_MAX_RATE) || frate <= 0 ||
-      frate > 10000) {
-    rc = seterr(SL_ESTT, err, errlen,
-                "pocketsphinx: unusable -samprate %g or -frate %ld", srate,
+  if (!(srate >= SL_PS_MIN_RATE && srate <= SL_PS_MAX_RATE) || frate <= 0 || frate > 10000) {
+    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: unusable -samprate %g or -frate %ld", srate,
                 frate);
     sl_ps_free(ps);
     return rc;
@@ -247,10 +224,8 @@ int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds,
 }
 
 void sl_ps_free(sl_ps *ps) {
-  if (!ps)
-    return;
-  if (ps->dec)
-    ps_free(ps->dec);
+  if (!ps) return;
+  if (ps->dec) ps_free(ps->dec);
   free(ps->in);
   free(ps->mono);
   free(ps->rs);
@@ -283,27 +258,22 @@ static sf_count_t mf_seek(sf_count_t off, int whence, void *u) {
     return -1;
   }
   /* stay inside [0, len]; written so that nothing can overflow */
-  if (off < -base || off > m->len - base)
-    return -1;
+  if (off < -base || off > m->len - base) return -1;
   m->pos = base + off;
   return m->pos;
 }
 
 static sf_count_t mf_read(void *ptr, sf_count_t count, void *u) {
   memfile *m = u;
-  if (count <= 0)
-    return 0;
+  if (count <= 0) return 0;
   sf_count_t n = m->len - m->pos;
-  if (n > count)
-    n = count;
+  if (n > count) n = count;
   memcpy(ptr, m->data + m->pos, (size_t)n);
   m->pos += n;
   return n;
 }
 
-static sf_count_t mf_write(const void *ptr, sf_count_t count, void *u) {
-  return 0; /* read-only */
-}
+static sf_count_t mf_write(const void *ptr, sf_count_t count, void *u) { return 0; /* read-only */ }
 
 static sf_count_t mf_tell(void *u) { return ((memfile *)u)->pos; }
 
@@ -330,8 +300,7 @@ static float rng_unit(uint32_t *st) { /* xorshift32 -> [0, 1) */
 static void to_pcm16(const float *x, int16 *y, size_t n, uint32_t *rng) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i] * 32767.0f;
-    if (v != v)
-      v = 0.0f;
+    if (v != v) v = 0.0f;
     v += rng_unit(rng) + rng_unit(rng) - 1.0f;
     if (v < -32768.0f)
       v = -32768.0f;
@@ -348,10 +317,8 @@ typedef struct {
   uint32_t rng; /* dither state */
 } pcmbuf;
 
-static int append_pcm(pcmbuf *b, const float *x, size_t n, char *err,
-                      size_t errlen) {
-  if (n == 0)
-    return 0;
+static int append_pcm(pcmbuf *b, const float *x, size_t n, char *err, size_t errlen) {
+  if (n == 0) return 0;
   if (n > b->cap - b->n) {
     size_t ncap = b->cap ? b->cap : SL_PS_CHUNK;
     while (ncap - b->n < n) {
@@ -360,9 +327,7 @@ static int append_pcm(pcmbuf *b, const float *x, size_t n, char *err,
       ncap *= 2;
     }
     int16 *np = realloc(b->p, ncap * sizeof *np);
-    if (!np)
-      return seterr(SL_ENOMEM, err, errlen, "out of memory (%zu samples)",
-                    ncap);
+    if (!np) return seterr(SL_ENOMEM, err, errlen, "out of memory (%zu samples)", ncap);
     b->p = np;
     b->cap = ncap;
   }
@@ -373,11 +338,9 @@ static int append_pcm(pcmbuf *b, const float *x, size_t n, char *err,
 
 /* Passes n mono samples through the resampler (if any) into b; eof flushes
  * the resampler. */
-static int feed_mono(sl_ps *ps, SRC_STATE *src, double ratio, pcmbuf *b,
-                     const float *x, size_t n, int eof, char *err,
-                     size_t errlen) {
-  if (!src)
-    return append_pcm(b, x, n, err, errlen);
+static int feed_mono(sl_ps *ps, SRC_STATE *src, double ratio, pcmbuf *b, const float *x, size_t n,
+                     int eof, char *err, size_t errlen) {
+  if (!src) return append_pcm(b, x, n, err, errlen);
   SRC_DATA d = {0};
   d.data_in = x;
   d.input_frames = (long)n;
@@ -387,38 +350,32 @@ static int feed_mono(sl_ps *ps, SRC_STATE *src, double ratio, pcmbuf *b,
     d.data_out = ps->rs;
     d.output_frames = SL_PS_CHUNK;
     int e = src_process(src, &d);
-    if (e)
-      return seterr(SL_ESTT, err, errlen, "libsamplerate: %s",
-                    src_strerror(e));
+    if (e) return seterr(SL_ESTT, err, errlen, "libsamplerate: %s", src_strerror(e));
     int rc = append_pcm(b, ps->rs, (size_t)d.output_frames_gen, err, errlen);
-    if (rc)
-      return rc;
+    if (rc) return rc;
     /* done when the converter neither takes input nor gives output */
-    if (d.input_frames_used == 0 && d.output_frames_gen == 0)
-      return 0;
+    if (d.input_frames_used == 0 && d.output_frames_gen == 0) return 0;
     d.data_in += d.input_frames_used;
     d.input_frames -= d.input_frames_used;
     /* libsamplerate's overlap check ignores input_frames == 0, so a
      * one-past-the-end pointer that happens to equal ps->rs (adjacent heap
      * blocks) would be refused: point back at the start of the input. */
-    if (d.input_frames == 0)
-      d.data_in = x;
+    if (d.input_frames == 0) d.data_in = x;
   }
 }
 
 static void downmix(const float *in, float *out, size_t frames, int channels) {
   for (size_t i = 0; i < frames; i++) {
     float s = 0.0f;
-    for (int c = 0; c < channels; c++)
-      s += in[i * (size_t)channels + (size_t)c];
+    for (int c = 0; c < channels; c++) s += in[i * (size_t)channels + (size_t)c];
     out[i] = s / (float)channels;
   }
 }
 
 /* Reads all of sf into b as mono int16 at the decoder's rate. *frames gets
  * the input frame count (at the file's own rate). */
-static int read_audio(sl_ps *ps, SNDFILE *sf, const SF_INFO *info, pcmbuf *b,
-                      sf_count_t *frames, char *err, size_t errlen) {
+static int read_audio(sl_ps *ps, SNDFILE *sf, const SF_INFO *info, pcmbuf *b, sf_count_t *frames,
+                      char *err, size_t errlen) {
   const int ch = info->channels, rate = info->samplerate;
   const double limit = ps->max_seconds * rate; /* in input frames */
   const sf_count_t per_read = SL_PS_CHUNK / ch;
@@ -430,23 +387,18 @@ static int read_audio(sl_ps *ps, SNDFILE *sf, const SF_INFO *info, pcmbuf *b,
     ratio = (double)ps->rate / rate;
     int e = 0;
     if (!src_is_valid_ratio(ratio))
-      return seterr(SL_EDECODE, err, errlen,
-                    "cannot resample from %d Hz to %d Hz", rate, ps->rate);
+      return seterr(SL_EDECODE, err, errlen, "cannot resample from %d Hz to %d Hz", rate, ps->rate);
     src = src_new(SRC_SINC_MEDIUM_QUALITY, 1, &e);
-    if (!src)
-      return seterr(SL_ENOMEM, err, errlen, "libsamplerate: %s",
-                    src_strerror(e));
+    if (!src) return seterr(SL_ENOMEM, err, errlen, "libsamplerate: %s", src_strerror(e));
   }
 
   *frames = 0;
   for (;;) {
     sf_count_t got = sf_readf_float(sf, ps->in, per_read);
-    if (got <= 0)
-      break;
+    if (got <= 0) break;
     *frames += got;
     if ((double)*frames > limit) {
-      rc = seterr(SL_ETOOBIG, err, errlen,
-                  "audio longer than the %.1f s limit", ps->max_seconds);
+      rc = seterr(SL_ETOOBIG, err, errlen, "audio longer than the %.1f s limit", ps->max_seconds);
       goto out;
     }
     const float *mono = ps->in;
@@ -454,13 +406,11 @@ static int read_audio(sl_ps *ps, SNDFILE *sf, const SF_INFO *info, pcmbuf *b,
       downmix(ps->in, ps->mono, (size_t)got, ch);
       mono = ps->mono;
     }
-    if ((rc = feed_mono(ps, src, ratio, b, mono, (size_t)got, 0, err,
-                        errlen)))
-      goto out;
+    if ((rc = feed_mono(ps, src, ratio, b, mono, (size_t)got, 0, err, errlen))) goto out;
   }
   if (sf_error(sf) != SF_ERR_NO_ERROR) {
-    rc = seterr(SL_EDECODE, err, errlen, "libsndfile: %s (after %lld frames)",
-                sf_strerror(sf), (long long)*frames);
+    rc = seterr(SL_EDECODE, err, errlen, "libsndfile: %s (after %lld frames)", sf_strerror(sf),
+                (long long)*frames);
     goto out;
   }
   if (*frames == 0) {
@@ -469,8 +419,7 @@ static int read_audio(sl_ps *ps, SNDFILE *sf, const SF_INFO *info, pcmbuf *b,
   }
   rc = feed_mono(ps, src, ratio, b, ps->mono, 0, 1, err, errlen);
 out:
-  if (src)
-    src_delete(src);
+  if (src) src_delete(src);
   return rc;
 }
 
@@ -482,16 +431,13 @@ out:
 static int recognize(sl_ps *ps, const pcmbuf *b, char *err, size_t errlen) {
   tl_liberr[0] = '\0';
   if (ps_start_stream(ps->dec) < 0 || ps_start_utt(ps->dec) < 0)
-    return seterr(SL_ESTT, err, errlen, "pocketsphinx: cannot start: %s",
-                  liberr());
+    return seterr(SL_ESTT, err, errlen, "pocketsphinx: cannot start: %s", liberr());
   int rc = 0;
   if (ps_process_raw(ps->dec, b->p, b->n, FALSE, TRUE) < 0)
-    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: processing failed: %s",
-                liberr());
+    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: processing failed: %s", liberr());
   /* always end the utterance so the decoder stays reusable */
   if (ps_end_utt(ps->dec) < 0 && rc == 0)
-    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: cannot finish: %s",
-                liberr());
+    rc = seterr(SL_ESTT, err, errlen, "pocketsphinx: cannot finish: %s", liberr());
   return rc;
 }
 
@@ -499,64 +445,52 @@ static int recognize(sl_ps *ps, const pcmbuf *b, char *err, size_t errlen) {
 
 /* <s>, </s>, <sil>, [NOISE], [SPEECH], ++GARBAGE++ ... */
 static int is_filler(const char *w) {
-  return !w || !w[0] || w[0] == '<' || w[0] == '[' ||
-         (w[0] == '+' && w[1] == '+');
+  return !w || !w[0] || w[0] == '<' || w[0] == '[' || (w[0] == '+' && w[1] == '+');
 }
 
 /* Length of w without an alternate-pronunciation suffix: "read(2)" -> 4. */
 static size_t base_len(const char *w) {
   size_t n = strlen(w);
-  if (n < 4 || w[n - 1] != ')')
-    return n;
+  if (n < 4 || w[n - 1] != ')') return n;
   size_t i = n - 1;
-  while (i > 0 && w[i - 1] >= '0' && w[i - 1] <= '9')
-    i--;
-  if (i == n - 1 || i < 2 || w[i - 1] != '(')
-    return n;
+  while (i > 0 && w[i - 1] >= '0' && w[i - 1] <= '9') i--;
+  if (i == n - 1 || i < 2 || w[i - 1] != '(') return n;
   return i - 1;
 }
 
-static int build_result(sl_ps *ps, sl_ps_result *res, char *err,
-                        size_t errlen) {
+static int build_result(sl_ps *ps, sl_ps_result *res, char *err, size_t errlen) {
   size_t cap = 0, textlen = 0;
   ps_seg_t *seg = ps_seg_iter(ps->dec);
   for (; seg; seg = ps_seg_next(seg)) {
     const char *w = ps_seg_word(seg);
-    if (is_filler(w))
-      continue;
+    if (is_filler(w)) continue;
     size_t wl = base_len(w);
     if (res->nwords == cap) {
       size_t ncap = cap ? cap * 2 : 32;
       sl_ps_word *nw = realloc(res->words, ncap * sizeof *nw);
-      if (!nw)
-        goto nomem;
+      if (!nw) goto nomem;
       res->words = nw;
       cap = ncap;
     }
     sl_ps_word *dst = &res->words[res->nwords];
-    if (!(dst->word = malloc(wl + 1)))
-      goto nomem;
+    if (!(dst->word = malloc(wl + 1))) goto nomem;
     memcpy(dst->word, w, wl);
     dst->word[wl] = '\0';
     int sf = 0, ef = 0;
     ps_seg_frames(seg, &sf, &ef);
-    if (sf < 0)
-      sf = 0;
-    if (ef < sf)
-      ef = sf;
+    if (sf < 0) sf = 0;
+    if (ef < sf) ef = sf;
     dst->start_s = (double)sf / ps->frate;
     dst->end_s = (double)(ef + 1) / ps->frate;
     res->nwords++;
     textlen += wl + 1;
   }
 
-  if (!(res->text = malloc(textlen ? textlen : 1)))
-    goto nomem;
+  if (!(res->text = malloc(textlen ? textlen : 1))) goto nomem;
   char *p = res->text;
   for (size_t i = 0; i < res->nwords; i++) {
     size_t wl = strlen(res->words[i].word);
-    if (i)
-      *p++ = ' ';
+    if (i) *p++ = ' ';
     memcpy(p, res->words[i].word, wl);
     p += wl;
   }
@@ -564,26 +498,20 @@ static int build_result(sl_ps *ps, sl_ps_result *res, char *err,
   return 0;
 
 nomem:
-  if (seg)
-    ps_seg_free(seg);
+  if (seg) ps_seg_free(seg);
   return seterr(SL_ENOMEM, err, errlen, "out of memory");
 }
 
 /* ---- sl_ps_transcribe ---------------------------------------------------- */
 
-int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
-                     sl_ps_result *res, char *err, size_t errlen) {
-  if (err && errlen)
-    err[0] = '\0';
-  if (res)
-    memset(res, 0, sizeof *res);
+int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len, sl_ps_result *res, char *err,
+                     size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (res) memset(res, 0, sizeof *res);
   if (!ps || !res || (!audio && len > 0))
-    return seterr(SL_EINVAL, err, errlen, "%s is NULL",
-                  !ps ? "ps" : !res ? "res" : "audio");
-  if (len == 0)
-    return seterr(SL_EDECODE, err, errlen, "empty input (0 bytes)");
-  if (len > (size_t)INT64_MAX)
-    return seterr(SL_ETOOBIG, err, errlen, "input too large");
+    return seterr(SL_EINVAL, err, errlen, "%s is NULL", !ps ? "ps" : !res ? "res" : "audio");
+  if (len == 0) return seterr(SL_EDECODE, err, errlen, "empty input (0 bytes)");
+  if (len > (size_t)INT64_MAX) return seterr(SL_ETOOBIG, err, errlen, "input too large");
 
   memfile mf = {audio, (sf_count_t)len, 0};
   SF_VIRTUAL_IO vio = {mf_len, mf_seek, mf_read, mf_write, mf_tell};
@@ -591,21 +519,17 @@ int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
   memset(&info, 0, sizeof info);
   pthread_mutex_lock(&sf_open_lock);
   SNDFILE *sf = sf_open_virtual(&vio, SFM_READ, &info, &mf);
-  if (!sf)
-    seterr(SL_EDECODE, err, errlen, "libsndfile: %s", sf_strerror(NULL));
+  if (!sf) seterr(SL_EDECODE, err, errlen, "libsndfile: %s", sf_strerror(NULL));
   pthread_mutex_unlock(&sf_open_lock);
-  if (!sf)
-    return SL_EDECODE;
+  if (!sf) return SL_EDECODE;
 
   int rc = 0;
   if (info.channels < 1 || info.channels > SL_PS_MAX_CHANNELS) {
-    rc = seterr(SL_EDECODE, err, errlen, "unsupported channel count %d",
-                info.channels);
+    rc = seterr(SL_EDECODE, err, errlen, "unsupported channel count %d", info.channels);
     goto out;
   }
   if (info.samplerate < SL_PS_MIN_RATE || info.samplerate > SL_PS_MAX_RATE) {
-    rc = seterr(SL_EDECODE, err, errlen, "unsupported sample rate %d Hz",
-                info.samplerate);
+    rc = seterr(SL_EDECODE, err, errlen, "unsupported sample rate %d Hz", info.samplerate);
     goto out;
   }
   if (info.frames == 0) {
@@ -615,8 +539,7 @@ int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
   /* early reject from the header; SF_COUNT_MAX means "unknown" */
   if (info.frames > 0 && info.frames != SF_COUNT_MAX &&
       (double)info.frames / info.samplerate > ps->max_seconds) {
-    rc = seterr(SL_ETOOBIG, err, errlen,
-                "audio is %.1f s long, limit is %.1f s",
+    rc = seterr(SL_ETOOBIG, err, errlen, "audio is %.1f s long, limit is %.1f s",
                 (double)info.frames / info.samplerate, ps->max_seconds);
     goto out;
   }
@@ -626,8 +549,7 @@ int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
   pcmbuf pcm = {NULL, 0, 0, SL_PS_DITHER_SEED};
   if (info.frames > 0 && info.frames != SF_COUNT_MAX) {
     double secs = (double)info.frames / info.samplerate;
-    if (secs > SL_PS_DEFAULT_MAX_SECONDS)
-      secs = SL_PS_DEFAULT_MAX_SECONDS;
+    if (secs > SL_PS_DEFAULT_MAX_SECONDS) secs = SL_PS_DEFAULT_MAX_SECONDS;
     size_t want = (size_t)(secs * ps->rate) + SL_PS_CHUNK;
     if (!(pcm.p = malloc(want * sizeof *pcm.p))) {
       rc = seterr(SL_ENOMEM, err, errlen, "out of memory (%zu samples)", want);
@@ -637,26 +559,21 @@ int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
   }
   sf_count_t frames = 0;
   rc = read_audio(ps, sf, &info, &pcm, &frames, err, errlen);
-  if (rc == 0)
-    rc = recognize(ps, &pcm, err, errlen);
+  if (rc == 0) rc = recognize(ps, &pcm, err, errlen);
   free(pcm.p);
-  if (rc)
-    goto out;
+  if (rc) goto out;
   res->duration_s = (double)frames / info.samplerate;
   rc = build_result(ps, res, err, errlen);
 
 out:
   sf_close(sf);
-  if (rc)
-    sl_ps_result_clear(res);
+  if (rc) sl_ps_result_clear(res);
   return rc;
 }
 
 void sl_ps_result_clear(sl_ps_result *res) {
-  if (!res)
-    return;
-  for (size_t i = 0; i < res->nwords; i++)
-    free(res->words[i].word);
+  if (!res) return;
+  for (size_t i = 0; i < res->nwords; i++) free(res->words[i].word);
   free(res->words);
   free(res->text);
   memset(res, 0, sizeof *res);

@@ -72,8 +72,7 @@ typedef struct {
  * unreadable), SL_ESTT (PocketSphinx refused the configuration or models) or
  * SL_ENOMEM. *out is NULL on failure. Slow (loads ~40 MB of models): create
  * decoders once per worker, not per request. */
-int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds,
-              char *err, size_t errlen);
+int sl_ps_new(sl_ps **out, const char *model_dir, double max_seconds, char *err, size_t errlen);
 
 /* Frees the decoder and its models. NULL-safe. */
 void sl_ps_free(sl_ps *ps);
@@ -95,8 +94,8 @@ void sl_ps_free(sl_ps *ps);
  *   SL_ENOMEM   out of memory.
  * Silence is success with text "" and nwords 0. The decoder stays usable
  * after any error. Not thread-safe for the same ps. */
-int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len,
-                     sl_ps_result *res, char *err, size_t errlen);
+int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len, sl_ps_result *res, char *err,
+                     size_t errlen);
 
 /* Frees everything in *res and zeroes it. NULL-safe; idempotent. */
 void sl_ps_result_clear(sl_ps_result *res);

@@ -30,12 +30,12 @@ typedef enum {
 } sl_conf_type;
 
 typedef struct {
-  const char *key;     /* "kafka.brokers"; env SLUICE_KAFKA_BROKERS */
+  const char *key; /* "kafka.brokers"; env SLUICE_KAFKA_BROKERS */
   sl_conf_type type;
-  const char *def;     /* default, as text; NULL = empty string / 0 */
-  size_t offset;       /* offsetof(struct, field) */
-  const char *desc;    /* one line for --help and docs */
-  int secret;          /* 1 = never print the value */
+  const char *def;  /* default, as text; NULL = empty string / 0 */
+  size_t offset;    /* offsetof(struct, field) */
+  const char *desc; /* one line for --help and docs */
+  int secret;       /* 1 = never print the value */
 } sl_conf_entry;
 
 /* A table bound to the struct it fills. */
@@ -49,15 +49,14 @@ typedef struct {
  * ("key=value" strings, may be NULL/0) into every bound struct.
  * Returns 0, or SL_EUNKNOWNKEY / SL_ECONFIG with a message in err. */
 int sl_conf_load(const sl_conf_bind *binds, size_t nbinds, const char *file,
-                 const char *const *overrides, size_t noverrides, char *err,
-                 size_t errlen);
+                 const char *const *overrides, size_t noverrides, char *err, size_t errlen);
 
 /* Reads one key's text from the same sources and precedence as
  * sl_conf_load() without validating anything else (for settings that decide
  * which tables to load, such as the plugin search path). Returns 1 and
  * writes the value into buf when some source sets it, 0 when none does. */
-int sl_conf_peek(const char *file, const char *const *overrides, size_t noverrides,
-                 const char *key, char *buf, size_t len);
+int sl_conf_peek(const char *file, const char *const *overrides, size_t noverrides, const char *key,
+                 char *buf, size_t len);
 /* Frees the strings sl_conf_load() stored. NULL-safe, idempotent. */
 void sl_conf_release(const sl_conf_bind *binds, size_t nbinds);
 
@@ -72,7 +71,6 @@ int sl_conf_env_name(const char *key, char *buf, size_t len);
 void sl_conf_print_help(const sl_conf_entry *entries, size_t n, void *out_file);
 
 /* Writes a table as a Markdown table (docs/configuration.md). */
-void sl_conf_print_markdown(const sl_conf_entry *entries, size_t n,
-                            void *out_file);
+void sl_conf_print_markdown(const sl_conf_entry *entries, size_t n, void *out_file);
 
 #endif

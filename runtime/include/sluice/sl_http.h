@@ -65,8 +65,8 @@ int sl_http_server_set_cors(sl_http_server *srv, const char *origins, const char
 int sl_http_server_port(const sl_http_server *srv);
 
 const char *sl_http_req_method(const sl_http_req *req);
-const char *sl_http_req_path(const sl_http_req *req);   /* without query */
-const char *sl_http_req_query(const sl_http_req *req);  /* "" when none */
+const char *sl_http_req_path(const sl_http_req *req);  /* without query */
+const char *sl_http_req_query(const sl_http_req *req); /* "" when none */
 /* Case-insensitive lookup; NULL when absent. */
 const char *sl_http_req_header(const sl_http_req *req, const char *name);
 const char *sl_http_req_body(const sl_http_req *req, size_t *len);
@@ -118,7 +118,7 @@ int sl_http_stream_write(sl_http_stream *s, const void *data, size_t len);
 void sl_http_stream_close(sl_http_stream *s);
 
 /* {"error":{"code":code,"message":message}} with the given 4xx/5xx status. */
-int sl_http_respond_error(sl_http_req *req, int status, const char *code,
-                          const char *message, const char *extra_headers);
+int sl_http_respond_error(sl_http_req *req, int status, const char *code, const char *message,
+                          const char *extra_headers);
 
 #endif

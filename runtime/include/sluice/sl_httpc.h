@@ -23,10 +23,10 @@
 typedef struct sl_httpc sl_httpc;
 
 typedef struct {
-  long status;            /* HTTP status, 0 when the transfer failed */
-  const char *error;      /* transport error text when status is 0, else "" */
-  int timed_out;          /* the transfer hit its timeout */
-  const char *body;       /* NUL-terminated response body (may contain NULs) */
+  long status;       /* HTTP status, 0 when the transfer failed */
+  const char *error; /* transport error text when status is 0, else "" */
+  int timed_out;     /* the transfer hit its timeout */
+  const char *body;  /* NUL-terminated response body (may contain NULs) */
   size_t body_len;
   int64_t retry_after_ms; /* parsed Retry-After (seconds or HTTP date), else 0 */
   double total_s;         /* transfer time */
@@ -47,25 +47,25 @@ typedef void (*sl_httpc_cb)(const sl_httpc_response *r, void *ud);
 char *sl_httpc_take_body(const sl_httpc_response *r);
 
 typedef struct {
-  const char *method;            /* "GET", "POST", ... */
+  const char *method; /* "GET", "POST", ... */
   const char *url;
-  const char *const *headers;    /* "Name: value" strings, NULL-terminated, or NULL */
-  const void *body;              /* request body (copied), or NULL */
+  const char *const *headers; /* "Name: value" strings, NULL-terminated, or NULL */
+  const void *body;           /* request body (copied), or NULL */
   size_t body_len;
-  void *mime;                    /* a curl_mime* for multipart/form-data (ownership
-                                    passes to the request; freed when the transfer
-                                    ends, before the callback), or NULL */
-  long timeout_ms;               /* whole transfer; 0 = 30 s */
-  long connect_timeout_ms;       /* 0 = 5 s */
-  size_t max_response;           /* 0 = 8 MiB */
-  const char *ca_file;           /* PEM CAs verifying an https peer (CURLOPT_CAINFO),
-                                    NULL/"" = the system's */
-  const char *resolve;           /* "host:port:address": connect to this address,
-                                    already checked by the caller, instead of
-                                    resolving host again (CURLOPT_RESOLVE; TLS
-                                    still verifies host). Such a request speaks
-                                    http or https only. NULL = resolve normally.
-                                    Redirects are never followed. */
+  void *mime;              /* a curl_mime* for multipart/form-data (ownership
+                              passes to the request; freed when the transfer
+                              ends, before the callback), or NULL */
+  long timeout_ms;         /* whole transfer; 0 = 30 s */
+  long connect_timeout_ms; /* 0 = 5 s */
+  size_t max_response;     /* 0 = 8 MiB */
+  const char *ca_file;     /* PEM CAs verifying an https peer (CURLOPT_CAINFO),
+                              NULL/"" = the system's */
+  const char *resolve;     /* "host:port:address": connect to this address,
+                              already checked by the caller, instead of
+                              resolving host again (CURLOPT_RESOLVE; TLS
+                              still verifies host). Such a request speaks
+                              http or https only. NULL = resolve normally.
+                              Redirects are never followed. */
 } sl_httpc_request;
 
 int sl_httpc_new(sl_httpc **out, uv_loop_t *loop);

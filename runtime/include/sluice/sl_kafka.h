@@ -23,11 +23,11 @@ typedef struct {
   const char *mechanism;
   const char *username;
   const char *password;
-  const char *ca_file;      /* "" = the system's CAs */
-  const char *cert_file;    /* client certificate (mutual TLS), optional */
+  const char *ca_file;   /* "" = the system's CAs */
+  const char *cert_file; /* client certificate (mutual TLS), optional */
   const char *key_file;
   const char *key_password;
-  int verify_hostname;      /* endpoint identification (https) */
+  int verify_hostname; /* endpoint identification (https) */
 } sl_kafka_security;
 
 /* Validates the combination (a sasl_* protocol needs a user name and a
@@ -69,9 +69,9 @@ typedef struct {
  * (value is malloc'd and librdkafka frees it; on a refusal the caller
  * still owns it). Returns RD_KAFKA_RESP_ERR_NO_ERROR (cb will run)
  * or librdkafka's refusal (cb will not run). */
-rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key,
-                                  size_t keylen, void *value, size_t len, int msgflags,
-                                  sl_kafka_sent_fn cb, void *ctx);
+rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key, size_t keylen,
+                                  void *value, size_t len, int msgflags, sl_kafka_sent_fn cb,
+                                  void *ctx);
 
 /* The fatal error of an idempotent producer, once per process: when rk has
  * one, logs it (once) with who noticed it and returns 1 (the producer can
@@ -96,8 +96,7 @@ int64_t sl_kafka_message_timeout_for(int64_t answer_within_ms);
  * producer lives; release them with sl_kafka_prefetch_release before
  * rd_kafka_destroy. Returns 0, SL_EINVAL or SL_ENOMEM (then nothing is held).
  * @locality the thread that owns rk */
-int sl_kafka_prefetch(rd_kafka_t *rk, const char *const *topics, size_t n,
-                      rd_kafka_topic_t **held);
+int sl_kafka_prefetch(rd_kafka_t *rk, const char *const *topics, size_t n, rd_kafka_topic_t **held);
 /* Lets go of what sl_kafka_prefetch holds (NULL entries are skipped). */
 void sl_kafka_prefetch_release(rd_kafka_topic_t **held, size_t n);
 
@@ -137,14 +136,12 @@ typedef struct {
   int64_t heartbeat_ms;
 } sl_kafka_group_opts;
 
-int sl_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group_id,
-                          const char *client_id, const sl_kafka_group_opts *group, char *err,
-                          size_t errlen,
-                          void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t,
-                                            rd_kafka_topic_partition_list_t *, void *),
-                          void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t,
-                                            rd_kafka_topic_partition_list_t *, void *),
-                          int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque);
+int sl_kafka_consumer_new(
+    rd_kafka_t **out, const char *brokers, const char *group_id, const char *client_id,
+    const sl_kafka_group_opts *group, char *err, size_t errlen,
+    void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t, rd_kafka_topic_partition_list_t *, void *),
+    void (*committed)(rd_kafka_t *, rd_kafka_resp_err_t, rd_kafka_topic_partition_list_t *, void *),
+    int (*stats)(rd_kafka_t *, char *, size_t, void *), void *opaque);
 
 /* A reader of a consumer group's lag that is not one of its members: a
  * consumer with group.id group and the installed security that is never
@@ -168,9 +165,9 @@ void sl_kafka_group_reader_free(rd_kafka_t *rk);
  * shows. Messages taken and not yet finished count (their offsets are not
  * committed). */
 typedef struct {
-  int64_t lo, hi;     /* low and high watermarks */
-  int64_t committed;  /* the group's committed offset; -1: none (it starts at lo) */
-  int64_t lag;        /* hi - max(committed, lo), at least 0 */
+  int64_t lo, hi;    /* low and high watermarks */
+  int64_t committed; /* the group's committed offset; -1: none (it starts at lo) */
+  int64_t lag;       /* hi - max(committed, lo), at least 0 */
 } sl_kafka_lag;
 
 /* Queries the committed offsets on parts of the group rk was made for
@@ -180,8 +177,8 @@ typedef struct {
  * parts->elems[i]. Blocks for at most about timeout_ms in all: never call
  * it on a loop thread. Returns 0, or SL_EKAFKA / SL_ETIMEDOUT with the
  * reason in err (out is then incomplete). */
-int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts,
-                       int timeout_ms, sl_kafka_lag *out, char *err, size_t errlen);
+int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts, int timeout_ms,
+                       sl_kafka_lag *out, char *err, size_t errlen);
 
 /* Serves the producer's delivery reports on a libuv loop: librdkafka writes
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
@@ -195,6 +192,5 @@ int sl_kafka_uv_attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop);
 int sl_kafka_uv_attach_consumer(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop,
                                 void (*ready)(void *ud), void *ud);
 void sl_kafka_uv_detach(sl_kafka_uv *ku);
-
 
 #endif

@@ -67,7 +67,7 @@
 #include "sluice/sl_redis.h"
 
 #define SL_LIMITER_PROVIDER_MAX 64
-#define SL_LIMITER_KEY_MAX 80         /* fits "sl:limit:" + provider + NUL */
+#define SL_LIMITER_KEY_MAX 80 /* fits "sl:limit:" + provider + NUL */
 #define SL_LIMITER_KEY_PREFIX "sl:limit:"
 #define SL_LIMITER_PAUSE_PREFIX "sl:pause:"
 #define SL_LIMITER_PAUSE_MAX_MS 3600000 /* longer pauses are clamped to one hour */
@@ -93,7 +93,7 @@ typedef struct {
   char limit_key[SL_LIMITER_KEY_MAX];
   char pause_key[SL_LIMITER_KEY_MAX];
   char arg[3][32];
-  const char *script;      /* sl_limiter_lua or sl_limiter_pause_lua */
+  const char *script; /* sl_limiter_lua or sl_limiter_pause_lua */
   const char *argv[8];
   int argc;
 } sl_limiter_cmd;

@@ -24,7 +24,7 @@ typedef struct sl_metric sl_metric;
 sl_metric *sl_metrics_counter(const char *name, const char *labels, const char *help);
 sl_metric *sl_metrics_gauge(const char *name, const char *labels, const char *help);
 
-void sl_metric_add(sl_metric *m, uint64_t n);    /* counters */
+void sl_metric_add(sl_metric *m, uint64_t n); /* counters */
 
 /* A counter of a fractional quantity (provider cost units): kept as an
  * integer count of thousandths, so adds stay lock-free and exact to 0.001
@@ -33,7 +33,7 @@ void sl_metric_add(sl_metric *m, uint64_t n);    /* counters */
  * thousandths. Thread-safe. */
 sl_metric *sl_metrics_counter_real(const char *name, const char *labels, const char *help);
 void sl_metric_add_real(sl_metric *m, double units);
-void sl_metric_set(sl_metric *m, int64_t v);     /* gauges */
+void sl_metric_set(sl_metric *m, int64_t v); /* gauges */
 void sl_metric_gauge_add(sl_metric *m, int64_t d);
 uint64_t sl_metric_value(const sl_metric *m);
 

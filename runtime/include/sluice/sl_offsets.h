@@ -30,14 +30,14 @@
 #include <stdint.h>
 
 typedef struct sl_offsets {
-  int64_t *offs;       /* ring of offsets taken and not yet committed past, ascending */
-  int64_t *ts;         /* their Kafka timestamps (ms), for age gauges */
-  uint8_t *done;       /* finished, waiting for an older one */
+  int64_t *offs; /* ring of offsets taken and not yet committed past, ascending */
+  int64_t *ts;   /* their Kafka timestamps (ms), for age gauges */
+  uint8_t *done; /* finished, waiting for an older one */
   size_t cap, head, n;
   int64_t last;        /* highest offset taken in this epoch (-1: none) */
   int64_t commit_next; /* the next offset to read, to be committed (-1: nothing yet) */
   uint64_t epoch;
-  int dirty;           /* commit_next moved since it was last taken for a commit */
+  int dirty; /* commit_next moved since it was last taken for a commit */
 } sl_offsets;
 
 /* Zeroes r (no allocation until the first take). */

@@ -48,7 +48,7 @@ typedef struct {
 
 typedef struct {
   const char *name;
-  const char *kind;     /* the code that runs it (sl_pipeline_kind.kind) */
+  const char *kind; /* the code that runs it (sl_pipeline_kind.kind) */
   const char *about;
   const char *progress; /* a question's state once this stage takes it, or NULL */
   const char *plugin;   /* kind "plugin": the step plugin it hosts, else NULL */

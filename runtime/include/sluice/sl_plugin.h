@@ -103,9 +103,9 @@ typedef enum {
 
 typedef enum {
   SL_PLUGIN_CONF_STR = 0,
-  SL_PLUGIN_CONF_INT = 1,    /* int64_t */
+  SL_PLUGIN_CONF_INT = 1, /* int64_t */
   SL_PLUGIN_CONF_DOUBLE = 2,
-  SL_PLUGIN_CONF_BOOL = 3,   /* true/false/yes/no/1/0/on/off */
+  SL_PLUGIN_CONF_BOOL = 3, /* true/false/yes/no/1/0/on/off */
 } sl_plugin_conf_type;
 
 /* One configuration key. key is the short name ("model"); the host
@@ -137,17 +137,17 @@ typedef struct {
 typedef struct {
   uint32_t struct_size;
   uint32_t question_no;
-  const char *key;          /* "<submission>/<question>", for logs */
-  const char *prompt;       /* the question asked, or "" */
-  const char *language;     /* BCP 47 hint ("en"), or "" */
+  const char *key;      /* "<submission>/<question>", for logs */
+  const char *prompt;   /* the question asked, or "" */
+  const char *language; /* BCP 47 hint ("en"), or "" */
   /* stt, and steps reading "@object" */
-  const void *audio;        /* the uploaded object's bytes */
+  const void *audio; /* the uploaded object's bytes */
   size_t audio_len;
   const char *content_type; /* as signed at upload, e.g. "audio/wav" */
   const char *filename;     /* object key's last segment, e.g. "3.wav" */
   /* grade */
-  const char *transcript;   /* "" when nothing was recognized */
-  double duration_s;        /* audio duration, > 0 when known */
+  const char *transcript; /* "" when nothing was recognized */
+  double duration_s;      /* audio duration, > 0 when known */
   const sl_plugin_word *words;
   size_t nwords;
   /* ABI 2: the input message itself, read with host->in_* (opaque) */
@@ -162,8 +162,8 @@ typedef struct {
  * memory) and keeps readable until the transfer is over, even when the
  * plugin completes first. */
 typedef struct {
-  const char *name;         /* form field name */
-  const void *data;         /* value bytes (see above) */
+  const char *name; /* form field name */
+  const void *data; /* value bytes (see above) */
   size_t len;
   const char *filename;     /* non-NULL: a file part */
   const char *content_type; /* or NULL */
@@ -171,24 +171,24 @@ typedef struct {
 
 typedef struct {
   uint32_t struct_size;
-  const char *method;              /* "POST" */
+  const char *method; /* "POST" */
   const char *url;
-  const char *const *headers;      /* "Name: value", NULL-terminated, or NULL */
-  const void *body;                /* copied; or NULL */
+  const char *const *headers; /* "Name: value", NULL-terminated, or NULL */
+  const void *body;           /* copied; or NULL */
   size_t body_len;
   const sl_plugin_form_part *form; /* multipart/form-data parts (then body is unused) */
   size_t nform;
-  long timeout_ms;                 /* whole transfer; 0 = 30 s */
-  long connect_timeout_ms;         /* 0 = 5 s */
-  size_t max_response;             /* 0 = 8 MiB */
+  long timeout_ms;         /* whole transfer; 0 = 30 s */
+  long connect_timeout_ms; /* 0 = 5 s */
+  size_t max_response;     /* 0 = 8 MiB */
   void *reserved[4];
 } sl_plugin_http_request;
 
 typedef struct {
-  long status;            /* HTTP status; 0 when the transfer failed */
-  const char *error;      /* transport error when status == 0, else "" */
+  long status;       /* HTTP status; 0 when the transfer failed */
+  const char *error; /* transport error when status == 0, else "" */
   int timed_out;
-  const char *body;       /* NUL-terminated */
+  const char *body; /* NUL-terminated */
   size_t body_len;
   int64_t retry_after_ms; /* parsed Retry-After, else 0 */
   double total_s;
@@ -226,8 +226,8 @@ typedef struct sl_plugin_host {
   /* Async plugins only (NULL in SYNC calls): starts a request; cb runs
    * exactly once on the loop thread, never from inside http_send. Returns 0
    * or a negative code (then cb will not run). */
-  int (*http_send)(sl_plugin_call *call, const sl_plugin_http_request *req,
-                   sl_plugin_http_cb cb, void *ud);
+  int (*http_send)(sl_plugin_call *call, const sl_plugin_http_request *req, sl_plugin_http_cb cb,
+                   void *ud);
 
   /* Results. Fields (unknown ones are ignored, so they can grow):
    *   stt:   str "text", "language", "engine"; num "duration_s", "cost_units"
@@ -239,8 +239,7 @@ typedef struct sl_plugin_host {
   int (*out_str)(sl_plugin_call *call, const char *field, const char *value);
   int (*out_num)(sl_plugin_call *call, const char *field, double value);
   int (*out_word)(sl_plugin_call *call, const char *word, double start_s, double end_s);
-  int (*out_criterion)(sl_plugin_call *call, const char *name, double score,
-                       const char *comment);
+  int (*out_criterion)(sl_plugin_call *call, const char *name, double score, const char *comment);
 
   /* Ends the call. error_class/reason are ignored for DONE. */
   void (*complete)(sl_plugin_call *call, sl_plugin_outcome outcome, int64_t retry_after_ms,
@@ -273,20 +272,20 @@ typedef struct sl_plugin_host {
 
 /* What a plugin exports. */
 typedef struct sl_plugin {
-  uint32_t abi_version;      /* SL_PLUGIN_ABI_VERSION */
-  uint32_t struct_size;      /* sizeof(sl_plugin) */
-  const char *kind;          /* SL_PLUGIN_KIND_STT or SL_PLUGIN_KIND_GRADE */
-  const char *name;          /* "pocketsphinx"; [a-z0-9_]+ */
-  const char *version;       /* the plugin's own version, "1.0.0" */
-  const char *description;   /* one line */
-  uint32_t flags;            /* SL_PLUGIN_SYNC */
+  uint32_t abi_version;    /* SL_PLUGIN_ABI_VERSION */
+  uint32_t struct_size;    /* sizeof(sl_plugin) */
+  const char *kind;        /* SL_PLUGIN_KIND_STT or SL_PLUGIN_KIND_GRADE */
+  const char *name;        /* "pocketsphinx"; [a-z0-9_]+ */
+  const char *version;     /* the plugin's own version, "1.0.0" */
+  const char *description; /* one line */
+  uint32_t flags;          /* SL_PLUGIN_SYNC */
   const sl_plugin_conf_key *conf;
   size_t nconf;
 
   /* Creates an instance in *state. On failure returns a negative code
    * (sl_err.h) and writes the reason into err. */
-  int (*create)(const sl_plugin_host *host, const sl_plugin_conf *conf, void **state,
-                char *err, size_t errlen);
+  int (*create)(const sl_plugin_host *host, const sl_plugin_conf *conf, void **state, char *err,
+                size_t errlen);
   /* NULL-safe. Async plugins: no call is in flight when it runs. */
   void (*destroy)(void *state);
   /* One question; ends with host->complete(call, ...). */

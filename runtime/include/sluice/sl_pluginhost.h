@@ -34,9 +34,9 @@ struct sl_httpc;
 /* Upper bounds on what a plugin may report for one call. */
 #define SL_PLUGIN_MAX_WORDS 20000
 #define SL_PLUGIN_MAX_CRITERIA 16
-#define SL_PLUGIN_MAX_TEXT 65536      /* bytes of any string field */
-#define SL_PLUGIN_MAX_RAW_REPLY 8192  /* raw_reply is cut to this */
-#define SL_PLUGIN_MAX_FIELDS 32       /* fields written by name in one call */
+#define SL_PLUGIN_MAX_TEXT 65536     /* bytes of any string field */
+#define SL_PLUGIN_MAX_RAW_REPLY 8192 /* raw_reply is cut to this */
+#define SL_PLUGIN_MAX_FIELDS 32      /* fields written by name in one call */
 
 /* A loaded shared object. */
 typedef struct sl_plugin_lib sl_plugin_lib;
@@ -49,8 +49,8 @@ const char *sl_plugin_default_path(void);
  * `path` (NULL = default). Checks the entry symbol, ABI version, struct
  * size, kind, name and config table. Returns 0, SL_ENOTFOUND, or
  * SL_EPLUGIN with the reason in err. */
-int sl_plugin_lib_open(sl_plugin_lib **out, const char *path, const char *kind,
-                       const char *name, char *err, size_t errlen);
+int sl_plugin_lib_open(sl_plugin_lib **out, const char *path, const char *kind, const char *name,
+                       char *err, size_t errlen);
 /* dlclose()s the object. Instances made from it must be gone. NULL-safe. */
 void sl_plugin_lib_close(sl_plugin_lib *lib);
 const sl_plugin *sl_plugin_lib_desc(const sl_plugin_lib *lib);
@@ -121,9 +121,9 @@ typedef struct {
   /* a step's new object (host->out_object), owned here; NULL when none */
   void *object;
   size_t object_len;
-  char object_field[128];  /* the output field that gets its key */
+  char object_field[128]; /* the output field that gets its key */
   char object_suffix[40];
-  char object_type[96];    /* Content-Type */
+  char object_type[96]; /* Content-Type */
 } sl_plugin_result;
 
 /* Frees what the result holds and zeroes it. NULL-safe. */

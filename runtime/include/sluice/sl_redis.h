@@ -96,8 +96,8 @@ void sl_redis_free(sl_redis *r);
 /* Like redisCommandArgv. Returns a reply the caller frees with
  * freeReplyObject(), or NULL on a connection error (then *err holds why).
  * A reply of type REDIS_REPLY_ERROR is returned as is. */
-redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
-                          char *err, size_t errlen);
+redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                          size_t errlen);
 
 /* printf-style convenience over sl_redis_argv for commands without binary
  * arguments: fmt is split on spaces after formatting (so no argument may
@@ -134,9 +134,9 @@ redisReply *sl_redis_eval(sl_redis *r, const sl_redis_script *s, int nkeys, int 
  * receives the key count as text). Returns 0 or SL_EINVAL (more than
  * SL__REDIS_SCRIPT_MAX_ARGS arguments). */
 #define SL__REDIS_SCRIPT_MAX_ARGS 64
-int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc,
-                          const char **argv, const size_t *lens, char *nk, size_t nklen,
-                          const char **out, size_t *outlens);
+int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc, const char **argv,
+                          const size_t *lens, char *nk, size_t nklen, const char **out,
+                          size_t *outlens);
 
 /* A registry of one sl_redis per worker thread (see sl_tls.h) for blocking
  * processors: sl_tls_get() returns the calling thread's connection. */

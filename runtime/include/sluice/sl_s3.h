@@ -28,14 +28,14 @@
 struct sl_httpc;
 
 typedef struct {
-  char *endpoint;   /* http://127.0.0.1:7070 */
+  char *endpoint; /* http://127.0.0.1:7070 */
   char *region;
   char *bucket;
   char *access_key;
   char *secret_key;
-  int path_style;   /* 1: endpoint/bucket/key; 0: bucket.endpoint/key */
+  int path_style; /* 1: endpoint/bucket/key; 0: bucket.endpoint/key */
   int64_t url_expiry_s;
-  char *ca_file;    /* PEM CAs for an https endpoint ("" = the system's) */
+  char *ca_file; /* PEM CAs for an https endpoint ("" = the system's) */
 } sl_s3_conf;
 
 extern const sl_conf_entry sl_s3_conf_table[];
@@ -43,10 +43,10 @@ extern const size_t sl_s3_conf_table_len;
 
 /* Pieces of the endpoint and the bucket's addressing style. */
 typedef struct {
-  char scheme[8];     /* "http" / "https" */
-  char host[256];     /* host[:port] requests go to (bucket. prefix when virtual) */
+  char scheme[8];        /* "http" / "https" */
+  char host[256];        /* host[:port] requests go to (bucket. prefix when virtual) */
   char path_prefix[300]; /* "/bucket" (path style) or "" (virtual host) */
-  char ca_file[1024]; /* CURLOPT_CAINFO of every request to the endpoint ("" = default) */
+  char ca_file[1024];    /* CURLOPT_CAINFO of every request to the endpoint ("" = default) */
 } sl_s3_target;
 
 /* Splits the endpoint; the scheme must be http or https, and s3.ca_file
@@ -60,8 +60,8 @@ int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t 
 /* A presigned GET URL for key, valid expires_s seconds (for fetching an
  * object with any HTTP client, e.g. sl_httpc on a loop). Not thread-safe
  * for the same sig. */
-int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
-                      unsigned expires_s, char *url, size_t len);
+int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, unsigned expires_s,
+                      char *url, size_t len);
 /* A worker thread's client for the blocking calls below: its signer and one
  * libcurl handle, whose connection to the endpoint stays open from one call
  * to the next (HTTP keep-alive: no TCP, or TLS, handshake per object).
@@ -74,8 +74,8 @@ void sl_s3_conn_free(sl_s3_conn *c); /* NULL-safe */
 /* GETs an object into a malloc'd buffer of at most max bytes.
  * Returns 0; SL_ENOTFOUND (404); SL_ETOOBIG; SL_ESTORAGE for other HTTP
  * statuses (*status set) or SL_EUNAVAIL for connection errors. */
-int sl_s3_get(sl_s3_conn *c, const sl_s3_target *t, const char *key, size_t max,
-              void **data, size_t *len, long *status, char *err, size_t errlen);
+int sl_s3_get(sl_s3_conn *c, const sl_s3_target *t, const char *key, size_t max, void **data,
+              size_t *len, long *status, char *err, size_t errlen);
 
 /* PUTs len bytes as the object key with the given Content-Type (blocking,
  * for worker threads; a presigned PUT). Overwrites: storing the same
@@ -87,9 +87,9 @@ int sl_s3_put(sl_s3_conn *c, const sl_s3_target *t, const char *key, const char 
 
 /* What a HEAD of an object says. */
 typedef struct {
-  int64_t size;           /* Content-Length, -1 when storage sent none */
-  char content_type[128]; /* Content-Type as stored, "" when none */
-  char etag[80];          /* ETag, quotes included, "" when none */
+  int64_t size;             /* Content-Length, -1 when storage sent none */
+  char content_type[128];   /* Content-Type as stored, "" when none */
+  char etag[80];            /* ETag, quotes included, "" when none */
   int64_t last_modified_ms; /* Last-Modified (whole seconds), 0 when none */
 } sl_s3_head_info;
 
@@ -114,8 +114,8 @@ typedef struct {
 
 typedef struct {
   int number;
-  int64_t size;   /* ListParts only */
-  char etag[80];  /* as S3 gives it, quotes included */
+  int64_t size;  /* ListParts only */
+  char etag[80]; /* as S3 gives it, quotes included */
 } sl_s3_part;
 
 enum { SL_S3_OP_CREATE = 1, SL_S3_OP_LIST, SL_S3_OP_COMPLETE, SL_S3_OP_ABORT };
@@ -128,15 +128,15 @@ enum { SL_S3_OP_CREATE = 1, SL_S3_OP_LIST, SL_S3_OP_COMPLETE, SL_S3_OP_ABORT };
  *       (403, an unreadable reply). */
 typedef struct {
   int rc;
-  long status;            /* HTTP status, 0 when there was no answer */
-  char code[64];          /* S3 <Error><Code>, "" when none */
-  char message[256];      /* for logs */
-  char upload_id[512];    /* CREATE */
-  sl_s3_part *parts;      /* LIST: this page, in storage order */
+  long status;         /* HTTP status, 0 when there was no answer */
+  char code[64];       /* S3 <Error><Code>, "" when none */
+  char message[256];   /* for logs */
+  char upload_id[512]; /* CREATE */
+  sl_s3_part *parts;   /* LIST: this page, in storage order */
   size_t nparts;
-  int truncated;          /* LIST: another page follows from next_marker */
+  int truncated; /* LIST: another page follows from next_marker */
   int next_marker;
-  char etag[80];          /* COMPLETE: the object's ETag */
+  char etag[80]; /* COMPLETE: the object's ETag */
 } sl_s3_result;
 
 typedef void (*sl_s3_cb)(const sl_s3_result *r, void *ud);
@@ -146,8 +146,8 @@ typedef void (*sl_s3_cb)(const sl_s3_result *r, void *ud);
 int sl_s3_create_multipart(const sl_s3_client *c, const char *key, const char *content_type,
                            sl_s3_cb cb, void *ud);
 /* One page of at most max_parts (1..1000) parts after part number marker. */
-int sl_s3_list_parts(const sl_s3_client *c, const char *key, const char *upload_id,
-                     int marker, int max_parts, sl_s3_cb cb, void *ud);
+int sl_s3_list_parts(const sl_s3_client *c, const char *key, const char *upload_id, int marker,
+                     int max_parts, sl_s3_cb cb, void *ud);
 /* parts: n (1..10000) numbers with their ETags, ascending. */
 int sl_s3_complete_multipart(const sl_s3_client *c, const char *key, const char *upload_id,
                              const sl_s3_part *parts, size_t n, sl_s3_cb cb, void *ud);
@@ -157,9 +157,8 @@ int sl_s3_abort_multipart(const sl_s3_client *c, const char *key, const char *up
 /* A presigned UploadPart URL (PUT key?partNumber=N&uploadId=U); no headers
  * are signed, so a client sends the part with any Content-Length. Sync and
  * pure: no storage call. */
-int sl_s3_presign_part(sl_sigv4 *sig, const sl_s3_target *t, const char *key,
-                       const char *upload_id, int part_no, time_t now, unsigned expires,
-                       char *url, size_t len);
+int sl_s3_presign_part(sl_sigv4 *sig, const sl_s3_target *t, const char *key, const char *upload_id,
+                       int part_no, time_t now, unsigned expires, char *url, size_t len);
 
 /* Reads a storage reply into r (which must be zeroed; free r->parts with
  * free()). Exposed for unit tests. Returns r->rc. */

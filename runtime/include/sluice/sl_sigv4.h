@@ -57,8 +57,8 @@ typedef struct sl_sigv4 sl_sigv4;
  * empty; region and service must not contain '/' or control characters.
  * On success *out owns a new object to release with sl_sigv4_free(); on
  * failure *out is set to NULL (when out itself is not NULL). */
-int sl_sigv4_new(sl_sigv4 **out, const char *access_key, const char *secret_key,
-                 const char *region, const char *service);
+int sl_sigv4_new(sl_sigv4 **out, const char *access_key, const char *secret_key, const char *region,
+                 const char *service);
 
 /* Releases a signer and wipes the secret and derived key. NULL-safe. */
 void sl_sigv4_free(sl_sigv4 *s);
@@ -91,10 +91,9 @@ typedef struct {
  * Writes the NUL-terminated URL into url[url_size]:
  *   scheme://host/encoded/path?<canonical query>&X-Amz-Signature=<hex>
  * Not thread-safe for the same s. */
-int sl_sigv4_presign(sl_sigv4 *s, const char *method, const char *scheme,
-                     const char *host, const char *path, const char *query,
-                     time_t now, unsigned expires, const sl_sigv4_header *hdrs,
-                     size_t nhdrs, char *url, size_t url_size);
+int sl_sigv4_presign(sl_sigv4 *s, const char *method, const char *scheme, const char *host,
+                     const char *path, const char *query, time_t now, unsigned expires,
+                     const sl_sigv4_header *hdrs, size_t nhdrs, char *url, size_t url_size);
 
 /* Header-based signing. Same meaning of method/host/path/query/hdrs as
  * sl_sigv4_presign(). payload_sha256_hex is 64 lowercase hex digits (sha256
@@ -106,11 +105,10 @@ int sl_sigv4_presign(sl_sigv4 *s, const char *method, const char *scheme,
  * pass either of them (nor "host") in hdrs, and should put the path and query
  * on the wire as sl_sigv4_encode_path()/sl_sigv4_encode_query() produce them.
  * Not thread-safe for the same s. */
-int sl_sigv4_authorize(sl_sigv4 *s, const char *method, const char *host,
-                       const char *path, const char *query,
-                       const char *payload_sha256_hex, time_t now,
-                       const sl_sigv4_header *hdrs, size_t nhdrs, char *auth,
-                       size_t auth_size, char amz_date[17]);
+int sl_sigv4_authorize(sl_sigv4 *s, const char *method, const char *host, const char *path,
+                       const char *query, const char *payload_sha256_hex, time_t now,
+                       const sl_sigv4_header *hdrs, size_t nhdrs, char *auth, size_t auth_size,
+                       char amz_date[17]);
 
 /* S3 URI encoding of a raw absolute path (see sl_sigv4_presign) into
  * out[out_size], NUL-terminated. Thread-safe. */
@@ -127,28 +125,25 @@ int sl_sigv4_encode_query(const char *query, char *out, size_t out_size);
  * NULL to skip it. Buffers are caller-owned; a buffer that is too small
  * makes the call fail with SL_ETOOBIG. signing_key_hex is always filled. */
 typedef struct {
-  char *canonical_request;       /* exact bytes hashed, NUL-terminated */
+  char *canonical_request; /* exact bytes hashed, NUL-terminated */
   size_t canonical_request_size;
-  char *string_to_sign;          /* exact bytes HMACed, NUL-terminated */
+  char *string_to_sign; /* exact bytes HMACed, NUL-terminated */
   size_t string_to_sign_size;
-  char signing_key_hex[65];      /* derived key for the request's date */
+  char signing_key_hex[65]; /* derived key for the request's date */
 } sl_sigv4_debug;
 
 /* sl_sigv4_presign() plus the intermediate values of this very call in dbg
  * (which must not be NULL). Slower than the plain call; for tests/logs. */
-int sl_sigv4_presign_debug(sl_sigv4 *s, const char *method, const char *scheme,
-                           const char *host, const char *path,
-                           const char *query, time_t now, unsigned expires,
-                           const sl_sigv4_header *hdrs, size_t nhdrs,
-                           char *url, size_t url_size, sl_sigv4_debug *dbg);
+int sl_sigv4_presign_debug(sl_sigv4 *s, const char *method, const char *scheme, const char *host,
+                           const char *path, const char *query, time_t now, unsigned expires,
+                           const sl_sigv4_header *hdrs, size_t nhdrs, char *url, size_t url_size,
+                           sl_sigv4_debug *dbg);
 
 /* sl_sigv4_authorize() plus intermediate values in dbg (must not be NULL). */
-int sl_sigv4_authorize_debug(sl_sigv4 *s, const char *method, const char *host,
-                             const char *path, const char *query,
-                             const char *payload_sha256_hex, time_t now,
-                             const sl_sigv4_header *hdrs, size_t nhdrs,
-                             char *auth, size_t auth_size, char amz_date[17],
-                             sl_sigv4_debug *dbg);
+int sl_sigv4_authorize_debug(sl_sigv4 *s, const char *method, const char *host, const char *path,
+                             const char *query, const char *payload_sha256_hex, time_t now,
+                             const sl_sigv4_header *hdrs, size_t nhdrs, char *auth,
+                             size_t auth_size, char amz_date[17], sl_sigv4_debug *dbg);
 
 /* Test hook: how many times s has derived a signing key (i.e. cache misses).
  * Returns 0 for NULL. */

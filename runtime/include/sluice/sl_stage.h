@@ -76,20 +76,20 @@ typedef struct {
   char *kafka_security_protocol; /* plaintext|ssl|sasl_plaintext|sasl_ssl */
   char *kafka_sasl_mechanism;    /* PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 */
   char *kafka_sasl_username;
-  char *kafka_sasl_password;     /* secret */
+  char *kafka_sasl_password; /* secret */
   char *kafka_ssl_ca_file;
   char *kafka_ssl_cert_file;
   char *kafka_ssl_key_file;
-  char *kafka_ssl_key_password;  /* secret */
+  char *kafka_ssl_key_password; /* secret */
   int kafka_ssl_verify_hostname;
   char *redis_url;
   char *redis_username;
-  char *redis_password;          /* secret */
+  char *redis_password; /* secret */
   char *redis_tls_ca_file;
   char *redis_tls_cert_file;
   char *redis_tls_key_file;
   int64_t redis_command_timeout_ms; /* sl_aredis_set_timeout */
-  char *pipeline_file;  /* "" = the built-in description */
+  char *pipeline_file;              /* "" = the built-in description */
   /* filled by sl_common_pipeline from the description, not settings: the
    * stage's topics by message type (NULL where it has none), owned by
    * pipeline */
@@ -101,15 +101,15 @@ typedef struct {
   const char *topic_results;        /* sluice.v1.QuestionStatus */
   const char *topic_dlq;            /* the dead letters */
   char *log_level;
-  int log_batch;        /* consuming stages: info lines written in batches (sl_log_batch) */
-  char *admin_listen;   /* "" = the stage's default */
+  int log_batch;      /* consuming stages: info lines written in batches (sl_log_batch) */
+  char *admin_listen; /* "" = the stage's default */
   int64_t max_in_flight;
-  int64_t prefetch;     /* -1: max_in_flight / 4, at least 4 */
+  int64_t prefetch;            /* -1: max_in_flight / 4, at least 4 */
   int64_t max_bytes_in_flight; /* 0: no byte limit (sl_flow.h) */
   int per_key_order;
   double drain_timeout_s;
   int64_t workers;
-  char *retry_tiers;    /* "5s,30s,2m,10m" */
+  char *retry_tiers; /* "5s,30s,2m,10m" */
   double retry_budget_s;
   int64_t idempotency_ttl_s;
   double provider_rate;
@@ -119,14 +119,14 @@ typedef struct {
   int64_t breaker_window_ms;
   int64_t breaker_probe_interval_ms;
   int breaker_hold;
-  char *kafka_assignment;   /* partition.assignment.strategy */
+  char *kafka_assignment; /* partition.assignment.strategy */
   int64_t kafka_session_timeout_ms;
   int64_t kafka_heartbeat_ms;
   char *kafka_producer_properties; /* "name=value,..." for librdkafka */
-  int64_t revoke_wait_ms;   /* a revoke waits this long for running calls */
-  int64_t claim_lease_ms;   /* lease of an input claimed before a paid call */
-  int64_t max_retry_after_ms; /* a provider's Retry-After is cut to this */
-  int64_t lag_interval_ms;  /* how often the lag gauges are queried (0: never) */
+  int64_t revoke_wait_ms;          /* a revoke waits this long for running calls */
+  int64_t claim_lease_ms;          /* lease of an input claimed before a paid call */
+  int64_t max_retry_after_ms;      /* a provider's Retry-After is cut to this */
+  int64_t lag_interval_ms;         /* how often the lag gauges are queried (0: never) */
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
@@ -186,8 +186,7 @@ typedef struct {
  * produces nor commits the job's outputs as they are. A job the processor
  * called done becomes a dead letter of class output_invalid; a dead letter
  * or retry copy that cannot be added leaves the input uncommitted. */
-int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
-                  size_t len);
+int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value, size_t len);
 void sl_outbox_clear(sl_outbox *ob);
 
 /* Appends a packed protobuf message (any ProtobufCMessage). */
@@ -280,17 +279,17 @@ typedef void (*sl_stage_dead_letter_fn)(const struct sl_stage_opts *o, const cha
                                         int64_t at_ms, double cost_units, sl_outbox *out);
 
 typedef struct sl_stage_opts {
-  const char *stage;                 /* "stt"; retry topics are <stage>.retry.<tier> */
+  const char *stage; /* "stt"; retry topics are <stage>.retry.<tier> */
   const sl_common_conf *common;
-  const char *const *topics;         /* main inputs; a dead letter replays to its
-                                      * message's origin (sl_message_origin) */
+  const char *const *topics; /* main inputs; a dead letter replays to its
+                              * message's origin (sl_message_origin) */
   size_t ntopics;
-  sl_stage_process_fn process;       /* blocking, on the worker pool ... */
-  sl_stage_start_fn start;           /* ... or async on the loop (set one) */
+  sl_stage_process_fn process; /* blocking, on the worker pool ... */
+  sl_stage_start_fn start;     /* ... or async on the loop (set one) */
   void *ud;
-  const char *provider;              /* external provider name, or NULL */
-  int idempotent;                    /* reuse stored outputs per (key, input digest) */
-  sl_admin *admin;                   /* readiness follows partition assignment; may be NULL */
+  const char *provider;                   /* external provider name, or NULL */
+  int idempotent;                         /* reuse stored outputs per (key, input digest) */
+  sl_admin *admin;                        /* readiness follows partition assignment; may be NULL */
   sl_stage_dead_letter_fn on_dead_letter; /* may be NULL */
   /* may be NULL: the bytes the stage will hold for m beyond the message (the
    * object it is going to fetch, as the message declares it), reserved
