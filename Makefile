@@ -12,7 +12,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser test-image image deb test-deb unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-sse-delay bench-cost bench-stt fuzz fuzz-merge
+.PHONY: all bootstrap build build-san demo test test-browser test-image image deb test-deb test-k8s unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-sse-delay bench-cost bench-stt fuzz fuzz-merge
 
 all: build
 
@@ -55,6 +55,15 @@ deb: build
 
 test-deb: build
 	BUILD=$(BUILD) tools/image test-deb
+
+# The chart installed on a real one-node Kubernetes cluster built here from
+# upstream sources (tools/k8s/cluster), with the image above, against a dev
+# stack on the cluster's network: install, graded answers through the
+# Services, scaling, a deleted pod and a helm upgrade under load, the topics
+# hook Job, a dlq replay Job; the host restored at the end (tests/deploy/
+# test_k8s.sh, docs/deploy.md). Needs root. Not part of `make test`.
+test-k8s: build
+	BUILD=$(BUILD) tools/k8s/test
 
 unit: build-san
 	ctest --test-dir $(SAN_BUILD) -L unit --output-on-failure

@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# tests/deploy/test_k8s.sh - charts/sluice installed on a real Kubernetes
+# cluster (tools/k8s/cluster: upstream v1.34 binaries, containerd, CNI bridge)
+# with the image of deploy/Dockerfile, against the dev stack's Kafka, Redis and
+# Versity Gateway listening on the cluster's own network (the node's bridge
+# address), and the fake provider as the stt and grade stages' OpenAI endpoint.
+# Everything goes through the cluster's Services (their ClusterIPs, routed by
+# kube-proxy's iptables rules on this host).
+#   1. `helm install --wait`: every Deployment becomes available; the topics
+#      hook Job ran (it re-creates a topic deleted before the install) and
+#      was removed on success;
+#   2. one submission through the presign and results Services ends graded;
+#   3. under a steady load (bench/pipeline_loadgen, open loop, 2 s provider
+#      calls): `kubectl scale` of stt and grade to 3, a pod of each deleted
+#      mid-work, then a `helm upgrade` that changes the image tag (every
+#      Deployment rolls). Every uploaded answer ends done: 0 lost, 0 failed,
+#      0 duplicated, no create refused; provider calls per question <=
+#      K8S_MAX_CALLS (1.02); no container restarted, no liveness probe
+#      failed, no pod lost readiness while serving (sampled every 2 s), every
+#      rollout completed;
+#   4. `sluicectl dlq replay` run as a Job in the cluster replays a
+#      dead letter (a malformed message) and writes its audit record.
+# The cluster, the dev stack (its own ports and folder) and the fake
+# provider are started here and stopped at exit whatever happened; `tools/k8s/
+# cluster down` restores the host (iptables, sysctls, mounts, links).
+# Needs root, the image IMAGE (sluice:dev) saved in IMAGE_ARCHIVE
+# ($SLUICE_CACHE/k8s/sluice-image.tar: `tools/image save FILE`), helm
+# (tools/bootstrap) and BUILD's host tools (sluicectl, the fake provider,
+# pipeline_loadgen). `make test-k8s` builds what is missing and runs this.
+# Knobs: K8S_LOAD_SECONDS (150), K8S_RATE (submissions/s, 1), K8S_MAX_CALLS.
+set -euo pipefail
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+ROOT=$(cd -- "$HERE/../.." && pwd -P)
+CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
+BUILD=${BUILD:-$ROOT/build}
+[[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
+IMAGE=${IMAGE:-sluice:dev}
+HELM=${HELM:-$CACHE/go/bin/helm}
+[[ -x $HELM ]] || HELM=$(command -v helm || true)
+SECS=${K8S_LOAD_SECONDS:-150}
+RATE=${K8S_RATE:-1}
+MAX_CALLS=${K8S_MAX_CALLS:-1.02}
+CLUSTER=$ROOT/tools/k8s/cluster
+NS=sluice
+REL=sluice
+export DEVSTACK_DIR=$CACHE/k8s/devstack DEVSTACK_KAFKA_PORT=25092 DEVSTACK_REDIS_PORT=25379
+export DEVSTACK_S3_PORT=25070 DEVSTACK_STT=pocketsphinx DEVSTACK_CORS_ORIGINS=http://127.0.0.1:25080
+FAKE_PORT=25062
+SLUICECTL=$BUILD/tools/sluicectl
+LOADGEN=$BUILD/bench/pipeline_loadgen
+FAKEPROVIDER=$BUILD/tools/sluice-fakeprovider
+
+pass=0 failures=0
+log() { printf '[test_k8s] %s\n' "$*"; }
+ok() { printf 'ok   %s\n' "$*"; pass=$((pass + 1)); }
+bad() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); }
+check() { local d=$1; shift; if "$@"; then ok "$d"; else bad "$d"; fi; }
+jqe() { local doc=${*: -1}; jq -e "${@:1:$#-1}" <<<"$doc" >/dev/null 2>&1; }  # jqe [JQ-ARGS...] FILTER JSON
+
+[[ $(id -u) == 0 ]] || { echo "test_k8s: needs root (a kubelet, iptables)"; exit 1; }
+for t in "$SLUICECTL" "$LOADGEN" "$FAKEPROVIDER"; do
+  [[ -x $t ]] || { echo "test_k8s: no $t (make build)"; exit 1; }
+done
+[[ -n $HELM && -x $HELM ]] || { echo "test_k8s: helm not found (tools/bootstrap)"; exit 1; }
+ARCHIVE=${IMAGE_ARCHIVE:-$CACHE/k8s/sluice-image.tar}
+[[ -r $ARCHIVE ]] || { echo "test_k8s: no $ARCHIVE (tools/image save $ARCHIVE)"; exit 1; }
+
+WORK=$(mktemp -d)
+fake="" watch=""
+cleanup() {
+  local rc=$?
+  set +e
+  if ((rc != 0 || failures != 0)) && [[ -n ${KUBECONFIG:-} ]]; then
+    kubectl -n "$NS" get pods -o wide >&2
+    kubectl -n "$NS" get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 30 >&2
+  fi
+  [[ -n $fake ]] && kill "$fake" 2>/dev/null
+  [[ -n $watch ]] && kill "$watch" 2>/dev/null
+  "$CLUSTER" down >&2
+  "$ROOT/tools/devstack" down --wipe >/dev/null 2>&1
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- the cluster, the dev stack on its network, the image -----------------------
+t0=$SECONDS
+"$CLUSTER" up
+eval "$("$CLUSTER" env)"
+NODE_IP=$K8S_NODE_IP
+export DEVSTACK_HOST=$NODE_IP
+"$ROOT/tools/devstack" up >/dev/null
+eval "$("$ROOT/tools/devstack" env)"
+SOCK=$CACHE/k8s/cluster/containerd/containerd.sock
+ctr --address "$SOCK" -n k8s.io images import "$ARCHIVE" >/dev/null
+# the "new" image of the upgrade: the same bytes under another tag
+ctr --address "$SOCK" -n k8s.io images tag "docker.io/library/$IMAGE" "docker.io/library/${IMAGE%%:*}:upgraded" >/dev/null
+log "cluster, dev stack and image ready in $((SECONDS - t0)) s"
+
+"$FAKEPROVIDER" --set fakeprovider.listen="$NODE_IP:$FAKE_PORT" --set admin.listen=127.0.0.1:$((FAKE_PORT + 100)) \
+  --set fakeprovider.stt_latency_ms=2000 --set fakeprovider.chat_latency_ms=2000 \
+  --set fakeprovider.stt_jitter_ms=200 --set fakeprovider.chat_jitter_ms=200 \
+  --set fakeprovider.failure_rate=0 >"$WORK/fakeprovider.log" 2>&1 &
+fake=$!
+for ((i = 0; i < 40; i++)); do curl -fs -o /dev/null "http://$NODE_IP:$FAKE_PORT/stats" && break; sleep 0.25; done
+
+# A topic the hook Job must make: delete it first.
+java -cp "$CACHE/kafka-4.1.1/libs/*" org.apache.kafka.tools.TopicCommand \
+  --bootstrap-server "$SLUICE_KAFKA_BROKERS" --delete --topic dlq.audit >/dev/null 2>&1 || true
+for ((i = 0; i < 40; i++)); do
+  kcat -b "$SLUICE_KAFKA_BROKERS" -L -t dlq.audit -J 2>/dev/null | jq -e '.topics[0].partitions | length == 0' >/dev/null && break
+  sleep 0.5
+done
+check "dlq.audit deleted before the install" \
+  bash -c '! kcat -b "$1" -L -t dlq.audit -J 2>/dev/null | jq -e ".topics[0].partitions | length > 0" >/dev/null' _ "$SLUICE_KAFKA_BROKERS"
+
+# --- 1. helm install --------------------------------------------------------------
+kubectl create namespace "$NS" >/dev/null
+kubectl -n "$NS" create secret generic sluice-s3 --from-literal=access-key="$SLUICE_S3_ACCESS_KEY" \
+  --from-literal=secret-key="$SLUICE_S3_SECRET_KEY" >/dev/null
+small='{requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 512Mi}}'
+{
+  cat <<EOF
+image: {repository: ${IMAGE%%:*}, tag: ${IMAGE#*:}, pullPolicy: Never}
+kafka: {brokers: "$SLUICE_KAFKA_BROKERS"}
+redis: {url: "$SLUICE_REDIS_URL"}
+s3: {endpoint: "$SLUICE_S3_ENDPOINT", region: "$SLUICE_S3_REGION", bucket: "$SLUICE_S3_BUCKET", pathStyle: true}
+topics: {partitions: 12, replication: 1}
+stt: {plugin: openai, openai: {base_url: "http://$NODE_IP:$FAKE_PORT", model: whisper-1}}
+grade: {plugin: openai, openai: {base_url: "http://$NODE_IP:$FAKE_PORT", model: gpt-4o-mini}}
+stages:
+EOF
+  for s in presign ingest preflight stt grade materialize notify results; do
+    conf='{}'
+    # the load generator is one user at one address: no per-minute limit
+    [[ $s == presign ]] && conf='{presign.rate_per_user: 0, presign.rate_per_address: 0}'
+    printf '  %s: {replicas: 1, resources: %s, pdb: {enabled: false}, config: %s}\n' "$s" "$small" "$conf"
+  done
+} >"$WORK/values.yaml"
+t1=$SECONDS
+if "$HELM" install "$REL" "$ROOT/charts/sluice" -n "$NS" -f "$WORK/values.yaml" --wait --timeout 5m \
+  >"$WORK/install.log" 2>&1; then
+  ok "helm install --wait: every Deployment available ($((SECONDS - t1)) s)"
+else
+  bad "helm install: $(tail -n 5 "$WORK/install.log")"
+  exit 1
+fi
+check "the topics hook Job re-created dlq.audit (12 partitions)" \
+  bash -c 'kcat -b "$1" -L -t dlq.audit -J 2>/dev/null | jq -e ".topics[0].partitions | length == 12" >/dev/null' _ "$SLUICE_KAFKA_BROKERS"
+check "the hook Job succeeded and was deleted (hook-succeeded policy)" \
+  bash -c '[[ -z $(kubectl -n "$1" get jobs -o name) ]] &&
+    kubectl -n "$1" get events --field-selector involvedObject.kind=Job -o json |
+    jq -e "any(.items[]; .reason == \"Completed\")" >/dev/null' _ "$NS"
+
+svc_url() { echo "http://$(kubectl -n "$NS" get svc "$REL-$1" -o jsonpath='{.spec.clusterIP}'):$(kubectl -n "$NS" get svc "$REL-$1" -o jsonpath='{.spec.ports[0].port}')"; }
+PRESIGN=$(svc_url presign)
+RESULTS=$(svc_url results)
+log "presign Service $PRESIGN, results Service $RESULTS"
+SLUICE_API_KEY=$("$SLUICECTL" apikey add --user test-k8s --label "make test-k8s")
+export SLUICE_API_KEY
+
+# --- 2. one submission through the Services ------------------------------------------
+espeak-ng -s 140 -w "$WORK/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+size=$(stat -c %s "$WORK/a.wav")
+reply=$(curl -fsS -X POST "$PRESIGN/v1/submissions" -H "Authorization: Bearer $SLUICE_API_KEY" \
+  -H 'Content-Type: application/json' \
+  -d "{\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$size,\"prompt\":\"What do you do on weekends?\"}]}") || reply='{}'
+sid=$(jq -r '.submission_id // empty' <<<"$reply")
+token=$(jq -r '.results_token // empty' <<<"$reply")
+check "presign Service created a submission" test -n "$sid"
+mapfile -t hdrs < <(jq -r '.questions[0].headers // {} | to_entries[] | select(.key != "Content-Length") | "-H\n\(.key): \(.value)"' <<<"$reply")
+curl -fsS -X PUT "${hdrs[@]}" --data-binary @"$WORK/a.wav" "$(jq -r '.questions[0].url' <<<"$reply")" >/dev/null ||
+  bad "upload to the presigned URL"
+view='{}'
+for ((i = 0; i < 120; i++)); do
+  view=$(curl -fsS -H "Authorization: Bearer $token" "$RESULTS/v1/submissions/$sid" 2>/dev/null) || view='{}'
+  jqe '.questions[0].state == "done" or .questions[0].state == "failed"' "$view" && break
+  sleep 1
+done
+check "the results Service shows the answer graded" jqe '.questions[0].state == "done" and (.questions[0].grade != null)' "$view"
+
+# --- 3. load: scale, delete pods, upgrade -------------------------------------------------
+before=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+"$LOADGEN" --presign "$PRESIGN/v1/submissions" --audio "$WORK/a.wav" --redis "$SLUICE_REDIS_URL" \
+  --rate "$RATE" --duration "$SECS" --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 7 \
+  >"$WORK/summary.json" 2>"$WORK/loadgen.log" &
+lg=$!
+# every 2 s: each pod's readiness and whether it is being deleted
+(while :; do
+  kubectl -n "$NS" get pods -o json 2>/dev/null | jq -c '.items[] | {pod: .metadata.name,
+    ready: any(.status.conditions[]?; .type == "Ready" and .status == "True"),
+    deleting: (.metadata.deletionTimestamp != null)}'
+  sleep 2
+done >"$WORK/readiness.jsonl") &
+watch=$!
+sleep 20
+kubectl -n "$NS" scale deployment "$REL-stt" "$REL-grade" --replicas=3 >/dev/null
+rs=0
+kubectl -n "$NS" rollout status deployment "$REL-stt" --timeout=120s >/dev/null && rs=$((rs + 1))
+kubectl -n "$NS" rollout status deployment "$REL-grade" --timeout=120s >/dev/null && rs=$((rs + 1))
+check "kubectl scale: stt and grade run 3 ready replicas each under load" test "$rs" = 2
+log "t=$((SECONDS - t1))s: stt and grade scaled to 3"
+sleep 20
+deleted=()
+for s in stt grade; do
+  p=$(kubectl -n "$NS" get pods -l "app.kubernetes.io/component=$s" -o jsonpath='{.items[0].metadata.name}')
+  inflight=$(kubectl -n "$NS" exec "$p" -- bash -c 'exec 3<>/dev/tcp/127.0.0.1/9180; printf "GET /metrics HTTP/1.0\r\n\r\n" >&3; cat <&3' 2>/dev/null |
+    awk '/^sluice_in_flight[{ ]/ {s += $2} END {print s + 0}') || inflight='?'
+  kubectl -n "$NS" delete pod "$p" --wait=false >/dev/null
+  deleted+=("$p")
+  log "deleted pod $p with $inflight message(s) in flight"
+done
+sleep 20
+t2=$SECONDS
+"$HELM" upgrade "$REL" "$ROOT/charts/sluice" -n "$NS" -f "$WORK/values.yaml" --set image.tag=upgraded \
+  --set stages.stt.replicas=3 --set stages.grade.replicas=3 --wait --timeout 5m >"$WORK/upgrade.log" 2>&1 &&
+  ok "helm upgrade to image tag 'upgraded' rolled every Deployment ($((SECONDS - t2)) s)" ||
+  bad "helm upgrade: $(tail -n 5 "$WORK/upgrade.log")"
+all_new=$(kubectl -n "$NS" get deployments -o json |
+  jq '[.items[] | select(.spec.template.spec.containers[0].image | endswith(":upgraded")) |
+       select(.status.updatedReplicas == .spec.replicas and .status.availableReplicas == .spec.replicas)] | length')
+total=$(kubectl -n "$NS" get deployments -o name | wc -l)
+check "every Deployment ($all_new of $total) runs the upgraded image, all replicas available" test "$all_new" = "$total"
+
+rc=0
+wait "$lg" || rc=$?
+summary=$(cat "$WORK/summary.json" 2>/dev/null || echo '{}')
+log "load: $summary"
+check "the load generator finished (exit $rc)" test "$rc" = 0
+check "answers were uploaded during all of it" jqe '.uploaded >= 100' "$summary"
+check "every create accepted (presign rolled without refusing one)" \
+  jqe '.create_errors == 0 and .accepted == .submissions' "$summary"
+check "0 lost, 0 failed, 0 duplicated, every upload done" \
+  jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$summary"
+after=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+q=$(jq '.uploaded // 0' <<<"$summary")
+for ep in transcriptions chat; do
+  calls=$(jq -n --argjson b "$before" --argjson a "$after" --arg e "$ep" \
+    '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)')
+  ratio=$(jq -n "if $q > 0 then $calls / $q else 99 end")
+  check "$ep: $calls calls for $q questions ($ratio per question, <= $MAX_CALLS)" \
+    awk -v r="$ratio" -v m="$MAX_CALLS" 'BEGIN { exit !(r <= m) }'
+done
+pods=$(kubectl -n "$NS" get pods -o json)
+check "no container restarted" jqe '[.items[].status.containerStatuses[]?.restartCount] | add == 0' "$pods"
+events=$(kubectl -n "$NS" get events -o json)
+check "no liveness probe failed" \
+  jqe '[.items[] | select(.reason == "Unhealthy" and (.message | test("Liveness")))] | length == 0' "$events"
+kill "$watch" 2>/dev/null || true
+wait "$watch" 2>/dev/null || true
+# A serving pod that dropped out: seen ready, later not ready while nobody
+# was stopping it. (A starting pod's probes may fail until it has joined its
+# group or rebuilt the view: that is not ready yet, not a failure.)
+dropped=$(jq -rs 'group_by(.pod)[] | . as $s | [range(1; length) | select($s[. - 1].ready and ($s[.].ready | not) and ($s[.].deleting | not))]
+  | select(length > 0) | $s[0].pod' "$WORK/readiness.jsonl" | sort -u | tr '\n' ' ')
+samples=$(wc -l <"$WORK/readiness.jsonl")
+check "no pod lost readiness while serving (${dropped:-none}; $samples samples)" test -z "$dropped"
+starting=$(jq '[.items[] | select(.reason == "Unhealthy" and (.message | test("Readiness")))] | length' <<<"$events")
+log "readiness probe events (starting or stopping pods): $starting"
+
+# --- 4. sluicectl dlq replay from a Job ------------------------------------------------
+key="k8s-dlq-$$/1"
+# dead letters of that submission (`dlq list --json`: one object per line)
+dlq_count() { "$SLUICECTL" dlq list --submission "k8s-dlq-$$" --json 2>/dev/null | jq -s 'length' 2>/dev/null || echo 0; }
+wait_dlq() { # wait_dlq N: up to 60 s for N dead letters; prints the count
+  local n=0 i
+  for ((i = 0; i < 60; i++)); do
+    n=$(dlq_count)
+    ((n >= $1)) && break
+    sleep 1
+  done
+  echo "$n"
+}
+printf '%s\tnot a protobuf\n' "$key" | kcat -b "$SLUICE_KAFKA_BROKERS" -P -t grade.requests -K $'\t'
+dl=$(wait_dlq 1)
+check "a malformed grade request reached the dead-letter topic" test "$dl" -ge 1
+cat >"$WORK/replay-job.yaml" <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata: {name: dlq-replay, namespace: $NS}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      enableServiceLinks: false
+      securityContext: {runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001}
+      containers:
+        - name: replay
+          image: ${IMAGE%%:*}:upgraded
+          imagePullPolicy: Never
+          command: [sluicectl, dlq, replay, --submission, "k8s-dlq-$$", --actor, k8s-job, --yes]
+          env: [{name: SLUICE_KAFKA_BROKERS, value: "$SLUICE_KAFKA_BROKERS"}]
+          securityContext: {readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+EOF
+kubectl apply -f "$WORK/replay-job.yaml" >/dev/null
+check "the dlq replay Job completed" kubectl -n "$NS" wait --for=condition=complete job/dlq-replay --timeout=120s
+kubectl -n "$NS" logs job/dlq-replay >"$WORK/replay.log" 2>&1 || true
+log "replay Job: $(tr '\n' ' ' <"$WORK/replay.log")"
+audit=$("$SLUICECTL" dlq audit --json 2>/dev/null | jq -s -c . || echo '[]')
+check "its audit record names the Job's actor and the dead letter" \
+  jqe --arg k "$key" 'any(.[]; .actor == "k8s-job" and any(.entries[]; .key == $k))' "$audit"
+dl=$(wait_dlq 2)
+check "the replayed message was consumed again (still malformed: dead-lettered a second time)" test "$dl" -ge 2
+
+"$HELM" uninstall "$REL" -n "$NS" --wait --timeout 2m >/dev/null && ok "helm uninstall" || bad "helm uninstall"
+log "$pass passed, $failures failed (total $((SECONDS - t0)) s)"
+((failures == 0))
