@@ -20,7 +20,11 @@
 #      failed, no pod lost readiness while serving (sampled every 2 s), every
 #      rollout completed;
 #   4. `sluicectl dlq replay` run as a Job in the cluster replays a
-#      dead letter (a malformed message) and writes its audit record.
+#      dead letter (a malformed message) and writes its audit record;
+#   5. (K8S_KEDA=1, the default: KEDA built and run by tools/k8s/cluster)
+#      grade on the chart's ScaledObject (lagThreshold 10, 1..3 replicas):
+#      KEDA scales it down to 1 without lag, up to 3 under a burst, and back
+#      to 1 after it, with every answer done once and <= K8S_MAX_CALLS calls.
 # The cluster, the dev stack (its own ports and folder) and the fake
 # provider are started here and stopped at exit whatever happened; `tools/k8s/
 # cluster down` restores the host (iptables, sysctls, mounts, links).
@@ -41,6 +45,7 @@ HELM=${HELM:-$CACHE/go/bin/helm}
 SECS=${K8S_LOAD_SECONDS:-150}
 RATE=${K8S_RATE:-1}
 MAX_CALLS=${K8S_MAX_CALLS:-1.02}
+KEDA=${K8S_KEDA:-1}
 CLUSTER=$ROOT/tools/k8s/cluster
 NS=sluice
 REL=sluice
@@ -185,9 +190,9 @@ before=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
   --rate "$RATE" --duration "$SECS" --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 7 \
   >"$WORK/summary.json" 2>"$WORK/loadgen.log" &
 lg=$!
-# every 2 s: each pod's readiness and whether it is being deleted
+# every 2 s: each stage pod's readiness and whether it is being deleted
 (while :; do
-  kubectl -n "$NS" get pods -o json 2>/dev/null | jq -c '.items[] | {pod: .metadata.name,
+  kubectl -n "$NS" get pods -o json 2>/dev/null | jq -c '.items[] | select(.metadata.ownerReferences[0].kind == "ReplicaSet") | {pod: .metadata.name,
     ready: any(.status.conditions[]?; .type == "Ready" and .status == "True"),
     deleting: (.metadata.deletionTimestamp != null)}'
   sleep 2
@@ -201,14 +206,24 @@ kubectl -n "$NS" rollout status deployment "$REL-grade" --timeout=120s >/dev/nul
 check "kubectl scale: stt and grade run 3 ready replicas each under load" test "$rs" = 2
 log "t=$((SECONDS - t1))s: stt and grade scaled to 3"
 sleep 20
-deleted=()
+# in_flight POD: messages the stage process in POD holds (its admin /metrics)
+in_flight() {
+  kubectl -n "$NS" exec "$1" -- bash -c 'exec 3<>/dev/tcp/127.0.0.1/9180; printf "GET /metrics HTTP/1.0\r\n\r\n" >&3; cat <&3' 2>/dev/null |
+    awk '/^sluice_in_flight[{ ]/ {s += $2} END {print s + 0}'
+}
+# the pod of each stage holding the most work (up to 10 looks for one holding any)
 for s in stt grade; do
-  p=$(kubectl -n "$NS" get pods -l "app.kubernetes.io/component=$s" -o jsonpath='{.items[0].metadata.name}')
-  inflight=$(kubectl -n "$NS" exec "$p" -- bash -c 'exec 3<>/dev/tcp/127.0.0.1/9180; printf "GET /metrics HTTP/1.0\r\n\r\n" >&3; cat <&3' 2>/dev/null |
-    awk '/^sluice_in_flight[{ ]/ {s += $2} END {print s + 0}') || inflight='?'
-  kubectl -n "$NS" delete pod "$p" --wait=false >/dev/null
-  deleted+=("$p")
-  log "deleted pod $p with $inflight message(s) in flight"
+  best="" most=-1
+  for ((try = 0; try < 10 && most <= 0; try++)); do
+    for p in $(kubectl -n "$NS" get pods -l "app.kubernetes.io/component=$s" --field-selector=status.phase=Running -o name); do
+      n=$(in_flight "${p#pod/}") || n=0
+      ((n > most)) && { most=$n; best=${p#pod/}; }
+    done
+    ((most > 0)) || sleep 1
+  done
+  kubectl -n "$NS" delete pod "$best" --wait=false >/dev/null
+  log "deleted pod $best with $most message(s) in flight"
+  check "a $s pod was deleted mid-work ($most message(s) in flight)" test "$most" -gt 0
 done
 sleep 20
 t2=$SECONDS
@@ -302,6 +317,58 @@ check "its audit record names the Job's actor and the dead letter" \
   jqe --arg k "$key" 'any(.[]; .actor == "k8s-job" and any(.entries[]; .key == $k))' "$audit"
 dl=$(wait_dlq 2)
 check "the replayed message was consumed again (still malformed: dead-lettered a second time)" test "$dl" -ge 2
+
+# --- 5. KEDA scales grade on its lag ---------------------------------------------------
+if [[ $KEDA == 1 ]]; then
+  replicas() { kubectl -n "$NS" get deployment "$REL-grade" -o jsonpath='{.status.readyReplicas}'; }
+  peak=0
+  wait_replicas() { # wait_replicas OP N SECONDS: until grade's ready replicas OP N
+    local i r
+    for ((i = 0; i < $3; i++)); do
+      r=$(replicas)
+      ((${r:-0} > peak)) && peak=${r:-0}
+      ((${r:-0} $1 $2)) && return 0
+      sleep 1
+    done
+    return 1
+  }
+  "$HELM" upgrade "$REL" "$ROOT/charts/sluice" -n "$NS" -f "$WORK/values.yaml" --set image.tag=upgraded \
+    --set stages.grade.keda.enabled=true --set stages.grade.keda.minReplicaCount=1 \
+    --set stages.grade.keda.maxReplicaCount=3 --set stages.grade.keda.lagThreshold=10 \
+    --set stages.grade.keda.pollingInterval=5 --set stages.grade.keda.cooldownPeriod=30 \
+    --set stages.grade.keda.scaleDownStabilizationSeconds=20 --wait --timeout 5m >"$WORK/keda.log" 2>&1 ||
+    bad "helm upgrade with grade on KEDA: $(tail -n 5 "$WORK/keda.log")"
+  check "the chart's ScaledObject for grade is Ready (KEDA made its HPA)" \
+    kubectl -n "$NS" wait --for=condition=Ready "scaledobject/$REL-grade" --timeout=90s
+  check "KEDA scaled grade down to minReplicaCount 1 with no lag (from 3)" wait_replicas '==' 1 150
+  peak=0
+  before=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+  t3=$SECONDS
+  "$LOADGEN" --presign "$PRESIGN/v1/submissions" --audio "$WORK/a.wav" --redis "$SLUICE_REDIS_URL" \
+    --rate 10 --duration 60 --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 8 \
+    >"$WORK/keda-summary.json" 2>"$WORK/keda-loadgen.log" &
+  lg=$!
+  check "KEDA scaled grade up on its lag (3 replicas within 90 s of the load)" wait_replicas '>=' 3 90
+  log "grade at $(replicas) replicas $((SECONDS - t3)) s into the load; the HPA saw $(kubectl -n "$NS" get hpa \
+    "keda-hpa-$REL-grade" -o jsonpath='{.status.currentMetrics[0].external.current.averageValue}') lag per replica"
+  rc=0
+  wait "$lg" || rc=$?
+  summary=$(cat "$WORK/keda-summary.json" 2>/dev/null || echo '{}')
+  log "load under KEDA: $summary"
+  check "under KEDA: every answer done once (0 lost, 0 failed, 0 duplicated, exit $rc)" \
+    jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded and .uploaded > 300 and .create_errors == 0' "$summary"
+  after=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+  calls=$(jq -n --argjson b "$before" --argjson a "$after" '($a.by_endpoint.chat["200"] // 0) - ($b.by_endpoint.chat["200"] // 0)')
+  q=$(jq '.uploaded // 0' <<<"$summary")
+  check "under KEDA: $calls grading calls for $q questions (<= $MAX_CALLS per question)" \
+    awk -v c="$calls" -v q="$q" -v m="$MAX_CALLS" 'BEGIN { exit !(q > 0 && c / q <= m) }'
+  t4=$SECONDS
+  scaled_back() { ((peak >= 3)) && wait_replicas '==' 1 180; } # only meaningful after a scale-up
+  check "KEDA scaled grade back down to 1 once the lag was gone (peak $peak replicas)" scaled_back
+  log "grade back at 1 replica $((SECONDS - t4)) s after the load drained"
+  kubectl -n "$NS" get events --field-selector involvedObject.kind=HorizontalPodAutoscaler \
+    -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | sed 's/^/[test_k8s] HPA: /'
+fi
 
 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 2m >/dev/null && ok "helm uninstall" || bad "helm uninstall"
 log "$pass passed, $failures failed (total $((SECONDS - t0)) s)"
