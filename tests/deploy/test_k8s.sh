@@ -110,7 +110,8 @@ fake=$!
 for ((i = 0; i < 40; i++)); do curl -fs -o /dev/null "http://$NODE_IP:$FAKE_PORT/stats" && break; sleep 0.25; done
 
 # A topic the hook Job must make: delete it first.
-java -cp "$CACHE/kafka-4.1.1/libs/*" org.apache.kafka.tools.TopicCommand \
+kafka_libs=$(ls -d "$CACHE"/kafka-*/libs | tail -n 1) # tools/bootstrap's Kafka jars
+java -cp "$kafka_libs/*" org.apache.kafka.tools.TopicCommand \
   --bootstrap-server "$SLUICE_KAFKA_BROKERS" --delete --topic dlq.audit >/dev/null 2>&1 || true
 for ((i = 0; i < 40; i++)); do
   kcat -b "$SLUICE_KAFKA_BROKERS" -L -t dlq.audit -J 2>/dev/null | jq -e '.topics[0].partitions | length == 0' >/dev/null && break
