@@ -102,12 +102,19 @@ ctr --address "$SOCK" -n k8s.io images import "$ARCHIVE" >/dev/null
 ctr --address "$SOCK" -n k8s.io images tag "docker.io/library/$IMAGE" "docker.io/library/${IMAGE%%:*}:upgraded" >/dev/null
 log "cluster, dev stack and image ready in $((SECONDS - t0)) s"
 
+# fake_stats: the fake provider's counters; calls_between BEFORE AFTER ENDPOINT:
+# the successful calls to ENDPOINT (transcriptions, chat) between two of them
+fake_stats() { curl -fsS "http://$NODE_IP:$FAKE_PORT/stats"; }
+calls_between() {
+  jq -n --argjson b "$1" --argjson a "$2" --arg e "$3" '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)'
+}
+
 "$FAKEPROVIDER" --set fakeprovider.listen="$NODE_IP:$FAKE_PORT" --set admin.listen=127.0.0.1:$((FAKE_PORT + 100)) \
   --set fakeprovider.stt_latency_ms=2000 --set fakeprovider.chat_latency_ms=2000 \
   --set fakeprovider.stt_jitter_ms=200 --set fakeprovider.chat_jitter_ms=200 \
   --set fakeprovider.failure_rate=0 >"$WORK/fakeprovider.log" 2>&1 &
 fake=$!
-for ((i = 0; i < 40; i++)); do curl -fs -o /dev/null "http://$NODE_IP:$FAKE_PORT/stats" && break; sleep 0.25; done
+for ((i = 0; i < 40; i++)); do fake_stats >/dev/null 2>&1 && break; sleep 0.25; done
 
 # A topic the hook Job must make: delete it first.
 kafka_libs=$(ls -d "$CACHE"/kafka-*/libs | tail -n 1) # tools/bootstrap's Kafka jars
@@ -186,7 +193,7 @@ done
 check "the results Service shows the answer graded" jqe '.questions[0].state == "done" and (.questions[0].grade != null)' "$view"
 
 # --- 3. load: scale, delete pods, upgrade -------------------------------------------------
-before=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+before=$(fake_stats)
 "$LOADGEN" --presign "$PRESIGN/v1/submissions" --audio "$WORK/a.wav" --redis "$SLUICE_REDIS_URL" \
   --rate "$RATE" --duration "$SECS" --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 7 \
   >"$WORK/summary.json" 2>"$WORK/loadgen.log" &
@@ -248,11 +255,10 @@ check "every create accepted (presign rolled without refusing one)" \
   jqe '.create_errors == 0 and .accepted == .submissions' "$summary"
 check "0 lost, 0 failed, 0 duplicated, every upload done" \
   jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$summary"
-after=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+after=$(fake_stats)
 q=$(jq '.uploaded // 0' <<<"$summary")
 for ep in transcriptions chat; do
-  calls=$(jq -n --argjson b "$before" --argjson a "$after" --arg e "$ep" \
-    '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)')
+  calls=$(calls_between "$before" "$after" "$ep")
   ratio=$(jq -n "if $q > 0 then $calls / $q else 99 end")
   check "$ep: $calls calls for $q questions ($ratio per question, <= $MAX_CALLS)" \
     awk -v r="$ratio" -v m="$MAX_CALLS" 'BEGIN { exit !(r <= m) }'
@@ -343,7 +349,7 @@ if [[ $KEDA == 1 ]]; then
     kubectl -n "$NS" wait --for=condition=Ready "scaledobject/$REL-grade" --timeout=90s
   check "KEDA scaled grade down to minReplicaCount 1 with no lag (from 3)" wait_replicas '==' 1 150
   peak=0
-  before=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
+  before=$(fake_stats)
   t3=$SECONDS
   "$LOADGEN" --presign "$PRESIGN/v1/submissions" --audio "$WORK/a.wav" --redis "$SLUICE_REDIS_URL" \
     --rate 10 --duration 60 --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 8 \
@@ -358,8 +364,8 @@ if [[ $KEDA == 1 ]]; then
   log "load under KEDA: $summary"
   check "under KEDA: every answer done once (0 lost, 0 failed, 0 duplicated, exit $rc)" \
     jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded and .uploaded > 300 and .create_errors == 0' "$summary"
-  after=$(curl -fsS "http://$NODE_IP:$FAKE_PORT/stats")
-  calls=$(jq -n --argjson b "$before" --argjson a "$after" '($a.by_endpoint.chat["200"] // 0) - ($b.by_endpoint.chat["200"] // 0)')
+  after=$(fake_stats)
+  calls=$(calls_between "$before" "$after" chat)
   q=$(jq '.uploaded // 0' <<<"$summary")
   check "under KEDA: $calls grading calls for $q questions (<= $MAX_CALLS per question)" \
     awk -v c="$calls" -v q="$q" -v m="$MAX_CALLS" 'BEGIN { exit !(q > 0 && c / q <= m) }'
