@@ -136,6 +136,13 @@ const sl_conf_entry sl_common_conf_table[] = {
      "on SIGTERM, how long in-flight work may finish before the stage exits", 0},
     {"stage.workers", SL_CONF_INT, "4", C(workers),
      "worker threads for blocking processing (libuv pool)", 0},
+    {"stage.inline_max_us", SL_CONF_INT, "50", C(inline_max_us),
+     "a blocking processor whose recent runs average under this many microseconds is called "
+     "on the stage's loop instead of a worker thread: the hand-over to a worker and back "
+     "costs more than such a run (a rubric grade); its first 32 runs, and for 1 s after one "
+     "of its runs on the loop took 4x this, go to the workers (sl_inline.h) (0: always the "
+     "workers)",
+     0},
     {"retry.tiers", SL_CONF_STR, "", C(retry_tiers),
      "delays of the retry topics <stage>.retry.<delay>, ascending (empty: the pipeline's "
      "retry_tiers)",
@@ -922,6 +929,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
                             "Messages taken beyond stage.max_in_flight, waiting for a slot "
                             "(at most stage.prefetch)",
                             1);
+  L->inl.max_ns = L->cc->inline_max_us > 0 ? (uint64_t)L->cc->inline_max_us * 1000 : 0;
   L->prefetch = L->cc->prefetch >= 0
                     ? L->cc->prefetch
                     : (L->cc->max_in_flight / 4 > 4 ? L->cc->max_in_flight / 4 : 4);

@@ -406,6 +406,15 @@ static void call_now(job *j) {
     j->L->o->start(j->L->o->ud, j);
     return;
   }
+  loop_t *L = j->L;
+  if (sl_inline_here(&L->inl, uv_hrtime())) { /* short runs: no hand-over (sl_inline.h) */
+    uint64_t t0 = uv_hrtime();
+    L->o->process(L->o->ud, j->m, &j->out, &j->res);
+    uint64_t t1 = uv_hrtime();
+    sl_inline_note(&L->inl, t1 - t0, 1, t1);
+    sl__complete(j); /* may end j */
+    return;
+  }
   j->in_pool = 1;
   if (uv_queue_work(&j->L->loop, &j->work, sl__work_cb, sl__after_work_cb) != 0) {
     j->in_pool = 0;

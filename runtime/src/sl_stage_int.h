@@ -31,6 +31,7 @@
 #include "sluice/sl_breaker.h"
 #include "sluice/sl_flow.h"
 #include "sluice/sl_httpc.h"
+#include "sluice/sl_inline.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_offsets.h"
@@ -111,6 +112,7 @@ struct sl_job {
   int64_t retry_delay_ms; /* of the retry copy it produces (its not-before - now) */
   int64_t started_ms;
   uint64_t call_ns; /* uv_hrtime() when process()/start() began */
+  uint64_t ran_ns;  /* how long process() ran on its worker */
   char digest[65];
   char owner[112];      /* its claim's owner id (sl_claim.h) */
   int claimed;          /* it holds the claim on its input */
@@ -209,6 +211,7 @@ struct loop_t {
       *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm, *m_assigned,
       *m_oldest_waiting, *m_bytes, *m_pause_msgs, *m_pause_bytes, *m_cost;
   sl_histogram *h_call;
+  sl_inline inl; /* process() on the loop or the pool (sl_inline.h) */
   /* consumer lag gauges, one per partition this process has been assigned,
    * set from what the lag thread queried (sl_stage_lag.c) */
   struct {

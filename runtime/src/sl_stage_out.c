@@ -334,13 +334,17 @@ void sl__on_lookup(redisReply *r, void *ud) {
 
 void sl__work_cb(uv_work_t *w) {
   job *j = w->data;
+  sl_inline_mark mk;
+  sl_inline_begin(&mk);
   j->L->o->process(j->L->o->ud, j->m, &j->out, &j->res);
+  j->ran_ns = sl_inline_end(&mk);
 }
 
 void sl__after_work_cb(uv_work_t *w, int status) {
   job *j = w->data;
   (void)status;
   j->in_pool = 0;
+  if (status == 0) sl_inline_note(&j->L->inl, j->ran_ns, 0, uv_hrtime());
   sl__complete(j);
 }
 

@@ -26,7 +26,8 @@
  *      max_bytes_in_flight) fetching stops, so an outage's backlog waits in
  *      Kafka rather than hopping through the retry tiers, and drains at the
  *      limiter's rate when the provider is back;
- *   4. process() on the worker pool (it may block);
+ *   4. process() on the worker pool (it may block), or on the loop once its
+ *      runs average under stage.inline_max_us (sl_inline.h);
  *   5. outcome: DONE -> store outputs, produce them; RETRY -> a copy of the
  *      input goes to <stage>.retry.<tier> with the retry headers (or to the
  *      dead-letter topic when the budget is spent); FAIL -> dead letter plus
@@ -35,8 +36,10 @@
  *      contiguous done offset per partition is committed.
  *
  * @locality sl_stage_run() owns a libuv loop on the calling thread; process()
- * runs on libuv's worker pool and must be thread-safe (use sl_tls for
- * per-thread resources); start() and sl_job_done() run on the loop.
+ * runs on libuv's worker pool, or on the loop thread when its runs are short
+ * (sl_inline.h), and must be thread-safe (use sl_tls for per-thread
+ * resources: the loop thread gets one of its own too); start() and
+ * sl_job_done() run on the loop.
  */
 #ifndef SLUICE_SL_STAGE_H
 #define SLUICE_SL_STAGE_H
@@ -109,7 +112,8 @@ typedef struct {
   int per_key_order;
   double drain_timeout_s;
   int64_t workers;
-  char *retry_tiers; /* "5s,30s,2m,10m" */
+  int64_t inline_max_us; /* a processor whose runs average under this runs on the loop */
+  char *retry_tiers;     /* "5s,30s,2m,10m" */
   double retry_budget_s;
   int64_t idempotency_ttl_s;
   double provider_rate;
@@ -228,8 +232,9 @@ typedef struct {
 sl_outcome sl_result_set(sl_result *res, sl_outcome o, const char *cls, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Called on a worker thread; must describe outputs in out and the outcome in
- * res (which starts as DONE). Must be thread-safe. */
+/* Called on a worker thread (or on the loop thread once its runs proved
+ * short: sl_inline.h); must describe outputs in out and the outcome in res
+ * (which starts as DONE). Must be thread-safe. */
 typedef void (*sl_stage_process_fn)(void *ud, const rd_kafka_message_t *msg, sl_outbox *out,
                                     sl_result *res);
 
@@ -284,7 +289,7 @@ typedef struct sl_stage_opts {
   const char *const *topics; /* main inputs; a dead letter replays to its
                               * message's origin (sl_message_origin) */
   size_t ntopics;
-  sl_stage_process_fn process; /* blocking, on the worker pool ... */
+  sl_stage_process_fn process; /* blocking, on the worker pool (short: the loop) ... */
   sl_stage_start_fn start;     /* ... or async on the loop (set one) */
   void *ud;
   const char *provider;                   /* external provider name, or NULL */

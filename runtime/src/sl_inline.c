@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sl_inline.c — pool or loop for a stage's blocking processor (see
+ * sl_inline.h).
+ */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
+#include "sluice/sl_inline.h"
+
+#include <time.h>
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* the calling thread's CPU time (ns precise, unlike getrusage's) */
+static uint64_t cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void sl_inline_begin(sl_inline_mark *m) {
+  m->wall_ns = mono_ns();
+  m->cpu_ns = cpu_ns();
+  if (getrusage(RUSAGE_THREAD, &m->ru) != 0) m->ru.ru_nvcsw = -1; /* unknown: wall time */
+}
+
+uint64_t sl_inline_end(const sl_inline_mark *m) {
+  uint64_t cpu = cpu_ns() - m->cpu_ns, wall = mono_ns() - m->wall_ns;
+  struct rusage ru;
+  if (m->ru.ru_nvcsw < 0 || getrusage(RUSAGE_THREAD, &ru) != 0 || ru.ru_nvcsw != m->ru.ru_nvcsw)
+    return wall; /* it blocked (or cannot tell): the loop would have waited as long */
+  return cpu < wall ? cpu : wall;
+}
+
+int sl_inline_here(const sl_inline *s, uint64_t now_ns) {
+  return s && s->max_ns > 0 && s->runs >= SL_INLINE_WARMUP && s->mean_ns < s->max_ns &&
+         now_ns >= s->cool_until_ns;
+}
+
+void sl_inline_note(sl_inline *s, uint64_t ran_ns, int was_inline, uint64_t now_ns) {
+  if (!s) return;
+  if (s->runs++ == 0)
+    s->mean_ns = ran_ns;
+  else if (ran_ns >= s->mean_ns)
+    s->mean_ns += (ran_ns - s->mean_ns) / 16;
+  else
+    s->mean_ns -= (s->mean_ns - ran_ns) / 16;
+  if (was_inline && s->max_ns > 0 && ran_ns > s->max_ns * SL_INLINE_SLOW_FACTOR)
+    s->cool_until_ns = now_ns + SL_INLINE_COOL_NS;
+}
