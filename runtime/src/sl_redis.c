@@ -569,7 +569,14 @@ int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc
                           size_t *outlens) {
   if (!s || nkeys < 0 || nkeys > argc || argc < 0 || argc > SL__REDIS_SCRIPT_MAX_ARGS)
     return SL_EINVAL;
-  snprintf(nk, nklen, "%d", nkeys);
+  if (nklen < 3) return SL_EINVAL;
+  _Static_assert(SL__REDIS_SCRIPT_MAX_ARGS < 100, "nkeys has at most two digits");
+  /* nkeys <= SL__REDIS_SCRIPT_MAX_ARGS < 100: by hand, not snprintf (per
+   * message on a stage's loop) */
+  int d = 0;
+  if (nkeys >= 10) nk[d++] = (char)('0' + nkeys / 10);
+  nk[d++] = (char)('0' + nkeys % 10);
+  nk[d] = '\0';
   out[0] = sha ? "EVALSHA" : "EVAL";
   out[1] = sha ? s->sha1 : s->text;
   out[2] = nk;

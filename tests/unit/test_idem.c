@@ -80,6 +80,16 @@ static void test_keys(void **state) {
   assert_string_equal(k, "sl:claim:grade:s1/3:0123456789abcdef0123456789abcdef");
   char small[40];
   assert_int_equal(sl_idem_key(small, sizeof small, "stt", "s1/3", dg), SL_ETOOBIG);
+  assert_string_equal(small, ""); /* refused, never cut */
+  /* exactly the key and its NUL fits; one byte less does not */
+  char exact[49]; /* "sl:idem:stt:s1/:" (16) + 32 hex digits + NUL */
+  assert_int_equal(sl_idem_key(exact, sizeof exact, "stt", "s1/", dg), 0);
+  assert_string_equal(exact, "sl:idem:stt:s1/:0123456789abcdef0123456789abcdef");
+  assert_int_equal(sl_idem_key(exact, sizeof exact - 1, "stt", "s1/", dg), SL_ETOOBIG);
+  /* a short digest is taken whole */
+  assert_int_equal(sl_idem_key(k, sizeof k, "stt", "s1/3", "abc"), 0);
+  assert_string_equal(k, "sl:idem:stt:s1/3:abc");
+  assert_int_equal(sl_idem_key(NULL, 0, "stt", "s1/3", dg), SL_ETOOBIG);
 }
 
 int main(void) {
