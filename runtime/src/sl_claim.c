@@ -8,17 +8,24 @@
  */
 #include "sluice/sl_claim.h"
 
-const char sl_claim_take_lua[] =
-    "local s = redis.call('GET', KEYS[2])\n"
-    "if s then return {1, s} end\n"
-    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0, ''} end\n"
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  return {0, ''}\n"
-    "end\n"
-    "local t = redis.call('PTTL', KEYS[1])\n"
-    "if t < 0 then t = 0 end\n"
-    "return {2, tostring(t)}\n";
+const char sl_claim_take_lua[] = "local out = {}\n"
+                                 "for i = 1, #KEYS / 2 do\n"
+                                 "  local ck, owner = KEYS[2 * i - 1], ARGV[i + 1]\n"
+                                 "  local s = redis.call('GET', KEYS[2 * i])\n"
+                                 "  if s then\n"
+                                 "    out[2 * i - 1], out[2 * i] = 1, s\n"
+                                 "  elseif redis.call('SET', ck, owner, 'NX', 'PX', ARGV[1]) then\n"
+                                 "    out[2 * i - 1], out[2 * i] = 0, ''\n"
+                                 "  elseif redis.call('GET', ck) == owner then\n"
+                                 "    redis.call('PEXPIRE', ck, ARGV[1])\n"
+                                 "    out[2 * i - 1], out[2 * i] = 0, ''\n"
+                                 "  else\n"
+                                 "    local t = redis.call('PTTL', ck)\n"
+                                 "    if t < 0 then t = 0 end\n"
+                                 "    out[2 * i - 1], out[2 * i] = 2, tostring(t)\n"
+                                 "  end\n"
+                                 "end\n"
+                                 "return out\n";
 
 const char sl_claim_release_lua[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"

@@ -1093,6 +1093,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->bq_timer.data = L;
   uv_timer_init(&L->loop, &L->claim_timer);
   L->claim_timer.data = L;
+  uv_idle_init(&L->loop, &L->cq_idle);
+  L->cq_idle.data = L;
   uv_timer_init(&L->loop, &L->drain_timer);
   L->drain_timer.data = L;
   if (L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0) {
@@ -1136,6 +1138,8 @@ out:
   L->http = NULL;
   L->lq_head = L->lq_tail = NULL; /* their jobs are dropped just below */
   L->pq_head = L->pq_tail = NULL;
+  L->cq_head = L->cq_tail = NULL;
+  L->cq_len = 0;
   L->rq_head = L->rq_tail = NULL;
   L->rq_len = 0;
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */

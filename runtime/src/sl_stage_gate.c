@@ -49,6 +49,16 @@ static void limiter_try(loop_t *L);
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
 
 /* The first job of a queue linked through next (NULL: empty). */
+/* the gate's FIFOs of jobs, linked through job.next */
+static void q_push(job **head, job **tail, job *j) {
+  j->next = NULL;
+  if (*tail)
+    (*tail)->next = j;
+  else
+    *head = j;
+  *tail = j;
+}
+
 static job *q_pop(job **head, job **tail) {
   job *j = *head;
   if (!j) return NULL;
@@ -58,6 +68,11 @@ static job *q_pop(job **head, job **tail) {
   return j;
 }
 static job *lq_pop(loop_t *L) { return q_pop(&L->lq_head, &L->lq_tail); }
+static job *cq_pop(loop_t *L) {
+  job *j = q_pop(&L->cq_head, &L->cq_tail);
+  if (j) L->cq_len--;
+  return j;
+}
 
 /* The head's answer: go (or Redis unavailable: fail open), or wait. */
 static void on_limit_q(redisReply *r, void *ud) {
@@ -98,12 +113,7 @@ static void gate_limits(job *j);
 static int claims_on(const job *j);
 
 static void bq_push(loop_t *L, job *j) {
-  j->next = NULL;
-  if (L->bq_tail)
-    L->bq_tail->next = j;
-  else
-    L->bq_head = j;
-  L->bq_tail = j;
+  q_push(&L->bq_head, &L->bq_tail, j);
   L->bq_len++;
   sl_metric_set(L->m_held, L->bq_len);
 }
@@ -231,11 +241,7 @@ static void gate_limits(job *j) {
   loop_t *L = j->L;
   if (L->o->provider) {
     if (L->cc->provider_rate > 0) { /* queue behind the limiter */
-      if (L->lq_tail)
-        L->lq_tail->next = j;
-      else
-        L->lq_head = j;
-      L->lq_tail = j;
+      q_push(&L->lq_head, &L->lq_tail, j);
       limiter_try(L);
       return;
     }
@@ -243,11 +249,7 @@ static void gate_limits(job *j) {
       pause_decide(j);
       return;
     }
-    if (L->pq_tail)
-      L->pq_tail->next = j;
-    else
-      L->pq_head = j;
-    L->pq_tail = j;
+    q_push(&L->pq_head, &L->pq_tail, j);
     if (L->pq_busy) return; /* the answer on its way decides for it too */
     const char *argv[] = {"PTTL", L->pause_key};
     L->pq_busy = 1;
@@ -289,20 +291,19 @@ void sl__claim_release(job *j) {
 
 static void on_claim_timer(uv_timer_t *t) { claim_try(t->data); }
 
-static void on_claim(redisReply *r, void *ud) {
-  job *j = ud;
+/* j's answer: code and v from the claim script's reply, or NULL (no
+ * usable answer) */
+static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
   loop_t *L = j->L;
   if (L->closing) {
     sl__job_drop(j);
     return;
   }
-  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING) {
+  if (!code_r || !v || code_r->type != REDIS_REPLY_INTEGER || v->type != REDIS_REPLY_STRING) {
     call_now(j); /* Redis unavailable: fail open, as the store does */
     return;
   }
-  long long code = r->element[0]->integer;
-  const redisReply *v = r->element[1];
+  long long code = code_r->integer;
   if (code == SL_CLAIM_STORED) {
     if (sl__use_stored(j, v->str, v->len)) return;
     call_now(j); /* unusable stored outputs: as if there were none */
@@ -326,20 +327,86 @@ static void on_claim(redisReply *r, void *ud) {
   sl__job_after(j, ttl > 0 && ttl < 500 ? ttl + 1 : 500, on_claim_timer, claim_try);
 }
 
+/* The claims sent together (one script), answered together. */
+typedef struct {
+  int n;
+  job *jobs[SL_CLAIM_BATCH];
+} claim_batch;
+
+static void on_claims(redisReply *r, void *ud) {
+  claim_batch *b = ud;
+  int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n * 2;
+  for (int i = 0; i < b->n; i++)
+    on_claim(b->jobs[i], ok ? r->element[2 * i] : NULL, ok ? r->element[2 * i + 1] : NULL);
+  free(b);
+}
+
+/* Sends the claims waiting in L->cq, SL_CLAIM_BATCH to a script. */
+static void claims_flush(loop_t *L) {
+  char lease[32];
+  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  while (L->cq_head) {
+    claim_batch *b = malloc(sizeof *b);
+    char(*keys)[2][256] = malloc(SL_CLAIM_BATCH * sizeof *keys);
+    if (!b || !keys) { /* no memory: each one calls (fail open, as without Redis) */
+      free(b);
+      free(keys);
+      job *j;
+      while ((j = cq_pop(L)) != NULL) call_now(j);
+      return;
+    }
+    b->n = 0;
+    const char *argv[3 * SL_CLAIM_BATCH + 1];
+    while (L->cq_head && b->n < SL_CLAIM_BATCH) {
+      job *j = cq_pop(L);
+      if (sl__job_stale(j)) { /* its partition went away while it waited */
+        sl__held_release(j);
+        continue;
+      }
+      claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
+      sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
+      b->jobs[b->n++] = j;
+    }
+    int n = b->n;
+    if (n == 0) {
+      free(b);
+      free(keys);
+      continue;
+    }
+    for (int i = 0; i < n; i++) {
+      argv[2 * i] = keys[i][0];
+      argv[2 * i + 1] = keys[i][1];
+      argv[2 * n + 1 + i] = b->jobs[i]->owner;
+    }
+    argv[2 * n] = lease;
+    int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 2 * n, 3 * n + 1, argv, NULL);
+    free(keys);
+    if (rc != 0) on_claims(NULL, b); /* Redis unavailable: each one calls */
+  }
+}
+
+static void on_claims_idle(uv_idle_t *c) {
+  loop_t *L = c->data;
+  uv_idle_stop(c);
+  claims_flush(L);
+}
+
+/* Claims j's input: queued, and sent with the other claims of this turn of
+ * the loop (one script for up to SL_CLAIM_BATCH inputs, not one each). */
 static void claim_try(job *j) {
   loop_t *L = j->L;
   if (sl__job_stale(j)) { /* its partition went away while it waited */
     sl__held_release(j);
     return;
   }
-  char k[256], sk[256], lease[32];
-  claim_key(j, k, sizeof k);
-  sl__idem_key(j, sk, sizeof sk);
-  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
   if (!j->owner[0])
     snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
-  const char *argv[] = {k, sk, j->owner, lease};
-  if (sl_aredis_eval(L->redis, on_claim, j, &L->s_claim_take, 2, 4, argv, NULL) != 0) call_now(j);
+  q_push(&L->cq_head, &L->cq_tail, j);
+  if (++L->cq_len >= SL_CLAIM_BATCH) {
+    claims_flush(L);
+    return;
+  }
+  if (!uv_is_active((uv_handle_t *)&L->cq_idle)) uv_idle_start(&L->cq_idle, on_claims_idle);
 }
 
 /* Extends the claims of every call still running (one script per batch). */

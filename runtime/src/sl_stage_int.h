@@ -200,6 +200,11 @@ struct loop_t {
   char owner[80];
   uint64_t owner_seq;
   uv_timer_t claim_timer;
+  /* claims to send at the end of this turn of the loop (cq_idle: libuv runs it before it polls
+   * again, and does not block in the poll while it is armed), up to SL_CLAIM_BATCH to a script */
+  job *cq_head, *cq_tail;
+  int cq_len;
+  uv_idle_t cq_idle;
   sl_metric *m_claim_waits;
   /* jobs held while the breaker is open (breaker.hold), in order */
   job *bq_head, *bq_tail;

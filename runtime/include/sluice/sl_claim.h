@@ -21,11 +21,14 @@
  * jobs of one process for the same input do not share a claim.
  *
  * ---- Script contract: sl_claim_take_lua ---------------------------------
- *   EVAL sl_claim_take_lua 2 <claim key> <stored key> <owner> <lease ms>
- *   Reply: array {code, value}
- *     {1, outputs}  the outputs are stored already: reuse them, no call
- *     {0, ""}       claimed (or already ours: the lease is extended): call
- *     {2, ms}       someone else holds it for ms more: ask again later
+ *   EVAL sl_claim_take_lua 2N <claim key 1> <stored key 1> ... <claim key N>
+ *        <stored key N> <lease ms> <owner 1> ... <owner N>
+ *   claims N inputs at once (a stage sends the claims of one turn of its
+ *   loop together: SL_CLAIM_BATCH at most). Reply: a flat array of N pairs
+ *   {code, value}, in the order of the inputs:
+ *     1, outputs   the outputs are stored already: reuse them, no call
+ *     0, ""        claimed (or already ours: the lease is extended): call
+ *     2, ms        someone else holds it for ms more: ask again later
  * ---- sl_claim_release_lua ------------------------------------------------
  *   EVAL sl_claim_release_lua 1 <claim key> <owner>: deletes the claim when
  *   it is still ours. Reply: integer 1 deleted, 0 not ours (or gone).
@@ -49,6 +52,10 @@ extern const char sl_claim_take_lua[];
 extern const char sl_claim_release_lua[];
 extern const char sl_claim_renew_lua[];
 extern const char sl_claim_store_lua[];
+
+/* Inputs claimed by one sl_claim_take_lua (3 arguments each, plus the lease:
+ * within SL__REDIS_SCRIPT_MAX_ARGS). */
+#define SL_CLAIM_BATCH 20
 
 /* Reply codes of sl_claim_take_lua. */
 enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2 };
