@@ -140,7 +140,7 @@ const sl_conf_entry sl_common_conf_table[] = {
      "a blocking processor whose recent runs average under this many microseconds is called "
      "on the stage's loop instead of a worker thread: the hand-over to a worker and back "
      "costs more than such a run (a rubric grade); its first 32 runs, and for 1 s after one "
-     "of its runs on the loop took 4x this, go to the workers (sl_inline.h) (0: always the "
+     "of its runs on the loop took 100x this, go to the workers (sl_inline.h) (0: always the "
      "workers)",
      0},
     {"retry.tiers", SL_CONF_STR, "", C(retry_tiers),

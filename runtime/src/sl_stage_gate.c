@@ -48,8 +48,7 @@ static void limiter_try(loop_t *L);
 
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
 
-/* The first job of a queue linked through next (NULL: empty). */
-/* the gate's FIFOs of jobs, linked through job.next */
+/* The gate's FIFOs of jobs are linked through job.next: j goes last. */
 static void q_push(job **head, job **tail, job *j) {
   j->next = NULL;
   if (*tail)
@@ -59,6 +58,7 @@ static void q_push(job **head, job **tail, job *j) {
   *tail = j;
 }
 
+/* The first job of a queue linked through next (NULL: empty). */
 static job *q_pop(job **head, job **tail) {
   job *j = *head;
   if (!j) return NULL;

@@ -112,7 +112,7 @@ struct sl_job {
   int64_t retry_delay_ms; /* of the retry copy it produces (its not-before - now) */
   int64_t started_ms;
   uint64_t call_ns; /* uv_hrtime() when process()/start() began */
-  uint64_t ran_ns;  /* how long process() ran on its worker */
+  uint64_t ran_ns;  /* what its run on a worker cost (sl_inline_end) */
   char digest[65];
   char owner[112];      /* its claim's owner id (sl_claim.h) */
   int claimed;          /* it holds the claim on its input */
