@@ -41,6 +41,16 @@ const char sl_claim_renew_lua[] = "local n = 0\n"
                                   "return n\n";
 
 const char sl_claim_store_lua[] =
-    "redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])\n"
-    "if redis.call('GET', KEYS[2]) == ARGV[3] then return redis.call('DEL', KEYS[2]) end\n"
-    "return 0\n";
+    "local out = {}\n"
+    "for i = 1, #KEYS / 2 do\n"
+    "  local owner = ARGV[2 * i + 1]\n"
+    "  redis.call('SET', KEYS[2 * i - 1], ARGV[2 * i], 'EX', ARGV[1])\n"
+    "  if owner == '' then\n"
+    "    out[i] = -1\n"
+    "  elseif redis.call('GET', KEYS[2 * i]) == owner then\n"
+    "    out[i] = redis.call('DEL', KEYS[2 * i])\n"
+    "  else\n"
+    "    out[i] = 0\n"
+    "  end\n"
+    "end\n"
+    "return out\n";

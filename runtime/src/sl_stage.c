@@ -800,6 +800,19 @@ static void drain_consumer(void *ud) {
   }
 }
 
+/* ---- batches to Redis ---- */
+
+static void on_batch_idle(uv_idle_t *h) {
+  loop_t *L = h->data;
+  uv_idle_stop(h); /* what a flush queues arms it again */
+  sl__claims_flush(L);
+  sl__stores_flush(L);
+}
+
+void sl__batch_soon(loop_t *L) {
+  if (!uv_is_active((uv_handle_t *)&L->batch_idle)) uv_idle_start(&L->batch_idle, on_batch_idle);
+}
+
 /* ---- the tick: commits, metrics, stop ---- */
 
 static void begin_stop(loop_t *L);
@@ -1093,8 +1106,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->bq_timer.data = L;
   uv_timer_init(&L->loop, &L->claim_timer);
   L->claim_timer.data = L;
-  uv_idle_init(&L->loop, &L->cq_idle);
-  L->cq_idle.data = L;
+  uv_idle_init(&L->loop, &L->batch_idle);
+  L->batch_idle.data = L;
   uv_timer_init(&L->loop, &L->drain_timer);
   L->drain_timer.data = L;
   if (L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0) {
@@ -1140,6 +1153,8 @@ out:
   L->pq_head = L->pq_tail = NULL;
   L->cq_head = L->cq_tail = NULL;
   L->cq_len = 0;
+  L->sq_head = L->sq_tail = NULL;
+  L->sq_len = 0;
   L->rq_head = L->rq_tail = NULL;
   L->rq_len = 0;
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */

@@ -48,8 +48,7 @@ static void limiter_try(loop_t *L);
 
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
 
-/* The gate's FIFOs of jobs are linked through job.next: j goes last. */
-static void q_push(job **head, job **tail, job *j) {
+void sl__q_push(job **head, job **tail, job *j) {
   j->next = NULL;
   if (*tail)
     (*tail)->next = j;
@@ -58,8 +57,7 @@ static void q_push(job **head, job **tail, job *j) {
   *tail = j;
 }
 
-/* The first job of a queue linked through next (NULL: empty). */
-static job *q_pop(job **head, job **tail) {
+job *sl__q_pop(job **head, job **tail) {
   job *j = *head;
   if (!j) return NULL;
   *head = j->next;
@@ -67,9 +65,10 @@ static job *q_pop(job **head, job **tail) {
   j->next = NULL;
   return j;
 }
-static job *lq_pop(loop_t *L) { return q_pop(&L->lq_head, &L->lq_tail); }
+
+static job *lq_pop(loop_t *L) { return sl__q_pop(&L->lq_head, &L->lq_tail); }
 static job *cq_pop(loop_t *L) {
-  job *j = q_pop(&L->cq_head, &L->cq_tail);
+  job *j = sl__q_pop(&L->cq_head, &L->cq_tail);
   if (j) L->cq_len--;
   return j;
 }
@@ -113,13 +112,13 @@ static void gate_limits(job *j);
 static int claims_on(const job *j);
 
 static void bq_push(loop_t *L, job *j) {
-  q_push(&L->bq_head, &L->bq_tail, j);
+  sl__q_push(&L->bq_head, &L->bq_tail, j);
   L->bq_len++;
   sl_metric_set(L->m_held, L->bq_len);
 }
 
 job *sl__bq_pop(loop_t *L) {
-  job *j = q_pop(&L->bq_head, &L->bq_tail);
+  job *j = sl__q_pop(&L->bq_head, &L->bq_tail);
   if (!j) return NULL;
   L->bq_len--;
   sl_metric_set(L->m_held, L->bq_len);
@@ -192,7 +191,7 @@ static void pause_decide(job *j) {
   sl__job_after(j, wait, on_pause_ttl, sl__gate);
 }
 
-static job *pq_pop(loop_t *L) { return q_pop(&L->pq_head, &L->pq_tail); }
+static job *pq_pop(loop_t *L) { return sl__q_pop(&L->pq_head, &L->pq_tail); }
 
 static void on_pause(redisReply *r, void *ud) {
   loop_t *L = ud;
@@ -241,7 +240,7 @@ static void gate_limits(job *j) {
   loop_t *L = j->L;
   if (L->o->provider) {
     if (L->cc->provider_rate > 0) { /* queue behind the limiter */
-      q_push(&L->lq_head, &L->lq_tail, j);
+      sl__q_push(&L->lq_head, &L->lq_tail, j);
       limiter_try(L);
       return;
     }
@@ -249,7 +248,7 @@ static void gate_limits(job *j) {
       pause_decide(j);
       return;
     }
-    q_push(&L->pq_head, &L->pq_tail, j);
+    sl__q_push(&L->pq_head, &L->pq_tail, j);
     if (L->pq_busy) return; /* the answer on its way decides for it too */
     const char *argv[] = {"PTTL", L->pause_key};
     L->pq_busy = 1;
@@ -342,7 +341,7 @@ static void on_claims(redisReply *r, void *ud) {
 }
 
 /* Sends the claims waiting in L->cq, SL_CLAIM_BATCH to a script. */
-static void claims_flush(loop_t *L) {
+void sl__claims_flush(loop_t *L) {
   char lease[32];
   snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
   while (L->cq_head) {
@@ -385,12 +384,6 @@ static void claims_flush(loop_t *L) {
   }
 }
 
-static void on_claims_idle(uv_idle_t *c) {
-  loop_t *L = c->data;
-  uv_idle_stop(c);
-  claims_flush(L);
-}
-
 /* Claims j's input: queued, and sent with the other claims of this turn of
  * the loop (one script for up to SL_CLAIM_BATCH inputs, not one each). */
 static void claim_try(job *j) {
@@ -401,12 +394,12 @@ static void claim_try(job *j) {
   }
   if (!j->owner[0])
     snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
-  q_push(&L->cq_head, &L->cq_tail, j);
+  sl__q_push(&L->cq_head, &L->cq_tail, j);
   if (++L->cq_len >= SL_CLAIM_BATCH) {
-    claims_flush(L);
+    sl__claims_flush(L);
     return;
   }
-  if (!uv_is_active((uv_handle_t *)&L->cq_idle)) uv_idle_start(&L->cq_idle, on_claims_idle);
+  sl__batch_soon(L);
 }
 
 /* Extends the claims of every call still running (one script per batch). */

@@ -200,11 +200,14 @@ struct loop_t {
   char owner[80];
   uint64_t owner_seq;
   uv_timer_t claim_timer;
-  /* claims to send at the end of this turn of the loop (cq_idle: libuv runs it before it polls
-   * again, and does not block in the poll while it is armed), up to SL_CLAIM_BATCH to a script */
+  /* claims and stores to send at the end of this turn of the loop (batch_idle: libuv runs it
+   * before it polls again, and does not block in the poll while it is armed), up to
+   * SL_CLAIM_BATCH claims and SL_STORE_BATCH stores to a script */
   job *cq_head, *cq_tail;
   int cq_len;
-  uv_idle_t cq_idle;
+  job *sq_head, *sq_tail;
+  int sq_len;
+  uv_idle_t batch_idle;
   sl_metric *m_claim_waits;
   /* jobs held while the breaker is open (breaker.hold), in order */
   job *bq_head, *bq_tail;
@@ -299,6 +302,17 @@ void sl__lag_stop(loop_t *L);
  * timeout), frees its clients and closes its handle (freed when the loop
  * runs again). Before the loop's last walk. NULL-safe. */
 void sl__lag_free(loop_t *L);
+
+/* ---- batches to Redis: claims (sl_stage_gate.c), stores (sl_stage_out.c) ---- */
+/* Sends every queued claim / store now. */
+void sl__claims_flush(loop_t *L);
+void sl__stores_flush(loop_t *L);
+/* Both flushes run before the loop polls again. */
+void sl__batch_soon(loop_t *L);
+/* The FIFOs of jobs linked through job.next: j goes last / the first
+ * (NULL: empty). */
+void sl__q_push(job **head, job **tail, job *j);
+job *sl__q_pop(job **head, job **tail);
 
 /* ---- sl_stage_gate.c: the provider gate and claims ---- */
 void sl__gate(job *j);

@@ -261,45 +261,113 @@ void sl__idem_key(job *j, char *buf, size_t len) {
   if (sl_idem_key(buf, len, j->L->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
 }
 
-static void on_stored(redisReply *r, void *ud) {
-  job *j = ud;
+/* j's store answered: r is its element of the batch's reply (an integer:
+ * 1 its claim released, 0 not the owner's any more, -1 not claimed), or
+ * the error, or NULL (Redis unavailable). */
+static void stored(job *j, const redisReply *r) {
   if (j->L->closing) {
     sl__job_drop(j);
     return;
   }
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
-  else if (j->claimed && r->type == REDIS_REPLY_INTEGER)
+  else if (j->claimed && r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
     j->claimed = 0;     /* the store script released it (or it was not ours any more) */
   sl__claim_release(j); /* after the store: a waiting replica finds the outputs */
   sl__produce(j);
 }
 
-/* Stores the job's outputs (and, holding the input's claim, releases it in
- * the same script, after the store), then produces them. */
+/* The stores sent together (one script), answered together. */
+typedef struct {
+  int n;
+  job *jobs[SL_STORE_BATCH];
+} store_batch;
+
+static void on_stores(redisReply *r, void *ud) {
+  store_batch *b = ud;
+  int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n;
+  for (int i = 0; i < b->n; i++)
+    stored(b->jobs[i], ok ? r->element[i] : r && r->type == REDIS_REPLY_ERROR ? r : NULL);
+  free(b);
+}
+
+/* Sends the stores waiting in L->sq, SL_STORE_BATCH to a script: each job's
+ * outputs (and, holding the input's claim, its release in the same script,
+ * after the store); each job is produced once its store answered. */
+void sl__stores_flush(loop_t *L) {
+  char ttl[32];
+  snprintf(ttl, sizeof ttl, "%lld", (long long)L->cc->idempotency_ttl_s);
+  while (L->sq_head) {
+    store_batch *b = malloc(sizeof *b);
+    struct {
+      char k[256], ck[256];
+      uint8_t *buf;
+      size_t n;
+    } *e = calloc(SL_STORE_BATCH, sizeof *e);
+    if (!b || !e) { /* no memory: produced unstored, as without Redis */
+      free(b);
+      free(e);
+      job *j;
+      while ((j = sl__q_pop(&L->sq_head, &L->sq_tail)) != NULL) {
+        L->sq_len--;
+        sl__claim_release(j);
+        sl__produce(j);
+      }
+      return;
+    }
+    b->n = 0;
+    job *j;
+    while (b->n < SL_STORE_BATCH && (j = sl__q_pop(&L->sq_head, &L->sq_tail)) != NULL) {
+      L->sq_len--;
+      int i = b->n;
+      sl__idem_key(j, e[i].k, sizeof e[i].k);
+      if (!e[i].k[0] || sl_idem_pack(&j->out, sl_now_ms(), &e[i].buf, &e[i].n) != 0) {
+        sl__claim_release(j); /* cannot be stored: produced as it is */
+        sl__produce(j);
+        continue;
+      }
+      if (!j->claimed || sl_idem_claim_key(e[i].ck, sizeof e[i].ck, L->o->stage, j->key, j->digest))
+        e[i].ck[0] = '\0'; /* stored only; a claim is released on its own after */
+      b->jobs[b->n++] = j;
+    }
+    int n = b->n;
+    const char *argv[4 * SL_STORE_BATCH + 1];
+    size_t lens[4 * SL_STORE_BATCH + 1];
+    for (int i = 0; i < n; i++) {
+      const char *owner = e[i].ck[0] ? b->jobs[i]->owner : "";
+      argv[2 * i] = e[i].k;
+      argv[2 * i + 1] = e[i].ck;
+      argv[2 * n + 1 + 2 * i] = (const char *)e[i].buf;
+      argv[2 * n + 2 + 2 * i] = owner;
+      lens[2 * i] = strlen(e[i].k);
+      lens[2 * i + 1] = strlen(e[i].ck);
+      lens[2 * n + 1 + 2 * i] = e[i].n;
+      lens[2 * n + 2 + 2 * i] = strlen(owner);
+    }
+    argv[2 * n] = ttl;
+    lens[2 * n] = strlen(ttl);
+    int rc =
+        n ? sl_aredis_eval(L->redis, on_stores, b, &L->s_claim_store, 2 * n, 4 * n + 1, argv, lens)
+          : 0;
+    for (int i = 0; i < n; i++) free(e[i].buf);
+    free(e);
+    if (!n)
+      free(b);
+    else if (rc != 0)
+      on_stores(NULL, b); /* Redis unavailable: produced unstored */
+  }
+}
+
+/* Queues the job's outputs for the store (sent with the other stores of
+ * this turn of the loop), then produces them. */
 static void store_and_produce(job *j) {
   loop_t *L = j->L;
-  uint8_t *buf = NULL;
-  size_t n = 0;
-  char k[256], ck[256], ttl[32];
-  sl__idem_key(j, k, sizeof k);
-  snprintf(ttl, sizeof ttl, "%lld", (long long)L->cc->idempotency_ttl_s);
-  if (k[0] && sl_idem_pack(&j->out, sl_now_ms(), &buf, &n) == 0) {
-    int rc;
-    if (j->claimed && sl_idem_claim_key(ck, sizeof ck, L->o->stage, j->key, j->digest) == 0) {
-      const char *argv[] = {k, ck, (const char *)buf, ttl, j->owner};
-      size_t lens[] = {strlen(k), strlen(ck), n, strlen(ttl), strlen(j->owner)};
-      rc = sl_aredis_eval(L->redis, on_stored, j, &L->s_claim_store, 2, 5, argv, lens);
-    } else {
-      const char *argv[] = {"SET", k, (const char *)buf, "EX", ttl};
-      size_t lens[] = {3, strlen(k), n, 2, strlen(ttl)};
-      rc = sl_aredis_argv(L->redis, on_stored, j, 5, argv, lens);
-    }
-    free(buf);
-    if (rc == 0) return;
+  sl__q_push(&L->sq_head, &L->sq_tail, j);
+  if (++L->sq_len >= SL_STORE_BATCH) {
+    sl__stores_flush(L);
+    return;
   }
-  sl__claim_release(j);
-  sl__produce(j);
+  sl__batch_soon(L);
 }
 
 /* Answers the job from outputs stored by an earlier run (this replica's or

@@ -37,11 +37,15 @@
  *   each claim still held by the owner at the same position. Reply: integer,
  *   how many were extended.
  * ---- sl_claim_store_lua --------------------------------------------------
- *   EVAL sl_claim_store_lua 2 <stored key> <claim key> <outputs> <ttl s> <owner>:
- *   stores the outputs (SET EX), then deletes the claim when it is still the
- *   owner's: one round trip where a call ends, the outputs always stored
- *   before the claim goes (a waiting replica finds them). Reply: integer 1
- *   the claim was released, 0 it was not the owner's (or gone).
+ *   EVAL sl_claim_store_lua 2N <stored key 1> <claim key 1> ... <stored key N>
+ *        <claim key N> <ttl s> <outputs 1> <owner 1> ... <outputs N> <owner N>
+ *   stores each input's outputs (SET EX), then deletes its claim when it is
+ *   still the owner's: one round trip where calls end, the outputs always
+ *   stored before the claim goes (a waiting replica finds them). An empty
+ *   owner stores only (an input not claimed). A stage sends the stores of
+ *   one turn of its loop together (SL_STORE_BATCH at most). Reply: an array
+ *   of N integers, in order: 1 the claim was released, 0 it was not the
+ *   owner's (or gone), -1 no owner given.
  */
 #ifndef SLUICE_SL_CLAIM_H
 #define SLUICE_SL_CLAIM_H
@@ -56,6 +60,8 @@ extern const char sl_claim_store_lua[];
 /* Inputs claimed by one sl_claim_take_lua (3 arguments each, plus the lease:
  * within SL__REDIS_SCRIPT_MAX_ARGS). */
 #define SL_CLAIM_BATCH 20
+/* Inputs stored by one sl_claim_store_lua (4 arguments each, plus the TTL). */
+#define SL_STORE_BATCH 15
 
 /* Reply codes of sl_claim_take_lua. */
 enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2 };
