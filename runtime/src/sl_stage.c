@@ -809,6 +809,12 @@ static void on_batch_idle(uv_idle_t *h) {
   sl__stores_flush(L);
 }
 
+_Static_assert(SL_STORE_BATCH <= SL_CLAIM_BATCH, "a job_batch holds either");
+
+redisReply **sl__batch_reply(const job_batch *b, const redisReply *r, size_t per) {
+  return r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n * per ? r->element : NULL;
+}
+
 void sl__batch_soon(loop_t *L) {
   if (!uv_is_active((uv_handle_t *)&L->batch_idle)) uv_idle_start(&L->batch_idle, on_batch_idle);
 }

@@ -327,16 +327,11 @@ static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
 }
 
 /* The claims sent together (one script), answered together. */
-typedef struct {
-  int n;
-  job *jobs[SL_CLAIM_BATCH];
-} claim_batch;
-
 static void on_claims(redisReply *r, void *ud) {
-  claim_batch *b = ud;
-  int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n * 2;
+  job_batch *b = ud;
+  redisReply **el = sl__batch_reply(b, r, 2);
   for (int i = 0; i < b->n; i++)
-    on_claim(b->jobs[i], ok ? r->element[2 * i] : NULL, ok ? r->element[2 * i + 1] : NULL);
+    on_claim(b->jobs[i], el ? el[2 * i] : NULL, el ? el[2 * i + 1] : NULL);
   free(b);
 }
 
@@ -345,11 +340,9 @@ void sl__claims_flush(loop_t *L) {
   char lease[32];
   snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
   while (L->cq_head) {
-    claim_batch *b = malloc(sizeof *b);
-    char(*keys)[2][256] = malloc(SL_CLAIM_BATCH * sizeof *keys);
-    if (!b || !keys) { /* no memory: each one calls (fail open, as without Redis) */
-      free(b);
-      free(keys);
+    job_batch *b = malloc(sizeof *b);
+    char keys[SL_CLAIM_BATCH][2][256]; /* claim and store key of each */
+    if (!b) {                          /* no memory: each one calls (fail open, as without Redis) */
       job *j;
       while ((j = cq_pop(L)) != NULL) call_now(j);
       return;
@@ -369,7 +362,6 @@ void sl__claims_flush(loop_t *L) {
     int n = b->n;
     if (n == 0) {
       free(b);
-      free(keys);
       continue;
     }
     for (int i = 0; i < n; i++) {
@@ -379,7 +371,6 @@ void sl__claims_flush(loop_t *L) {
     }
     argv[2 * n] = lease;
     int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 2 * n, 3 * n + 1, argv, NULL);
-    free(keys);
     if (rc != 0) on_claims(NULL, b); /* Redis unavailable: each one calls */
   }
 }

@@ -29,6 +29,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_breaker.h"
+#include "sluice/sl_claim.h"
 #include "sluice/sl_flow.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_inline.h"
@@ -313,6 +314,14 @@ void sl__batch_soon(loop_t *L);
  * (NULL: empty). */
 void sl__q_push(job **head, job **tail, job *j);
 job *sl__q_pop(job **head, job **tail);
+/* The jobs of one batch script (claims or stores), answered together. */
+typedef struct {
+  int n;
+  job *jobs[SL_CLAIM_BATCH]; /* SL_STORE_BATCH is smaller */
+} job_batch;
+/* The batch's reply elements, per per job in order; NULL when r is not an
+ * array of exactly b->n * per (an error, Redis unavailable). */
+redisReply **sl__batch_reply(const job_batch *b, const redisReply *r, size_t per);
 
 /* ---- sl_stage_gate.c: the provider gate and claims ---- */
 void sl__gate(job *j);

@@ -277,17 +277,11 @@ static void stored(job *j, const redisReply *r) {
   sl__produce(j);
 }
 
-/* The stores sent together (one script), answered together. */
-typedef struct {
-  int n;
-  job *jobs[SL_STORE_BATCH];
-} store_batch;
-
 static void on_stores(redisReply *r, void *ud) {
-  store_batch *b = ud;
-  int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n;
+  job_batch *b = ud;
+  redisReply **el = sl__batch_reply(b, r, 1);
   for (int i = 0; i < b->n; i++)
-    stored(b->jobs[i], ok ? r->element[i] : r && r->type == REDIS_REPLY_ERROR ? r : NULL);
+    stored(b->jobs[i], el ? el[i] : r && r->type == REDIS_REPLY_ERROR ? r : NULL);
   free(b);
 }
 
@@ -298,15 +292,13 @@ void sl__stores_flush(loop_t *L) {
   char ttl[32];
   snprintf(ttl, sizeof ttl, "%lld", (long long)L->cc->idempotency_ttl_s);
   while (L->sq_head) {
-    store_batch *b = malloc(sizeof *b);
+    job_batch *b = malloc(sizeof *b);
     struct {
       char k[256], ck[256];
-      uint8_t *buf;
+      uint8_t *buf; /* the packed outputs (sl_idem_pack) */
       size_t n;
-    } *e = calloc(SL_STORE_BATCH, sizeof *e);
-    if (!b || !e) { /* no memory: produced unstored, as without Redis */
-      free(b);
-      free(e);
+    } e[SL_STORE_BATCH];
+    if (!b) { /* no memory: produced unstored, as without Redis */
       job *j;
       while ((j = sl__q_pop(&L->sq_head, &L->sq_tail)) != NULL) {
         L->sq_len--;
@@ -350,7 +342,6 @@ void sl__stores_flush(loop_t *L) {
         n ? sl_aredis_eval(L->redis, on_stores, b, &L->s_claim_store, 2 * n, 4 * n + 1, argv, lens)
           : 0;
     for (int i = 0; i < n; i++) free(e[i].buf);
-    free(e);
     if (!n)
       free(b);
     else if (rc != 0)
