@@ -218,6 +218,25 @@ static void test_relevance(void **state) {
     assert_null(strstr(r.feedback, "key words"));
   }
 
+  /* every stopword, the instruction words too, is found (the list is looked
+   * up by bsearch: an entry out of order would be missed and count here) */
+  const char *all_stopwords =
+      "a about above after again against all also am an and answer any are as at be "
+      "because been before being below between both but by can can't could describe "
+      "detail details did discuss do does doing don't down during each example explain "
+      "few for from further give had has have having he her here hers herself him "
+      "himself his how i i'm if in into is it it's its itself just kind let like many "
+      "me more most much my myself no nor not now of off on once one only or other our "
+      "ours ourselves out over own please question really same say share she should so "
+      "some something such talk tell than that the their theirs them themselves then "
+      "there these they thing things think this those through to too under until up "
+      "very was way we well were what when where which while who whom why will with "
+      "would you you're your yours yourself yourselves ";
+  grade_ok("i play chess and tennis", 3.0, all_stopwords, &r);
+  assert_int_equal(r.prompt_terms, 0);
+  grade_ok("i play chess and tennis", 3.0, "Tell me about chess and DETAILS, please", &r);
+  assert_int_equal(r.prompt_terms, 1); /* chess */
+
   /* repeated prompt words count once */
   grade_ok("travel", 1.0, "Travel, travel and TRAVELS", &r);
   assert_int_equal(r.prompt_terms, 1);

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define WORD_BUF (SL_RUBRIC_WORD_MAX + 1u)
@@ -135,6 +136,15 @@ static int in_list(const char *w, const char *const *list, size_t n) {
   return 0;
 }
 
+static int cmp_word(const void *key, const void *entry) {
+  return strcmp(key, *(const char *const *)entry);
+}
+
+/* w in a list sorted in strcmp order */
+static int in_sorted(const char *w, const char *const *list, size_t n) {
+  return bsearch(w, list, n, sizeof *list, cmp_word) != NULL;
+}
+
 static int ends_with(const char *w, size_t len, const char *suf) {
   size_t k = strlen(suf);
   return len >= k && memcmp(w + len - k, suf, k) == 0;
@@ -170,24 +180,32 @@ static const char *const YOU_KNOW_LITERAL[] = {"do",    "did", "don't", "dont", 
                                                "didnt", "if",  "what",  "how"};
 
 /* Prompt stopwords: English function words plus instruction words that a
- * question uses but an answer has no reason to repeat. */
+ * question uses but an answer has no reason to repeat ("tell", "describe",
+ * "explain", "example", ...). Sorted in strcmp (byte) order: looked up by
+ * bsearch, eight comparisons a prompt word instead of up to 159
+ * (tests/unit/test_rubric.c checks that every entry is found). */
 static const char *const STOPWORDS[] = {
-    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
-    "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both",
-    "but", "by", "can", "can't", "could", "did", "do", "does", "doing", "don't", "down", "during",
-    "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here",
-    "hers", "herself", "him", "himself", "his", "how", "i", "i'm", "if", "in", "into", "is", "it",
-    "it's", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not",
-    "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out",
-    "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their",
-    "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through",
-    "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where",
-    "which", "while", "who", "whom", "why", "will", "with", "would", "you", "you're", "your",
-    "yours", "yourself", "yourselves",
-    /* instruction words */
-    "tell", "describe", "talk", "explain", "discuss", "please", "give", "share", "answer",
-    "question", "example", "detail", "details", "like", "think", "say", "let", "something", "thing",
-    "things", "kind", "one", "really", "much", "many", "well", "way"};
+    "a",          "about",   "above",   "after",  "again",  "against",  "all",        "also",
+    "am",         "an",      "and",     "answer", "any",    "are",      "as",         "at",
+    "be",         "because", "been",    "before", "being",  "below",    "between",    "both",
+    "but",        "by",      "can",     "can't",  "could",  "describe", "detail",     "details",
+    "did",        "discuss", "do",      "does",   "doing",  "don't",    "down",       "during",
+    "each",       "example", "explain", "few",    "for",    "from",     "further",    "give",
+    "had",        "has",     "have",    "having", "he",     "her",      "here",       "hers",
+    "herself",    "him",     "himself", "his",    "how",    "i",        "i'm",        "if",
+    "in",         "into",    "is",      "it",     "it's",   "its",      "itself",     "just",
+    "kind",       "let",     "like",    "many",   "me",     "more",     "most",       "much",
+    "my",         "myself",  "no",      "nor",    "not",    "now",      "of",         "off",
+    "on",         "once",    "one",     "only",   "or",     "other",    "our",        "ours",
+    "ourselves",  "out",     "over",    "own",    "please", "question", "really",     "same",
+    "say",        "share",   "she",     "should", "so",     "some",     "something",  "such",
+    "talk",       "tell",    "than",    "that",   "the",    "their",    "theirs",     "them",
+    "themselves", "then",    "there",   "these",  "they",   "thing",    "things",     "think",
+    "this",       "those",   "through", "to",     "too",    "under",    "until",      "up",
+    "very",       "was",     "way",     "we",     "well",   "were",     "what",       "when",
+    "where",      "which",   "while",   "who",    "whom",   "why",      "will",       "with",
+    "would",      "you",     "you're",  "your",   "yours",  "yourself", "yourselves",
+};
 
 /* ---- measuring ---------------------------------------------------------- */
 
@@ -263,7 +281,7 @@ static void load_prompt(measure *m, const char *prompt) {
   size_t pos = 0;
   char w[WORD_BUF];
   while (m->nterms < SL_RUBRIC_MAX_PROMPT_TERMS && next_word(prompt, &pos, w)) {
-    if (in_list(w, STOPWORDS, NPOINTS(STOPWORDS))) continue;
+    if (in_sorted(w, STOPWORDS, NPOINTS(STOPWORDS))) continue;
     stem(w);
     int dup = 0;
     for (unsigned i = 0; i < m->nterms && !dup; i++) dup = strcmp(m->terms[i], w) == 0;
