@@ -8,7 +8,7 @@
  * The metrics registry is process-global and append-only, so every metrics
  * test uses names no other test in this file uses.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* timegm */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -526,17 +526,30 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Batched logging (sl_log_batch): info lines wait, a warn line takes them
- * out first and in order, a flush or a line logged late enough writes
- * them, and switching batching off writes every line at once again. */
-static void test_log_batch(void **state) {
-  (void)state;
-  int p[2];
+/* stderr into a new non-blocking pipe p (read p[0]); returns the old
+ * stderr, for stderr_back */
+static int stderr_to_pipe(int p[2]) {
   assert_int_equal(pipe(p), 0);
   assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
   int saved = dup(STDERR_FILENO);
   assert_true(saved >= 0);
   assert_true(dup2(p[1], STDERR_FILENO) >= 0);
+  return saved;
+}
+
+static void stderr_back(int saved, int p[2]) {
+  assert_true(dup2(saved, STDERR_FILENO) >= 0);
+  close(saved);
+  close(p[0]);
+  close(p[1]);
+}
+
+/* Batched logging (sl_log_batch): info lines wait, a warn line takes them
+ * out first and in order, a flush or a line logged late enough writes
+ * them, and switching batching off writes every line at once again. */
+static void test_log_batch(void **state) {
+  (void)state;
+  int p[2], saved = stderr_to_pipe(p);
   static char buf[128 * 1024];
   assert_int_equal(sl_log_init("t", "info"), 0);
 
@@ -591,10 +604,42 @@ static void test_log_batch(void **state) {
   drain_pipe(p[0], buf, sizeof buf);
   assert_non_null(strstr(buf, "\"seventh\""));
 
-  assert_true(dup2(saved, STDERR_FILENO) >= 0);
-  close(saved);
-  close(p[0]);
-  close(p[1]);
+  stderr_back(saved, p);
+}
+
+/* One line's shape: the UTC time to the millisecond (the second is kept per
+ * thread between lines: a line in the next second must not repeat it), the
+ * level, the component, the submission and question of the key. */
+static void test_log_line(void **state) {
+  (void)state;
+  int p[2], saved = stderr_to_pipe(p);
+  static char buf[8192];
+  assert_int_equal(sl_log_init("comp", "info"), 0);
+  sl_log_batch(0);
+  for (int round = 0; round < 2; round++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    sl_log(SL_LOG_WARN, "sub-1/7", "graded %d", 42);
+    clock_gettime(CLOCK_REALTIME, &t1);
+    drain_pipe(p[0], buf, sizeof buf);
+    int Y, M, D, h, m, s, ms;
+    char z;
+    assert_int_equal(
+        sscanf(buf, "{\"ts\":\"%4d-%2d-%2dT%2d:%2d:%2d.%3d%c\"", &Y, &M, &D, &h, &m, &s, &ms, &z),
+        8);
+    assert_int_equal(z, 'Z');
+    assert_int_equal(buf[31], '"'); /* exactly three digits of milliseconds */
+    struct tm tm = {
+        .tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h, .tm_min = m, .tm_sec = s};
+    int64_t at = (int64_t)timegm(&tm) * 1000 + ms;
+    assert_true(at >= (int64_t)t0.tv_sec * 1000 + t0.tv_nsec / 1000000);
+    assert_true(at <= (int64_t)t1.tv_sec * 1000 + t1.tv_nsec / 1000000);
+    assert_non_null(strstr(buf, "\"level\":\"warn\",\"component\":\"comp\","
+                                "\"submission\":\"sub-1\",\"question\":\"7\","
+                                "\"msg\":\"graded 42\"}\n"));
+    if (round == 0) sleep_ms(1100); /* the next line is in another second */
+  }
+  stderr_back(saved, p);
 }
 
 static void test_err(void **state) {
@@ -635,6 +680,7 @@ int main(void) {
       cmocka_unit_test(test_key_parse),
       cmocka_unit_test(test_outbox),
       cmocka_unit_test(test_log_batch),
+      cmocka_unit_test(test_log_line),
       cmocka_unit_test(test_err),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
