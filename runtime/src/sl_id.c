@@ -53,18 +53,38 @@ int sl_random_hex(size_t nbytes, char *out, size_t outlen) {
 }
 
 /* SHA256() looks the algorithm up in OpenSSL 3's provider store on every
- * call (EVP_Q_digest): fetched once instead, it costs half (a stage hashes
- * every input for its idempotency key). Never freed: it lives as long as
- * the process. */
+ * call (EVP_Q_digest), and EVP_Digest makes and frees a context each time:
+ * the algorithm is fetched once (never freed: it lives as long as the
+ * process) and each thread keeps one context, freed when the thread ends (a
+ * stage hashes every input for its idempotency key). */
 static EVP_MD *sha256_md;
+static pthread_key_t sha256_ctx_key;
+static int sha256_have_key;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
-static void sha256_fetch(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
+static void sha256_ctx_free(void *ctx) { EVP_MD_CTX_free(ctx); }
+static void sha256_fetch(void) {
+  sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+  sha256_have_key = pthread_key_create(&sha256_ctx_key, sha256_ctx_free) == 0;
+}
+
+/* the calling thread's context, made on its first use (NULL: none) */
+static EVP_MD_CTX *sha256_ctx(void) {
+  if (!sha256_have_key) return NULL;
+  EVP_MD_CTX *ctx = pthread_getspecific(sha256_ctx_key);
+  if (!ctx && (ctx = EVP_MD_CTX_new()) != NULL && pthread_setspecific(sha256_ctx_key, ctx) != 0) {
+    EVP_MD_CTX_free(ctx);
+    ctx = NULL;
+  }
+  return ctx;
+}
 
 int sl_sha256_hex(const void *data, size_t len, char out[65]) {
   unsigned char d[SHA256_DIGEST_LENGTH];
   if (!out || (!data && len)) return SL_EINVAL;
   pthread_once(&sha256_once, sha256_fetch);
-  if (!sha256_md || EVP_Digest(data, len, d, NULL, sha256_md, NULL) != 1)
+  EVP_MD_CTX *ctx = sha256_ctx();
+  if (!sha256_md || !ctx || EVP_DigestInit_ex2(ctx, sha256_md, NULL) != 1 ||
+      EVP_DigestUpdate(ctx, data, len) != 1 || EVP_DigestFinal_ex(ctx, d, NULL) != 1)
     SHA256(data, len, d); /* callers count on a digest: the slow way then */
   to_hex(d, sizeof d, out);
   return 0;

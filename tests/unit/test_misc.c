@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,9 +127,23 @@ static void test_random_hex(void **state) {
   assert_string_equal(small, "");
 }
 
+/* a thread of its own hashes with its own context (freed when it ends) */
+static void *sha256_in_thread(void *arg) {
+  char *h = arg;
+  for (int i = 0; i < 3; i++) sl_sha256_hex("abc", 3, h);
+  return NULL;
+}
+
 static void test_sha256_hex(void **state) {
   (void)state;
-  char h[65];
+  char h[65], th[2][65];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, sha256_in_thread, th[i]), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_string_equal(th[i], "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  }
   assert_int_equal(sl_sha256_hex("abc", 3, h), 0);
   assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   assert_int_equal(sl_sha256_hex("", 0, h), 0);
