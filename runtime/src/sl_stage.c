@@ -731,8 +731,9 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
   j->m = m;
   j->offset = m->offset;
   j->ticket = (sl_kafka_ticket){sl__on_delivery, j, 0};
-  snprintf(j->key, sizeof j->key, "%.*s", (int)(m->key_len < 127 ? m->key_len : 127),
-           m->key ? (const char *)m->key : "");
+  size_t kn = m->key ? (m->key_len < sizeof j->key ? m->key_len : sizeof j->key - 1) : 0;
+  memcpy(j->key, m->key ? m->key : "", kn); /* a C string: ends at its first NUL */
+  j->key[kn] = '\0';
   j->p = sl__part_get(L, rd_kafka_topic_name(m->rkt), m->partition, 1);
   if (j->p && (j->p->revoking || j->p->revoked)) {
     /* fetched before the partition was taken away: its owner reads it */
