@@ -7,6 +7,8 @@
 #include "stages.h"
 #include "sluice/sl_tls.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +404,41 @@ static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   return 0;
 }
 
+/* ---- protobuf arena ---- */
+
+static void *arena_alloc(void *data, size_t size) {
+  sl__pb_arena *ar = data;
+  /* aligned for any type, as malloc's: the address, whatever the buffer's */
+  const uintptr_t align = _Alignof(max_align_t), base = (uintptr_t)ar->buf;
+  size_t at = (size_t)(((base + ar->used + align - 1) & ~(align - 1)) - base);
+  if (size <= ar->cap && at <= ar->cap - size) {
+    ar->used = at + size;
+    return ar->buf + at;
+  }
+  ar->spilled = 1;
+  return malloc(size ? size : 1);
+}
+
+static void arena_free(void *data, void *p) {
+  sl__pb_arena *ar = data;
+  unsigned char *c = p;
+  /* inside the buffer: it goes with the buffer (compared as integers: the
+   * two need not be parts of one object) */
+  if (c && (uintptr_t)c >= (uintptr_t)ar->buf && (uintptr_t)c < (uintptr_t)(ar->buf + ar->cap))
+    return;
+  free(p);
+}
+
+void sl__pb_arena_init(sl__pb_arena *ar, void *buf, size_t cap) {
+  *ar = (sl__pb_arena){.a = {arena_alloc, arena_free, ar}, .buf = buf, .cap = buf ? cap : 0};
+}
+
+void sl__pb_free(void *msg, ProtobufCAllocator *pa) {
+  if (!msg) return;
+  if (pa && pa->alloc == arena_alloc && !((sl__pb_arena *)pa->allocator_data)->spilled) return;
+  protobuf_c_message_free_unpacked(msg, pa);
+}
+
 /* ---- running a plugin for each message ---- */
 
 static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
@@ -410,11 +447,15 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
                         const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   char key[SL__KEY_MAX], err[512] = "";
   void *msg = NULL, *scratch = NULL;
-  if (!ops->parse(ud, m, out, res, &msg, key)) return;
+  /* the message lives only for this call: decoded into an arena here */
+  _Alignas(max_align_t) unsigned char space[SL__PB_ARENA_BYTES];
+  sl__pb_arena ar;
+  sl__pb_arena_init(&ar, space, sizeof space);
+  if (!ops->parse(ud, m, out, res, &msg, key, &ar.a)) return;
   sl_plugin_inst *in = sl__plugin_pool_get(pp, err, sizeof err);
   if (!in) {
     sl_result_set(res, SL_OUTCOME_RETRY, ops->setup_class, "%s", err);
-    ops->release(msg);
+    ops->release(msg, &ar.a);
     return;
   }
   sl_plugin_input pin;
@@ -423,7 +464,7 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
       fetch_sync(pp, ops, ud, msg, &pin, &object, res) != 0) {
     free(object);
     free(scratch);
-    ops->release(msg);
+    ops->release(msg, &ar.a);
     return;
   }
   sl_plugin_result pr = {0};
@@ -435,7 +476,7 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   sl_plugin_result_clear(&pr);
   free(object);
   free(scratch);
-  ops->release(msg);
+  ops->release(msg, &ar.a);
 }
 
 /* One message with an async plugin: everything the plugin's input points
@@ -458,7 +499,7 @@ typedef struct {
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
-  c->ops->release(c->msg);
+  c->ops->release(c->msg, NULL);
   free(c->scratch);
   free(c->object);
   sl_job_hold(c->job, 0); /* the job holds nothing of ours from here */
@@ -546,7 +587,7 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   c->ops = ops;
   c->ud = ud;
   c->job = job;
-  if (!ops->parse(ud, sl_job_message(job), sl_job_outbox(job), res, &c->msg, c->key)) {
+  if (!ops->parse(ud, sl_job_message(job), sl_job_outbox(job), res, &c->msg, c->key, NULL)) {
     free(c);
     sl_job_done(job);
     return;

@@ -8,6 +8,8 @@
 
 #include <signal.h>
 
+#include <protobuf-c/protobuf-c.h>
+
 #include "sluice/sl_admin.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_stage.h"
@@ -177,16 +179,36 @@ sl_plugin_inst *sl__plugin_pool_get(sl__plugin_pool *pp, char *err, size_t errle
 /* NULL-safe; after the stage stopped. */
 void sl__plugin_pool_free(sl__plugin_pool *pp);
 
+/* A bump allocator for protobuf-c's unpack over a caller's buffer (on its
+ * stack): a message decoded, used and released within one call costs no
+ * malloc or free per field (a Transcript is a dozen allocations and more, a
+ * fifth of a grade run around a plugin that does nothing, bench/cost). What
+ * does not fit is malloc'd and freed as usual ("spilled"). Not thread-safe:
+ * one per call, on the calling thread's stack. */
+typedef struct {
+  ProtobufCAllocator a; /* hand &a to unpack and free_unpacked */
+  unsigned char *buf;
+  size_t cap, used;
+  int spilled; /* something did not fit and was malloc'd */
+} sl__pb_arena;
+#define SL__PB_ARENA_BYTES 16384
+void sl__pb_arena_init(sl__pb_arena *ar, void *buf, size_t cap);
+/* msg (unpacked with pa, NULL: the system allocator) freed: nothing to do
+ * when pa is an arena whose every allocation fit in its buffer. */
+void sl__pb_free(void *msg, ProtobufCAllocator *pa);
+
 /* What a plugin stage does around each call; the shared drivers below run
  * it on the worker pool (SYNC plugins) or on the loop (async ones), so the
  * stages that host a plugin (grade, the step host) differ only here. */
 #define SL__KEY_MAX 160
 typedef struct {
   const char *setup_class; /* retry class when no instance could be made */
-  /* decodes m into *msg (owned) and key; 0 with res set when it cannot;
-   * may emit a best-effort status at once (sl_outbox_emit_now on out) */
+  /* decodes m into *msg (owned, its memory from pa: an arena on the
+   * driver's stack for a SYNC call, NULL for the system allocator) and key;
+   * 0 with res set when it cannot; may emit a best-effort status at once
+   * (sl_outbox_emit_now on out) */
   int (*parse)(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
-               char key[SL__KEY_MAX]);
+               char key[SL__KEY_MAX], ProtobufCAllocator *pa);
   /* the plugin's input for msg; *scratch (left NULL if unused) is freed
    * with free() once the call is over. 0 with res set: no call (the input
    * could not be prepared, e.g. its object could not be fetched) */
@@ -199,7 +221,7 @@ typedef struct {
   /* the outcome into out/res */
   void (*finish)(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
                  sl_result *res);
-  void (*release)(void *msg);
+  void (*release)(void *msg, ProtobufCAllocator *pa); /* pa: parse's */
 } sl__plugin_ops;
 
 /* sl_stage_opts.process for a SYNC plugin: the calling worker's instance. */

@@ -40,14 +40,14 @@ typedef struct {
 } grade;
 
 static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
-                 char key[SL__KEY_MAX]) {
+                 char key[SL__KEY_MAX], ProtobufCAllocator *pa) {
   (void)ud;
   (void)out;
-  Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(NULL, m->len, m->payload);
+  Sluice__V1__Transcript *t = sluice__v1__transcript__unpack(pa, m->len, m->payload);
   if (!t || !t->upload || !t->upload->submission_id[0] || !t->upload->question_no) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message",
                   "grade.requests message is not a valid Transcript");
-    if (t) sluice__v1__transcript__free_unpacked(t, NULL);
+    sl__pb_free(t, pa);
     return 0;
   }
   snprintf(key, SL__KEY_MAX, "%s/%u", t->upload->submission_id, t->upload->question_no);
@@ -55,7 +55,7 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_resul
   return 1;
 }
 
-static void release(void *msg) { sluice__v1__transcript__free_unpacked(msg, NULL); }
+static void release(void *msg, ProtobufCAllocator *pa) { sl__pb_free(msg, pa); }
 
 /* Builds the plugin input; words point into t (and into *scratch, the word
  * array). */

@@ -99,11 +99,14 @@ static void emit_progress(const step *s, const ProtobufCMessage *msg, sl_outbox 
 
 /* The input decoded, and its key (bounded) for logs and the output. */
 static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *ob, sl_result *res, void **out,
-                 char key[SL__KEY_MAX]) {
+                 char key[SL__KEY_MAX], ProtobufCAllocator *pa) {
   const step *s = ud;
   size_t kl = m->key_len < SL__KEY_MAX - 1 ? m->key_len : SL__KEY_MAX - 1;
   memcpy(key, m->key ? m->key : "", m->key ? kl : 0);
   key[m->key ? kl : 0] = '\0';
+  /* not into the arena: finish edits the message in place with malloc'd
+   * strings (sl_pbfield_set_str frees the ones it replaces) */
+  (void)pa;
   ProtobufCMessage *msg = protobuf_c_message_unpack(s->in_desc, NULL, m->len, m->payload);
   if (!msg)
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "%s message is not a valid %s",
@@ -113,7 +116,10 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *ob, sl_result
   return msg != NULL;
 }
 
-static void release(void *msg) { protobuf_c_message_free_unpacked(msg, NULL); }
+static void release(void *msg, ProtobufCAllocator *pa) {
+  (void)pa; /* parse used the system allocator */
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
 
 static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in, void **scratch,
                      sl_result *res) {

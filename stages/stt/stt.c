@@ -103,13 +103,13 @@ static Sluice__V1__QuestionStatus status_of(const Sluice__V1__UploadCompleted *u
 
 /* The upload decoded; the TRANSCRIBING status at once (best effort). */
 static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
-                 char key[SL__KEY_MAX]) {
+                 char key[SL__KEY_MAX], ProtobufCAllocator *pa) {
   const stt *s = ud;
-  Sluice__V1__UploadCompleted *up = sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
+  Sluice__V1__UploadCompleted *up = sluice__v1__upload_completed__unpack(pa, m->len, m->payload);
   if (!up || !up->submission_id[0] || !up->question_no || !up->object_key[0]) {
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message",
                   "stt.requests message is not a valid UploadCompleted");
-    if (up) sluice__v1__upload_completed__free_unpacked(up, NULL);
+    sl__pb_free(up, pa);
     return 0;
   }
   snprintf(key, SL__KEY_MAX, "%s/%u", up->submission_id, up->question_no);
@@ -120,7 +120,7 @@ static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_resul
   return 1;
 }
 
-static void release(void *msg) { sluice__v1__upload_completed__free_unpacked(msg, NULL); }
+static void release(void *msg, ProtobufCAllocator *pa) { sl__pb_free(msg, pa); }
 
 /* sl_stage_opts.bytes_of: what the answer will weigh once fetched — the
  * size the upload declared, or for preflight's FLAC (16 kHz mono) at most
