@@ -37,6 +37,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,8 @@ static void stem(char *w) {
 
 /* ---- word lists --------------------------------------------------------- */
 
+/* Single-word fillers, each at most 3 bytes (count_filler looks no further
+ * for a longer word); test_filler_counting names every one. */
 static const char *const FILLERS[] = {"um",  "umm", "uhm", "uh",  "uhh", "er",
                                       "erm", "ah",  "eh",  "hmm", "mm"};
 /* Left contexts in which "you know" is literal, not a filler. */
@@ -219,19 +222,30 @@ typedef struct {
   int prev_filler;
   /* MATTR ring */
   char win[MATTR_WINDOW][WORD_BUF];
-  unsigned wn;   /* words in the ring, <= MATTR_WINDOW */
-  unsigned wpos; /* oldest slot once the ring is full */
+  uint32_t winh[MATTR_WINDOW]; /* word_hash of each: strcmp only when equal */
+  unsigned wn;                 /* words in the ring, <= MATTR_WINDOW */
+  unsigned wpos;               /* oldest slot once the ring is full */
   unsigned distinct;
   unsigned long long sum_distinct;
   unsigned long windows;
   /* prompt terms */
   char terms[SL_RUBRIC_MAX_PROMPT_TERMS][WORD_BUF];
+  uint32_t termh[SL_RUBRIC_MAX_PROMPT_TERMS]; /* word_hash of each */
   unsigned char hit[SL_RUBRIC_MAX_PROMPT_TERMS];
   unsigned nterms;
 } measure;
 
+/* FNV-1a of a word: equal words hash equal, so a differing hash settles
+ * most comparisons without strcmp (the ring and the prompt terms). */
+static uint32_t word_hash(const char *w) {
+  uint32_t h = 2166136261u;
+  for (; *w; w++) h = (h ^ (unsigned char)*w) * 16777619u;
+  return h;
+}
+
 static int count_filler(measure *m, const char *w) {
-  if (in_list(w, FILLERS, NPOINTS(FILLERS))) return 1;
+  /* every single-word filler has at most 3 bytes */
+  if (!(w[0] && w[1] && w[2] && w[3]) && in_list(w, FILLERS, NPOINTS(FILLERS))) return 1;
   if (m->prev_filler) return 0; /* the left word already belongs to a filler */
   if (strcmp(w, "know") == 0 && strcmp(m->prev, "you") == 0 &&
       !in_list(m->prev2, YOU_KNOW_LITERAL, NPOINTS(YOU_KNOW_LITERAL)))
@@ -241,23 +255,27 @@ static int count_filler(measure *m, const char *w) {
   return 0;
 }
 
-static int ring_has(const measure *m, const char *w, unsigned skip) {
+static int ring_has(const measure *m, const char *w, uint32_t h, unsigned skip) {
   for (unsigned j = 0; j < m->wn; j++) {
-    if (j != skip && strcmp(m->win[j], w) == 0) return 1;
+    if (j != skip && m->winh[j] == h && strcmp(m->win[j], w) == 0) return 1;
   }
   return 0;
 }
 
 static void mattr_push(measure *m, const char *w) {
+  uint32_t h = word_hash(w);
   if (m->wn < MATTR_WINDOW) {
-    if (!ring_has(m, w, MATTR_WINDOW)) m->distinct++;
+    if (!ring_has(m, w, h, MATTR_WINDOW)) m->distinct++;
     memcpy(m->win[m->wn], w, strlen(w) + 1);
+    m->winh[m->wn] = h;
     m->wn++;
   } else {
     unsigned slot = m->wpos;
-    if (!ring_has(m, m->win[slot], slot)) m->distinct--; /* the evicted word was the only copy */
+    if (!ring_has(m, m->win[slot], m->winh[slot], slot))
+      m->distinct--; /* the evicted word was the only copy */
     memcpy(m->win[slot], w, strlen(w) + 1);
-    if (!ring_has(m, w, slot)) m->distinct++;
+    m->winh[slot] = h;
+    if (!ring_has(m, w, h, slot)) m->distinct++;
     m->wpos = (slot + 1u) % MATTR_WINDOW;
   }
   if (m->wn == MATTR_WINDOW) {
@@ -271,8 +289,9 @@ static void relevance_mark(measure *m, const char *w) {
   char s[WORD_BUF];
   memcpy(s, w, strlen(w) + 1);
   stem(s);
+  uint32_t h = word_hash(s);
   for (unsigned i = 0; i < m->nterms; i++) {
-    if (strcmp(s, m->terms[i]) == 0) m->hit[i] = 1;
+    if (m->termh[i] == h && strcmp(s, m->terms[i]) == 0) m->hit[i] = 1;
   }
 }
 
@@ -283,10 +302,13 @@ static void load_prompt(measure *m, const char *prompt) {
   while (m->nterms < SL_RUBRIC_MAX_PROMPT_TERMS && next_word(prompt, &pos, w)) {
     if (in_sorted(w, STOPWORDS, NPOINTS(STOPWORDS))) continue;
     stem(w);
+    uint32_t h = word_hash(w);
     int dup = 0;
-    for (unsigned i = 0; i < m->nterms && !dup; i++) dup = strcmp(m->terms[i], w) == 0;
+    for (unsigned i = 0; i < m->nterms && !dup; i++)
+      dup = m->termh[i] == h && strcmp(m->terms[i], w) == 0;
     if (!dup) {
       memcpy(m->terms[m->nterms], w, strlen(w) + 1);
+      m->termh[m->nterms] = h;
       m->nterms++;
     }
   }
