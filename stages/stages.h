@@ -38,6 +38,11 @@ extern const size_t sl__nsubcommands;
  * results reads it to push server-sent events (stages/results/results.c). */
 #define SL__VIEW_FEED "sl:view:changes"
 
+/* A question's view in Redis: the JSON of status st, whose state reads
+ * label (materialize; malloc'd, NULL when out of memory). */
+struct Sluice__V1__QuestionStatus;
+char *sl__status_view(const struct Sluice__V1__QuestionStatus *st, const char *label);
+
 /* 1 when the view marker is set, 0 when it is missing (a rebuild is due or
  * under way), SL_EREDIS with err set when Redis cannot say. */
 struct sl_redis;
