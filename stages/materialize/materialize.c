@@ -389,11 +389,10 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   join(w->tp, sizeof w->tp, m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-", ":", n);
   sl_fmt_ll(w->off, m ? (long long)m->offset : -1LL);
   join(w->hkey, sizeof w->hkey, "sl:sub:", sid, "");
-  sl_fmt_ll(n, (long long)qno);
-  memcpy(w->q, n, strlen(n) + 1);
+  sl_fmt_ll(w->q, (long long)qno);
   sl_fmt_ll(w->r, rank);
   sl_fmt_ll(w->ttl, (long long)M->mc->ttl_s);
-  join(w->member, sizeof w->member, sid, "/", n);
+  join(w->member, sizeof w->member, sid, "/", w->q);
   sl_fmt_ll(w->acc, (long long)accepted_ms);
   sl_fmt_ll(w->feed, (long long)(M->mc->feed_len > 0 ? M->mc->feed_len : 0));
   const char(*was)[16] = M->legacy_rank;

@@ -320,15 +320,6 @@ static void iso8601(time_t t, char out[32]) {
   strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* The 201 body, written as it is built (sl_jsonw): jansson's pack and
- * dumps of 15 questions cost more CPU than everything else in a create
- * (~180 us of ~500 us). s as it is (JSON punctuation and keys), then "v"
- * escaped when v is set. */
-static void rw_put(sl_jsonw *w, const char *s, const char *v) {
-  sl_jsonw_raw(w, s);
-  if (v) sl_jsonw_str(w, v);
-}
-
 static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
                           int callback_resolved);
 
@@ -399,6 +390,9 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
                            (const char *const *)ps->types, ps->ntypes,       ps->pc->content_types};
   sl__question_req *qr = calloc((size_t)ps->pc->max_questions, sizeof *qr);
   json_t *root = NULL;
+  /* the 201 body, written as it is built (sl_jsonw): jansson's pack and
+   * dumps of 15 questions cost more CPU than everything else in a create
+   * (~180 us of ~500 us) */
   sl_jsonw w = {.initial = 16384};
   Sluice__V1__QuestionSpec *specs = NULL, **specp = NULL;
   char *keys = NULL, code[64], msg[512];
@@ -438,11 +432,11 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   char expires[32], results_url[512];
   iso8601(now + (time_t)ps->s3->url_expiry_s, expires);
   snprintf(results_url, sizeof results_url, "%s/v1/submissions/%s", ps->pc->results_base_url, sid);
-  rw_put(&w, "{\"submission_id\":", sid);
-  rw_put(&w, ",\"results_token\":", token);
-  rw_put(&w, ",\"results_url\":", results_url);
-  rw_put(&w, ",\"expires_at\":", expires);
-  rw_put(&w, ",\"questions\":[", NULL);
+  sl_jsonw_kstr(&w, "{\"submission_id\":", sid);
+  sl_jsonw_kstr(&w, ",\"results_token\":", token);
+  sl_jsonw_kstr(&w, ",\"results_url\":", results_url);
+  sl_jsonw_kstr(&w, ",\"expires_at\":", expires);
+  sl_jsonw_raw(&w, ",\"questions\":[");
   for (size_t i = 0; i < n; i++) {
     const sl__question_req *q = &qr[i];
     char *okey = keys + 128 * i;
@@ -468,15 +462,15 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
     specp[i] = &specs[i];
     char no[64];
     snprintf(no, sizeof no, "%s{\"no\":%u,\"method\":\"PUT\",\"url\":", i ? "," : "", q->no);
-    rw_put(&w, no, url);
-    rw_put(&w, ",\"headers\":{\"Content-Type\":", q->content_type);
-    rw_put(&w, ",\"Content-Length\":", len);
-    if (q->sha256_b64[0]) rw_put(&w, ",\"x-amz-checksum-sha256\":", q->sha256_b64);
-    rw_put(&w, "},\"object_key\":", okey);
-    rw_put(&w, ",\"expires_at\":", expires);
-    rw_put(&w, "}", NULL);
+    sl_jsonw_kstr(&w, no, url);
+    sl_jsonw_kstr(&w, ",\"headers\":{\"Content-Type\":", q->content_type);
+    sl_jsonw_kstr(&w, ",\"Content-Length\":", len);
+    if (q->sha256_b64[0]) sl_jsonw_kstr(&w, ",\"x-amz-checksum-sha256\":", q->sha256_b64);
+    sl_jsonw_kstr(&w, "},\"object_key\":", okey);
+    sl_jsonw_kstr(&w, ",\"expires_at\":", expires);
+    sl_jsonw_raw(&w, "}");
   }
-  rw_put(&w, "]}", NULL);
+  sl_jsonw_raw(&w, "]}");
 
   Sluice__V1__SubmissionCreated sc = SLUICE__V1__SUBMISSION_CREATED__INIT;
   sc.submission_id = sid;
