@@ -37,6 +37,15 @@
  * of pending callbacks (Redis answers in order). The connection counts as
  * up once the handshake is done and AUTH/SELECT are sent; a refused AUTH or
  * SELECT closes it and the reconnect timer tries again.
+ *
+ * A subscriber (sl_aredis_subscribe) sends SUBSCRIBE once each connection's
+ * PING is answered; the confirmation counts as the answer for the deadline,
+ * and the messages after it are not answers to anything (on hiredis they come
+ * to the channel's callback, on our transport to the replies that arrive with
+ * no request waiting). The subscription is "up" from the confirmation until
+ * the connection drops; the owner hears both edges (on_state), so that what
+ * it derived from the messages is discarded with the connection that might
+ * have missed some.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"
@@ -45,6 +54,7 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
 
+#include <errno.h>
 #include <hiredis/async.h>
 #include <limits.h>
 #include <netdb.h>
@@ -86,6 +96,11 @@ struct sl_aredis {
   unsigned outstanding; /* requests on the current connection not yet answered */
   uint64_t progress_ms; /* uv_now of the last answer, or when outstanding left 0 */
   uint64_t tick_ms;     /* uv_now of the watchdog's previous look */
+  char *channel;        /* a subscriber's channel, or NULL */
+  sl_aredis_msg_cb on_msg;
+  sl_aredis_state_cb on_state;
+  void *sub_ud;
+  int subscribed; /* the current connection's SUBSCRIBE is confirmed */
 };
 
 typedef struct pending {
@@ -95,8 +110,8 @@ typedef struct pending {
   struct pending *next;
 } pending;
 
-enum { K_USER, K_AUTH, K_SELECT, K_PING };
-static const char *const kind_name[] = {"command", "AUTH", "SELECT", "PING"};
+enum { K_USER, K_AUTH, K_SELECT, K_PING, K_SUB };
+static const char *const kind_name[] = {"command", "AUTH", "SELECT", "PING", "SUBSCRIBE"};
 
 static sl_metric *m_errors;
 
@@ -135,6 +150,10 @@ static void answered(sl_aredis *r) {
 static void dropped(sl_aredis *r) {
   r->connected = 0;
   r->outstanding = 0;
+  if (r->subscribed) {
+    r->subscribed = 0;
+    r->on_state(0, r->sub_ud);
+  }
 }
 
 /* Deadline and keepalive settings of a connection's socket (best effort:
@@ -157,10 +176,39 @@ static void warn_down(sl_aredis *r, const char *why) {
            r->a.tls ? " (TLS)" : "", why);
 }
 
+static void subscribe(sl_aredis *r);
+
+/* The PING is answered. A subscriber is not back until its SUBSCRIBE is
+ * confirmed: an outage it warned of (a refused SUBSCRIBE too, retried every
+ * 500 ms) ends there, so that it is logged once. */
 static void connected(sl_aredis *r) {
+  r->connected = 1;
+  if (r->channel) {
+    subscribe(r);
+    return;
+  }
   if (r->warned) sl_log(SL_LOG_INFO, NULL, "redis %s:%d: connected", r->a.host, r->a.port);
   r->warned = 0;
-  r->connected = 1;
+}
+
+/* A pub/sub reply on a subscriber: the confirmation (the subscription is up;
+ * the caller counts it as answered) or a message. Anything else is ignored. */
+static void sub_reply(sl_aredis *r, const redisReply *rep) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+      rep->element[0]->type != REDIS_REPLY_STRING)
+    return;
+  const char *kind = rep->element[0]->str;
+  if (strcmp(kind, "subscribe") == 0 && !r->subscribed) {
+    if (r->warned)
+      sl_log(SL_LOG_INFO, NULL, "redis %s:%d: connected, subscribed to %s", r->a.host, r->a.port,
+             r->channel);
+    r->warned = 0;
+    r->subscribed = 1;
+    r->on_state(1, r->sub_ud);
+  } else if (strcmp(kind, "message") == 0 && r->subscribed &&
+             rep->element[2]->type == REDIS_REPLY_STRING) {
+    r->on_msg(rep->element[2]->str, rep->element[2]->len, r->sub_ud);
+  }
 }
 
 /* ---- redis:// on hiredis ------------------------------------------------- */
@@ -180,7 +228,9 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   if (r->ac != ac) return; /* dropped by us (deadline, sl_aredis_free): handled there */
   r->ac = NULL;
   dropped(r);
-  if (status != REDIS_OK && !r->closing) {
+  if (status != REDIS_OK && !r->closing && r->channel) {
+    warn_down(r, ac->errstr); /* a refused SUBSCRIBE ends here too: once per outage */
+  } else if (status != REDIS_OK && !r->closing) {
     sl_metric_add(m_errors, 1);
     sl_log(SL_LOG_WARN, NULL, "redis %s:%d: disconnected: %s", r->a.host, r->a.port, ac->errstr);
   }
@@ -205,6 +255,16 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv) {
     return;
   }
   if (strcmp(priv, "PING") == 0) connected(r);
+}
+
+/* The channel's callback on a hiredis context: the confirmation and every
+ * message; NULL when the context goes away (dropped() has the state). */
+static void on_sub_reply(redisAsyncContext *ac, void *reply, void *priv) {
+  sl_aredis *r = priv;
+  redisReply *rep = reply;
+  if (!rep || r->ac != ac || r->closing) return;
+  if (!r->subscribed) answered(r); /* the confirmation */
+  sub_reply(r, rep);
 }
 
 /* ---- rediss:// on libuv + OpenSSL --------------------------------------- */
@@ -346,6 +406,11 @@ static void t_ready(tconn *tc) {
 
 static void t_reply(tconn *tc, redisReply *rep) {
   pending *p = tc->head;
+  if (!p && tc->r && tc->r->subscribed) { /* a message */
+    sub_reply(tc->r, rep);
+    freeReplyObject(rep);
+    return;
+  }
   if (!p) { /* an answer nobody asked for: the stream is out of step */
     freeReplyObject(rep);
     t_fail(tc, "unexpected reply");
@@ -358,13 +423,15 @@ static void t_reply(tconn *tc, redisReply *rep) {
     if (rep->type == REDIS_REPLY_ERROR) {
       char why[300];
       snprintf(why, sizeof why, "%s refused: %s", kind_name[p->kind], rep->str);
-      sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s", tc->r->a.host, tc->r->a.port, why);
+      if (p->kind != K_SUB) /* a subscriber's: t_fail warns once per outage */
+        sl_log(SL_LOG_ERROR, NULL, "redis %s:%d: %s", tc->r->a.host, tc->r->a.port, why);
       freeReplyObject(rep);
       free(p);
       t_fail(tc, why);
       return;
     }
     if (p->kind == K_PING) connected(tc->r);
+    if (p->kind == K_SUB) sub_reply(tc->r, rep);
   } else {
     if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
     if (p->cb) p->cb(rep, p->ud);
@@ -581,6 +648,22 @@ static void drop_connection(sl_aredis *r) {
   if (r->tc) t_fail(r->tc, NULL); /* schedules the reconnect itself */
 }
 
+/* SUBSCRIBE on a connection whose PING was just answered. */
+static void subscribe(sl_aredis *r) {
+  const char *av[] = {"SUBSCRIBE", r->channel};
+  if (r->ac) {
+    if (redisAsyncCommandArgv(r->ac, on_sub_reply, r, 2, av, NULL) == REDIS_OK) {
+      sent(r);
+      return;
+    }
+    warn_down(r, "could not send SUBSCRIBE"); /* out of memory */
+    r->connected = 0;
+    redisAsyncDisconnect(r->ac); /* on_disconnect reconnects */
+  } else if (r->tc && t_setup_cmd(r->tc, K_SUB, 2, av) != 0) {
+    t_fail(r->tc, "could not send SUBSCRIBE");
+  }
+}
+
 static void on_watchdog(uv_timer_t *t) {
   sl_aredis *r = t->data;
   if (r->closing || r->timeout_ms <= 0 || !r->outstanding) {
@@ -639,6 +722,7 @@ static void on_timer_closed(uv_handle_t *h) {
   sl_aredis *r = h->data;
   if (--r->handles > 0) return;
   memset(r->a.password, 0, sizeof r->a.password);
+  free(r->channel);
   free(r);
 }
 
@@ -675,7 +759,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
 
 int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char **argv,
                    const size_t *lens) {
-  if (!r) return SL_EINVAL;
+  if (!r || r->channel) return SL_EINVAL;
   if (!r->connected || (!r->ac && !r->tc)) {
     sl_metric_add(m_errors, 1);
     return SL_EREDIS;
@@ -706,6 +790,36 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
 }
 
 int sl_aredis_connected(const sl_aredis *r) { return r && r->connected; }
+
+int sl_aredis_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_msg,
+                        sl_aredis_state_cb on_state, void *ud) {
+  if (!r || !channel || !channel[0] || !on_msg || !on_state || r->channel) return SL_EINVAL;
+  r->channel = strdup(channel);
+  if (!r->channel) return SL_ENOMEM;
+  r->on_msg = on_msg;
+  r->on_state = on_state;
+  r->sub_ud = ud;
+  if (r->connected) subscribe(r); /* else the next PING's answer does it */
+  return 0;
+}
+
+int sl_aredis_settled(const sl_aredis *r) {
+  if (!r || !r->subscribed) return 0;
+  const redisReader *rd = NULL;
+  int fd = -1;
+  if (r->ac) {
+    fd = r->ac->c.fd;
+    rd = r->ac->c.reader;
+  } else if (r->tc) {
+    uv_os_fd_t f;
+    if (uv_fileno((const uv_handle_t *)&r->tc->tcp, &f) == 0) fd = f;
+    rd = r->tc->rd;
+  }
+  if (fd < 0 || (rd && rd->len > rd->pos)) return 0; /* a message half parsed */
+  char b;
+  ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
 
 /* ---- scripts by their SHA-1 ---------------------------------------------- */
 

@@ -70,6 +70,11 @@ const char *sl__auth_bearer(const sl_http_req *req, sl__cred_kind *kind);
 int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL__USER_MAX + 1],
                  char *why, size_t whylen);
 
+/* Where `sluicectl apikey revoke` publishes the Redis key of each record it
+ * deletes (in the same script), so that presign's cache drops it at once
+ * (stages/presign/keycache.h). */
+#define SL__APIKEY_REVOKED_CHANNEL "sl:apikey:revoked"
+
 /* Redis key holding an API key's record: "sl:apikey:<sha256 hex>". 0, or
  * SL_EAUTH when key is not shaped like an API key. */
 int sl__apikey_rkey(const char *key, char out[80]);

@@ -65,6 +65,7 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
+#include "keycache.h"
 #include "multipart.h"
 #include "request.h"
 #include "../auth/auth.h"
@@ -88,6 +89,8 @@ typedef struct {
   int64_t rate_per_user;
   int64_t rate_per_address;
   char *client_address_header;
+  int64_t apikey_cache_ms;
+  int64_t apikey_cache_max;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -121,6 +124,13 @@ const sl_conf_entry sl__presign_table[] = {
      "header a trusted proxy sets to the client address, e.g. X-Forwarded-For (its last "
      "entry is used); empty: the TCP peer address",
      0},
+    {"presign.apikey_cache_ms", SL_CONF_INT, "30000", P(apikey_cache_ms),
+     "how long presign may answer for an API key without asking Redis; `sluicectl apikey "
+     "revoke` reaches the cache at once, so this bounds only records deleted some other way "
+     "(0: no cache)",
+     0},
+    {"presign.apikey_cache_max", SL_CONF_INT, "10000", P(apikey_cache_max),
+     "most API keys presign caches", 0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -153,6 +163,7 @@ typedef struct {
   sl__mpu *mpu;   /* the multipart endpoints (multipart.c) */
   sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
+  sl__keycache *keys; /* or NULL (presign.apikey_cache_ms 0) */
   sl_metric *m_unauth, *m_limited;
   sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
@@ -163,6 +174,8 @@ typedef struct {
   presign *ps;
   sl_http_req *req;
   char user[SL__USER_MAX + 1];
+  char rkey[80]; /* an API key's record */
+  uint64_t mark; /* sl__keycache_mark when its HGET was sent */
 } caller;
 
 /* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(user\0key)>
@@ -256,6 +269,8 @@ static void release_rest(uv_timer_t *t) {
   ps->ku = NULL;
   sl_aredis_free(ps->redis);
   ps->redis = NULL;
+  sl__keycache_free(ps->keys);
+  ps->keys = NULL;
   uv_close((uv_handle_t *)&ps->release_timer, NULL);
 }
 
@@ -734,6 +749,7 @@ static void on_apikey(redisReply *r, void *ud) {
     unauthorized(c->ps, c->req, "invalid_credentials", "unknown or revoked API key");
     free(c);
   } else {
+    sl__keycache_put(c->ps->keys, c->rkey, c->user, c->mark);
     authed(c);
   }
 }
@@ -768,12 +784,18 @@ static void begin_create(presign *ps, sl_http_req *req) {
     authed(c);
     return;
   }
-  char rkey[80];
-  const char *argv[] = {"HGET", rkey, "user"};
-  if (sl__apikey_rkey(cred, rkey) != 0) {
+  const char *argv[] = {"HGET", c->rkey, "user"};
+  if (sl__apikey_rkey(cred, c->rkey) != 0) {
     unauthorized(ps, req, "invalid_credentials", "malformed API key");
     free(c);
-  } else if (sl_aredis_argv(ps->redis, on_apikey, c, 3, argv, NULL) != 0) {
+    return;
+  }
+  if (sl__keycache_get(ps->keys, c->rkey, c->user)) {
+    authed(c);
+    return;
+  }
+  c->mark = sl__keycache_mark(ps->keys);
+  if (sl_aredis_argv(ps->redis, on_apikey, c, 3, argv, NULL) != 0) {
     sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
                           "Retry-After: 2\r\n");
     free(c);
@@ -913,6 +935,13 @@ int sl__presign_main(int argc, char **argv) {
       snprintf(err, sizeof err, "redis.command_timeout_ms %lld: %s",
                (long long)cc.redis_command_timeout_ms, sl_strerror(rc));
   }
+  if (rc == 0 && (pc.apikey_cache_ms < 0 || pc.apikey_cache_max < 0)) {
+    snprintf(err, sizeof err, "presign.apikey_cache_ms and presign.apikey_cache_max must be >= 0");
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0 && (rc = sl__keycache_new(&ps.keys, &loop, cc.redis_url, cc.redis_command_timeout_ms,
+                                        pc.apikey_cache_ms, (size_t)pc.apikey_cache_max)) != 0)
+    snprintf(err, sizeof err, "API-key cache: %s", sl_strerror(rc));
   if (rc == 0 && pc.static_dir[0]) {
     char serr[384];
     rc = sl_static_new(&ps.web, pc.static_dir, serr, sizeof serr);
@@ -964,6 +993,7 @@ int sl__presign_main(int argc, char **argv) {
     uv_close((uv_handle_t *)&ps.stop_timer, NULL);
     sl_kafka_uv_detach(ps.ku);
     sl_aredis_free(ps.redis);
+    sl__keycache_free(ps.keys);
     sl__mpu_free(ps.mpu, NULL, NULL);
     sl__webhook_free(ps.hook, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);

@@ -133,6 +133,22 @@ idem() {
 check "after a Redis restart presign is back on Redis (TLS, AUTH again)" wait_for 20 idem
 check "presign logged the reconnect" grep -q '"msg":"redis 127.0.0.1:[0-9]*: connected"' "$STAGES_DIR/presign.log"
 
+# presign's API-key cache subscribes to revocations over TLS too, again after
+# the restart; a revocation reaches it through that subscription
+cache_on() { grep -c 'API-key cache on' "$STAGES_DIR/presign.log"; }
+check "presign's API-key cache subscribed again after the restart (TLS)" wait_for 20 at_least 2 cache_on
+plain() {
+  curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' "${KEY_AUTH[@]}" \
+    --data '{"questions":[{"no":1,"content_type":"audio/wav","size":1000}]}' "$PRESIGN_URL/v1/submissions"
+}
+hits() { metric sluice_apikey_cache_lookups_total 'result="hit"' "http://127.0.0.1:$((BASE + 100))"; }
+plain >/dev/null
+h=$(hits)
+check "a known key is answered from presign's cache" test "$(plain)" = 201
+check "(a cache hit: $h -> $(hits))" test "$(hits)" -gt "$h"
+"$SLUICECTL" apikey revoke "$SLUICE_API_KEY" >/dev/null 2>&1 || fail "apikey revoke over TLS failed"
+check "the revocation reached the cache over TLS: the next create is 401" test "$(plain)" = 401
+
 # the async clients (presign's idempotency keys and multipart state, the runtime's
 # idempotency store) stayed connected over TLS: no reconnect warnings, no errors
 check "no Redis refusals in the stage logs" \

@@ -7,7 +7,9 @@
  * printed once, by add; Redis keeps only its SHA-256, as the hash
  * sl:apikey:<sha256 hex> {user, label, created_ms}. The key's id is the
  * first 12 hex digits of that digest: list shows ids, revoke takes the key
- * itself or an id (a unique prefix of at least 12 digits).
+ * itself or an id (a unique prefix of at least 12 digits), and publishes
+ * the deleted record's Redis key on SL__APIKEY_REVOKED_CHANNEL in the same
+ * script, which is how presign's API-key cache learns of it at once.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "../../stages/auth/auth.h" /* SL__APIKEY_REVOKED_CHANNEL */
 #include "sluicectl.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_redis.h"
@@ -166,6 +169,10 @@ static int collect(sl_redis *c, const char *rkey, void *arg) {
   return 0;
 }
 
+static const char revoke_lua[] = "if redis.call('DEL', KEYS[1]) == 0 then return 0 end\n"
+                                 "redis.call('PUBLISH', ARGV[1], KEYS[1])\n"
+                                 "return 1\n";
+
 int sc_apikey_revoke(const sc_opts *o) {
   const char *what = o->args[0];
   char prefix[65];
@@ -194,8 +201,10 @@ int sc_apikey_revoke(const sc_opts *o) {
   }
   if (rc == SC_EXIT_OK) {
     char rerr[256] = "";
-    const char *argv[] = {"DEL", m.found};
-    redisReply *r = sl_redis_argv(c, 2, argv, NULL, rerr, sizeof rerr);
+    /* deleted and announced at once: presign's cache drops the key when the
+     * message arrives (stages/presign/keycache.h) */
+    const char *argv[] = {"EVAL", revoke_lua, "1", m.found, SL__APIKEY_REVOKED_CHANNEL};
+    redisReply *r = sl_redis_argv(c, 5, argv, NULL, rerr, sizeof rerr);
     if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
       fprintf(stderr, "sluicectl: revoking failed: %s\n",
               r && r->type == REDIS_REPLY_ERROR ? r->str : "the key vanished meanwhile");

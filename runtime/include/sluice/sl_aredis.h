@@ -55,6 +55,34 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
 
 int sl_aredis_connected(const sl_aredis *r);
 
+/* A message published on a subscriber's channel: msg is len bytes (not
+ * NUL-terminated), valid during the call. */
+typedef void (*sl_aredis_msg_cb)(const char *msg, size_t len, void *ud);
+/* A subscriber's subscription came up (1: Redis confirmed the SUBSCRIBE on
+ * a new connection) or went down (0: that connection is gone). Messages
+ * published while it was down are lost: whatever was derived from earlier
+ * ones must be discarded on either edge. Also called with 0 from inside
+ * sl_aredis_free. */
+typedef void (*sl_aredis_state_cb)(int up, void *ud);
+
+/* Turns r into a subscriber to channel: after every (re)connect, once the
+ * PING is answered, it SUBSCRIBEs, and the messages come to on_msg. r then
+ * takes no commands (sl_aredis_argv and sl_aredis_eval return SL_EINVAL).
+ * The SUBSCRIBE's confirmation is subject to the command deadline; the
+ * silence between messages is not (TCP keepalive and TCP_USER_TIMEOUT
+ * notice a vanished server). Call once, on the loop thread. Returns 0,
+ * SL_EINVAL (NULL arguments, empty channel, called twice) or SL_ENOMEM. */
+int sl_aredis_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_msg,
+                        sl_aredis_state_cb on_state, void *ud);
+
+/* 1 when r's subscription is up and every byte Redis has sent on it so far
+ * has been delivered to on_msg: nothing unread on the socket (one recv with
+ * MSG_PEEK) and no message half parsed. A message Redis published before
+ * this returns 1 has been seen, provided it reached this host's socket; 0
+ * otherwise (also when the connection is closing: EOF is unread input).
+ * Loop thread only. */
+int sl_aredis_settled(const sl_aredis *r);
+
 /* Runs the script s (sl_redis.h) with nkeys keys and the rest of argv as
  * arguments: EVALSHA, and EVAL once more when Redis answers NOSCRIPT (the
  * arguments are copied for that). The callback rules of sl_aredis_argv. */
