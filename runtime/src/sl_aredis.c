@@ -433,7 +433,8 @@ static void t_reply(tconn *tc, redisReply *rep) {
     if (p->kind == K_PING) connected(tc->r);
     if (p->kind == K_SUB) sub_reply(tc->r, rep);
   } else {
-    if (rep->type == REDIS_REPLY_ERROR) sl_metric_add(m_errors, 1);
+    /* as on_reply: NOSCRIPT is sl_aredis_eval's cue to send the text */
+    if (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)) sl_metric_add(m_errors, 1);
     if (p->cb) p->cb(rep, p->ud);
   }
   freeReplyObject(rep);

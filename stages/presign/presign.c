@@ -163,7 +163,8 @@ typedef struct {
   sl__mpu *mpu;   /* the multipart endpoints (multipart.c) */
   sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
-  sl__keycache *keys; /* or NULL (presign.apikey_cache_ms 0) */
+  sl__keycache *keys;   /* or NULL (presign.apikey_cache_ms 0) */
+  sl_redis_script rate; /* rate_lua, run by its SHA-1 */
   sl_metric *m_unauth, *m_limited;
   sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
@@ -707,7 +708,7 @@ static const char rate_lua[] =
 static void authed(caller *c) {
   presign *ps = c->ps;
   char ukey[SL__USER_MAX + 16], akey[96], addr[64], ul[24], al[24];
-  const char *argv[8] = {"EVAL", rate_lua, NULL};
+  const char *argv[4];
   const char *keys[2], *lims[2];
   int nk = 0;
   if (ps->pc->rate_per_user > 0) {
@@ -725,13 +726,10 @@ static void authed(caller *c) {
     proceed(c);
     return;
   }
-  char nks[12];
-  snprintf(nks, sizeof nks, "%d", nk);
-  int argc = 3;
-  argv[2] = nks;
+  int argc = 0;
   for (int i = 0; i < nk; i++) argv[argc++] = keys[i];
   for (int i = 0; i < nk; i++) argv[argc++] = lims[i];
-  if (sl_aredis_argv(ps->redis, on_rate, c, argc, argv, NULL) != 0) {
+  if (sl_aredis_eval(ps->redis, on_rate, c, &ps->rate, nk, argc, argv, NULL) != 0) {
     sl_http_respond_error(c->req, 503, "unavailable", "rate limiter unavailable; retry later",
                           "Retry-After: 2\r\n");
     free(c);
@@ -887,6 +885,7 @@ int sl__presign_main(int argc, char **argv) {
                            5, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
+  sl_redis_script_init(&ps.rate, rate_lua);
   ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
                                     "Submission create requests by outcome");
   ps.m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"",
