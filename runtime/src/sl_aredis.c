@@ -169,6 +169,14 @@ static void tune_socket(int fd, int64_t timeout_ms) {
 #endif
 }
 
+/* A caller's command got its answer (NULL: the connection failed). Both
+ * transports count failures and errors the same way; NOSCRIPT is not one, it
+ * is sl_aredis_eval's cue to send the script's text. */
+static void count_answer(const redisReply *rep) {
+  if (!rep || (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)))
+    sl_metric_add(m_errors, 1);
+}
+
 static void warn_down(sl_aredis *r, const char *why) {
   sl_metric_add(m_errors, 1);
   if (!r->warned++)
@@ -433,8 +441,7 @@ static void t_reply(tconn *tc, redisReply *rep) {
     if (p->kind == K_PING) connected(tc->r);
     if (p->kind == K_SUB) sub_reply(tc->r, rep);
   } else {
-    /* as on_reply: NOSCRIPT is sl_aredis_eval's cue to send the text */
-    if (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)) sl_metric_add(m_errors, 1);
+    count_answer(rep);
     if (p->cb) p->cb(rep, p->ud);
   }
   freeReplyObject(rep);
@@ -752,8 +759,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
   redisReply *rep = reply;
   sl_aredis *r = ac->data;
   if (rep && r->ac == ac) answered(r);
-  if (!rep || (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)))
-    sl_metric_add(m_errors, 1);
+  count_answer(rep);
   if (p->cb) p->cb(rep, p->ud);
   free(p);
 }

@@ -76,10 +76,7 @@ void sl_jsonw_real(sl_jsonw *w, double v) {
     memcpy(t + l, ".0", 3);
     l += 2;
   }
-  if (need(w, (size_t)l)) {
-    memcpy(w->b + w->n, t, (size_t)l + 1);
-    w->n += (size_t)l;
-  }
+  sl_jsonw_raw(w, t);
 }
 
 void sl_jsonw_kstr(sl_jsonw *w, const char *key, const char *s) {

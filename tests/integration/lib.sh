@@ -68,9 +68,12 @@ check() { # check DESCRIPTION COMMAND... : records a failure instead of exiting
   if "$@"; then log "ok: $what"; else fail "$what"; fi
 }
 
-# metric NAME LABELS ADMIN_URL -> value (0 when absent)
+# metric NAME LABELS ADMIN_URL -> value (0 when absent); LABELS '' for a
+# metric without labels
 metric() {
-  curl -fsS "$3/metrics" | awk -v n="$1{$2}" '$1 == n {print $2; f=1} END {if (!f) print 0}'
+  local n=$1
+  [[ -n $2 ]] && n="$1{$2}"
+  curl -fsS "$3/metrics" | awk -v n="$n" '$1 == n {print $2; f=1} END {if (!f) print 0}'
 }
 
 # admin_ready PORT: the admin server on 127.0.0.1:PORT answers /readyz "ready ..."

@@ -56,7 +56,7 @@ cached() { # cached KEY: a create with KEY is accepted and counted as a cache hi
 }
 hgets() { RC INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_hget:calls=\([0-9]*\),.*/\1/p' | grep . || echo 0; }
 newkey() { "$SLUICECTL" apikey add --user "$1" --label test_apikey_cache 2>/dev/null; }
-revocations() { curl -fsS "$ADMIN/metrics" | awk '$1 == "sluice_apikey_revocations_total" {print $2}'; }
+revocations() { metric sluice_apikey_revocations_total '' "$ADMIN"; }
 subscriptions() { grep -c 'API-key cache on' "$STAGES_DIR/presign.log"; }
 record() { printf 'sl:apikey:%s' "$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)"; }
 
