@@ -85,8 +85,10 @@ bench-presign: build
 
 # Create latency of POST /v1/submissions (15 questions, durable Kafka write),
 # open loop at 67/s plus a ramp, beside a bare librdkafka produce of the same
-# message (bench/api/bare_produce); results go to docs/benchmarks.md. Set
-# DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its own (its creates stay).
+# message in the same seconds (bench/api/bare_produce); results go to
+# docs/benchmarks.md. Set DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its
+# own (its creates stay). Under flock, use `flock -o`: the stack it starts
+# would otherwise inherit the lock.
 bench-api: build
 	BUILD=$(BUILD) bench/api/run
 
