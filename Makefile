@@ -87,8 +87,7 @@ bench-presign: build
 # open loop at 67/s plus a ramp, beside a bare librdkafka produce of the same
 # message in the same seconds (bench/api/bare_produce); results go to
 # docs/benchmarks.md. Set DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its
-# own (its creates stay). Under flock, use `flock -o`: the stack it starts
-# would otherwise inherit the lock.
+# own (its creates stay).
 bench-api: build
 	BUILD=$(BUILD) bench/api/run
 

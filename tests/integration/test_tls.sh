@@ -24,7 +24,19 @@ export DEVSTACK_S3_PORT=$((BASE + 904))
 export DEVSTACK_SECURE=1
 ROOT0=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "$0")/../.." && pwd -P)}
 "$ROOT0/tools/devstack" down --wipe >/dev/null 2>&1 || true # a previous run's leftovers
+# A descriptor of the caller's (like the lock of `flock FILE tools/devstack up`,
+# or a CI runner's pipe) must not live on in the daemons the stack starts.
+fd_marker=$(mktemp)
+exec {fd_marker_fd}>"$fd_marker"
 source "$(dirname "$0")/lib.sh" # brings the secure stack up and exports its settings
+exec {fd_marker_fd}>&-
+held=
+for pidfile in "$DEVSTACK_DIR"/{kafka,redis,versitygw}.pid; do
+  pid=$(cat "$pidfile" 2>/dev/null) || continue
+  [[ $(readlink -f /proc/"$pid"/fd/* 2>/dev/null) == *"$fd_marker"* ]] && held+=" ${pidfile##*/}"
+done
+check "the stack's daemons hold no descriptor of the caller's (held by:${held:- none})" test -z "$held"
+rm -f "$fd_marker"
 at_exit '"$ROOT/tools/devstack" down --wipe >/dev/null 2>&1 || true'
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
