@@ -4,7 +4,8 @@
  * keep a revoked key refused).
  *
  * A uthash table keyed by the record's Redis key, entries with the user and
- * an expiry on the loop's clock (uv_now). One generation counter moves on
+ * an expiry on the loop's clock (uv_now), kept in expiry order so that
+ * dropping the expired costs only them. One generation counter moves on
  * every revocation message and every edge of the subscription; an HGET's
  * answer is cached only when the counter has not moved since it was sent.
  */
@@ -131,20 +132,22 @@ void sl__keycache_put(sl__keycache *k, const char *rkey, const char *user, uint6
   size_t rl = strlen(rkey), ul = strlen(user);
   if (rl >= sizeof((entry *)0)->rkey || ul > SL__USER_MAX) return;
   uint64_t now = uv_now(k->loop);
+  /* the table's order is expiry order (one lifetime for all, uv_now never
+   * goes back, a refreshed entry moves to the end): the expired ones are
+   * at its front, and the sweep stops at the first that is not */
+  while (k->map && k->map->expires <= now) drop(k, k->map);
   entry *e = NULL;
   HASH_FIND(hh, k->map, rkey, rl, e);
-  if (!e) {
-    if (k->n >= k->max) {
-      entry *t;
-      HASH_ITER(hh, k->map, e, t) if (e->expires <= now) drop(k, e);
-      if (k->n >= k->max) return;
-    }
+  if (e) {
+    HASH_DEL(k->map, e);
+  } else {
+    if (k->n >= k->max) return;
     e = calloc(1, sizeof *e);
     if (!e) return;
     memcpy(e->rkey, rkey, rl + 1);
-    HASH_ADD(hh, k->map, rkey, rl, e);
     k->n++;
   }
   memcpy(e->user, user, ul + 1);
   e->expires = now + k->ttl_ms;
+  HASH_ADD(hh, k->map, rkey, rl, e);
 }

@@ -108,6 +108,28 @@ sleep 2.5
 check "2.5 s after its record was deleted by hand the key is refused" test "$(create "$k")" = 401
 stop_presign
 
+# 4b. a full cache (presign.apikey_cache_max) takes a new key only in place
+# of an expired one
+SLUICE_PRESIGN_APIKEY_CACHE_MAX=2 start_presign 2000
+ka=$(newkey cache-full-a) kb=$(newkey cache-full-b) kc=$(newkey cache-full-c)
+create "$ka" >/dev/null
+create "$kb" >/dev/null
+check "two keys fill a cache of 2" cached "$ka"
+check "both are cached" cached "$kb"
+create "$kc" >/dev/null
+g0=$(hgets)
+check "a third key is answered while the cache is full" test "$(create "$kc")" = 201
+check "and looked up in Redis, not cached ($g0 -> $(hgets) HGETs)" test "$(hgets)" -gt "$g0"
+check "the two cached keys are still hits" cached "$ka"
+sleep 2.2 # both entries expire
+create "$kc" >/dev/null # a miss: its answer takes an expired entry's place
+check "once they expire the third key is cached" cached "$kc"
+g0=$(hgets)
+create "$ka" >/dev/null
+create "$kb" >/dev/null
+check "the expired keys are looked up again ($g0 -> $(hgets) HGETs)" test "$(hgets)" -ge $((g0 + 2))
+stop_presign
+
 # 5. no permission to subscribe: no cache, and creates still work
 pw=$(openssl rand -hex 16)
 RC ACL SETUSER sl-nochannels on ">$pw" '~*' '+@all' resetchannels >/dev/null
