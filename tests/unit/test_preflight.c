@@ -114,19 +114,22 @@ static int group_setup(void **state) {
   (void)state;
   snprintf(dir, sizeof dir, "/tmp/sl-preflight-XXXXXX");
   if (!mkdtemp(dir)) return -1;
-  char wav[128], flac[128], sil[128], hiss[128], txt[256];
+  char wav[128], wav16[128], flac[128], sil[128], hiss[128], txt[256];
   path_of(wav, sizeof wav, "speech.wav");
+  path_of(wav16, sizeof wav16, "speech16k.wav");
   path_of(flac, sizeof flac, "speech.flac");
   path_of(sil, sizeof sil, "silence.wav");
   path_of(hiss, sizeof hiss, "hiss.wav");
   snprintf(txt, sizeof txt, "On weekends I usually go hiking in the mountains with my friends.");
   char *espeak[] = {"espeak-ng", "-w", wav, txt, NULL};
   char *tofl[] = {"sox", wav, flac, NULL};
+  /* already what preflight gives: 16-bit mono at 16 kHz */
+  char *to16[] = {"sox", wav, "-r", "16000", "-c", "1", "-b", "16", wav16, NULL};
   char *mksil[] = {"sox", "-n", "-r", "16000", "-c", "1", "-b", "16", sil, "trim", "0", "3", NULL};
   /* a steady hiss 45 dB below full scale: room noise, not speech */
   char *mkhiss[] = {"sox", "-n",    "-r", "48000",      "-c",  "2",      "-b", "16",
                     hiss,  "synth", "3",  "whitenoise", "vol", "0.0056", NULL};
-  if (run(espeak) || run(tofl) || run(mksil) || run(mkhiss) ||
+  if (run(espeak) || run(tofl) || run(to16) || run(mksil) || run(mkhiss) ||
       gst_encode("opusenc", "webmmux", "speech.webm") ||
       gst_encode("opusenc", "oggmux", "speech.opus") ||
       gst_encode("lamemp3enc", NULL, "speech.mp3")) {
@@ -225,6 +228,36 @@ static void test_too_long(void **state) {
   free(buf);
 }
 
+/* A 16 kHz mono 16-bit WAV, read by libsndfile, gives GStreamer's samples,
+ * the same too-long verdict and the same length at the limit */
+static void test_plain_wav_as_gstreamer(void **state) {
+  (void)state;
+  static const char *const files[] = {"speech16k.wav", "silence.wav"};
+  for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+    size_t len;
+    unsigned char *buf = read_all(files[f], &len);
+    for (int limited = 0; limited < 2; limited++) {
+      sl_pf_conf c = conf;
+      if (limited) c.max_seconds = 1.0;
+      sl_pf_audio a, g;
+      char ea[512] = "", eg[512] = "";
+      int ra = sl_pf_decode(buf, len, &c, &a, ea, sizeof ea);
+      int rg = sl_pf_decode_gst(buf, len, &c, &g, eg, sizeof eg);
+      if (ra != rg || a.n != g.n)
+        fail_msg("%s (max %.0f s): libsndfile %s, %zu samples; GStreamer %s, %zu samples", files[f],
+                 c.max_seconds, sl_err_name(ra), a.n, sl_err_name(rg), g.n);
+      assert_int_equal(ra, limited ? SL_ETOOBIG : 0);
+      assert_string_equal(ea, eg);
+      assert_true(a.n > SL_PF_RATE);
+      assert_memory_equal(a.pcm, g.pcm, a.n * sizeof *a.pcm);
+      assert_true(a.duration_s == g.duration_s);
+      sl_pf_audio_clear(&a);
+      sl_pf_audio_clear(&g);
+    }
+    free(buf);
+  }
+}
+
 /* FLAC is lossless: what sl_pf_flac wrote decodes to the same samples */
 static void test_flac_round_trip(void **state) {
   (void)state;
@@ -286,9 +319,13 @@ static void test_threads(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_formats),         cmocka_unit_test(test_silence_is_no_speech),
-      cmocka_unit_test(test_not_audio),       cmocka_unit_test(test_too_long),
-      cmocka_unit_test(test_flac_round_trip), cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_formats),
+      cmocka_unit_test(test_silence_is_no_speech),
+      cmocka_unit_test(test_not_audio),
+      cmocka_unit_test(test_too_long),
+      cmocka_unit_test(test_flac_round_trip),
+      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_plain_wav_as_gstreamer),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

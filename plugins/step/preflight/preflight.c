@@ -3,6 +3,12 @@
  * preflight.c — decoding with GStreamer, speech activity, FLAC with libFLAC
  * (design in preflight.h).
  *
+ * A WAV of 16-bit PCM, mono, at 16 kHz is already what the pipeline below
+ * gives: libsndfile reads its samples as they are (sl_pf_decode), with the
+ * same result and no pipeline (its threads, typefinding and element set-up
+ * were most of the CPU of a short answer). Anything else, or a WAV that
+ * libsndfile stumbles on, goes to GStreamer (sl_pf_decode_gst).
+ *
  * One pipeline per call:
  *   appsrc (random access over the caller's bytes) ! decodebin !
  *   audioconvert ! audioresample quality=10 ! S16LE mono 16 kHz ! appsink
@@ -29,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/sf_memory.h"
 #include "sluice/sl_err.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -163,8 +170,80 @@ static int take(GstSample *smp, sl_pf_audio *a, size_t *cap, size_t max) {
   return rc;
 }
 
+/* What both decoders end with: no samples is an error, a too-long
+ * recording says its limit, the duration follows the samples. */
+static int decoded(int rc, const sl_pf_conf *c, sl_pf_audio *out, char *err, size_t errlen) {
+  if (rc == 0 && out->n == 0) {
+    snprintf(err, errlen, "the recording holds no audio");
+    rc = SL_EDECODE;
+  }
+  if (rc == SL_ETOOBIG) snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
+  if (rc == SL_ENOMEM) snprintf(err, errlen, "out of memory decoding the recording");
+  out->duration_s = (double)out->n / SL_PF_RATE;
+  return rc;
+}
+
+/* A WAV of 16-bit mono PCM at SL_PF_RATE, read by libsndfile into out.
+ * Returns 1 with *rc set when it was one and was read, 0 (out left empty)
+ * when the bytes are anything else or libsndfile reported an error: the
+ * caller then decodes them with GStreamer. */
+static int decode_plain_wav(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out,
+                            int *rc) {
+  sl__sf_memfile mf;
+  SF_INFO info;
+  SNDFILE *sf = sl__sf_open_memory(&mf, data, len, &info);
+  if (!sf) return 0;
+  if ((info.format & SF_FORMAT_TYPEMASK) != SF_FORMAT_WAV ||
+      (info.format & SF_FORMAT_SUBMASK) != SF_FORMAT_PCM_16 || info.channels != 1 ||
+      info.samplerate != SL_PF_RATE) {
+    sf_close(sf);
+    return 0;
+  }
+  /* one sample past the limit tells a too-long recording */
+  size_t max = (size_t)(c->max_seconds * SL_PF_RATE) + 1, cap = 0;
+  int r = 0;
+  for (;;) {
+    if (out->n == cap) {
+      size_t nc = cap ? cap * 2 : SL_PF_RATE * 4;
+      if (nc > max + 1) nc = max + 1;
+      int16_t *p = realloc(out->pcm, nc * sizeof *p);
+      if (!p) {
+        r = SL_ENOMEM;
+        break;
+      }
+      out->pcm = p;
+      cap = nc;
+    }
+    sf_count_t got = sf_read_short(sf, out->pcm + out->n, (sf_count_t)(cap - out->n));
+    if (got <= 0) break;
+    out->n += (size_t)got;
+    if (out->n > max) {
+      out->n = max;
+      r = SL_ETOOBIG;
+      break;
+    }
+  }
+  int stumbled = r == 0 && sf_error(sf) != SF_ERR_NO_ERROR;
+  sf_close(sf);
+  if (stumbled) {
+    sl_pf_audio_clear(out);
+    return 0;
+  }
+  *rc = r;
+  return 1;
+}
+
 int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
                  size_t errlen) {
+  memset(out, 0, sizeof *out);
+  int rc;
+  if (data && len && decode_plain_wav(data, len, c, out, &rc))
+    return decoded(rc, c, out, err, errlen);
+  return sl_pf_decode_gst(data, len, c, out, err, errlen); /* empty ones too */
+}
+
+int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
+                     size_t errlen) {
   memset(out, 0, sizeof *out);
   if (!data || !len) {
     snprintf(err, errlen, "the recording is empty (0 bytes)");
@@ -235,18 +314,12 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
       rc = SL_ETIMEDOUT;
     }
   }
-  if (rc == 0 && out->n == 0) {
-    snprintf(err, errlen, "the recording holds no audio");
-    rc = SL_EDECODE;
-  }
-  if (rc == SL_ETOOBIG) snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
   gst_element_set_state(pipe, GST_STATE_NULL);
   gst_object_unref(bus);
   gst_object_unref(src);
   gst_object_unref(sink);
   gst_object_unref(pipe);
-  out->duration_s = (double)out->n / SL_PF_RATE;
-  return rc;
+  return decoded(rc, c, out, err, errlen);
 }
 
 /* ---- speech activity ---------------------------------------------------------- */

@@ -2,7 +2,9 @@
 /*
  * preflight.h — the work of the step/preflight plugin, callable without the
  * plugin host (unit tests, benchmarks): decode any recorded answer to
- * 16 kHz mono PCM with GStreamer, measure it, and encode it as FLAC.
+ * 16 kHz mono PCM with GStreamer (a WAV that already is 16-bit mono at
+ * 16 kHz with libsndfile: the same samples, without a pipeline), measure
+ * it, and encode it as FLAC.
  *
  * Decoding: GStreamer's decodebin picks the demuxer and decoder from the
  * bytes themselves (WebM/Matroska, Ogg, MP4, MP3, FLAC, WAV; Opus, Vorbis,
@@ -58,6 +60,12 @@ int sl_pf_init(char *err, size_t errlen);
  * return out must be cleared with sl_pf_audio_clear. */
 int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
                  size_t errlen);
+
+/* sl_pf_decode through GStreamer whatever the bytes: sl_pf_decode reads a
+ * 16 kHz mono 16-bit WAV with libsndfile instead (the same samples, without
+ * a pipeline); tests compare the two. */
+int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
+                     size_t errlen);
 
 /* Fills speech_s, peak_dbfs and floor_dbfs. Returns 0 or SL_ENOMEM. */
 int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);

@@ -30,6 +30,7 @@
 
 #include "pocketsphinx.h"
 
+#include "common/sf_memory.h"
 #include "sluice/sl_err.h"
 
 #include <limits.h>
@@ -231,51 +232,6 @@ void sl_ps_free(sl_ps *ps) {
   free(ps->rs);
   free(ps);
 }
-
-/* ---- libsndfile over a memory buffer ----------------------------------- */
-
-typedef struct {
-  const unsigned char *data;
-  sf_count_t len, pos;
-} memfile;
-
-static sf_count_t mf_len(void *u) { return ((memfile *)u)->len; }
-
-static sf_count_t mf_seek(sf_count_t off, int whence, void *u) {
-  memfile *m = u;
-  sf_count_t base;
-  switch (whence) {
-  case SEEK_SET:
-    base = 0;
-    break;
-  case SEEK_CUR:
-    base = m->pos;
-    break;
-  case SEEK_END:
-    base = m->len;
-    break;
-  default:
-    return -1;
-  }
-  /* stay inside [0, len]; written so that nothing can overflow */
-  if (off < -base || off > m->len - base) return -1;
-  m->pos = base + off;
-  return m->pos;
-}
-
-static sf_count_t mf_read(void *ptr, sf_count_t count, void *u) {
-  memfile *m = u;
-  if (count <= 0) return 0;
-  sf_count_t n = m->len - m->pos;
-  if (n > count) n = count;
-  memcpy(ptr, m->data + m->pos, (size_t)n);
-  m->pos += n;
-  return n;
-}
-
-static sf_count_t mf_write(const void *ptr, sf_count_t count, void *u) { return 0; /* read-only */ }
-
-static sf_count_t mf_tell(void *u) { return ((memfile *)u)->pos; }
 
 /* ---- audio -> recognizer ---------------------------------------------- */
 
@@ -513,12 +469,10 @@ int sl_ps_transcribe(sl_ps *ps, const void *audio, size_t len, sl_ps_result *res
   if (len == 0) return seterr(SL_EDECODE, err, errlen, "empty input (0 bytes)");
   if (len > (size_t)INT64_MAX) return seterr(SL_ETOOBIG, err, errlen, "input too large");
 
-  memfile mf = {audio, (sf_count_t)len, 0};
-  SF_VIRTUAL_IO vio = {mf_len, mf_seek, mf_read, mf_write, mf_tell};
+  sl__sf_memfile mf;
   SF_INFO info;
-  memset(&info, 0, sizeof info);
   pthread_mutex_lock(&sf_open_lock);
-  SNDFILE *sf = sf_open_virtual(&vio, SFM_READ, &info, &mf);
+  SNDFILE *sf = sl__sf_open_memory(&mf, audio, len, &info);
   if (!sf) seterr(SL_EDECODE, err, errlen, "libsndfile: %s", sf_strerror(NULL));
   pthread_mutex_unlock(&sf_open_lock);
   if (!sf) return SL_EDECODE;
