@@ -142,12 +142,10 @@ static int bus_error(GstBus *bus, char *err, size_t errlen) {
   return rc;
 }
 
-/* appends a sample's audio; SL_ETOOBIG past max samples */
-static int take(GstSample *smp, sl_pf_audio *a, size_t *cap, size_t max) {
-  GstBuffer *b = gst_sample_get_buffer(smp);
-  GstMapInfo mi;
-  if (!b || !gst_buffer_map(b, &mi, GST_MAP_READ)) return 0;
-  size_t n = mi.size / 2;
+/* appends n samples to a (its buffer *cap samples, grown here): both
+ * decoders' output goes through it, so they keep and refuse alike.
+ * SL_ETOOBIG past max samples (what fits up to max is kept), SL_ENOMEM. */
+static int append(sl_pf_audio *a, size_t *cap, size_t max, const void *samples, size_t n) {
   int rc = 0;
   if (a->n + n > max) {
     n = max - a->n;
@@ -157,18 +155,28 @@ static int take(GstSample *smp, sl_pf_audio *a, size_t *cap, size_t max) {
     size_t c = *cap ? *cap : 16000;
     while (c < a->n + n) c *= 2;
     int16_t *p = realloc(a->pcm, c * sizeof *p);
-    if (!p) {
-      gst_buffer_unmap(b, &mi);
-      return SL_ENOMEM;
-    }
+    if (!p) return SL_ENOMEM;
     a->pcm = p;
     *cap = c;
   }
-  memcpy(a->pcm + a->n, mi.data, n * 2);
+  memcpy(a->pcm + a->n, samples, n * 2);
   a->n += n;
+  return rc;
+}
+
+/* appends a sample's audio */
+static int take(GstSample *smp, sl_pf_audio *a, size_t *cap, size_t max) {
+  GstBuffer *b = gst_sample_get_buffer(smp);
+  GstMapInfo mi;
+  if (!b || !gst_buffer_map(b, &mi, GST_MAP_READ)) return 0;
+  int rc = append(a, cap, max, mi.data, mi.size / 2);
   gst_buffer_unmap(b, &mi);
   return rc;
 }
+
+/* The most samples a decoder keeps: one past the limit tells a too-long
+ * recording. */
+static size_t pcm_max(const sl_pf_conf *c) { return (size_t)(c->max_seconds * SL_PF_RATE) + 1; }
 
 /* What both decoders end with: no samples is an error, a too-long
  * recording says its limit, the duration follows the samples. */
@@ -199,30 +207,12 @@ static int decode_plain_wav(const void *data, size_t len, const sl_pf_conf *c, s
     sf_close(sf);
     return 0;
   }
-  /* one sample past the limit tells a too-long recording */
-  size_t max = (size_t)(c->max_seconds * SL_PF_RATE) + 1, cap = 0;
+  size_t max = pcm_max(c), cap = 0;
+  int16_t chunk[4096];
+  sf_count_t got;
   int r = 0;
-  for (;;) {
-    if (out->n == cap) {
-      size_t nc = cap ? cap * 2 : SL_PF_RATE * 4;
-      if (nc > max + 1) nc = max + 1;
-      int16_t *p = realloc(out->pcm, nc * sizeof *p);
-      if (!p) {
-        r = SL_ENOMEM;
-        break;
-      }
-      out->pcm = p;
-      cap = nc;
-    }
-    sf_count_t got = sf_read_short(sf, out->pcm + out->n, (sf_count_t)(cap - out->n));
-    if (got <= 0) break;
-    out->n += (size_t)got;
-    if (out->n > max) {
-      out->n = max;
-      r = SL_ETOOBIG;
-      break;
-    }
-  }
+  while (r == 0 && (got = sf_read_short(sf, chunk, (sf_count_t)(sizeof chunk / sizeof *chunk))) > 0)
+    r = append(out, &cap, max, chunk, (size_t)got);
   int stumbled = r == 0 && sf_error(sf) != SF_ERR_NO_ERROR;
   sf_close(sf);
   if (stumbled) {
@@ -273,7 +263,7 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
   gst_app_src_set_callbacks(GST_APP_SRC(src), &cb, &ss, NULL);
   gst_app_src_set_size(GST_APP_SRC(src), (gint64)len);
 
-  size_t cap = 0, max = (size_t)(c->max_seconds * SL_PF_RATE) + 1;
+  size_t cap = 0, max = pcm_max(c);
   int64_t deadline = mono_ms() + (c->timeout_ms > 0 ? c->timeout_ms : 30000);
   if (gst_element_set_state(pipe, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
     rc = bus_error(bus, err, errlen);
