@@ -3,8 +3,12 @@
  * sl_aredis.c — async Redis with reconnect, AUTH, TLS and a command deadline
  * (see sl_aredis.h).
  *
- * redis:// runs on hiredis's async context and its libuv adapter. hiredis
- * owns the redisAsyncContext: after a failed connect or a disconnect it
+ * redis:// runs on hiredis's async context, attached to the loop by our own
+ * event hooks (hev_attach below): hiredis 0.14's libuv adapter ignores a
+ * poll that ends in an error, and a connect refused by a Redis that is not
+ * back yet ends that way, so each such attempt hung until the deadline and
+ * a restarted Redis was used up to 2.5 s late. hiredis owns the
+ * redisAsyncContext: after a failed connect or a disconnect it
  * frees the context itself, so we only drop our pointer in those callbacks
  * and arm the reconnect timer. AUTH, SELECT and a PING are queued first on
  * every context, so they reach the server before any caller's command.
@@ -68,12 +72,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include <hiredis/adapters/libuv.h>
-#pragma GCC diagnostic pop
+#include <uv.h>
 
 typedef struct tconn tconn;
 
@@ -220,6 +219,64 @@ static void sub_reply(sl_aredis *r, const redisReply *rep) {
 }
 
 /* ---- redis:// on hiredis ------------------------------------------------- */
+
+/* hiredis's event hooks on a uv_poll_t. When a poll ends in an error (libuv
+ * reports POLLERR as a status and stops the handle: a refused or reset
+ * connection), hiredis is told the socket is ready for what it waited for,
+ * so that its read or write meets the error and fails the context at once
+ * (the connect callback for a connect, the disconnect callback after).
+ * Freed in the close callback: hiredis calls cleanup from inside our own
+ * poll callback. */
+typedef struct hev {
+  uv_poll_t poll;
+  redisAsyncContext *ac; /* NULL once hiredis has cleaned up */
+  int events;            /* UV_READABLE | UV_WRITABLE hiredis waits for */
+} hev;
+
+static void hev_poll(uv_poll_t *h, int status, int events) {
+  hev *e = h->data;
+  if (status < 0) events = e->events;
+  if (e->ac && (events & UV_READABLE)) redisAsyncHandleRead(e->ac);
+  if (e->ac && (events & UV_WRITABLE)) redisAsyncHandleWrite(e->ac);
+}
+
+static void hev_set(hev *e, int events) {
+  e->events = events;
+  if (events)
+    uv_poll_start(&e->poll, events, hev_poll);
+  else
+    uv_poll_stop(&e->poll);
+}
+
+static void hev_add_read(void *p) { hev_set(p, ((hev *)p)->events | UV_READABLE); }
+static void hev_del_read(void *p) { hev_set(p, ((hev *)p)->events & ~UV_READABLE); }
+static void hev_add_write(void *p) { hev_set(p, ((hev *)p)->events | UV_WRITABLE); }
+static void hev_del_write(void *p) { hev_set(p, ((hev *)p)->events & ~UV_WRITABLE); }
+static void hev_closed(uv_handle_t *h) { free(h->data); }
+static void hev_cleanup(void *p) {
+  hev *e = p;
+  e->ac = NULL;
+  uv_close((uv_handle_t *)&e->poll, hev_closed);
+}
+
+static int hev_attach(redisAsyncContext *ac, uv_loop_t *loop) {
+  if (ac->ev.data) return REDIS_ERR;
+  hev *e = calloc(1, sizeof *e);
+  if (!e) return REDIS_ERR;
+  if (uv_poll_init(loop, &e->poll, ac->c.fd) != 0) {
+    free(e);
+    return REDIS_ERR;
+  }
+  e->poll.data = e;
+  e->ac = ac;
+  ac->ev.data = e;
+  ac->ev.addRead = hev_add_read;
+  ac->ev.delRead = hev_del_read;
+  ac->ev.addWrite = hev_add_write;
+  ac->ev.delWrite = hev_del_write;
+  ac->ev.cleanup = hev_cleanup;
+  return REDIS_OK;
+}
 
 /* Only a failed connect matters here: the link is up once PING answers. */
 static void on_connect(const redisAsyncContext *ac, int status) {
@@ -608,7 +665,7 @@ static void reconnect(sl_aredis *r) {
     return;
   }
   tune_socket(ac->c.fd, r->timeout_ms);
-  if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
+  if (hev_attach(ac, r->loop) != REDIS_OK) {
     redisAsyncFree(ac);
     schedule(r);
     return;

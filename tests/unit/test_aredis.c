@@ -12,7 +12,10 @@
  *   - with the deadline off (0) a command waits, and sl_aredis_free answers
  *     it with NULL;
  *   - a script (sl_aredis_eval) goes by its SHA-1; a server that does not
- *     know it (NOSCRIPT) gets its text once, and the caller one answer.
+ *     know it (NOSCRIPT) gets its text once, and the caller one answer;
+ *   - a server that went away (its port refuses connections) is tried every
+ *     500 ms, and a refused attempt fails at once, so the client is back
+ *     within about 500 ms of the server's return (a restarted Redis).
  * No Redis is needed.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -112,18 +115,23 @@ static void on_connection(uv_stream_t *srv, int status) {
   uv_read_start((uv_stream_t *)c, on_alloc, on_read);
 }
 
-static int setup(void **state) {
-  (void)state;
-  uv_loop_init(&loop);
+/* Listens on 127.0.0.1:at (0: any free port, kept in `port`). */
+static void listen_on(int at) {
   uv_tcp_init(&loop, &server);
   struct sockaddr_in a;
-  uv_ip4_addr("127.0.0.1", 0, &a);
+  uv_ip4_addr("127.0.0.1", at, &a);
   assert_int_equal(uv_tcp_bind(&server, (const struct sockaddr *)&a, 0), 0);
   assert_int_equal(uv_listen((uv_stream_t *)&server, 64, on_connection), 0);
   struct sockaddr_storage got;
   int len = sizeof got;
   uv_tcp_getsockname(&server, (struct sockaddr *)&got, &len);
   port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+}
+
+static int setup(void **state) {
+  (void)state;
+  uv_loop_init(&loop);
+  listen_on(0);
   accepted = 0;
   answer_ping = 1;
   script_known = evalsha_seen = eval_seen = 0;
@@ -136,7 +144,7 @@ static int teardown(void **state) {
   for (int i = 0; i < MAX_CLIENTS; i++)
     if (clients[i] && !uv_is_closing((uv_handle_t *)clients[i]))
       uv_close((uv_handle_t *)clients[i], on_client_closed);
-  uv_close((uv_handle_t *)&server, NULL);
+  if (!uv_is_closing((uv_handle_t *)&server)) uv_close((uv_handle_t *)&server, NULL);
   if (tick_on) uv_close((uv_handle_t *)&tick, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(&loop), 0);
@@ -289,6 +297,36 @@ static void test_script_by_sha1_and_text_once(void **state) {
   sl_aredis_free(r);
 }
 
+static void pass_ms(uint64_t ms) {
+  uint64_t end = uv_now(&loop) + ms;
+  while (uv_now(&loop) < end) uv_run(&loop, UV_RUN_ONCE);
+}
+
+static void test_back_within_500ms_of_the_server(void **state) {
+  (void)state;
+  start_tick();
+  sl_aredis *r = client(2000); /* the default deadline */
+  assert_true(run_until(is_connected, r, 3000));
+  /* the server goes away: its port refuses connections from now on */
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    if (clients[i] && !uv_is_closing((uv_handle_t *)clients[i]))
+      uv_close((uv_handle_t *)clients[i], on_client_closed);
+  uv_close((uv_handle_t *)&server, NULL);
+  uint64_t errors = sl_metric_value(sl__redis_errors());
+  pass_ms(1600);
+  assert_false(sl_aredis_connected(r));
+  /* every 500 ms, and each refusal counted at once, not one deadline later */
+  assert_true(sl_metric_value(sl__redis_errors()) - errors >= 3);
+  /* back on the same port: the next attempt, within 500 ms, gets it */
+  listen_on(port);
+  uint64_t t0 = uv_now(&loop);
+  assert_true(run_until(is_connected, r, 3000));
+  uint64_t took = uv_now(&loop) - t0;
+  print_message("reconnected %llu ms after the server came back\n", (unsigned long long)took);
+  assert_true(took < 900);
+  sl_aredis_free(r);
+}
+
 static void test_set_timeout_arguments(void **state) {
   (void)state;
   assert_int_equal(sl_aredis_set_timeout(NULL, 100), SL_EINVAL);
@@ -306,6 +344,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_no_deadline_waits_and_free_answers_null, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_script_by_sha1_and_text_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_back_within_500ms_of_the_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_set_timeout_arguments, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
