@@ -38,6 +38,14 @@ done
 check "the stack's daemons hold no descriptor of the caller's (held by:${held:- none})" test -z "$held"
 rm -f "$fd_marker"
 at_exit '"$ROOT/tools/devstack" down --wipe >/dev/null 2>&1 || true'
+# devstack told other ports than its stack's refuses: stopping nothing and
+# wiping the directory would leave the daemons running with no pid files
+other=$(DEVSTACK_REDIS_PORT=$((DEVSTACK_REDIS_PORT + 50)) DEVSTACK_S3_PORT=$((DEVSTACK_S3_PORT + 50)) \
+  "$ROOT/tools/devstack" down --wipe 2>&1) && rc=0 || rc=$?
+check "devstack down with other ports is refused (exit $rc)" test "$rc" -ne 0
+check "... saying why: $other" grep -q "runs with other ports than these" <<<"$other"
+check "... and the stack is left as it was" \
+  sh -c "kill -0 \$(cat '$DEVSTACK_DIR/redis.pid') && kill -0 \$(cat '$DEVSTACK_DIR/versitygw.pid')"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 
