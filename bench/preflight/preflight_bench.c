@@ -8,13 +8,15 @@
  * audio: PocketSphinx transcribing the FLAC preflight produced, which is
  * what the stt stage then does with it.
  *
- *   preflight_bench [--reps N] FILE...
+ *   preflight_bench [--reps N] [--flac-level L] FILE...
  *
  * Every FILE is decoded `reps` times (default 5) on one thread; the CPU time
  * is the thread's (CLOCK_PROCESS_CPUTIME_ID), the median over reps, scaled
  * to one minute of the decoded audio. The anchor is one PocketSphinx run
- * per file (it is ~100x slower). Prints a Markdown table; exits 1 when a
- * file does not decode.
+ * per file (it is ~100x slower). The FLAC is written at level L (0..8,
+ * default 5, step.preflight.flac_level); its bytes per minute and the
+ * encoder's own share of the CPU are columns too. Prints a Markdown table;
+ * exits 1 when a file does not decode.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -64,13 +66,18 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  int reps = 5, first = 1;
-  if (argc > 2 && strcmp(argv[1], "--reps") == 0) {
-    reps = atoi(argv[2]);
-    first = 3;
+  int reps = 5, level = 5, first = 1;
+  while (first + 1 < argc && strncmp(argv[first], "--", 2) == 0) {
+    if (strcmp(argv[first], "--reps") == 0)
+      reps = atoi(argv[first + 1]);
+    else if (strcmp(argv[first], "--flac-level") == 0)
+      level = atoi(argv[first + 1]);
+    else
+      break;
+    first += 2;
   }
-  if (first >= argc || reps < 1 || reps > 100) {
-    fprintf(stderr, "usage: preflight_bench [--reps N] FILE...\n");
+  if (first >= argc || reps < 1 || reps > 100 || level < 0 || level > 8) {
+    fprintf(stderr, "usage: preflight_bench [--reps N (1..100)] [--flac-level L (0..8)] FILE...\n");
     return 2;
   }
   char err[512];
@@ -80,9 +87,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   const sl_pf_conf conf = {.max_seconds = 600, .silence_dbfs = -50, .timeout_ms = 60000};
-  printf("| recording | bytes | audio s | bytes per minute | speech s | preflight CPU ms per "
-         "audio min | PocketSphinx CPU ms per audio min (anchor) | preflight / anchor |\n"
-         "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  printf("| recording | bytes | audio s | bytes per minute | speech s | FLAC level | FLAC bytes "
+         "per minute | preflight CPU ms per audio min | of it FLAC | PocketSphinx CPU ms per "
+         "audio min (anchor) | preflight / anchor |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   int bad = 0;
   for (int i = first; i < argc; i++) {
     size_t len = 0;
@@ -92,10 +100,11 @@ int main(int argc, char **argv) {
       bad = 1;
       continue;
     }
-    double *cpu = calloc((size_t)reps, sizeof *cpu), dur = 0, speech = 0;
+    double *cpu = calloc((size_t)reps, sizeof *cpu), *enc = calloc((size_t)reps, sizeof *enc);
+    double dur = 0, speech = 0;
     void *flac = NULL;
     size_t flen = 0;
-    int rc = cpu ? 0 : SL_ENOMEM;
+    int rc = cpu && enc ? 0 : SL_ENOMEM;
     for (int r = 0; rc == 0 && r < reps; r++) {
       sl_pf_audio a;
       double t0 = cpu_s();
@@ -103,8 +112,10 @@ int main(int argc, char **argv) {
       if (rc == 0) rc = sl_pf_analyse(&a, conf.silence_dbfs);
       void *f = NULL;
       size_t fl = 0;
-      if (rc == 0) rc = sl_pf_flac(a.pcm, a.n, &f, &fl);
+      double t1 = cpu_s();
+      if (rc == 0) rc = sl_pf_flac(a.pcm, a.n, level, &f, &fl);
       cpu[r] = cpu_s() - t0;
+      enc[r] = cpu_s() - t1;
       dur = a.duration_s;
       speech = a.speech_s;
       sl_pf_audio_clear(&a);
@@ -117,6 +128,7 @@ int main(int argc, char **argv) {
       bad = 1;
     } else {
       qsort(cpu, (size_t)reps, sizeof *cpu, cmp_double);
+      qsort(enc, (size_t)reps, sizeof *enc, cmp_double);
       sl_ps_result res = {0};
       double t0 = cpu_s();
       int prc = sl_ps_transcribe(ps, flac, flen, &res, err, sizeof err);
@@ -124,17 +136,17 @@ int main(int argc, char **argv) {
       sl_ps_result_clear(&res);
       const char *name = strrchr(argv[i], '/');
       double per_min = 60.0 / dur;
+      printf("| %s | %zu | %.1f | %.0f | %.1f | %d | %.0f | %.1f | %.1f | ",
+             name ? name + 1 : argv[i], len, dur, len * per_min, speech, level, flen * per_min,
+             cpu[reps / 2] * 1000 * per_min, enc[reps / 2] * 1000 * per_min);
       if (prc)
-        printf("| %s | %zu | %.1f | %.0f | %.1f | %.1f | (failed: %s) | - |\n",
-               name ? name + 1 : argv[i], len, dur, len * per_min, speech,
-               cpu[reps / 2] * 1000 * per_min, err);
+        printf("(failed: %s) | - |\n", err);
       else
-        printf("| %s | %zu | %.1f | %.0f | %.1f | %.1f | %.0f | %.4f |\n",
-               name ? name + 1 : argv[i], len, dur, len * per_min, speech,
-               cpu[reps / 2] * 1000 * per_min, anchor * 1000 * per_min, cpu[reps / 2] / anchor);
+        printf("%.0f | %.4f |\n", anchor * 1000 * per_min, cpu[reps / 2] / anchor);
     }
     free(flac);
     free(cpu);
+    free(enc);
     free(data);
   }
   sl_ps_free(ps);

@@ -92,6 +92,16 @@ for p in "${PLUGINS[@]}"; do
     done
     run step "$name" "$TMP/speech.wav" --set "step.$name.max_seconds=2"
     check "$p: over-long audio is too_long" jqok '.outcome == "failed" and .error_class == "too_long"' <<<"$OUT"
+    if [[ $name == preflight ]]; then
+      run step "$name" "$TMP/speech.wav" --set "step.$name.flac_level=9"
+      check "$p: flac_level 9 is refused at start (exit 1, no outcome)" test "$RC" -eq 1
+      check "$p: ... that names the range" grep -q 'flac_level must be 0..8' "$TMP/err"
+      run step "$name" "$TMP/speech.wav" --set "step.$name.flac_level=0"
+      b0=$(jq -r .object.bytes <<<"$OUT")
+      run step "$name" "$TMP/speech.wav" --set "step.$name.flac_level=8"
+      b8=$(jq -r .object.bytes <<<"$OUT")
+      check "$p: flac_level 8 stores fewer bytes than 0 ($b8 < $b0)" test "$b8" -lt "$b0"
+    fi
     run step "$name" "$TMP/t-good.json"
     check "$p: a JSON file is not audio (exit 4)" test "$RC" -eq 4
   elif [[ $kind == stt ]]; then

@@ -258,7 +258,8 @@ static void test_plain_wav_as_gstreamer(void **state) {
   }
 }
 
-/* FLAC is lossless: what sl_pf_flac wrote decodes to the same samples */
+/* FLAC is lossless at every level: what sl_pf_flac wrote decodes to the
+ * same samples; a higher level writes fewer bytes; no level outside 0..8 */
 static void test_flac_round_trip(void **state) {
   (void)state;
   size_t len;
@@ -267,18 +268,29 @@ static void test_flac_round_trip(void **state) {
   char err[512] = "";
   assert_int_equal(sl_pf_decode(buf, len, &conf, &a, err, sizeof err), 0);
   free(buf);
+  static const int levels[] = {0, 5, 8};
+  size_t sizes[3];
+  for (size_t i = 0; i < 3; i++) {
+    void *flac = NULL;
+    size_t flen = 0;
+    assert_int_equal(sl_pf_flac(a.pcm, a.n, levels[i], &flac, &flen), 0);
+    assert_true(flen > 1000 && flen < a.n * 2); /* smaller than the PCM */
+    assert_memory_equal(flac, "fLaC", 4);
+    int rc = sl_pf_decode(flac, flen, &conf, &b, err, sizeof err);
+    if (rc) fail_msg("decoding our FLAC (level %d): %s: %s", levels[i], sl_err_name(rc), err);
+    assert_int_equal(b.n, a.n);
+    assert_memory_equal(b.pcm, a.pcm, a.n * sizeof *a.pcm);
+    sizes[i] = flen;
+    free(flac);
+    sl_pf_audio_clear(&b);
+  }
+  assert_true(sizes[2] < sizes[0]);
   void *flac = NULL;
   size_t flen = 0;
-  assert_int_equal(sl_pf_flac(a.pcm, a.n, &flac, &flen), 0);
-  assert_true(flen > 1000 && flen < a.n * 2); /* smaller than the PCM */
-  assert_memory_equal(flac, "fLaC", 4);
-  int rc = sl_pf_decode(flac, flen, &conf, &b, err, sizeof err);
-  if (rc) fail_msg("decoding our FLAC: %s: %s", sl_err_name(rc), err);
-  assert_int_equal(b.n, a.n);
-  assert_memory_equal(b.pcm, a.pcm, a.n * sizeof *a.pcm);
-  free(flac);
+  assert_int_equal(sl_pf_flac(a.pcm, a.n, -1, &flac, &flen), SL_EINVAL);
+  assert_int_equal(sl_pf_flac(a.pcm, a.n, 9, &flac, &flen), SL_EINVAL);
+  assert_null(flac);
   sl_pf_audio_clear(&a);
-  sl_pf_audio_clear(&b);
 }
 
 /* decodes on several threads at once (the stage's worker pool) */

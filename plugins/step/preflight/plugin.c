@@ -32,7 +32,7 @@ typedef struct {
   const sl_plugin_host *h;
   sl_pf_conf pc;
   double min_speech_s;
-  int normalize, pass_undecoded;
+  int normalize, pass_undecoded, flac_level;
   sl_plugin_metric *rejected[3], *passed, *audio_ms;
 } state;
 
@@ -47,6 +47,10 @@ static const sl_plugin_conf_key conf[] = {
      "frames quieter than this (dBFS) are never speech", 0},
     {"normalize", SL_PLUGIN_CONF_BOOL, "true",
      "store a 16 kHz mono FLAC beside the original for the STT plugin (audio_key)", 0},
+    {"flac_level", SL_PLUGIN_CONF_INT, "5",
+     "libFLAC compression level of that FLAC, 0 (least CPU) to 8 (fewest bytes to the STT "
+     "provider); docs/benchmarks.md has both per level",
+     0},
     {"pass_undecoded", SL_PLUGIN_CONF_BOOL, "true",
      "a recognised format with no decoder here (MP4/AAC) passes on unchecked instead of "
      "failing as undecodable_audio",
@@ -71,6 +75,11 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
              "Sluice host of ABI 2 that runs it SYNC");
     return SL_EPLUGIN;
   }
+  int64_t level = h->conf_int(c, "flac_level");
+  if (level < 0 || level > 8) {
+    snprintf(err, errlen, "step.preflight.flac_level must be 0..8");
+    return SL_ECONFIG;
+  }
   int rc = sl_pf_init(err, errlen);
   if (rc) return rc;
   state *s = h->alloc(sizeof *s);
@@ -83,6 +92,7 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
   s->min_speech_s = h->conf_double(c, "min_speech_seconds");
   s->normalize = h->conf_bool(c, "normalize");
   s->pass_undecoded = h->conf_bool(c, "pass_undecoded");
+  s->flac_level = (int)level;
   for (size_t i = 0; i < 3; i++) {
     char labels[64];
     snprintf(labels, sizeof labels, "class=\"%s\"", classes[i]);
@@ -159,7 +169,7 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   if (orc == 0 && s->normalize) {
     void *flac = NULL;
     size_t flen = 0;
-    orc = sl_pf_flac(a.pcm, a.n, &flac, &flen);
+    orc = sl_pf_flac(a.pcm, a.n, s->flac_level, &flac, &flen);
     if (orc == 0) orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", flac, flen);
     free(flac);
   }

@@ -389,16 +389,17 @@ static FLAC__StreamEncoderWriteStatus on_write(const FLAC__StreamEncoder *enc,
   return FLAC__STREAM_ENCODER_WRITE_STATUS_OK;
 }
 
-int sl_pf_flac(const int16_t *pcm, size_t n, void **out, size_t *outlen) {
+int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen) {
   *out = NULL;
   *outlen = 0;
+  if (level < 0 || level > 8) return SL_EINVAL;
   FLAC__StreamEncoder *enc = FLAC__stream_encoder_new();
   if (!enc) return SL_ENOMEM;
   membuf m = {0};
   FLAC__stream_encoder_set_channels(enc, 1);
   FLAC__stream_encoder_set_bits_per_sample(enc, 16);
   FLAC__stream_encoder_set_sample_rate(enc, SL_PF_RATE);
-  FLAC__stream_encoder_set_compression_level(enc, 5);
+  FLAC__stream_encoder_set_compression_level(enc, (uint32_t)level);
   FLAC__stream_encoder_set_total_samples_estimate(enc, n);
   int inited = FLAC__stream_encoder_init_stream(enc, on_write, NULL, NULL, NULL, &m) ==
                FLAC__STREAM_ENCODER_INIT_STATUS_OK;

@@ -70,9 +70,10 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
 /* Fills speech_s, peak_dbfs and floor_dbfs. Returns 0 or SL_ENOMEM. */
 int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);
 
-/* Encodes 16 kHz mono PCM as FLAC into a malloc'd buffer. 0, SL_ENOMEM or
- * SL_EIO (the encoder refused). */
-int sl_pf_flac(const int16_t *pcm, size_t n, void **out, size_t *outlen);
+/* Encodes 16 kHz mono PCM as FLAC at compression level `level` (libFLAC's
+ * 0 fastest .. 8 smallest) into a malloc'd buffer. 0, SL_EINVAL (level out
+ * of range), SL_ENOMEM or SL_EIO (the encoder refused). */
+int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen);
 
 void sl_pf_audio_clear(sl_pf_audio *a);
 
