@@ -15,12 +15,16 @@
 #      bodies (not parseable), no json_schema support (400 naming
 #      response_format, json_object still works)
 #   5. configuration errors are refused at start with a clear message
+#   6. it holds more connections than one stage's 1000 calls in flight: a
+#      provider at scale has no 1024-connection cap (B's autoscaled stt and
+#      grade replicas got 503s from the fake's HTTP server, not from its
+#      scripted failures)
 source "$(dirname "$0")/lib.sh"
 P=$((BASE + 60)) # fake providers on P, P+2, ...; their admin ports on P+1, P+3, ...
 mkdir -p "$STAGES_DIR"
 T=$STAGES_DIR/tmp
 mkdir -p "$T"
-pids=()
+pids=() conns=()
 at_exit 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; true'
 fp_up() { # fp_up PORT ARGS... : starts a fake provider, waits for /stats
   local port=$1; shift
@@ -219,6 +223,21 @@ for bad_set in fakeprovider.outage=5-3 fakeprovider.latency_dist=gaussian \
   msg=$(grep '^sluice-fakeprovider: ' <<<"$err" || true)
   check "$bad_set refused at start (exit $rc: $msg)" test "$rc" -ne 0 -a -n "$msg"
 done
+
+# 6 ---------------------------------------------------------------------
+fp_up $((P + 12))
+U6=http://127.0.0.1:$((P + 12))
+held=0
+(( $(ulimit -n) >= 1400 )) || ulimit -n 1400 2>/dev/null || true
+for _ in $(seq 1100); do
+  { exec {fd}<>"/dev/tcp/127.0.0.1/$((P + 12))"; } 2>/dev/null || break
+  held=$((held + 1))
+  conns+=("$fd")
+done
+code=$(curl -sS -o /dev/null -w '%{http_code}' "$U6/stats")
+check "1100 open connections ($held held): /stats still answers 200 ($code)" \
+  test "$held" = 1100 -a "$code" = 200
+for fd in "${conns[@]}"; do exec {fd}>&-; done
 
 rc=0
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" || rc=$?; done

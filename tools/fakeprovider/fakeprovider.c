@@ -74,6 +74,7 @@ typedef struct {
   int64_t seed;
   int64_t max_body;
   int64_t request_timeout_ms;
+  int64_t max_connections;
 } fake_conf;
 
 #define F(x) offsetof(fake_conf, x)
@@ -110,6 +111,10 @@ static const sl_conf_entry fake_table[] = {
      "largest request body accepted (audio uploads)", 0},
     {"fakeprovider.request_timeout_ms", SL_CONF_INT, "60000", F(request_timeout_ms),
      "a request must arrive completely within this time", 0},
+    {"fakeprovider.max_connections", SL_CONF_INT, "100000", F(max_connections),
+     "open connections at once, beyond which a new one gets 503 (a provider at scale has no "
+     "small cap: every replica of stt and grade holds up to its max_in_flight)",
+     0},
 };
 static const size_t fake_table_len = sizeof fake_table / sizeof fake_table[0];
 
@@ -884,9 +889,9 @@ int main(int argc, char **argv) {
     bad = "fakeprovider.failure_rate, bad_reply_rate and truncate_rate must be in 0..1";
   else if (fc.stt_latency_ms < 0 || fc.chat_latency_ms < 0 || fc.stt_jitter_ms < 0 ||
            fc.chat_jitter_ms < 0 || fc.quota_rps < 0 || fc.max_body <= 0 ||
-           fc.request_timeout_ms <= 0)
-    bad = "fakeprovider latencies, jitters and quota must be >= 0, max_body and "
-          "request_timeout_ms > 0";
+           fc.request_timeout_ms <= 0 || fc.max_connections <= 0)
+    bad = "fakeprovider latencies, jitters and quota must be >= 0, max_body, "
+          "request_timeout_ms and max_connections > 0";
   if (bad) {
     fprintf(stderr, "sluice-fakeprovider: %s\n", bad);
     finish_conf(own, 2, admin);
@@ -902,7 +907,8 @@ int main(int argc, char **argv) {
     }
   uv_loop_init(&F.loop);
   sl_http_limits lim = {.max_body = (size_t)fc.max_body,
-                        .request_timeout_ms = (unsigned)fc.request_timeout_ms};
+                        .request_timeout_ms = (unsigned)fc.request_timeout_ms,
+                        .max_connections = (size_t)fc.max_connections};
   rc = sl_http_server_new(&F.srv, &F.loop, fc.listen, &lim, handle, &F);
   if (rc == 0) {
     uv_signal_init(&F.loop, &F.sigterm);
