@@ -65,15 +65,22 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* a whole decimal number, or -1 */
+static int number(const char *s) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  return end != s && *end == '\0' && v >= 0 && v <= 1000 ? (int)v : -1;
+}
+
 int main(int argc, char **argv) {
   int reps = 5, level = 5, first = 1;
   while (first + 1 < argc && strncmp(argv[first], "--", 2) == 0) {
     if (strcmp(argv[first], "--reps") == 0)
-      reps = atoi(argv[first + 1]);
+      reps = number(argv[first + 1]);
     else if (strcmp(argv[first], "--flac-level") == 0)
-      level = atoi(argv[first + 1]);
+      level = number(argv[first + 1]);
     else
-      break;
+      first = argc; /* an unknown option: the usage */
     first += 2;
   }
   if (first >= argc || reps < 1 || reps > 100 || level < 0 || level > 8) {
