@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
       first = argc; /* an unknown option: the usage */
     first += 2;
   }
-  if (first >= argc || reps < 1 || reps > 100 || level < 0 || level > 8) {
+  if (first >= argc || reps < 1 || reps > 100 || level < 0 || level > SL_PF_FLAC_LEVEL_MAX) {
     fprintf(stderr, "usage: preflight_bench [--reps N (1..100)] [--flac-level L (0..8)] FILE...\n");
     return 2;
   }

@@ -76,7 +76,7 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     return SL_EPLUGIN;
   }
   int64_t level = h->conf_int(c, "flac_level");
-  if (level < 0 || level > 8) {
+  if (level < 0 || level > SL_PF_FLAC_LEVEL_MAX) {
     snprintf(err, errlen, "step.preflight.flac_level must be 0..8");
     return SL_ECONFIG;
   }

@@ -392,7 +392,7 @@ static FLAC__StreamEncoderWriteStatus on_write(const FLAC__StreamEncoder *enc,
 int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen) {
   *out = NULL;
   *outlen = 0;
-  if (level < 0 || level > 8) return SL_EINVAL;
+  if (level < 0 || level > SL_PF_FLAC_LEVEL_MAX) return SL_EINVAL;
   FLAC__StreamEncoder *enc = FLAC__stream_encoder_new();
   if (!enc) return SL_ENOMEM;
   membuf m = {0};

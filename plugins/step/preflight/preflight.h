@@ -73,6 +73,7 @@ int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);
 /* Encodes 16 kHz mono PCM as FLAC at compression level `level` (libFLAC's
  * 0 fastest .. 8 smallest) into a malloc'd buffer. 0, SL_EINVAL (level out
  * of range), SL_ENOMEM or SL_EIO (the encoder refused). */
+#define SL_PF_FLAC_LEVEL_MAX 8 /* libFLAC's levels are 0..8 */
 int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen);
 
 void sl_pf_audio_clear(sl_pf_audio *a);
