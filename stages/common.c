@@ -7,6 +7,8 @@
 #include "stages.h"
 #include "sluice/sl_tls.h"
 
+#include <uv.h>
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -357,20 +359,6 @@ static void storage_fault(sl_result *res, int rc, long status, const char *key, 
                   why);
 }
 
-int sl__objects_put(sl__objects *o, const char *key, const char *content_type, const void *data,
-                    size_t len, sl_result *res) {
-  char err[512] = "";
-  sl_s3_conn *conn = sl_tls_get(o->conns, err, sizeof err);
-  if (!conn) {
-    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
-    return SL_ECONFIG;
-  }
-  long status = 0;
-  int rc = sl_s3_put(conn, &o->target, key, content_type, data, len, &status, err, sizeof err);
-  if (rc) storage_fault(res, rc, status, key, err);
-  return rc;
-}
-
 /* the fetched object as the plugin's input */
 static void give_object(sl_plugin_input *in, const char *key, const void *data, size_t len) {
   in->audio = data;
@@ -472,20 +460,23 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   if (rc)
     sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s", sl_strerror(rc));
   else
-    ops->finish(ud, msg, key, &pr, out, res);
+    ops->finish(ud, msg, key, &pr, NULL, out, res);
   sl_plugin_result_clear(&pr);
   free(object);
   free(scratch);
   ops->release(msg, &ar.a);
 }
 
-/* One message with an async plugin: everything the plugin's input points
- * at — the input itself included — lives here until the plugin completes
+/* One message run by sl__plugin_start: everything the plugin's input
+ * points at — the input itself included — lives here until the job is done
  * (the ABI lends the input until complete(), and the call outlives
  * sl__plugin_start). The fetched object is the one copy of the answer in
- * the process: taken from the HTTP client's buffer, not copied, and streamed
- * from here into the plugin's upload (sl_pluginhost.c); it counts towards
- * stage.max_bytes_in_flight (sl_job_hold) until it is freed. */
+ * the process: taken from the HTTP client's buffer, not copied, and (async
+ * plugins) streamed from here into the plugin's upload (sl_pluginhost.c);
+ * it counts towards stage.max_bytes_in_flight (sl_job_hold) until it is
+ * freed. Each step runs on the loop, except a SYNC plugin's run, on a
+ * worker (work), which touches only in, pr and why while the loop leaves
+ * the job alone. */
 typedef struct {
   const sl__plugin_ops *ops;
   void *ud;
@@ -496,37 +487,140 @@ typedef struct {
   sl_plugin_input in;
   const char *object_key; /* the object being fetched, or NULL */
   void *object;           /* its bytes, once fetched */
+  sl_plugin_result pr;    /* what the plugin returned (owned here) */
+  uv_work_t work;         /* SYNC: the run on the worker pool */
+  int ran;                /* SYNC: the run returned pr (else why says why not) */
+  const char *why_class;  /* SYNC: the retry class when it did not */
+  char why[512];
+  char stored[1200]; /* the key pr.object is stored as */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
   c->ops->release(c->msg, NULL);
   free(c->scratch);
   free(c->object);
+  sl_plugin_result_clear(&c->pr);
   sl_job_hold(c->job, 0); /* the job holds nothing of ours from here */
   free(c);
 }
 
-static void on_plugin_done(sl_plugin_result *pr, void *ud) {
-  plugin_job *c = ud;
+/* the job is over (its outbox and result set) */
+static void job_end(plugin_job *c) {
   sl_job *job = c->job;
-  c->ops->finish(c->ud, c->msg, c->key, pr, sl_job_outbox(job), sl_job_result(job));
-  sl_plugin_result_clear(pr);
   plugin_job_free(c);
   sl_job_done(job);
 }
 
-static void run_async(plugin_job *c) {
-  int rc = sl_plugin_run(c->pp->inst, &c->in, sl_job_http(c->job), on_plugin_done, c);
+static void job_finish(plugin_job *c, const char *stored) {
+  c->ops->finish(c->ud, c->msg, c->key, &c->pr, stored, sl_job_outbox(c->job),
+                 sl_job_result(c->job));
+  job_end(c);
+}
+
+/* the new object stored (or not) */
+static void on_stored(const sl_httpc_response *r, void *ud) {
+  plugin_job *c = ud;
+  if (r->status == 200) {
+    job_finish(c, c->stored);
+    return;
+  }
+  char why[1400];
+  snprintf(why, sizeof why, "PUT %s: %s", c->stored, r->status ? "HTTP error" : r->error);
+  storage_fault(sl_job_result(c->job), r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status, c->stored,
+                why);
+  job_end(c);
+}
+
+/* PUTs the plugin's new object where ops->store_key says, then finishes.
+ * Overwrites: a redelivered message stores the same bytes again, which is
+ * what makes it safe to repeat after a crash. */
+static void store_async(plugin_job *c) {
+  sl_result *res = sl_job_result(c->job);
+  sl__objects *o = c->pp->objects;
+  if (!c->ops->store_key(c->ud, c->msg, &c->pr, c->stored, sizeof c->stored, res)) {
+    job_end(c);
+    return;
+  }
+  char url[4096], ct[200];
+  snprintf(ct, sizeof ct, "Content-Type: %s",
+           *c->pr.object_type ? c->pr.object_type : "application/octet-stream");
+  const char *hdrs[] = {ct, "Expect:", NULL}; /* no 100-continue round trip */
+  int rc = sl_s3_presign_put(o->loop_sig, &o->target, c->stored, 600, url, sizeof url);
+  sl_httpc_request q = {.method = "PUT",
+                        .url = url,
+                        .headers = hdrs,
+                        .body = c->pr.object,
+                        .body_len = c->pr.object_len,
+                        .timeout_ms = o->timeout_ms,
+                        .max_response = 65536,
+                        .ca_file = o->target.ca_file};
+  if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_stored, c);
   if (rc) {
-    sl_job *job = c->job;
-    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
-                  sl_strerror(rc));
-    plugin_job_free(c);
-    sl_job_done(job);
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "storing %s: %s", c->stored, sl_strerror(rc));
+    job_end(c);
   }
 }
 
-/* async: the object arrived (or did not) on the loop */
+/* the plugin has returned c->pr: its object stored first when it made one */
+static void after_run(plugin_job *c) {
+  if (c->pr.outcome == SL_PLUGIN_DONE && c->pr.object && c->ops->store_key && c->pp->objects &&
+      c->pp->objects->loop_sig)
+    store_async(c);
+  else
+    job_finish(c, NULL);
+}
+
+static void on_plugin_done(sl_plugin_result *pr, void *ud) {
+  plugin_job *c = ud;
+  c->pr = *pr; /* ours now: cleared with the job */
+  after_run(c);
+}
+
+/* SYNC: on a worker thread */
+static void pool_run(uv_work_t *w) {
+  plugin_job *c = w->data;
+  sl_plugin_inst *in = sl__plugin_pool_get(c->pp, c->why, sizeof c->why);
+  if (!in) {
+    c->why_class = c->ops->setup_class;
+    return;
+  }
+  int rc = sl_plugin_run(in, &c->in, NULL, take_result, &c->pr);
+  if (rc) {
+    c->why_class = "plugin_error";
+    snprintf(c->why, sizeof c->why, "running the plugin: %s", sl_strerror(rc));
+    return;
+  }
+  c->ran = 1;
+}
+
+/* SYNC: back on the loop */
+static void pool_ran(uv_work_t *w, int status) {
+  plugin_job *c = w->data;
+  if (c->ran) {
+    after_run(c);
+    return;
+  }
+  sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, c->why_class ? c->why_class : "internal",
+                "%s", status == UV_ECANCELED ? "cancelled before it ran" : c->why);
+  job_end(c);
+}
+
+static void run_plugin(plugin_job *c) {
+  int rc;
+  if (c->pp->sync) {
+    c->work.data = c;
+    rc = uv_queue_work(sl_job_loop(c->job), &c->work, pool_run, pool_ran); /* -errno */
+  } else {
+    rc = sl_plugin_run(c->pp->inst, &c->in, sl_job_http(c->job), on_plugin_done, c);
+  }
+  if (rc) {
+    sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
+    job_end(c);
+  }
+}
+
+/* the object arrived (or did not) on the loop */
 static void on_object(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
   sl_job *job = c->job;
@@ -540,7 +634,7 @@ static void on_object(const sl_httpc_response *r, void *ud) {
     } else {
       sl_job_hold(job, (int64_t)r->body_len); /* what it weighs, not what was reserved */
       give_object(&c->in, k, c->object, r->body_len);
-      run_async(c);
+      run_plugin(c);
       return;
     }
   } else if (r->too_big) {
@@ -553,8 +647,7 @@ static void on_object(const sl_httpc_response *r, void *ud) {
     snprintf(why, sizeof why, "GET %s: %s", k, r->status ? "HTTP error" : r->error);
     storage_fault(res, r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status, k, why);
   }
-  plugin_job_free(c);
-  sl_job_done(job);
+  job_end(c);
 }
 
 static void fetch_async(plugin_job *c) {
@@ -568,11 +661,9 @@ static void fetch_async(plugin_job *c) {
                         .ca_file = o->target.ca_file};
   if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_object, c);
   if (rc) {
-    sl_job *job = c->job;
-    sl_result_set(sl_job_result(job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s", c->object_key,
-                  sl_strerror(rc));
-    plugin_job_free(c);
-    sl_job_done(job);
+    sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",
+                  c->object_key, sl_strerror(rc));
+    job_end(c);
   }
 }
 
@@ -593,8 +684,7 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
     return;
   }
   if (!ops->input(ud, c->msg, c->key, &c->in, &c->scratch, res)) {
-    plugin_job_free(c);
-    sl_job_done(job);
+    job_end(c);
     return;
   }
   c->pp = pp;
@@ -602,7 +692,7 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   if (c->object_key)
     fetch_async(c);
   else
-    run_async(c);
+    run_plugin(c);
 }
 
 int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {

@@ -142,28 +142,26 @@ extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_l
 
 /* The objects a plugin reads and writes in the answers' bucket: the
  * uploaded answer fetched before the call (stt; a step reading "@object")
- * and the one a step stores (host->out_object). SYNC plugins: blocking
- * signed requests on the worker thread, one storage connection (kept open)
- * per thread; async ones: a presigned GET on the stage's loop. Storage faults become the stage's
- * outcome the same way everywhere: unreachable, 5xx, 429, 408 and a refused
- * signature (403/401: this replica's clock or keys) are retried; a missing
- * object or one over max_bytes fails for good. */
+ * and the one a step stores (host->out_object). sl__plugin_process (sync:
+ * 1): blocking signed requests on the worker thread, one storage connection
+ * (kept open) per thread; sl__plugin_start (sync: 0): presigned GETs and
+ * PUTs on the stage's loop, so no thread waits on storage. Storage faults
+ * become the stage's outcome the same way everywhere: unreachable, 5xx,
+ * 429, 408 and a refused signature (403/401: this replica's clock or keys)
+ * are retried; a missing object or one over max_bytes fails for good. */
 typedef struct {
   sl_s3_conf *s3;
   sl_s3_target target;
   size_t max_bytes;
-  long timeout_ms;      /* async fetches */
-  struct sl_tls *conns; /* SYNC: one sl_s3_conn per worker thread */
-  sl_sigv4 *loop_sig;   /* async: the loop's */
+  long timeout_ms;      /* requests on the loop */
+  struct sl_tls *conns; /* sync: one sl_s3_conn per worker thread */
+  sl_sigv4 *loop_sig;   /* on the loop: the loop's */
 } sl__objects;
 /* One signer (or connection) is made at once, so bad s3 settings fail at
  * start-up. */
 int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long timeout_ms, int sync,
                      char *err, size_t errlen);
 void sl__objects_free(sl__objects *o); /* NULL-safe */
-/* SYNC only: PUTs data as key; 0, or <0 with res set. */
-int sl__objects_put(sl__objects *o, const char *key, const char *content_type, const void *data,
-                    size_t len, sl_result *res);
 
 /* The instances of a plugin a stage calls: SYNC plugins get one per worker
  * thread (created on first use), async ones a single instance on the loop.
@@ -223,17 +221,27 @@ typedef struct {
    * driver fetches it (pool->objects) into in->audio, audio_len,
    * content_type and filename before the call */
   const char *(*object)(void *ud, void *msg);
-  /* the outcome into out/res */
-  void (*finish)(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
-                 sl_result *res);
+  /* optional: where a new object the plugin returns (pr->object, on
+   * SL_PLUGIN_DONE) is stored: its key into k[klen], 1; or 0 with res set.
+   * sl__plugin_start PUTs it there before finish (sl__plugin_process never
+   * stores: a stage whose plugin stores objects runs it with start) */
+  int (*store_key)(void *ud, void *msg, const sl_plugin_result *pr, char *k, size_t klen,
+                   sl_result *res);
+  /* the outcome into out/res; stored: the key pr->object was stored as,
+   * or NULL when nothing was stored */
+  void (*finish)(void *ud, void *msg, const char *key, sl_plugin_result *pr, const char *stored,
+                 sl_outbox *out, sl_result *res);
   void (*release)(void *msg, ProtobufCAllocator *pa); /* pa: parse's */
 } sl__plugin_ops;
 
 /* sl_stage_opts.process for a SYNC plugin: the calling worker's instance. */
 void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud,
                         const rd_kafka_message_t *m, sl_outbox *out, sl_result *res);
-/* sl_stage_opts.start for an async plugin: the loop's instance and the
- * job's HTTP client; the job is done when the plugin completes. */
+/* sl_stage_opts.start: the object the plugin reads is fetched, and the
+ * one it returns stored, on the loop (pool->objects, made with sync 0);
+ * an async plugin runs on the loop (its instance and the job's HTTP
+ * client), a SYNC one on the worker pool (the worker's instance), so a
+ * worker thread never waits on storage. The job is done when all of it is. */
 void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job);
 
 #endif

@@ -129,6 +129,11 @@ int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, uns
   return presign_url(sig, t, "GET", key, expires_s, url, len);
 }
 
+int sl_s3_presign_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, unsigned expires_s,
+                      char *url, size_t len) {
+  return presign_url(sig, t, "PUT", key, expires_s, url, len);
+}
+
 struct sl_s3_conn {
   sl_sigv4 *sig;
   CURL *h;

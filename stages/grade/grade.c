@@ -84,8 +84,9 @@ static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in, 
   return 1;
 }
 
-static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
-                   sl_result *res) {
+static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, const char *stored,
+                   sl_outbox *out, sl_result *res) {
+  (void)stored; /* its plugin stores no object */
   const grade *g = ud;
   const Sluice__V1__Transcript *t = msg;
   if (!sl__plugin_outcome(pr, res)) return;

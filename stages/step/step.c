@@ -14,10 +14,14 @@
  * plugin declares what it reads and writes, and the host refuses to start
  * when the messages around the stage lack one of those fields.
  *
- * A SYNC step plugin that reads "@object" gets the object its input names
- * (object_key or upload.object_key) fetched from storage on the worker
- * thread, and may store one new object (host->out_object), which the host
- * PUTs as derived/<object key><suffix> before it writes the output. ingest
+ * A step plugin that reads "@object" gets the object its input names
+ * (object_key or upload.object_key) fetched from storage, and may store one
+ * new object (host->out_object), which the host PUTs as
+ * derived/<object key><suffix> before it writes the output. Both requests
+ * run on the stage's event loop (sl__plugin_start), never on a worker: a
+ * SYNC plugin's worker only runs the plugin, so the answers a replica holds
+ * at once are bounded by stage.max_in_flight, not by stage.workers over
+ * storage's latency. ingest
  * ignores storage events under derived/. Storage faults are handled as in
  * stt: unreachable, 5xx and a refused signature are retried; a missing or
  * oversized object fails for good.
@@ -146,19 +150,22 @@ static const char *object_of(void *ud, void *msg) {
   return s->object_path ? sl_pbfield_str(msg, s->object_path) : NULL;
 }
 
-/* Stores the plugin's new object as derived/<object key><suffix>; its key
- * into *derived. 0, or with res set. */
-static int store_object(step *s, const ProtobufCMessage *msg, const sl_plugin_result *pr,
-                        char *derived, size_t dlen, sl_result *res) {
-  const char *okey = sl_pbfield_str(msg, s->object_path);
-  if ((size_t)snprintf(derived, dlen, "derived/%s%s", okey ? okey : "", pr->object_suffix) >=
-      dlen) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "derived object key too long");
-    return -1;
+/* Where the plugin's new object goes: derived/<object key><suffix>
+ * (sl__plugin_start stores it there before finish). */
+static int store_key(void *ud, void *in, const sl_plugin_result *pr, char *k, size_t klen,
+                     sl_result *res) {
+  const step *s = ud;
+  const char *okey = s->object_path ? sl_pbfield_str(in, s->object_path) : NULL;
+  if (!okey || !*okey) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error",
+                  "the plugin returned an object to store, but reads none (\"@object\")");
+    return 0;
   }
-  return sl__objects_put(&s->objects, derived, pr->object_type, pr->object, pr->object_len, res)
-             ? -1
-             : 0;
+  if ((size_t)snprintf(k, klen, "derived/%s%s", okey, pr->object_suffix) >= klen) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "derived object key too long");
+    return 0;
+  }
+  return 1;
 }
 
 /* a copy of a sub-message (pack, unpack with the default allocator) */
@@ -201,14 +208,18 @@ static ProtobufCMessage *convert(const ProtobufCMessage *in, const ProtobufCMess
   return o;
 }
 
-static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, sl_outbox *out,
-                   sl_result *res) {
+static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, const char *stored,
+                   sl_outbox *out, sl_result *res) {
   step *s = ud;
   ProtobufCMessage *msg = in;
   if (!sl__plugin_outcome(pr, res)) return;
   if (!s->st->provider) res->provider_called = 0;
-  char derived[1200] = "";
-  if (pr->object && store_object(s, msg, pr, derived, sizeof derived, res) != 0) return;
+  if (pr->object && !stored) {
+    /* a plugin that stores an object reads one too (store_key): never here */
+    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "the plugin's object was not stored");
+    return;
+  }
+  const char *derived = stored ? stored : "";
   ProtobufCMessage *o = s->out_desc == s->in_desc ? msg : convert(msg, s->out_desc);
   int rc = o ? 0 : SL_ENOMEM;
   for (size_t i = 0; rc == 0 && i < pr->nfields; i++) {
@@ -245,6 +256,7 @@ static const sl__plugin_ops ops = {.setup_class = "step_setup",
                                    .parse = parse,
                                    .input = input_for,
                                    .object = object_of,
+                                   .store_key = store_key,
                                    .finish = finish,
                                    .release = release};
 
@@ -291,25 +303,31 @@ static int run_step(int argc, char **argv, const char *name) {
   if (rc == 0) rc = sl_plugin_check_fields(pl.chosen, s.in_desc, s.out_desc, err, sizeof err);
   if (rc == 0) rc = sl__plugin_pool_init(&s.pool, pl.chosen, err, sizeof err);
   if (rc == 0 && (s.object_path = sl_plugin_object_path(pl.chosen, s.in_desc)) != NULL) {
-    rc = sl__objects_init(&s.objects, &s3, (size_t)sc.max_object_bytes, 120000, s.pool.sync, err,
-                          sizeof err);
+    /* storage on the loop, whatever the plugin: no worker waits on it */
+    rc = sl__objects_init(&s.objects, &s3, (size_t)sc.max_object_bytes, 120000, 0, err, sizeof err);
     s.pool.objects = &s.objects;
   }
   int sync = s.pool.sync;
+  /* a SYNC plugin reading an object runs on the pool too, but by way of
+   * start: its object is fetched and stored on the loop */
+  int via_process = sync && !s.object_path;
   if (rc == 0) {
     const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
     snprintf(provider, sizeof provider, "%s-%s", name, d->name);
-    sl_log(SL_LOG_INFO, NULL, "stage %s: plugin step/%s %s (%s) from %s; %s -> %s (%s -> %s)", name,
-           d->name, d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
-           sl_plugin_lib_file(pl.chosen), s.st->inputs[0], s.out_topic, s.in_desc->name,
-           s.out_desc->name);
+    sl_log(
+        SL_LOG_INFO, NULL, "stage %s: plugin step/%s %s (%s) from %s; %s -> %s (%s -> %s)", name,
+        d->name, d->version ? d->version : "",
+        sync ? (via_process ? "sync, worker pool" : "sync, worker pool; storage on the event loop")
+             : "async, event loop",
+        sl_plugin_lib_file(pl.chosen), s.st->inputs[0], s.out_topic, s.in_desc->name,
+        s.out_desc->name);
     const char *topics[] = {s.st->inputs[0]};
     sl_stage_opts o = {.stage = name,
                        .common = &cc,
                        .topics = topics,
                        .ntopics = 1,
-                       .process = sync ? process : NULL,
-                       .start = sync ? NULL : start,
+                       .process = via_process ? process : NULL,
+                       .start = via_process ? NULL : start,
                        .ud = &s,
                        .provider = s.st->provider ? provider : NULL,
                        .idempotent = 1,

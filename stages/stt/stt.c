@@ -156,8 +156,9 @@ static int input_for(void *ud, void *msg, const char *key, sl_plugin_input *in, 
 
 /* Maps the plugin's outcome onto the stage result; on DONE queues the
  * transcript for grading and the status for the results view. */
-static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, sl_outbox *out,
-                   sl_result *res) {
+static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, const char *stored,
+                   sl_outbox *out, sl_result *res) {
+  (void)stored; /* its plugin stores no object */
   const stt *s = ud;
   Sluice__V1__UploadCompleted *up = msg;
   if (!sl__plugin_outcome(pr, res)) return;

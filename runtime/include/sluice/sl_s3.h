@@ -62,6 +62,10 @@ int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t 
  * for the same sig. */
 int sl_s3_presign_get(sl_sigv4 *sig, const sl_s3_target *t, const char *key, unsigned expires_s,
                       char *url, size_t len);
+/* The same for a PUT of key (no signed headers: the Content-Type sent with
+ * it is the uploader's to choose). */
+int sl_s3_presign_put(sl_sigv4 *sig, const sl_s3_target *t, const char *key, unsigned expires_s,
+                      char *url, size_t len);
 /* A worker thread's client for the blocking calls below: its signer and one
  * libcurl handle, whose connection to the endpoint stays open from one call
  * to the next (HTTP keep-alive: no TCP, or TLS, handshake per object).
