@@ -564,10 +564,18 @@ static void store_async(plugin_job *c) {
 /* the plugin has returned c->pr: its object stored first when it made one */
 static void after_run(plugin_job *c) {
   if (c->pr.outcome == SL_PLUGIN_DONE && c->pr.object && c->ops->store_key && c->pp->objects &&
-      c->pp->objects->loop_sig)
+      c->pp->objects->loop_sig) {
+    /* the input is read: what the job holds now is the new object, twice
+     * while it is PUT (the HTTP client sends a copy) */
+    free(c->object);
+    c->object = NULL;
+    c->in.audio = NULL;
+    c->in.audio_len = 0;
+    sl_job_hold(c->job, 2 * (int64_t)c->pr.object_len);
     store_async(c);
-  else
+  } else {
     job_finish(c, NULL);
+  }
 }
 
 static void on_plugin_done(sl_plugin_result *pr, void *ud) {
