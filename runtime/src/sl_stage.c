@@ -134,8 +134,11 @@ const sl_conf_entry sl_common_conf_table[] = {
      "never run two messages with the same key at once", 0},
     {"stage.drain_timeout_s", SL_CONF_DOUBLE, "30", C(drain_timeout_s),
      "on SIGTERM, how long in-flight work may finish before the stage exits", 0},
-    {"stage.workers", SL_CONF_INT, "4", C(workers),
-     "worker threads for blocking processing (libuv pool)", 0},
+    {"stage.workers", SL_CONF_INT, "0", C(workers),
+     "worker threads for blocking processing (libuv pool; at most 128); 0: the stage's own "
+     "choice, 32 for ingest (each event waits on a HEAD and Redis round trips, so its "
+     "concurrency is this count), 4 for the others",
+     0},
     {"stage.inline_max_us", SL_CONF_INT, "50", C(inline_max_us),
      "a blocking processor whose recent runs average under this many microseconds is called "
      "on the stage's loop instead of a worker thread: the hand-over to a worker and back "
@@ -1041,8 +1044,10 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
 
   /* the worker pool starts on first use: size it before that */
   char nworkers[16];
-  snprintf(nworkers, sizeof nworkers, "%lld",
-           (long long)(L->cc->workers > 0 ? (L->cc->workers < 128 ? L->cc->workers : 128) : 4));
+  int64_t nw = L->cc->workers > 0 ? L->cc->workers
+               : o->default_workers > 0 ? o->default_workers
+                                        : 4;
+  snprintf(nworkers, sizeof nworkers, "%d", (int)(nw < 128 ? nw : 128));
   setenv("UV_THREADPOOL_SIZE", nworkers, 1);
   char client[128], tp[32];
   snprintf(client, sizeof client, "sluice-%s", o->stage);

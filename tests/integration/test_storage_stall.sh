@@ -1,58 +1,82 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# A storage stall does not take preflight's worker threads: the step host
-# fetches an answer and stores its FLAC on its event loop, and a worker only
-# runs the plugin. Before, each worker fetched and stored with blocking
-# requests, so a replica had at most stage.workers answers in hand, however
-# many stage.max_in_flight allowed; in scenario B (bench/pipeline, 10x) four
-# replicas of four workers moved ~47 answers/s with 18% of a core while
-# 38,000 waited.
+# A storage stall does not cap what ingest and preflight hold at once.
+#   - ingest HEADs every uploaded object (ingest.verify_object = always) and
+#     makes two Redis round trips, blocking, on its worker pool: its
+#     concurrency is stage.workers, whose default for ingest is 32 (it was
+#     the runtime's 4: in scenario B, 10x, a replica moved 22 events/s with
+#     1,100 in hand);
+#   - preflight's step host fetches an answer and stores its FLAC on its
+#     event loop, and a worker only runs the plugin (before, each worker
+#     fetched and stored with blocking requests: four replicas of four
+#     workers moved ~47 answers/s with 18% of a core while 38,000 waited).
 #
-# With stage.workers 1: preflight stopped (SIGSTOP), 6 answers uploaded and
-# turned into preflight requests by ingest; then the gateway stopped
-# (SIGSTOP: the kernel still accepts connections, nobody answers) and
-# preflight resumed.
-#   - preflight takes all 6 and has all 6 GETs open to the gateway at once
-#     (6 established connections from its pid, by `ss`), not 1;
-#   - once the gateway resumes, all 6 end done, each with a transcript and a
+# ingest and preflight stopped (SIGSTOP), 8 answers uploaded (8 storage
+# events in Kafka); the gateway stopped (SIGSTOP: the kernel still accepts
+# connections, nobody answers):
+#   - ingest resumed, with its default workers, has all 8 HEADs open to the
+#     gateway at once (8 established connections from its pid, by `ss`);
+#   - the gateway resumed until ingest passed the 8 on, stopped again, and
+#     preflight resumed with stage.workers 1 has all 8 GETs open at once;
+#   - once the gateway resumes, all 8 end done, each with a transcript and a
 #     grade, transcribed once (the fake provider's /stats).
 source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
+N=8
 
 GW_PID=$(cat "$DEVSTACK_DIR/versitygw.pid")
 at_exit "kill -CONT $GW_PID 2>/dev/null; true" # whatever happens, the gateway runs again
 fake_up 50 50 0
-export SLUICE_STAGE_WORKERS=1
+export STAGES_ARGS_preflight="--set stage.workers=1"
 stages_up
-PF_PID=$(cat "$STAGES_DIR/preflight.pid")
-at_exit "kill -CONT $PF_PID 2>/dev/null; true"
+INGEST_PID=$(cat "$STAGES_DIR/ingest.pid") PF_PID=$(cat "$STAGES_DIR/preflight.pid")
+at_exit "kill -CONT $INGEST_PID $PF_PID 2>/dev/null; true"
 PF=$(admin preflight)
 INGEST=$(admin ingest)
 
-espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+# connections from pid $1 to the gateway's port, established
+conns() {
+  ss -Htnp state established "( dport = :$DEVSTACK_S3_PORT )" | grep -c "pid=$1," || true
+}
+events() {
+  kcat -C -b "$SLUICE_KAFKA_BROKERS" -t storage-events -o beginning -e -q 2>/dev/null |
+    grep -c 'ObjectCreated' || true
+}
 
-kill -STOP "$PF_PID"
-log "preflight stopped (SIGSTOP)"
-"$ROOT/tools/submit" "$work/a.wav" "$work/a.wav" "$work/a.wav" "$work/a.wav" "$work/a.wav" \
-  "$work/a.wav" >"$work/out.json" 2>"$work/submit.log" &
+espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+files=()
+for _ in $(seq $N); do files+=("$work/a.wav"); done
+
+before=$(events) # the stack's topics outlive a test
+kill -STOP "$INGEST_PID" "$PF_PID"
+log "ingest and preflight stopped (SIGSTOP)"
+"$ROOT/tools/submit" "${files[@]}" >"$work/out.json" 2>"$work/submit.log" &
 submit=$!
 at_exit "kill $submit 2>/dev/null; true"
-wait_for 60 at_least 6 metric sluice_messages_total 'stage="ingest",outcome="done"' "$INGEST" ||
-  fail "ingest did not pass the 6 uploads on"
-kill -STOP "$GW_PID"
-log "gateway stopped (SIGSTOP); preflight resumed (SIGCONT)"
-kill -CONT "$PF_PID"
+wait_for 60 at_least $((before + N)) events ||
+  fail "the gateway did not publish $N storage events ($(($(events) - before)))"
 
-# connections from preflight's pid to the gateway's port, established
-gets() {
-  ss -Htnp state established "( dport = :$DEVSTACK_S3_PORT )" | grep -c "pid=$PF_PID," || true
-}
-wait_for 20 at_least 6 metric sluice_in_flight 'stage="preflight"' "$PF" ||
-  fail "preflight did not take the 6 answers ($(metric sluice_in_flight 'stage="preflight"' "$PF") in flight)"
-wait_for 10 at_least 6 gets || true
-check "with 1 worker, preflight has all 6 GETs open to the stalled gateway ($(gets))" \
-  at_least 6 gets
+kill -STOP "$GW_PID"
+kill -CONT "$INGEST_PID"
+log "gateway stopped; ingest resumed"
+wait_for 20 at_least $N metric sluice_in_flight 'stage="ingest"' "$INGEST" ||
+  fail "ingest did not take the $N events ($(metric sluice_in_flight 'stage="ingest"' "$INGEST") in flight)"
+wait_for 10 at_least $N conns "$INGEST_PID" || true
+check "ingest (default workers) has all $N HEADs open to the stalled gateway ($(conns "$INGEST_PID"))" \
+  at_least $N conns "$INGEST_PID"
+
+kill -CONT "$GW_PID"
+wait_for 60 at_least $N metric sluice_messages_total 'stage="ingest",outcome="done"' "$INGEST" ||
+  fail "ingest did not pass the $N uploads on"
+kill -STOP "$GW_PID"
+kill -CONT "$PF_PID"
+log "gateway stopped again; preflight resumed"
+wait_for 20 at_least $N metric sluice_in_flight 'stage="preflight"' "$PF" ||
+  fail "preflight did not take the $N answers ($(metric sluice_in_flight 'stage="preflight"' "$PF") in flight)"
+wait_for 10 at_least $N conns "$PF_PID" || true
+check "preflight (1 worker) has all $N GETs open to the stalled gateway ($(conns "$PF_PID"))" \
+  at_least $N conns "$PF_PID"
 
 kill -CONT "$GW_PID"
 log "gateway resumed (SIGCONT)"
@@ -62,11 +86,11 @@ if ! wait "$submit"; then
 fi
 out=$(cat "$work/out.json")
 log "$(jq -c '[.questions[] | {no, state, stage, error: .error.class}]' <<<"$out")"
-check "all 6 answers done, with transcripts and grades" \
-  jqe '[.questions[] | select(.state == "done" and (.transcript | length > 0) and .grade.score >= 0)]
-       | length == 6' "$out"
+check "all $N answers done, with transcripts and grades" \
+  jqe "[.questions[] | select(.state == \"done\" and (.transcript | length > 0) and .grade.score >= 0)]
+       | length == $N" "$out"
 stats=$(curl -fsS "http://$FAKE/stats")
 log "provider calls: $(jq -c '.by_endpoint' <<<"$stats")"
-check "each transcribed once (6 STT calls)" \
-  test "$(jq '[.by_endpoint.transcriptions[]?] | add // 0' <<<"$stats")" = 6
+check "each transcribed once ($N STT calls)" \
+  test "$(jq '[.by_endpoint.transcriptions[]?] | add // 0' <<<"$stats")" = $N
 finish

@@ -302,6 +302,10 @@ typedef struct sl_stage_opts {
    * parking), so fetching pauses before the memory is taken; corrected
    * with sl_job_hold. Loop thread, must not block. */
   int64_t (*bytes_of)(void *ud, const rd_kafka_message_t *m);
+  /* the worker threads when stage.workers is 0 (its default); 0: 4. A stage
+   * whose blocking runs mostly wait on round trips (ingest: a HEAD and
+   * Redis per event) asks for more, as its concurrency is that count */
+  int default_workers;
 } sl_stage_opts;
 
 /* Runs until *stop becomes non-zero (checked every 100 ms; set it from a
