@@ -57,26 +57,26 @@ at_exit "kill $submit 2>/dev/null; true"
 wait_for 60 at_least $((before + N)) events ||
   fail "the gateway did not publish $N storage events ($(($(events) - before)))"
 
-kill -STOP "$GW_PID"
-kill -CONT "$INGEST_PID"
-log "gateway stopped; ingest resumed"
-wait_for 20 at_least $N metric sluice_in_flight 'stage="ingest"' "$INGEST" ||
-  fail "ingest did not take the $N events ($(metric sluice_in_flight 'stage="ingest"' "$INGEST") in flight)"
-wait_for 10 at_least $N conns "$INGEST_PID" || true
-check "ingest (default workers) has all $N HEADs open to the stalled gateway ($(conns "$INGEST_PID"))" \
-  at_least $N conns "$INGEST_PID"
+# stalled STAGE PID ADMIN WHAT: with the gateway stopped, STAGE (stopped,
+# PID) resumed takes the N messages waiting for it and has N requests
+# (WHAT) open to the gateway at once
+stalled() {
+  local stage=$1 pid=$2 url=$3 what=$4
+  kill -STOP "$GW_PID"
+  kill -CONT "$pid"
+  log "gateway stopped; $stage resumed"
+  wait_for 20 at_least $N metric sluice_in_flight "stage=\"$stage\"" "$url" ||
+    fail "$stage did not take its $N messages ($(metric sluice_in_flight "stage=\"$stage\"" "$url") in flight)"
+  wait_for 10 at_least $N conns "$pid" || true
+  check "$stage has all $N $what open to the stalled gateway ($(conns "$pid"))" \
+    at_least $N conns "$pid"
+}
 
+stalled ingest "$INGEST_PID" "$INGEST" HEADs # its default workers
 kill -CONT "$GW_PID"
 wait_for 60 at_least $N metric sluice_messages_total 'stage="ingest",outcome="done"' "$INGEST" ||
   fail "ingest did not pass the $N uploads on"
-kill -STOP "$GW_PID"
-kill -CONT "$PF_PID"
-log "gateway stopped again; preflight resumed"
-wait_for 20 at_least $N metric sluice_in_flight 'stage="preflight"' "$PF" ||
-  fail "preflight did not take the $N answers ($(metric sluice_in_flight 'stage="preflight"' "$PF") in flight)"
-wait_for 10 at_least $N conns "$PF_PID" || true
-check "preflight (1 worker) has all $N GETs open to the stalled gateway ($(conns "$PF_PID"))" \
-  at_least $N conns "$PF_PID"
+stalled preflight "$PF_PID" "$PF" GETs # 1 worker
 
 kill -CONT "$GW_PID"
 log "gateway resumed (SIGCONT)"
