@@ -1044,7 +1044,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
 
   /* the worker pool starts on first use: size it before that */
   char nworkers[16];
-  int64_t nw = L->cc->workers > 0 ? L->cc->workers
+  int64_t nw = L->cc->workers > 0       ? L->cc->workers
                : o->default_workers > 0 ? o->default_workers
                                         : 4;
   snprintf(nworkers, sizeof nworkers, "%d", (int)(nw < 128 ? nw : 128));
