@@ -151,17 +151,13 @@ static const char *object_of(void *ud, void *msg) {
 }
 
 /* Where the plugin's new object goes: derived/<object key><suffix>
- * (sl__plugin_start stores it there before finish). */
+ * (sl__plugin_start stores it there before finish). Called only for a
+ * plugin that reads an object, whose key input_for has checked. */
 static int store_key(void *ud, void *in, const sl_plugin_result *pr, char *k, size_t klen,
                      sl_result *res) {
   const step *s = ud;
-  const char *okey = s->object_path ? sl_pbfield_str(in, s->object_path) : NULL;
-  if (!okey || !*okey) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error",
-                  "the plugin returned an object to store, but reads none (\"@object\")");
-    return 0;
-  }
-  if ((size_t)snprintf(k, klen, "derived/%s%s", okey, pr->object_suffix) >= klen) {
+  const char *okey = sl_pbfield_str(in, s->object_path);
+  if ((size_t)snprintf(k, klen, "derived/%s%s", okey ? okey : "", pr->object_suffix) >= klen) {
     sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "derived object key too long");
     return 0;
   }
@@ -215,8 +211,9 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, co
   if (!sl__plugin_outcome(pr, res)) return;
   if (!s->st->provider) res->provider_called = 0;
   if (pr->object && !stored) {
-    /* a plugin that stores an object reads one too (store_key): never here */
-    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "the plugin's object was not stored");
+    /* objects are stored only beside the one a plugin reads (store_key) */
+    sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error",
+                  "the plugin returned an object to store, but reads none (\"@object\")");
     return;
   }
   const char *derived = stored ? stored : "";
