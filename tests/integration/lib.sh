@@ -174,8 +174,21 @@ retry_topics() {
     fail "could not create the retry topics ${names[*]}"
 }
 
+# Stops every stage with SIGTERM (tools/stages down); a stage still running
+# 30 s later fails the test, named, with the end of its log.
+stages_down() {
+  local out n
+  out=$("$ROOT/tools/stages" down 2>&1) && return 0
+  fail "a stage did not stop on SIGTERM within 30 s"
+  for n in $(sed -nE 's/^\[stages\] ([^ ]+) did not stop.*/\1/p' <<<"$out"); do
+    log "$n did not stop; the end of its log:"
+    tail -n 15 "$STAGES_DIR/$n.log" >&2
+  done
+  return 1
+}
+
 finish() {
-  "$ROOT/tools/stages" down >/dev/null || fail "a stage did not stop on SIGTERM within 30 s"
+  stages_down || true
   for s in $("$SLUICE_BIN" pipeline --json | jq -r '.stages[].name'); do
     [[ -f $STAGES_DIR/$s.log ]] || continue # not started by this test
     grep -q '"msg":"stopped"' "$STAGES_DIR/$s.log" ||
