@@ -415,9 +415,12 @@ int sl_kafka_group_reader_new(rd_kafka_t **out, const char *brokers, const char 
   if (!out || !brokers || !group) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
+  /* sl_kafka_group_oldest needs one message per partition: fetch little */
   if (set(c, "group.id", group, err, errlen) ||
       set(c, "enable.auto.commit", "false", err, errlen) ||
-      set(c, "enable.auto.offset.store", "false", err, errlen)) {
+      set(c, "enable.auto.offset.store", "false", err, errlen) ||
+      set(c, "queued.max.messages.kbytes", "1024", err, errlen) ||
+      set(c, "fetch.message.max.bytes", "65536", err, errlen)) {
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }
@@ -518,6 +521,78 @@ int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *pa
     int64_t from = out[i].committed >= out[i].lo ? out[i].committed : out[i].lo;
     out[i].lag = out[i].hi > from ? out[i].hi - from : 0;
   }
+  return rc;
+}
+
+int sl_kafka_group_oldest(rd_kafka_t *rk, const char *topic, int timeout_ms, int64_t *oldest_ms,
+                          char *err, size_t errlen) {
+  if (!rk || !topic || !oldest_ms) return SL_EINVAL;
+  *oldest_ms = -1;
+  int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+  if (!rkt) return SL_ENOMEM;
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, left_ms(deadline));
+  rd_kafka_topic_destroy(rkt);
+  if (e || md->topic_cnt != 1 || md->topics[0].err) {
+    snprintf(err, errlen, "partitions of %s: %s", topic,
+             rd_kafka_err2str(e                    ? e
+                              : md->topic_cnt == 1 ? md->topics[0].err
+                                                   : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+    if (md) rd_kafka_metadata_destroy(md);
+    return e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EKAFKA;
+  }
+  int n = md->topics[0].partition_cnt;
+  rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(n > 0 ? n : 1);
+  sl_kafka_lag *lag = calloc((size_t)(n > 0 ? n : 1), sizeof *lag);
+  int64_t *first = malloc((size_t)(n > 0 ? n : 1) * sizeof *first);
+  int rc = parts && lag && first ? 0 : SL_ENOMEM;
+  for (int i = 0; rc == 0 && i < n; i++)
+    rd_kafka_topic_partition_list_add(parts, topic, md->topics[0].partitions[i].id);
+  rd_kafka_metadata_destroy(md);
+  if (rc == 0) rc = sl_kafka_group_lag(rk, parts, left_ms(deadline), lag, err, errlen);
+  /* read the first message not committed on every partition that has one */
+  rd_kafka_topic_partition_list_t *at =
+      rc == 0 ? rd_kafka_topic_partition_list_new(n > 0 ? n : 1) : NULL;
+  if (rc == 0 && !at) rc = SL_ENOMEM;
+  for (int i = 0; rc == 0 && i < n; i++) {
+    first[i] = -1;
+    if (lag[i].lag <= 0) continue;
+    rd_kafka_topic_partition_list_add(at, topic, parts->elems[i].partition)->offset =
+        lag[i].committed >= lag[i].lo ? lag[i].committed : lag[i].lo;
+  }
+  int waiting = at ? at->cnt : 0;
+  if (waiting && (e = rd_kafka_assign(rk, at)) != 0) {
+    snprintf(err, errlen, "reading %s: %s", topic, rd_kafka_err2str(e));
+    rc = SL_EKAFKA;
+    waiting = 0;
+  }
+  while (rc == 0 && waiting > 0) {
+    int left = left_ms(deadline);
+    if (left <= 0) {
+      snprintf(err, errlen, "reading %s: %d partition(s) not answered in time", topic, waiting);
+      rc = SL_ETIMEDOUT;
+      break;
+    }
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, left);
+    if (!m) continue;
+    if (!m->err && m->rkt && strcmp(rd_kafka_topic_name(m->rkt), topic) == 0) {
+      for (int i = 0; i < n; i++) {
+        if (parts->elems[i].partition != m->partition || first[i] >= 0) continue;
+        int64_t ts = rd_kafka_message_timestamp(m, NULL);
+        first[i] = ts >= 0 ? ts : 0; /* no timestamp: as old as can be */
+        waiting--;
+      }
+    }
+    rd_kafka_message_destroy(m);
+  }
+  if (at && at->cnt) rd_kafka_assign(rk, NULL);
+  for (int i = 0; rc == 0 && i < n; i++)
+    if (first[i] >= 0 && (*oldest_ms < 0 || first[i] < *oldest_ms)) *oldest_ms = first[i];
+  if (at) rd_kafka_topic_partition_list_destroy(at);
+  if (parts) rd_kafka_topic_partition_list_destroy(parts);
+  free(lag);
+  free(first);
   return rc;
 }
 

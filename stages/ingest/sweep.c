@@ -2,15 +2,22 @@
 /*
  * sweep.c — ingest's reconciliation sweep (see sweep.h for the design).
  *
- * One round: take the lock, read up to ingest.sweep_batch due members of
- * SL__PENDING, and for each look at the submission's hash (gone, or the
- * question already past awaiting_upload: drop it) and HEAD the object
- * (missing: look again later; stored less than the grace ago: look again
- * when the grace is over; stored earlier: write the event it should have
- * had). Storage or Redis unreachable ends the round early; the members stay
- * due and the next round tries again. The events of a round are flushed
- * before the next round starts; one that Kafka refused is written again
- * when its member is next due.
+ * One round: take the lock, ask Kafka how far ingest has read
+ * storage-events (the timestamp of the oldest event its group has not
+ * committed: "upto", or now when it has read everything), read up to
+ * ingest.sweep_batch due members of SL__PENDING, and for each look at the
+ * submission's hash (gone, or the question already past awaiting_upload:
+ * drop it) and HEAD the object (missing: look again later). An object
+ * stored less than the grace before upto may have its event waiting behind
+ * ingest's backlog, and one whose upload ingest already recorded in the
+ * submission's hash (u<no>:<etag>) had its event: look again later; only
+ * an object stored earlier, of which ingest knows nothing, gets the event
+ * it should have had. So a backlog, in ingest or in materialize (which
+ * removes members), makes the sweep wait, not write events twice.
+ * Storage, Redis or Kafka unreachable ends the round early; the members
+ * stay due and the next round tries again. The events of a round are
+ * flushed before the next round starts; one that Kafka refused is written
+ * again when its member is next due.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sweep.h"
@@ -41,6 +48,7 @@ struct sl__sweep {
   sl_redis *redis;
   sl_s3_conn *storage; /* the sweep thread's */
   rd_kafka_t *producer;
+  rd_kafka_t *reader; /* ingest's input group, read but never joined */
   pthread_t thread;
   atomic_int stop;
   int refused; /* deliveries Kafka refused this round (the sweep thread only) */
@@ -108,9 +116,10 @@ static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_h
   return 0;
 }
 
-/* Looks at one due member. Returns 0 to go on, 1 to end the round (storage
- * or Redis unreachable). */
-static int look_at(sl__sweep *s, const char *member, int64_t now) {
+/* Looks at one due member; upto: ingest has read every event older than
+ * this (ms). Returns 0 to go on, 1 to end the round (storage or Redis
+ * unreachable). */
+static int look_at(sl__sweep *s, const char *member, int64_t now, int64_t upto) {
   char sid[64], err[512];
   unsigned qno = 0;
   if (sl_key_parse(member, strlen(member), sid, &qno) != 0) {
@@ -153,12 +162,20 @@ static int look_at(sl__sweep *s, const char *member, int64_t now) {
     drop(s, member, "too old");
     return 0;
   }
-  sl_s3_head_info h;
-  long status = 0;
-  int rc = sl_s3_head(s->storage, s->target, key, &h, &status, err, sizeof err);
+  int64_t grace_ms = s->sc->grace_s * 1000;
   int64_t delay = (now - accepted) / 2;
   if (delay < s->sc->interval_s * 1000) delay = s->sc->interval_s * 1000;
   if (delay > MAX_DELAY_MS) delay = MAX_DELAY_MS;
+  if (upto - accepted < grace_ms) {
+    /* uploaded after acceptance, so after upto - grace: its event may be
+     * in ingest's backlog; no need to ask storage yet */
+    json_decref(j);
+    reschedule(s, member, now, s->sc->interval_s * 1000);
+    return 0;
+  }
+  sl_s3_head_info h;
+  long status = 0;
+  int rc = sl_s3_head(s->storage, s->target, key, &h, &status, err, sizeof err);
   if (rc == SL_ENOTFOUND) {
     json_decref(j);
     reschedule(s, member, now, delay);
@@ -169,11 +186,33 @@ static int look_at(sl__sweep *s, const char *member, int64_t now) {
     sl_log(SL_LOG_WARN, member, "sweep: %s", err);
     return rc == SL_EUNAVAIL;
   }
-  int64_t grace_ms = s->sc->grace_s * 1000;
-  if (h.last_modified_ms > 0 && now - h.last_modified_ms < grace_ms) {
-    /* stored just now: its event is most likely on its way */
+  if (h.last_modified_ms > 0 && upto - h.last_modified_ms < grace_ms) {
+    /* stored just now, or after the oldest event ingest has not read: its
+     * event is most likely on its way */
     json_decref(j);
-    reschedule(s, member, now, h.last_modified_ms + grace_ms - now);
+    int64_t again = upto < now ? s->sc->interval_s * 1000 : h.last_modified_ms + grace_ms - now;
+    reschedule(s, member, now, again);
+    return 0;
+  }
+  char etag[80], field[128];
+  sl__etag_bare(h.etag, etag, sizeof etag);
+  snprintf(field, sizeof field, "u%u:%s", qno, etag);
+  const char *hargv[] = {"HEXISTS", hkey, field};
+  rep = sl_redis_argv(s->redis, 3, hargv, NULL, err, sizeof err);
+  if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+    sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", rep ? "unexpected reply" : err);
+    if (rep) freeReplyObject(rep);
+    json_decref(j);
+    return 1;
+  }
+  long long seen = rep->integer;
+  freeReplyObject(rep);
+  if (seen) {
+    /* ingest has had this upload's event; materialize has yet to record it */
+    json_decref(j);
+    sl_log(SL_LOG_DEBUG, member,
+           "sweep: ingest has its event; materialize has not recorded it yet");
+    reschedule(s, member, now, delay);
     return 0;
   }
   sl_log(SL_LOG_WARN, member,
@@ -200,6 +239,14 @@ static void round_once(sl__sweep *s) {
   if (!lock_round(s)) return;
   int64_t now = sl_now_ms();
   char max[32], lim[32], err[256];
+  int64_t oldest = -1;
+  int krc = sl_kafka_group_oldest(s->reader, s->cc->topic_storage_events, 10000, &oldest, err,
+                                  sizeof err);
+  if (krc) {
+    sl_log(SL_LOG_WARN, NULL, "sweep: how far ingest has read is unknown (%s): next round", err);
+    return;
+  }
+  int64_t upto = oldest >= 0 && oldest < now ? oldest : now;
   snprintf(max, sizeof max, "%lld", (long long)(now - s->sc->grace_s * 1000));
   snprintf(lim, sizeof lim, "%lld", (long long)s->sc->batch);
   const char *argv[] = {"ZRANGEBYSCORE", SL__PENDING, "-inf", max, "LIMIT", "0", lim};
@@ -212,7 +259,7 @@ static void round_once(sl__sweep *s) {
   s->refused = 0;
   for (size_t i = 0; i < rep->elements && !atomic_load(&s->stop); i++) {
     if (rep->element[i]->type != REDIS_REPLY_STRING) continue;
-    if (look_at(s, rep->element[i]->str, now)) break;
+    if (look_at(s, rep->element[i]->str, now, upto)) break;
   }
   freeReplyObject(rep);
   rd_kafka_flush(s->producer, 30000);
@@ -240,6 +287,7 @@ void sl__sweep_stop(sl__sweep *s) {
     rd_kafka_flush(s->producer, 5000);
     rd_kafka_destroy(s->producer);
   }
+  sl_kafka_group_reader_free(s->reader);
   sl_s3_conn_free(s->storage);
   sl_redis_free(s->redis);
   free(s);
@@ -270,9 +318,15 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
   if (rc == 0)
     rc = sl_kafka_producer_new(&s->producer, cc->kafka_brokers, "sluice-ingest-sweep", NULL, err,
                                errlen);
+  char group[128];
+  if (rc == 0) rc = sl_pipeline_group(group, sizeof group, "ingest", 0);
+  if (rc == 0)
+    rc = sl_kafka_group_reader_new(&s->reader, cc->kafka_brokers, group, "sluice-ingest-sweep", err,
+                                   errlen);
   if (rc == 0 && pthread_create(&s->thread, NULL, run, s) != 0) rc = SL_ENOMEM;
   if (rc) {
     if (s->producer) rd_kafka_destroy(s->producer);
+    sl_kafka_group_reader_free(s->reader);
     sl_s3_conn_free(s->storage);
     sl_redis_free(s->redis);
     free(s);

@@ -11,8 +11,12 @@
  * (member "<sid>/<no>", score = when it is next due, first its acceptance
  * time; removed once any later state is recorded). A sweep thread looks at
  * the members that are due, HEADs their objects, and for an object stored at
- * least ingest.sweep_grace_s ago writes the event the storage should have
- * sent to storage-events (keyed "<sid>/<no>", "eventSource": "sluice:sweep").
+ * least ingest.sweep_grace_s before the oldest event ingest's group has not
+ * read (or before now, when it has read them all), and whose upload ingest
+ * has not recorded, writes the event the storage should have sent to
+ * storage-events (keyed "<sid>/<no>", "eventSource": "sluice:sweep"). An
+ * event waiting behind a backlog of ingest or of materialize is not lost,
+ * and the sweep leaves it alone.
  * Ingest then judges it like any other event. When the real event was only
  * late, not lost, both reach ingest; the first one fixes the question's
  * upload time in the submission's hash (see ingest.c), so both give
@@ -23,8 +27,9 @@
  * half its age, capped at an hour) and dropped from the set
  * ingest.sweep_max_age_s after its acceptance, or when its submission is gone.
  *
- * @locality its own thread: a blocking Redis connection, its own signer and
- * an idempotent producer whose deliveries it waits for each round.
+ * @locality its own thread: a blocking Redis connection, its own signer, an
+ * idempotent producer whose deliveries it waits for each round, and a
+ * reader of ingest's input group (sl_kafka_group_oldest).
  */
 #ifndef SLUICE_INGEST_SWEEP_H
 #define SLUICE_INGEST_SWEEP_H

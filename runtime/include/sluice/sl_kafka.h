@@ -147,7 +147,8 @@ int sl_kafka_consumer_new(
  * consumer with group.id group and the installed security that is never
  * subscribed or assigned (librdkafka joins a group only on subscribe, so
  * the group's members see no rebalance), commits nothing
- * (enable.auto.commit false) and fetches nothing. Its committed offsets
+ * (enable.auto.commit false) and fetches nothing but what
+ * sl_kafka_group_oldest reads. Its committed offsets
  * come from the group's coordinator (OffsetFetch, rd_kafka_committed), not
  * from the Admin API, whose ListConsumerGroupOffsets aborted every client
  * of the process when it timed out against a stopped Kafka (librdkafka
@@ -179,6 +180,18 @@ typedef struct {
  * reason in err (out is then incomplete). */
 int sl_kafka_group_lag(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts, int timeout_ms,
                        sl_kafka_lag *out, char *err, size_t errlen);
+
+/* How far a consumer group has got on topic: *oldest_ms is the timestamp
+ * of the oldest message the group has not committed (over all of topic's
+ * partitions: on each, the message at its committed offset), or -1 when it
+ * has committed everything. rk: a reader made by sl_kafka_group_reader_new
+ * for the group, used by one thread; it is assigned those partitions for
+ * the duration of the call (which never joins the group: its members see
+ * no rebalance) and unassigned again. Blocks for at most about timeout_ms:
+ * never call it on a loop thread. Returns 0, or SL_EKAFKA / SL_ETIMEDOUT
+ * with the reason in err (*oldest_ms is then -1 and means nothing). */
+int sl_kafka_group_oldest(rd_kafka_t *rk, const char *topic, int timeout_ms, int64_t *oldest_ms,
+                          char *err, size_t errlen);
 
 /* Serves the producer's delivery reports on a libuv loop: librdkafka writes
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
