@@ -301,16 +301,42 @@ static char *trim(char *a) {
   return a;
 }
 
-int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char **kv,
-                         size_t maxpairs, char *err, size_t errlen) {
-  static const char *const guarded[] = {
-      "enable.idempotence", "acks",  "request.required.acks", "transactional.id", "dr_cb",
-      "dr_msg_cb",          "opaque"};
+/* what each kind of client may not be given: the delivery guarantee rests
+ * on them, or a key of Sluice's own sets them */
+static const char *const producer_guarded[] = {"enable.idempotence",
+                                               "acks",
+                                               "request.required.acks",
+                                               "transactional.id",
+                                               "dr_cb",
+                                               "dr_msg_cb",
+                                               "opaque",
+                                               NULL};
+static const char *const consumer_guarded[] = {"group.id",
+                                               "enable.auto.commit",
+                                               "enable.auto.offset.store",
+                                               "auto.offset.reset",
+                                               "max.poll.interval.ms",
+                                               "queued.max.messages.kbytes",
+                                               "partition.assignment.strategy",
+                                               "session.timeout.ms",
+                                               "heartbeat.interval.ms",
+                                               "rebalance_cb",
+                                               "offset_commit_cb",
+                                               "opaque",
+                                               "enable.partition.eof",
+                                               NULL};
+
+int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, size_t buflen,
+                         const char **kv, size_t maxpairs, char *err, size_t errlen) {
+  const char *const *guarded =
+      kind == SL_KAFKA_CONSUMER_PROPS ? consumer_guarded : producer_guarded;
+  const char *what =
+      kind == SL_KAFKA_CONSUMER_PROPS ? "kafka.consumer_properties" : "kafka.producer_properties";
   if (!buf || !kv || maxpairs == 0) return SL_EINVAL;
   kv[0] = NULL;
   if (!spec || !*spec) return 0;
   if (strlen(spec) >= buflen) {
-    snprintf(err, errlen, "kafka.producer_properties is longer than %zu bytes", buflen - 1);
+    snprintf(err, errlen, "%s is longer than %zu bytes", what, buflen - 1);
     return SL_ECONFIG;
   }
   memcpy(buf, spec, strlen(spec) + 1);
@@ -323,29 +349,29 @@ int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char 
     char *eq = strchr(it, '=');
     if (!eq) {
       if (*trim(it) == '\0') continue;
-      snprintf(err, errlen, "kafka.producer_properties: \"%s\" is not name=value", trim(it));
+      snprintf(err, errlen, "%s: \"%s\" is not name=value", what, trim(it));
       rc = SL_ECONFIG;
       break;
     }
     *eq = '\0';
     char *k = trim(it), *v = trim(eq + 1);
-    for (size_t i = 0; i < sizeof guarded / sizeof guarded[0]; i++)
+    for (size_t i = 0; guarded[i]; i++)
       if (strcmp(k, guarded[i]) == 0) {
         snprintf(err, errlen,
-                 "kafka.producer_properties may not set %s: Sluice's delivery "
-                 "guarantee depends on its own value",
-                 k);
+                 "%s may not set %s: Sluice's delivery guarantee or a key of its own "
+                 "sets it",
+                 what, k);
         rc = SL_ECONFIG;
       }
     if (rc) break;
     char why[256];
     if (rd_kafka_conf_set(probe, k, v, why, sizeof why) != RD_KAFKA_CONF_OK) {
-      snprintf(err, errlen, "kafka.producer_properties: %s", why);
+      snprintf(err, errlen, "%s: %s", what, why);
       rc = SL_ECONFIG;
       break;
     }
     if (n >= maxpairs) {
-      snprintf(err, errlen, "kafka.producer_properties has more than %zu properties", maxpairs);
+      snprintf(err, errlen, "%s has more than %zu properties", what, maxpairs);
       rc = SL_ECONFIG;
       break;
     }
@@ -621,7 +647,7 @@ int sl_kafka_consumer_new(
   /* bounded prefetch: memory follows in-flight work, not the backlog;
    * a member that dies (SIGKILL) loses its partitions after the session
    * timeout */
-  sl_kafka_group_opts g = {"roundrobin", 10000, 2000};
+  sl_kafka_group_opts g = {"roundrobin", 10000, 2000, NULL};
   if (group && group->assignment && group->assignment[0]) g.assignment = group->assignment;
   if (group && group->session_timeout_ms > 0) g.session_timeout_ms = group->session_timeout_ms;
   if (group && group->heartbeat_ms > 0) g.heartbeat_ms = group->heartbeat_ms;
@@ -635,6 +661,11 @@ int sl_kafka_consumer_new(
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }
+  for (size_t i = 0; group && group->extra && group->extra[i] && group->extra[i + 1]; i += 2)
+    if (set(c, group->extra[i], group->extra[i + 1], err, errlen)) {
+      rd_kafka_conf_destroy(c);
+      return SL_ECONFIG;
+    }
   if (rebalance) rd_kafka_conf_set_rebalance_cb(c, rebalance);
   if (committed) rd_kafka_conf_set_offset_commit_cb(c, committed);
   if (stats) {

@@ -189,6 +189,11 @@ const sl_conf_entry sl_common_conf_table[] = {
      "compression.type=zstd); enable.idempotence, acks and transactional.id are Sluice's and "
      "refused",
      0},
+    {"kafka.consumer_properties", SL_CONF_STR, "", C(kafka_consumer_properties),
+     "extra librdkafka properties of the stage's consumers, name=value,... (for example "
+     "fetch.wait.max.ms=100); the group, commit, offset-reset and prefetch settings are "
+     "Sluice's and refused",
+     0},
     {"stage.revoke_wait_ms", SL_CONF_INT, "10000", C(revoke_wait_ms),
      "when partitions are taken away, work on them that is already running (a provider "
      "call) may finish, store its outputs and commit for this long before they are handed "
@@ -1052,8 +1057,12 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   char client[128], tp[32];
   snprintf(client, sizeof client, "sluice-%s", o->stage);
   uv_loop_init(&L->loop);
+  char cprops[1024];
+  const char *ckv[2 * 16 + 1];
+  rc = sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS, L->cc->kafka_consumer_properties, cprops,
+                            sizeof cprops, ckv, 16, err, sizeof err);
   sl_kafka_group_opts gopts = {L->cc->kafka_assignment, L->cc->kafka_session_timeout_ms,
-                               L->cc->kafka_heartbeat_ms};
+                               L->cc->kafka_heartbeat_ms, ckv};
   /* two groups: the inputs, and the retry tiers (sl_stage_group.c) */
   L->ngroups = 2;
   for (int i = 0; i < L->ngroups; i++) {
@@ -1069,8 +1078,8 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   char props[1024];
   const char *pkv[2 * 16 + 1];
   if (rc == 0)
-    rc = sl_kafka_props_split(L->cc->kafka_producer_properties, props, sizeof props, pkv, 16, err,
-                              sizeof err);
+    rc = sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, L->cc->kafka_producer_properties, props,
+                              sizeof props, pkv, 16, err, sizeof err);
   if (rc == 0)
     rc = sl_kafka_producer_new(&L->producer, L->cc->kafka_brokers, client, pkv, err, sizeof err);
   if (rc == 0) rc = sl_aredis_new(&L->redis, &L->loop, L->cc->redis_url);

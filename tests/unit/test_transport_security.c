@@ -144,9 +144,12 @@ static void test_producer_properties(void **state) {
   (void)state;
   char buf[128], err[256];
   const char *kv[2 * 3 + 1];
-  assert_int_equal(sl_kafka_props_split("", buf, sizeof buf, kv, 3, err, sizeof err), 0);
+  assert_int_equal(
+      sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, "", buf, sizeof buf, kv, 3, err, sizeof err),
+      0);
   assert_null(kv[0]);
-  assert_int_equal(sl_kafka_props_split(" compression.type = zstd ,, linger.ms=5", buf, sizeof buf,
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS,
+                                        " compression.type = zstd ,, linger.ms=5", buf, sizeof buf,
                                         kv, 3, err, sizeof err),
                    0);
   assert_string_equal(kv[0], "compression.type");
@@ -155,29 +158,89 @@ static void test_producer_properties(void **state) {
   assert_string_equal(kv[3], "5");
   assert_null(kv[4]);
   err[0] = '\0';
-  assert_int_equal(sl_kafka_props_split("acks=1", buf, sizeof buf, kv, 3, err, sizeof err),
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, "acks=1", buf, sizeof buf, kv, 3,
+                                        err, sizeof err),
                    SL_ECONFIG);
   assert_non_null(strstr(err, "may not set acks"));
   assert_null(kv[0]);
-  assert_int_equal(sl_kafka_props_split("linger.ms=1,enable.idempotence=false", buf, sizeof buf, kv,
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS,
+                                        "linger.ms=1,enable.idempotence=false", buf, sizeof buf, kv,
                                         3, err, sizeof err),
                    SL_ECONFIG);
-  assert_int_equal(
-      sl_kafka_props_split("no.such.property=1", buf, sizeof buf, kv, 3, err, sizeof err),
-      SL_ECONFIG);
-  assert_non_null(strstr(err, "no.such.property"));
-  assert_int_equal(sl_kafka_props_split("linger.ms=abc", buf, sizeof buf, kv, 3, err, sizeof err),
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, "no.such.property=1", buf,
+                                        sizeof buf, kv, 3, err, sizeof err),
                    SL_ECONFIG);
-  assert_int_equal(sl_kafka_props_split("linger.ms", buf, sizeof buf, kv, 3, err, sizeof err),
+  assert_non_null(strstr(err, "no.such.property"));
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, "linger.ms=abc", buf, sizeof buf,
+                                        kv, 3, err, sizeof err),
+                   SL_ECONFIG);
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, "linger.ms", buf, sizeof buf, kv,
+                                        3, err, sizeof err),
                    SL_ECONFIG);
   assert_non_null(strstr(err, "not name=value"));
-  assert_int_equal(sl_kafka_props_split("linger.ms=1,linger.ms=2,linger.ms=3,linger.ms=4", buf,
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS,
+                                        "linger.ms=1,linger.ms=2,linger.ms=3,linger.ms=4", buf,
                                         sizeof buf, kv, 3, err, sizeof err),
                    SL_ECONFIG);
   char big[300];
   memset(big, 'a', sizeof big - 1);
   big[sizeof big - 1] = '\0';
-  assert_int_equal(sl_kafka_props_split(big, buf, sizeof buf, kv, 3, err, sizeof err), SL_ECONFIG);
+  assert_int_equal(
+      sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, big, buf, sizeof buf, kv, 3, err, sizeof err),
+      SL_ECONFIG);
+}
+
+/* kafka.consumer_properties: the same checks; the group, commit, offset
+ * and prefetch settings are refused, and what is accepted reaches the
+ * consumer sl_kafka_consumer_new creates */
+static void test_consumer_properties(void **state) {
+  (void)state;
+  char buf[128], err[256];
+  const char *kv[2 * 3 + 1];
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS,
+                                        "fetch.wait.max.ms=123, fetch.min.bytes = 2048", buf,
+                                        sizeof buf, kv, 3, err, sizeof err),
+                   0);
+  assert_string_equal(kv[0], "fetch.wait.max.ms");
+  assert_string_equal(kv[3], "2048");
+  assert_null(kv[4]);
+  static const char *const refused[] = {
+      "enable.auto.commit=true", "group.id=other", "auto.offset.reset=latest",
+      "queued.max.messages.kbytes=1000000", "session.timeout.ms=45000"};
+  const char *rkv[2 * 3 + 1];
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    err[0] = '\0';
+    assert_int_equal(sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS, refused[i], buf + 64, 64, rkv, 3,
+                                          err, sizeof err),
+                     SL_ECONFIG);
+    assert_non_null(strstr(err, "kafka.consumer_properties may not set"));
+  }
+  /* a producer may set what a consumer may not, and the other way round */
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, "session.timeout.ms=45000",
+                                        buf + 64, 64, rkv, 3, err, sizeof err),
+                   0);
+  assert_int_equal(sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS, "acks=1", buf + 64, 64, rkv, 3,
+                                        err, sizeof err),
+                   0);
+  sl_kafka_group_opts g = {NULL, 0, 0, kv};
+  rd_kafka_t *rk = NULL;
+  assert_int_equal(sl_kafka_consumer_new(&rk, "127.0.0.1:1", "g", "t", &g, err, sizeof err, NULL,
+                                         NULL, NULL, NULL),
+                   0);
+  char v[64];
+  size_t n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "fetch.wait.max.ms", v, &n),
+                   RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "123");
+  n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "fetch.min.bytes", v, &n),
+                   RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "2048");
+  n = sizeof v; /* Sluice's own settings are still in place */
+  assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "enable.auto.commit", v, &n),
+                   RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "false");
+  rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 }
 
 static void test_s3_ca(void **state) {
@@ -202,9 +265,13 @@ static void test_s3_ca(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_redis_url),      cmocka_unit_test(test_redact),
-      cmocka_unit_test(test_redis_security), cmocka_unit_test(test_kafka_security),
-      cmocka_unit_test(test_s3_ca),          cmocka_unit_test(test_producer_properties),
+      cmocka_unit_test(test_redis_url),
+      cmocka_unit_test(test_redact),
+      cmocka_unit_test(test_redis_security),
+      cmocka_unit_test(test_kafka_security),
+      cmocka_unit_test(test_s3_ca),
+      cmocka_unit_test(test_producer_properties),
+      cmocka_unit_test(test_consumer_properties),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

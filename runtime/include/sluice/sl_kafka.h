@@ -100,16 +100,22 @@ int sl_kafka_prefetch(rd_kafka_t *rk, const char *const *topics, size_t n, rd_ka
 /* Lets go of what sl_kafka_prefetch holds (NULL entries are skipped). */
 void sl_kafka_prefetch_release(rd_kafka_topic_t **held, size_t n);
 
-/* Splits spec, "name=value,name=value" (librdkafka producer properties,
- * the value of kafka.producer_properties), into kv: NULL-terminated
- * name/value pairs pointing into buf (bounded: buflen bytes; kv has room
- * for 2 * maxpairs + 1 pointers). Empty items are skipped; spaces around names and values
- * are trimmed. The properties Sluice's delivery guarantee rests on
- * (enable.idempotence, acks, transactional.id, the delivery callbacks) are
- * refused, and every name/value is checked against librdkafka. Returns 0
- * or SL_ECONFIG with the reason in err. */
-int sl_kafka_props_split(const char *spec, char *buf, size_t buflen, const char **kv,
-                         size_t maxpairs, char *err, size_t errlen);
+/* Which client's extra properties sl_kafka_props_split checks. */
+typedef enum { SL_KAFKA_PRODUCER_PROPS, SL_KAFKA_CONSUMER_PROPS } sl_kafka_props_kind;
+
+/* Splits spec, "name=value,name=value" (librdkafka properties, the value
+ * of kafka.producer_properties or kafka.consumer_properties), into kv:
+ * NULL-terminated name/value pairs pointing into buf (bounded: buflen
+ * bytes; kv has room for 2 * maxpairs + 1 pointers). Empty items are
+ * skipped; spaces around names and values are trimmed. Refused: for a
+ * producer, the properties Sluice's delivery guarantee rests on
+ * (enable.idempotence, acks, transactional.id, the delivery callbacks); for
+ * a consumer, its group, commit and offset-reset settings, the prefetch
+ * bound and what kafka.session_timeout_ms, kafka.heartbeat_interval_ms and
+ * kafka.assignment set. Every name/value is checked against librdkafka.
+ * Returns 0 or SL_ECONFIG with the reason in err. */
+int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, size_t buflen,
+                         const char **kv, size_t maxpairs, char *err, size_t errlen);
 
 /* Creates an idempotent producer. Each message must carry an
  * sl_kafka_ticket as its opaque (sl_kafka_send does); its delivery report
@@ -134,6 +140,9 @@ typedef struct {
   const char *assignment;
   int64_t session_timeout_ms;
   int64_t heartbeat_ms;
+  /* NULL-terminated key/value pairs of librdkafka properties applied after
+   * Sluice's (sl_kafka_props_split, SL_KAFKA_CONSUMER_PROPS); may be NULL */
+  const char *const *extra;
 } sl_kafka_group_opts;
 
 int sl_kafka_consumer_new(

@@ -127,6 +127,7 @@ typedef struct {
   int64_t kafka_session_timeout_ms;
   int64_t kafka_heartbeat_ms;
   char *kafka_producer_properties; /* "name=value,..." for librdkafka */
+  char *kafka_consumer_properties; /* the same for the stage's consumers */
   int64_t revoke_wait_ms;          /* a revoke waits this long for running calls */
   int64_t claim_lease_ms;          /* lease of an input claimed before a paid call */
   int64_t max_retry_after_ms;      /* a provider's Retry-After is cut to this */
