@@ -164,7 +164,7 @@ static const char first_time_lua[] =
 static int first_upload_time(const ingest *in, sl_redis *redis, const char *hkey, unsigned qno,
                              const char *etag, int64_t *ms, char *err, size_t errlen) {
   char field[128], val[32];
-  snprintf(field, sizeof field, "u%u:%s", qno, etag);
+  sl__upload_field(qno, etag, field, sizeof field);
   snprintf(val, sizeof val, "%lld", (long long)*ms);
   const char *argv[] = {hkey, field, val};
   redisReply *rep = sl_redis_eval(redis, &in->first_time, 1, 3, argv, NULL, err, errlen);

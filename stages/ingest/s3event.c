@@ -115,3 +115,7 @@ void sl__etag_bare(const char *in, char *out, size_t len) {
   if (b >= 2 && in[0] == '"' && in[b - 1] == '"') a = 1, b--;
   snprintf(out, len, "%.*s", (int)(b - a), in ? in + a : "");
 }
+
+void sl__upload_field(unsigned qno, const char *etag, char *out, size_t len) {
+  snprintf(out, len, "u%u:%s", qno, etag ? etag : "");
+}

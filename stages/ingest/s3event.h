@@ -54,4 +54,9 @@ int sl__s3event_record(json_t *r, sl__s3rec *out, char *why, size_t whylen);
  * quote it, other stores may not), into out (len bytes with the NUL). */
 void sl__etag_bare(const char *in, char *out, size_t len);
 
+/* The field of the submission's hash under which ingest records an upload
+ * (question qno, bare ETag): "u<qno>:<etag>", into out (len bytes with the
+ * NUL). Written by ingest (first_upload_time), read by the sweep. */
+void sl__upload_field(unsigned qno, const char *etag, char *out, size_t len);
+
 #endif

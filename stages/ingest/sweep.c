@@ -196,7 +196,7 @@ static int look_at(sl__sweep *s, const char *member, int64_t now, int64_t upto) 
   }
   char etag[80], field[128];
   sl__etag_bare(h.etag, etag, sizeof etag);
-  snprintf(field, sizeof field, "u%u:%s", qno, etag);
+  sl__upload_field(qno, etag, field, sizeof field);
   const char *hargv[] = {"HEXISTS", hkey, field};
   rep = sl_redis_argv(s->redis, 3, hargv, NULL, err, sizeof err);
   if (!rep || rep->type != REDIS_REPLY_INTEGER) {
