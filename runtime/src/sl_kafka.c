@@ -324,6 +324,8 @@ static const char *const consumer_guarded[] = {"group.id",
                                                "offset_commit_cb",
                                                "opaque",
                                                "enable.partition.eof",
+                                               "fetch.min.bytes",
+                                               "fetch.wait.max.ms",
                                                NULL};
 
 int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, size_t buflen,
@@ -647,17 +649,21 @@ int sl_kafka_consumer_new(
   /* bounded prefetch: memory follows in-flight work, not the backlog;
    * a member that dies (SIGKILL) loses its partitions after the session
    * timeout */
-  sl_kafka_group_opts g = {"roundrobin", 10000, 2000, NULL};
+  sl_kafka_group_opts g = {"roundrobin", 10000, 2000, 0, 0, NULL};
   if (group && group->assignment && group->assignment[0]) g.assignment = group->assignment;
   if (group && group->session_timeout_ms > 0) g.session_timeout_ms = group->session_timeout_ms;
   if (group && group->heartbeat_ms > 0) g.heartbeat_ms = group->heartbeat_ms;
-  char st[32], hb[32];
+  char st[32], hb[32], fmin[32], fwait[32];
   snprintf(st, sizeof st, "%lld", (long long)g.session_timeout_ms);
   snprintf(hb, sizeof hb, "%lld", (long long)g.heartbeat_ms);
+  snprintf(fmin, sizeof fmin, "%lld", (long long)(group ? group->fetch_min_bytes : 0));
+  snprintf(fwait, sizeof fwait, "%lld", (long long)(group ? group->fetch_wait_ms : 0));
   if (set(c, "queued.max.messages.kbytes", "8192", err, errlen) ||
       set(c, "partition.assignment.strategy", g.assignment, err, errlen) ||
       set(c, "session.timeout.ms", st, err, errlen) ||
-      set(c, "heartbeat.interval.ms", hb, err, errlen)) {
+      set(c, "heartbeat.interval.ms", hb, err, errlen) ||
+      (group && group->fetch_min_bytes > 0 && set(c, "fetch.min.bytes", fmin, err, errlen)) ||
+      (group && group->fetch_wait_ms > 0 && set(c, "fetch.wait.max.ms", fwait, err, errlen))) {
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }

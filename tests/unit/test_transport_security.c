@@ -190,23 +190,26 @@ static void test_producer_properties(void **state) {
       SL_ECONFIG);
 }
 
-/* kafka.consumer_properties: the same checks; the group, commit, offset
- * and prefetch settings are refused, and what is accepted reaches the
- * consumer sl_kafka_consumer_new creates */
+/* kafka.consumer_properties: the same checks; the group, commit, offset,
+ * prefetch and fetch settings (keys of Sluice's own) are refused, and what
+ * is accepted reaches the consumer sl_kafka_consumer_new creates, beside
+ * the fetch batching of kafka.fetch_min_bytes / kafka.fetch_wait_ms */
 static void test_consumer_properties(void **state) {
   (void)state;
   char buf[128], err[256];
   const char *kv[2 * 3 + 1];
   assert_int_equal(sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS,
-                                        "fetch.wait.max.ms=123, fetch.min.bytes = 2048", buf,
+                                        "client.rack=zone-a, fetch.max.bytes = 2097152", buf,
                                         sizeof buf, kv, 3, err, sizeof err),
                    0);
-  assert_string_equal(kv[0], "fetch.wait.max.ms");
-  assert_string_equal(kv[3], "2048");
+  assert_string_equal(kv[0], "client.rack");
+  assert_string_equal(kv[3], "2097152");
   assert_null(kv[4]);
   static const char *const refused[] = {
-      "enable.auto.commit=true", "group.id=other", "auto.offset.reset=latest",
-      "queued.max.messages.kbytes=1000000", "session.timeout.ms=45000"};
+      "enable.auto.commit=true",  "group.id=other",
+      "auto.offset.reset=latest", "queued.max.messages.kbytes=1000000",
+      "session.timeout.ms=45000", "fetch.wait.max.ms=5",
+      "fetch.min.bytes=1"};
   const char *rkv[2 * 3 + 1];
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     err[0] = '\0';
@@ -222,24 +225,34 @@ static void test_consumer_properties(void **state) {
   assert_int_equal(sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS, "acks=1", buf + 64, 64, rkv, 3,
                                         err, sizeof err),
                    0);
-  sl_kafka_group_opts g = {NULL, 0, 0, kv};
+  sl_kafka_group_opts g = {.fetch_min_bytes = 65536, .fetch_wait_ms = 150, .extra = kv};
   rd_kafka_t *rk = NULL;
   assert_int_equal(sl_kafka_consumer_new(&rk, "127.0.0.1:1", "g", "t", &g, err, sizeof err, NULL,
+                                         NULL, NULL, NULL),
+                   0);
+  static const char *const want[][2] = {{"client.rack", "zone-a"},
+                                        {"fetch.max.bytes", "2097152"},
+                                        {"fetch.min.bytes", "65536"},
+                                        {"fetch.wait.max.ms", "150"},
+                                        /* Sluice's own settings are still in place */
+                                        {"enable.auto.commit", "false"}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    char v[64];
+    size_t n = sizeof v;
+    assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), want[i][0], v, &n), RD_KAFKA_CONF_OK);
+    assert_string_equal(v, want[i][1]);
+  }
+  rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+  /* 0: librdkafka's own (1 byte, 500 ms) */
+  sl_kafka_group_opts d = {0};
+  assert_int_equal(sl_kafka_consumer_new(&rk, "127.0.0.1:1", "g", "t", &d, err, sizeof err, NULL,
                                          NULL, NULL, NULL),
                    0);
   char v[64];
   size_t n = sizeof v;
   assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "fetch.wait.max.ms", v, &n),
                    RD_KAFKA_CONF_OK);
-  assert_string_equal(v, "123");
-  n = sizeof v;
-  assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "fetch.min.bytes", v, &n),
-                   RD_KAFKA_CONF_OK);
-  assert_string_equal(v, "2048");
-  n = sizeof v; /* Sluice's own settings are still in place */
-  assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "enable.auto.commit", v, &n),
-                   RD_KAFKA_CONF_OK);
-  assert_string_equal(v, "false");
+  assert_string_equal(v, "500");
   rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 }
 

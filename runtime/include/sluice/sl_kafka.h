@@ -135,11 +135,17 @@ int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *cli
  * ["roundrobin"; "range": eager too; "cooperative-sticky": incremental,
  * KIP-429]. session_timeout_ms [10000] and heartbeat_ms [2000]: a member that
  * stops heart-beating (SIGKILL, lost node) loses its partitions after the
- * session timeout. */
+ * session timeout. fetch_min_bytes and fetch_wait_ms [0: librdkafka's, 1
+ * byte and 500 ms]: a fetch is answered once fetch_min_bytes are there or
+ * after fetch_wait_ms (fetch.min.bytes, fetch.wait.max.ms): batching that
+ * saves the broker a request per message at the cost of up to
+ * fetch_wait_ms of latency per hop while traffic is light. */
 typedef struct {
   const char *assignment;
   int64_t session_timeout_ms;
   int64_t heartbeat_ms;
+  int64_t fetch_min_bytes;
+  int64_t fetch_wait_ms;
   /* NULL-terminated key/value pairs of librdkafka properties applied after
    * Sluice's (sl_kafka_props_split, SL_KAFKA_CONSUMER_PROPS); may be NULL */
   const char *const *extra;

@@ -126,6 +126,8 @@ typedef struct {
   char *kafka_assignment; /* partition.assignment.strategy */
   int64_t kafka_session_timeout_ms;
   int64_t kafka_heartbeat_ms;
+  int64_t kafka_fetch_min_bytes;   /* a fetch is answered at this many bytes ... */
+  int64_t kafka_fetch_wait_ms;     /* ... or after this long */
   char *kafka_producer_properties; /* "name=value,..." for librdkafka */
   char *kafka_consumer_properties; /* the same for the stage's consumers */
   int64_t revoke_wait_ms;          /* a revoke waits this long for running calls */
