@@ -909,6 +909,20 @@ static void begin_stop(loop_t *L) {
 
 /* ------------------------------------------------------------------ */
 
+/* Serves the rebalance events that reached g since the loop stopped (the
+ * other group's close can take seconds, waiting for a join): here, not
+ * inside rd_kafka_consumer_close. An incremental assign served there, once
+ * the close has begun, leaves librdkafka before 2.5 (Debian 12 has 2.0.2)
+ * waiting for an assign call forever (confluentinc/librdkafka#4527). What
+ * comes with them is not taken: its offsets stay uncommitted. */
+static void serve_pending(grp *g) {
+  for (int i = 0; i < 10000; i++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(g->rk, 0);
+    if (!m) break;
+    rd_kafka_message_destroy(m);
+  }
+}
+
 static void walk_close(uv_handle_t *h, void *arg) {
   (void)arg;
   if (!uv_is_closing(h)) uv_close(h, NULL);
@@ -1162,7 +1176,10 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   for (int i = 0; i < L->ngroups; i++) {
     sl_kafka_uv_detach(L->g[i].cku);
     L->g[i].cku = NULL;
+    serve_pending(&L->g[i]);
+    L->g[i].in_close = 1;
     rd_kafka_consumer_close(L->g[i].rk);
+    L->g[i].in_close = 0;
   }
   rd_kafka_flush(L->producer, 10000);       /* delivery reports finish their jobs */
   if (rd_kafka_outq_len(L->producer) > 0) { /* Kafka gone: their offsets stay uncommitted */

@@ -350,6 +350,11 @@ void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   const char *proto = rd_kafka_rebalance_protocol(rk);
   if (proto) g->cooperative = strcmp(proto, "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    if (g->in_close) /* sl_stage.c serves what is pending before closing */
+      sl_log(SL_LOG_WARN, NULL,
+             "%s: an assignment of %d partition(s) was served while the consumer closed "
+             "(librdkafka before 2.5 can hang there: #4527)",
+             g->name, parts->cnt);
     if (g->revoking) sl__revoke_finish(g);
     if (g->rejoin_assigns > 0) g->rejoin_assigns--;
     for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */

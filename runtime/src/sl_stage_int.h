@@ -64,6 +64,7 @@ typedef struct grp {
   int rejoin_assigns;
   int64_t rejoin_until_ms;
   int cooperative; /* the group's protocol is incremental (KIP-429) */
+  int in_close;    /* inside rd_kafka_consumer_close: no assignment may come */
   uv_timer_t revoke_timer;
 } grp;
 
