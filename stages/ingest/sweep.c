@@ -239,23 +239,24 @@ static void round_once(sl__sweep *s) {
   if (!lock_round(s)) return;
   int64_t now = sl_now_ms();
   char max[32], lim[32], err[256];
+  snprintf(max, sizeof max, "%lld", (long long)(now - s->sc->grace_s * 1000));
+  snprintf(lim, sizeof lim, "%lld", (long long)s->sc->batch);
+  const char *argv[] = {"ZRANGEBYSCORE", SL__PENDING, "-inf", max, "LIMIT", "0", lim};
+  redisReply *rep = sl_redis_argv(s->redis, 7, argv, NULL, err, sizeof err);
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) {
+    if (!rep) sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", err);
+    if (rep) freeReplyObject(rep);
+    return; /* nothing due: Kafka is not asked */
+  }
   int64_t oldest = -1;
   int krc = sl_kafka_group_oldest(s->reader, s->cc->topic_storage_events, 10000, &oldest, err,
                                   sizeof err);
   if (krc) {
     sl_log(SL_LOG_WARN, NULL, "sweep: how far ingest has read is unknown (%s): next round", err);
+    freeReplyObject(rep);
     return;
   }
   int64_t upto = oldest >= 0 && oldest < now ? oldest : now;
-  snprintf(max, sizeof max, "%lld", (long long)(now - s->sc->grace_s * 1000));
-  snprintf(lim, sizeof lim, "%lld", (long long)s->sc->batch);
-  const char *argv[] = {"ZRANGEBYSCORE", SL__PENDING, "-inf", max, "LIMIT", "0", lim};
-  redisReply *rep = sl_redis_argv(s->redis, 7, argv, NULL, err, sizeof err);
-  if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-    if (!rep) sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", err);
-    if (rep) freeReplyObject(rep);
-    return;
-  }
   s->refused = 0;
   for (size_t i = 0; i < rep->elements && !atomic_load(&s->stop); i++) {
     if (rep->element[i]->type != REDIS_REPLY_STRING) continue;
