@@ -34,6 +34,8 @@
 
 typedef struct {
   char name[128];
+  const sl_pipeline_stage *stage; /* whose group */
+  int retry;                      /* 0: its input group, 1: its retry group */
   rd_kafka_t *rk;
   rd_kafka_topic_partition_list_t *parts;
 } group_t;
@@ -108,6 +110,7 @@ int main(int argc, char **argv) {
         break;
       }
       group_t *x = &g[ng++];
+      x->stage = s, x->retry = retry;
       sl_pipeline_group(x->name, sizeof x->name, s->name, retry);
       if (sl_kafka_group_reader_new(&x->rk, argv[1], x->name, "sluice-skip-backlog", err,
                                     sizeof err) != 0) {
@@ -123,19 +126,15 @@ int main(int argc, char **argv) {
       rc = 1;
     }
   }
-  for (int k = 0, gi = 0; rc == 0 && (size_t)k < sl_pipeline_nstages(p); k++) {
-    const sl_pipeline_stage *s = sl_pipeline_stage_at(p, (size_t)k);
-    for (int retry = 0; retry < 2 && s->ninputs; retry++) {
-      if (retry && !s->retry) continue;
-      group_t *x = &g[gi++];
-      x->parts = rd_kafka_topic_partition_list_new(16);
-      if (!retry)
-        for (size_t t = 0; t < s->ninputs; t++) add_topic(x->parts, md, s->inputs[t]);
-      else
-        for (size_t t = 0; t < SL_RETRY_TIERS_MAX && s->retry_topics[t]; t++)
-          add_topic(x->parts, md, s->retry_topics[t]);
-      if (skip(x) != 0) rc = 1;
-    }
+  for (int i = 0; rc == 0 && i < ng; i++) {
+    group_t *x = &g[i];
+    x->parts = rd_kafka_topic_partition_list_new(16);
+    if (!x->retry)
+      for (size_t t = 0; t < x->stage->ninputs; t++) add_topic(x->parts, md, x->stage->inputs[t]);
+    else
+      for (size_t t = 0; t < SL_RETRY_TIERS_MAX && x->stage->retry_topics[t]; t++)
+        add_topic(x->parts, md, x->stage->retry_topics[t]);
+    if (skip(x) != 0) rc = 1;
   }
   if (md) rd_kafka_metadata_destroy(md);
   for (int i = 0; i < ng; i++) {
