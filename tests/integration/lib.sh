@@ -297,3 +297,10 @@ jqe() { [[ -n ${2//[[:space:]]/} ]] && jq -e "$1" <<<"$2" >/dev/null 2>&1; }
 
 # jqany CONDITION JSON_LINES : true when the condition holds for some line
 jqany() { jq -s -e "any(.[]; $1)" <<<"$2" >/dev/null 2>&1; }
+
+# first_line STRING : the first line of its input that contains STRING (a
+# fixed string). It reads its input to the end: a filter that stops at the
+# match (grep -q, head -n 1, awk's exit) leaves a writer with more to say
+# (kcat on a topic that earlier tests filled) to die of SIGPIPE, which
+# pipefail turns into the pipeline's failure (status 141).
+first_line() { awk -v s="$1" 'index($0, s) && !n++'; }

@@ -57,7 +57,7 @@ check "answer 2 transcribed once ($(transcribed 2))" test "$(transcribed 2)" = 1
 # 3. another event for answer 2, as a late storage event would be
 okey2="submissions/$sid/q02.wav"
 uploads() { kcat -C -b "$B" -t stt.requests -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
-rec=$(kcat -C -b "$B" -t storage-events -o beginning -e -q 2>/dev/null | grep -F "\"$okey2\"" | head -n 1 |
+rec=$(kcat -C -b "$B" -t storage-events -o beginning -e -q 2>/dev/null | first_line "\"$okey2\"" |
   jq -c '.Records[0] | .eventTime = "2026-01-01T00:00:00.000Z"')
 check "found the gateway's record of answer 2" test -n "$rec"
 printf 'late-%s\t{"Records":[%s]}\n' "$sid" "$rec" | kcat -P -b "$B" -t storage-events -K $'\t'

@@ -27,7 +27,7 @@ check "answer graded through the gateway's event" jqe '.summary.done == 1' "$out
 
 uploads() { kcat -C -b "$B" -t stt.requests -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true; }
 check "one UploadCompleted so far" test "$(uploads "$k1")" = 1
-rec=$(kcat -C -b "$B" -t storage-events -o beginning -e -q 2>/dev/null | grep -F "\"$okey\"" | head -n 1 |
+rec=$(kcat -C -b "$B" -t storage-events -o beginning -e -q 2>/dev/null | first_line "\"$okey\"" |
   jq -c '.Records[0]')
 check "found the gateway's record of the upload" test -n "$rec"
 bogus=$(jq -c --arg k "other/not-ours-$run.wav" \

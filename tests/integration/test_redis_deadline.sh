@@ -43,8 +43,8 @@ send() { printf '%s\t{}\n' "$1" | kcat -P -b "$B" -t hdeadline.in -K $'\t'; }
 # "none" while there is no output
 latency() {
   local tin tout
-  tin=$(kcat -C -b "$B" -t hdeadline.in -o beginning -e -q -f '%k %T\n' 2>/dev/null | awk -v k="$1" '$1 == k {print $2; exit}')
-  tout=$(kcat -C -b "$B" -t hdeadline.out -o beginning -e -q -f '%k %T\n' 2>/dev/null | awk -v k="$1" '$1 == k {print $2; exit}')
+  tin=$(kcat -C -b "$B" -t hdeadline.in -o beginning -e -q -f '%k %T\n' 2>/dev/null | awk -v k="$1" '$1 == k && !n++ {print $2}')
+  tout=$(kcat -C -b "$B" -t hdeadline.out -o beginning -e -q -f '%k %T\n' 2>/dev/null | awk -v k="$1" '$1 == k && !n++ {print $2}')
   if [[ -n $tin && -n $tout ]]; then echo $((tout - tin)); else echo none; fi
 }
 between() { [[ $1 =~ ^-?[0-9]+$ ]] && (($1 >= $2 && $1 <= $3)); } # between VALUE LOW HIGH

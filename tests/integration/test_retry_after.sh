@@ -43,7 +43,7 @@ check "the throttled message succeeded on its second call" test "$(harness_outpu
 check "  ... within 20 s, not a day ($(((t1 - t0) / 1000000)) ms)" test $(((t1 - t0) / 1000000)) -le 20000
 wait_count 30 1 harness_outputs "$k2" || true
 check "the message behind it on the same tier partition was not held" test "$(harness_outputs "$k2"),$(harness_calls "$k2")" = "1,2"
-hdr=$(kcat -C -b "$B" -t hra.retry.2s -o beginning -e -q -f '%k %h\n' 2>/dev/null | grep "^$k1 " | head -n 1)
+hdr=$(kcat -C -b "$B" -t hra.retry.2s -o beginning -e -q -f '%k %h\n' 2>/dev/null | first_line "$k1 ")
 nb=$(sed -nE 's/.*sluice-not-before-ms=([0-9]+).*/\1/p' <<<"$hdr")
 check "the retry copy is due within the cap (not-before - produced: $((nb - t0 / 1000000)) ms)" \
   test $((nb - t0 / 1000000)) -le 6000
