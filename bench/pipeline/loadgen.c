@@ -20,8 +20,9 @@
  * the drain compares every view with the one first seen.
  *
  * Output: a summary JSON object on stdout; with --out, one JSON line per
- * question (submission, no, n, accept_ms, uploaded, state, accept_to_done_ms,
- * done_at_s relative to the start) for plots. Progress every 10 s on stderr.
+ * question (submission, no, n, accept_ms, state, accept_to_done_ms, and
+ * uploaded_at_s and final_at_s relative to the start, which start_unix_ms
+ * puts on the wall clock) for plots and for bench/pipeline/hops. Progress every 10 s on stderr.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
@@ -52,8 +53,9 @@ typedef struct {
   int uploaded; /* 1 ok, -1 failed */
   int final;    /* 1 done, 2 failed */
   long accept_to_done_ms;
-  double final_at;  /* seconds since start when first seen final */
-  char *final_view; /* the view when first seen final */
+  double uploaded_at; /* seconds since start when its PUT was answered */
+  double final_at;    /* seconds since start when first seen final */
+  char *final_view;   /* the view when first seen final */
 } question;
 
 typedef struct {
@@ -77,6 +79,7 @@ typedef struct {
 } xfer;
 
 static double t0;
+static long long t0_unix_ms; /* the wall clock at t0: Kafka's timestamps are on it */
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -185,6 +188,7 @@ static void finish_xfer(CURL *e, CURLcode cc) {
     }
   } else {
     s->q[x->qi].uploaded = cc == CURLE_OK && status == 200 ? 1 : -1;
+    s->q[x->qi].uploaded_at = now_s();
     s->pending_puts--;
   }
   curl_multi_remove_handle(multi, e);
@@ -369,6 +373,9 @@ int main(int argc, char **argv) {
   sub *subs = calloc((size_t)cap + 1, sizeof *subs);
   t0 = 0;
   t0 = now_s();
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  t0_unix_ms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
   double next_progress = 10;
   /* ---- load ---- */
   while (now_s() < total && nsubs < cap) {
@@ -463,12 +470,13 @@ int main(int argc, char **argv) {
       if (of)
         fprintf(of,
                 "{\"submission\":\"%s\",\"no\":%d,\"n\":%d,\"sched_s\":%.3f,\"accept_ms\":%.3f,"
-                "\"state\":\"%s\",\"accept_to_done_ms\":%ld,\"final_at_s\":%.3f}\n",
+                "\"state\":\"%s\",\"accept_to_done_ms\":%ld,\"uploaded_at_s\":%.3f,"
+                "\"final_at_s\":%.3f,\"start_unix_ms\":%lld}\n",
                 s->sid, q->no, s->n, s->sched, s->accept_ms,
                 q->final == 1   ? "done"
                 : q->final == 2 ? "failed"
                                 : "lost",
-                q->accept_to_done_ms, q->final_at);
+                q->accept_to_done_ms, q->uploaded_at, q->final_at, t0_unix_ms);
     }
   }
   if (of) fclose(of);
