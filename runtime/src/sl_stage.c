@@ -969,6 +969,10 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   L->m_done = sl__metric("sluice_messages_total", o->stage, "outcome=\"done\"", h_out, 0);
   L->m_retried = sl__metric("sluice_messages_total", o->stage, "outcome=\"retried\"", h_out, 0);
   L->m_dead = sl__metric("sluice_messages_total", o->stage, "outcome=\"dead_lettered\"", h_out, 0);
+  L->m_again = sl__metric("sluice_reruns_total", o->stage, NULL,
+                          "Transient failures run again in place, a moment later, instead of "
+                          "through a retry tier (what they lacked was expected within moments)",
+                          0);
   for (int i = 0; i < L->rp.ntiers; i++) {
     char t[64];
     snprintf(t, sizeof t, "tier=\"%s\"", L->tier_label[i]);

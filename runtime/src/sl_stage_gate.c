@@ -449,6 +449,7 @@ static void call_now(job *j) {
   j->work.data = j;
   j->out.producer = j->L->producer;
   j->res.outcome = SL_OUTCOME_DONE;
+  j->res.again_in_ms = 0;
   j->res.cost_units = 0;
   j->res.cost_before = j->cost_before;
   j->call_ns = uv_hrtime();

@@ -119,6 +119,7 @@ struct sl_job {
   char owner[112];      /* its claim's owner id (sl_claim.h) */
   int claimed;          /* it holds the claim on its input */
   unsigned claim_waits; /* times it found another replica's claim */
+  unsigned agains;      /* times it ran again in place (sl_result.again_in_ms) */
   int looked_up;        /* its idempotency lookup was made (a claim that reads the
                          * stored outputs may stand in for it: sl__lookup_in_claim) */
   sl_outbox out;
@@ -216,6 +217,7 @@ struct loop_t {
   int64_t bq_len;
   uv_timer_t bq_timer;
   sl_metric *m_held;
+  sl_metric *m_again; /* sluice_reruns_total */
   sl_metric *m_done, *m_retried, *m_dead, *m_inflight, *m_idem_hits, *m_limiter_waits,
       *m_breaker_state, *m_breaker_open, *m_oldest, *m_calls_ok, *m_calls_fail, *m_circuit_skips,
       *m_tier[SL_RETRY_TIERS_MAX], *m_calls_throttled, *m_calls_perm, *m_assigned,

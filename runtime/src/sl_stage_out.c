@@ -420,6 +420,23 @@ sl_httpc *sl_job_http(job *j) { return j->L->http; }
 sl_aredis *sl_job_redis(job *j) { return j->L->redis; }
 uv_loop_t *sl_job_loop(job *j) { return &j->L->loop; }
 
+static void on_again(uv_timer_t *t) { sl__run_process(t->data); }
+
+/* A RETRY that asked to run again shortly (sl_result.again_in_ms) runs again
+ * here after that delay, through its claim as before: no retry copy, no
+ * tier's wait, its slot and uncommitted offset kept. 1 when it does. */
+static int again(job *j) {
+  int64_t ms = j->res.again_in_ms;
+  if (ms <= 0 || j->agains >= SL_AGAIN_MAX || sl__job_stale(j)) return 0;
+  j->agains++;
+  sl_outbox_clear(&j->out);
+  sl_metric_add(j->L->m_again, 1);
+  sl_log(SL_LOG_DEBUG, j->key, "%s: %s; running it again in %lld ms", j->res.error_class,
+         j->res.error_message, (long long)(ms < SL_AGAIN_MAX_MS ? ms : SL_AGAIN_MAX_MS));
+  sl__job_after(j, ms < SL_AGAIN_MAX_MS ? ms : SL_AGAIN_MAX_MS, on_again, sl__run_process);
+  return 1;
+}
+
 /* The processor is finished with the job: act on its outcome. */
 void sl__complete(job *j) {
   loop_t *L = j->L;
@@ -475,6 +492,7 @@ void sl__complete(job *j) {
     }
     break;
   case SL_OUTCOME_RETRY:
+    if (again(j)) return;
     sl__to_retry(j);
     break;
   case SL_OUTCOME_FAIL:

@@ -12,6 +12,8 @@
  * materialize has recorded in Redis; then an UploadCompleted goes to
  * stt.requests and a QUEUED status to results, both keyed "<sid>/<no>".
  * Materialize may lag presign by a moment, so an unknown submission is
+ * looked up again in place every RECHECK_MS for ingest.submission_recheck_s
+ * after the upload (sl_result.again_in_ms: no retry copy, no tier's 5 s), then
  * retried until ingest.submission_wait_s after the first failure, then
  * dead-lettered; while materialize rebuilds a lost view (its marker
  * SL__VIEW_MARKER is missing) it is retried as view_rebuilding, without limit
@@ -61,8 +63,13 @@
 #include "s3event.h"
 #include "sweep.h"
 
+/* how often an upload whose submission is not recorded yet is looked up
+ * again in place, during ingest.submission_recheck_s */
+#define RECHECK_MS 100
+
 typedef struct {
   double submission_wait_s;
+  double submission_recheck_s;
   char *verify_object;
   sl__sweep_conf sweep;
 } ingest_conf;
@@ -71,6 +78,13 @@ const sl_conf_entry sl__ingest_table[] = {
     {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
      "how long an upload may wait for its submission to appear before it is dead-lettered "
      "(from its first failure; not counted while materialize rebuilds the view)",
+     0},
+    {"ingest.submission_recheck_s", SL_CONF_DOUBLE, "5",
+     offsetof(ingest_conf, submission_recheck_s),
+     "for this long after an upload, a submission not recorded yet (materialize records it a "
+     "moment after presign accepts it) is looked up again every 100 ms in place, its offset "
+     "uncommitted, before the retry tiers take the upload (whose first wait is 5 s); 0: "
+     "straight to the retry tiers",
      0},
     {"ingest.verify_object", SL_CONF_STR, "always", offsetof(ingest_conf, verify_object),
      "always: HEAD every uploaded object and compare its size and type with what was "
@@ -324,10 +338,11 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       int64_t ts_ms = sl_message_first_failure_ms(m);
       if (ts_ms <= 0) ts_ms = rd_kafka_message_timestamp(m, NULL);
       double age = ts_ms > 0 ? (double)(sl_now_ms() - ts_ms) / 1000.0 : 1e9;
-      if (age < in->ic->submission_wait_s)
+      if (age < in->ic->submission_wait_s) {
         sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",
                       "submission %s not recorded yet (%.1f s after upload)", sid, age);
-      else
+        if (age < in->ic->submission_recheck_s) res->again_in_ms = RECHECK_MS;
+      } else
         sl_result_set(res, SL_OUTCOME_FAIL, "unknown_submission",
                       "object %s names submission %s, which does not exist", key, sid);
       break;

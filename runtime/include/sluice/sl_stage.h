@@ -210,6 +210,9 @@ void sl_outbox_emit_now(sl_outbox *ob, const char *topic, const char *key,
 
 typedef enum { SL_OUTCOME_DONE = 0, SL_OUTCOME_RETRY, SL_OUTCOME_FAIL } sl_outcome;
 
+#define SL_AGAIN_MAX_MS 1000 /* sl_result.again_in_ms is cut to this */
+#define SL_AGAIN_MAX 100     /* runs again in place per message, then the tiers */
+
 typedef struct {
   sl_outcome outcome;
   char error_class[48];    /* short machine word: "bad_event", "storage", ... */
@@ -217,6 +220,14 @@ typedef struct {
   int provider_called;     /* the external provider was called (breaker input) */
   int provider_throttled;  /* it answered 429: pause it for every replica */
   int64_t retry_after_ms;  /* it asked to wait this long (Retry-After), or 0 */
+  int64_t again_in_ms;     /* RETRY only: what it lacks is expected within moments
+                              (another stage's write): run it again in this process
+                              after this many ms (at most SL_AGAIN_MAX_MS, at most
+                              SL_AGAIN_MAX times per message) instead of a retry
+                              copy that waits a whole tier. Its offset stays
+                              uncommitted meanwhile: a crash or a lost partition
+                              hands it on as it was. 0 (the runtime resets it
+                              before each run): the retry tiers */
   double cost_units;       /* what this attempt's provider call cost (the
                               plugin's cost_units), whatever its outcome: the
                               stage sets it; counted in
