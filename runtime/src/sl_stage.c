@@ -184,17 +184,16 @@ const sl_conf_entry sl_common_conf_table[] = {
      0},
     {"kafka.heartbeat_interval_ms", SL_CONF_INT, "2000", C(kafka_heartbeat_ms),
      "group heartbeat; also how soon the others learn of a rebalance", 0},
-    {"kafka.fetch_min_bytes", SL_CONF_INT, "1", C(kafka_fetch_min_bytes),
+    {"kafka.fetch_min_bytes", SL_CONF_INT, "65536", C(kafka_fetch_min_bytes),
      "Kafka answers a consumer's fetch once this many bytes are there, or after "
-     "kafka.fetch_wait_ms; 1 (librdkafka's default) answers as soon as one message is there. "
-     "65536 makes a fetch carry many messages: at 69 questions/s Kafka used 0.74x the CPU "
-     "with a 100 ms wait, but done p95 rose from 8.3 to 13.4 s (docs/benchmarks.md, "
-     "scenario K)",
+     "kafka.fetch_wait_ms: fewer, fuller fetches. At 68 questions/s on 2 cores, 64 KiB / "
+     "100 ms used 0.68-0.90x the broker CPU and 0.82-0.95x the machine's of librdkafka's 1 byte "
+     "/ 500 ms, for 0.2 s more done p95 (docs/benchmarks.md, scenario K); 1: answered as soon "
+     "as one message is there",
      0},
-    {"kafka.fetch_wait_ms", SL_CONF_INT, "500", C(kafka_fetch_wait_ms),
-     "the longest a fetch waits for kafka.fetch_min_bytes (librdkafka's default 500): with "
-     "kafka.fetch_min_bytes above one message, what a message may wait per stage while "
-     "traffic is light",
+    {"kafka.fetch_wait_ms", SL_CONF_INT, "100", C(kafka_fetch_wait_ms),
+     "the longest a fetch waits for kafka.fetch_min_bytes: what a message may wait per stage "
+     "while traffic is light (six stages: at most 0.6 s per question)",
      0},
     {"kafka.producer_properties", SL_CONF_STR, "", C(kafka_producer_properties),
      "extra librdkafka properties of the stage's producer, name=value,... (for example "
