@@ -6,7 +6,9 @@
 #  - ingest dead-letters unparseable events, objects outside the submission
 #    layout and uploads for unknown submissions, with the reason, and lives on.
 source "$(dirname "$0")/lib.sh"
-export SLUICE_INGEST_SUBMISSION_WAIT_S=3
+# an unknown submission is looked up again in place for 1 s, then retried
+# through ingest.retry.5s, and dead-lettered once 3 s have passed
+export SLUICE_INGEST_SUBMISSION_WAIT_S=3 SLUICE_INGEST_SUBMISSION_RECHECK_S=1
 export SLUICE_PRESIGN_CORS_ORIGINS="https://app.example, https://other.example"
 export SLUICE_RESULTS_CORS_ORIGINS="https://app.example"
 stages_up
@@ -135,6 +137,8 @@ for cls in bad_event unknown_object unknown_submission; do
     jqany ".error_class == \"$cls\" and (.error_message | length > 10) and .replay_topic == \"storage-events\"" \
     "$(cat "$work/dlq.json")"
 done
+check "unknown submission looked up again in place first ($(metric sluice_reruns_total 'stage="ingest"' "$ADMIN_INGEST"))" \
+  test "$(metric sluice_reruns_total 'stage="ingest"' "$ADMIN_INGEST" | cut -d. -f1)" -ge 5
 check "unknown submission retried (it may be late) before it was dead-lettered" \
   jqany '.error_class == "unknown_submission" and .attempts >= 2 and (.original.topic | startswith("ingest.retry."))' "$(cat "$work/dlq.json")"
 check "the dead letter names the question it is about" \
