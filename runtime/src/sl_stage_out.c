@@ -428,12 +428,13 @@ static void on_again(uv_timer_t *t) { sl__run_process(t->data); }
 static int again(job *j) {
   int64_t ms = j->res.again_in_ms;
   if (ms <= 0 || j->agains >= SL_AGAIN_MAX || sl__job_stale(j)) return 0;
+  if (ms > SL_AGAIN_MAX_MS) ms = SL_AGAIN_MAX_MS;
   j->agains++;
   sl_outbox_clear(&j->out);
   sl_metric_add(j->L->m_again, 1);
   sl_log(SL_LOG_DEBUG, j->key, "%s: %s; running it again in %lld ms", j->res.error_class,
-         j->res.error_message, (long long)(ms < SL_AGAIN_MAX_MS ? ms : SL_AGAIN_MAX_MS));
-  sl__job_after(j, ms < SL_AGAIN_MAX_MS ? ms : SL_AGAIN_MAX_MS, on_again, sl__run_process);
+         j->res.error_message, (long long)ms);
+  sl__job_after(j, ms, on_again, sl__run_process);
   return 1;
 }
 
