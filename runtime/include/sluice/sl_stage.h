@@ -126,14 +126,15 @@ typedef struct {
   char *kafka_assignment; /* partition.assignment.strategy */
   int64_t kafka_session_timeout_ms;
   int64_t kafka_heartbeat_ms;
-  int64_t kafka_fetch_min_bytes;   /* a fetch is answered at this many bytes ... */
-  int64_t kafka_fetch_wait_ms;     /* ... or after this long */
-  char *kafka_producer_properties; /* "name=value,..." for librdkafka */
-  char *kafka_consumer_properties; /* the same for the stage's consumers */
-  int64_t revoke_wait_ms;          /* a revoke waits this long for running calls */
-  int64_t claim_lease_ms;          /* lease of an input claimed before a paid call */
-  int64_t max_retry_after_ms;      /* a provider's Retry-After is cut to this */
-  int64_t lag_interval_ms;         /* how often the lag gauges are queried (0: never) */
+  int64_t kafka_fetch_min_bytes;     /* a fetch is answered at this many bytes ... */
+  int64_t kafka_fetch_wait_ms;       /* ... or after this long */
+  int64_t kafka_retry_fetch_wait_ms; /* ... for the retry tiers' group */
+  char *kafka_producer_properties;   /* "name=value,..." for librdkafka */
+  char *kafka_consumer_properties;   /* the same for the stage's consumers */
+  int64_t revoke_wait_ms;            /* a revoke waits this long for running calls */
+  int64_t claim_lease_ms;            /* lease of an input claimed before a paid call */
+  int64_t max_retry_after_ms;        /* a provider's Retry-After is cut to this */
+  int64_t lag_interval_ms;           /* how often the lag gauges are queried (0: never) */
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
