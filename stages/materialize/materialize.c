@@ -34,14 +34,19 @@
  * replica) is detected and repaired: the marker key "sl:view:epoch" is set
  * whenever a view is known to be complete; a watcher thread checks it every
  * materialize.watch_interval_ms, and when it is missing — including on the
- * very first start — it sets it and replays `submissions`, then `results`,
- * each from the beginning up to its current end with a group-less consumer,
- * through the same monotonic apply. The live consumer keeps running
- * meanwhile; both paths apply the same monotonic writes, so the result is
- * the view a full replay gives. Topic retention bounds what can be rebuilt.
- * One replica rebuilds at a time (the lease REBUILD_LOCK, renewed while it
- * works); a rebuild gives up only when no message was applied for
- * REBUILD_STALL_MS, so a large view is not cut off by a fixed deadline.
+ * very first start — it replays `submissions`, then `results`, each from
+ * the beginning up to its current end with a group-less consumer, through
+ * the same monotonic apply, and then sets it. The live consumer keeps
+ * running meanwhile; both paths apply the same monotonic writes, so the
+ * result is the view a full replay gives. Topic retention bounds what can
+ * be rebuilt. One replica rebuilds at a time (the lease REBUILD_LOCK,
+ * renewed while it works); a message is applied before the next, however
+ * long Redis takes to answer, and a rebuild gives up only when no message
+ * was applied for REBUILD_STALL_MS, so a large view is not cut off by a
+ * fixed deadline. Redis may fail again mid-rebuild: the marker is set only
+ * if Redis kept every write of the rebuild (finish_lua: the lease is still
+ * its own, the write sequence above all it saw), else the view is rebuilt
+ * again.
  *
  * A partial loss leaves the marker in place: Redis restarted from an older
  * snapshot or failed over to a lagging replica still holds the marker it
@@ -120,12 +125,19 @@ typedef struct {
   /* today's ranks of what an older materialize stored as 2..6 (queued,
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
-  sl_redis_script apply, record, release, raise; /* by SHA-1 (sl_redis_script) */
+  sl_redis_script apply, record, release, raise, finish; /* by SHA-1 (sl_redis_script) */
 } mat;
 
 /* Set on the rebuild thread: replayed events were observed when they first
  * happened, so they do not count again in the latency histogram. */
 static _Thread_local int replaying;
+/* The rebuild thread's own writes: the highest view sequence its applies
+ * returned (it starts at the base the rebuild raised the sequence to), and
+ * whether one returned a sequence that did not grow — Redis lost writes of
+ * this rebuild (restarted from a snapshot older than them, failed over), so
+ * it cannot mark the view complete (rebuild(), finish_lua). */
+static _Thread_local long long rebuild_seq;
+static _Thread_local int rebuild_lost;
 
 static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t errlen) {
   sl_redis *r = sl_tls_get(M->redis, err, errlen);
@@ -258,8 +270,6 @@ char *sl__status_view(const Sluice__V1__QuestionStatus *st, const char *label) {
   return sl_jsonw_take(&w);
 }
 
-/* KEYS[1] the offsets applied per partition; ARGV "<topic>:<partition>",
- * offset: raised to offset if lower. */
 /* KEYS[1] a counter; ARGV[1]: raised to this if lower. */
 static const char raise_lua[] =
     "if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then\n"
@@ -511,6 +521,12 @@ static int work_reply(work *w, const redisReply *rep) {
     return -1;
   }
   int rc = (int)rep->element[0]->integer;
+  if (replaying) { /* INCR: a sequence that does not grow lost writes */
+    if (rep->element[1]->integer <= rebuild_seq)
+      rebuild_lost = 1;
+    else
+      rebuild_seq = rep->element[1]->integer;
+  }
   const redisReply *mk = rep->elements > 2 ? rep->element[2] : NULL;
   const char *marker = mk && mk->type == REDIS_REPLY_STRING ? mk->str : NULL;
   if (went_back(w->M, rep->element[1]->integer, marker))
@@ -616,13 +632,48 @@ static void start(void *ud, sl_job *job) {
 #define REBUILD_LEASE_MS 30000
 #define REBUILD_STALL_MS 60000 /* no message applied this long: give up, retry */
 
-static void lock_renew(mat *M) {
+/* Renews the rebuild lock when a third of its lease has passed since
+ * *renewed. Returns -1 when the lock is no longer this process's (its lease
+ * lapsed, or Redis lost it with what this rebuild wrote), else 0 (renewed,
+ * not due yet, or Redis unreachable: tried again on the next call). */
+static int keep_lease(mat *M, int64_t *renewed) {
+  if (sl_now_ms() - *renewed < REBUILD_LEASE_MS / 3) return 0;
   char err[256], lease[32];
   snprintf(lease, sizeof lease, "%d", REBUILD_LEASE_MS);
   const char *argv[] = {"EVAL", sl_claim_renew_lua, "1", REBUILD_LOCK, lease, M->owner};
   redisReply *rep = sl_redis_argv(M->watch_r, 6, argv, NULL, err, sizeof err);
-  if (rep) freeReplyObject(rep);
+  if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+    if (rep) freeReplyObject(rep);
+    return 0;
+  }
+  int held = rep->integer == 1;
+  freeReplyObject(rep);
+  *renewed = sl_now_ms();
+  if (!held)
+    sl_log(SL_LOG_ERROR, NULL,
+           "rebuild: the lock %s is no longer this process's (its lease lapsed, or Redis lost it "
+           "with what this rebuild wrote); starting over",
+           REBUILD_LOCK);
+  return held ? 0 : -1;
 }
+
+/* Ends a rebuild in one step: marks the view complete (KEYS[2] := ARGV[2],
+ * the rebuild's epoch) only if everything was replayed (ARGV[4] == '1'),
+ * the lock KEYS[1] is still this rebuild's (ARGV[1]) and the view's write
+ * sequence KEYS[3] is above the highest one the rebuild saw (ARGV[3]):
+ * Redis kept every write of the rebuild. Otherwise a marker older than the
+ * rebuild — one restored with an older snapshot, claiming a view that lost
+ * writes — is deleted, so that the view is rebuilt again. Returns 1 when
+ * marked. */
+static const char finish_lua[] =
+    "if ARGV[4] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] and\n"
+    "   redis.call('INCR', KEYS[3]) > tonumber(ARGV[3]) then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "local mk = redis.call('GET', KEYS[2])\n"
+    "if mk and tonumber(mk) < tonumber(ARGV[2]) then redis.call('DEL', KEYS[2]) end\n"
+    "return 0\n";
 
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -630,9 +681,13 @@ static void sleep_ms(int64_t ms) {
 }
 
 /* Replays one topic from its beginning to the end it has now, with rk (a
- * group-less consumer). Returns 0 when everything up to that end was
- * applied; *applied counts what was. */
-static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied) {
+ * group-less consumer), each message until it applies: a Redis that does
+ * not answer holds the replay (up to REBUILD_STALL_MS per message), it does
+ * not skip anything. Keeps the lock's lease (*renewed: when it was last
+ * renewed). Returns 0 when everything up to that end was applied; *applied
+ * counts what was. */
+static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied,
+                        int64_t *renewed) {
   int rc = 0;
   rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
   const struct rd_kafka_metadata *md = NULL;
@@ -663,11 +718,11 @@ static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied
   if (rc == 0 && (!high || rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR))
     rc = SL_EKAFKA;
   /* bounded by progress, not by size: it goes on while messages come */
-  int64_t deadline = sl_now_ms() + REBUILD_STALL_MS, renewed = sl_now_ms();
+  int64_t deadline = sl_now_ms() + REBUILD_STALL_MS;
   while (rc == 0 && open > 0 && !atomic_load(&M->stop_watch) && sl_now_ms() < deadline) {
-    if (sl_now_ms() - renewed >= REBUILD_LEASE_MS / 3) {
-      lock_renew(M);
-      renewed = sl_now_ms();
+    if (keep_lease(M, renewed) != 0) {
+      rc = SL_ESTATE;
+      break;
     }
     rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 500);
     if (!m) continue;
@@ -682,15 +737,34 @@ static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied
       if (parts->elems[i].partition == m->partition) idx = i;
     if (idx >= 0 && m->offset < high[idx]) {
       sl_outbox ob = {0};
-      for (int attempt = 0;; attempt++) { /* Redis may still be coming back */
+      for (;;) { /* Redis may be unreachable a while: never skip a message */
         sl_result res = {0};
         process(M, m, &ob, &res);
-        if (res.outcome != SL_OUTCOME_RETRY || attempt == 50 || atomic_load(&M->stop_watch)) break;
+        if (res.outcome != SL_OUTCOME_RETRY) break;
+        if (atomic_load(&M->stop_watch)) {
+          rc = SL_EUNAVAIL;
+        } else if (sl_now_ms() >= deadline) {
+          sl_log(SL_LOG_ERROR, NULL, "rebuild: %s [%d] at offset %lld not applied in %d s: %s",
+                 topic, (int)m->partition, (long long)m->offset, REBUILD_STALL_MS / 1000,
+                 res.error_message);
+          rc = SL_ETIMEDOUT;
+        } else if (keep_lease(M, renewed) != 0) {
+          rc = SL_ESTATE;
+        }
+        if (rc) break;
         sleep_ms(200);
       }
-      (*applied)++;
-      deadline = sl_now_ms() + REBUILD_STALL_MS;
-      if (m->offset + 1 >= high[idx]) open--;
+      if (rc == 0 && rebuild_lost) {
+        sl_log(SL_LOG_ERROR, NULL,
+               "rebuild: Redis lost writes of this rebuild (the view's sequence went down: a "
+               "restart from an older snapshot, a failover); starting over");
+        rc = SL_EREDIS;
+      }
+      if (rc == 0) {
+        (*applied)++;
+        deadline = sl_now_ms() + REBUILD_STALL_MS;
+        if (m->offset + 1 >= high[idx]) open--;
+      }
     }
     rd_kafka_message_destroy(m);
   }
@@ -703,11 +777,15 @@ static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied
 
 /* Replays `submissions`, then `results`, each from the beginning to the end
  * it has now: every question exists (awaiting_upload) before its statuses
- * land, as it did live. Returns 0 when everything up to those ends was
- * applied. */
-static int rebuild(mat *M) {
+ * land, as it did live. base: the view sequence the rebuild raised it to
+ * (its applies must return more, rebuild_seq). Returns 0 when everything up
+ * to those ends was applied and Redis lost none of it that the rebuild
+ * could see. */
+static int rebuild(mat *M, long long base) {
   char err[512];
   replaying = 1;
+  rebuild_seq = base;
+  rebuild_lost = 0;
   rd_kafka_t *rk = NULL;
   int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
                                  "sluice-materialize-rebuild", NULL, err, sizeof err, NULL, NULL,
@@ -717,8 +795,9 @@ static int rebuild(mat *M) {
     return rc;
   }
   long applied = 0;
-  rc = replay_topic(M, rk, M->cc->topic_submissions, &applied);
-  if (rc == 0) rc = replay_topic(M, rk, M->cc->topic_results, &applied);
+  int64_t renewed = sl_now_ms();
+  rc = replay_topic(M, rk, M->cc->topic_submissions, &applied, &renewed);
+  if (rc == 0) rc = replay_topic(M, rk, M->cc->topic_results, &applied, &renewed);
   sl_log(rc ? SL_LOG_ERROR : SL_LOG_INFO, NULL, "rebuild: %ld message(s) replayed%s", applied,
          rc ? " before giving up" : "; the view is complete");
   sl_metric_add(M->m_rebuilt, (uint64_t)applied);
@@ -865,12 +944,24 @@ static void *watch(void *arg) {
       const char *raise[] = {VIEW_SEQ, base};
       rep = sl_redis_eval(r, &M->raise, 1, 2, raise, NULL, err, sizeof err);
       if (rep) freeReplyObject(rep);
-      if (rebuild(M) == 0) {
-        /* set only now: a crash mid-rebuild rebuilds again on restart */
-        const char *set[] = {"SET", MARKER, epoch};
-        rep = sl_redis_argv(r, 3, set, NULL, err, sizeof err);
-        if (rep) freeReplyObject(rep);
-      }
+      int complete = rebuild(M, strtoll(base, NULL, 10)) == 0;
+      /* marked only now, and only if Redis kept what the rebuild wrote: a
+       * crash mid-rebuild rebuilds again on restart, and so does a Redis
+       * that lost the rebuild's writes (emptied or restored from an older
+       * snapshot while it ran) */
+      char seen[32];
+      snprintf(seen, sizeof seen, "%lld", rebuild_seq);
+      const char *fin[] = {REBUILD_LOCK,        MARKER, VIEW_SEQ, M->owner, epoch, seen,
+                           complete ? "1" : "0"};
+      rep = sl_redis_eval(r, &M->finish, 3, 7, fin, NULL, err, sizeof err);
+      if (!rep)
+        sl_log(SL_LOG_ERROR, NULL, "rebuild: the view could not be marked: %s; rebuilding again",
+               err);
+      else if (complete && !(rep->type == REDIS_REPLY_INTEGER && rep->integer == 1))
+        sl_log(SL_LOG_ERROR, NULL,
+               "rebuild: not marked complete: Redis lost the lock or writes of this rebuild while "
+               "it ran (emptied, or restored from an older snapshot); rebuilding again");
+      if (rep) freeReplyObject(rep);
       const char *rel[] = {"EVAL", sl_claim_release_lua, "1", REBUILD_LOCK, M->owner};
       rep = sl_redis_argv(r, 5, rel, NULL, err, sizeof err);
       if (rep) freeReplyObject(rep);
@@ -898,6 +989,7 @@ int sl__materialize_main(int argc, char **argv) {
   sl_redis_script_init(&M.record, record_lua);
   sl_redis_script_init(&M.release, sl_claim_release_lua);
   sl_redis_script_init(&M.raise, raise_lua);
+  sl_redis_script_init(&M.finish, finish_lua);
   static const char *const legacy[] = {"queued", "transcribing", "grading", "failed", "done"};
   for (size_t i = 0; i < 5; i++) {
     int now = sl_pipeline_progress_rank(cc.pipeline, legacy[i]);

@@ -166,6 +166,18 @@ stt_inputs() {
 # view_of SID TOKEN : the results view of a submission
 view_of() { curl -sS -H "Authorization: Bearer $2" "$RESULTS_URL/v1/submissions/$1"; }
 
+# redis_faults: for a test that stops, kills or restores the stack's Redis.
+# Defines RC (redis-cli on it), rpid (its pid) and RDIR (its directory, where
+# a dump.rdb is loaded from at start), and makes sure that whatever happens
+# Redis runs again and no stale snapshot is left for the next start of this
+# stack to load.
+redis_faults() {
+  RDIR=$DEVSTACK_DIR/redis
+  RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
+  rpid() { cat "$DEVSTACK_DIR/redis.pid"; }
+  at_exit 'kill -CONT "$(rpid)" 2>/dev/null; "$ROOT/tools/devstack" up >/dev/null 2>&1; rm -f "$RDIR/dump.rdb"'
+}
+
 # retry_topics TIER...: creates <stage>.retry.<tier> for every consuming
 # stage, for tests that run the stages with their own SLUICE_RETRY_TIERS (a
 # stage whose retry topic is missing dead-letters what it would retry, as

@@ -23,12 +23,7 @@ started=$(date -u +%Y-%m-%dT%H:%M:%SZ) # dead letters of earlier tests on this s
 mkdir -p "$STAGES_DIR"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-RDIR=$DEVSTACK_DIR/redis
-RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
-rpid() { cat "$DEVSTACK_DIR/redis.pid"; }
-# whatever happens: Redis runs again, and no stale snapshot is left for the
-# next start of this stack to load
-at_exit 'kill -CONT "$(rpid)" 2>/dev/null; "$ROOT/tools/devstack" up >/dev/null 2>&1; rm -f "$RDIR/dump.rdb"'
+redis_faults # RC, rpid, RDIR; Redis runs again whatever happens
 LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
 [[ -x $LOADGEN ]] || { fail "no $LOADGEN"; finish; }
 
