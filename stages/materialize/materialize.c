@@ -943,8 +943,14 @@ static void *watch(void *arg) {
       snprintf(base, sizeof base, "%s000", epoch);
       const char *raise[] = {VIEW_SEQ, base};
       rep = sl_redis_eval(r, &M->raise, 1, 2, raise, NULL, err, sizeof err);
+      /* without the raised base the rebuild's first apply would look like a
+       * loss (rebuild_seq): start when Redis answers */
+      int raised = rep && rep->type != REDIS_REPLY_ERROR;
+      if (!raised)
+        sl_log(SL_LOG_WARN, NULL, "rebuild: not started, Redis did not answer: %s",
+               rep ? rep->str : err);
       if (rep) freeReplyObject(rep);
-      int complete = rebuild(M, strtoll(base, NULL, 10)) == 0;
+      int complete = raised && rebuild(M, strtoll(base, NULL, 10)) == 0;
       /* marked only now, and only if Redis kept what the rebuild wrote: a
        * crash mid-rebuild rebuilds again on restart, and so does a Redis
        * that lost the rebuild's writes (emptied or restored from an older
