@@ -195,12 +195,11 @@ const sl_conf_entry sl_common_conf_table[] = {
      "the longest a fetch waits for kafka.fetch_min_bytes: what a message may wait per stage "
      "while traffic is light (six stages: at most 0.6 s per question)",
      0},
-    {"kafka.retry_fetch_wait_ms", SL_CONF_INT, "100", C(kafka_retry_fetch_wait_ms),
+    {"kafka.retry_fetch_wait_ms", SL_CONF_INT, "500", C(kafka_retry_fetch_wait_ms),
      "the same for the retry tiers' consumer group. A retried message waits its tier (5 s "
      "or more) anyway, so a longer wait costs it little, and an idle group at 500 asks the "
-     "broker 2 times a second instead of 10: 0.60x Kafka's idle CPU (docs/benchmarks.md, "
-     "scenario I). 100 until a test failure seen with 500 is understood (0: librdkafka's "
-     "500 ms)",
+     "broker 2 times a second instead of 10: 0.60x Kafka's idle CPU against 100 "
+     "(docs/benchmarks.md, scenario I). 0: librdkafka's 500 ms",
      0},
     {"kafka.producer_properties", SL_CONF_STR, "", C(kafka_producer_properties),
      "extra librdkafka properties of the stage's producer, name=value,... (for example "
