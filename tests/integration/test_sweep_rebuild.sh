@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Ingest's sweep does not re-drive answers while the view is being rebuilt.
+# A rebuild replays `submissions` before `results`: until it reaches the
+# statuses, every question of the view looks as if it still awaited its
+# upload, and the emptied Redis has lost ingest's records of the uploads it
+# saw (u<no>:<etag>) and the stages' idempotency stores. A sweep round in that
+# window found the graded answer's object in storage, "of which ingest knows
+# nothing", and wrote a storage event for it: the answer went through preflight
+# and the paid providers a second time.
+#   1. an answer is graded (the fake provider: 1 transcription, 1 grading);
+#      1,200 more submissions follow it, so that the rebuild's submissions
+#      phase outlasts a look at Redis;
+#   2. Redis is emptied; as soon as the rebuild has replayed the graded
+#      submission, materialize is SIGSTOPped (a rebuild half done) for 6 s,
+#      with the sweep looking every second;
+#   3. after the rebuild: no event was written for it, one request reached
+#      preflight, and the provider was called once for each step.
+source "$(dirname "$0")/lib.sh"
+B=$SLUICE_KAFKA_BROKERS
+work=$(mktemp -d)
+at_exit 'rm -rf "$work"'
+fake_up 200 200 0
+export SLUICE_INGEST_SWEEP_INTERVAL_S=1 SLUICE_INGEST_SWEEP_GRACE_S=1
+stages_up
+RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
+mpid=$(cat "$STAGES_DIR/materialize.pid")
+at_exit "kill -CONT $mpid 2>/dev/null || true" # never left stopped
+
+espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+new_submission "$work/a.wav"
+sid=$SID token=$TOKEN
+put_answer 0 "$work/a.wav"
+graded() { view_of "$sid" "$token" | jq -e '.questions[0].state == "done"' >/dev/null; }
+check "the answer is graded" wait_for 60 graded
+calls() { curl -fsS "http://$FAKE/stats" | jq -c '[.by_endpoint.transcriptions."200" // 0, .by_endpoint.chat."200" // 0]'; }
+check "the provider was called once for each step ($(calls))" test "$(calls)" = "[1,1]"
+
+printf '{"questions":[{"content_type":"audio/wav","size":1000,"prompt":"Question?"}]}' >"$work/body.json"
+seq 1 1200 | xargs -P 8 -I{} curl -sS -o /dev/null -w '%{http_code}\n' --retry 5 "${KEY_AUTH[@]}" \
+  -H 'Content-Type: application/json' --data-binary @"$work/body.json" "$PRESIGN_URL/v1/submissions" \
+  >"$work/bulk.codes" 2>/dev/null || true
+check "1,200 more submissions created" test "$(grep -c '^201$' "$work/bulk.codes")" = 1200
+lag0() { "$SLUICECTL" status --json | jq -e '[.stages[] | select(.stage == "materialize") | .lag] | add == 0' >/dev/null; }
+check "materialize applied them" wait_for 120 lag0
+found() { metric sluice_ingest_sweep_events_total "" "$ADMIN_INGEST"; }
+found0=$(found)
+
+RC FLUSHALL >/dev/null
+end=$((SECONDS + 60))
+until [[ $(RC EXISTS "sl:sub:$sid") == 1 ]] || ((SECONDS > end)); do sleep 0.01; done
+kill -STOP "$mpid"
+state=$(RC HGET "sl:sub:$sid" r1)
+log "the rebuild replayed $sid (rank $state): materialize stopped (SIGSTOP) for 6 s"
+check "the rebuild was between its phases (the question looks unuploaded: rank $state)" test "$state" = 1
+sleep 6
+kill -CONT "$mpid"
+marked() { test "$(RC EXISTS sl:view:epoch)" = 1; }
+check "the view is rebuilt" wait_for 60 marked
+check "the answer is graded in the rebuilt view" wait_for 30 graded
+sleep 5 # what the sweep wrote, ingest would have sent on by now
+
+check "the sweep wrote no event ($found0 -> $(found))" test "$(found)" = "$found0"
+n=$(kcat -C -b "$B" -t preflight.requests -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$sid/1\$" || true)
+check "one request reached preflight ($n)" test "$n" = 1
+check "the provider was still called once for each step ($(calls))" test "$(calls)" = "[1,1]"
+finish
