@@ -166,6 +166,14 @@ stt_inputs() {
 # view_of SID TOKEN : the results view of a submission
 view_of() { curl -sS -H "Authorization: Bearer $2" "$RESULTS_URL/v1/submissions/$1"; }
 
+# redis_wait_key KEY [SECONDS]: returns as soon as KEY exists in the stack's
+# Redis (one redis-cli asks every millisecond: a fault can land within a few
+# ms of a step of the stages), or fails after SECONDS (60)
+redis_wait_key() {
+  timeout "${2:-60}" redis-cli -p "$DEVSTACK_REDIS_PORT" -r 100000000 -i 0.001 EXISTS "$1" | grep -m1 -qx 1
+  return "${PIPESTATUS[1]}"
+}
+
 # redis_faults: for a test that stops, kills or restores the stack's Redis.
 # Defines RC (redis-cli on it), rpid (its pid) and RDIR (its directory, where
 # a dump.rdb is loaded from at start), and makes sure that whatever happens

@@ -65,8 +65,7 @@ check "the view holds them" test "$(cut -d' ' -f1 "$work/before" | sort -u | wc 
 said() { cat "$STAGES_DIR"/materialize*.log | grep -c 'rebuild: .* replayed' || true; }
 said0=$(said)
 RC FLUSHALL >/dev/null
-end=$((SECONDS + 60))
-until [[ $(RC EXISTS "sl:sub:$sid_x") == 1 ]] || ((SECONDS > end)); do sleep 0.01; done
+redis_wait_key "sl:sub:$sid_x" || fail "the rebuild did not replay $sid_x"
 pid=$(rpid)
 kill -KILL "$pid"
 said1=$(said)
@@ -94,8 +93,7 @@ cmp -s "$work/before" "$work/after1" || { diff "$work/before" "$work/after1" || 
 exec 7<>"/dev/tcp/127.0.0.1/$DEVSTACK_REDIS_PORT"
 said0=$(said)
 RC FLUSHALL >/dev/null
-end=$((SECONDS + 60))
-until [[ $(RC EXISTS sl:lock:view-rebuild) == 1 ]] || ((SECONDS > end)); do sleep 0.01; done
+redis_wait_key sl:lock:view-rebuild || fail "no rebuild started"
 sleep 0.3 # the rebuild is replaying
 printf 'CONFIG SET maxclients 1\r\nCLIENT KILL TYPE normal SKIPME yes\r\n' >&7
 read -r a <&7 && read -r b <&7

@@ -47,8 +47,7 @@ found() { metric sluice_ingest_sweep_events_total "" "$ADMIN_INGEST"; }
 found0=$(found)
 
 RC FLUSHALL >/dev/null
-end=$((SECONDS + 60))
-until [[ $(RC EXISTS "sl:sub:$sid") == 1 ]] || ((SECONDS > end)); do sleep 0.01; done
+redis_wait_key "sl:sub:$sid" || fail "the rebuild did not replay $sid"
 kill -STOP "$mpid"
 state=$(RC HGET "sl:sub:$sid" r1)
 log "the rebuild replayed $sid (rank $state): materialize stopped (SIGSTOP) for 6 s"
