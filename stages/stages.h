@@ -33,6 +33,11 @@ extern const size_t sl__nsubcommands;
  * it rebuilds a lost view (stages/materialize/materialize.c). */
 #define SL__VIEW_MARKER "sl:view:epoch"
 
+/* The view's write sequence: every apply increments it, so under one marker
+ * it only grows; lower than a reader saw means Redis lost writes (an older
+ * snapshot, a lagging replica; materialize.c, went_back()). */
+#define SL__VIEW_SEQ "sl:view:seq"
+
 /* The view's change feed: a Redis stream materialize's apply script appends
  * {k: "sl:sub:<sid>", v: version} to whenever a question's state changed;
  * results reads it to push server-sent events (stages/results/results.c). */

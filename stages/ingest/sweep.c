@@ -2,12 +2,11 @@
 /*
  * sweep.c — ingest's reconciliation sweep (see sweep.h for the design).
  *
- * One round: take the lock, check that the view is complete (no round
- * while materialize rebuilds it: view_complete()), ask Kafka how far ingest has read
- * storage-events (the timestamp of the oldest event its group has not
- * committed: "upto", or now when it has read everything), read up to
- * ingest.sweep_batch due members of SL__PENDING, and for each look at the
- * submission's hash (gone, or the question already past awaiting_upload:
+ * One round: take the lock, check that the view can be trusted (no round
+ * while materialize rebuilds it or after it went back: view_trusted()), ask Kafka how far ingest
+ * has read storage-events (the timestamp of the oldest event its group has not committed: "upto",
+ * or now when it has read everything), read up to ingest.sweep_batch due members of SL__PENDING,
+ * and for each look at the submission's hash (gone, or the question already past awaiting_upload:
  * drop it) and HEAD the object (missing: look again later). An object
  * stored less than the grace before upto may have its event waiting behind
  * ingest's backlog, and one whose upload ingest already recorded in the
@@ -53,7 +52,8 @@ struct sl__sweep {
   rd_kafka_t *reader; /* ingest's input group, read but never joined */
   pthread_t thread;
   atomic_int stop;
-  int refused; /* deliveries Kafka refused this round (the sweep thread only) */
+  int refused;                     /* deliveries Kafka refused this round (the sweep thread only) */
+  long long seen_marker, seen_seq; /* the view as last read (view_trusted(), sweep thread) */
   char owner[64];
   sl_metric *m_found, *m_dropped;
 };
@@ -118,18 +118,45 @@ static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_h
   return 0;
 }
 
-/* Whether the view is complete (materialize's marker is there). While it
- * is rebuilt, `submissions` is replayed before `results`, so every question
- * looks as if it still awaited its upload, and the emptied Redis has lost
+/* Whether the view can be trusted to say which questions await their
+ * upload: it is complete (materialize's marker is there) and has not gone
+ * back in time since the sweep last read it (its write sequence lower
+ * under the same marker, or an older marker: Redis restored from an older
+ * snapshot, which materialize notices within a second if it runs). While
+ * it is rebuilt, `submissions` is replayed before `results`, so every
+ * question looks as if it still awaited its upload; a view that went back
+ * shows answers graded since as unuploaded. Either way Redis has lost
  * ingest's records of the uploads it saw (u<no>:<etag>) and the stages'
- * idempotency stores: an event written then would send a graded answer
+ * idempotency stores, so an event written then would send a graded answer
  * through the paid providers again (test_sweep_rebuild). */
-static int view_complete(sl__sweep *s) {
+static int view_trusted(sl__sweep *s) {
   char err[256];
-  int rc = sl__view_marker(s->redis, err, sizeof err);
-  if (rc < 0) sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", err);
-  if (rc == 0) sl_log(SL_LOG_INFO, NULL, "sweep: the view is being rebuilt; waiting for it");
-  return rc == 1;
+  const char *argv[] = {"MGET", SL__VIEW_MARKER, SL__VIEW_SEQ};
+  redisReply *rep = sl_redis_argv(s->redis, 3, argv, NULL, err, sizeof err);
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+    sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", rep ? "unexpected reply" : err);
+    if (rep) freeReplyObject(rep);
+    return 0;
+  }
+  const redisReply *mk = rep->element[0], *sq = rep->element[1];
+  if (mk->type != REDIS_REPLY_STRING) {
+    freeReplyObject(rep);
+    sl_log(SL_LOG_INFO, NULL, "sweep: the view is being rebuilt; waiting for it");
+    return 0;
+  }
+  long long marker = strtoll(mk->str, NULL, 10);
+  long long seq = sq->type == REDIS_REPLY_STRING ? strtoll(sq->str, NULL, 10) : 0;
+  freeReplyObject(rep);
+  if (marker < s->seen_marker || (marker == s->seen_marker && seq < s->seen_seq)) {
+    sl_log(SL_LOG_WARN, NULL,
+           "sweep: the view went back in time (sequence %lld under marker %lld, %lld under %lld "
+           "seen before: Redis lost writes); waiting for materialize to rebuild it",
+           seq, marker, s->seen_seq, s->seen_marker);
+    return 0;
+  }
+  s->seen_marker = marker;
+  s->seen_seq = seq;
+  return 1;
 }
 
 /* Looks at one due member; upto: ingest has read every event older than
@@ -231,8 +258,8 @@ static int look_at(sl__sweep *s, const char *member, int64_t now, int64_t upto) 
     reschedule(s, member, now, delay);
     return 0;
   }
-  /* the view may have been lost since the round began (view_complete()) */
-  if (!view_complete(s)) {
+  /* the view may have been lost since the round began (view_trusted()) */
+  if (!view_trusted(s)) {
     json_decref(j);
     return 1;
   }
@@ -257,7 +284,7 @@ static int lock_round(sl__sweep *s) {
 }
 
 static void round_once(sl__sweep *s) {
-  if (!lock_round(s) || !view_complete(s)) return;
+  if (!lock_round(s) || !view_trusted(s)) return;
   int64_t now = sl_now_ms();
   char max[32], lim[32], err[256];
   snprintf(max, sizeof max, "%lld", (long long)(now - s->sc->grace_s * 1000));

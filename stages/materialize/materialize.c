@@ -146,7 +146,7 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
 
 /* Every apply increments this; a Redis that answers with a lower value than
  * one this process saw under the same marker lost writes. */
-#define VIEW_SEQ "sl:view:seq"
+#define VIEW_SEQ SL__VIEW_SEQ
 /* "<topic>:<partition>" -> the highest offset applied from it */
 #define VIEW_APPLIED "sl:view:applied"
 

@@ -185,6 +185,21 @@ redis_faults() {
   rpid() { cat "$DEVSTACK_DIR/redis.pid"; }
   at_exit 'kill -CONT "$(rpid)" 2>/dev/null; "$ROOT/tools/devstack" up >/dev/null 2>&1; rm -f "$RDIR/dump.rdb"'
 }
+# after redis_faults: redis_snapshot FILE saves an RDB snapshot to FILE;
+# redis_kill SIGKILLs Redis and waits for it to be gone; redis_start_from
+# FILE starts it again on that snapshot (and leaves none behind)
+redis_snapshot() { RC SAVE >/dev/null && cp "$RDIR/dump.rdb" "$1"; }
+redis_kill() {
+  local pid
+  pid=$(rpid)
+  kill -KILL "$pid"
+  wait_for 10 sh -c "! kill -0 $pid 2>/dev/null" || fail "redis did not die"
+}
+redis_start_from() {
+  cp "$1" "$RDIR/dump.rdb"
+  "$ROOT/tools/devstack" up >/dev/null
+  rm -f "$RDIR/dump.rdb"
+}
 
 # retry_topics TIER...: creates <stage>.retry.<tier> for every consuming
 # stage, for tests that run the stages with their own SLUICE_RETRY_TIERS (a

@@ -20,7 +20,7 @@ at_exit 'rm -rf "$work"'
 # part 2 lowers Redis's maxclients: lifted again first of all, whatever happens
 maxclients=$(redis-cli -p "$DEVSTACK_REDIS_PORT" CONFIG GET maxclients | sed -n 2p)
 at_exit "exec 7>&- 2>/dev/null; redis-cli -p $DEVSTACK_REDIS_PORT CONFIG SET maxclients $maxclients >/dev/null 2>&1"
-redis_faults # RC, rpid, RDIR; Redis runs again whatever happens
+redis_faults # RC, rpid, RDIR, redis_kill ...; Redis runs again whatever happens
 stages_up
 marked() { test "$(RC EXISTS sl:view:epoch)" = 1; }
 # the reference is the topics: a view rebuilt from them (what earlier tests
@@ -43,8 +43,7 @@ view() {
 }
 lag0() { "$SLUICECTL" status --json | jq -e '[.stages[] | select(.stage == "materialize") | .lag] | add == 0' >/dev/null; }
 
-RC SAVE >/dev/null
-cp "$RDIR/dump.rdb" "$work/old.rdb"
+redis_snapshot "$work/old.rdb"
 head -c 1000 /dev/zero >"$work/a.wav"
 new_submission "$work/a.wav" || fail "presign did not create the submission"
 sid_x=$SID
@@ -66,15 +65,11 @@ said() { cat "$STAGES_DIR"/materialize*.log | grep -c 'rebuild: .* replayed' || 
 said0=$(said)
 RC FLUSHALL >/dev/null
 redis_wait_key "sl:sub:$sid_x" || fail "the rebuild did not replay $sid_x"
-pid=$(rpid)
-kill -KILL "$pid"
+redis_kill
 said1=$(said)
 log "the rebuild replayed $sid_x: Redis SIGKILLed"
 check "the rebuild had not ended when Redis was killed ($said0 -> $said1 ended)" test "$said1" = "$said0"
-wait_for 10 sh -c "! kill -0 $pid 2>/dev/null" || fail "redis did not die"
-cp "$work/old.rdb" "$RDIR/dump.rdb"
-"$ROOT/tools/devstack" up >/dev/null
-rm -f "$RDIR/dump.rdb"
+redis_start_from "$work/old.rdb"
 log "Redis restarted from the snapshot taken before $sid_x"
 check "the rebuild ended in the restored Redis" wait_for 60 sh -c "test \$(cat '$STAGES_DIR'/materialize*.log | grep -c 'rebuild: .* replayed') -gt $said0"
 back() { test "$(RC EXISTS "sl:sub:$sid_x")" = 1; }

@@ -23,7 +23,7 @@ started=$(date -u +%Y-%m-%dT%H:%M:%SZ) # dead letters of earlier tests on this s
 mkdir -p "$STAGES_DIR"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-redis_faults # RC, rpid, RDIR; Redis runs again whatever happens
+redis_faults # RC, rpid, RDIR, redis_kill ...; Redis runs again whatever happens
 LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
 [[ -x $LOADGEN ]] || { fail "no $LOADGEN"; finish; }
 
@@ -76,8 +76,7 @@ at_exit "kill $poller1 2>/dev/null || true"
 lg=$!
 
 sleep 3
-RC SAVE >/dev/null
-cp "$RDIR/dump.rdb" "$work/old.rdb"
+redis_snapshot "$work/old.rdb"
 log "t=3s: snapshot taken"
 check "a probe is created after the snapshot" probe p2 nowait # lost with the rollback
 poll p2 &
@@ -93,12 +92,8 @@ sleep 20
 kill -CONT "$(rpid)"
 log "t=38s: Redis continued"
 sleep 6
-pid=$(rpid)
-kill -KILL "$pid"
-wait_for 10 sh -c "! kill -0 $pid 2>/dev/null" || fail "redis did not die"
-cp "$work/old.rdb" "$RDIR/dump.rdb"
-"$ROOT/tools/devstack" up >/dev/null
-rm -f "$RDIR/dump.rdb"
+redis_kill
+redis_start_from "$work/old.rdb"
 restarted_ms=$(date +%s%3N)
 log "t=44s: Redis SIGKILLed and restarted from the t=3s snapshot"
 

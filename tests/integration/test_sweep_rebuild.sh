@@ -16,6 +16,11 @@
 #      with the sweep looking every second;
 #   3. after the rebuild: no event was written for it, one request reached
 #      preflight, and the provider was called once for each step.
+# Then the same for a view that went back in time with its marker: Redis
+# restarted from a snapshot taken while a second answer awaited its upload,
+# after that answer was graded, with materialize stopped (SIGSTOP, 6 s) so
+# that nothing notices; the sweep, which read the view since, must not take
+# the answer for unuploaded.
 source "$(dirname "$0")/lib.sh"
 B=$SLUICE_KAFKA_BROKERS
 work=$(mktemp -d)
@@ -63,4 +68,35 @@ check "the sweep wrote no event ($found0 -> $(found))" test "$(found)" = "$found
 n=$(kcat -C -b "$B" -t preflight.requests -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$sid/1\$" || true)
 check "one request reached preflight ($n)" test "$n" = 1
 check "the provider was still called once for each step ($(calls))" test "$(calls)" = "[1,1]"
+
+# ---- Redis restored from an older snapshot while materialize is down ----
+# (a whole node restarted: the view goes back in time with its marker, and
+# no materialize runs to notice). An answer awaiting its upload in the
+# snapshot is graded after it; restored, it looks unuploaded again.
+redis_faults # RC, rpid, RDIR, redis_kill ...; Redis runs again whatever happens
+SLUICE_API_KEY=$("$SLUICECTL" apikey add --user "$TEST_NAME" --label "after the flush" 2>/dev/null)
+KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
+new_submission "$work/a.wav" || fail "presign did not create the second submission"
+sid2=$SID token2=$TOKEN
+recorded() { test "$(RC HGET "sl:sub:$sid2" r1)" = 1; }
+check "the second submission is recorded" wait_for 30 recorded
+redis_snapshot "$work/old.rdb"
+put_answer 0 "$work/a.wav"
+graded2() { view_of "$sid2" "$token2" | jq -e '.questions[0].state == "done"' >/dev/null; }
+check "the second answer is graded after the snapshot" wait_for 60 graded2
+check "the provider was called once more for each step ($(calls))" test "$(calls)" = "[2,2]"
+sleep 3 # the sweep has read the view since
+found0=$(found)
+kill -STOP "$mpid"
+redis_kill
+redis_start_from "$work/old.rdb"
+log "Redis restarted from the snapshot taken before the upload; materialize stopped (SIGSTOP) for 6 s"
+sleep 6
+kill -CONT "$mpid"
+check "materialize noticed and rebuilt: the second answer is graded in the view" wait_for 60 graded2
+sleep 5
+check "the sweep wrote no event ($found0 -> $(found))" test "$(found)" = "$found0"
+n=$(kcat -C -b "$B" -t preflight.requests -o beginning -e -q -f '%k\n' 2>/dev/null | grep -c "^$sid2/1\$" || true)
+check "one request reached preflight ($n)" test "$n" = 1
+check "the provider was still called once more for each step ($(calls))" test "$(calls)" = "[2,2]"
 finish
