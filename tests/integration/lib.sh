@@ -174,6 +174,28 @@ redis_wait_key() {
   return "${PIPESTATUS[1]}"
 }
 
+# view_marked: materialize's view marker is set (the view is complete)
+view_marked() { test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" EXISTS sl:view:epoch)" = 1; }
+
+# stage_lag0 STAGE: STAGE's groups have no lag (sluicectl status)
+stage_lag0() {
+  "$SLUICECTL" status --json | jq -e --arg s "$1" '[.stages[] | select(.stage == $s) | .lag] | add == 0' >/dev/null
+}
+
+# bulk_submissions N CODES: creates N one-question submissions (audio/wav,
+# 1,000 bytes, never uploaded), 8 at a time, with the test's API key; one
+# HTTP status per request in the file CODES; prints how many were created
+bulk_submissions() {
+  local body
+  body=$(mktemp)
+  printf '{"questions":[{"content_type":"audio/wav","size":1000,"prompt":"Question?"}]}' >"$body"
+  seq 1 "$1" | xargs -P 8 -I{} curl -sS -o /dev/null -w '%{http_code}\n' --retry 5 "${KEY_AUTH[@]}" \
+    -H 'Content-Type: application/json' --data-binary @"$body" "$PRESIGN_URL/v1/submissions" \
+    >"$2" 2>/dev/null || true
+  rm -f "$body"
+  grep -c '^201$' "$2" || true
+}
+
 # redis_faults: for a test that stops, kills or restores the stack's Redis.
 # Defines RC (redis-cli on it), rpid (its pid) and RDIR (its directory, where
 # a dump.rdb is loaded from at start), and makes sure that whatever happens

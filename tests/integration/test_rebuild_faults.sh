@@ -22,11 +22,10 @@ maxclients=$(redis-cli -p "$DEVSTACK_REDIS_PORT" CONFIG GET maxclients | sed -n 
 at_exit "exec 7>&- 2>/dev/null; redis-cli -p $DEVSTACK_REDIS_PORT CONFIG SET maxclients $maxclients >/dev/null 2>&1"
 redis_faults # RC, rpid, RDIR, redis_kill ...; Redis runs again whatever happens
 stages_up
-marked() { test "$(RC EXISTS sl:view:epoch)" = 1; }
 # the reference is the topics: a view rebuilt from them (what earlier tests
 # on this stack left unapplied is in it), then kept by the live stage
 RC FLUSHALL >/dev/null
-check "the view is rebuilt from the topics" wait_for 60 marked
+check "the view is rebuilt from the topics" wait_for 60 view_marked
 SLUICE_API_KEY=$("$SLUICECTL" apikey add --user "$TEST_NAME" --label "after the flush" 2>/dev/null)
 KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
 
@@ -41,7 +40,6 @@ view() {
     end
     return out" 0 | awk '$2 !~ /^(v[0-9]*|u[0-9]+:.*)$/' | sort
 }
-lag0() { "$SLUICECTL" status --json | jq -e '[.stages[] | select(.stage == "materialize") | .lag] | add == 0' >/dev/null; }
 
 redis_snapshot "$work/old.rdb"
 head -c 1000 /dev/zero >"$work/a.wav"
@@ -49,14 +47,10 @@ new_submission "$work/a.wav" || fail "presign did not create the submission"
 sid_x=$SID
 log "submission $sid_x created after the snapshot"
 # 1,200 more (one question each), 8 at a time
-printf '{"questions":[{"content_type":"audio/wav","size":1000,"prompt":"Question?"}]}' >"$work/body.json"
-seq 1 1200 | xargs -P 8 -I{} curl -sS -o /dev/null -w '%{http_code}\n' --retry 5 "${KEY_AUTH[@]}" \
-  -H 'Content-Type: application/json' --data-binary @"$work/body.json" "$PRESIGN_URL/v1/submissions" \
-  >"$work/bulk.codes" 2>"$work/bulk.err" || true
-created=$(grep -c '^201$' "$work/bulk.codes" || true)
-[[ $created == 1200 ]] || { log "answers: $(sort "$work/bulk.codes" | uniq -c | tr -s ' \n' ' ')"; sort "$work/bulk.err" | uniq -c | head -5 >&2; }
+created=$(bulk_submissions 1200 "$work/bulk.codes")
+[[ $created == 1200 ]] || log "answers: $(sort "$work/bulk.codes" | uniq -c | tr -s ' \n' ' ')"
 check "1,200 submissions created ($created)" test "$created" = 1200
-check "materialize applied them all" wait_for 120 lag0
+check "materialize applied them all" wait_for 120 stage_lag0 materialize
 view >"$work/before"
 check "the view holds them" test "$(cut -d' ' -f1 "$work/before" | sort -u | wc -l)" -gt 1200
 
@@ -74,8 +68,8 @@ log "Redis restarted from the snapshot taken before $sid_x"
 check "the rebuild ended in the restored Redis" wait_for 60 sh -c "test \$(cat '$STAGES_DIR'/materialize*.log | grep -c 'rebuild: .* replayed') -gt $said0"
 back() { test "$(RC EXISTS "sl:sub:$sid_x")" = 1; }
 check "the submission created after the snapshot is back" wait_for 60 back
-check "the view is marked complete again" wait_for 60 marked
-settled() { marked && test "$(RC EXISTS sl:lock:view-rebuild)" = 0; }
+check "the view is marked complete again" wait_for 60 view_marked
+settled() { view_marked && test "$(RC EXISTS sl:lock:view-rebuild)" = 0; }
 wait_for 60 settled || true
 view >"$work/after1"
 check "the view equals the one before the faults" cmp -s "$work/before" "$work/after1"

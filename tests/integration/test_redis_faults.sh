@@ -137,8 +137,7 @@ states() { # question states of every submission, sorted: "<sid>/<no> <state>"
 }
 states >"$work/live"
 RC FLUSHALL >/dev/null
-marked() { test "$(RC EXISTS sl:view:epoch)" = 1; }
-check "an emptied view is rebuilt" wait_for 120 marked
+check "an emptied view is rebuilt" wait_for 120 view_marked
 states >"$work/replayed"
 log "questions in the view: $(wc -l <"$work/live") live, $(wc -l <"$work/replayed") replayed"
 check "the view equals a fresh replay of the topics" cmp -s "$work/live" "$work/replayed"

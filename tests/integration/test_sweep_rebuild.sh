@@ -41,13 +41,8 @@ check "the answer is graded" wait_for 60 graded
 calls() { curl -fsS "http://$FAKE/stats" | jq -c '[.by_endpoint.transcriptions."200" // 0, .by_endpoint.chat."200" // 0]'; }
 check "the provider was called once for each step ($(calls))" test "$(calls)" = "[1,1]"
 
-printf '{"questions":[{"content_type":"audio/wav","size":1000,"prompt":"Question?"}]}' >"$work/body.json"
-seq 1 1200 | xargs -P 8 -I{} curl -sS -o /dev/null -w '%{http_code}\n' --retry 5 "${KEY_AUTH[@]}" \
-  -H 'Content-Type: application/json' --data-binary @"$work/body.json" "$PRESIGN_URL/v1/submissions" \
-  >"$work/bulk.codes" 2>/dev/null || true
-check "1,200 more submissions created" test "$(grep -c '^201$' "$work/bulk.codes")" = 1200
-lag0() { "$SLUICECTL" status --json | jq -e '[.stages[] | select(.stage == "materialize") | .lag] | add == 0' >/dev/null; }
-check "materialize applied them" wait_for 120 lag0
+check "1,200 more submissions created" test "$(bulk_submissions 1200 "$work/bulk.codes")" = 1200
+check "materialize applied them" wait_for 120 stage_lag0 materialize
 found() { metric sluice_ingest_sweep_events_total "" "$ADMIN_INGEST"; }
 found0=$(found)
 
@@ -59,8 +54,7 @@ log "the rebuild replayed $sid (rank $state): materialize stopped (SIGSTOP) for 
 check "the rebuild was between its phases (the question looks unuploaded: rank $state)" test "$state" = 1
 sleep 6
 kill -CONT "$mpid"
-marked() { test "$(RC EXISTS sl:view:epoch)" = 1; }
-check "the view is rebuilt" wait_for 60 marked
+check "the view is rebuilt" wait_for 60 view_marked
 check "the answer is graded in the rebuilt view" wait_for 30 graded
 sleep 5 # what the sweep wrote, ingest would have sent on by now
 
