@@ -174,12 +174,22 @@ redis_wait_key() {
   return "${PIPESTATUS[1]}"
 }
 
-# view_marked: materialize's view marker is set (the view is complete)
-view_marked() { test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" EXISTS sl:view:epoch)" = 1; }
+# view_is_marked: materialize's view marker is set (the view is complete);
+# view_marked (below) is the check that waits for it
+view_is_marked() { test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" EXISTS sl:view:epoch)" = 1; }
 
 # stage_lag0 STAGE: STAGE's groups have no lag (sluicectl status)
 stage_lag0() {
   "$SLUICECTL" status --json | jq -e --arg s "$1" '[.stages[] | select(.stage == $s) | .lag] | add == 0' >/dev/null
+}
+# stage_lagging STAGE: one line on what STAGE still lags on (group state,
+# members, each partition with lag: topic[partition] committed/high), for
+# the log of a test whose wait for stage_lag0 ran out
+stage_lagging() {
+  "$SLUICECTL" status --json 2>&1 | jq -r --arg s "$1" '.stages[] | select(.stage == $s) |
+    "\(.group) \(.group_state) members=\(.members) lag=\(.lag) retry_backlog=\(.retry_backlog): " +
+    ([.partitions[] | select(.lag > 0) | "\(.topic)[\(.partition)] \(.committed)/\(.high)"] | join(" "))' 2>&1 |
+    tr '\n' ';'
 }
 
 # bulk_submissions N CODES: creates N one-question submissions (audio/wav,
@@ -315,8 +325,7 @@ harness_down() {
 # Redis it first rebuilds the empty view, and meanwhile an unknown id is 503
 # view_rebuilding, not 404)
 view_marked() {
-  marked() { test "$(redis-cli -u "$SLUICE_REDIS_URL" EXISTS sl:view:epoch)" = 1; }
-  check "the view marker is set" wait_for 60 marked
+  check "the view marker is set" wait_for 60 view_is_marked
 }
 
 # two_answers DIR: the stages with the fake provider (100 ms; and the

@@ -25,7 +25,7 @@ stages_up
 # the reference is the topics: a view rebuilt from them (what earlier tests
 # on this stack left unapplied is in it), then kept by the live stage
 RC FLUSHALL >/dev/null
-check "the view is rebuilt from the topics" wait_for 60 view_marked
+check "the view is rebuilt from the topics" wait_for 60 view_is_marked
 SLUICE_API_KEY=$("$SLUICECTL" apikey add --user "$TEST_NAME" --label "after the flush" 2>/dev/null)
 KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
 
@@ -50,7 +50,8 @@ log "submission $sid_x created after the snapshot"
 created=$(bulk_submissions 1200 "$work/bulk.codes")
 [[ $created == 1200 ]] || log "answers: $(sort "$work/bulk.codes" | uniq -c | tr -s ' \n' ' ')"
 check "1,200 submissions created ($created)" test "$created" = 1200
-check "materialize applied them all" wait_for 120 stage_lag0 materialize
+wait_for 120 stage_lag0 materialize || log "materialize lags after 120 s: $(stage_lagging materialize)"
+check "materialize applied them all" stage_lag0 materialize
 view >"$work/before"
 check "the view holds them" test "$(cut -d' ' -f1 "$work/before" | sort -u | wc -l)" -gt 1200
 
@@ -68,8 +69,8 @@ log "Redis restarted from the snapshot taken before $sid_x"
 check "the rebuild ended in the restored Redis" wait_for 60 sh -c "test \$(cat '$STAGES_DIR'/materialize*.log | grep -c 'rebuild: .* replayed') -gt $said0"
 back() { test "$(RC EXISTS "sl:sub:$sid_x")" = 1; }
 check "the submission created after the snapshot is back" wait_for 60 back
-check "the view is marked complete again" wait_for 60 view_marked
-settled() { view_marked && test "$(RC EXISTS sl:lock:view-rebuild)" = 0; }
+check "the view is marked complete again" wait_for 60 view_is_marked
+settled() { view_is_marked && test "$(RC EXISTS sl:lock:view-rebuild)" = 0; }
 wait_for 60 settled || true
 view >"$work/after1"
 check "the view equals the one before the faults" cmp -s "$work/before" "$work/after1"

@@ -137,7 +137,7 @@ states() { # question states of every submission, sorted: "<sid>/<no> <state>"
 }
 states >"$work/live"
 RC FLUSHALL >/dev/null
-check "an emptied view is rebuilt" wait_for 120 view_marked
+check "an emptied view is rebuilt" wait_for 120 view_is_marked
 states >"$work/replayed"
 log "questions in the view: $(wc -l <"$work/live") live, $(wc -l <"$work/replayed") replayed"
 check "the view equals a fresh replay of the topics" cmp -s "$work/live" "$work/replayed"
