@@ -34,6 +34,13 @@ int sl__view_marker(sl_redis *r, char *err, size_t errlen) {
   return rc;
 }
 
+int sl__view_went_back(sl__view_seen *seen, long long marker, long long seq) {
+  if (marker < seen->marker || (marker == seen->marker && seq < seen->seq)) return 1;
+  seen->marker = marker;
+  seen->seq = seq;
+  return 0;
+}
+
 void sl__owner_id(char *buf, size_t len) {
   char host[32] = "";
   gethostname(host, sizeof host - 1);

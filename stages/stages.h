@@ -38,6 +38,23 @@ extern const size_t sl__nsubcommands;
  * snapshot, a lagging replica; materialize.c, went_back()). */
 #define SL__VIEW_SEQ "sl:view:seq"
 
+/* The view as one reader last read it: the marker's value (Redis's clock
+ * when the last rebuild started) and the write sequence under it; {0, 0}
+ * before the first read. Owned by the reader; one thread reads into it. */
+typedef struct {
+  long long marker, seq;
+} sl__view_seen;
+
+/* Whether the view just read (marker, seq) went back in time from *seen:
+ * an older marker, or a lower sequence under the same one, means Redis lost
+ * writes the reader saw (restored from an older snapshot, failed over to a
+ * lagging replica). Returns 1 and leaves *seen as it was; else records the
+ * pair in *seen (a newer marker: a rebuild since, a new life of the view)
+ * and returns 0. Materialize deletes the marker on 1 (a rebuild follows);
+ * ingest's sweep waits until it reads a newer one. */
+int sl__view_went_back(sl__view_seen *seen, long long marker, long long seq);
+
+
 /* The view's change feed: a Redis stream materialize's apply script appends
  * {k: "sl:sub:<sid>", v: version} to whenever a question's state changed;
  * results reads it to push server-sent events (stages/results/results.c). */

@@ -52,8 +52,8 @@ struct sl__sweep {
   rd_kafka_t *reader; /* ingest's input group, read but never joined */
   pthread_t thread;
   atomic_int stop;
-  int refused;                     /* deliveries Kafka refused this round (the sweep thread only) */
-  long long seen_marker, seen_seq; /* the view as last read (view_trusted(), sweep thread) */
+  int refused;        /* deliveries Kafka refused this round (the sweep thread only) */
+  sl__view_seen seen; /* the view as last read (view_trusted(), sweep thread) */
   char owner[64];
   sl_metric *m_found, *m_dropped;
 };
@@ -147,15 +147,13 @@ static int view_trusted(sl__sweep *s) {
   long long marker = strtoll(mk->str, NULL, 10);
   long long seq = sq->type == REDIS_REPLY_STRING ? strtoll(sq->str, NULL, 10) : 0;
   freeReplyObject(rep);
-  if (marker < s->seen_marker || (marker == s->seen_marker && seq < s->seen_seq)) {
+  if (sl__view_went_back(&s->seen, marker, seq)) {
     sl_log(SL_LOG_WARN, NULL,
            "sweep: the view went back in time (sequence %lld under marker %lld, %lld under %lld "
            "seen before: Redis lost writes); waiting for materialize to rebuild it",
-           seq, marker, s->seen_seq, s->seen_marker);
+           seq, marker, s->seen.seq, s->seen.marker);
     return 0;
   }
-  s->seen_marker = marker;
-  s->seen_seq = seq;
   return 1;
 }
 

@@ -165,7 +165,7 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
  * watcher threads: blocking ones), so what it reads can only grow, while
  * two threads' answers may arrive in either order. The watcher thread reads
  * the same two keys every tick, so an idle view is checked too. */
-static _Thread_local long long seen_marker, seen_seq;
+static _Thread_local sl__view_seen view_seen;
 
 /* Whether the answer (sequence seq under marker) means Redis lost writes
  * this thread saw; then the caller deletes the marker (if it is still the
@@ -173,20 +173,9 @@ static _Thread_local long long seen_marker, seen_seq;
 static int went_back(mat *M, long long seq, const char *marker) {
   if (!marker) return 0; /* the view is missing already: the watcher rebuilds */
   long long mk = strtoll(marker, NULL, 10);
-  int back = 0;
-  if (mk < seen_marker) {
-    back = 1;
-  } else if (mk > seen_marker) { /* a rebuild since: a new life of the view */
-    seen_marker = mk;
-    seen_seq = seq;
-  } else if (seq < seen_seq) {
-    back = 1;
-  } else {
-    seen_seq = seq;
-  }
-  long long was_seq = seen_seq, was_mk = seen_marker;
-  if (back) seen_marker = seen_seq = 0;
-  if (!back) return 0;
+  if (!sl__view_went_back(&view_seen, mk, seq)) return 0;
+  long long was_seq = view_seen.seq, was_mk = view_seen.marker;
+  view_seen = (sl__view_seen){0, 0};
   sl_log(SL_LOG_ERROR, NULL,
          "Redis went back in time (view sequence %lld under marker %lld, %lld under %lld seen "
          "before): it lost writes (an older snapshot, a lagging replica); rebuilding the view",
