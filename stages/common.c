@@ -325,6 +325,7 @@ int sl__objects_init(sl__objects *o, sl_s3_conf *s3, size_t max_bytes, long time
   o->max_bytes = max_bytes;
   o->timeout_ms = timeout_ms;
   int rc = sl_s3_target_init(&o->target, s3);
+  if (rc == 0) rc = sl_s3_target_init_derived(&o->derived, s3);
   if (rc) {
     snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
     return rc;
@@ -347,6 +348,13 @@ void sl__objects_free(sl__objects *o) {
   sl_sigv4_free(o->loop_sig);
   o->conns = NULL;
   o->loop_sig = NULL;
+}
+
+/* Where key lives: a derived object in the derived target, an answer in
+ * the answers' bucket. */
+static const sl_s3_target *target_of(const sl__objects *o, const char *key) {
+  return strncmp(key, SL_S3_DERIVED_PREFIX, strlen(SL_S3_DERIVED_PREFIX)) == 0 ? &o->derived
+                                                                               : &o->target;
 }
 
 /* Storage's answer to a GET or PUT of key as the stage's outcome. */
@@ -389,8 +397,8 @@ static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   }
   size_t len = 0;
   long status = 0;
-  int rc = sl_s3_get(conn, &pp->objects->target, key, pp->objects->max_bytes, data, &len, &status,
-                     err, sizeof err);
+  int rc = sl_s3_get(conn, target_of(pp->objects, key), key, pp->objects->max_bytes, data, &len,
+                     &status, err, sizeof err);
   if (rc) {
     storage_fault(res, rc, status, key, err);
     return rc;
@@ -552,7 +560,8 @@ static void store_async(plugin_job *c) {
   snprintf(ct, sizeof ct, "Content-Type: %s",
            *c->pr.object_type ? c->pr.object_type : "application/octet-stream");
   const char *hdrs[] = {ct, "Expect:", NULL}; /* no 100-continue round trip */
-  int rc = sl_s3_presign_put(o->loop_sig, &o->target, c->stored, 600, url, sizeof url);
+  const sl_s3_target *t = target_of(o, c->stored);
+  int rc = sl_s3_presign_put(o->loop_sig, t, c->stored, 600, url, sizeof url);
   sl_httpc_request q = {.method = "PUT",
                         .url = url,
                         .headers = hdrs,
@@ -560,7 +569,7 @@ static void store_async(plugin_job *c) {
                         .body_len = c->pr.object_len,
                         .timeout_ms = o->timeout_ms,
                         .max_response = 65536,
-                        .ca_file = o->target.ca_file};
+                        .ca_file = t->ca_file};
   if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_stored, c);
   if (rc) {
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "storing %s: %s", c->stored, sl_strerror(rc));
@@ -668,12 +677,13 @@ static void on_object(const sl_httpc_response *r, void *ud) {
 static void fetch_async(plugin_job *c) {
   sl__objects *o = c->pp->objects;
   char url[4096];
-  int rc = sl_s3_presign_get(o->loop_sig, &o->target, c->object_key, 600, url, sizeof url);
+  const sl_s3_target *t = target_of(o, c->object_key);
+  int rc = sl_s3_presign_get(o->loop_sig, t, c->object_key, 600, url, sizeof url);
   sl_httpc_request q = {.method = "GET",
                         .url = url,
                         .timeout_ms = o->timeout_ms,
                         .max_response = o->max_bytes,
-                        .ca_file = o->target.ca_file};
+                        .ca_file = t->ca_file};
   if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_object, c);
   if (rc) {
     sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",

@@ -54,7 +54,6 @@ typedef struct {
  * ingest's sweep waits until it reads a newer one. */
 int sl__view_went_back(sl__view_seen *seen, long long marker, long long seq);
 
-
 /* The view's change feed: a Redis stream materialize's apply script appends
  * {k: "sl:sub:<sid>", v: version} to whenever a question's state changed;
  * results reads it to push server-sent events (stages/results/results.c). */
@@ -162,9 +161,11 @@ extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_l
     sl__grade_table_len, sl__materialize_table_len, sl__results_table_len, sl__step_table_len,
     sl__notify_table_len;
 
-/* The objects a plugin reads and writes in the answers' bucket: the
- * uploaded answer fetched before the call (stt; a step reading "@object")
- * and the one a step stores (host->out_object). sl__plugin_process (sync:
+/* The objects a plugin reads and writes: the uploaded answer fetched
+ * before the call (stt; a step reading "@object"), in the answers' bucket,
+ * and the one a step stores (host->out_object) under derived/, in the
+ * derived target (s3.derived_bucket, s3.derived_endpoint), whence a later
+ * stage fetches it. sl__plugin_process (sync:
  * 1): blocking signed requests on the worker thread, one storage connection
  * (kept open) per thread; sl__plugin_start (sync: 0): presigned GETs and
  * PUTs on the stage's loop, so no thread waits on storage. Storage faults
@@ -173,7 +174,8 @@ extern const size_t sl__presign_table_len, sl__ingest_table_len, sl__stt_table_l
  * are retried; a missing object or one over max_bytes fails for good. */
 typedef struct {
   sl_s3_conf *s3;
-  sl_s3_target target;
+  sl_s3_target target;  /* the answers' bucket */
+  sl_s3_target derived; /* keys under SL_S3_DERIVED_PREFIX: s3.derived_bucket */
   size_t max_bytes;
   long timeout_ms;      /* requests on the loop */
   struct sl_tls *conns; /* sync: one sl_s3_conn per worker thread */

@@ -43,6 +43,15 @@ const sl_conf_entry sl_s3_conf_table[] = {
      "PEM file of the CAs that verify an https s3.endpoint (empty: the system's CAs); "
      "used by every signed request",
      0},
+    {"s3.derived_bucket", SL_CONF_STR, "", S(derived_bucket),
+     "bucket of the objects the stages derive from answers (keys derived/..., e.g. preflight's "
+     "16 kHz FLAC), written and read by the stages only; empty: s3.bucket. A bucket of their own "
+     "sends no storage event for them and takes its own lifecycle rule (docs/deploy.md)",
+     0},
+    {"s3.derived_endpoint", SL_CONF_STR, "", S(derived_endpoint),
+     "endpoint of s3.derived_bucket (same keys, region and CAs); empty: s3.endpoint. The dev stack "
+     "points it at a second gateway without notifications on the same storage",
+     0},
 };
 const size_t sl_s3_conf_table_len = sizeof sl_s3_conf_table / sizeof sl_s3_conf_table[0];
 
@@ -78,6 +87,14 @@ int sl_s3_target_init(sl_s3_target *t, const sl_s3_conf *c) {
   }
   if (n < 0 || (size_t)n >= sizeof t->path_prefix) return SL_ECONFIG;
   return 0;
+}
+
+int sl_s3_target_init_derived(sl_s3_target *t, const sl_s3_conf *c) {
+  if (!t || !c) return SL_EINVAL;
+  sl_s3_conf d = *c;
+  if (c->derived_endpoint && *c->derived_endpoint) d.endpoint = c->derived_endpoint;
+  if (c->derived_bucket && *c->derived_bucket) d.bucket = c->derived_bucket;
+  return sl_s3_target_init(t, &d);
 }
 
 int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t len) {

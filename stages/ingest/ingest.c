@@ -283,19 +283,23 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", rec.event_name, rec.raw_key);
       continue;
     }
+    const char *dbucket =
+        in->s3->derived_bucket && *in->s3->derived_bucket ? in->s3->derived_bucket : in->s3->bucket;
+    if (strncmp(rec.key, SL_S3_DERIVED_PREFIX, strlen(SL_S3_DERIVED_PREFIX)) == 0 &&
+        strcmp(rec.bucket, dbucket) == 0) {
+      /* what a step stored beside an answer (preflight's FLAC): ours,
+       * and nothing to ingest (a storage that notifies for all buckets
+       * sends them for s3.derived_bucket too) */
+      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s: a derived object", rec.event_name,
+             rec.raw_key);
+      continue;
+    }
     if (strcmp(rec.bucket, in->s3->bucket) != 0) {
       if (rec.ours) snprintf(res->subject, sizeof res->subject, "%s/%u", rec.sid, rec.qno);
       sl_result_set(res, SL_OUTCOME_FAIL, "wrong_bucket",
                     "event for %.200s names bucket \"%.100s\", answers live in \"%.100s\"",
                     rec.raw_key, rec.bucket, in->s3->bucket);
       break;
-    }
-    if (strncmp(rec.key, "derived/", 8) == 0) {
-      /* what a step stored beside an answer (preflight's FLAC): ours,
-       * and nothing to ingest */
-      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s: a derived object", rec.event_name,
-             rec.raw_key);
-      continue;
     }
     if (!rec.ours) {
       sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",

@@ -157,7 +157,8 @@ static int store_key(void *ud, void *in, const sl_plugin_result *pr, char *k, si
                      sl_result *res) {
   const step *s = ud;
   const char *okey = sl_pbfield_str(in, s->object_path);
-  if ((size_t)snprintf(k, klen, "derived/%s%s", okey ? okey : "", pr->object_suffix) >= klen) {
+  if ((size_t)snprintf(k, klen, SL_S3_DERIVED_PREFIX "%s%s", okey ? okey : "", pr->object_suffix) >=
+      klen) {
     sl_result_set(res, SL_OUTCOME_FAIL, "plugin_error", "derived object key too long");
     return 0;
   }

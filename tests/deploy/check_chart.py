@@ -216,6 +216,15 @@ def check_common(docs):
 
 def check_all(docs, alerts_path):
     deps = check_common(docs)
+    # the derived objects' bucket and endpoint reach every stage with storage
+    present = {stage_of(cm) for cm in by_kind(docs, "ConfigMap")}
+    check(len(present & set(STORAGE_STAGES)) >= 3, f"storage stages rendered: {present}")
+    for stage in present & set(STORAGE_STAGES):
+        conf = conf_of(docs, stage)
+        check(conf.get("s3.derived_bucket") == "speaking-derived"
+              and conf.get("s3.derived_endpoint") == "https://0123456789abcdef.r2.cloudflarestorage.com",
+              f"{stage}: s3.derived_bucket/derived_endpoint {conf.get('s3.derived_bucket')} "
+              f"{conf.get('s3.derived_endpoint')}")
     kinds = {d["kind"] for d in docs}
     for k in ("Ingress", "HorizontalPodAutoscaler", "ScaledObject", "ServiceMonitor",
               "PrometheusRule", "NetworkPolicy", "PodDisruptionBudget"):

@@ -31,7 +31,7 @@ exec {fd_marker_fd}>"$fd_marker"
 source "$(dirname "$0")/lib.sh" # brings the secure stack up and exports its settings
 exec {fd_marker_fd}>&-
 held=
-for pidfile in "$DEVSTACK_DIR"/{kafka,redis,versitygw}.pid; do
+for pidfile in "$DEVSTACK_DIR"/{kafka,redis,versitygw,versitygw-derived}.pid; do
   pid=$(cat "$pidfile" 2>/dev/null) || continue
   [[ $(readlink -f /proc/"$pid"/fd/* 2>/dev/null) == *"$fd_marker"* ]] && held+=" ${pidfile##*/}"
 done

@@ -123,6 +123,37 @@ static void test_errors(void **state) {
   assert_string_equal(r.etag, "\"ab-8\"");
 }
 
+/* the derived objects' target: s3.derived_endpoint and s3.derived_bucket,
+ * each falling back to the answers' endpoint and bucket */
+static void test_derived_target(void **state) {
+  (void)state;
+  sl_s3_conf c = {.endpoint = "http://127.0.0.1:7070", .bucket = "answers", .path_style = 1};
+  sl_s3_target t;
+  assert_int_equal(sl_s3_target_init_derived(&t, &c), 0); /* neither set */
+  assert_string_equal(t.host, "127.0.0.1:7070");
+  assert_string_equal(t.path_prefix, "/answers");
+  c.derived_endpoint = "";
+  c.derived_bucket = "derived";
+  assert_int_equal(sl_s3_target_init_derived(&t, &c), 0);
+  assert_string_equal(t.host, "127.0.0.1:7070");
+  assert_string_equal(t.path_prefix, "/derived");
+  c.derived_endpoint = "http://127.0.0.1:7072";
+  assert_int_equal(sl_s3_target_init_derived(&t, &c), 0);
+  assert_string_equal(t.host, "127.0.0.1:7072");
+  assert_string_equal(t.path_prefix, "/derived");
+  c.derived_bucket = NULL; /* the answers' bucket behind another endpoint */
+  assert_int_equal(sl_s3_target_init_derived(&t, &c), 0);
+  assert_string_equal(t.path_prefix, "/answers");
+  c.path_style = 0;
+  assert_int_equal(sl_s3_target_init_derived(&t, &c), 0);
+  assert_string_equal(t.host, "answers.127.0.0.1:7072");
+  c.derived_endpoint = "ftp://x"; /* checked like s3.endpoint */
+  assert_int_equal(sl_s3_target_init_derived(&t, &c), SL_ECONFIG);
+  /* the answers' own target is unchanged by either */
+  assert_int_equal(sl_s3_target_init(&t, &c), 0);
+  assert_string_equal(t.host, "answers.127.0.0.1:7070");
+}
+
 static void test_presign_part(void **state) {
   (void)state;
   sl_s3_conf c = {.endpoint = "http://127.0.0.1:7070", .bucket = "answers", .path_style = 1};
@@ -151,9 +182,8 @@ static void test_presign_part(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_initiate),
-      cmocka_unit_test(test_list_parts),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_derived_target), cmocka_unit_test(test_initiate),
+      cmocka_unit_test(test_list_parts),     cmocka_unit_test(test_errors),
       cmocka_unit_test(test_presign_part),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -96,6 +96,12 @@ s3.endpoint = {{ required "s3.endpoint is required" $v.s3.endpoint }}
 s3.region = {{ $v.s3.region }}
 s3.bucket = {{ required "s3.bucket is required" $v.s3.bucket }}
 s3.path_style = {{ $v.s3.pathStyle }}
+{{- with $v.s3.derivedBucket }}
+s3.derived_bucket = {{ . }}
+{{- end }}
+{{- with $v.s3.derivedEndpoint }}
+s3.derived_endpoint = {{ . }}
+{{- end }}
 s3.url_expiry_s = {{ include "sluice.confValue" $v.s3.urlExpirySeconds }}
 {{- if $v.s3.tls.caSecret }}
 s3.ca_file = /etc/sluice-tls/s3/{{ $v.s3.tls.caKey }}

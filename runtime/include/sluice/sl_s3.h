@@ -36,6 +36,10 @@ typedef struct {
   int path_style; /* 1: endpoint/bucket/key; 0: bucket.endpoint/key */
   int64_t url_expiry_s;
   char *ca_file; /* PEM CAs for an https endpoint ("" = the system's) */
+  /* where the stages keep the objects they derive (keys derived/...): ""
+   * means the endpoint and bucket above */
+  char *derived_bucket;
+  char *derived_endpoint;
 } sl_s3_conf;
 
 extern const sl_conf_entry sl_s3_conf_table[];
@@ -53,6 +57,13 @@ typedef struct {
  * (readable) goes only with https. Returns 0 or SL_ECONFIG. Certificate
  * verification is never turned off. */
 int sl_s3_target_init(sl_s3_target *t, const sl_s3_conf *c);
+
+/* The same for the derived objects' bucket: s3.derived_endpoint and
+ * s3.derived_bucket, each falling back to s3.endpoint and s3.bucket. */
+int sl_s3_target_init_derived(sl_s3_target *t, const sl_s3_conf *c);
+/* Derived objects' keys start with this; the stages read and write them in
+ * the derived target, and ingest drops storage events for them. */
+#define SL_S3_DERIVED_PREFIX "derived/"
 
 /* Builds "<path_prefix>/<key>" into buf. */
 int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t len);
