@@ -286,10 +286,11 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     const char *dbucket =
         in->s3->derived_bucket && *in->s3->derived_bucket ? in->s3->derived_bucket : in->s3->bucket;
     if (strncmp(rec.key, SL_S3_DERIVED_PREFIX, strlen(SL_S3_DERIVED_PREFIX)) == 0 &&
-        strcmp(rec.bucket, dbucket) == 0) {
+        (strcmp(rec.bucket, dbucket) == 0 || strcmp(rec.bucket, in->s3->bucket) == 0)) {
       /* what a step stored beside an answer (preflight's FLAC): ours,
-       * and nothing to ingest (a storage that notifies for all buckets
-       * sends them for s3.derived_bucket too) */
+       * and nothing to ingest; in s3.derived_bucket when a storage
+       * notifies for every bucket, in the answers' while replicas from
+       * before s3.derived_bucket was set still store there */
       sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s: a derived object", rec.event_name,
              rec.raw_key);
       continue;

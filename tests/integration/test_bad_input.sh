@@ -11,6 +11,9 @@ source "$(dirname "$0")/lib.sh"
 export SLUICE_INGEST_SUBMISSION_WAIT_S=3 SLUICE_INGEST_SUBMISSION_RECHECK_S=1
 export SLUICE_PRESIGN_CORS_ORIGINS="https://app.example, https://other.example"
 export SLUICE_RESULTS_CORS_ORIGINS="https://app.example"
+# derived objects in a bucket of their own, on this gateway (which notifies
+# for every bucket): ingest must drop their events, not dead-letter them
+export SLUICE_S3_DERIVED_BUCKET=sluice-derived-test
 stages_up
 ADMIN_PRESIGN=$(admin presign)
 work=$(mktemp -d)
@@ -128,10 +131,24 @@ s3put() { curl -sS -o /dev/null -w '%{http_code}' -X PUT --aws-sigv4 "aws:amz:us
 check "stray object uploaded" test "$(s3put junk/hello.wav)" = 200
 check "object for an unknown submission uploaded" \
   test "$(s3put submissions/$unknown_sid/q01.wav)" = 200
+# and two events that are not bad: a derived object (what preflight stores)
+# in the answers' bucket and in s3.derived_bucket
+mb=$(curl -sS -o /dev/null -w '%{http_code}' -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" \
+  --user "$SLUICE_S3_ACCESS_KEY:$SLUICE_S3_SECRET_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+  "$SLUICE_S3_ENDPOINT/$SLUICE_S3_DERIVED_BUCKET")
+check "derived objects' bucket there ($mb)" test "$mb" = 200 -o "$mb" = 409
+check "a derived object stored in the answers' bucket" \
+  test "$(s3put derived/submissions/$unknown_sid/q01.wav.16k.flac)" = 200
+check "... and in the derived objects' bucket" \
+  test "$(SLUICE_S3_BUCKET=$SLUICE_S3_DERIVED_BUCKET s3put derived/submissions/$unknown_sid/q01.wav.16k.flac)" = 200
 dl() { echo $(($(metric sluice_messages_total 'stage="ingest",outcome="dead_lettered"' "$ADMIN_INGEST") - before)); }
 wait_count 30 3 dl || true
-check "ingest dead-lettered the 3 bad events ($(dl))" test "$(dl)" = 3
+wait_for 30 stage_lag0 ingest || log "ingest lags: $(stage_lagging ingest)"
+check "ingest dead-lettered the 3 bad events, not the derived objects' ($(dl))" test "$(dl)" = 3
 "$SLUICECTL" dlq list --json --stage ingest >"$work/dlq.json" 2>"$work/dlq.err" || fail "sluicectl dlq list failed: $(cat "$work/dlq.err")"
+check "no dead letter for either derived object" \
+  jq -s -e --arg k "derived/submissions/$unknown_sid/" '[.[] | select(tostring | contains($k))] | length == 0' \
+  "$work/dlq.json"
 for cls in bad_event unknown_object unknown_submission; do
   check "dead letter with class $cls and a reason" \
     jqany ".error_class == \"$cls\" and (.error_message | length > 10) and .replay_topic == \"storage-events\"" \
