@@ -353,8 +353,7 @@ void sl__objects_free(sl__objects *o) {
 /* Where key lives: a derived object in the derived target, an answer in
  * the answers' bucket. */
 static const sl_s3_target *target_of(const sl__objects *o, const char *key) {
-  return strncmp(key, SL_S3_DERIVED_PREFIX, strlen(SL_S3_DERIVED_PREFIX)) == 0 ? &o->derived
-                                                                               : &o->target;
+  return sl_s3_is_derived(key) ? &o->derived : &o->target;
 }
 
 /* Storage's answer to a GET or PUT of key as the stage's outcome. */

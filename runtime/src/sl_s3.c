@@ -89,11 +89,19 @@ int sl_s3_target_init(sl_s3_target *t, const sl_s3_conf *c) {
   return 0;
 }
 
+int sl_s3_is_derived(const char *key) {
+  return key && strncmp(key, SL_S3_DERIVED_PREFIX, strlen(SL_S3_DERIVED_PREFIX)) == 0;
+}
+
+char *sl_s3_derived_bucket(const sl_s3_conf *c) {
+  return c->derived_bucket && *c->derived_bucket ? c->derived_bucket : c->bucket;
+}
+
 int sl_s3_target_init_derived(sl_s3_target *t, const sl_s3_conf *c) {
   if (!t || !c) return SL_EINVAL;
   sl_s3_conf d = *c;
   if (c->derived_endpoint && *c->derived_endpoint) d.endpoint = c->derived_endpoint;
-  if (c->derived_bucket && *c->derived_bucket) d.bucket = c->derived_bucket;
+  d.bucket = sl_s3_derived_bucket(c);
   return sl_s3_target_init(t, &d);
 }
 

@@ -283,10 +283,8 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
       sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", rec.event_name, rec.raw_key);
       continue;
     }
-    const char *dbucket =
-        in->s3->derived_bucket && *in->s3->derived_bucket ? in->s3->derived_bucket : in->s3->bucket;
-    if (strncmp(rec.key, SL_S3_DERIVED_PREFIX, strlen(SL_S3_DERIVED_PREFIX)) == 0 &&
-        (strcmp(rec.bucket, dbucket) == 0 || strcmp(rec.bucket, in->s3->bucket) == 0)) {
+    if (sl_s3_is_derived(rec.key) && (strcmp(rec.bucket, sl_s3_derived_bucket(in->s3)) == 0 ||
+                                      strcmp(rec.bucket, in->s3->bucket) == 0)) {
       /* what a step stored beside an answer (preflight's FLAC): ours,
        * and nothing to ingest; in s3.derived_bucket when a storage
        * notifies for every bucket, in the answers' while replicas from

@@ -149,6 +149,13 @@ static void test_derived_target(void **state) {
   assert_string_equal(t.host, "answers.127.0.0.1:7072");
   c.derived_endpoint = "ftp://x"; /* checked like s3.endpoint */
   assert_int_equal(sl_s3_target_init_derived(&t, &c), SL_ECONFIG);
+  assert_true(sl_s3_is_derived("derived/submissions/x/q01.wav.16k.flac"));
+  assert_false(sl_s3_is_derived("submissions/x/q01.wav"));
+  assert_false(sl_s3_is_derived("derived")); /* the prefix has its slash */
+  c.derived_bucket = "";
+  assert_string_equal(sl_s3_derived_bucket(&c), "answers");
+  c.derived_bucket = "derived";
+  assert_string_equal(sl_s3_derived_bucket(&c), "derived");
   /* the answers' own target is unchanged by either */
   assert_int_equal(sl_s3_target_init(&t, &c), 0);
   assert_string_equal(t.host, "answers.127.0.0.1:7070");

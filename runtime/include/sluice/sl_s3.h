@@ -64,6 +64,10 @@ int sl_s3_target_init_derived(sl_s3_target *t, const sl_s3_conf *c);
 /* Derived objects' keys start with this; the stages read and write them in
  * the derived target, and ingest drops storage events for them. */
 #define SL_S3_DERIVED_PREFIX "derived/"
+/* Whether key names a derived object (it starts with SL_S3_DERIVED_PREFIX). */
+int sl_s3_is_derived(const char *key);
+/* The derived objects' bucket: s3.derived_bucket, or s3.bucket when empty. */
+char *sl_s3_derived_bucket(const sl_s3_conf *c);
 
 /* Builds "<path_prefix>/<key>" into buf. */
 int sl_s3_object_path(const sl_s3_target *t, const char *key, char *buf, size_t len);
