@@ -67,6 +67,8 @@ run_exit_hooks() { # keeps the test's exit status; hooks may fail harmlessly
 trap run_exit_hooks EXIT
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
+# RC ARGS... : redis-cli on the stack's Redis
+RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }
 check() { # check DESCRIPTION COMMAND... : records a failure instead of exiting
   local what=$1; shift
@@ -207,13 +209,12 @@ bulk_submissions() {
 }
 
 # redis_faults: for a test that stops, kills or restores the stack's Redis.
-# Defines RC (redis-cli on it), rpid (its pid) and RDIR (its directory, where
+# Defines rpid (its pid) and RDIR (its directory, where
 # a dump.rdb is loaded from at start), and makes sure that whatever happens
 # Redis runs again and no stale snapshot is left for the next start of this
 # stack to load.
 redis_faults() {
   RDIR=$DEVSTACK_DIR/redis
-  RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
   rpid() { cat "$DEVSTACK_DIR/redis.pid"; }
   at_exit 'kill -CONT "$(rpid)" 2>/dev/null; "$ROOT/tools/devstack" up >/dev/null 2>&1; rm -f "$RDIR/dump.rdb"'
 }
@@ -312,7 +313,7 @@ harness_outputs() {
   kcat -C -b "$SLUICE_KAFKA_BROKERS" -t "${HARNESS_STAGE:-harness}.out" -o beginning -e -q \
     -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true
 }
-harness_calls() { local c; c=$(redis-cli -u "$SLUICE_REDIS_URL" GET "harness:calls:$1"); echo "${c:-0}"; }
+harness_calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
 harness_down() {
   kill -TERM "$hpid" 2>/dev/null || true
   local rc=0
@@ -347,11 +348,11 @@ two_answers() {
 # applied it (the view's write sequence moved)
 late_failed() {
   local seq0
-  seq0=$(redis-cli -u "$SLUICE_REDIS_URL" GET sl:view:seq)
+  seq0=$(RC GET sl:view:seq)
   harness_up
   printf '%s\t%s\n' "$1" '{"permanent":true}' |
     kcat -P -b "$SLUICE_KAFKA_BROKERS" -t "${HARNESS_STAGE:-harness}.in" -K $'\t'
-  applied() { test "$(redis-cli -u "$SLUICE_REDIS_URL" GET sl:view:seq)" -gt "$seq0"; }
+  applied() { test "$(RC GET sl:view:seq)" -gt "$seq0"; }
   check "the late FAILED for $1 reached the apply" wait_for 30 applied
   harness_down
 }

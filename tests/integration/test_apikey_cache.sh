@@ -22,7 +22,6 @@ mkdir -p "$STAGES_DIR"
 port=$((BASE + 68))
 admin_port=$((BASE + 69))
 ADMIN=http://127.0.0.1:$admin_port
-RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 body='{"questions":[{"no":1,"content_type":"audio/wav","size":100}]}'
 pid=
 at_exit '[[ -n $pid ]] && kill -KILL $pid 2>/dev/null; true'

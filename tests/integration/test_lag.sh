@@ -28,7 +28,6 @@
 #     stops the harness cleanly within 15 s.
 source "$(dirname "$0")/lib.sh"
 B=$SLUICE_KAFKA_BROKERS
-RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 run=$(date +%s%N | tail -c 7)

@@ -18,7 +18,6 @@
 source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
 export HARNESS_STAGE=hpollv
 two_answers "$work"
 # get [CURL ARGS...]: GET the view with $TOKEN; status code out, headers in

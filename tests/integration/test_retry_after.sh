@@ -15,7 +15,6 @@
 # minutes, with the default cap (10 min) in force.
 source "$(dirname "$0")/lib.sh"
 B=$SLUICE_KAFKA_BROKERS
-RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 run=$(date +%s%N | tail -c 9)
 export HARNESS_STAGE=hra SLUICE_RETRY_TIERS=1s,2s SLUICE_PROVIDER_MAX_RETRY_AFTER_MS=4000
 # one partition per topic: both retry copies share the 2s tier's partition

@@ -19,7 +19,6 @@
 source "$(dirname "$0")/lib.sh"
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
-RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 run=$(date +%s%N | tail -c 9)   # keys unique to this run
 mkdir -p "$STAGES_DIR"
 export SLUICE_RETRY_TIERS=1s,2s SLUICE_RETRY_BUDGET_S=6 SLUICE_BREAKER_MIN_CALLS=5 \

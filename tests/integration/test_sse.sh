@@ -16,7 +16,6 @@
 source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
 export HARNESS_STAGE=hsse
 export SLUICE_RESULTS_HEARTBEAT_MS=1000
 two_answers "$work"

@@ -28,7 +28,6 @@ at_exit 'rm -rf "$work"'
 fake_up 200 200 0
 export SLUICE_INGEST_SWEEP_INTERVAL_S=1 SLUICE_INGEST_SWEEP_GRACE_S=1
 stages_up
-RC() { redis-cli -p "$DEVSTACK_REDIS_PORT" "$@"; }
 mpid=$(cat "$STAGES_DIR/materialize.pid")
 at_exit "kill -CONT $mpid 2>/dev/null || true" # never left stopped
 
