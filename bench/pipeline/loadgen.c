@@ -20,9 +20,19 @@
  * the drain compares every view with the one first seen.
  *
  * Output: a summary JSON object on stdout; with --out, one JSON line per
- * question (submission, no, n, accept_ms, state, accept_to_done_ms, and
- * uploaded_at_s and final_at_s relative to the start, which start_unix_ms
- * puts on the wall clock) for plots and for bench/pipeline/hops. Progress every 10 s on stderr.
+ * question (submission, no, n, accept_ms, state, accept_to_done_ms,
+ * upload_to_done_ms, and put_at_s, uploaded_at_s and final_at_s relative
+ * to the start, which start_unix_ms puts on the wall clock) for plots and
+ * for bench/pipeline/hops. Progress every 10 s on stderr.
+ *
+ * Two latencies per final question, both to the time its final status was
+ * made (the view's updated_at_ms): accept_to_done from presign's accept, as
+ * the user waits, and upload_to_done from the moment this client started
+ * the answer's PUT: the storage and the pipeline, without the client's
+ * delay between the accept and its upload (on a machine this load
+ * saturates, the load generator waiting for a core). From the PUT's start,
+ * not its answer: a starved load generator reads the answer seconds after
+ * the storage sent the object's event, which would flatter the pipeline.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
@@ -53,9 +63,11 @@ typedef struct {
   int uploaded; /* 1 ok, -1 failed */
   int final;    /* 1 done, 2 failed */
   long accept_to_done_ms;
-  double uploaded_at; /* seconds since start when its PUT was answered */
-  double final_at;    /* seconds since start when first seen final */
-  char *final_view;   /* the view when first seen final */
+  long long done_at_ms; /* the view's updated_at_ms of its final status (wall clock) */
+  double put_at;        /* seconds since start when its PUT was started */
+  double uploaded_at;   /* seconds since start when its PUT was answered */
+  double final_at;      /* seconds since start when first seen final */
+  char *final_view;     /* the view when first seen final */
 } question;
 
 typedef struct {
@@ -135,6 +147,7 @@ static void add_put(sub *s, int qi, const sl_client_upload *u) {
   curl_easy_setopt(e, CURLOPT_PRIVATE, x);
   curl_easy_setopt(e, CURLOPT_TIMEOUT, 60L);
   curl_multi_add_handle(multi, e);
+  s->q[qi].put_at = now_s();
   running_xfers++;
   s->pending_puts++;
 }
@@ -250,6 +263,7 @@ static long scan_views(sl_redis *rc, sub *subs, long nsubs) {
         if (st && (!strcmp(st, "done") || !strcmp(st, "failed"))) {
           q->final = !strcmp(st, "done") ? 1 : 2;
           q->accept_to_done_ms = (long)json_integer_value(json_object_get(j, "accept_to_done_ms"));
+          q->done_at_ms = (long long)json_integer_value(json_object_get(j, "updated_at_ms"));
           q->final_at = now_s();
           q->final_view = strdup(r->element[e + 1]->str);
         }
@@ -438,7 +452,15 @@ int main(int argc, char **argv) {
        failed = 0, lost = 0;
   double *acc = calloc((size_t)nsubs + 1, sizeof *acc);
   double *dl = calloc((size_t)nsubs * MAXQ + 1, sizeof *dl);
-  size_t nacc = 0, ndl = 0;
+  double *ul = calloc((size_t)nsubs * MAXQ + 1, sizeof *ul); /* upload to done, s */
+  if (!acc || !dl || !ul) {
+    fprintf(stderr, "[loadgen] out of memory for the summary\n");
+    free(acc);
+    free(dl);
+    free(ul);
+    return 1;
+  }
+  size_t nacc = 0, ndl = 0, nul = 0;
   double last_final = load_end;
   FILE *of = out ? fopen(out, "w") : NULL;
   for (long i = 0; i < nsubs; i++) {
@@ -463,37 +485,46 @@ int main(int argc, char **argv) {
         failed++;
       else
         lost++;
+      long long u2d = -1; /* the view's time of the final status - the PUT's start */
       if (q->final) {
         dl[ndl++] = q->accept_to_done_ms / 1000.0;
         if (q->final_at > last_final) last_final = q->final_at;
+        if (q->done_at_ms > 0) {
+          u2d = q->done_at_ms - (t0_unix_ms + (long long)(q->put_at * 1000));
+          ul[nul++] = (double)u2d / 1000.0;
+        }
       }
       if (of)
         fprintf(of,
                 "{\"submission\":\"%s\",\"no\":%d,\"n\":%d,\"sched_s\":%.3f,\"accept_ms\":%.3f,"
-                "\"state\":\"%s\",\"accept_to_done_ms\":%ld,\"uploaded_at_s\":%.3f,"
-                "\"final_at_s\":%.3f,\"start_unix_ms\":%lld}\n",
+                "\"state\":\"%s\",\"accept_to_done_ms\":%ld,\"upload_to_done_ms\":%lld,"
+                "\"put_at_s\":%.3f,\"uploaded_at_s\":%.3f,\"final_at_s\":%.3f,"
+                "\"start_unix_ms\":%lld}\n",
                 s->sid, q->no, s->n, s->sched, s->accept_ms,
                 q->final == 1   ? "done"
                 : q->final == 2 ? "failed"
                                 : "lost",
-                q->accept_to_done_ms, q->uploaded_at, q->final_at, t0_unix_ms);
+                q->accept_to_done_ms, u2d, q->put_at, q->uploaded_at, q->final_at, t0_unix_ms);
     }
   }
   if (of) fclose(of);
   qsort(acc, nacc, sizeof *acc, cmp_d);
   qsort(dl, ndl, sizeof *dl, cmp_d);
+  qsort(ul, nul, sizeof *ul, cmp_d);
   printf("{\"rate\":%.3f,\"duration_s\":%.1f,\"submissions\":%ld,\"accepted\":%ld,"
          "\"create_errors\":%ld,\"questions\":%ld,\"uploaded\":%ld,\"upload_errors\":%ld,"
          "\"done\":%ld,\"failed\":%ld,\"lost\":%ld,\"duplicated\":%ld,\"accept_p50_ms\":%.2f,"
          "\"accept_p95_ms\":%.2f,"
          "\"accept_p99_ms\":%.2f,\"done_p50_s\":%.2f,\"done_p95_s\":%.2f,\"done_max_s\":%.2f,"
+         "\"upload_to_done_p50_s\":%.2f,\"upload_to_done_p95_s\":%.2f,"
          "\"drain_s\":%.1f,\"watch_s\":%.1f,\"then_rate\":%.3f,\"then_s\":%.1f}\n",
          rate, duration, nsubs, accepted, create_err, questions, uploaded, upload_err, done, failed,
          lost, duplicated, pct(acc, nacc, .50), pct(acc, nacc, .95), pct(acc, nacc, .99),
-         pct(dl, ndl, .50), pct(dl, ndl, .95), ndl ? dl[ndl - 1] : 0, last_final - load_end,
-         drain_end - load_end, rate2, duration2);
+         pct(dl, ndl, .50), pct(dl, ndl, .95), ndl ? dl[ndl - 1] : 0, pct(ul, nul, .50),
+         pct(ul, nul, .95), last_final - load_end, drain_end - load_end, rate2, duration2);
   free(acc);
   free(dl);
+  free(ul);
   free(subs);
   curl_multi_cleanup(multi);
   curl_global_cleanup();
