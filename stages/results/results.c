@@ -32,6 +32,16 @@
  * GET /v1/submissions/{id}/events streams the same view as server-sent
  * events (see "server-sent events" below).
  *
+ * A submission reaches the view a moment after presign's 201 (materialize
+ * applies its create from Kafka), longer when materialize is behind. An id
+ * not in the view whose UUIDv7 time is within results.pending_s of now is
+ * taken to be on its way: a GET is the same 404 with Retry-After: 1, and an
+ * event stream is held open (heartbeats only) until the submission
+ * appears, then checked against the credential (allowed: its events; not:
+ * closed, and EventSource's reconnect gets the 404). Every id of that age
+ * gets the same answer, existing or not, so nothing is revealed that the
+ * id does not say itself.
+ *
  * @locality single thread (libuv loop). The full view and the credential
  * lookups are synchronous Redis calls on the loop (sub-millisecond on the
  * same host); a poll's version check and the change feed go on two
@@ -62,6 +72,7 @@ typedef struct {
   int64_t max_streams;
   int64_t heartbeat_ms;
   int64_t version_cache;
+  int64_t pending_s;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
@@ -82,6 +93,12 @@ const sl_conf_entry sl__results_table[] = {
     {"results.version_cache", SL_CONF_INT, "16384", offsetof(results_conf, version_cache),
      "submissions whose version this process keeps to answer polls' 304 without Redis "
      "(about 300 bytes each; kept current by the change feed, at most 1 s old; 0: off)",
+     0},
+    {"results.pending_s", SL_CONF_INT, "60", offsetof(results_conf, pending_s),
+     "for this long around the time in its id (a UUIDv7), a submission not in the view yet "
+     "is taken to be on its way (materialize records it a moment after presign's 201): its "
+     "event stream is held open until it appears, and a GET is 404 with Retry-After: 1; "
+     "0: a plain 404 at once",
      0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
@@ -125,6 +142,23 @@ static int valid_id(const char *s) {
     if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return 0;
   }
   return 1;
+}
+
+/* Milliseconds from now to the end of the window in which sid (a valid
+ * id) counts as on its way to the view (results.pending_s around the
+ * UUIDv7 time in it); 0 when it does not (out of the window, not a UUIDv7,
+ * or the window is off). */
+static int64_t pending_left_ms(const results *R, const char *sid) {
+  if (R->rc->pending_s <= 0 || sid[14] != '7') return 0;
+  int64_t t = 0;
+  for (int i = 0; i < 13; i++) {
+    if (i == 8) continue; /* the dash: 48 bits of unix ms in 12 hex digits */
+    char c = sid[i];
+    t = t * 16 + (c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  int64_t now = sl_now_ms(), w = R->rc->pending_s * 1000;
+  if (t < now - w || t > now + w) return 0;
+  return t + w - now;
 }
 
 /* The client polling policy, by time since the submission was accepted:
@@ -376,12 +410,24 @@ static const char *query_token(sl_http_req *req, char *buf, size_t len) {
   return NULL;
 }
 
+/* A caller of an event stream whose submission is not in the view yet
+ * (pending_left_ms): what may_read() needs once it is. */
+typedef struct {
+  int held;                    /* set: hold the stream (nothing was answered) */
+  int64_t left_ms;             /* of the pending window */
+  char user[SL__USER_MAX + 1]; /* an API key's or JWT's user, or "" */
+  char cred[129];              /* a results token, or "" */
+} sse_hold;
+
 /* Readable by the submission's results token, or by its owner's API key or
  * JWT. Everything else — another user, another submission's token, an
  * unknown id — is the same 404. Returns the submission's hash (HGETALL)
  * for an allowed caller, or NULL when the request was answered or taken
- * over (an error; or, for VIEW_POLL, a 304 decided from the version). */
-static redisReply *authorized_view(results *R, sl_http_req *req, const char *sid, int mode) {
+ * over (an error; or, for VIEW_POLL, a 304 decided from the version), or
+ * (hold, VIEW_EVENTS only) when the submission may be on its way: then
+ * nothing was answered and hold->held is set. */
+static redisReply *authorized_view(results *R, sl_http_req *req, const char *sid, int mode,
+                                   sse_hold *hold) {
   static const char nf[] = "no submission with this id for these credentials";
   sl__cred_kind kind;
   char qtok[128];
@@ -430,16 +476,25 @@ static redisReply *authorized_view(results *R, sl_http_req *req, const char *sid
     return NULL;
   }
   if (!allowed) {
+    /* not in the view yet (no hash at all) but young enough to be on its way */
+    int64_t left = rep->elements == 0 ? pending_left_ms(R, sid) : 0;
     freeReplyObject(rep);
+    if (left > 0 && hold && (user[0] || strlen(cred) < sizeof hold->cred)) {
+      hold->held = 1;
+      hold->left_ms = left;
+      snprintf(hold->user, sizeof hold->user, "%s", user);
+      snprintf(hold->cred, sizeof hold->cred, "%s", user[0] ? "" : cred);
+      return NULL;
+    }
     sl_metric_add(R->m_404, 1);
-    sl_http_respond_error(req, 404, "not_found", nf, NULL);
+    sl_http_respond_error(req, 404, "not_found", nf, left > 0 ? "Retry-After: 1\r\n" : NULL);
     return NULL;
   }
   return rep;
 }
 
 static void get_submission(results *R, sl_http_req *req, const char *sid, int mode) {
-  redisReply *rep = authorized_view(R, req, sid, mode);
+  redisReply *rep = authorized_view(R, req, sid, mode, NULL);
   if (!rep) return;
   long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
   json_t *qs = json_array();
@@ -554,6 +609,8 @@ struct sse {
   unsigned bucket;
   unsigned gen; /* the catch-up round that refreshed it last */
   char sid[37];
+  sse_hold *hold;      /* while its submission is not in the view yet (owned), else NULL */
+  uint64_t hold_until; /* uv_now() at which a held stream is closed */
 };
 
 static unsigned sid_bucket(const char *sid) {
@@ -573,6 +630,7 @@ static void sse_closed(sl_http_stream *hs, void *ud) {
   if (s->next) s->next->prev = s->prev;
   R->nstreams--;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  free(s->hold);
   free(s);
 }
 
@@ -679,11 +737,21 @@ static void sse_refresh(results *R, const char *sid, long long version) {
   snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
   const char *argv[] = {"HGETALL", hkey};
   redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
+  int found = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0;
   for (sse *s = first, *next; s; s = next) {
     next = s->next; /* sse_send may close (free) s, never another stream */
     if (strcmp(s->sid, sid) != 0 || (version >= 0 && s->last >= version)) continue;
     s->gen = R->gen;
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0)
+    if (s->hold) {          /* held: once the submission is there, is it the caller's? */
+      if (!found) continue; /* not yet (or Redis failed): the heartbeat ends the wait */
+      if (!may_read(sid, field(rep, "user"), field(rep, "token"), s->hold->user, s->hold->cred)) {
+        sl_http_stream_close(s->hs); /* the reconnect gets the 404 */
+        continue;
+      }
+      free(s->hold);
+      s->hold = NULL;
+    }
+    if (!found)
       sl_http_stream_close(s->hs); /* the client reconnects with its Last-Event-ID */
     else
       sse_send(s, rep);
@@ -767,18 +835,30 @@ static void feed_read(results *R) {
 
 static void on_heartbeat(uv_timer_t *t) {
   results *R = t->data;
+  uint64_t now = uv_now(R->loop);
   for (size_t b = 0; b < SSE_BUCKETS; b++)
     for (sse *s = R->streams[b], *next; s; s = next) {
       next = s->next;
-      sl_http_stream_write(s->hs, ":\n\n", 3); /* may close s */
+      if (s->hold && now >= s->hold_until) /* never appeared: the reconnect gets the 404 */
+        sl_http_stream_close(s->hs);
+      else
+        sl_http_stream_write(s->hs, ":\n\n", 3); /* may close s */
     }
 }
 
 static void open_events(results *R, sl_http_req *req, const char *sid) {
-  redisReply *rep = authorized_view(R, req, sid, VIEW_EVENTS);
-  if (!rep) return;
+  sse_hold h = {0};
+  redisReply *rep = authorized_view(R, req, sid, VIEW_EVENTS, &h);
+  if (!rep && !h.held) return;
+  sse_hold *hold = NULL; /* not in the view yet: held until it is */
+  if (h.held && !(hold = malloc(sizeof *hold))) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return;
+  }
+  if (hold) *hold = h;
   if (R->nstreams >= (size_t)R->rc->max_streams) {
-    freeReplyObject(rep);
+    if (rep) freeReplyObject(rep);
+    free(hold);
     sl_metric_add(R->m_err, 1);
     sl_http_respond_error(req, 503, "too_many_streams",
                           "this results process holds as many event streams as it may; poll, "
@@ -792,27 +872,32 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
     last = strtoll(lei, NULL, 10);
   sse *s = calloc(1, sizeof *s);
   if (!s) {
-    freeReplyObject(rep);
+    if (rep) freeReplyObject(rep);
+    free(hold);
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
     return;
   }
-  *s = (sse){.R = R, .last = last, .bucket = sid_bucket(sid)};
+  *s = (sse){.R = R, .last = last, .bucket = sid_bucket(sid), .hold = hold};
+  if (hold) s->hold_until = uv_now(R->loop) + (uint64_t)hold->left_ms;
   snprintf(s->sid, sizeof s->sid, "%s", sid);
   /* after the end: nothing above its id will come */
-  const char *vs = field(rep, "v");
-  long total;
-  int done, failed;
-  view_tally(rep, &total, &done, &failed);
-  if (last >= 0 && vs && last >= strtoll(vs, NULL, 10) && total > 0 && done + failed == total) {
-    freeReplyObject(rep);
-    free(s);
-    sl_http_respond(req, 204, NULL, "Cache-Control: no-store\r\n", NULL, 0);
-    return;
+  if (rep) {
+    const char *vs = field(rep, "v");
+    long total;
+    int done, failed;
+    view_tally(rep, &total, &done, &failed);
+    if (last >= 0 && vs && last >= strtoll(vs, NULL, 10) && total > 0 && done + failed == total) {
+      freeReplyObject(rep);
+      free(s);
+      sl_http_respond(req, 204, NULL, "Cache-Control: no-store\r\n", NULL, 0);
+      return;
+    }
   }
   if (sl_http_stream_start(req, 200, "text/event-stream",
                            "Cache-Control: no-store\r\nX-Accel-Buffering: no\r\n", SSE_MAX_QUEUED,
                            sse_closed, s, &s->hs) != 0) {
-    freeReplyObject(rep);
+    if (rep) freeReplyObject(rep);
+    free(hold);
     free(s);
     return;
   }
@@ -822,8 +907,8 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
   R->nstreams++;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
   sl_metric_add(R->m_ok, 1);
-  if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0) sse_send(s, rep);
-  freeReplyObject(rep);
+  if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0 && rep) sse_send(s, rep);
+  if (rep) freeReplyObject(rep);
 }
 
 static void handle(sl_http_req *req, void *ud) {

@@ -12,12 +12,19 @@
 #      exactly the questions changed since, in their current state; with
 #      the newest id, nothing;
 #   5. when the last question is done: a "complete" event, then the response
-#      ends; a reconnect after the end gets 204 (EventSource stops).
+#      ends; a reconnect after the end gets 204 (EventSource stops);
+#   6. a submission not in the view yet (materialize SIGSTOPped): a GET is
+#      404 with Retry-After: 1, a stream is held open and gets its events
+#      once materialize applies the create; one with a wrong token is then
+#      closed without an event; an id of that age nobody created is held
+#      until results.pending_s after its time, then closed; an old one is
+#      a plain 404.
 source "$(dirname "$0")/lib.sh"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 export HARNESS_STAGE=hsse
 export SLUICE_RESULTS_HEARTBEAT_MS=1000
+export SLUICE_RESULTS_PENDING_S=10
 two_answers "$work"
 EV=$RESULTS_URL/v1/submissions/$SID/events
 seen() { test "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "$RESULTS_URL/v1/submissions/$SID")" = 200; }
@@ -88,6 +95,65 @@ check "a reconnect after the end -> 204 ($code)" test "$code" = 204
 timeout 3 curl -sSN -H "Authorization: Bearer $TOKEN" "$EV" >"$work/r4" 2>/dev/null || true
 check "a new stream of a complete submission: both questions and complete, then the end" \
   test "$(events "$work/r4" | awk '{print $2}' | tr '\n' ' ')" = "question question complete "
+
+# 6. before the view has it: materialize stopped (SIGSTOP) across the create
+mpid=$(cat "$STAGES_DIR/materialize.pid")
+kill -STOP "$mpid"
+at_exit "kill -CONT $mpid 2>/dev/null || true"
+new_submission "$work/a1.wav"
+code=$(curl -sS -D "$work/h5" -o "$work/b5" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+  "$RESULTS_URL/v1/submissions/$SID")
+check "a GET before the view has it -> 404 ($code)" test "$code" = 404
+check "  with Retry-After: 1" grep -qi '^Retry-After: 1' "$work/h5"
+curl -sSN -D "$work/h6" -H "Authorization: Bearer $TOKEN" "$RESULTS_URL/v1/submissions/$SID/events" \
+  >"$work/s6" 2>/dev/null &
+s6=$!
+at_exit "kill $s6 2>/dev/null || true"
+curl -sSN -H "Authorization: Bearer 00$TOKEN" "$RESULTS_URL/v1/submissions/$SID/events" \
+  >"$work/s7" 2>/dev/null &
+s7=$!
+at_exit "kill $s7 2>/dev/null || true"
+sleep 2
+check "a stream opened before the view has it is held open" \
+  sh -c "kill -0 $s6 && grep -q '^HTTP/1.1 200' '$work/h6'"
+check "  and one with a wrong token too, for now" kill -0 "$s7"
+kill -CONT "$mpid"
+arrived() { test "$(events "$work/s6" | wc -l)" -ge 1; }
+check "once materialize applies the create, the held stream gets the question" wait_for 8 arrived
+check "  awaiting its upload" jqe '.no == 1 and .state == "awaiting_upload"' \
+  "$(events "$work/s6" | head -1 | cut -d' ' -f3-)"
+closed7() { ! kill -0 "$s7" 2>/dev/null; }
+check "  and the wrong token's stream is closed" wait_for 5 closed7
+check "    without an event" test "$(events "$work/s7" | wc -l)" = 0
+kill "$s6" 2>/dev/null || true
+# ids nobody created: one whose time is 7 s ago (3 s of results.pending_s = 10
+# left), one of a day ago
+uuid7() { # uuid7 MS: a UUIDv7 of that unix time in ms
+  local h
+  h=$(printf '%012x' "$1")
+  printf '%s-%s-7%s-8%s-%s\n' "${h:0:8}" "${h:8:4}" "$(openssl rand -hex 2 | cut -c1-3)" \
+    "$(openssl rand -hex 2 | cut -c1-3)" "$(openssl rand -hex 6)"
+}
+now_ms=$(date +%s%3N)
+young=$(uuid7 $((now_ms - 7000)))
+old=$(uuid7 $((now_ms - 86400000)))
+t0=$SECONDS
+curl -sSN -D "$work/h8" -H "Authorization: Bearer $TOKEN" "$RESULTS_URL/v1/submissions/$young/events" \
+  >/dev/null 2>&1 &
+s8=$!
+at_exit "kill $s8 2>/dev/null || true"
+closed8() { ! kill -0 "$s8" 2>/dev/null; }
+wait_for 10 closed8 || true
+check "an id of 7 s ago nobody created: held, closed once results.pending_s passed ($((SECONDS - t0)) s)" \
+  sh -c "grep -q '^HTTP/1.1 200' '$work/h8' && test $((SECONDS - t0)) -ge 2 && ! kill -0 $s8 2>/dev/null"
+code=$(curl -sS -D "$work/h9" -o "$work/b9" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+  "$RESULTS_URL/v1/submissions/$young/events")
+check "  then its stream is a 404 ($code)" test "$code" = 404
+check "    without Retry-After" sh -c "! grep -qi '^Retry-After' '$work/h9'"
+code=$(curl -sS -o "$work/b10" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+  "$RESULTS_URL/v1/submissions/$old/events")
+check "an id of a day ago nobody created: 404 at once ($code)" test "$code" = 404
+check "  as JSON" jqe '.error.code == "not_found"' "$(cat "$work/b10")"
 
 # streams held open while results stops: a clean stop (finish checks it).
 # A stream is opened once the view is there, as web/app.js does: until
