@@ -120,8 +120,9 @@ typedef struct {
   /* server-sent events */
   sse *streams[SSE_BUCKETS]; /* by submission (sid_bucket) */
   size_t nstreams;
+  size_t nheld; /* of them, held for a submission not in the view yet */
   unsigned gen; /* catch-up round (on_feed) */
-  sl_metric *m_streams, *m_events;
+  sl_metric *m_streams, *m_held, *m_events;
   sl_aredis *ar; /* polls' version reads (fresh_304) */
   vslot *vcache; /* results.version_cache slots, or NULL */
   size_t nvcache;
@@ -630,6 +631,7 @@ static void sse_closed(sl_http_stream *hs, void *ud) {
   if (s->next) s->next->prev = s->prev;
   R->nstreams--;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  if (s->hold) sl_metric_set(R->m_held, (int64_t)--R->nheld);
   free(s->hold);
   free(s);
 }
@@ -750,6 +752,7 @@ static void sse_refresh(results *R, const char *sid, long long version) {
       }
       free(s->hold);
       s->hold = NULL;
+      sl_metric_set(R->m_held, (int64_t)--R->nheld);
     }
     if (!found)
       sl_http_stream_close(s->hs); /* the client reconnects with its Last-Event-ID */
@@ -906,6 +909,7 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
   R->streams[s->bucket] = s;
   R->nstreams++;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  if (hold) sl_metric_set(R->m_held, (int64_t)++R->nheld);
   sl_metric_add(R->m_ok, 1);
   if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0 && rep) sse_send(s, rep);
   if (rep) freeReplyObject(rep);
@@ -986,6 +990,9 @@ int sl__results_main(int argc, char **argv) {
                                 "Results API requests by status");
   R.m_streams = sl_metrics_gauge("sluice_results_streams", NULL,
                                  "Server-sent event streams open on this results process");
+  R.m_held = sl_metrics_gauge("sluice_results_streams_held", NULL,
+                              "Of them, streams held for a submission not in the view yet "
+                              "(results.pending_s)");
   R.m_events = sl_metrics_counter("sluice_results_events_total", NULL,
                                   "Question events written to event streams");
   uv_loop_t loop;

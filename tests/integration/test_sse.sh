@@ -117,6 +117,8 @@ sleep 2
 check "a stream opened before the view has it is held open" \
   sh -c "kill -0 $s6 && grep -q '^HTTP/1.1 200' '$work/h6'"
 check "  and one with a wrong token too, for now" kill -0 "$s7"
+check "  both counted as held (sluice_results_streams_held)" \
+  test "$(metric sluice_results_streams_held '' "$(admin results)")" = 2
 kill -CONT "$mpid"
 arrived() { test "$(events "$work/s6" | wc -l)" -ge 1; }
 check "once materialize applies the create, the held stream gets the question" wait_for 8 arrived
@@ -125,6 +127,7 @@ check "  awaiting its upload" jqe '.no == 1 and .state == "awaiting_upload"' \
 closed7() { ! kill -0 "$s7" 2>/dev/null; }
 check "  and the wrong token's stream is closed" wait_for 5 closed7
 check "    without an event" test "$(events "$work/s7" | wc -l)" = 0
+check "  and none is held any more" test "$(metric sluice_results_streams_held '' "$(admin results)")" = 0
 kill "$s6" 2>/dev/null || true
 # ids nobody created: one whose time is 7 s ago (3 s of results.pending_s = 10
 # left), one of a day ago
@@ -148,6 +151,8 @@ check "an id of 7 s ago nobody created: held, closed once results.pending_s pass
   sh -c "grep -q '^HTTP/1.1 200' '$work/h8' && test $((SECONDS - t0)) -ge 2 && ! kill -0 $s8 2>/dev/null"
 code=$(curl -sS -D "$work/h9" -o "$work/b9" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
   "$RESULTS_URL/v1/submissions/$young/events")
+check "  and no longer counted as held" \
+  test "$(metric sluice_results_streams_held '' "$(admin results)")" = 0
 check "  then its stream is a 404 ($code)" test "$code" = 404
 check "    without Retry-After" sh -c "! grep -qi '^Retry-After' '$work/h9'"
 code=$(curl -sS -o "$work/b10" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
