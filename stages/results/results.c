@@ -415,7 +415,7 @@ static const char *query_token(sl_http_req *req, char *buf, size_t len) {
  * (pending_left_ms): what may_read() needs once it is. */
 typedef struct {
   int held;                    /* set: hold the stream (nothing was answered) */
-  int64_t left_ms;             /* of the pending window */
+  uint64_t until;              /* uv_now() at which the pending window ends */
   char user[SL__USER_MAX + 1]; /* an API key's or JWT's user, or "" */
   char cred[129];              /* a results token, or "" */
 } sse_hold;
@@ -482,7 +482,7 @@ static redisReply *authorized_view(results *R, sl_http_req *req, const char *sid
     freeReplyObject(rep);
     if (left > 0 && hold && (user[0] || strlen(cred) < sizeof hold->cred)) {
       hold->held = 1;
-      hold->left_ms = left;
+      hold->until = uv_now(R->loop) + (uint64_t)left;
       snprintf(hold->user, sizeof hold->user, "%s", user);
       snprintf(hold->cred, sizeof hold->cred, "%s", user[0] ? "" : cred);
       return NULL;
@@ -610,8 +610,7 @@ struct sse {
   unsigned bucket;
   unsigned gen; /* the catch-up round that refreshed it last */
   char sid[37];
-  sse_hold *hold;      /* while its submission is not in the view yet (owned), else NULL */
-  uint64_t hold_until; /* uv_now() at which a held stream is closed */
+  sse_hold *hold; /* while its submission is not in the view yet (owned), else NULL */
 };
 
 static unsigned sid_bucket(const char *sid) {
@@ -842,7 +841,7 @@ static void on_heartbeat(uv_timer_t *t) {
   for (size_t b = 0; b < SSE_BUCKETS; b++)
     for (sse *s = R->streams[b], *next; s; s = next) {
       next = s->next;
-      if (s->hold && now >= s->hold_until) /* never appeared: the reconnect gets the 404 */
+      if (s->hold && now >= s->hold->until) /* never appeared: the reconnect gets the 404 */
         sl_http_stream_close(s->hs);
       else
         sl_http_stream_write(s->hs, ":\n\n", 3); /* may close s */
@@ -881,7 +880,6 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
     return;
   }
   *s = (sse){.R = R, .last = last, .bucket = sid_bucket(sid), .hold = hold};
-  if (hold) s->hold_until = uv_now(R->loop) + (uint64_t)hold->left_ms;
   snprintf(s->sid, sizeof s->sid, "%s", sid);
   /* after the end: nothing above its id will come */
   if (rep) {
