@@ -35,7 +35,11 @@
 #include "step/preflight/preflight.h"
 
 static char dir[64];
-static const sl_pf_conf conf = {.max_seconds = 600, .silence_dbfs = -50, .timeout_ms = 30000};
+static const sl_pf_conf conf = {.max_seconds = 600,
+                                .silence_dbfs = -50,
+                                .timeout_ms = 30000,
+                                .max_rate = 96000,
+                                .max_channels = 2};
 
 /* a command without a shell; stdout and stderr to /dev/null; exit status */
 static int run(char *const argv[]) {
@@ -129,10 +133,21 @@ static int group_setup(void **state) {
   /* a steady hiss 45 dB below full scale: room noise, not speech */
   char *mkhiss[] = {"sox", "-n",    "-r", "48000",      "-c",  "2",      "-b", "16",
                     hiss,  "synth", "3",  "whitenoise", "vol", "0.0056", NULL};
+  /* a minute of noise at 48 kHz stereo: decodes quickly, but not in 20 ms */
+  char noise[128];
+  path_of(noise, sizeof noise, "noise60.flac");
+  char *mknoise[] = {"sox", "-n",    "-r", "48000",      "-c",  "2",   "-b", "16",
+                     noise, "synth", "60", "whitenoise", "vol", "0.5", NULL};
+  /* the crafted uploads (tests/tools/hostile_media.py) */
+  char webm[128], env[160];
+  path_of(webm, sizeof webm, "speech.webm");
+  snprintf(env, sizeof env, "SRC_WEBM=%s", webm);
+  char *hostile[] = {"env", env, "python3", SLUICE_SOURCE_DIR "/tests/tools/hostile_media.py",
+                     dir,   NULL};
   if (run(espeak) || run(tofl) || run(to16) || run(mksil) || run(mkhiss) ||
       gst_encode("opusenc", "webmmux", "speech.webm") ||
       gst_encode("opusenc", "oggmux", "speech.opus") ||
-      gst_encode("lamemp3enc", NULL, "speech.mp3")) {
+      gst_encode("lamemp3enc", NULL, "speech.mp3") || run(mknoise) || run(hostile)) {
     fprintf(stderr, "making the recordings failed: espeak-ng, sox and gst-launch-1.0 with "
                     "gstreamer1.0-plugins-good are needed (tools/bootstrap)\n");
     return -1;
@@ -225,6 +240,107 @@ static void test_too_long(void **state) {
   assert_int_equal(sl_pf_decode(buf, len, &c, &a, err, sizeof err), SL_ETOOBIG);
   assert_true(a.duration_s <= 1.0 + 1.0 / SL_PF_RATE);
   sl_pf_audio_clear(&a);
+  free(buf);
+}
+
+/* An upload crafted to make a decoder work for an attacker: each is refused
+ * with its own error, quickly and without plugging a decoder outside the
+ * allow-list (tests/tools/hostile_media.py says what each one is). */
+static void test_hostile(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    int rc;
+    const char *says;
+  } cases[] = {
+      {"png_huge.png", SL_EUNSUPPORTED, "image/png stream, not audio"},
+      {"png_small.png", SL_EUNSUPPORTED, "image/png stream, not audio"},
+      {"zip.webm", SL_EUNSUPPORTED, "application/zip stream, not audio"},
+      {"flac_wide.flac", SL_EUNSUPPORTED, "655350 Hz"},
+      {"aac_2h.m4a", SL_ENOTFOUND, "AAC"},
+      {"ogg_10h.opus", SL_EDECODE, "cut short: the container declares 36000.0 s"},
+      {"mkv_cut.webm", SL_EDECODE, "cut short"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t len;
+    unsigned char *buf = read_all(cases[i].name, &len);
+    sl_pf_audio a;
+    char err[512] = "";
+    int rc = sl_pf_decode(buf, len, &conf, &a, err, sizeof err);
+    sl_pf_audio_clear(&a);
+    free(buf);
+    if (rc != cases[i].rc || !strstr(err, cases[i].says))
+      fail_msg("%s: %s (%s), expected %s saying \"%s\"", cases[i].name, sl_err_name(rc), err,
+               sl_err_name(cases[i].rc), cases[i].says);
+  }
+  /* the rate limit is a setting: without it the wide FLAC is not refused for it */
+  sl_pf_conf any = conf;
+  any.max_rate = 0;
+  any.max_channels = 0;
+  size_t len;
+  unsigned char *buf = read_all("flac_wide.flac", &len);
+  sl_pf_audio a;
+  char err[512] = "";
+  int rc = sl_pf_decode(buf, len, &any, &a, err, sizeof err);
+  sl_pf_audio_clear(&a);
+  free(buf);
+  if (rc == SL_EUNSUPPORTED) fail_msg("refused without limits: %s", err);
+}
+
+/* Only the allow-list is plugged, whatever the host has installed */
+static void test_allow_list(void **state) {
+  (void)state;
+  static const char *const yes[] = {"opusdec",       "vorbisdec", "flacdec",  "mpg123audiodec",
+                                    "matroskademux", "oggdemux",  "wavparse", "aacparse"};
+  static const char *const no[] = {"pngdec",    "jpegdec", "avdec_aac", "avdec_h264", "faad",
+                                   "fdkaacdec", "vp8dec",  "decodebin", NULL};
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+    if (!sl_pf_allowed(yes[i])) fail_msg("%s is not allowed", yes[i]);
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+    if (sl_pf_allowed(no[i])) fail_msg("%s is allowed", no[i] ? no[i] : "NULL");
+}
+
+/* The deadline is wall time, checked while samples flow too: a minute of
+ * noise that decodes steadily still ends at a 20 ms deadline */
+static void test_deadline_while_streaming(void **state) {
+  (void)state;
+  size_t len;
+  unsigned char *buf = read_all("noise60.flac", &len);
+  sl_pf_conf c = conf;
+  c.timeout_ms = 20;
+  sl_pf_audio a;
+  char err[512] = "";
+  int rc = sl_pf_decode(buf, len, &c, &a, err, sizeof err);
+  if (rc != SL_ETIMEDOUT)
+    fail_msg("decoding 60 s with a 20 ms deadline: %s after %.1f s of audio (%s)",
+             rc ? sl_err_name(rc) : "done", a.duration_s, err);
+  assert_true(a.duration_s < 60.0);
+  sl_pf_audio_clear(&a);
+  free(buf);
+}
+
+/* A codec with no decoder is timed from its parsed frames: the 2-hour AAC
+ * stops at the limit; a decodable file measures its own length */
+static void test_measure(void **state) {
+  (void)state;
+  size_t len;
+  unsigned char *buf = read_all("aac_2h.m4a", &len);
+  double s = 0;
+  char err[512] = "";
+  assert_int_equal(sl_pf_measure(buf, len, &conf, &s, err, sizeof err), SL_ETOOBIG);
+  assert_true(s >= conf.max_seconds && s < conf.max_seconds + 1);
+  sl_pf_conf c = conf;
+  c.max_seconds = 3 * 3600;
+  int rc = sl_pf_measure(buf, len, &c, &s, err, sizeof err);
+  if (rc || s < 7199 || s > 7201)
+    fail_msg("the 2-hour AAC measured %s, %.1f s (%s)", rc ? sl_err_name(rc) : "ok", s, err);
+  free(buf);
+  buf = read_all("speech.webm", &len);
+  assert_int_equal(sl_pf_measure(buf, len, &conf, &s, err, sizeof err), 0);
+  assert_true(s > 2.0 && s < 10.0);
+  free(buf);
+  buf = read_all("zip.webm", &len);
+  assert_int_equal(sl_pf_measure(buf, len, &conf, &s, err, sizeof err), SL_EUNSUPPORTED);
   free(buf);
 }
 
@@ -338,6 +454,10 @@ int main(void) {
       cmocka_unit_test(test_flac_round_trip),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_plain_wav_as_gstreamer),
+      cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_allow_list),
+      cmocka_unit_test(test_deadline_while_streaming),
+      cmocka_unit_test(test_measure),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

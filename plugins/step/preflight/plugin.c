@@ -6,16 +6,24 @@
  *
  * Reads the uploaded object ("@object"), decodes it (preflight.c), and
  *   - fails it for good, before any paid call, as
- *       undecodable_audio  not audio, corrupt or empty;
+ *       unsupported_format not audio (an image, a video, an archive), a
+ *                          format outside the decoders' allow-list, or a
+ *                          rate or channel count above the limits;
+ *       undecodable_audio  audio, but corrupt, cut short or empty;
  *       too_long           longer than max_seconds;
  *       no_speech          less than min_speech_seconds of speech;
+ *       decode_limit       decoding outlasted decode_timeout_ms (wall
+ *                          time): a file made to be slow is not retried;
  *   - else writes duration_s and speech_s into the UploadCompleted it
  *     passes on, and (normalize = true) stores a 16 kHz mono FLAC beside
  *     the original (derived/<key>.16k.flac) whose key goes in audio_key,
  *     which stt hands to its plugin instead of the original.
  * A recording in a recognised format whose codec has no decoder here
- * (MP4/AAC: see preflight.h for why) passes unchanged when
- * pass_undecoded = true: the STT provider gets the original, as before.
+ * (MP4/AAC: see preflight.h for why) fails as unsupported_format; with
+ * pass_undecoded = true it is timed from its parsed frames instead
+ * (sl_pf_measure), fails as too_long past max_seconds, and else passes
+ * unchanged with its duration_s: the STT provider gets the original, and
+ * is never paid for a length nobody checked.
  *
  * SYNC (CPU-bound): the host runs it on the worker pool, one instance per
  * thread; instances hold no decoder state (a pipeline per call).
@@ -28,12 +36,14 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_plugin.h"
 
+enum { UNDECODABLE, TOO_LONG, NO_SPEECH, UNSUPPORTED, DECODE_LIMIT, NCLASS };
+
 typedef struct {
   const sl_plugin_host *h;
   sl_pf_conf pc;
   double min_speech_s;
   int normalize, pass_undecoded, flac_level;
-  sl_plugin_metric *rejected[3], *passed, *audio_ms;
+  sl_plugin_metric *rejected[NCLASS], *passed, *audio_ms;
 } state;
 
 static const sl_plugin_conf_key conf[] = {
@@ -51,16 +61,27 @@ static const sl_plugin_conf_key conf[] = {
      "libFLAC compression level of that FLAC, 0 (least CPU) to 8 (fewest bytes to the STT "
      "provider); docs/benchmarks.md has both per level",
      0},
-    {"pass_undecoded", SL_PLUGIN_CONF_BOOL, "true",
-     "a recognised format with no decoder here (MP4/AAC) passes on unchecked instead of "
-     "failing as undecodable_audio",
+    {"pass_undecoded", SL_PLUGIN_CONF_BOOL, "false",
+     "a recognised audio format with no decoder here (MP4/AAC) passes on undecoded, timed from "
+     "its parsed frames (longer than max_seconds still fails as too_long), instead of failing "
+     "as unsupported_format",
      0},
-    {"decode_timeout_ms", SL_PLUGIN_CONF_INT, "30000", "time limit for decoding one answer", 0},
+    {"decode_timeout_ms", SL_PLUGIN_CONF_INT, "30000",
+     "wall-time limit for decoding one answer (past it: decode_limit, not retried)", 0},
+    {"max_sample_rate", SL_PLUGIN_CONF_INT, "96000",
+     "a stream at a higher sample rate (Hz) fails as unsupported_format before it is decoded "
+     "(0: no limit)",
+     0},
+    {"max_channels", SL_PLUGIN_CONF_INT, "2",
+     "a stream with more channels fails as unsupported_format before it is decoded (0: no "
+     "limit)",
+     0},
 };
 
 static const char *const reads[] = {SL_PLUGIN_READ_OBJECT, "object_key", NULL};
 static const char *const writes[] = {"audio_key", "duration_s", "speech_s", NULL};
-static const char *const classes[] = {"undecodable_audio", "too_long", "no_speech"};
+static const char *const classes[NCLASS] = {"undecodable_audio", "too_long", "no_speech",
+                                            "unsupported_format", "decode_limit"};
 
 static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, char *err,
                   size_t errlen) {
@@ -89,18 +110,30 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
   s->pc.max_seconds = max_s;
   s->pc.silence_dbfs = h->conf_double(c, "silence_dbfs");
   s->pc.timeout_ms = (long)h->conf_int(c, "decode_timeout_ms");
+  int64_t rate = h->conf_int(c, "max_sample_rate"), ch = h->conf_int(c, "max_channels");
+  if (rate < 0 || rate > 1000000 || ch < 0 || ch > 255 || s->pc.timeout_ms <= 0) {
+    h->free(s);
+    snprintf(err, errlen,
+             "step.preflight: max_sample_rate must be 0..1000000, max_channels 0..255, "
+             "decode_timeout_ms > 0");
+    return SL_ECONFIG;
+  }
+  s->pc.max_rate = (int)rate;
+  s->pc.max_channels = (int)ch;
   s->min_speech_s = h->conf_double(c, "min_speech_seconds");
   s->normalize = h->conf_bool(c, "normalize");
   s->pass_undecoded = h->conf_bool(c, "pass_undecoded");
   s->flac_level = (int)level;
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < NCLASS; i++) {
     char labels[64];
     snprintf(labels, sizeof labels, "class=\"%s\"", classes[i]);
     s->rejected[i] = h->counter("sluice_preflight_rejected_total", labels,
                                 "answers preflight failed before any paid call, by class");
   }
-  s->passed = h->counter("sluice_preflight_undecoded_total", NULL,
-                         "answers passed on unchecked: no decoder here for their codec");
+  s->passed = h->counter(
+      "sluice_preflight_undecoded_total", NULL,
+      "answers passed on undecoded (pass_undecoded): no decoder here for their codec, length timed "
+      "from their frames");
   s->audio_ms = h->counter("sluice_preflight_audio_milliseconds_total", NULL,
                            "milliseconds of audio preflight decoded");
   *out = s;
@@ -117,6 +150,54 @@ static void reject(state *s, sl_plugin_call *c, int cls, const char *reason) {
   s->h->complete(c, SL_PLUGIN_FAIL, 0, 0, classes[cls], reason);
 }
 
+/* the class of an answer sl_pf_decode or sl_pf_measure refused */
+static int class_of(int rc) {
+  switch (rc) {
+  case SL_ETOOBIG:
+    return TOO_LONG;
+  case SL_EUNSUPPORTED:
+  case SL_ENOTFOUND:
+    return UNSUPPORTED;
+  case SL_ETIMEDOUT:
+    return DECODE_LIMIT;
+  default:
+    return UNDECODABLE;
+  }
+}
+
+/* pass_undecoded: an audio codec with no decoder here goes on undecoded,
+ * but only once its parsed frames say how long it is */
+static void pass_undecoded(state *s, const sl_plugin_input *in, sl_plugin_call *c) {
+  const sl_plugin_host *h = s->h;
+  char err[512] = "", why[700];
+  double secs = 0;
+  int rc = sl_pf_measure(in->audio, in->audio_len, &s->pc, &secs, err, sizeof err);
+  if (rc == SL_ETOOBIG) {
+    snprintf(why, sizeof why,
+             "the answer is longer than the %.0f s limit (undecoded, timed "
+             "from its frames)",
+             s->pc.max_seconds);
+    reject(s, c, TOO_LONG, why);
+    return;
+  }
+  if (rc) {
+    snprintf(why, sizeof why, "%s (%s, %zu bytes), not decodable here and not timed: %s",
+             in->filename ? in->filename : "answer", in->content_type ? in->content_type : "?",
+             in->audio_len, err);
+    reject(s, c, class_of(rc), why);
+    return;
+  }
+  rc = h->out_num(c, "duration_s", secs);
+  if (rc) {
+    h->complete(c, SL_PLUGIN_RETRY, 0, 0, "preflight", "writing the output failed");
+    return;
+  }
+  h->counter_add(s->passed, 1);
+  h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on undecoded (%s, %.1f s)",
+         in->content_type ? in->content_type : "?", secs);
+  h->complete(c, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
+}
+
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   state *s = v;
   const sl_plugin_host *h = s->h;
@@ -126,22 +207,20 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   h->counter_add(s->audio_ms, (uint64_t)(a.duration_s * 1000));
   if (rc == SL_ENOTFOUND && s->pass_undecoded) {
     sl_pf_audio_clear(&a);
-    h->counter_add(s->passed, 1);
-    h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on unchecked (%s): %s", in->content_type, err);
-    h->complete(c, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
+    pass_undecoded(s, in, c);
     return;
   }
-  if (rc == SL_EDECODE || rc == SL_ENOTFOUND) {
+  if (rc == SL_EDECODE || rc == SL_ENOTFOUND || rc == SL_EUNSUPPORTED || rc == SL_ETIMEDOUT) {
     sl_pf_audio_clear(&a);
     snprintf(why, sizeof why, "%s (%s, %zu bytes): %s", in->filename ? in->filename : "answer",
              in->content_type ? in->content_type : "?", in->audio_len, err);
-    reject(s, c, 0, why);
+    reject(s, c, class_of(rc), why);
     return;
   }
   if (rc == SL_ETOOBIG) {
     sl_pf_audio_clear(&a);
     snprintf(why, sizeof why, "the answer is longer than the %.0f s limit", s->pc.max_seconds);
-    reject(s, c, 1, why);
+    reject(s, c, TOO_LONG, why);
     return;
   }
   if (rc) {
@@ -161,7 +240,7 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
              "%.0f dBFS, floor %.0f dBFS)",
              a.duration_s, a.speech_s, a.peak_dbfs, a.floor_dbfs);
     sl_pf_audio_clear(&a);
-    reject(s, c, 2, why);
+    reject(s, c, NO_SPEECH, why);
     return;
   }
   int orc = h->out_num(c, "duration_s", a.duration_s);
@@ -195,8 +274,9 @@ static const sl_plugin desc = {
                    "(LGPL-2.1+), which use libopus, libvorbis, libFLAC (BSD) and mpg123 "
                    "(LGPL-2.1); the FLAC is written with libFLAC (BSD). MP4/AAC is recognised "
                    "but not decoded: Debian has no AAC decoder under a permissive or LGPL "
-                   "licence (its ffmpeg build and faad2 are GPL), so such answers pass on "
-                   "unchecked (pass_undecoded)",
+                   "licence (its ffmpeg build and faad2 are GPL), so such answers fail as "
+                   "unsupported_format, or pass on timed from their frames (pass_undecoded). "
+                   "Only an allow-list of elements is ever plugged",
     .flags = SL_PLUGIN_SYNC,
     .conf = conf,
     .nconf = sizeof conf / sizeof conf[0],

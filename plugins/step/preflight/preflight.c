@@ -17,8 +17,22 @@
  * filter; at 10 its transcripts of espeak speech match the WAV's)
  * The caller's buffer is lent to GStreamer without a copy (wrapped,
  * read-only) and outlives the pipeline, which is torn down before return.
- * Samples are pulled on the calling thread with a short timeout, so a
- * decode that stalls ends at the deadline; errors come from the bus.
+ * Samples are pulled on the calling thread with a short timeout, and the
+ * deadline is checked on every turn, so a decode ends at the deadline
+ * whether it stalls or streams; errors come from the bus.
+ *
+ * The bytes are a stranger's: decodebin may plug only the elements of
+ * allowed[] (the demuxers, parsers and decoders of the formats Sluice
+ * takes), whatever else the host has installed (plugins-bad, -ugly,
+ * gst-libav). Its autoplug-select signal skips every other factory, and
+ * autoplug-continue refuses a stream that is not audio (an image, a
+ * video) or whose rate or channel count is above the limits, before a
+ * decoder or the resampler spends anything on it. A refusal is
+ * SL_EUNSUPPORTED, whatever error decodebin then reports.
+ *
+ * sl_pf_measure runs the same pipeline stopped after the parsers
+ * (decodebin's caps): a codec with no decoder here (AAC) is timed from
+ * its own parsed frames, not from a header that may lie.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "preflight.h"
@@ -232,9 +246,188 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
   return sl_pf_decode_gst(data, len, c, out, err, errlen); /* empty ones too */
 }
 
-int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
-                     size_t errlen) {
-  memset(out, 0, sizeof *out);
+/* ---- what decodebin may plug ------------------------------------------------- */
+
+/* The elements of the formats Sluice takes (WebM/Matroska and Ogg with Opus
+ * or Vorbis, MP3, FLAC, WAV with PCM, A-law or mu-law), all in Debian's
+ * gstreamer1.0-plugins-base and -good, and the MP4 demuxer and AAC parser,
+ * so that an AAC answer is recognised and timed (it has no decoder here).
+ * Nothing else is plugged, whatever is installed. */
+static const char *const allowed[] = {
+    "matroskademux", "oggdemux",       "qtdemux",        "wavparse",  "id3demux",    "apedemux",
+    "flacparse",     "mpegaudioparse", "aacparse",       "opusparse", "vorbisparse", "opusdec",
+    "vorbisdec",     "flacdec",        "mpg123audiodec", "alawdec",   "mulawdec",
+};
+
+/* allowed[] index + 1 of factory, 0 when it is not allowed */
+static int allowed_index(const char *factory) {
+  for (size_t i = 0; factory && i < sizeof allowed / sizeof allowed[0]; i++)
+    if (strcmp(factory, allowed[i]) == 0) return (int)i + 1;
+  return 0;
+}
+
+int sl_pf_allowed(const char *factory) { return allowed_index(factory) != 0; }
+
+/* decodebin's GstAutoplugSelectResult (gst/playback/gstplay-enum.h, not an
+ * installed header): the values its autoplug-select signal takes */
+enum { AUTOPLUG_TRY = 0, AUTOPLUG_SKIP = 2 };
+
+/* What the pipeline's callbacks saw, read by the pulling thread. */
+typedef struct {
+  const sl_pf_conf *c;
+  atomic_int refused; /* SL_EUNSUPPORTED once a stream was refused */
+  atomic_int skipped; /* a factory outside allowed[] was passed over */
+  atomic_int first;   /* allowed_index() of the first element plugged */
+  pthread_mutex_t mu; /* guards why */
+  char why[256];      /* the first refusal or skip, for the error */
+} guard;
+
+static void guard_note(guard *g, const char *fmt, const char *a, const char *b) {
+  pthread_mutex_lock(&g->mu);
+  if (!g->why[0]) snprintf(g->why, sizeof g->why, fmt, a, b);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static int media_is(const char *media, const char *prefix) {
+  return strncmp(media, prefix, strlen(prefix)) == 0;
+}
+
+/* The types of the containers and tags that hold the allowed audio (their
+ * typefinders name some of them video/); every other type that is not
+ * audio/ (an image, a video stream, an archive) is refused. */
+static int is_container(const char *media) {
+  static const char *const types[] = {"video/webm",        "video/x-matroska",    "audio/webm",
+                                      "video/quicktime",   "video/ogg",           "application/ogg",
+                                      "application/x-id3", "application/x-apetag"};
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    if (strcmp(media, types[i]) == 0) return 1;
+  return 0;
+}
+
+/* autoplug-continue: FALSE stops plugging at this pad. A stream that is
+ * not audio, or that is audio beyond the rate and channel limits, is
+ * refused here, before any decoder runs on it. */
+static gboolean on_continue(GstElement *bin, GstPad *pad, GstCaps *caps, gpointer ud) {
+  (void)bin;
+  (void)pad;
+  guard *g = ud;
+  for (guint i = 0; caps && i < gst_caps_get_size(caps); i++) {
+    const GstStructure *st = gst_caps_get_structure(caps, i);
+    const char *media = gst_structure_get_name(st);
+    if (!media_is(media, "audio/") && !is_container(media)) {
+      guard_note(g, "a %s stream, not audio%s", media, "");
+      atomic_store(&g->refused, SL_EUNSUPPORTED);
+      return FALSE;
+    }
+    int rate = 0, channels = 0;
+    char lim[64];
+    if (gst_structure_get_int(st, "rate", &rate) && g->c->max_rate > 0 && rate > g->c->max_rate) {
+      snprintf(lim, sizeof lim, "%d Hz (the limit is %d Hz)", rate, g->c->max_rate);
+      guard_note(g, "audio at %s%s", lim, "");
+      atomic_store(&g->refused, SL_EUNSUPPORTED);
+      return FALSE;
+    }
+    if (gst_structure_get_int(st, "channels", &channels) && g->c->max_channels > 0 &&
+        channels > g->c->max_channels) {
+      snprintf(lim, sizeof lim, "%d channels (the limit is %d)", channels, g->c->max_channels);
+      guard_note(g, "audio in %s%s", lim, "");
+      atomic_store(&g->refused, SL_EUNSUPPORTED);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* autoplug-select: only the factories of allowed[] are tried */
+static gint on_select(GstElement *bin, GstPad *pad, GstCaps *caps, GstElementFactory *f,
+                      gpointer ud) {
+  (void)bin;
+  (void)pad;
+  guard *g = ud;
+  const char *name = gst_plugin_feature_get_name(GST_PLUGIN_FEATURE(f));
+  int idx = allowed_index(name);
+  if (idx) {
+    int none = 0;
+    atomic_compare_exchange_strong(&g->first, &none, idx);
+    return AUTOPLUG_TRY;
+  }
+  const char *media = caps && gst_caps_get_size(caps)
+                          ? gst_structure_get_name(gst_caps_get_structure(caps, 0))
+                          : "unknown";
+  guard_note(g, "%s would need %s, which is not an allowed element", media, name);
+  atomic_store(&g->skipped, 1);
+  return AUTOPLUG_SKIP;
+}
+
+/* ---- one pipeline ---------------------------------------------------------------- */
+
+/* The pipelines: decode to 16 kHz mono, or (measure) parse only. */
+#define DECODE_DESC                                                                                \
+  "appsrc name=src stream-type=random-access format=bytes ! decodebin name=dec ! audioconvert ! "  \
+  "audioresample quality=10 ! "                                                                    \
+  "audio/x-raw,format=S16LE,layout=interleaved,channels=1,rate=16000 ! "                           \
+  "appsink name=sink sync=false max-buffers=64"
+#define MEASURE_DESC                                                                               \
+  "appsrc name=src stream-type=random-access format=bytes ! decodebin name=dec "                   \
+  "caps=\"audio/mpeg,mpegversion=(int){2,4},framed=(boolean)true;audio/x-raw\" ! "                 \
+  "appsink name=sink sync=false max-buffers=64"
+
+/* what a run does with each sample: decode appends PCM, measure times the
+ * parsed frames (*end_ns: the furthest pts + duration seen) */
+typedef struct {
+  int measure;
+  sl_pf_audio *out;
+  size_t cap, max;
+  int64_t end_ns, max_ns;
+} sink_work;
+
+static int on_sample(sink_work *w, GstSample *smp) {
+  if (!w->measure) return take(smp, w->out, &w->cap, w->max);
+  GstBuffer *b = gst_sample_get_buffer(smp);
+  if (!b || !GST_BUFFER_PTS_IS_VALID(b)) return 0;
+  int64_t end = (int64_t)GST_BUFFER_PTS(b) +
+                (GST_BUFFER_DURATION_IS_VALID(b) ? (int64_t)GST_BUFFER_DURATION(b) : 0);
+  if (end > w->end_ns) w->end_ns = end;
+  return w->end_ns > w->max_ns ? SL_ETOOBIG : 0;
+}
+
+/* The error of a run, the guard's refusal first: once a stream was refused
+ * or a factory skipped, whatever decodebin then reports follows from it. */
+static int guarded(guard *g, int rc, char *err, size_t errlen) {
+  int refused = atomic_load(&g->refused);
+  if (refused || (atomic_load(&g->skipped) && (rc == SL_EDECODE || rc == SL_ENOTFOUND))) {
+    pthread_mutex_lock(&g->mu);
+    snprintf(err, errlen, "unsupported: %s", g->why[0] ? g->why : "not an allowed format");
+    pthread_mutex_unlock(&g->mu);
+    /* an audio codec with no decoder here stays SL_ENOTFOUND (pass_undecoded) */
+    if (!refused && strncmp(g->why, "audio/", 6) == 0) return SL_ENOTFOUND;
+    return SL_EUNSUPPORTED;
+  }
+  return rc;
+}
+
+/* A recording that decodes to less than its container declares was cut
+ * short (an upload that stopped, or a header that lies about its length,
+ * like an Ogg whose last page claims hours): undecodable, not passed on as
+ * the part that happened to decode. MP3 is exempt: its length is only an
+ * estimate from the bitrate of its first frames. */
+static int whole(GstElement *pipe, guard *g, const sl_pf_audio *a, char *err, size_t errlen) {
+  gint64 ns = -1;
+  int first = atomic_load(&g->first);
+  if (first && (strcmp(allowed[first - 1], "mpegaudioparse") == 0 ||
+                strcmp(allowed[first - 1], "id3demux") == 0))
+    return 0;
+  if (!gst_element_query_duration(pipe, GST_FORMAT_TIME, &ns) || ns <= 0) return 0;
+  double declared = (double)ns / 1e9, got = (double)a->n / SL_PF_RATE;
+  double slack = declared * 0.05 > 0.5 ? declared * 0.05 : 0.5;
+  if (got >= declared - slack) return 0;
+  snprintf(err, errlen, "cut short: the container declares %.1f s, %.1f s of it decodes", declared,
+           got);
+  return SL_EDECODE;
+}
+
+static int run_gst(const void *data, size_t len, const sl_pf_conf *c, sink_work *w, char *err,
+                   size_t errlen) {
   if (!data || !len) {
     snprintf(err, errlen, "the recording is empty (0 bytes)");
     return SL_EDECODE;
@@ -242,12 +435,7 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
   int rc = sl_pf_init(err, errlen);
   if (rc) return rc;
   GError *ge = NULL;
-  GstElement *pipe = gst_parse_launch(
-      "appsrc name=src stream-type=random-access format=bytes ! decodebin ! audioconvert ! "
-      "audioresample quality=10 ! "
-      "audio/x-raw,format=S16LE,layout=interleaved,channels=1,rate=16000 ! "
-      "appsink name=sink sync=false max-buffers=64",
-      &ge);
+  GstElement *pipe = gst_parse_launch(w->measure ? MEASURE_DESC : DECODE_DESC, &ge);
   if (!pipe) {
     snprintf(err, errlen, "building the decoder: %s", ge ? ge->message : "failed");
     if (ge) g_error_free(ge);
@@ -255,16 +443,21 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
   }
   if (ge) g_error_free(ge); /* a recoverable warning from the parser */
   GstElement *src = gst_bin_get_by_name(GST_BIN(pipe), "src");
+  GstElement *dec = gst_bin_get_by_name(GST_BIN(pipe), "dec");
   GstElement *sink = gst_bin_get_by_name(GST_BIN(pipe), "sink");
   GstBus *bus = gst_element_get_bus(pipe);
+  guard g = {.c = c};
+  pthread_mutex_init(&g.mu, NULL);
+  g_signal_connect(dec, "autoplug-continue", G_CALLBACK(on_continue), &g);
+  g_signal_connect(dec, "autoplug-select", G_CALLBACK(on_select), &g);
   src_state ss = {data, len, 0, 0, 0};
   atomic_store(&ss.active_ms, mono_ms());
   GstAppSrcCallbacks cb = {.need_data = need_data, .seek_data = seek_data};
   gst_app_src_set_callbacks(GST_APP_SRC(src), &cb, &ss, NULL);
   gst_app_src_set_size(GST_APP_SRC(src), (gint64)len);
 
-  size_t cap = 0, max = pcm_max(c);
-  int64_t deadline = mono_ms() + (c->timeout_ms > 0 ? c->timeout_ms : 30000);
+  long timeout_ms = c->timeout_ms > 0 ? c->timeout_ms : 30000;
+  int64_t deadline = mono_ms() + timeout_ms;
   if (gst_element_set_state(pipe, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
     rc = bus_error(bus, err, errlen);
     if (!rc) {
@@ -273,12 +466,21 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
     }
   }
   int64_t last_out = mono_ms();
+  int has_out = 0;
   while (rc == 0) {
+    int64_t now = mono_ms();
+    if (now > deadline) { /* streaming or stalled: wall time counts */
+      snprintf(err, errlen, "decoding took longer than %ld ms", timeout_ms);
+      rc = SL_ETIMEDOUT;
+      break;
+    }
+    if (atomic_load(&g.refused)) break;
     GstSample *smp = gst_app_sink_try_pull_sample(GST_APP_SINK(sink), 50 * GST_MSECOND);
     if (smp) {
-      rc = take(smp, out, &cap, max);
+      rc = on_sample(w, smp);
       gst_sample_unref(smp);
       last_out = mono_ms();
+      has_out = 1;
       continue;
     }
     if ((rc = bus_error(bus, err, errlen)) != 0) break;
@@ -288,9 +490,9 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
      * neither an error nor EOS arrives: when nothing has been read and
      * nothing decoded for IDLE_MS, the decoder has stopped. Complete if it
      * had read every byte (and decoded something), else undecodable. */
-    int64_t now = mono_ms();
+    now = mono_ms();
     if (now - last_out > IDLE_MS && now - atomic_load(&ss.active_ms) > IDLE_MS) {
-      if (!atomic_load(&ss.eos) || out->n == 0) {
+      if (!atomic_load(&ss.eos) || !has_out) {
         snprintf(err, errlen,
                  "the decoder stopped %s without audio or an error (a header "
                  "with no stream?)",
@@ -299,17 +501,39 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
       }
       break;
     }
-    if (now > deadline) {
-      snprintf(err, errlen, "decoding took longer than %ld ms", c->timeout_ms);
-      rc = SL_ETIMEDOUT;
-    }
   }
+  if (rc != SL_ETIMEDOUT) rc = guarded(&g, rc, err, errlen);
+  if (rc == 0 && !w->measure) rc = whole(pipe, &g, w->out, err, errlen);
   gst_element_set_state(pipe, GST_STATE_NULL);
+  pthread_mutex_destroy(&g.mu);
   gst_object_unref(bus);
   gst_object_unref(src);
+  gst_object_unref(dec);
   gst_object_unref(sink);
   gst_object_unref(pipe);
+  return rc;
+}
+
+int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
+                     size_t errlen) {
+  memset(out, 0, sizeof *out);
+  sink_work w = {.out = out, .max = pcm_max(c)};
+  int rc = run_gst(data, len, c, &w, err, errlen);
   return decoded(rc, c, out, err, errlen);
+}
+
+int sl_pf_measure(const void *data, size_t len, const sl_pf_conf *c, double *seconds, char *err,
+                  size_t errlen) {
+  *seconds = 0;
+  sink_work w = {.measure = 1, .max_ns = (int64_t)(c->max_seconds * 1e9)};
+  int rc = run_gst(data, len, c, &w, err, errlen);
+  *seconds = (double)w.end_ns / 1e9;
+  if (rc == 0 && w.end_ns == 0) {
+    snprintf(err, errlen, "no timed audio frames in the recording");
+    rc = SL_EDECODE;
+  }
+  if (rc == SL_ETOOBIG) snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
+  return rc;
 }
 
 /* ---- speech activity ---------------------------------------------------------- */

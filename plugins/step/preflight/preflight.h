@@ -38,7 +38,9 @@
 typedef struct {
   double max_seconds;  /* decoding stops past this: SL_ETOOBIG */
   double silence_dbfs; /* frames below are never speech (e.g. -50) */
-  long timeout_ms;     /* whole decode */
+  long timeout_ms;     /* whole decode, wall time */
+  int max_rate;        /* a stream above this many Hz is refused (0: any) */
+  int max_channels;    /* a stream with more channels is refused (0: any) */
 } sl_pf_conf;
 
 typedef struct {
@@ -53,11 +55,13 @@ typedef struct {
 /* gst_init, once per process. Returns 0 or SL_EPLUGIN with the reason. */
 int sl_pf_init(char *err, size_t errlen);
 
-/* Decodes data. Returns 0; SL_EDECODE (not audio, corrupt, empty: reason in
- * err); SL_ENOTFOUND (a recognised format with no decoder installed, e.g.
- * AAC: reason in err); SL_ETOOBIG (longer than max_seconds; out->duration_s
- * is what was decoded before stopping); SL_ETIMEDOUT; SL_ENOMEM. On any
- * return out must be cleared with sl_pf_audio_clear. */
+/* Decodes data. Returns 0; SL_EDECODE (audio, but corrupt or empty: reason
+ * in err); SL_EUNSUPPORTED (not audio, a format outside the allow-list, or
+ * a rate or channel count above the limits: reason in err); SL_ENOTFOUND
+ * (a recognised audio codec with no decoder allowed here, e.g. AAC: reason
+ * in err); SL_ETOOBIG (longer than max_seconds; out->duration_s is what was
+ * decoded before stopping); SL_ETIMEDOUT (timeout_ms of wall time passed);
+ * SL_ENOMEM. On any return out must be cleared with sl_pf_audio_clear. */
 int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
                  size_t errlen);
 
@@ -66,6 +70,17 @@ int sl_pf_decode(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio 
  * a pipeline); tests compare the two. */
 int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_audio *out, char *err,
                      size_t errlen);
+
+/* The length of a recording whose codec has no decoder here (SL_ENOTFOUND
+ * from sl_pf_decode), in *seconds: its frames demuxed and parsed, not
+ * decoded, and timed from the parser's own timestamps, not from a header.
+ * 0; SL_ETOOBIG past max_seconds; SL_EDECODE with no timed frames;
+ * SL_EUNSUPPORTED, SL_ETIMEDOUT as sl_pf_decode. */
+int sl_pf_measure(const void *data, size_t len, const sl_pf_conf *c, double *seconds, char *err,
+                  size_t errlen);
+
+/* 1 when decodebin may plug the GStreamer element factory of that name. */
+int sl_pf_allowed(const char *factory);
 
 /* Fills speech_s, peak_dbfs and floor_dbfs. Returns 0 or SL_ENOMEM. */
 int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);

@@ -30,7 +30,8 @@
   X(STATE, 1016, "operation not valid in this state")                                              \
   X(PLUGIN, 1017, "plugin refused or misbehaved")                                                  \
   X(AUTH, 1018, "credentials missing or not valid")                                                \
-  X(IO, 1019, "read or write failed")
+  X(IO, 1019, "read or write failed")                                                              \
+  X(UNSUPPORTED, 1020, "format not supported")
 
 enum {
 #define SL__ERR_ENUM(name, num, msg) SL_E##name = -(num),
