@@ -23,16 +23,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "sluice/sl_err.h"
 #include "step/preflight/preflight.h"
+#include "step/preflight/sandbox.h"
 
 static char dir[64];
 static const sl_pf_conf conf = {.max_seconds = 600,
@@ -344,6 +348,175 @@ static void test_measure(void **state) {
   free(buf);
 }
 
+/* ---- the sandbox (sluice-decode) ---- */
+
+static sl_pf_sandbox *sandbox(void) {
+  sl_pf_sandbox *sb = NULL;
+  char err[256] = "";
+  sl_pf_sandbox_conf sc = {.path = SLUICE_DECODE, .memory_mb = 256, .grace_ms = 500};
+  if (sl_pf_sandbox_new(&sc, &sb, err, sizeof err)) fail_msg("%s", err);
+  return sb;
+}
+
+static int check_in(sl_pf_sandbox *sb, const char *name, const sl_pf_conf *c, sl_pf_result *r) {
+  size_t len;
+  unsigned char *buf = read_all(name, &len);
+  int rc = sb ? sl_pf_sandbox_check(sb, buf, len, c, r) : sl_pf_check(buf, len, c, r);
+  free(buf);
+  return rc;
+}
+
+/* what the process gives is what this process gives: verdicts, measures,
+ * the FLAC to the byte */
+static void test_sandbox_same(void **state) {
+  (void)state;
+  sl_pf_sandbox *sb = sandbox();
+  sl_pf_conf c = conf;
+  c.normalize = 1;
+  c.flac_level = 5;
+  c.min_speech_s = 0.3;
+  static const char *const files[] = {"speech.webm",  "speech.mp3", "silence.wav",
+                                      "png_huge.png", "zip.webm",   "ogg_10h.opus"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    sl_pf_result in, out;
+    check_in(NULL, files[i], &c, &in);
+    check_in(sb, files[i], &c, &out);
+    if (in.rc != out.rc || strcmp(in.err, out.err) != 0 || in.duration_s != out.duration_s ||
+        in.speech_s != out.speech_s || in.flac_len != out.flac_len)
+      fail_msg("%s: here %s %.2f s (%s), in the sandbox %s %.2f s (%s)", files[i],
+               sl_err_name(in.rc), in.duration_s, in.err, sl_err_name(out.rc), out.duration_s,
+               out.err);
+    if (in.flac_len) assert_memory_equal(in.flac, out.flac, in.flac_len);
+    sl_pf_result_clear(&in);
+    sl_pf_result_clear(&out);
+  }
+  /* one process served them all */
+  pid_t pid = sl_pf_sandbox_pid(sb);
+  assert_true(pid > 0);
+  sl_pf_sandbox_free(sb);
+  assert_int_equal(kill(pid, 0), -1); /* and it is gone (reaped) with the sandbox */
+}
+
+static int proc_field(pid_t pid, const char *field, char *val, size_t cap) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int found = -1;
+  size_t n = strlen(field);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0 && line[n] == ':') {
+      snprintf(val, cap, "%s", line + n + 1 + strspn(line + n + 1, " \t"));
+      val[strcspn(val, "\n")] = '\0';
+      found = 0;
+    }
+  fclose(f);
+  return found;
+}
+
+/* the process holds none of the stage's secrets, descriptors or rights */
+static void test_sandbox_confined(void **state) {
+  (void)state;
+  setenv("SLUICE_S3_SECRET_KEY", "a-secret-the-decoder-must-not-see", 1);
+  int leak = open("/dev/null", O_RDONLY); /* a descriptor without FD_CLOEXEC */
+  assert_true(leak >= 0);
+  sl_pf_sandbox *sb = sandbox();
+  sl_pf_result r;
+  assert_int_equal(check_in(sb, "speech.webm", &conf, &r), 0);
+  sl_pf_result_clear(&r);
+  pid_t pid = sl_pf_sandbox_pid(sb);
+  char v[128];
+  assert_int_equal(proc_field(pid, "NoNewPrivs", v, sizeof v), 0);
+  assert_string_equal(v, "1");
+  assert_int_equal(proc_field(pid, "Seccomp", v, sizeof v), 0);
+  assert_string_equal(v, "2"); /* a filter */
+  if (geteuid() == 0) {
+    assert_int_equal(proc_field(pid, "Uid", v, sizeof v), 0);
+    if (strncmp(v, "65534", 5) != 0) fail_msg("the decoder runs as uid %s, not nobody", v);
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' && atoi(e->d_name) > 2) {
+      char link[128] = "", at[400];
+      snprintf(at, sizeof at, "%s/%s", path, e->d_name);
+      ssize_t n = readlink(at, link, sizeof link - 1);
+      link[n > 0 ? n : 0] = '\0';
+      /* GStreamer's own wake-up descriptors are the only others */
+      if (!strstr(link, "eventfd") && !strstr(link, "pipe:") && !strstr(link, "socket:"))
+        fail_msg("the decoder holds descriptor %s: %s", e->d_name, link);
+      if (strstr(link, "socket:")) {
+        /* a socket would have to be one it made itself; it cannot (seccomp) */
+        fail_msg("the decoder holds a socket (descriptor %s)", e->d_name);
+      }
+    }
+  closedir(d);
+  snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char env[4096];
+  size_t n = fread(env, 1, sizeof env - 1, f);
+  fclose(f);
+  env[n] = '\0';
+  for (size_t i = 0; i < n; i += strlen(env + i) + 1)
+    if (strncmp(env + i, "MALLOC_ARENA_MAX=", 17) && strncmp(env + i, "ASAN_OPTIONS=", 13) &&
+        strncmp(env + i, "UBSAN_OPTIONS=", 14) && strncmp(env + i, "LSAN_OPTIONS=", 13))
+      fail_msg("the decoder's environment holds %s", env + i);
+  close(leak);
+  unsetenv("SLUICE_S3_SECRET_KEY");
+  sl_pf_sandbox_free(sb);
+}
+
+typedef struct {
+  sl_pf_sandbox *sb;
+  sl_pf_conf c;
+  sl_pf_result r;
+  const char *name;
+} job;
+
+static void *run_job(void *arg) {
+  job *j = arg;
+  check_in(j->sb, j->name, &j->c, &j->r);
+  return NULL;
+}
+
+/* A decoder that stops answering (SIGSTOP: as a decoder stuck in a loop)
+ * is killed at the deadline; the next answer gets a new process. A process
+ * killed between answers is replaced without the answer noticing. */
+static void test_sandbox_deadline(void **state) {
+  (void)state;
+  job j = {.sb = sandbox(), .c = conf, .name = "noise60.flac"};
+  j.c.timeout_ms = 1000;
+  sl_pf_result r;
+  assert_int_equal(check_in(j.sb, "speech.webm", &conf, &r), 0); /* started */
+  sl_pf_result_clear(&r);
+  pid_t first = sl_pf_sandbox_pid(j.sb);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_job, &j), 0);
+  nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  kill(first, SIGSTOP);
+  pthread_join(t, NULL);
+  if (j.r.rc != SL_ETIMEDOUT || !strstr(j.r.err, "took longer than 1000 ms"))
+    fail_msg("a stopped decoder: %s (%s)", sl_err_name(j.r.rc), j.r.err);
+  sl_pf_result_clear(&j.r);
+  assert_int_equal(sl_pf_sandbox_pid(j.sb), 0);
+  assert_int_equal(kill(first, 0), -1); /* killed and reaped */
+  assert_int_equal(check_in(j.sb, "speech.webm", &conf, &r), 0);
+  sl_pf_result_clear(&r);
+  pid_t second = sl_pf_sandbox_pid(j.sb);
+  assert_true(second > 0 && second != first);
+  kill(second, SIGKILL);
+  nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  assert_int_equal(check_in(j.sb, "speech.webm", &conf, &r), 0);
+  assert_true(r.duration_s > 2.0);
+  sl_pf_result_clear(&r);
+  assert_true(sl_pf_sandbox_pid(j.sb) != second);
+  sl_pf_sandbox_free(j.sb);
+}
+
 /* A 16 kHz mono 16-bit WAV, read by libsndfile, gives GStreamer's samples,
  * the same too-long verdict and the same length at the limit */
 static void test_plain_wav_as_gstreamer(void **state) {
@@ -446,6 +619,7 @@ static void test_threads(void **state) {
 }
 
 int main(void) {
+  signal(SIGPIPE, SIG_IGN); /* as every stage does (sandbox.c) */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_formats),
       cmocka_unit_test(test_silence_is_no_speech),
@@ -458,6 +632,9 @@ int main(void) {
       cmocka_unit_test(test_allow_list),
       cmocka_unit_test(test_deadline_while_streaming),
       cmocka_unit_test(test_measure),
+      cmocka_unit_test(test_sandbox_same),
+      cmocka_unit_test(test_sandbox_confined),
+      cmocka_unit_test(test_sandbox_deadline),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "preflight.h"
+#include "sandbox.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_plugin.h"
 
@@ -41,8 +42,8 @@ enum { UNDECODABLE, TOO_LONG, NO_SPEECH, UNSUPPORTED, DECODE_LIMIT, NCLASS };
 typedef struct {
   const sl_plugin_host *h;
   sl_pf_conf pc;
-  double min_speech_s;
-  int normalize, pass_undecoded, flac_level;
+  int pass_undecoded;
+  sl_pf_sandbox *sandbox; /* NULL: decoding in this process (sandbox = false) */
   sl_plugin_metric *rejected[NCLASS], *passed, *audio_ms;
 } state;
 
@@ -66,6 +67,17 @@ static const sl_plugin_conf_key conf[] = {
      "its parsed frames (longer than max_seconds still fails as too_long), instead of failing "
      "as unsupported_format",
      0},
+    {"sandbox", SL_PLUGIN_CONF_BOOL, "true",
+     "decode in sluice-decode, a process of its own per worker thread with no credentials, no "
+     "sockets and the limits below, killed at the deadline (false: in the stage's process; "
+     "for debugging only)",
+     0},
+    {"sandbox_memory_mb", SL_PLUGIN_CONF_INT, "256",
+     "address space of each decoding process, in MiB (past it the answer fails as "
+     "decode_limit); not applied under AddressSanitizer",
+     0},
+    {"sandbox_path", SL_PLUGIN_CONF_STR, "",
+     "the decoding program (empty: sluice-decode in the directory above the plugins')", 0},
     {"decode_timeout_ms", SL_PLUGIN_CONF_INT, "30000",
      "wall-time limit for decoding one answer (past it: decode_limit, not retried)", 0},
     {"max_sample_rate", SL_PLUGIN_CONF_INT, "96000",
@@ -120,10 +132,18 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
   }
   s->pc.max_rate = (int)rate;
   s->pc.max_channels = (int)ch;
-  s->min_speech_s = h->conf_double(c, "min_speech_seconds");
-  s->normalize = h->conf_bool(c, "normalize");
-  s->pass_undecoded = h->conf_bool(c, "pass_undecoded");
-  s->flac_level = (int)level;
+  s->pc.min_speech_s = h->conf_double(c, "min_speech_seconds");
+  s->pc.normalize = h->conf_bool(c, "normalize");
+  s->pass_undecoded = s->pc.measure_undecoded = h->conf_bool(c, "pass_undecoded");
+  s->pc.flac_level = (int)level;
+  if (h->conf_bool(c, "sandbox")) {
+    sl_pf_sandbox_conf sc = {.path = h->conf_str(c, "sandbox_path"),
+                             .memory_mb = (long)h->conf_int(c, "sandbox_memory_mb")};
+    if ((rc = sl_pf_sandbox_new(&sc, &s->sandbox, err, errlen)) != 0) {
+      h->free(s);
+      return rc;
+    }
+  }
   for (size_t i = 0; i < NCLASS; i++) {
     char labels[64];
     snprintf(labels, sizeof labels, "class=\"%s\"", classes[i]);
@@ -142,7 +162,9 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
 
 static void destroy(void *v) {
   state *s = v;
-  if (s) s->h->free(s);
+  if (!s) return;
+  sl_pf_sandbox_free(s->sandbox);
+  s->h->free(s);
 }
 
 static void reject(state *s, sl_plugin_call *c, int cls, const char *reason) {
@@ -165,101 +187,65 @@ static int class_of(int rc) {
   }
 }
 
-/* pass_undecoded: an audio codec with no decoder here goes on undecoded,
- * but only once its parsed frames say how long it is */
-static void pass_undecoded(state *s, const sl_plugin_input *in, sl_plugin_call *c) {
-  const sl_plugin_host *h = s->h;
-  char err[512] = "", why[700];
-  double secs = 0;
-  int rc = sl_pf_measure(in->audio, in->audio_len, &s->pc, &secs, err, sizeof err);
-  if (rc == SL_ETOOBIG) {
-    snprintf(why, sizeof why,
-             "the answer is longer than the %.0f s limit (undecoded, timed "
-             "from its frames)",
-             s->pc.max_seconds);
-    reject(s, c, TOO_LONG, why);
-    return;
-  }
-  if (rc) {
-    snprintf(why, sizeof why, "%s (%s, %zu bytes), not decodable here and not timed: %s",
-             in->filename ? in->filename : "answer", in->content_type ? in->content_type : "?",
-             in->audio_len, err);
-    reject(s, c, class_of(rc), why);
-    return;
-  }
-  rc = h->out_num(c, "duration_s", secs);
-  if (rc) {
-    h->complete(c, SL_PLUGIN_RETRY, 0, 0, "preflight", "writing the output failed");
-    return;
-  }
-  h->counter_add(s->passed, 1);
-  h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on undecoded (%s, %.1f s)",
-         in->content_type ? in->content_type : "?", secs);
-  h->complete(c, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
-}
-
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   state *s = v;
   const sl_plugin_host *h = s->h;
-  char err[512] = "", why[700];
-  sl_pf_audio a;
-  int rc = sl_pf_decode(in->audio, in->audio_len, &s->pc, &a, err, sizeof err);
-  h->counter_add(s->audio_ms, (uint64_t)(a.duration_s * 1000));
-  if (rc == SL_ENOTFOUND && s->pass_undecoded) {
-    sl_pf_audio_clear(&a);
-    pass_undecoded(s, in, c);
-    return;
-  }
-  if (rc == SL_EDECODE || rc == SL_ENOTFOUND || rc == SL_EUNSUPPORTED || rc == SL_ETIMEDOUT) {
-    sl_pf_audio_clear(&a);
-    snprintf(why, sizeof why, "%s (%s, %zu bytes): %s", in->filename ? in->filename : "answer",
-             in->content_type ? in->content_type : "?", in->audio_len, err);
-    reject(s, c, class_of(rc), why);
-    return;
-  }
-  if (rc == SL_ETOOBIG) {
-    sl_pf_audio_clear(&a);
-    snprintf(why, sizeof why, "the answer is longer than the %.0f s limit", s->pc.max_seconds);
+  char why[700];
+  sl_pf_result r;
+  if (s->sandbox)
+    sl_pf_sandbox_check(s->sandbox, in->audio, in->audio_len, &s->pc, &r);
+  else
+    sl_pf_check(in->audio, in->audio_len, &s->pc, &r);
+  if (!r.undecoded) h->counter_add(s->audio_ms, (uint64_t)(r.duration_s * 1000));
+  const char *name = in->filename ? in->filename : "answer";
+  const char *type = in->content_type ? in->content_type : "?";
+  switch (r.rc) {
+  case 0:
+    break;
+  case SL_ETOOBIG:
+    snprintf(why, sizeof why, "the answer is longer than the %.0f s limit%s", s->pc.max_seconds,
+             s->pass_undecoded && strstr(r.err, "frames") ? " (timed from its frames)" : "");
     reject(s, c, TOO_LONG, why);
-    return;
+    goto out;
+  case SL_EDECODE:
+  case SL_ENOTFOUND:
+  case SL_EUNSUPPORTED:
+  case SL_ETIMEDOUT:
+    snprintf(why, sizeof why, "%s (%s, %zu bytes): %s", name, type, in->audio_len, r.err);
+    reject(s, c, class_of(r.rc), why);
+    goto out;
+  default: /* out of memory here, a decoder that could not start: not the answer's fault */
+    h->complete(c, SL_PLUGIN_RETRY, 0, 0, r.rc == SL_ENOMEM ? "out_of_memory" : "preflight",
+                r.err[0] ? r.err : "decoding failed");
+    goto out;
   }
-  if (rc) {
-    sl_pf_audio_clear(&a);
-    h->complete(c, SL_PLUGIN_RETRY, 0, 0, rc == SL_ENOMEM ? "out_of_memory" : "preflight",
-                err[0] ? err : "decoding failed");
-    return;
-  }
-  if (sl_pf_analyse(&a, s->pc.silence_dbfs) != 0) {
-    sl_pf_audio_clear(&a);
-    h->complete(c, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "measuring speech");
-    return;
-  }
-  if (a.speech_s < s->min_speech_s) {
+  if (!r.undecoded && r.speech_s < s->pc.min_speech_s) {
     snprintf(why, sizeof why,
              "no speech in %.1f s of audio (%.2f s above the silence threshold; loudest "
              "%.0f dBFS, floor %.0f dBFS)",
-             a.duration_s, a.speech_s, a.peak_dbfs, a.floor_dbfs);
-    sl_pf_audio_clear(&a);
+             r.duration_s, r.speech_s, r.peak_dbfs, r.floor_dbfs);
     reject(s, c, NO_SPEECH, why);
-    return;
+    goto out;
   }
-  int orc = h->out_num(c, "duration_s", a.duration_s);
-  if (orc == 0) orc = h->out_num(c, "speech_s", a.speech_s);
-  if (orc == 0 && s->normalize) {
-    void *flac = NULL;
-    size_t flen = 0;
-    orc = sl_pf_flac(a.pcm, a.n, s->flac_level, &flac, &flen);
-    if (orc == 0) orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", flac, flen);
-    free(flac);
+  int orc = h->out_num(c, "duration_s", r.duration_s);
+  if (orc == 0 && !r.undecoded) orc = h->out_num(c, "speech_s", r.speech_s);
+  if (orc == 0 && r.flac)
+    orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", r.flac, r.flac_len);
+  if (r.undecoded) {
+    h->counter_add(s->passed, 1);
+    h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on undecoded (%s, %.1f s timed from its frames)",
+           type, r.duration_s);
+  } else {
+    h->log(SL_PLUGIN_LOG_DEBUG, in->key, "%.1f s of audio, %.1f s of speech (%s, %zu bytes)",
+           r.duration_s, r.speech_s, type, in->audio_len);
   }
-  h->log(SL_PLUGIN_LOG_DEBUG, in->key, "%.1f s of audio, %.1f s of speech (%s, %zu bytes)",
-         a.duration_s, a.speech_s, in->content_type ? in->content_type : "?", in->audio_len);
-  sl_pf_audio_clear(&a);
   if (orc)
     h->complete(c, SL_PLUGIN_RETRY, 0, 0, orc == SL_ENOMEM ? "out_of_memory" : "preflight",
                 "writing the output failed");
   else
     h->complete(c, SL_PLUGIN_DONE, 0, 0, NULL, NULL);
+out:
+  sl_pf_result_clear(&r);
 }
 
 static const sl_plugin desc = {

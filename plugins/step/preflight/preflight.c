@@ -532,7 +532,8 @@ int sl_pf_measure(const void *data, size_t len, const sl_pf_conf *c, double *sec
     snprintf(err, errlen, "no timed audio frames in the recording");
     rc = SL_EDECODE;
   }
-  if (rc == SL_ETOOBIG) snprintf(err, errlen, "longer than %.0f s", c->max_seconds);
+  if (rc == SL_ETOOBIG)
+    snprintf(err, errlen, "longer than %.0f s (timed from its parsed frames)", c->max_seconds);
   return rc;
 }
 
@@ -651,4 +652,38 @@ void sl_pf_audio_clear(sl_pf_audio *a) {
   if (!a) return;
   free(a->pcm);
   memset(a, 0, sizeof *a);
+}
+
+/* ---- the whole check ----------------------------------------------------------- */
+
+int sl_pf_check(const void *data, size_t len, const sl_pf_conf *c, sl_pf_result *r) {
+  memset(r, 0, sizeof *r);
+  sl_pf_audio a;
+  r->rc = sl_pf_decode(data, len, c, &a, r->err, sizeof r->err);
+  r->duration_s = a.duration_s;
+  if (r->rc == SL_ENOTFOUND && c->measure_undecoded) {
+    sl_pf_audio_clear(&a);
+    r->rc = sl_pf_measure(data, len, c, &r->duration_s, r->err, sizeof r->err);
+    r->undecoded = r->rc == 0;
+    return r->rc;
+  }
+  if (r->rc == 0 && sl_pf_analyse(&a, c->silence_dbfs) != 0) {
+    r->rc = SL_ENOMEM;
+    snprintf(r->err, sizeof r->err, "out of memory measuring speech");
+  }
+  r->speech_s = a.speech_s;
+  r->peak_dbfs = a.peak_dbfs;
+  r->floor_dbfs = a.floor_dbfs;
+  if (r->rc == 0 && c->normalize && a.speech_s >= c->min_speech_s) {
+    r->rc = sl_pf_flac(a.pcm, a.n, c->flac_level, &r->flac, &r->flac_len);
+    if (r->rc) snprintf(r->err, sizeof r->err, "encoding the FLAC failed");
+  }
+  sl_pf_audio_clear(&a);
+  return r->rc;
+}
+
+void sl_pf_result_clear(sl_pf_result *r) {
+  if (!r) return;
+  free(r->flac);
+  memset(r, 0, sizeof *r);
 }

@@ -41,7 +41,24 @@ typedef struct {
   long timeout_ms;     /* whole decode, wall time */
   int max_rate;        /* a stream above this many Hz is refused (0: any) */
   int max_channels;    /* a stream with more channels is refused (0: any) */
+  /* sl_pf_check only: */
+  int normalize;         /* write the 16 kHz mono FLAC, */
+  double min_speech_s;   /* when there is at least this much speech */
+  int flac_level;        /* its libFLAC level, 0..SL_PF_FLAC_LEVEL_MAX */
+  int measure_undecoded; /* time a codec with no decoder (pass_undecoded) */
 } sl_pf_conf;
+
+/* The whole check of one answer, as sl_pf_check (in this process) and the
+ * sandbox (sandbox.h, in another) give it. */
+typedef struct {
+  int rc;        /* 0, or what sl_pf_decode / sl_pf_measure returned, or
+                    SL_ENOMEM / SL_EIO from measuring or encoding */
+  int undecoded; /* rc == 0 from sl_pf_measure: timed, not decoded */
+  double duration_s, speech_s, peak_dbfs, floor_dbfs;
+  void *flac; /* malloc'd (normalize, decoded), owned by the result */
+  size_t flac_len;
+  char err[512]; /* why, when rc != 0 */
+} sl_pf_result;
 
 typedef struct {
   int16_t *pcm;      /* 16 kHz mono, malloc'd; NULL when empty */
@@ -92,5 +109,12 @@ int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);
 int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen);
 
 void sl_pf_audio_clear(sl_pf_audio *a);
+
+/* Decodes (or, measure_undecoded, times) data, measures speech and, with
+ * normalize, encodes the FLAC: everything preflight learns of an answer,
+ * into *r (sl_pf_result_clear after). Returns r->rc. */
+int sl_pf_check(const void *data, size_t len, const sl_pf_conf *c, sl_pf_result *r);
+
+void sl_pf_result_clear(sl_pf_result *r);
 
 #endif
