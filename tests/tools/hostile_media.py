@@ -5,8 +5,8 @@ hostile-input tests (tests/unit/test_preflight.c, tests/integration/
 test_hostile_upload.sh) into DIR, each built byte by byte here so that no
 encoder is needed and each is exactly the attack it names:
 
-  png_huge.png    a 16384x16384 greyscale PNG (~260 KB; a decoder that
-                  opens it needs 256 MiB for the pixels alone)
+  png_huge.png    a 16384x16384 RGB PNG (~780 KB; a decoder that opens
+                  it needs 768 MiB for the pixels alone)
   png_small.png   a 64x64 PNG
   aac_2h.m4a      MP4 whose one AAC-LC track holds 2 hours of frames
                   (310,078 frames of 8 bytes: nothing decodes them)
@@ -23,17 +23,17 @@ import zipfile
 import zlib
 
 
-def png(path, w, h):
+def png(path, w, h, rgb):
     def chunk(t, d):
         return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
 
     z = zlib.compressobj(9)
-    row = b"\0" + b"\0" * w  # filter byte + grey pixels
+    row = b"\0" + b"\0" * (w * (3 if rgb else 1))  # filter byte + pixels
     parts = []
     for _ in range(h):
         parts.append(z.compress(row))
     parts.append(z.flush())
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2 if rgb else 0, 0, 0, 0)
     with open(path, "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(parts))
                 + chunk(b"IEND", b""))
@@ -131,9 +131,9 @@ def main():
         return not want or name in want
 
     if on("png_huge.png"):
-        png(os.path.join(out, "png_huge.png"), 16384, 16384)
+        png(os.path.join(out, "png_huge.png"), 16384, 16384, True)
     if on("png_small.png"):
-        png(os.path.join(out, "png_small.png"), 64, 64)
+        png(os.path.join(out, "png_small.png"), 64, 64, False)
     if on("aac_2h.m4a"):
         mp4_aac(os.path.join(out, "aac_2h.m4a"), 2 * 3600)
     if on("ogg_10h.opus"):

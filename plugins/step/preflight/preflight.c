@@ -132,6 +132,23 @@ static int64_t mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* "no decoder here for MPEG-4 AAC (audio/mpeg)" from decodebin's debug
+ * text ("... Missing decoder: MPEG-4 AAC (audio/mpeg, mpegversion=...") */
+static void missing(const char *dbg, char *err, size_t errlen) {
+  const char *m = dbg ? strstr(dbg, "Missing decoder: ") : NULL;
+  if (!m) {
+    snprintf(err, errlen, "no decoder here for its codec");
+    return;
+  }
+  m += strlen("Missing decoder: ");
+  int name = (int)strcspn(m, "(\n");
+  while (name > 0 && m[name - 1] == ' ') name--;
+  const char *caps = strchr(m, '(');
+  int type = caps ? (int)strcspn(caps + 1, ",)\n") : 0;
+  snprintf(err, errlen, "no decoder here for %.*s (%.*s)", name > 80 ? 80 : name, m,
+           type > 80 ? 80 : type, caps ? caps + 1 : "");
+}
+
 /* The first error on the bus, classified. 0 when there is none. */
 static int bus_error(GstBus *bus, char *err, size_t errlen) {
   GstMessage *m = gst_bus_pop_filtered(bus, GST_MESSAGE_ERROR);
@@ -147,7 +164,7 @@ static int bus_error(GstBus *bus, char *err, size_t errlen) {
       (e->code == GST_STREAM_ERROR_TYPE_NOT_FOUND || e->code == GST_STREAM_ERROR_WRONG_TYPE))
     snprintf(err, errlen, "not a recording in a known audio format (%s)", e->message);
   else if (rc == SL_ENOTFOUND)
-    snprintf(err, errlen, "no decoder here for its codec (%s)", dbg ? dbg : "");
+    missing(dbg, err, errlen);
   else
     snprintf(err, errlen, "%s", e ? e->message : "decoding failed");
   if (e) g_error_free(e);
