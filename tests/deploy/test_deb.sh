@@ -63,6 +63,14 @@ check "ships every built plugin in /usr/lib/sluice/plugins ($shipped)" test "$bu
 envmode=$(dpkg-deb -c "$DEB" | awk '$6 == "./etc/sluice/sluice.env" {print $1, $2}')
 check "/etc/sluice/sluice.env is -rw-r----- root/root (got: ${envmode:-missing})" \
   test "$envmode" = "-rw-r----- root/root"
+# an upgrade keeps the existing file (dpkg leaves a conffile alone): the
+# postinst takes away what others may do with an earlier package's 0644 one
+mkdir -p "$WORK/upgrade/etc/sluice"
+install -m 0644 /dev/null "$WORK/upgrade/etc/sluice/sluice.env"
+dpkg-deb --ctrl-tarfile "$DEB" | tar -xO ./postinst >"$WORK/postinst" 2>/dev/null || true
+DPKG_ROOT=$WORK/upgrade sh "$WORK/postinst" configure 0.0.9 >/dev/null 2>&1 || true
+check "postinst configure: an earlier 0644 sluice.env becomes 0640 (got: $(stat -c %a "$WORK/upgrade/etc/sluice/sluice.env"))" \
+  test "$(stat -c %a "$WORK/upgrade/etc/sluice/sluice.env")" = 640
 check "/etc/sluice/sluice.env is a conffile" \
   bash -c 'dpkg-deb --ctrl-tarfile "$1" | tar -xO ./conffiles | grep -qx /etc/sluice/sluice.env' _ "$DEB"
 depends=$(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/^ *//; s/ .*//' | sort -u)
