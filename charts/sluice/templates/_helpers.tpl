@@ -217,7 +217,8 @@ sluice-{{ . }}-retry
 
 {{/* A pod's egress rules (YAML list): DNS; Kafka, Redis and storage on
      their ports (those given; none: not reached) towards egress.cluster or
-     the service's own `to`; beyond the cluster when external; then
+     the service's own `to`; beyond the cluster (and to egress.cluster on any
+     port) when external; then
      egress.rules, a rule without `to` made one to 0.0.0.0/0 and ::/0. Every
      0.0.0.0/0 and ::/0 block excepts the metadata addresses (sluice.npPeers).
      (dict "np" networkPolicy "md" LIST "anywhere" PEERS "kafkaPorts" LIST
@@ -227,7 +228,9 @@ sluice-{{ . }}-retry
 {{- $md := .md -}}
 {{- $anywhere := .anywhere -}}
 {{- $rules := list -}}
-{{- $dnsTo := include "sluice.npPeers" (dict "peers" (default $anywhere $eg.dns.to) "md" $md) | fromJsonArray -}}
+{{- /* DNS by default: any address but the metadata ones, and any pod (a CNI
+     such as Cilium matches no pod, kube-dns included, by an ipBlock) */ -}}
+{{- $dnsTo := include "sluice.npPeers" (dict "peers" (default (append $anywhere (dict "namespaceSelector" dict)) $eg.dns.to) "md" $md) | fromJsonArray -}}
 {{- $dnsPorts := include "sluice.npPorts" (dict "ports" $eg.dns.ports "protocols" (list "UDP" "TCP")) | fromJsonArray -}}
 {{- $rules = append $rules (dict "to" $dnsTo "ports" $dnsPorts) -}}
 {{- range $svc := list (list "kafka" .kafkaPorts) (list "redis" .redisPorts) (list "storage" .storagePorts) -}}
@@ -240,7 +243,8 @@ sluice-{{ . }}-retry
 {{- end -}}
 {{- end -}}
 {{- if .external -}}
-{{- $to := list -}}
+{{- /* the cluster too: a provider or receiver inside it (Cilium matches no pod by an ipBlock) */ -}}
+{{- $to := concat (list) $eg.cluster -}}
 {{- range $c := $eg.external.cidrs }}{{ $to = append $to (dict "ipBlock" (dict "cidr" $c)) }}{{ end -}}
 {{- $r := dict "to" (include "sluice.npPeers" (dict "peers" $to "md" $md) | fromJsonArray) -}}
 {{- if $eg.external.ports -}}
