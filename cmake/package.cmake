@@ -2,8 +2,9 @@
 # cmake/package.cmake - the Debian package (CPack DEB; `make deb` -> build/
 # sluice_<version>_<arch>.deb): /usr/bin/sluice and sluicectl, the plugins in
 # /usr/lib/sluice/plugins (where /usr/bin/sluice looks: ../lib/sluice/plugins),
-# the plugin headers, the systemd template unit sluice@.service, the
-# /etc/sluice/sluice.env template (a conffile) and the docs.
+# the plugin headers, the systemd template unit sluice@.service and a drop-in
+# per stage (its resources and network), the /etc/sluice/sluice.env
+# template (a conffile, 0640) and the docs.
 # Depends: the packages of tools/packages/runtime.txt (the list the image
 # installs; tests/deploy/test_packages.sh checks it covers every library the
 # binaries link), plus dpkg-shlibdeps' versioned library dependencies.
@@ -12,8 +13,20 @@
 # writes to /etc or /lib/systemd.
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/sluice@.service
   DESTINATION lib/systemd/system COMPONENT deb EXCLUDE_FROM_ALL)
+# each stage's resources and network (deploy/debian/dropins/<stage>.conf):
+# sluice@<stage>.service.d/50-sluice.conf beside the template
+file(GLOB sluice_dropins ${PROJECT_SOURCE_DIR}/deploy/debian/dropins/*.conf)
+foreach(f ${sluice_dropins})
+  get_filename_component(stage ${f} NAME_WE)
+  install(FILES ${f} DESTINATION lib/systemd/system/sluice@${stage}.service.d
+    RENAME 50-sluice.conf COMPONENT deb EXCLUDE_FROM_ALL)
+endforeach()
+# the settings file holds the storage, Redis and JWT secrets: 0640 root:root.
+# systemd reads EnvironmentFile= as root before it switches to the unit's
+# DynamicUser, so the stage itself never opens it and needs no group on it.
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/sluice.env
-  DESTINATION /etc/sluice COMPONENT deb EXCLUDE_FROM_ALL)
+  DESTINATION /etc/sluice COMPONENT deb EXCLUDE_FROM_ALL
+  PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
   ${PROJECT_SOURCE_DIR}/docs/deploy.md ${PROJECT_SOURCE_DIR}/docs/configuration.md
   ${PROJECT_SOURCE_DIR}/docs/operations.md
@@ -40,6 +53,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${runtime_depends}")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/deploy/debian/conffiles)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/deploy/debian/conffiles
+  ${PROJECT_SOURCE_DIR}/deploy/debian/postinst)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

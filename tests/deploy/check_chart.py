@@ -7,6 +7,15 @@ Called by tests/deploy/test_chart.sh with the output of `helm template`:
   check_chart.py common FILE            what every render must satisfy
   check_chart.py all FILE ALERTS        the every-option render (values-all.yaml)
   check_chart.py per-stage FILE         the render of per-stage distinct values
+  check_chart.py netpol FILE EXTERNAL [legacy]
+                                        the NetworkPolicies: one per stage and
+                                        one for the topics Job, ingress only to
+                                        the ports a stage serves, egress beyond
+                                        the cluster only for the stages named in
+                                        EXTERNAL (comma-separated), the metadata
+                                        addresses excepted from every /0 block;
+                                        legacy: egress.rules in values may open
+                                        more to every pod (not checked per stage)
   check_chart.py conf FILE DIR          write each stage's sluice.conf and env
                                         names into DIR (for the real binary)
 
@@ -334,7 +343,7 @@ def check_all(docs, alerts_path):
           "https://" + ing["spec"]["rules"][0]["host"], "presign.results_base_url not the ingress host")
     # NetworkPolicies: one per stage, plus egress
     nps = by_kind(docs, "NetworkPolicy")
-    check(sorted(stage_of(n) for n in nps if stage_of(n)) == sorted(stages_of(docs)),
+    check(sorted(stage_of(n) for n in nps if stage_of(n) not in (None, "topics")) == sorted(stages_of(docs)),
           "NetworkPolicy per stage")
     check(any("Egress" in n["spec"]["policyTypes"] for n in nps), "no egress NetworkPolicy")
     # plugin secrets reach the stage as the plugin's own variables
@@ -368,6 +377,72 @@ def check_per_stage(docs):
               f"{stage}: pod labels")
 
 
+METADATA = {"0.0.0.0/0": "169.254.169.254/32", "::/0": "fd00:ec2::254/128"}
+WORLD = re.compile(r"^(0\.0\.0\.0|::)/0$")
+
+
+def peers_of(rule):
+    """The peers of an ingress (from) or egress (to) rule; None: everyone."""
+    return rule.get("to", rule.get("from")) or None
+
+
+def check_netpol(docs, external, legacy=False):
+    """The NetworkPolicies of a render with networkPolicy on (the default)."""
+    nps = by_kind(docs, "NetworkPolicy")
+    STAGES = stages_of(docs)
+    per = {}
+    for n in nps:
+        per.setdefault(stage_of(n), []).append(n)
+    for comp in STAGES + ["topics"]:
+        check(len(per.get(comp, [])) == 1,
+              f"{comp}: {len(per.get(comp, []))} NetworkPolicies, want exactly one selecting its pods")
+    for comp, lst in per.items():
+        check(comp in STAGES or comp == "topics", f"a NetworkPolicy for {comp!r}, neither a stage nor topics")
+        for n in lst:
+            name = n["metadata"]["name"]
+            spec = n["spec"]
+            check(spec["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/component") == comp,
+                  f"{name}: selects {spec['podSelector']}, not the {comp} pods alone")
+            check(sorted(spec.get("policyTypes", [])) == (["Egress"] if comp == "topics" else ["Egress", "Ingress"]),
+                  f"{name}: policyTypes {spec.get('policyTypes')}")
+            # the metadata addresses: excepted from every block that spans the world
+            for kind in ("ingress", "egress"):
+                for r in spec.get(kind, []):
+                    peers = peers_of(r)
+                    if kind == "egress":
+                        check(peers is not None, f"{name}: an egress rule to every address "
+                              f"(metadata included): {r}")
+                    for p in peers or []:
+                        b = p.get("ipBlock")
+                        if b and WORLD.match(b["cidr"]):
+                            check(METADATA[b["cidr"]] in b.get("except", []),
+                                  f"{name}: {kind} ipBlock {b['cidr']} without except {METADATA[b['cidr']]}: {b}")
+            # ingress: the API port only where a stage serves one, the admin port
+            ports = sorted(p["port"] for r in spec.get("ingress", []) for p in r.get("ports", []))
+            want = sorted(["admin"] + (["http"] if comp in HTTP else [])) if comp != "topics" else []
+            check(ports == want, f"{name}: ingress to ports {ports}, want {want}")
+            for r in spec.get("ingress", []):
+                check(peers_of(r) is not None or any(p["port"] == "http" for p in r["ports"]),
+                      f"{name}: the admin port open to everyone: {r}")
+            # egress beyond the cluster (a /0 block) only for the stages that call out
+            world = [p["ipBlock"]["cidr"] for r in spec.get("egress", []) for p in (peers_of(r) or [])
+                     if "ipBlock" in p and WORLD.match(p["ipBlock"]["cidr"])
+                     and not (r.get("ports") and {x.get("port") for x in r["ports"]} == {53})]
+            if comp in external:
+                check("0.0.0.0/0" in world, f"{name}: {comp} may not reach beyond the cluster ({world})")
+            elif not legacy:
+                check(not world, f"{name}: {comp} may reach beyond the cluster: {world}")
+            if comp not in external and not legacy:
+                for r in spec.get("egress", []):
+                    check(r.get("ports"), f"{name}: an egress rule on every port: {r}")
+                eports = {p.get("port") for r in spec.get("egress", []) for p in r.get("ports", [])}
+                if comp not in STORAGE_STAGES and comp != "topics":
+                    check(443 not in eports, f"{name}: {comp} touches no storage but may reach port 443")
+            if comp != "topics":
+                dns = [r for r in spec.get("egress", []) if {p.get("port") for p in r.get("ports", [])} == {53}]
+                check(dns, f"{name}: no DNS egress")
+
+
 def write_conf(docs, outdir):
     for stage, dep in deployments(docs).items():
         for cm in by_kind(docs, "ConfigMap"):
@@ -392,6 +467,8 @@ def main():
         check_all(docs, sys.argv[3])
     elif mode == "per-stage":
         check_per_stage(docs)
+    elif mode == "netpol":
+        check_netpol(docs, [x for x in sys.argv[3].split(",") if x], sys.argv[4:] == ["legacy"])
     elif mode == "conf":
         write_conf(docs, sys.argv[3])
     else:

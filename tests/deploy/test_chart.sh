@@ -5,7 +5,11 @@
 #   2. helm template of both, validated offline against the Kubernetes 1.37
 #      schemas (kubernetes-validate --strict, bundled schemas) plus
 #      check_chart.py (probes, grace period vs drain, secrets, topics Job,
-#      KEDA groups, ServiceMonitor, PrometheusRule = files/alerts.yaml, ...);
+#      KEDA groups, ServiceMonitor, PrometheusRule = files/alerts.yaml, ...),
+#      and the NetworkPolicies (on by default): one per stage and one for the
+#      topics Job, ingress only to the ports a stage serves, egress beyond the
+#      cluster only for notify and stt/grade with a provider plugin, the
+#      metadata addresses excepted from every 0.0.0.0/0 and ::/0 block;
 #   3. each stage's replicas, resources, args and config come from its own keys;
 #   4. bad values are refused with a clear message (too few partitions, HPA and
 #      KEDA together, inlined credentials, keys the chart owns, schema errors);
@@ -82,6 +86,39 @@ if out=$("$PY" "$HERE/check_chart.py" all "$WORK/all.yaml" "$CHART/files/alerts.
   ok "$out (every option)"
 else
   bad "$out"
+fi
+
+# --- 2b. NetworkPolicies: on by default, per stage, the metadata addresses
+# denied wherever the world is allowed; beyond the cluster only the stages
+# that call out (notify's callbacks; stt and grade with a provider plugin)
+netpol() { # netpol "what" EXTERNAL [legacy] -- helm-args...
+  local what=$1 ext=$2 legacy=
+  shift 2
+  [[ $1 == legacy ]] && { legacy=legacy; shift; }
+  shift # --
+  if tmpl "$@" >"$WORK/np.yaml" 2>"$WORK/err" &&
+    out=$("$PY" "$HERE/check_chart.py" netpol "$WORK/np.yaml" "$ext" $legacy 2>&1); then
+    ok "NetworkPolicies, $what: beyond the cluster only ${ext:-none} ($out)"
+  else
+    bad "NetworkPolicies, $what:"$'\n'"$(cat "$WORK/err") ${out:-}"
+  fi
+}
+netpol "defaults" notify --
+netpol "stt with a provider plugin" notify,stt -- --set stt.plugin=openai
+netpol "grade with a provider plugin, ingest named external" notify,grade,ingest -- \
+  --set grade.plugin=openai --set 'networkPolicy.egress.external.stages={ingest}'
+netpol "every option" notify,stt,grade,materialize legacy -- -f "$HERE/values-all.yaml"
+netpol "a legacy rule to every address (the metadata excepted)" notify legacy -- \
+  --set 'networkPolicy.egress.rules[0].ports[0].port=8443'
+netpol "a legacy rule to 0.0.0.0/0 and ::/0 (the metadata excepted)" notify legacy -- \
+  --set 'networkPolicy.egress.rules[0].to[0].ipBlock.cidr=0.0.0.0/0' \
+  --set 'networkPolicy.egress.rules[0].to[1].ipBlock.cidr=::/0'
+if ! tmpl --set networkPolicy.enabled=false >"$WORK/np-off.yaml" 2>"$WORK/err"; then
+  bad "networkPolicy.enabled=false: $(<"$WORK/err")"
+elif grep -q '^kind: NetworkPolicy' "$WORK/np-off.yaml"; then
+  bad "networkPolicy.enabled=false still renders NetworkPolicies"
+else
+  ok "networkPolicy.enabled=false renders none"
 fi
 
 # --- 3. per-stage values: stage i gets replicas i+1, its own resources, args, config

@@ -6,9 +6,13 @@
 #      template unit sluice@.service, /etc/sluice/sluice.env as a conffile, and
 #      a Depends line naming every package of tools/packages/runtime.txt;
 #   2. the unit: hardened (DynamicUser, ProtectSystem=strict, a restart
-#      policy, /etc/sluice/<stage>.env); `systemd-analyze verify` of an
-#      instance per stage of the pipeline says nothing, and `systemd-analyze
-#      security` rates it below 3 (the "OK" band);
+#      policy, /etc/sluice/<stage>.env); with the package's drop-ins, every
+#      stage has MemoryMax, TasksMax and CPUQuota (preflight 512M), the
+#      metadata addresses denied, and all but notify IPAddressDeny=any with
+#      only localhost and the cluster ranges allowed; /etc/sluice/sluice.env
+#      (secrets) is 0640 root:root; `systemd-analyze verify` of an instance
+#      per stage of the pipeline says nothing, and `systemd-analyze security`
+#      rates it below 3 (the "OK" band);
 #   3. when a Docker daemon answers and the local Debian image (IMAGE_BASE,
 #      default sluice-base:bookworm: `make image` makes it) is there: `apt-get
 #      install ./sluice_*.deb` in a container of it, then every stage started by
@@ -53,6 +57,20 @@ done
 built=$(cd "$BUILD/lib/sluice/plugins" && ls *.so | sort | tr '\n' ' ')
 shipped=$(sed -n 's|^/usr/lib/sluice/plugins/\(.*\.so\)$|\1|p' "$WORK/files" | sort | tr '\n' ' ')
 check "ships every built plugin in /usr/lib/sluice/plugins ($shipped)" test "$built" = "$shipped"
+# the settings file holds the storage, Redis and JWT secrets: 0640 root:root
+# (systemd reads EnvironmentFile= as root before it drops to the DynamicUser;
+# the stage itself never opens it)
+envmode=$(dpkg-deb -c "$DEB" | awk '$6 == "./etc/sluice/sluice.env" {print $1, $2}')
+check "/etc/sluice/sluice.env is -rw-r----- root/root (got: ${envmode:-missing})" \
+  test "$envmode" = "-rw-r----- root/root"
+# an upgrade keeps the existing file (dpkg leaves a conffile alone): the
+# postinst takes away what others may do with an earlier package's 0644 one
+mkdir -p "$WORK/upgrade/etc/sluice"
+install -m 0644 /dev/null "$WORK/upgrade/etc/sluice/sluice.env"
+dpkg-deb --ctrl-tarfile "$DEB" | tar -xO ./postinst >"$WORK/postinst" 2>/dev/null || true
+DPKG_ROOT=$WORK/upgrade sh "$WORK/postinst" configure 0.0.9 >/dev/null 2>&1 || true
+check "postinst configure: an earlier 0644 sluice.env becomes 0640 (got: $(stat -c %a "$WORK/upgrade/etc/sluice/sluice.env"))" \
+  test "$(stat -c %a "$WORK/upgrade/etc/sluice/sluice.env")" = 640
 check "/etc/sluice/sluice.env is a conffile" \
   bash -c 'dpkg-deb --ctrl-tarfile "$1" | tar -xO ./conffiles | grep -qx /etc/sluice/sluice.env' _ "$DEB"
 depends=$(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/^ *//; s/ .*//' | sort -u)
@@ -61,16 +79,66 @@ check "Depends names every runtime.txt package${missing:+ (missing: $missing)}" 
 
 # --- 2. the unit
 UNIT=$WORK/root/usr/lib/systemd/system/sluice@.service
-for want in 'DynamicUser=yes' 'ProtectSystem=strict' 'Restart=on-failure' \
+for want in 'DynamicUser=yes' 'ProtectSystem=strict' 'ProtectHome=yes' 'PrivateTmp=yes' \
+  'NoNewPrivileges=yes' 'Restart=on-failure' \
   'EnvironmentFile=-/etc/sluice/%i.env' 'ExecStart=/usr/bin/sluice stage %i'; do
   check "unit: $want" grep -qxF -- "$want" "$UNIT"
 done
 stages=$("$WORK/root/usr/bin/sluice" pipeline --json | jq -r '.stages[].name')
+# What a stage's instance gets from the template and the drop-ins the package
+# installs (sluice@.service.d/ for every stage, sluice@<stage>.service.d/ for
+# one), applied as systemd applies them: every drop-in in file-name order;
+# for a list setting an empty assignment resets it, a value is appended.
+effective() { # effective STAGE KEY
+  local stage=$1 key=$2 f val= list=0
+  [[ $key == IPAddress* ]] && list=1
+  local files=("$UNIT")
+  while read -r f; do files+=("$f"); done < <(
+    for d in "$WORK/root/usr/lib/systemd/system/sluice@.service.d" \
+      "$WORK/root/usr/lib/systemd/system/sluice@$stage.service.d"; do
+      [[ -d $d ]] && find "$d" -name '*.conf' -printf '%f %p\n'
+    done | sort | cut -d' ' -f2-)
+  while IFS= read -r line; do
+    local v=${line#*=}
+    if ((list)); then
+      if [[ -z $v ]]; then val=; else val="${val:+$val }$v"; fi
+    else
+      val=$v
+    fi
+  done < <(cat "${files[@]}" | grep -E "^$key=" || true)
+  printf '%s\n' "$val"
+}
+for s in $stages; do
+  for key in MemoryMax TasksMax CPUQuota; do
+    v=$(effective "$s" "$key")
+    check "sluice@$s: $key=$v" test -n "$v"
+  done
+  allow=" $(effective "$s" IPAddressAllow) "
+  deny=" $(effective "$s" IPAddressDeny) "
+  # the metadata services: never allowed, denied to every stage
+  for md in 169.254.169.254 fd00:ec2::254; do
+    check "sluice@$s: $md denied (IPAddressDeny=${deny# }, IPAddressAllow=${allow# })" \
+      bash -c '[[ $1 != *" any "* && $1 != *" $3 "* && $1 != *" $3/"* ]] &&
+        [[ $2 == *" any "* || $2 == *" $3 "* || $2 == *" $3/"* ]]' _ "$allow" "$deny" "$md"
+  done
+  case $s in
+    notify) # callbacks go to the internet
+      check "sluice@$s may reach beyond the cluster (IPAddressDeny=${deny# })" \
+        test "${deny// any /}" = "$deny" ;;
+    *) # no internet: localhost and the cluster ranges only
+      check "sluice@$s: IPAddressDeny=any, IPAddressAllow=localhost and the cluster ranges (${allow# })" \
+        bash -c '[[ $2 == *" any "* && $1 == *" localhost "* && $1 != *" any "* ]]' _ "$allow" "$deny" ;;
+  esac
+done
+check "sluice@preflight: MemoryMax=512M, the chart's limit (decodes untrusted media)" \
+  test "$(effective preflight MemoryMax)" = 512M
 if command -v systemd-analyze >/dev/null; then
   # the unit as packaged, but its ExecStart on the extracted binary (verify
   # checks that the command exists)
   mkdir -p "$WORK/units"
   sed "s|^ExecStart=/usr/bin/sluice|ExecStart=$WORK/root/usr/bin/sluice|" "$UNIT" >"$WORK/units/sluice@.service"
+  # and the package's drop-ins beside it (verify reads them from there)
+  cp -r "$WORK/root/usr/lib/systemd/system/"sluice@*.service.d "$WORK/units/" 2>/dev/null || true
   for s in $stages; do
     out=$(systemd-analyze verify "$WORK/units/sluice@$s.service" 2>&1) && [[ -z $out ]] &&
       log "ok: systemd-analyze verify sluice@$s.service" || fail "systemd-analyze verify sluice@$s.service: $out"

@@ -181,3 +181,81 @@ sluice-{{ . }}-retry
 {{- end -}}
 {{- join " " $q -}}
 {{- end -}}
+
+{{/* NetworkPolicyPeers as a JSON list, each ipBlock of 0.0.0.0/0 or ::/0
+     given the metadata addresses of its family as `except` (dict "peers"
+     LIST "md" networkPolicy.egress.metadataAddresses). */}}
+{{- define "sluice.npPeers" -}}
+{{- $out := list -}}
+{{- range $p := .peers -}}
+{{- $q := $p -}}
+{{- if and (kindIs "map" $p) (hasKey $p "ipBlock") -}}
+{{- $cidr := toString $p.ipBlock.cidr -}}
+{{- if or (eq $cidr "0.0.0.0/0") (eq $cidr "::/0") -}}
+{{- $ex := list -}}
+{{- range $e := (default (list) $p.ipBlock.except) }}{{ $ex = append $ex $e }}{{ end -}}
+{{- range $m := $.md -}}
+{{- if and (eq (contains ":" $m) (contains ":" $cidr)) (not (has $m $ex)) }}{{ $ex = append $ex $m }}{{ end -}}
+{{- end -}}
+{{- $q = dict "ipBlock" (dict "cidr" $cidr) -}}
+{{- if $ex }}{{ $_ := set $q.ipBlock "except" $ex }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $out = append $out $q -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Ports as NetworkPolicyPorts (JSON list): (dict "ports" LIST "protocols" LIST) */}}
+{{- define "sluice.npPorts" -}}
+{{- $out := list -}}
+{{- range $p := .ports -}}
+{{- range $proto := $.protocols }}{{ $out = append $out (dict "port" (int $p) "protocol" $proto) }}{{ end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* A pod's egress rules (YAML list): DNS; Kafka, Redis and storage on
+     their ports (those given; none: not reached) towards egress.cluster or
+     the service's own `to`; beyond the cluster (and to egress.cluster on any
+     port) when external; then
+     egress.rules, a rule without `to` made one to 0.0.0.0/0 and ::/0. Every
+     0.0.0.0/0 and ::/0 block excepts the metadata addresses (sluice.npPeers).
+     (dict "np" networkPolicy "md" LIST "anywhere" PEERS "kafkaPorts" LIST
+     "redisPorts" LIST "storagePorts" LIST "external" BOOL) */}}
+{{- define "sluice.npEgress" -}}
+{{- $eg := .np.egress -}}
+{{- $md := .md -}}
+{{- $anywhere := .anywhere -}}
+{{- $rules := list -}}
+{{- /* DNS by default: any address but the metadata ones, and any pod (a CNI
+     such as Cilium matches no pod, kube-dns included, by an ipBlock) */ -}}
+{{- $dnsTo := include "sluice.npPeers" (dict "peers" (default (append $anywhere (dict "namespaceSelector" dict)) $eg.dns.to) "md" $md) | fromJsonArray -}}
+{{- $dnsPorts := include "sluice.npPorts" (dict "ports" $eg.dns.ports "protocols" (list "UDP" "TCP")) | fromJsonArray -}}
+{{- $rules = append $rules (dict "to" $dnsTo "ports" $dnsPorts) -}}
+{{- range $svc := list (list "kafka" .kafkaPorts) (list "redis" .redisPorts) (list "storage" .storagePorts) -}}
+{{- $ports := index $svc 1 -}}
+{{- if $ports -}}
+{{- $to := default $eg.cluster (index $eg (index $svc 0)).to -}}
+{{- $rules = append $rules (dict
+      "to" (include "sluice.npPeers" (dict "peers" $to "md" $md) | fromJsonArray)
+      "ports" (include "sluice.npPorts" (dict "ports" (uniq $ports) "protocols" (list "TCP")) | fromJsonArray)) -}}
+{{- end -}}
+{{- end -}}
+{{- if .external -}}
+{{- /* the cluster too: a provider or receiver inside it (Cilium matches no pod by an ipBlock) */ -}}
+{{- $to := concat (list) $eg.cluster -}}
+{{- range $c := $eg.external.cidrs }}{{ $to = append $to (dict "ipBlock" (dict "cidr" $c)) }}{{ end -}}
+{{- $r := dict "to" (include "sluice.npPeers" (dict "peers" $to "md" $md) | fromJsonArray) -}}
+{{- if $eg.external.ports -}}
+{{- $_ := set $r "ports" (include "sluice.npPorts" (dict "ports" $eg.external.ports "protocols" (list "TCP")) | fromJsonArray) -}}
+{{- end -}}
+{{- $rules = append $rules $r -}}
+{{- end -}}
+{{- range $r := $eg.rules -}}
+{{- $q := deepCopy $r -}}
+{{- $_ := set $q "to" (include "sluice.npPeers" (dict "peers" (default $anywhere $r.to) "md" $md) | fromJsonArray) -}}
+{{- $rules = append $rules $q -}}
+{{- end -}}
+{{- toYaml $rules -}}
+{{- end -}}
