@@ -8,15 +8,20 @@
  * audio: PocketSphinx transcribing the FLAC preflight produced, which is
  * what the stt stage then does with it.
  *
- *   preflight_bench [--reps N] [--flac-level L] FILE...
+ *   preflight_bench [--reps N] [--flac-level L] [--sandbox PATH] FILE...
  *
  * Every FILE is decoded `reps` times (default 5) on one thread; the CPU time
  * is the thread's (CLOCK_PROCESS_CPUTIME_ID), the median over reps, scaled
  * to one minute of the decoded audio. The anchor is one PocketSphinx run
  * per file (it is ~100x slower). The FLAC is written at level L (0..8,
  * default 5, step.preflight.flac_level); its bytes per minute and the
- * encoder's own share of the CPU are columns too. Prints a Markdown table;
- * exits 1 when a file does not decode.
+ * encoder's own share of the CPU are columns too. With --sandbox (the
+ * sluice-decode program), the same work also runs as the stage runs it, in
+ * the decoding process (sandbox.h): its CPU is this process's and the
+ * decoding process's (clock_getcpuclockid), median over reps after one
+ * answer that started the process, with the ratio to the in-process CPU
+ * of the same run. Prints a Markdown table; exits 1 when a file does not
+ * decode.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -27,6 +32,7 @@
 
 #include "sluice/sl_err.h"
 #include "step/preflight/preflight.h"
+#include "step/preflight/sandbox.h"
 #include "stt/pocketsphinx/pocketsphinx.h"
 
 static double cpu_s(void) {
@@ -72,19 +78,57 @@ static int number(const char *s) {
   return end != s && *end == '\0' && v >= 0 && v <= 1000 ? (int)v : -1;
 }
 
+/* this process's CPU and the decoding process's, in seconds */
+static double both_cpu_s(pid_t child) {
+  clockid_t cid;
+  struct timespec ts = {0, 0};
+  if (child > 0 && clock_getcpuclockid(child, &cid) == 0) clock_gettime(cid, &ts);
+  return cpu_s() + (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* the median CPU of reps sandboxed checks of data (after one that starts
+ * the process), -1 when one fails */
+static double sandboxed(sl_pf_sandbox *sb, const void *data, size_t len, const sl_pf_conf *c,
+                        int reps) {
+  sl_pf_result r;
+  int rc = sl_pf_sandbox_check(sb, data, len, c, &r);
+  sl_pf_result_clear(&r);
+  double *cpu = calloc((size_t)reps, sizeof *cpu);
+  for (int i = 0; rc == 0 && cpu && i < reps; i++) {
+    pid_t pid = sl_pf_sandbox_pid(sb);
+    double t0 = both_cpu_s(pid);
+    rc = sl_pf_sandbox_check(sb, data, len, c, &r);
+    cpu[i] = both_cpu_s(pid) - t0;
+    if (rc) fprintf(stderr, "preflight_bench: sandboxed: %s: %s\n", sl_err_name(rc), r.err);
+    sl_pf_result_clear(&r);
+    if (sl_pf_sandbox_pid(sb) != pid) rc = SL_ESTATE; /* it was restarted: not comparable */
+  }
+  double med = -1;
+  if (rc == 0 && cpu) {
+    qsort(cpu, (size_t)reps, sizeof *cpu, cmp_double);
+    med = cpu[reps / 2];
+  }
+  free(cpu);
+  return med;
+}
+
 int main(int argc, char **argv) {
   int reps = 5, level = 5, first = 1;
+  const char *sandbox_path = NULL;
   while (first + 1 < argc && strncmp(argv[first], "--", 2) == 0) {
     if (strcmp(argv[first], "--reps") == 0)
       reps = number(argv[first + 1]);
     else if (strcmp(argv[first], "--flac-level") == 0)
       level = number(argv[first + 1]);
+    else if (strcmp(argv[first], "--sandbox") == 0)
+      sandbox_path = argv[first + 1];
     else
       first = argc; /* an unknown option: the usage */
     first += 2;
   }
   if (first >= argc || reps < 1 || reps > 100 || level < 0 || level > SL_PF_FLAC_LEVEL_MAX) {
-    fprintf(stderr, "usage: preflight_bench [--reps N (1..100)] [--flac-level L (0..8)] FILE...\n");
+    fprintf(stderr, "usage: preflight_bench [--reps N (1..100)] [--flac-level L (0..8)] "
+                    "[--sandbox SLUICE_DECODE] FILE...\n");
     return 2;
   }
   char err[512];
@@ -93,11 +137,26 @@ int main(int argc, char **argv) {
     fprintf(stderr, "preflight_bench: %s\n", err);
     return 1;
   }
-  const sl_pf_conf conf = {.max_seconds = 600, .silence_dbfs = -50, .timeout_ms = 60000};
+  sl_pf_sandbox *sb = NULL;
+  sl_pf_sandbox_conf sc = {.path = sandbox_path, .memory_mb = 0};
+  if (sandbox_path && sl_pf_sandbox_new(&sc, &sb, err, sizeof err)) {
+    fprintf(stderr, "preflight_bench: %s\n", err);
+    return 1;
+  }
+  /* the stage's settings: allow-list limits, FLAC as the stage writes it */
+  const sl_pf_conf conf = {.max_seconds = 600,
+                           .silence_dbfs = -50,
+                           .timeout_ms = 60000,
+                           .max_rate = 96000,
+                           .max_channels = 2,
+                           .normalize = 1,
+                           .flac_level = level};
   printf("| recording | bytes | audio s | bytes per minute | speech s | FLAC level | FLAC bytes "
          "per minute | preflight CPU ms per audio min | of it FLAC | PocketSphinx CPU ms per "
-         "audio min (anchor) | preflight / anchor |\n"
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+         "audio min (anchor) | preflight / anchor |%s\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+         sb ? " sandboxed CPU ms per audio min | sandboxed / in-process |" : "",
+         sb ? "---:|---:|" : "");
   int bad = 0;
   for (int i = first; i < argc; i++) {
     size_t len = 0;
@@ -147,9 +206,19 @@ int main(int argc, char **argv) {
              name ? name + 1 : argv[i], len, dur, len * per_min, speech, level, flen * per_min,
              cpu[reps / 2] * 1000 * per_min, enc[reps / 2] * 1000 * per_min);
       if (prc)
-        printf("(failed: %s) | - |\n", err);
+        printf("(failed: %s) | - |", err);
       else
-        printf("%.0f | %.4f |\n", anchor * 1000 * per_min, cpu[reps / 2] / anchor);
+        printf("%.0f | %.4f |", anchor * 1000 * per_min, cpu[reps / 2] / anchor);
+      if (sb) {
+        double sbx = sandboxed(sb, data, len, &conf, reps);
+        if (sbx < 0) {
+          printf(" (failed) | - |");
+          bad = 1;
+        } else {
+          printf(" %.1f | %.2f |", sbx * 1000 * per_min, sbx / cpu[reps / 2]);
+        }
+      }
+      printf("\n");
     }
     free(flac);
     free(cpu);
@@ -157,5 +226,6 @@ int main(int argc, char **argv) {
     free(data);
   }
   sl_ps_free(ps);
+  sl_pf_sandbox_free(sb);
   return bad;
 }

@@ -21,7 +21,8 @@
 #   - the provider was paid for the spoken answers only (0 calls for the
 #     crafted ones), and every spoken answer in both submissions ends done;
 #   - preflight exited at most 3 times in all (it should not exit at all),
-#     and its cgroup never reached the limit (memory.failcnt).
+#     decoded in its sluice-decode children, and its cgroup never reached
+#     the limit (memory.failcnt).
 # Before the sandbox and allow-list, the PNG was decoded by pngdec inside
 # the stage (~800 MB: OOM-killed, redelivered, killed again), and the ZIP
 # and the AAC went to the provider unchecked (pass_undecoded).
@@ -87,6 +88,8 @@ t0=$(date +%s)
 SUBMIT_TIMEOUT=180 "$ROOT/tools/submit" "$work"/q*.* >"$work/first.json" 2>"$work/submit1.log" ||
   { cat "$work/submit1.log" >&2; fail "the first submission did not finish"; }
 t1=$(date +%s)
+kids=$(pgrep -c -P "$(cat "$work/preflight.pid")" -x sluice-decode || true)
+check "preflight decoded in its sluice-decode processes ($kids)" test "${kids:-0}" -ge 1
 for n in 1 2; do cp "$work/speech.webm" "$work/after$n.webm"; done
 SUBMIT_TIMEOUT=120 "$ROOT/tools/submit" "$work"/after*.webm >"$work/second.json" 2>"$work/submit2.log" ||
   { cat "$work/submit2.log" >&2; fail "the second submission did not finish"; }

@@ -69,7 +69,7 @@ int sl_pf_sandbox_new(const sl_pf_sandbox_conf *c, sl_pf_sandbox **out, char *er
           ? (snprintf(sb->path, sizeof sb->path, "%s", c->path) < (int)sizeof sb->path ? 0 : -1)
           : default_path(sb->path, sizeof sb->path);
   if (rc || access(sb->path, X_OK) != 0) {
-    snprintf(err, errlen, "the decoding program %s is not there or not executable",
+    snprintf(err, errlen, "the decoding program %.200s is not there or not executable",
              sb->path[0] ? sb->path : "sluice-decode");
     free(sb);
     return SL_ENOTFOUND;
@@ -150,7 +150,7 @@ static int start(sl_pf_sandbox *sb, char *err, size_t errlen) {
   fcntl(sb->from, F_SETFL, O_NONBLOCK);
   return 0;
 failed:
-  snprintf(err, errlen, "starting %s: %s", sb->path, strerror(errno));
+  snprintf(err, errlen, "starting %.200s: %s", sb->path, strerror(errno));
   return SL_EIO;
 }
 
