@@ -874,7 +874,9 @@ int sl__presign_main(int argc, char **argv) {
   sl__auth_conf ac = {0};
   sl__webhook_conf wc = {0};
   sl__callback_conf cbc = {0};
+  sl_http_conf hc = {0};
   sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
+                        {sl_http_conf_table, sl_http_conf_table_len, &hc},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl__webhook_table, sl__webhook_table_len, &wc},
@@ -882,7 +884,7 @@ int sl__presign_main(int argc, char **argv) {
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.", &cc, own,
-                           5, "127.0.0.1:9180", &admin);
+                           6, "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
@@ -967,6 +969,7 @@ int sl__presign_main(int argc, char **argv) {
                                   ? (unsigned)pc.request_timeout_ms
                                   : 10000,
         .max_connections = pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
+    sl_http_limits_from_conf(&lim, &hc);
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
     if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",

@@ -961,10 +961,12 @@ int sl__results_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   results_conf rconf = {0};
   sl__auth_conf ac = {0};
+  sl_http_conf hc = {0};
   sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf},
-                        {sl__auth_table, sl__auth_table_len, &ac}};
+                        {sl__auth_table, sl__auth_table_len, &ac},
+                        {sl_http_conf_table, sl_http_conf_table_len, &hc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own, 2,
+  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own, 3,
                            "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
@@ -1003,6 +1005,7 @@ int sl__results_main(int argc, char **argv) {
   if (rc == 0) rc = sl_aredis_new(&R.ar, &loop, cc.redis_url);
   sl_http_limits lim = {.max_connections =
                             rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
+  sl_http_limits_from_conf(&lim, &hc);
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)
     rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
