@@ -884,7 +884,7 @@ int sl__presign_main(int argc, char **argv) {
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.", &cc, own,
-                           6, "127.0.0.1:9180", &admin);
+                           sizeof own / sizeof own[0], "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
@@ -1011,6 +1011,6 @@ int sl__presign_main(int argc, char **argv) {
   free(ps.types_buf);
   sl__auth_free(ps.auth);
   sl__callback_policy_free(ps.callbacks);
-  sl__stage_finish(&cc, own, 5, admin);
+  sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc || ps.fatal ? 1 : 0;
 }
