@@ -42,6 +42,13 @@
  * gets the same answer, existing or not, so nothing is revealed that the
  * id does not say itself.
  *
+ * So that held (or any) streams cannot starve the process, streams are
+ * counted per client address and per credential (the sha256 of the text
+ * presented, valid or not) and refused with 429 beyond
+ * results.max_streams_per_address / _per_credential, before any Redis
+ * call; and every stream ends after results.stream_max_s (checked at each
+ * heartbeat), so EventSource reconnects and its credential is checked again.
+ *
  * @locality single thread (libuv loop). The full view and the credential
  * lookups are synchronous Redis calls on the loop (sub-millisecond on the
  * same host); a poll's version check and the change feed go on two
@@ -73,6 +80,9 @@ typedef struct {
   int64_t heartbeat_ms;
   int64_t version_cache;
   int64_t pending_s;
+  int64_t max_streams_per_address;
+  int64_t max_streams_per_credential;
+  int64_t stream_max_s;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
@@ -100,6 +110,22 @@ const sl_conf_entry sl__results_table[] = {
      "event stream is held open until it appears, and a GET is 404 with Retry-After: 1; "
      "0: a plain 404 at once",
      0},
+    {"results.max_streams_per_address", SL_CONF_INT, "32",
+     offsetof(results_conf, max_streams_per_address),
+     "event streams open at once from one client address (the TCP peer); more get 429 "
+     "too_many_streams_from_address with Retry-After, before any credential is checked "
+     "(0: no cap; behind a proxy every client has its address)",
+     0},
+    {"results.max_streams_per_credential", SL_CONF_INT, "32",
+     offsetof(results_conf, max_streams_per_credential),
+     "event streams open at once with one credential (the same results token, API key or JWT, "
+     "valid or not); more get 429 too_many_streams_for_credential with Retry-After (0: no cap)",
+     0},
+    {"results.stream_max_s", SL_CONF_INT, "600", offsetof(results_conf, stream_max_s),
+     "the longest an event stream stays open: then it ends (at the next heartbeat) and "
+     "EventSource reconnects with Last-Event-ID, which checks the credential again and "
+     "loses no event (0: no limit)",
+     0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
 
@@ -107,13 +133,24 @@ typedef struct sse sse;     /* an open event stream */
 typedef struct vslot vslot; /* a slot of the version cache (fresh_304) */
 #define SSE_BUCKETS 4096
 
+/* Open event streams per client address or per credential: one entry per
+ * key with a stream open (so at most results.max_streams of them), freed
+ * with its last stream. */
+typedef struct sse_count sse_count;
+struct sse_count {
+  sse_count *next;
+  size_t n;
+  char key[48]; /* "a<address>" or "c<32 hex of the credential's sha256>" */
+};
+#define COUNT_BUCKETS 1024
+
 typedef struct {
   sl_common_conf *cc;
   results_conf *rc;
   sl_redis *redis;
   sl_http_server *srv;
   uv_signal_t sigterm, sigint;
-  sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
+  sl_metric *m_ok, *m_304, *m_404, *m_401, *m_429, *m_err;
   sl__auth *auth;
   json_t *stages;     /* the pipeline's progress labels, then "done" (built once) */
   char stages_tag[9]; /* 8 hex of their sha256: in every versioned ETag */
@@ -123,8 +160,9 @@ typedef struct {
   size_t nheld; /* of them, held for a submission not in the view yet */
   unsigned gen; /* catch-up round (on_feed) */
   sl_metric *m_streams, *m_held, *m_events;
-  sl_aredis *ar; /* polls' version reads (fresh_304) */
-  vslot *vcache; /* results.version_cache slots, or NULL */
+  sse_count *counts[COUNT_BUCKETS]; /* streams per address and per credential */
+  sl_aredis *ar;                    /* polls' version reads (fresh_304) */
+  vslot *vcache;                    /* results.version_cache slots, or NULL */
   size_t nvcache;
   uv_loop_t *loop;
   sl_aredis *feed; /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
@@ -610,8 +648,41 @@ struct sse {
   unsigned bucket;
   unsigned gen; /* the catch-up round that refreshed it last */
   char sid[37];
-  sse_hold *hold; /* while its submission is not in the view yet (owned), else NULL */
+  sse_hold *hold;         /* while its submission is not in the view yet (owned), else NULL */
+  sse_count *addr, *cred; /* what it counts against (NULL: nothing) */
+  uint64_t end;           /* uv_now() at which it ends (results.stream_max_s), 0: never */
 };
+
+static unsigned count_bucket(const char *key) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *key; key++) h = (h ^ (uint8_t)*key) * 16777619u;
+  return h & (COUNT_BUCKETS - 1);
+}
+
+/* The entry of key, or NULL (create: a new one at 0, NULL only when out of
+ * memory). */
+static sse_count *count_find(results *R, const char *key, int create) {
+  unsigned b = count_bucket(key);
+  for (sse_count *c = R->counts[b]; c; c = c->next)
+    if (strcmp(c->key, key) == 0) return c;
+  if (!create) return NULL;
+  sse_count *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  snprintf(c->key, sizeof c->key, "%s", key);
+  c->next = R->counts[b];
+  R->counts[b] = c;
+  return c;
+}
+
+static void count_put(results *R, sse_count *c) {
+  if (!c || --c->n > 0) return;
+  for (sse_count **pp = &R->counts[count_bucket(c->key)]; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      free(c);
+      return;
+    }
+}
 
 static unsigned sid_bucket(const char *sid) {
   uint32_t h = 2166136261u; /* FNV-1a */
@@ -630,6 +701,8 @@ static void sse_closed(sl_http_stream *hs, void *ud) {
   if (s->next) s->next->prev = s->prev;
   R->nstreams--;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  count_put(R, s->addr);
+  count_put(R, s->cred);
   if (s->hold) sl_metric_set(R->m_held, (int64_t)--R->nheld);
   free(s->hold);
   free(s);
@@ -843,12 +916,49 @@ static void on_heartbeat(uv_timer_t *t) {
       next = s->next;
       if (s->hold && now >= s->hold->until) /* never appeared: the reconnect gets the 404 */
         sl_http_stream_close(s->hs);
+      else if (s->end && now >= s->end) /* lived long enough: EventSource reconnects */
+        sl_http_stream_close(s->hs);
       else
         sl_http_stream_write(s->hs, ":\n\n", 3); /* may close s */
     }
 }
 
+/* The keys a new stream counts against (address and credential; "" when
+ * the request has none, counted against nothing) and whether either is at
+ * its cap: then 429 is answered and 1 returned, before any Redis call. */
+static int stream_caps(results *R, sl_http_req *req, char akey[48], char ckey[48]) {
+  char peer[46], qtok[128], hex[65];
+  akey[0] = ckey[0] = '\0';
+  if (sl_http_req_peer(req, peer, sizeof peer) == 0) snprintf(akey, 48, "a%s", peer);
+  sl__cred_kind kind;
+  const char *cred = sl__auth_bearer(req, &kind);
+  if (!cred) cred = query_token(req, qtok, sizeof qtok);
+  if (cred) {
+    sl_sha256_hex(cred, strlen(cred), hex);
+    snprintf(ckey, 48, "c%.32s", hex);
+  }
+  const sse_count *a = akey[0] ? count_find(R, akey, 0) : NULL;
+  const sse_count *c = ckey[0] ? count_find(R, ckey, 0) : NULL;
+  int64_t ma = R->rc->max_streams_per_address, mc = R->rc->max_streams_per_credential;
+  const char *code = NULL, *msg = NULL;
+  if (ma > 0 && a && a->n >= (size_t)ma) {
+    code = "too_many_streams_from_address";
+    msg = "this address has as many event streams open as it may; close one, poll, or retry "
+          "later";
+  } else if (mc > 0 && c && c->n >= (size_t)mc) {
+    code = "too_many_streams_for_credential";
+    msg = "this credential has as many event streams open as it may; close one, poll, or retry "
+          "later";
+  }
+  if (!code) return 0;
+  sl_metric_add(R->m_429, 1);
+  sl_http_respond_error(req, 429, code, msg, "Retry-After: 5\r\n");
+  return 1;
+}
+
 static void open_events(results *R, sl_http_req *req, const char *sid) {
+  char akey[48], ckey[48];
+  if (stream_caps(R, req, akey, ckey)) return;
   sse_hold h = {0};
   redisReply *rep = authorized_view(R, req, sid, VIEW_EVENTS, &h);
   if (!rep && !h.held) return;
@@ -908,6 +1018,11 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
   R->nstreams++;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
   if (hold) sl_metric_set(R->m_held, (int64_t)++R->nheld);
+  /* counted once open (nothing above ran the loop, so no stream opened
+   * since stream_caps looked); out of memory: not counted */
+  if (akey[0] && (s->addr = count_find(R, akey, 1))) s->addr->n++;
+  if (ckey[0] && (s->cred = count_find(R, ckey, 1))) s->cred->n++;
+  if (R->rc->stream_max_s > 0) s->end = uv_now(R->loop) + (uint64_t)R->rc->stream_max_s * 1000;
   sl_metric_add(R->m_ok, 1);
   if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0 && rep) sse_send(s, rep);
   if (rep) freeReplyObject(rep);
@@ -966,8 +1081,8 @@ int sl__results_main(int argc, char **argv) {
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl_http_conf_table, sl_http_conf_table_len, &hc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own, 3,
-                           "127.0.0.1:9185", &admin);
+  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own,
+                           sizeof own / sizeof own[0], "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
   if (rconf.version_cache > 0) {
@@ -982,10 +1097,10 @@ int sl__results_main(int argc, char **argv) {
   sl_sha256_hex(st_text ? st_text : "", st_text ? strlen(st_text) : 0, st_hash);
   free(st_text);
   memcpy(R.stages_tag, st_hash, 8);
-  const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
-                       "status=\"503\""};
-  sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_err};
-  for (size_t i = 0; i < 5; i++)
+  const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"",
+                       "status=\"401\"", "status=\"429\"", "status=\"503\""};
+  sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_429, &R.m_err};
+  for (size_t i = 0; i < 6; i++)
     *ms[i] = sl_metrics_counter("sluice_results_requests_total", lbl[i],
                                 "Results API requests by status");
   R.m_streams = sl_metrics_gauge("sluice_results_streams", NULL,
@@ -1044,6 +1159,6 @@ int sl__results_main(int argc, char **argv) {
   sl__auth_free(R.auth);
   json_decref(R.stages);
   free(R.vcache);
-  sl__stage_finish(&cc, own, 2, admin);
+  sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc ? 1 : 0;
 }
