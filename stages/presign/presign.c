@@ -667,25 +667,8 @@ static void on_rate(redisReply *r, void *ud) {
 /* The client address: the TCP peer, or the last entry of the trusted
  * proxy's header when presign.client_address_header is set. */
 static void client_address(presign *ps, sl_http_req *req, char *out, size_t len) {
-  const char *h = ps->pc->client_address_header[0]
-                      ? sl_http_req_header(req, ps->pc->client_address_header)
-                      : NULL;
-  if (h) {
-    const char *last = strrchr(h, ',');
-    last = last ? last + 1 : h;
-    while (*last == ' ') last++;
-    char tmp[64], bin[16];
-    size_t n = strcspn(last, " ");
-    if (n > 0 && n < sizeof tmp) {
-      memcpy(tmp, last, n);
-      tmp[n] = '\0';
-      if (uv_inet_pton(AF_INET, tmp, bin) == 0 || uv_inet_pton(AF_INET6, tmp, bin) == 0) {
-        snprintf(out, len, "%s", tmp);
-        return;
-      }
-    }
-  }
-  if (sl_http_req_peer(req, out, len) != 0) snprintf(out, len, "unknown");
+  if (sl__client_address(req, ps->pc->client_address_header, out, len) != 0)
+    snprintf(out, len, "unknown");
 }
 
 /* One fixed one-minute window per user and per address. Every window is

@@ -87,6 +87,7 @@ typedef struct {
   int64_t max_streams_per_credential;
   int64_t stream_max_s;
   int64_t redis_timeout_ms;
+  char *client_address_header;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
@@ -135,6 +136,12 @@ const sl_conf_entry sl__results_table[] = {
      "has answered none of them for this long is treated as down, the requests waiting get 503 "
      "unavailable, later ones 503 at once until it answers again, and /readyz is 503 meanwhile "
      "(0: redis.command_timeout_ms)",
+     0},
+    {"results.client_address_header", SL_CONF_STR, "",
+     offsetof(results_conf, client_address_header),
+     "behind a trusted proxy: the header whose last entry is the client address "
+     "results.max_streams_per_address counts (e.g. X-Forwarded-For; empty: the TCP peer). "
+     "Set it only when every request comes through a proxy that appends to it",
      0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
@@ -1065,9 +1072,10 @@ static void on_heartbeat(uv_timer_t *t) {
  * the request has none, counted against nothing) and whether either is at
  * its cap: then 429 is answered and 1 returned, before any Redis call. */
 static int stream_caps(results *R, sl_http_req *req, char akey[48], char ckey[48]) {
-  char peer[46], qtok[128], hex[65];
+  char peer[64], qtok[128], hex[65];
   akey[0] = ckey[0] = '\0';
-  if (sl_http_req_peer(req, peer, sizeof peer) == 0) snprintf(akey, 48, "a%s", peer);
+  if (sl__client_address(req, R->rc->client_address_header, peer, sizeof peer) == 0)
+    snprintf(akey, 48, "a%.46s", peer);
   sl__cred_kind kind;
   const char *cred = sl__auth_bearer(req, &kind);
   if (!cred) cred = query_token(req, qtok, sizeof qtok);

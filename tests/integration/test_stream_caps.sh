@@ -11,7 +11,9 @@
 #   2. one (bogus) credential from two addresses: at most
 #      results.max_streams_per_credential (32) streams, the rest 429
 #      too_many_streams_for_credential;
-#   3. with results.stream_max_s = 2, an authenticated stream of a
+#   3. behind a proxy (results.client_address_header = X-Forwarded-For) the
+#      address cap counts the last address the proxy appended;
+#   4. with results.stream_max_s = 2, an authenticated stream of a
 #      submission that never completes ends by itself (the client's
 #      EventSource reconnects), and the reconnect with Last-Event-ID is a
 #      stream again that repeats nothing.
@@ -82,9 +84,23 @@ check "  the rest 429 too_many_streams_for_credential" \
   jqe '.codes.too_many_streams_for_credential == 16' "$(cat "$work/c2.json")"
 
 # 3. a stream's lifetime: results again with results.stream_max_s = 2
+# (and behind a "proxy": results.client_address_header)
 "$ROOT/tools/stages" kill results >/dev/null
 export SLUICE_RESULTS_STREAM_MAX_S=2 SLUICE_RESULTS_HEARTBEAT_MS=500
+export SLUICE_RESULTS_CLIENT_ADDRESS_HEADER=X-Forwarded-For
 stages_up
+# the first client's streams stay open (until stream_max_s) while the second's open
+$FLOOD --port "$RPORT" --n $((CAP + 2)) --hold 1.2 --xff "10.9.8.7, 10.0.0.1" >"$work/x1.json" &
+xp=$!
+at_exit "kill $xp 2>/dev/null || true"
+sleep 0.6
+$FLOOD --port "$RPORT" --n 2 --hold 0.2 --xff 10.0.0.2 >"$work/x2.json"
+wait "$xp" || true
+log "behind a proxy: $(cat "$work/x1.json") $(cat "$work/x2.json")"
+check "results.client_address_header: the cap counts the address the proxy appended" \
+  jqe ".status[\"200\"] == $CAP and .codes.too_many_streams_from_address == 2" "$(cat "$work/x1.json")"
+check "  and another client behind the same proxy is not refused" \
+  jqe '.status["200"] == 2' "$(cat "$work/x2.json")"
 EV=$RESULTS_URL/v1/submissions/$SID/events
 t0=$(date +%s.%N)
 rc=0

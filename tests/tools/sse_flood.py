@@ -3,6 +3,7 @@
 """sse_flood.py - opens many server-sent event streams from one address.
 
 Usage: sse_flood.py --port P [--bind ADDR] [--n N] [--hold S] [--token T]
+                    [--xff CLIENT]
 
 Opens N connections to results on 127.0.0.1:P from local address ADDR, all
 at once, each asking for GET /v1/submissions/<id>/events of a fresh UUIDv7
@@ -40,6 +41,7 @@ def main():
     ap.add_argument("--n", type=int, default=1100)
     ap.add_argument("--hold", type=float, default=5.0)
     ap.add_argument("--token", default="")
+    ap.add_argument("--xff", default="", help="an X-Forwarded-For header to send")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = a.n + 64
@@ -64,7 +66,8 @@ def main():
         cred = a.token or "bogus-%d" % i
         req = ("GET /v1/submissions/%s/events HTTP/1.1\r\nHost: results\r\n"
                "Accept: text/event-stream\r\nAuthorization: Bearer %s\r\n"
-               "Connection: close\r\n\r\n" % (uuid7(), cred)).encode()
+               "%sConnection: close\r\n\r\n" %
+               (uuid7(), cred, "X-Forwarded-For: %s\r\n" % a.xff if a.xff else "")).encode()
         st = {"sock": s, "out": req, "buf": b"", "status": None}
         sel.register(s, selectors.EVENT_WRITE, st)
         pending += 1
