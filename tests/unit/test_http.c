@@ -15,7 +15,8 @@
  *    "body_sha256":"…"}
  * Paths "/later" answer from a uv_timer 50 ms later, "/hold" never answer
  * until the server is stopped, "/big" answer BIG_BODY bytes (more than the
- * kernel's socket buffers hold, so a peer that does not read stalls it).
+ * kernel's socket buffers hold, so a peer that does not read stalls it),
+ * "/stream" the same as a streamed response (sl_http_stream_start).
  */
 #define _GNU_SOURCE /* memmem, asprintf */
 #include <setjmp.h>
@@ -66,6 +67,7 @@ typedef struct {
   atomic_int nreq;             /* requests the handler saw */
   atomic_int nheld;            /* "/hold" requests parked */
   atomic_int late_rc;          /* non-zero: a late sl_http_respond failed */
+  atomic_int stream_closed;    /* "/stream": its on_closed ran */
   sl_http_req *held[MAX_HELD]; /* loop thread only */
 } fixture;
 
@@ -113,6 +115,11 @@ static void on_later(uv_timer_t *t) {
   uv_close((uv_handle_t *)t, on_later_closed);
 }
 
+static void on_stream_closed(sl_http_stream *st, void *ud) {
+  (void)st;
+  atomic_store(&((fixture *)ud)->stream_closed, 1);
+}
+
 static void handler(sl_http_req *req, void *ud) {
   fixture *f = ud;
   atomic_fetch_add(&f->nreq, 1);
@@ -138,6 +145,17 @@ static void handler(sl_http_req *req, void *ud) {
     memset(b, 'x', BIG_BODY);
     sl_http_respond(req, 200, "text/plain", NULL, b, BIG_BODY);
     free(b);
+    return;
+  }
+  if (strcmp(path, "/stream") == 0) { /* a stream of BIG_BODY bytes in 64 KiB writes */
+    sl_http_stream *st = NULL;
+    if (sl_http_stream_start(req, 200, "text/plain", NULL, 2 * BIG_BODY, on_stream_closed, f,
+                             &st) != 0)
+      return;
+    static char chunk[65536];
+    memset(chunk, 'y', sizeof chunk);
+    for (size_t n = 0; n < BIG_BODY; n += sizeof chunk)
+      if (sl_http_stream_write(st, chunk, sizeof chunk) != 0) return;
     return;
   }
   if (strcmp(path, "/hold") == 0) {
@@ -1126,6 +1144,24 @@ static void test_max_per_address(void **state) {
   stop_server(f);
 }
 
+/* write_timeout_ms on a streamed response: a peer that stops reading is
+ * closed once the oldest pending write has waited that long (on_closed
+ * runs), although far less than max_queued is waiting. */
+static void test_stream_write_timeout(void **state) {
+  fixture *f = *state;
+  sl_http_limits lim = {.write_timeout_ms = 500};
+  start_server(f, &lim);
+  client *c = connect_client_from(f, NULL, 4096);
+  send_str(c, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n");
+  int64_t t0 = now_ms();
+  while (!atomic_load(&f->stream_closed) && now_ms() - t0 < 3000) usleep(10 * 1000);
+  if (!atomic_load(&f->stream_closed))
+    fail_msg("a stream whose peer does not read was still open after 3 s (write timeout 500 ms)");
+  assert_true(now_ms() - t0 >= 400);
+  client_close(c);
+  stop_server(f);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -1134,7 +1170,7 @@ int main(void) {
       T(test_too_many_headers), T(test_malformed),       T(test_nul_in_header),
       T(test_delayed_response), T(test_request_timeout), T(test_free_closes_connections),
       T(test_new_errors),       T(test_max_connections), T(test_first_byte_timeout),
-      T(test_write_timeout),    T(test_max_per_address),
+      T(test_write_timeout),    T(test_max_per_address), T(test_stream_write_timeout),
   };
 #undef T
   sl_log_init("test_http", "error");
