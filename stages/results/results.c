@@ -127,7 +127,8 @@ const sl_conf_entry sl__results_table[] = {
      "valid or not); more get 429 too_many_streams_for_credential with Retry-After (0: no cap)",
      0},
     {"results.stream_max_s", SL_CONF_INT, "600", offsetof(results_conf, stream_max_s),
-     "the longest an event stream stays open: then it ends (at the next heartbeat) and "
+     "the longest an event stream stays open (less up to 10%, so that streams opened together "
+     "do not reconnect together): then it ends (at the next heartbeat) and "
      "EventSource reconnects with Last-Event-ID, which checks the credential again and "
      "loses no event (0: no limit)",
      0},
@@ -1183,7 +1184,10 @@ static void events_reply(lookup *lk, redisReply *rep, const sse_hold *h) {
   s->cred = lk->ccount;
   lk->addr = lk->ccount = NULL;
   lookup_free(lk);
-  if (R->rc->stream_max_s > 0) s->end = uv_now(R->loop) + (uint64_t)R->rc->stream_max_s * 1000;
+  if (R->rc->stream_max_s > 0) { /* less up to 10%: streams opened together end apart */
+    uint64_t ms = (uint64_t)R->rc->stream_max_s * 1000;
+    s->end = uv_now(R->loop) + ms - uv_hrtime() % (ms / 10 + 1);
+  }
   sl_metric_add(R->m_ok, 1);
   if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0 && rep) sse_send(s, rep);
 }
