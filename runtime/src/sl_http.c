@@ -512,11 +512,13 @@ static void on_shutdown(uv_shutdown_t *sh, int status) {
   (void)status; /* on failure the read sees the error and closes */
 }
 
+static void on_discard_alloc(uv_handle_t *h, size_t sugg, uv_buf_t *buf);
+
 static void linger_close(conn *c) {
   c->pending_len = 0;
   uv_timer_start(&c->timer, on_linger_timeout, 1000, 0);
   if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) != 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_linger_read) != 0)
+      uv_read_start((uv_stream_t *)&c->tcp, on_discard_alloc, on_linger_read) != 0)
     conn_close(c);
 }
 
@@ -837,14 +839,12 @@ int sl_http_stream_start(sl_http_req *req, int status, const char *ctype, const 
 
 /* ---------- accepting ---------- */
 
-/* A new connection on srv's list, its handles initialised (not connected). */
+/* A new connection on srv's list, its handles initialised (not connected),
+ * without its header arena yet (conn_arena): a refused connection never
+ * gets one. */
 static conn *conn_new(sl_http_server *srv) {
   conn *c = calloc(1, sizeof *c);
-  if (c) c->arena = malloc(srv->lim.max_header + 1);
-  if (!c || !c->arena) {
-    if (c) free(c);
-    return NULL;
-  }
+  if (!c) return NULL;
   c->srv = srv;
   uv_tcp_init(srv->loop, &c->tcp);
   uv_timer_init(srv->loop, &c->timer);
@@ -857,17 +857,24 @@ static conn *conn_new(sl_http_server *srv) {
   return c;
 }
 
+/* The header arena of a connection that will read requests. 0 or -1. */
+static int conn_arena(conn *c) {
+  c->arena = malloc(c->srv->lim.max_header + 1);
+  return c->arena ? 0 : -1;
+}
+
 static void on_connection(uv_stream_t *ls, int status) {
   sl_http_server *srv = ls->data;
   if (status < 0) return;
   conn *c = conn_new(srv);
   if (!c) return;
-  if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+  if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0) {
     conn_close(c);
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  /* a refused connection costs its conn and handles only: no arena, no
+   * read buffer (its lingering reads go to the discard buffer) */
   if (srv->nconns >= srv->lim.max_connections) {
     /* over the cap: answer 503 without reading and close once it is out
      * (the request, if any, is never parsed) */
@@ -884,6 +891,10 @@ static void on_connection(uv_stream_t *ls, int status) {
   }
   c->counted = 1;
   srv->nconns++;
+  if (conn_arena(c) != 0 || uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    conn_close(c);
+    return;
+  }
   arm_timer(c, srv->lim.first_byte_timeout_ms);
 }
 
@@ -1013,6 +1024,10 @@ int sl__http_feed(sl_http_server *srv, const void *data, size_t len, size_t chun
   if (!srv || !srv->detached) return SL_EINVAL;
   conn *c = conn_new(srv);
   if (!c) return SL_ENOMEM;
+  if (conn_arena(c) != 0) {
+    conn_close(c);
+    return SL_ENOMEM;
+  }
   srv->sink = sink;
   srv->sink_ud = sink_ud;
   arm_timer(c, srv->lim.idle_timeout_ms);
