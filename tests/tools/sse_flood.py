@@ -54,7 +54,11 @@ def main():
     n_open = max_open = 0
     pending = 0
     for i in range(a.n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        except OSError:  # out of file descriptors: counted, not fatal
+            errors += 1
+            continue
         try:
             s.bind((a.bind, 0))
             s.setblocking(False)
