@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sluice/sl_cli.h"
+#include "sluice/sl_http.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
@@ -39,6 +40,28 @@ int sl__view_went_back(sl__view_seen *seen, long long marker, long long seq) {
   seen->marker = marker;
   seen->seq = seq;
   return 0;
+}
+
+int sl__client_address(const sl_http_req *req, const char *header, char *out, size_t len) {
+  const char *h = header && header[0] ? sl_http_req_header(req, header) : NULL;
+  if (h) {
+    const char *last = strrchr(h, ',');
+    last = last ? last + 1 : h;
+    while (*last == ' ') last++;
+    char tmp[64], bin[16];
+    size_t n = strcspn(last, " ");
+    if (n > 0 && n < sizeof tmp) {
+      memcpy(tmp, last, n);
+      tmp[n] = '\0';
+      if (uv_inet_pton(AF_INET, tmp, bin) == 0 || uv_inet_pton(AF_INET6, tmp, bin) == 0) {
+        snprintf(out, len, "%s", tmp);
+        return 0;
+      }
+    }
+  }
+  if (sl_http_req_peer(req, out, len) == 0) return 0;
+  if (len) out[0] = '\0';
+  return -1;
 }
 
 void sl__owner_id(char *buf, size_t len) {

@@ -19,6 +19,7 @@
 
 #include "notify/callback.h"
 #include "presign/webhook.h"
+#include "sluice/sl_http.h"
 #include "sluice/sl_plugin.h"
 #include "sluice/sl_s3.h"
 #include "sluice_version.h" /* generated: cmake/version.cmake */
@@ -67,6 +68,7 @@ static int known_env(const char *env) {
     if (strcmp(env, tooling[i]) == 0) return 1;
   if (in_table(sl_common_conf_table, sl_common_conf_table_len, env) ||
       in_table(sl_s3_conf_table, sl_s3_conf_table_len, env) ||
+      in_table(sl_http_conf_table, sl_http_conf_table_len, env) ||
       in_table(sl__plugin_table, sl__plugin_table_len, env) ||
       in_table(sl__auth_table, sl__auth_table_len, env) ||
       in_table(sl__webhook_table, sl__webhook_table_len, env) ||
@@ -146,6 +148,10 @@ static void config_doc(void) {
   sl_conf_print_markdown(sl_common_conf_table, sl_common_conf_table_len, stdout);
   printf("\n## Object storage (presign, ingest, stt)\n\n");
   sl_conf_print_markdown(sl_s3_conf_table, sl_s3_conf_table_len, stdout);
+  printf("\n## HTTP servers (presign, results)\n\nDeadlines and caps of the HTTP server, "
+         "each stage's own (a stage's table has its listen address and max_connections). "
+         "See [security.md](security.md).\n\n");
+  sl_conf_print_markdown(sl_http_conf_table, sl_http_conf_table_len, stdout);
   printf("\n## Plugins (stt, grade)\n\nEach plugin's own settings are in "
          "[plugins.md](plugins.md).\n\n");
   sl_conf_print_markdown(sl__plugin_table, sl__plugin_table_len, stdout);

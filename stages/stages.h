@@ -72,6 +72,14 @@ int sl__view_marker(struct sl_redis *r, char *err, size_t errlen);
 /* "<host>:<pid>": who holds a Redis lock this process takes. */
 void sl__owner_id(char *buf, size_t len);
 
+/* The client address of req as text into out: the last entry of header
+ * (the one a trusted proxy appended, e.g. X-Forwarded-For) when header is
+ * non-empty and that entry is an IP address, else the TCP peer. 0, or -1
+ * (out "") when there is none. Used by presign's rate limits and results'
+ * stream caps. */
+struct sl_http_req;
+int sl__client_address(const struct sl_http_req *req, const char *header, char *out, size_t len);
+
 /* Raised by SIGTERM/SIGINT. */
 extern volatile sig_atomic_t sl__stop;
 void sl__install_signals(void);

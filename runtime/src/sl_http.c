@@ -10,6 +10,16 @@
  * (bad syntax, limits) are answered with a JSON error and the connection is
  * closed.
  *
+ * The one timer is the connection's deadline of the moment: the first byte
+ * (first_byte_timeout_ms after accept), the whole request
+ * (request_timeout_ms), idle between requests (idle_timeout_ms), or the
+ * peer taking what was written (write_timeout_ms: a response, or a stream's
+ * oldest pending write, still not in the kernel then closes the connection,
+ * so a client that never reads cannot hold it). Open connections are
+ * counted per client address in a small hash table (at most one entry per
+ * open connection); beyond max_per_address a new one is refused with 429 as
+ * cheaply as the 503 beyond max_connections.
+ *
  * A detached server (sl_http_internal.h, for the fuzz target) has no
  * listening socket: sl__http_feed() pushes bytes through the same read path
  * (on_alloc/on_read) and takes responses from sl_http_respond() instead of
@@ -20,6 +30,7 @@
 #include "sl_http_internal.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
 
 #include <http_parser.h>
 #include <stdio.h>
@@ -28,9 +39,48 @@
 #include <strings.h>
 
 #define MAX_HEADERS 48
+#define ADDR_BUCKETS 256
+
+#define H(field) offsetof(sl_http_conf, field)
+const sl_conf_entry sl_http_conf_table[] = {
+    {"http.first_byte_timeout_ms", SL_CONF_INT, "10000", H(first_byte_timeout_ms),
+     "a new connection that sends nothing for this long is closed (never longer than the idle "
+     "timeout between requests, 60 s)",
+     0},
+    {"http.write_timeout_ms", SL_CONF_INT, "30000", H(write_timeout_ms),
+     "a response the client has not taken within this long (for an event stream: its oldest "
+     "pending write) closes the connection, so a client that never reads cannot hold one",
+     0},
+    {"http.max_connections_per_address", SL_CONF_INT, "256", H(max_connections_per_address),
+     "connections open at once from one client address; more get 429 "
+     "too_many_connections_from_address and are closed (sluice_http_refused_total"
+     "{reason=\"per_address\"}); behind a proxy every client has the proxy's address: raise it "
+     "or set 0 (no cap)",
+     0},
+};
+const size_t sl_http_conf_table_len = sizeof sl_http_conf_table / sizeof sl_http_conf_table[0];
+
+void sl_http_limits_from_conf(sl_http_limits *lim, const sl_http_conf *c) {
+  if (!lim || !c) return;
+  if (c->first_byte_timeout_ms > 0 && c->first_byte_timeout_ms < 3600000)
+    lim->first_byte_timeout_ms = (unsigned)c->first_byte_timeout_ms;
+  if (c->write_timeout_ms > 0 && c->write_timeout_ms < 3600000)
+    lim->write_timeout_ms = (unsigned)c->write_timeout_ms;
+  lim->max_per_address =
+      c->max_connections_per_address > 0 ? (size_t)c->max_connections_per_address : 0;
+}
 
 typedef struct conn conn;
 typedef struct wreq wreq;
+
+/* Open connections from one client address (family byte + 16 address
+ * bytes); freed when the last one closes. */
+typedef struct addr_slot addr_slot;
+struct addr_slot {
+  addr_slot *next;
+  unsigned char key[17];
+  size_t n;
+};
 
 struct sl_http_req {
   conn *c;
@@ -57,6 +107,8 @@ struct sl_http_server {
   int detached;          /* no socket: sl__http_feed() (sl_http_internal.h) */
   sl__http_sink_fn sink; /* detached: where responses go */
   void *sink_ud;
+  addr_slot *addrs[ADDR_BUCKETS]; /* open connections by client address */
+  sl_metric *m_refused_addr, *m_refused_max, *m_write_timeout;
 };
 
 struct conn {
@@ -81,6 +133,8 @@ struct conn {
   const char *error_msg; /* why, when not the parser's own error or a limit */
   int nclose;            /* handles still to close */
   int counted;           /* one of srv->nconns */
+  addr_slot *addr;       /* its client address's count (counted connections) */
+  size_t nwrites;        /* stream writes not yet taken by the kernel */
   uv_shutdown_t shut;    /* lingering close of a refused connection */
   wreq *held;            /* detached: a response "being written" */
   /* a streamed response (sl_http_stream_start); the stream is the conn */
@@ -113,11 +167,68 @@ static void on_handle_closed(uv_handle_t *h) {
 
 static void drained_maybe_free(sl_http_server *srv);
 
+static size_t addr_hash(const unsigned char *key) {
+  size_t h = 2166136261u; /* FNV-1a */
+  for (int i = 0; i < 17; i++) h = (h ^ key[i]) * 16777619u;
+  return h % ADDR_BUCKETS;
+}
+
+/* The peer's address as a table key. 0, or -1 when it has none. */
+static int peer_key(conn *c, unsigned char key[17]) {
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  memset(key, 0, 17);
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) != 0) return -1;
+  if (ss.ss_family == AF_INET) {
+    key[0] = 4;
+    memcpy(key + 1, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+  } else if (ss.ss_family == AF_INET6) {
+    key[0] = 6;
+    memcpy(key + 1, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+/* Counts c against its address unless that has max_per_address open
+ * already. 0, or -1 when refused (or out of memory). */
+static int addr_take(sl_http_server *srv, conn *c) {
+  unsigned char key[17];
+  if (peer_key(c, key) != 0) return 0; /* no address to count it against */
+  size_t b = addr_hash(key);
+  addr_slot *a = srv->addrs[b];
+  while (a && memcmp(a->key, key, sizeof key) != 0) a = a->next;
+  if (a && srv->lim.max_per_address && a->n >= srv->lim.max_per_address) return -1;
+  if (!a) {
+    if (!(a = calloc(1, sizeof *a))) return -1;
+    memcpy(a->key, key, sizeof key);
+    a->next = srv->addrs[b];
+    srv->addrs[b] = a;
+  }
+  a->n++;
+  c->addr = a;
+  return 0;
+}
+
+static void addr_release(sl_http_server *srv, conn *c) {
+  addr_slot *a = c->addr;
+  c->addr = NULL;
+  if (!a || --a->n > 0) return;
+  for (addr_slot **pp = &srv->addrs[addr_hash(a->key)]; *pp; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      free(a);
+      return;
+    }
+}
+
 static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = 1;
   if (c->counted && c->srv) c->srv->nconns--;
   c->counted = 0;
+  if (c->srv) addr_release(c->srv, c);
   if (c->prev)
     c->prev->next = c->next;
   else if (c->srv)
@@ -157,6 +268,17 @@ static void on_timeout(uv_timer_t *t) {
 }
 
 static void arm_timer(conn *c, unsigned ms) { uv_timer_start(&c->timer, on_timeout, ms, 0); }
+
+/* What was written has not been taken by the peer in write_timeout_ms. */
+static void on_write_timeout(uv_timer_t *t) {
+  conn *c = t->data;
+  if (c->srv) sl_metric_add(c->srv->m_write_timeout, 1);
+  conn_close(c);
+}
+
+static void arm_write_timer(conn *c) {
+  uv_timer_start(&c->timer, on_write_timeout, c->srv->lim.write_timeout_ms, 0);
+}
 
 /* ---------- parser callbacks ---------- */
 
@@ -312,18 +434,21 @@ static void fail_parse(conn *c) {
                      : st == 431 ? "headers_too_large"
                      : st == 408 ? "request_timeout"
                      : st == 503 ? "too_many_connections"
+                     : st == 429 ? "too_many_connections_from_address"
                                  : "bad_request";
   const char *msg = st == 413      ? "request body exceeds the limit"
                     : st == 431    ? "request headers exceed the limit"
                     : st == 408    ? "the request did not arrive in time"
                     : st == 503    ? "the server has too many open connections; retry"
+                    : st == 429    ? "too many open connections from this address; retry"
                     : c->error_msg ? c->error_msg
                                    : http_errno_description(HTTP_PARSER_ERRNO(&c->parser));
   c->keep_alive = 0;
   c->busy = 1;
   c->req.c = c;
   uv_read_stop((uv_stream_t *)&c->tcp);
-  sl_http_respond_error(&c->req, st, code, msg, st == 503 ? "Retry-After: 1\r\n" : NULL);
+  sl_http_respond_error(&c->req, st, code, msg,
+                        st == 503 || st == 429 ? "Retry-After: 1\r\n" : NULL);
 }
 
 /* Parses buffered input; dispatches at most one complete request. */
@@ -369,7 +494,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   drive(c);
 }
 
-/* A connection refused for being over the cap: its 503 is out. Half-close
+/* A connection refused for being over a cap: its 503 or 429 is out. Half-close
  * and read (discarding) until the peer closes or 1 s passes, so that the
  * request it may already have sent does not turn the close into a reset
  * that destroys the 503 before the client reads it. */
@@ -387,11 +512,13 @@ static void on_shutdown(uv_shutdown_t *sh, int status) {
   (void)status; /* on failure the read sees the error and closes */
 }
 
+static void on_discard_alloc(uv_handle_t *h, size_t sugg, uv_buf_t *buf);
+
 static void linger_close(conn *c) {
   c->pending_len = 0;
   uv_timer_start(&c->timer, on_linger_timeout, 1000, 0);
   if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) != 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_linger_read) != 0)
+      uv_read_start((uv_stream_t *)&c->tcp, on_discard_alloc, on_linger_read) != 0)
     conn_close(c);
 }
 
@@ -410,7 +537,7 @@ static void on_written(uv_write_t *w, int status) {
   c->busy = 0;            /* the response is out: the connection owns itself again */
   if (c->closing) return; /* close callbacks run after this one and free c */
   if (close_after) {
-    if (c->error_status == 503 && status == 0)
+    if ((c->error_status == 503 || c->error_status == 429) && status == 0)
       linger_close(c);
     else
       conn_close(c);
@@ -581,7 +708,9 @@ int sl_http_respond(sl_http_req *req, int status, const char *ctype, const char 
   if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
     free(w);
     conn_close(c);
+    return 0;
   }
+  arm_write_timer(c); /* on_written re-arms or stops it */
   return 0;
 }
 
@@ -621,7 +750,17 @@ static void on_stream_written(uv_write_t *w, int status) {
   wreq *r = (wreq *)w;
   conn *c = r->c;
   free(r);
-  if (status < 0 && !c->closing) conn_close(c);
+  if (c->nwrites) c->nwrites--;
+  if (c->closing) return;
+  if (status < 0) {
+    conn_close(c);
+    return;
+  }
+  /* the peer took this one: the next oldest gets its own write_timeout_ms */
+  if (c->nwrites)
+    arm_write_timer(c);
+  else
+    uv_timer_stop(&c->timer);
 }
 
 int sl_http_stream_write(sl_http_stream *s, const void *data, size_t len) {
@@ -645,6 +784,7 @@ int sl_http_stream_write(sl_http_stream *s, const void *data, size_t len) {
     conn_close(c);
     return SL_EINVAL;
   }
+  if (c->nwrites++ == 0) arm_write_timer(c);
   return 0;
 }
 
@@ -699,14 +839,12 @@ int sl_http_stream_start(sl_http_req *req, int status, const char *ctype, const 
 
 /* ---------- accepting ---------- */
 
-/* A new connection on srv's list, its handles initialised (not connected). */
+/* A new connection on srv's list, its handles initialised (not connected),
+ * without its header arena yet (conn_arena): a refused connection never
+ * gets one. */
 static conn *conn_new(sl_http_server *srv) {
   conn *c = calloc(1, sizeof *c);
-  if (c) c->arena = malloc(srv->lim.max_header + 1);
-  if (!c || !c->arena) {
-    if (c) free(c);
-    return NULL;
-  }
+  if (!c) return NULL;
   c->srv = srv;
   uv_tcp_init(srv->loop, &c->tcp);
   uv_timer_init(srv->loop, &c->timer);
@@ -719,27 +857,45 @@ static conn *conn_new(sl_http_server *srv) {
   return c;
 }
 
+/* The header arena of a connection that will read requests. 0 or -1. */
+static int conn_arena(conn *c) {
+  c->arena = malloc(c->srv->lim.max_header + 1);
+  return c->arena ? 0 : -1;
+}
+
 static void on_connection(uv_stream_t *ls, int status) {
   sl_http_server *srv = ls->data;
   if (status < 0) return;
   conn *c = conn_new(srv);
   if (!c) return;
-  if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+  if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0) {
     conn_close(c);
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  /* a refused connection costs its conn and handles only: no arena, no
+   * read buffer (its lingering reads go to the discard buffer) */
   if (srv->nconns >= srv->lim.max_connections) {
     /* over the cap: answer 503 without reading and close once it is out
      * (the request, if any, is never parsed) */
+    sl_metric_add(srv->m_refused_max, 1);
     c->error_status = 503;
+    fail_parse(c);
+    return;
+  }
+  if (addr_take(srv, c) != 0) { /* over its address's cap: 429, likewise */
+    sl_metric_add(srv->m_refused_addr, 1);
+    c->error_status = 429;
     fail_parse(c);
     return;
   }
   c->counted = 1;
   srv->nconns++;
-  arm_timer(c, srv->lim.idle_timeout_ms);
+  if (conn_arena(c) != 0 || uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    conn_close(c);
+    return;
+  }
+  arm_timer(c, srv->lim.first_byte_timeout_ms);
 }
 
 static void on_srv_closed(uv_handle_t *h) { free(h->data); }
@@ -772,6 +928,24 @@ static void set_limits(sl_http_server *srv, const sl_http_limits *lim) {
   srv->lim.request_timeout_ms = lim && lim->request_timeout_ms ? lim->request_timeout_ms : 10000;
   srv->lim.idle_timeout_ms = lim && lim->idle_timeout_ms ? lim->idle_timeout_ms : 60000;
   srv->lim.max_connections = lim && lim->max_connections ? lim->max_connections : 1024;
+  srv->lim.first_byte_timeout_ms =
+      lim && lim->first_byte_timeout_ms ? lim->first_byte_timeout_ms : 10000;
+  if (srv->lim.first_byte_timeout_ms > srv->lim.idle_timeout_ms)
+    srv->lim.first_byte_timeout_ms = srv->lim.idle_timeout_ms;
+  srv->lim.write_timeout_ms = lim && lim->write_timeout_ms ? lim->write_timeout_ms : 30000;
+  srv->lim.max_per_address = lim ? lim->max_per_address : 0;
+  srv->m_refused_max =
+      sl_metrics_counter("sluice_http_refused_total", "reason=\"max_connections\"",
+                         "connections refused on arrival: over max_connections (503) or over "
+                         "the per-address cap (429)");
+  srv->m_refused_addr =
+      sl_metrics_counter("sluice_http_refused_total", "reason=\"per_address\"",
+                         "connections refused on arrival: over max_connections (503) or over "
+                         "the per-address cap (429)");
+  srv->m_write_timeout =
+      sl_metrics_counter("sluice_http_write_timeouts_total", NULL,
+                         "connections closed because the client did not take a response (or an "
+                         "event stream's write) within the write timeout");
 }
 
 int sl_http_server_new(sl_http_server **out, uv_loop_t *loop, const char *listen,
@@ -850,6 +1024,10 @@ int sl__http_feed(sl_http_server *srv, const void *data, size_t len, size_t chun
   if (!srv || !srv->detached) return SL_EINVAL;
   conn *c = conn_new(srv);
   if (!c) return SL_ENOMEM;
+  if (conn_arena(c) != 0) {
+    conn_close(c);
+    return SL_ENOMEM;
+  }
   srv->sink = sink;
   srv->sink_ud = sink_ud;
   arm_timer(c, srv->lim.idle_timeout_ms);

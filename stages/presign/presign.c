@@ -667,25 +667,8 @@ static void on_rate(redisReply *r, void *ud) {
 /* The client address: the TCP peer, or the last entry of the trusted
  * proxy's header when presign.client_address_header is set. */
 static void client_address(presign *ps, sl_http_req *req, char *out, size_t len) {
-  const char *h = ps->pc->client_address_header[0]
-                      ? sl_http_req_header(req, ps->pc->client_address_header)
-                      : NULL;
-  if (h) {
-    const char *last = strrchr(h, ',');
-    last = last ? last + 1 : h;
-    while (*last == ' ') last++;
-    char tmp[64], bin[16];
-    size_t n = strcspn(last, " ");
-    if (n > 0 && n < sizeof tmp) {
-      memcpy(tmp, last, n);
-      tmp[n] = '\0';
-      if (uv_inet_pton(AF_INET, tmp, bin) == 0 || uv_inet_pton(AF_INET6, tmp, bin) == 0) {
-        snprintf(out, len, "%s", tmp);
-        return;
-      }
-    }
-  }
-  if (sl_http_req_peer(req, out, len) != 0) snprintf(out, len, "unknown");
+  if (sl__client_address(req, ps->pc->client_address_header, out, len) != 0)
+    snprintf(out, len, "unknown");
 }
 
 /* One fixed one-minute window per user and per address. Every window is
@@ -874,7 +857,9 @@ int sl__presign_main(int argc, char **argv) {
   sl__auth_conf ac = {0};
   sl__webhook_conf wc = {0};
   sl__callback_conf cbc = {0};
+  sl_http_conf hc = {0};
   sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
+                        {sl_http_conf_table, sl_http_conf_table_len, &hc},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl__webhook_table, sl__webhook_table_len, &wc},
@@ -882,7 +867,7 @@ int sl__presign_main(int argc, char **argv) {
   sl_admin *admin = NULL;
   int rc = sl__stage_start(argc, argv, "presign",
                            "HTTP API that creates submissions and presigned upload URLs.", &cc, own,
-                           5, "127.0.0.1:9180", &admin);
+                           sizeof own / sizeof own[0], "127.0.0.1:9180", &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
@@ -967,6 +952,7 @@ int sl__presign_main(int argc, char **argv) {
                                   ? (unsigned)pc.request_timeout_ms
                                   : 10000,
         .max_connections = pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
+    sl_http_limits_from_conf(&lim, &hc);
     rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
     if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
     if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",
@@ -1008,6 +994,6 @@ int sl__presign_main(int argc, char **argv) {
   free(ps.types_buf);
   sl__auth_free(ps.auth);
   sl__callback_policy_free(ps.callbacks);
-  sl__stage_finish(&cc, own, 5, admin);
+  sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc || ps.fatal ? 1 : 0;
 }

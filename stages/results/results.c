@@ -42,10 +42,20 @@
  * gets the same answer, existing or not, so nothing is revealed that the
  * id does not say itself.
  *
- * @locality single thread (libuv loop). The full view and the credential
- * lookups are synchronous Redis calls on the loop (sub-millisecond on the
- * same host); a poll's version check and the change feed go on two
- * asynchronous connections, so the loop serves other requests meanwhile.
+ * So that held (or any) streams cannot starve the process, streams are
+ * counted per client address and per credential (the sha256 of the text
+ * presented, valid or not) and refused with 429 beyond
+ * results.max_streams_per_address / _per_credential, before any Redis
+ * call; and every stream ends after results.stream_max_s (checked at each
+ * heartbeat), so EventSource reconnects and its credential is checked again.
+ *
+ * @locality single thread (libuv loop). Redis is only read through two
+ * asynchronous connections, so the loop never waits for it: one for
+ * requests (an API key's user, the view, a poll's version check, the
+ * streams' refreshes) with the deadline results.redis_timeout_ms, after
+ * which waiting requests get 503 and, until Redis answers again, new ones
+ * at once, while /readyz is 503 and open streams keep their heartbeats;
+ * and one for the change feed (XREAD BLOCK).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
@@ -73,6 +83,11 @@ typedef struct {
   int64_t heartbeat_ms;
   int64_t version_cache;
   int64_t pending_s;
+  int64_t max_streams_per_address;
+  int64_t max_streams_per_credential;
+  int64_t stream_max_s;
+  int64_t redis_timeout_ms;
+  char *client_address_header;
 } results_conf;
 
 const sl_conf_entry sl__results_table[] = {
@@ -100,6 +115,35 @@ const sl_conf_entry sl__results_table[] = {
      "event stream is held open until it appears, and a GET is 404 with Retry-After: 1; "
      "0: a plain 404 at once",
      0},
+    {"results.max_streams_per_address", SL_CONF_INT, "32",
+     offsetof(results_conf, max_streams_per_address),
+     "event streams open at once from one client address (the TCP peer); more get 429 "
+     "too_many_streams_from_address with Retry-After, before any credential is checked "
+     "(0: no cap; behind a proxy every client has its address)",
+     0},
+    {"results.max_streams_per_credential", SL_CONF_INT, "32",
+     offsetof(results_conf, max_streams_per_credential),
+     "event streams open at once with one credential (the same results token, API key or JWT, "
+     "valid or not); more get 429 too_many_streams_for_credential with Retry-After (0: no cap)",
+     0},
+    {"results.stream_max_s", SL_CONF_INT, "600", offsetof(results_conf, stream_max_s),
+     "the longest an event stream stays open (less up to 10%, so that streams opened together "
+     "do not reconnect together): then it ends (at the next heartbeat) and "
+     "EventSource reconnects with Last-Event-ID, which checks the credential again and "
+     "loses no event (0: no limit)",
+     0},
+    {"results.redis_timeout_ms", SL_CONF_INT, "1000", offsetof(results_conf, redis_timeout_ms),
+     "deadline of the Redis reads a request waits for (the credential, the view): a Redis that "
+     "has answered none of them for this long is treated as down, the requests waiting get 503 "
+     "unavailable, later ones 503 at once until it answers again, and /readyz is 503 meanwhile "
+     "(0: redis.command_timeout_ms)",
+     0},
+    {"results.client_address_header", SL_CONF_STR, "",
+     offsetof(results_conf, client_address_header),
+     "behind a trusted proxy: the header whose last entry is the client address "
+     "results.max_streams_per_address counts (e.g. X-Forwarded-For; empty: the TCP peer). "
+     "Set it only when every request comes through a proxy that appends to it",
+     0},
 };
 const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
 
@@ -107,13 +151,23 @@ typedef struct sse sse;     /* an open event stream */
 typedef struct vslot vslot; /* a slot of the version cache (fresh_304) */
 #define SSE_BUCKETS 4096
 
+/* Open event streams per client address or per credential: one entry per
+ * key with a stream open (so at most results.max_streams of them), freed
+ * with its last stream. */
+typedef struct sse_count sse_count;
+struct sse_count {
+  sse_count *next;
+  size_t n;
+  char key[48]; /* "a<address>" or "c<32 hex of the credential's sha256>" */
+};
+#define COUNT_BUCKETS 1024
+
 typedef struct {
   sl_common_conf *cc;
   results_conf *rc;
-  sl_redis *redis;
   sl_http_server *srv;
   uv_signal_t sigterm, sigint;
-  sl_metric *m_ok, *m_304, *m_404, *m_401, *m_err;
+  sl_metric *m_ok, *m_304, *m_404, *m_401, *m_429, *m_err;
   sl__auth *auth;
   json_t *stages;     /* the pipeline's progress labels, then "done" (built once) */
   char stages_tag[9]; /* 8 hex of their sha256: in every versioned ETag */
@@ -123,12 +177,15 @@ typedef struct {
   size_t nheld; /* of them, held for a submission not in the view yet */
   unsigned gen; /* catch-up round (on_feed) */
   sl_metric *m_streams, *m_held, *m_events;
-  sl_aredis *ar; /* polls' version reads (fresh_304) */
-  vslot *vcache; /* results.version_cache slots, or NULL */
+  sse_count *counts[COUNT_BUCKETS]; /* streams per address and per credential */
+  sl_aredis *ar;                    /* polls' version reads (fresh_304) */
+  vslot *vcache;                    /* results.version_cache slots, or NULL */
   size_t nvcache;
   uv_loop_t *loop;
   sl_aredis *feed; /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
-  uv_timer_t feed_timer, hb_timer;
+  uv_timer_t feed_timer, hb_timer, probe_timer;
+  int probing;      /* a PING of the readiness probe is on its way */
+  sl_admin *admin;  /* /readyz follows whether R->ar is up */
   char feed_id[64]; /* the last entry read; "": take the newest first */
   int feed_lost;    /* the feed failed: every stream catches up */
   int stopping;
@@ -183,35 +240,35 @@ static int unauthorized(results *R, sl_http_req *req, const char *code, const ch
                                "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
 }
 
-/* The user an API key or a JWT names: 0 with user set, 401 answered (1),
- * or 503 answered (2). */
-static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_kind kind,
-                       char user[SL__USER_MAX + 1]) {
-  char why[160], rkey[80], err[256];
-  if (kind == SL__CRED_JWT) {
-    if (sl__auth_jwt(R->auth, cred, sl_now_ms() / 1000, user, why, sizeof why) == 0) return 0;
-    unauthorized(R, req, "invalid_credentials", why);
-    return 1;
-  }
-  if (sl__apikey_rkey(cred, rkey) != 0) {
-    unauthorized(R, req, "invalid_credentials", "malformed API key");
-    return 1;
-  }
-  const char *argv[] = {"HGET", rkey, "user"};
-  redisReply *rep = sl_redis_argv(R->redis, 3, argv, NULL, err, sizeof err);
-  if (!rep || rep->type == REDIS_REPLY_ERROR) {
-    if (rep) freeReplyObject(rep);
-    sl_metric_add(R->m_err, 1);
-    sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
-                          "Retry-After: 2\r\n");
-    return 2;
-  }
-  int ok = rep->type == REDIS_REPLY_STRING && rep->len <= SL__USER_MAX;
-  if (ok) snprintf(user, SL__USER_MAX + 1, "%s", rep->str);
-  freeReplyObject(rep);
-  if (ok && sl__user_valid(user)) return 0;
-  unauthorized(R, req, "invalid_credentials", "unknown or revoked API key");
-  return 1;
+static unsigned count_bucket(const char *key) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *key; key++) h = (h ^ (uint8_t)*key) * 16777619u;
+  return h & (COUNT_BUCKETS - 1);
+}
+
+/* The entry of key, or NULL (create: a new one at 0, NULL only when out of
+ * memory). */
+static sse_count *count_find(results *R, const char *key, int create) {
+  unsigned b = count_bucket(key);
+  for (sse_count *c = R->counts[b]; c; c = c->next)
+    if (strcmp(c->key, key) == 0) return c;
+  if (!create) return NULL;
+  sse_count *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  snprintf(c->key, sizeof c->key, "%s", key);
+  c->next = R->counts[b];
+  R->counts[b] = c;
+  return c;
+}
+
+static void count_put(results *R, sse_count *c) {
+  if (!c || --c->n > 0) return;
+  for (sse_count **pp = &R->counts[count_bucket(c->key)]; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      free(c);
+      return;
+    }
 }
 
 /* What a request reads the view for: a poll (a 304 may be decided from the
@@ -420,83 +477,215 @@ typedef struct {
   char cred[129];              /* a results token, or "" */
 } sse_hold;
 
+/* A request waiting for Redis: the steps of authorized_view on the
+ * asynchronous connection R->ar — an API key's user, the view (HGETALL),
+ * and, for an id not in it, the view's marker — so the loop never waits for
+ * Redis. The connection's deadline (results.redis_timeout_ms) bounds each
+ * step: a Redis that does not answer makes the request a 503 then, and
+ * while it is down (no connection that has answered) at once. */
+typedef struct {
+  results *R;
+  sl_http_req *req; /* held until answered */
+  int mode;
+  int valid; /* the id is a well-formed UUID */
+  char sid[37];
+  const char *cred; /* in the held request's headers, or qtok */
+  char qtok[128];
+  char user[SL__USER_MAX + 1]; /* an API key's or JWT's user, or "" */
+  sse_count *addr, *ccount;    /* VIEW_EVENTS: counts reserved for its stream */
+} lookup;
+
+static const char nf[] = "no submission with this id for these credentials";
+
+static void submission_reply(results *R, sl_http_req *req, const char *sid, redisReply *rep);
+static void events_reply(lookup *lk, redisReply *rep, const sse_hold *hold);
+
+static void lookup_free(lookup *lk) {
+  count_put(lk->R, lk->addr);
+  count_put(lk->R, lk->ccount);
+  free(lk);
+}
+
+/* A command on the asynchronous connection; non-zero: not sent (Redis down,
+ * or stopping), cb never runs. */
+static int ar_cmd(results *R, sl_aredis_cb cb, void *ud, int argc, const char **argv) {
+  if (!R->ar || R->stopping) return SL_EINVAL;
+  return sl_aredis_argv(R->ar, cb, ud, argc, argv, NULL);
+}
+
+static void unavailable(results *R, sl_http_req *req, const char *msg) {
+  sl_metric_add(R->m_err, 1);
+  sl_http_respond_error(req, 503, "unavailable", msg, "Retry-After: 2\r\n");
+}
+
+static void lookup_view(lookup *lk);
+
+static void on_user(redisReply *rep, void *ud) {
+  lookup *lk = ud;
+  results *R = lk->R;
+  if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    unavailable(R, lk->req, "credential store unavailable; retry later");
+    lookup_free(lk);
+    return;
+  }
+  int ok = rep->type == REDIS_REPLY_STRING && rep->len <= SL__USER_MAX;
+  if (ok) snprintf(lk->user, sizeof lk->user, "%s", rep->str);
+  if (!ok || !sl__user_valid(lk->user)) {
+    unauthorized(R, lk->req, "invalid_credentials", "unknown or revoked API key");
+    lookup_free(lk);
+    return;
+  }
+  lookup_view(lk);
+}
+
 /* Readable by the submission's results token, or by its owner's API key or
  * JWT. Everything else — another user, another submission's token, an
- * unknown id — is the same 404. Returns the submission's hash (HGETALL)
- * for an allowed caller, or NULL when the request was answered or taken
- * over (an error; or, for VIEW_POLL, a 304 decided from the version), or
- * (hold, VIEW_EVENTS only) when the submission may be on its way: then
- * nothing was answered and hold->held is set. */
-static redisReply *authorized_view(results *R, sl_http_req *req, const char *sid, int mode,
-                                   sse_hold *hold) {
-  static const char nf[] = "no submission with this id for these credentials";
+ * unknown id — is the same 404. The allowed caller's view (the
+ * submission's hash) goes to submission_reply, or for VIEW_EVENTS to
+ * events_reply, also (with a hold) when the submission may be on its way;
+ * anything else is answered here, and for VIEW_POLL a 304 may be decided
+ * from the version (fresh_304). addr and ccount (VIEW_EVENTS; may be
+ * NULL): counts reserved for the stream, released unless it opens. */
+static void authorized_view(results *R, sl_http_req *req, const char *sid, int mode,
+                            sse_count *addr, sse_count *ccount) {
+  lookup *lk = calloc(1, sizeof *lk);
+  if (!lk) {
+    count_put(R, addr);
+    count_put(R, ccount);
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return;
+  }
+  *lk = (lookup){
+      .R = R, .req = req, .mode = mode, .valid = valid_id(sid), .addr = addr, .ccount = ccount};
+  if (lk->valid) memcpy(lk->sid, sid, 37);
   sl__cred_kind kind;
-  char qtok[128];
   const char *cred = sl__auth_bearer(req, &kind);
-  if (!cred && mode == VIEW_EVENTS && (cred = query_token(req, qtok, sizeof qtok)))
+  if (!cred && mode == VIEW_EVENTS && (cred = query_token(req, lk->qtok, sizeof lk->qtok)))
     kind = SL__CRED_OTHER;
   if (!cred) {
     unauthorized(R, req, "unauthorized",
                  "send the results token (or the owner's API key or JWT) as "
                  "Authorization: Bearer <credential>");
-    return NULL;
+    lookup_free(lk);
+    return;
   }
-  char user[SL__USER_MAX + 1] = "";
-  if ((kind == SL__CRED_JWT || kind == SL__CRED_APIKEY) &&
-      caller_user(R, req, cred, kind, user) != 0)
-    return NULL;
-  if (!valid_id(sid)) {
+  lk->cred = cred;
+  if (kind == SL__CRED_JWT) {
+    char why[160];
+    if (sl__auth_jwt(R->auth, cred, sl_now_ms() / 1000, lk->user, why, sizeof why) != 0) {
+      unauthorized(R, req, "invalid_credentials", why);
+      lookup_free(lk);
+      return;
+    }
+  } else if (kind == SL__CRED_APIKEY) {
+    char rkey[80];
+    if (sl__apikey_rkey(cred, rkey) != 0) {
+      unauthorized(R, req, "invalid_credentials", "malformed API key");
+      lookup_free(lk);
+      return;
+    }
+    const char *argv[] = {"HGET", rkey, "user"};
+    if (ar_cmd(R, on_user, lk, 3, argv) != 0) {
+      unavailable(R, req, "credential store unavailable; retry later");
+      lookup_free(lk);
+    }
+    return;
+  }
+  lookup_view(lk);
+}
+
+static void on_view(redisReply *rep, void *ud);
+
+static void lookup_view(lookup *lk) {
+  results *R = lk->R;
+  if (!lk->valid) {
     sl_metric_add(R->m_404, 1);
-    sl_http_respond_error(req, 404, "not_found", nf, NULL);
-    return NULL;
+    sl_http_respond_error(lk->req, 404, "not_found", nf, NULL);
+    lookup_free(lk);
+    return;
   }
-  if (mode == VIEW_POLL && fresh_304(R, req, sid, cred, user)) return NULL;
-  char hkey[96], err[256];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  if (lk->mode == VIEW_POLL && fresh_304(R, lk->req, lk->sid, lk->cred, lk->user)) {
+    lookup_free(lk);
+    return;
+  }
+  char hkey[96];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", lk->sid);
   const char *argv[] = {"HGETALL", hkey};
-  redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
-  if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-    sl_metric_add(R->m_err, 1);
-    sl_log(SL_LOG_WARN, sid, "results lookup failed: %s", rep ? "unexpected reply" : err);
-    if (rep) freeReplyObject(rep);
-    sl_http_respond_error(req, 503, "unavailable", "results are unavailable; retry later",
-                          "Retry-After: 2\r\n");
-    return NULL;
+  if (ar_cmd(R, on_view, lk, 2, argv) != 0) {
+    unavailable(R, lk->req, "results are unavailable; retry later");
+    lookup_free(lk);
   }
-  const char *tok = field(rep, "token"), *owner = field(rep, "user");
-  int allowed = may_read(sid, owner, tok, user, cred);
-  if (!allowed && rep->elements == 0 && sl__view_marker(R->redis, err, sizeof err) == 0) {
+}
+
+/* Not the caller's, or not in the view: the 404, or (an event stream of an
+ * id young enough to be on its way, empty: no hash at all) the hold. */
+static void not_found(lookup *lk, int empty) {
+  results *R = lk->R;
+  int64_t left = empty ? pending_left_ms(R, lk->sid) : 0;
+  sse_hold h = {0};
+  if (left > 0 && lk->mode == VIEW_EVENTS && (lk->user[0] || strlen(lk->cred) < sizeof h.cred)) {
+    h.held = 1;
+    h.until = uv_now(R->loop) + (uint64_t)left;
+    snprintf(h.user, sizeof h.user, "%s", lk->user);
+    snprintf(h.cred, sizeof h.cred, "%s", lk->user[0] ? "" : lk->cred);
+    events_reply(lk, NULL, &h);
+    return;
+  }
+  sl_metric_add(R->m_404, 1);
+  sl_http_respond_error(lk->req, 404, "not_found", nf, left > 0 ? "Retry-After: 1\r\n" : NULL);
+  lookup_free(lk);
+}
+
+/* EXISTS of the view's marker, for an id not in the view. */
+static void on_marker(redisReply *rep, void *ud) {
+  lookup *lk = ud;
+  if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0) {
     /* Redis lost the view and materialize is replaying the topics: the
      * submission may well exist, so no 404 (a client would give up); the
      * same answer for every id, so nothing is revealed */
-    freeReplyObject(rep);
-    sl_metric_add(R->m_err, 1);
-    sl_http_respond_error(req, 503, "view_rebuilding",
+    sl_metric_add(lk->R->m_err, 1);
+    sl_http_respond_error(lk->req, 503, "view_rebuilding",
                           "results are being rebuilt after a storage fault; retry shortly",
                           "Retry-After: 2\r\n");
-    return NULL;
+    lookup_free(lk);
+    return;
   }
-  if (!allowed) {
-    /* not in the view yet (no hash at all) but young enough to be on its way */
-    int64_t left = rep->elements == 0 ? pending_left_ms(R, sid) : 0;
-    freeReplyObject(rep);
-    if (left > 0 && hold && (user[0] || strlen(cred) < sizeof hold->cred)) {
-      hold->held = 1;
-      hold->until = uv_now(R->loop) + (uint64_t)left;
-      snprintf(hold->user, sizeof hold->user, "%s", user);
-      snprintf(hold->cred, sizeof hold->cred, "%s", user[0] ? "" : cred);
-      return NULL;
+  not_found(lk, 1); /* the marker is there (or unknown): the id is not */
+}
+
+static void on_view(redisReply *rep, void *ud) {
+  lookup *lk = ud;
+  results *R = lk->R;
+  if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+    sl_log(SL_LOG_DEBUG, lk->sid, "results lookup failed: %s",
+           rep ? "unexpected reply" : "Redis did not answer");
+    unavailable(R, lk->req, "results are unavailable; retry later");
+    lookup_free(lk);
+    return;
+  }
+  if (may_read(lk->sid, field(rep, "user"), field(rep, "token"), lk->user, lk->cred)) {
+    if (lk->mode == VIEW_EVENTS) {
+      events_reply(lk, rep, NULL);
+    } else {
+      submission_reply(R, lk->req, lk->sid, rep);
+      lookup_free(lk);
     }
-    sl_metric_add(R->m_404, 1);
-    sl_http_respond_error(req, 404, "not_found", nf, left > 0 ? "Retry-After: 1\r\n" : NULL);
-    return NULL;
+    return;
   }
-  return rep;
+  if (rep->elements > 0) {
+    not_found(lk, 0);
+    return;
+  }
+  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
+  if (ar_cmd(R, on_marker, lk, 2, argv) != 0) on_marker(NULL, lk);
 }
 
 static void get_submission(results *R, sl_http_req *req, const char *sid, int mode) {
-  redisReply *rep = authorized_view(R, req, sid, mode, NULL);
-  if (!rep) return;
+  authorized_view(R, req, sid, mode, NULL, NULL);
+}
+
+/* The answer to a GET from the caller's view rep (borrowed). */
+static void submission_reply(results *R, sl_http_req *req, const char *sid, redisReply *rep) {
   long n = strtol(field(rep, "n") ? field(rep, "n") : "0", NULL, 10);
   json_t *qs = json_array();
   int done = 0, failed = 0;
@@ -545,7 +734,6 @@ static void get_submission(results *R, sl_http_req *req, const char *sid, int mo
                 "accepted_at_ms", (json_int_t)accepted, "stages", R->stages, "summary", "total",
                 (int)n, "done", done, "failed", failed, "complete", complete, "cost", cost, "poll",
                 "retry_after_s", after, "stop", after == 0, "questions", qs);
-  freeReplyObject(rep);
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
   if (!text) {
@@ -610,7 +798,9 @@ struct sse {
   unsigned bucket;
   unsigned gen; /* the catch-up round that refreshed it last */
   char sid[37];
-  sse_hold *hold; /* while its submission is not in the view yet (owned), else NULL */
+  sse_hold *hold;         /* while its submission is not in the view yet (owned), else NULL */
+  sse_count *addr, *cred; /* what it counts against (NULL: nothing) */
+  uint64_t end;           /* uv_now() at which it ends (results.stream_max_s), 0: never */
 };
 
 static unsigned sid_bucket(const char *sid) {
@@ -630,6 +820,8 @@ static void sse_closed(sl_http_stream *hs, void *ud) {
   if (s->next) s->next->prev = s->prev;
   R->nstreams--;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
+  count_put(R, s->addr);
+  count_put(R, s->cred);
   if (s->hold) sl_metric_set(R->m_held, (int64_t)--R->nheld);
   free(s->hold);
   free(s);
@@ -724,25 +916,14 @@ static void sse_send(sse *s, redisReply *rep) {
   }
 }
 
-/* Every stream of submission sid that has seen less than version (-1:
- * every stream of it) gets what changed, from one read of the hash. */
-static void sse_refresh(results *R, const char *sid, long long version) {
-  sse *first = NULL;
-  for (sse *s = R->streams[sid_bucket(sid)]; s; s = s->next)
-    if (strcmp(s->sid, sid) == 0 && (version < 0 || s->last < version)) {
-      first = s;
-      break;
-    }
-  if (!first) return;
-  char hkey[96], err[256];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
-  const char *argv[] = {"HGETALL", hkey};
-  redisReply *rep = sl_redis_argv(R->redis, 2, argv, NULL, err, sizeof err);
+/* What a refresh of submission sid brought (rep: its HGETALL; NULL or
+ * empty: Redis failed, or it is not in the view) to every stream of it that
+ * has seen less than version (-1: every stream of it). */
+static void refresh_apply(results *R, const char *sid, long long version, redisReply *rep) {
   int found = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0;
-  for (sse *s = first, *next; s; s = next) {
+  for (sse *s = R->streams[sid_bucket(sid)], *next; s; s = next) {
     next = s->next; /* sse_send may close (free) s, never another stream */
     if (strcmp(s->sid, sid) != 0 || (version >= 0 && s->last >= version)) continue;
-    s->gen = R->gen;
     if (s->hold) {          /* held: once the submission is there, is it the caller's? */
       if (!found) continue; /* not yet (or Redis failed): the heartbeat ends the wait */
       if (!may_read(sid, field(rep, "user"), field(rep, "token"), s->hold->user, s->hold->cred)) {
@@ -758,7 +939,45 @@ static void sse_refresh(results *R, const char *sid, long long version) {
     else
       sse_send(s, rep);
   }
-  if (rep) freeReplyObject(rep);
+}
+
+typedef struct {
+  results *R;
+  long long version;
+  char sid[37];
+} refresh;
+
+static void on_refresh(redisReply *rep, void *ud) {
+  refresh *rf = ud;
+  refresh_apply(rf->R, rf->sid, rf->version, rep);
+  free(rf);
+}
+
+/* Every stream of submission sid that has seen less than version (-1:
+ * every stream of it) gets what changed, from one read of the hash on the
+ * asynchronous connection (replies come in order, so two refreshes of one
+ * submission apply in order). The streams it covers are marked with this
+ * catch-up round (R->gen) at once. */
+static void sse_refresh(results *R, const char *sid, long long version) {
+  int any = 0;
+  for (sse *s = R->streams[sid_bucket(sid)]; s; s = s->next)
+    if (strcmp(s->sid, sid) == 0 && (version < 0 || s->last < version)) {
+      s->gen = R->gen;
+      any = 1;
+    }
+  if (!any) return;
+  refresh *rf = malloc(sizeof *rf);
+  char hkey[96];
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  const char *argv[] = {"HGETALL", hkey};
+  if (rf) {
+    *rf = (refresh){.R = R, .version = version};
+    snprintf(rf->sid, sizeof rf->sid, "%s", sid);
+  }
+  if (!rf || ar_cmd(R, on_refresh, rf, 2, argv) != 0) {
+    free(rf);
+    refresh_apply(R, sid, version, NULL);
+  }
 }
 
 static void feed_read(results *R);
@@ -843,29 +1062,80 @@ static void on_heartbeat(uv_timer_t *t) {
       next = s->next;
       if (s->hold && now >= s->hold->until) /* never appeared: the reconnect gets the 404 */
         sl_http_stream_close(s->hs);
+      else if (s->end && now >= s->end) /* lived long enough: EventSource reconnects */
+        sl_http_stream_close(s->hs);
       else
         sl_http_stream_write(s->hs, ":\n\n", 3); /* may close s */
     }
 }
 
+/* The keys a new stream counts against (address and credential; "" when
+ * the request has none, counted against nothing) and whether either is at
+ * its cap: then 429 is answered and 1 returned, before any Redis call. */
+static int stream_caps(results *R, sl_http_req *req, char akey[48], char ckey[48]) {
+  char peer[64], qtok[128], hex[65];
+  akey[0] = ckey[0] = '\0';
+  if (sl__client_address(req, R->rc->client_address_header, peer, sizeof peer) == 0)
+    snprintf(akey, 48, "a%.46s", peer);
+  sl__cred_kind kind;
+  const char *cred = sl__auth_bearer(req, &kind);
+  if (!cred) cred = query_token(req, qtok, sizeof qtok);
+  if (cred) {
+    sl_sha256_hex(cred, strlen(cred), hex);
+    snprintf(ckey, 48, "c%.32s", hex);
+  }
+  const sse_count *a = akey[0] ? count_find(R, akey, 0) : NULL;
+  const sse_count *c = ckey[0] ? count_find(R, ckey, 0) : NULL;
+  int64_t ma = R->rc->max_streams_per_address, mc = R->rc->max_streams_per_credential;
+  const char *code = NULL, *msg = NULL;
+  if (ma > 0 && a && a->n >= (size_t)ma) {
+    code = "too_many_streams_from_address";
+    msg = "this address has as many event streams open as it may; close one, poll, or retry "
+          "later";
+  } else if (mc > 0 && c && c->n >= (size_t)mc) {
+    code = "too_many_streams_for_credential";
+    msg = "this credential has as many event streams open as it may; close one, poll, or retry "
+          "later";
+  }
+  if (!code) return 0;
+  sl_metric_add(R->m_429, 1);
+  sl_http_respond_error(req, 429, code, msg, "Retry-After: 5\r\n");
+  return 1;
+}
+
 static void open_events(results *R, sl_http_req *req, const char *sid) {
-  sse_hold h = {0};
-  redisReply *rep = authorized_view(R, req, sid, VIEW_EVENTS, &h);
-  if (!rep && !h.held) return;
+  char akey[48], ckey[48];
+  if (stream_caps(R, req, akey, ckey)) return;
+  /* counted from now on (the lookup waits for Redis while others arrive);
+   * out of memory: not counted */
+  sse_count *a = akey[0] ? count_find(R, akey, 1) : NULL;
+  sse_count *c = ckey[0] ? count_find(R, ckey, 1) : NULL;
+  if (a) a->n++;
+  if (c) c->n++;
+  authorized_view(R, req, sid, VIEW_EVENTS, a, c);
+}
+
+/* The stream of lk's request, from the caller's view rep (borrowed), or
+ * held (h) until its submission appears. Frees lk. */
+static void events_reply(lookup *lk, redisReply *rep, const sse_hold *h) {
+  results *R = lk->R;
+  sl_http_req *req = lk->req;
+  const char *sid = lk->sid;
   sse_hold *hold = NULL; /* not in the view yet: held until it is */
-  if (h.held && !(hold = malloc(sizeof *hold))) {
+  if (h && !(hold = malloc(sizeof *hold))) {
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    lookup_free(lk);
     return;
   }
-  if (hold) *hold = h;
+  if (hold) *hold = *h;
   if (R->nstreams >= (size_t)R->rc->max_streams) {
-    if (rep) freeReplyObject(rep);
     free(hold);
     sl_metric_add(R->m_err, 1);
     sl_http_respond_error(req, 503, "too_many_streams",
                           "this results process holds as many event streams as it may; poll, "
                           "or retry later",
                           "Retry-After: 5\r\n");
+    lookup_free(lk);
     return;
   }
   long long last = -1;
@@ -874,9 +1144,9 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
     last = strtoll(lei, NULL, 10);
   sse *s = calloc(1, sizeof *s);
   if (!s) {
-    if (rep) freeReplyObject(rep);
     free(hold);
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    lookup_free(lk);
     return;
   }
   *s = (sse){.R = R, .last = last, .bucket = sid_bucket(sid), .hold = hold};
@@ -888,18 +1158,19 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
     int done, failed;
     view_tally(rep, &total, &done, &failed);
     if (last >= 0 && vs && last >= strtoll(vs, NULL, 10) && total > 0 && done + failed == total) {
-      freeReplyObject(rep);
       free(s);
+      free(hold);
       sl_http_respond(req, 204, NULL, "Cache-Control: no-store\r\n", NULL, 0);
+      lookup_free(lk);
       return;
     }
   }
   if (sl_http_stream_start(req, 200, "text/event-stream",
                            "Cache-Control: no-store\r\nX-Accel-Buffering: no\r\n", SSE_MAX_QUEUED,
                            sse_closed, s, &s->hs) != 0) {
-    if (rep) freeReplyObject(rep);
     free(hold);
     free(s);
+    lookup_free(lk);
     return;
   }
   s->next = R->streams[s->bucket];
@@ -908,9 +1179,17 @@ static void open_events(results *R, sl_http_req *req, const char *sid) {
   R->nstreams++;
   sl_metric_set(R->m_streams, (int64_t)R->nstreams);
   if (hold) sl_metric_set(R->m_held, (int64_t)++R->nheld);
+  /* the counts reserved for it are the stream's now */
+  s->addr = lk->addr;
+  s->cred = lk->ccount;
+  lk->addr = lk->ccount = NULL;
+  lookup_free(lk);
+  if (R->rc->stream_max_s > 0) { /* less up to 10%: streams opened together end apart */
+    uint64_t ms = (uint64_t)R->rc->stream_max_s * 1000;
+    s->end = uv_now(R->loop) + ms - uv_hrtime() % (ms / 10 + 1);
+  }
   sl_metric_add(R->m_ok, 1);
   if (sl_http_stream_write(s->hs, "retry: 2000\n\n", 13) == 0 && rep) sse_send(s, rep);
-  if (rep) freeReplyObject(rep);
 }
 
 static void handle(sl_http_req *req, void *ud) {
@@ -941,12 +1220,32 @@ static void handle(sl_http_req *req, void *ud) {
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
 }
 
+/* Readiness: up while the request connection is (a Redis that stopped
+ * answering drops it at the deadline, and it counts as up again only once
+ * a new one has answered); a PING every PROBE_MS keeps it tested when no
+ * request is. */
+#define PROBE_MS 250
+
+static void on_probe_reply(redisReply *rep, void *ud) {
+  (void)rep;
+  ((results *)ud)->probing = 0;
+}
+
+static void on_probe(uv_timer_t *t) {
+  results *R = t->data;
+  int up = R->ar && sl_aredis_connected(R->ar);
+  sl_admin_set_ready(R->admin, up);
+  const char *argv[] = {"PING"};
+  if (up && !R->probing && ar_cmd(R, on_probe_reply, R, 1, argv) == 0) R->probing = 1;
+}
+
 static void on_signal(uv_signal_t *h, int sig) {
   results *R = h->data;
   sl_log(SL_LOG_INFO, NULL, "signal %d: shutting down", sig);
   R->stopping = 1;
   uv_close((uv_handle_t *)&R->feed_timer, NULL);
   uv_close((uv_handle_t *)&R->hb_timer, NULL);
+  uv_close((uv_handle_t *)&R->probe_timer, NULL);
   sl_aredis_free(R->feed);
   R->feed = NULL;
   sl_aredis_free(R->ar); /* a poll waiting for it takes the full path */
@@ -961,11 +1260,13 @@ int sl__results_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   results_conf rconf = {0};
   sl__auth_conf ac = {0};
+  sl_http_conf hc = {0};
   sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf},
-                        {sl__auth_table, sl__auth_table_len, &ac}};
+                        {sl__auth_table, sl__auth_table_len, &ac},
+                        {sl_http_conf_table, sl_http_conf_table_len, &hc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own, 2,
-                           "127.0.0.1:9185", &admin);
+  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own,
+                           sizeof own / sizeof own[0], "127.0.0.1:9185", &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
   if (rconf.version_cache > 0) {
@@ -980,10 +1281,10 @@ int sl__results_main(int argc, char **argv) {
   sl_sha256_hex(st_text ? st_text : "", st_text ? strlen(st_text) : 0, st_hash);
   free(st_text);
   memcpy(R.stages_tag, st_hash, 8);
-  const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"", "status=\"401\"",
-                       "status=\"503\""};
-  sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_err};
-  for (size_t i = 0; i < 5; i++)
+  const char *lbl[] = {"status=\"200\"", "status=\"304\"", "status=\"404\"",
+                       "status=\"401\"", "status=\"429\"", "status=\"503\""};
+  sl_metric **ms[] = {&R.m_ok, &R.m_304, &R.m_404, &R.m_401, &R.m_429, &R.m_err};
+  for (size_t i = 0; i < 6; i++)
     *ms[i] = sl_metrics_counter("sluice_results_requests_total", lbl[i],
                                 "Results API requests by status");
   R.m_streams = sl_metrics_gauge("sluice_results_streams", NULL,
@@ -998,11 +1299,14 @@ int sl__results_main(int argc, char **argv) {
   R.loop = &loop;
   char aerr[256] = "";
   rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
-  if (rc == 0) rc = sl_redis_new(&R.redis, cc.redis_url);
   if (rc == 0) rc = sl_aredis_new(&R.feed, &loop, cc.redis_url);
   if (rc == 0) rc = sl_aredis_new(&R.ar, &loop, cc.redis_url);
+  if (rc == 0)
+    rc = sl_aredis_set_timeout(R.ar, rconf.redis_timeout_ms > 0 ? rconf.redis_timeout_ms
+                                                                : cc.redis_command_timeout_ms);
   sl_http_limits lim = {.max_connections =
                             rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
+  sl_http_limits_from_conf(&lim, &hc);
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)
     rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
@@ -1020,8 +1324,12 @@ int sl__results_main(int argc, char **argv) {
     uint64_t hb = rconf.heartbeat_ms > 0 ? (uint64_t)rconf.heartbeat_ms : 15000;
     uv_timer_start(&R.hb_timer, on_heartbeat, hb, hb);
     uv_timer_start(&R.feed_timer, on_feed_retry, 0, 0); /* once connected */
+    uv_timer_init(&loop, &R.probe_timer);
+    R.probe_timer.data = &R;
+    R.admin = admin;
+    uv_timer_start(&R.probe_timer, on_probe, PROBE_MS, PROBE_MS);
     sl_log(SL_LOG_INFO, NULL, "listening on http://%s", rconf.listen);
-    sl_admin_set_ready(admin, 1);
+    sl_admin_set_ready(admin, sl_aredis_connected(R.ar));
   } else {
     char shown[600]; /* a password in the URL is never logged */
     sl_redis_redact(cc.redis_url, shown, sizeof shown);
@@ -1037,10 +1345,9 @@ int sl__results_main(int argc, char **argv) {
   uv_loop_close(&loop);
   sl_aredis_free(R.feed); /* NULL after a signal */
   sl_aredis_free(R.ar);
-  sl_redis_free(R.redis);
   sl__auth_free(R.auth);
   json_decref(R.stages);
   free(R.vcache);
-  sl__stage_finish(&cc, own, 2, admin);
+  sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc ? 1 : 0;
 }

@@ -14,7 +14,9 @@
  *   {"method":…,"path":…,"query":…,"x_test":…|null,"body_len":N,
  *    "body_sha256":"…"}
  * Paths "/later" answer from a uv_timer 50 ms later, "/hold" never answer
- * until the server is stopped.
+ * until the server is stopped, "/big" answer BIG_BODY bytes (more than the
+ * kernel's socket buffers hold, so a peer that does not read stalls it),
+ * "/stream" the same as a streamed response (sl_http_stream_start).
  */
 #define _GNU_SOURCE /* memmem, asprintf */
 #include <setjmp.h>
@@ -45,10 +47,12 @@
 #include "sluice/sl_http.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
 
 #define RCV_TIMEOUT_MS 3000
 #define LATER_MS 50
 #define MAX_HELD 8
+#define BIG_BODY (16u << 20)
 
 /* ---- server fixture ---------------------------------------------------- */
 
@@ -63,6 +67,7 @@ typedef struct {
   atomic_int nreq;             /* requests the handler saw */
   atomic_int nheld;            /* "/hold" requests parked */
   atomic_int late_rc;          /* non-zero: a late sl_http_respond failed */
+  atomic_int stream_closed;    /* "/stream": its on_closed ran */
   sl_http_req *held[MAX_HELD]; /* loop thread only */
 } fixture;
 
@@ -110,6 +115,11 @@ static void on_later(uv_timer_t *t) {
   uv_close((uv_handle_t *)t, on_later_closed);
 }
 
+static void on_stream_closed(sl_http_stream *st, void *ud) {
+  (void)st;
+  atomic_store(&((fixture *)ud)->stream_closed, 1);
+}
+
 static void handler(sl_http_req *req, void *ud) {
   fixture *f = ud;
   atomic_fetch_add(&f->nreq, 1);
@@ -124,6 +134,28 @@ static void handler(sl_http_req *req, void *ud) {
     uv_timer_init(&f->loop, &l->t);
     l->t.data = l;
     uv_timer_start(&l->t, on_later, LATER_MS, 0);
+    return;
+  }
+  if (strcmp(path, "/big") == 0) { /* BIG_BODY bytes, more than socket buffers hold */
+    char *b = malloc(BIG_BODY);
+    if (!b) {
+      sl_http_respond_error(req, 500, "nomem", "out of memory", NULL);
+      return;
+    }
+    memset(b, 'x', BIG_BODY);
+    sl_http_respond(req, 200, "text/plain", NULL, b, BIG_BODY);
+    free(b);
+    return;
+  }
+  if (strcmp(path, "/stream") == 0) { /* a stream of BIG_BODY bytes in 64 KiB writes */
+    sl_http_stream *st = NULL;
+    if (sl_http_stream_start(req, 200, "text/plain", NULL, 2 * BIG_BODY, on_stream_closed, f,
+                             &st) != 0)
+      return;
+    static char chunk[65536];
+    memset(chunk, 'y', sizeof chunk);
+    for (size_t n = 0; n < BIG_BODY; n += sizeof chunk)
+      if (sl_http_stream_write(st, chunk, sizeof chunk) != 0) return;
     return;
   }
   if (strcmp(path, "/hold") == 0) {
@@ -214,11 +246,21 @@ typedef struct {
   size_t body_len;
 } response;
 
-static client *connect_client(const fixture *f) {
+/* A client connected from the local address from ("127.0.0.2": another
+ * client address on the loopback; NULL: the kernel's choice, 127.0.0.1)
+ * with a receive buffer of rcvbuf bytes (0: the kernel's). */
+static client *connect_client_from(const fixture *f, const char *from, int rcvbuf) {
   client *c = calloc(1, sizeof *c);
   assert_non_null(c);
   c->fd = socket(AF_INET, SOCK_STREAM, 0);
   assert_true(c->fd >= 0);
+  if (rcvbuf) setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  if (from) {
+    struct sockaddr_in b = {0};
+    b.sin_family = AF_INET;
+    assert_int_equal(inet_pton(AF_INET, from, &b.sin_addr), 1);
+    assert_int_equal(bind(c->fd, (struct sockaddr *)&b, sizeof b), 0);
+  }
   struct timeval tv = {RCV_TIMEOUT_MS / 1000, (RCV_TIMEOUT_MS % 1000) * 1000};
   setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -231,6 +273,8 @@ static client *connect_client(const fixture *f) {
   assert_int_equal(connect(c->fd, (struct sockaddr *)&a, sizeof a), 0);
   return c;
 }
+
+static client *connect_client(const fixture *f) { return connect_client_from(f, NULL, 0); }
 
 static void client_close(client *c) {
   if (!c) return;
@@ -949,6 +993,175 @@ static void test_max_connections(void **state) {
   stop_server(f);
 }
 
+/* first_byte_timeout_ms: a connection that sends nothing is closed then,
+ * not at the (longer) idle timeout. */
+static void test_first_byte_timeout(void **state) {
+  fixture *f = *state;
+  sl_http_limits lim = {.idle_timeout_ms = 10000, .first_byte_timeout_ms = 300};
+  start_server(f, &lim);
+  client *c = connect_client(f);
+  int64_t t = wait_closed(c, 3000);
+  if (t < 0) fail_msg("a silent connection was still open after 3 s (first byte timeout 300 ms)");
+  assert_true(t >= 250);
+  client_close(c);
+  /* a connection that sent its request is not cut off by it */
+  c = connect_client(f);
+  usleep(100 * 1000);
+  send_str(c, "GET /ok HTTP/1.1\r\nHost: h\r\n\r\n");
+  response r;
+  assert_int_equal(read_response(c, &r), 0);
+  assert_echo(&r, "GET", "/ok", "", NULL, "", 0);
+  response_free(&r);
+  /* kept alive afterwards for the idle timeout, not the first-byte one */
+  assert_true(wait_closed(c, 1000) < 0);
+  send_str(c, "GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
+  assert_int_equal(read_response(c, &r), 0);
+  assert_echo(&r, "GET", "/again", "", NULL, "", 0);
+  response_free(&r);
+  client_close(c);
+  stop_server(f);
+}
+
+/* write_timeout_ms: a client that asks for a large response and never reads
+ * it is closed once the response has waited that long; a client that reads
+ * gets all of it. */
+static void test_write_timeout(void **state) {
+  fixture *f = *state;
+  sl_http_limits lim = {.write_timeout_ms = 500};
+  start_server(f, &lim);
+  client *c = connect_client_from(f, NULL, 4096);
+  send_str(c, "GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
+  usleep(1500 * 1000); /* never reads while the timeout runs out */
+  /* now drain: what the kernel buffered, then the close (EOF or reset) */
+  size_t got = 0;
+  int closed = 0;
+  int64_t t0 = now_ms();
+  for (;;) {
+    char b[65536];
+    ssize_t n = recv(c->fd, b, sizeof b, 0);
+    if (n > 0) {
+      got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    closed = n == 0 || errno == ECONNRESET;
+    break; /* EOF, reset, or the 3 s receive timeout */
+  }
+  if (!closed)
+    fail_msg("the connection was still open %lld ms after the write timeout (%zu of %u bytes "
+             "received)",
+             (long long)(now_ms() - t0 + 1000), got, BIG_BODY);
+  assert_true(got < BIG_BODY);
+  client_close(c);
+  /* a client that reads gets the whole response */
+  c = connect_client(f);
+  send_str(c, "GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
+  size_t want = 0;
+  got = 0;
+  char head[4096];
+  size_t hl = 0;
+  while (!want) {
+    ssize_t n = recv(c->fd, head + hl, sizeof head - hl - 1, 0);
+    assert_true(n > 0);
+    hl += (size_t)n;
+    head[hl] = '\0';
+    char *e = strstr(head, "\r\n\r\n");
+    if (e) {
+      want = BIG_BODY;
+      got = hl - (size_t)(e + 4 - head);
+    }
+  }
+  while (got < want) {
+    char b[65536];
+    ssize_t n = recv(c->fd, b, sizeof b, 0);
+    assert_true(n > 0);
+    got += (size_t)n;
+  }
+  assert_int_equal(got, want);
+  client_close(c);
+  stop_server(f);
+}
+
+/* max_per_address: N connections from one address are served; N+1 from it
+ * gets 429 JSON and is closed (counted in sluice_http_refused_total), while
+ * the N stay open and another address is still served; once one of the N
+ * closes, that address is served again. */
+static void test_max_per_address(void **state) {
+  fixture *f = *state;
+  enum { N = 3 };
+  sl_http_limits lim = {.max_per_address = N, .max_connections = 100};
+  start_server(f, &lim);
+  sl_metric *refused = sl_metrics_counter("sluice_http_refused_total", "reason=\"per_address\"",
+                                          "connections refused");
+  uint64_t refused0 = sl_metric_value(refused);
+  client *c[N];
+  response r;
+  for (int i = 0; i < N; i++) {
+    c[i] = connect_client(f);
+    send_str(c[i], "GET /held HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_int_equal(read_response(c[i], &r), 0);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+  }
+  client *x = connect_client(f);
+  send_str(x, "GET /extra HTTP/1.1\r\nHost: h\r\n\r\n");
+  if (read_response(x, &r) != 0) fail_msg("connection N+1 got no response");
+  if (r.status != 429) fail_msg("connection N+1 from one address: %d, not 429", r.status);
+  assert_json_error(&r, 429, "too_many_connections_from_address");
+  assert_string_equal(header(&r, "Retry-After"), "1");
+  response_free(&r);
+  assert_true(wait_closed(x, 3000) >= 0);
+  client_close(x);
+  assert_int_equal(sl_metric_value(refused), refused0 + 1);
+  /* another address is served meanwhile */
+  client *o = connect_client_from(f, "127.0.0.2", 0);
+  send_str(o, "GET /other HTTP/1.1\r\nHost: h\r\n\r\n");
+  assert_int_equal(read_response(o, &r), 0);
+  assert_echo(&r, "GET", "/other", "", NULL, "", 0);
+  response_free(&r);
+  client_close(o);
+  /* the N were not disturbed */
+  for (int i = 0; i < N; i++) {
+    send_str(c[i], "GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_int_equal(read_response(c[i], &r), 0);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+  }
+  /* one leaves: the address gets a place again */
+  client_close(c[0]);
+  int status = 0;
+  for (int tries = 0; tries < 200 && status != 200; tries++) {
+    x = connect_client(f);
+    send_str(x, "GET /later-one HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_int_equal(read_response(x, &r), 0);
+    status = r.status;
+    assert_true(status == 200 || status == 429);
+    response_free(&r);
+    client_close(x);
+  }
+  assert_int_equal(status, 200);
+  for (int i = 1; i < N; i++) client_close(c[i]);
+  stop_server(f);
+}
+
+/* write_timeout_ms on a streamed response: a peer that stops reading is
+ * closed once the oldest pending write has waited that long (on_closed
+ * runs), although far less than max_queued is waiting. */
+static void test_stream_write_timeout(void **state) {
+  fixture *f = *state;
+  sl_http_limits lim = {.write_timeout_ms = 500};
+  start_server(f, &lim);
+  client *c = connect_client_from(f, NULL, 4096);
+  send_str(c, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n");
+  int64_t t0 = now_ms();
+  while (!atomic_load(&f->stream_closed) && now_ms() - t0 < 3000) usleep(10 * 1000);
+  if (!atomic_load(&f->stream_closed))
+    fail_msg("a stream whose peer does not read was still open after 3 s (write timeout 500 ms)");
+  assert_true(now_ms() - t0 >= 400);
+  client_close(c);
+  stop_server(f);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -956,7 +1169,8 @@ int main(void) {
       T(test_post_body),        T(test_body_too_large),  T(test_headers_too_large),
       T(test_too_many_headers), T(test_malformed),       T(test_nul_in_header),
       T(test_delayed_response), T(test_request_timeout), T(test_free_closes_connections),
-      T(test_new_errors),       T(test_max_connections),
+      T(test_new_errors),       T(test_max_connections), T(test_first_byte_timeout),
+      T(test_write_timeout),    T(test_max_per_address), T(test_stream_write_timeout),
   };
 #undef T
   sl_log_init("test_http", "error");

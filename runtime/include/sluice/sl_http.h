@@ -9,7 +9,10 @@
  * delivery report) without any queueing. Keep-alive, bounded header and body
  * sizes, a per-request deadline (slow clients trickling headers are cut off),
  * an idle timeout between requests and a cap on open connections (each
- * holds buffers, so without one a flood of idle sockets is a memory attack).
+ * holds buffers, so without one a flood of idle sockets is a memory attack),
+ * a shorter deadline for a new connection's first byte, a cap on the
+ * connections of one client address, and a write timeout (a client that
+ * never reads its response cannot hold the connection).
  *
  * @locality everything runs on the loop thread given to sl_http_server_new();
  * sl_http_respond() must be called on that thread too.
@@ -18,7 +21,10 @@
 #define SLUICE_SL_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
+
+#include "sluice/sl_conf.h"
 
 typedef struct sl_http_server sl_http_server;
 typedef struct sl_http_req sl_http_req;
@@ -28,13 +34,38 @@ typedef struct sl_http_req sl_http_req;
 typedef void (*sl_http_handler_fn)(sl_http_req *req, void *ud);
 
 typedef struct {
-  size_t max_body;             /* bytes; larger -> 413. default 1 MiB */
-  size_t max_header;           /* URL + all header bytes; -> 431. default 16 KiB */
-  unsigned request_timeout_ms; /* whole request must arrive within. default 10 s */
-  unsigned idle_timeout_ms;    /* keep-alive idle. default 60 s */
-  size_t max_connections;      /* open at once; beyond it a new connection gets
-                                  503 JSON and is closed. default 1024 */
+  size_t max_body;                /* bytes; larger -> 413. default 1 MiB */
+  size_t max_header;              /* URL + all header bytes; -> 431. default 16 KiB */
+  unsigned request_timeout_ms;    /* whole request must arrive within. default 10 s */
+  unsigned idle_timeout_ms;       /* keep-alive idle. default 60 s */
+  size_t max_connections;         /* open at once; beyond it a new connection gets
+                                     503 JSON and is closed. default 1024 */
+  unsigned first_byte_timeout_ms; /* a new connection must send its first byte
+                                     within. default 10 s (never longer than
+                                     idle_timeout_ms) */
+  unsigned write_timeout_ms;      /* a response, or a stream's oldest pending
+                                     write, the peer has not taken within this
+                                     closes the connection. default 30 s */
+  size_t max_per_address;         /* connections open at once from one client
+                                     address; beyond it a new one gets 429 JSON
+                                     and is closed. default 0: no cap */
 } sl_http_limits;
+
+/* The settings an operator tunes (http.*, one table for every stage that
+ * serves HTTP: presign, results); the rest of sl_http_limits comes from the
+ * stage's own table. */
+typedef struct {
+  int64_t first_byte_timeout_ms;
+  int64_t write_timeout_ms;
+  int64_t max_connections_per_address; /* 0: no cap */
+} sl_http_conf;
+
+extern const sl_conf_entry sl_http_conf_table[];
+extern const size_t sl_http_conf_table_len;
+
+/* Copies the settings of c into lim (values out of range leave lim's field,
+ * so the server's default applies). */
+void sl_http_limits_from_conf(sl_http_limits *lim, const sl_http_conf *c);
 
 /* listen: "host:port" (IPv4). limits may be NULL for defaults.
  * Returns 0 or a negative code (-errno from libuv for bind errors). */
