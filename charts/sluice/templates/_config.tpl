@@ -91,6 +91,17 @@ presign.results_base_url = {{ ternary "https" "http" (gt (len $v.ingress.tls) 0)
 {{- if eq $stage "results" }}
 results.listen = 0.0.0.0:8081
 {{- end }}
+{{- /* behind the ingress every client's TCP peer is the controller: the
+     per-address limits count the address it appends, and the per-peer
+     connection cap is off (docs/deploy.md) */}}
+{{- if and $v.ingress.enabled (has $stage (list "presign" "results")) }}
+{{- if not (hasKey $s.config (printf "%s.client_address_header" $stage)) }}
+{{ $stage }}.client_address_header = X-Forwarded-For
+{{- end }}
+{{- if not (hasKey $s.config "http.max_connections_per_address") }}
+http.max_connections_per_address = 0
+{{- end }}
+{{- end }}
 {{- if include "sluice.usesStorage" (dict "root" $root "stage" $stage) }}
 s3.endpoint = {{ required "s3.endpoint is required" $v.s3.endpoint }}
 s3.region = {{ $v.s3.region }}
