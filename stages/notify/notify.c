@@ -32,7 +32,11 @@
  *
  * The URL is checked again against the callback policy (callback.h) and its
  * host resolved and checked on every delivery; the connection goes to the
- * checked address (sl_httpc_request.resolve), redirects are not followed.
+ * checked address (sl_httpc_request.resolve) of the normalised URL (one
+ * host for check, pin and request: "example.com." is sent as example.com),
+ * redirects are not followed, and no proxy is used unless notify.proxy
+ * names one (never one from the environment: a proxy resolves the name
+ * itself, past the pin).
  * Outcomes: 2xx delivered; 5xx, 408, 429, a timeout or a transport error
  * -> RETRY (the stage's retry tiers, then the dead letters); 410 Gone ->
  * FAIL callback_gone and the submission's later deliveries are skipped
@@ -48,6 +52,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +74,7 @@ typedef struct {
   char *secret_previous;
   char *mode;
   int64_t timeout_ms;
+  char *proxy;
 } notify_conf;
 
 #define N(f) offsetof(notify_conf, f)
@@ -85,6 +91,12 @@ const sl_conf_entry sl__notify_table[] = {
      0},
     {"notify.timeout_ms", SL_CONF_INT, "10000", N(timeout_ms),
      "a delivery that has not been answered in this long is retried", 0},
+    {"notify.proxy", SL_CONF_STR, "", N(proxy),
+     "HTTP(S) proxy every delivery goes through (\"http://proxy.internal:3128\"); the proxy "
+     "then connects, so it must refuse private and metadata addresses itself; empty: direct "
+     "to the checked address (http_proxy, https_proxy, all_proxy and no_proxy in the "
+     "environment are ignored)",
+     0},
 };
 const size_t sl__notify_table_len = sizeof sl__notify_table / sizeof sl__notify_table[0];
 
@@ -262,14 +274,16 @@ static void on_resolved(void *ud, int rc, const char *pin, const char *why) {
   snprintf(ev, sizeof ev, "X-Sluice-Event: %s", d->event);
   const char *headers[] = {"Content-Type: application/json", sig,       id,  ev,
                            "User-Agent: sluice-notify",      "Expect:", NULL};
+  /* the normalised URL: the host pinned is the host curl sees */
   sl_httpc_request q = {.method = "POST",
-                        .url = d->url,
+                        .url = d->target.url,
                         .headers = headers,
                         .body = d->body,
                         .body_len = len,
                         .timeout_ms = (long)N->nc->timeout_ms,
                         .max_response = 65536,
-                        .resolve = pin};
+                        .resolve = pin,
+                        .proxy = N->nc->proxy};
   if (sl_httpc_send(sl_job_http(d->job), &q, on_answer, d) != 0) {
     sl_result_set(d->res, SL_OUTCOME_RETRY, "internal", "the HTTP client refused the request");
     finish(d);
@@ -379,6 +393,21 @@ static void start(void *ud, sl_job *job) {
   }
 }
 
+/* notify.proxy: an http(s) URL with a host and nothing else that curl
+ * would take as credentials or a path. */
+static int proxy_ok(const char *proxy) {
+  CURLU *u = curl_url();
+  char *scheme = NULL, *host = NULL;
+  int ok = u && curl_url_set(u, CURLUPART_URL, proxy, 0) == CURLUE_OK &&
+           curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+           curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+           (strcasecmp(scheme, "http") == 0 || strcasecmp(scheme, "https") == 0);
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return ok;
+}
+
 int sl__notify_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   notify_conf nc = {0};
@@ -399,6 +428,11 @@ int sl__notify_main(int argc, char **argv) {
   }
   if (rc == 0 && sl__callback_enabled(N.policy) && !nc.secret[0]) {
     snprintf(err, sizeof err, "notify.secret must be set when callback.allowed_hosts is");
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0 && nc.proxy[0] && !proxy_ok(nc.proxy)) {
+    snprintf(err, sizeof err,
+             "notify.proxy must be an http:// or https:// URL of a proxy, not \"%.64s\"", nc.proxy);
     rc = SL_ECONFIG;
   }
   if (rc == 0 && nc.timeout_ms <= 0) {
