@@ -66,6 +66,7 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
 #include "keycache.h"
+#include "keystore.h"
 #include "multipart.h"
 #include "request.h"
 #include "../auth/auth.h"
@@ -91,6 +92,7 @@ typedef struct {
   char *client_address_header;
   int64_t apikey_cache_ms;
   int64_t apikey_cache_max;
+  int64_t apikey_watch_ms;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -131,6 +133,11 @@ const sl_conf_entry sl__presign_table[] = {
      0},
     {"presign.apikey_cache_max", SL_CONF_INT, "10000", P(apikey_cache_max),
      "most API keys presign caches", 0},
+    {"presign.apikey_watch_ms", SL_CONF_INT, "1000", P(apikey_watch_ms),
+     "how often presign checks that the API-key store in Redis is complete (its marker); "
+     "after a loss one replica rebuilds it from the API-key topic, and meanwhile unknown keys "
+     "get 503 auth_unavailable instead of 401",
+     0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -163,8 +170,10 @@ typedef struct {
   sl__mpu *mpu;   /* the multipart endpoints (multipart.c) */
   sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
-  sl__keycache *keys;   /* or NULL (presign.apikey_cache_ms 0) */
-  sl_redis_script rate; /* rate_lua, run by its SHA-1 */
+  sl__keycache *keys;     /* or NULL (presign.apikey_cache_ms 0) */
+  sl__keystore *store;    /* rebuilds the API-key store after a Redis loss */
+  sl_redis_script apikey; /* apikey_lua */
+  sl_redis_script rate;   /* rate_lua, run by its SHA-1 */
   sl_metric *m_unauth, *m_limited;
   sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
@@ -736,10 +745,18 @@ static void authed(caller *c) {
   }
 }
 
+/* SL__APIKEY_LOOKUP_LUA: the key's user, or whether the store is complete
+ * (keystore.h). */
+static const char apikey_lua[] = SL__APIKEY_LOOKUP_LUA;
+
 static void on_apikey(redisReply *r, void *ud) {
   caller *c = ud;
   if (!r || r->type == REDIS_REPLY_ERROR) {
     sl_http_respond_error(c->req, 503, "unavailable", "credential store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(c);
+  } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+    sl_http_respond_error(c->req, 503, "auth_unavailable", SL__APIKEY_UNAVAILABLE,
                           "Retry-After: 2\r\n");
     free(c);
   } else if (r->type != REDIS_REPLY_STRING || r->len > SL__USER_MAX ||
@@ -782,7 +799,7 @@ static void begin_create(presign *ps, sl_http_req *req) {
     authed(c);
     return;
   }
-  const char *argv[] = {"HGET", c->rkey, "user"};
+  const char *argv[] = {c->rkey, SL__APIKEY_MARKER};
   if (sl__apikey_rkey(cred, c->rkey) != 0) {
     unauthorized(ps, req, "invalid_credentials", "malformed API key");
     free(c);
@@ -793,7 +810,7 @@ static void begin_create(presign *ps, sl_http_req *req) {
     return;
   }
   c->mark = sl__keycache_mark(ps->keys);
-  if (sl_aredis_argv(ps->redis, on_apikey, c, 3, argv, NULL) != 0) {
+  if (sl_aredis_eval(ps->redis, on_apikey, c, &ps->apikey, 2, 2, argv, NULL) != 0) {
     sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
                           "Retry-After: 2\r\n");
     free(c);
@@ -886,6 +903,7 @@ int sl__presign_main(int argc, char **argv) {
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
+  sl_redis_script_init(&ps.apikey, apikey_lua);
   ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
                                     "Submission create requests by outcome");
   ps.m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"",
@@ -941,6 +959,13 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0 && (rc = sl__keycache_new(&ps.keys, &loop, cc.redis_url, cc.redis_command_timeout_ms,
                                         pc.apikey_cache_ms, (size_t)pc.apikey_cache_max)) != 0)
     snprintf(err, sizeof err, "API-key cache: %s", sl_strerror(rc));
+  if (rc == 0 && pc.apikey_watch_ms <= 0) {
+    snprintf(err, sizeof err, "presign.apikey_watch_ms must be > 0");
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0 && (rc = sl__keystore_start(&ps.store, cc.redis_url, cc.kafka_brokers,
+                                          sl_pipeline_apikeys(cc.pipeline), pc.apikey_watch_ms)))
+    snprintf(err, sizeof err, "API-key store: %s", sl_strerror(rc));
   if (rc == 0 && pc.static_dir[0]) {
     char serr[384];
     rc = sl_static_new(&ps.web, pc.static_dir, serr, sizeof serr);
@@ -982,6 +1007,10 @@ int sl__presign_main(int argc, char **argv) {
     uv_signal_start(&ps.sigint, on_signal, SIGINT);
     sl_log(SL_LOG_INFO, NULL, "listening on http://%s (storage %s, bucket %s)", pc.listen,
            s3.endpoint, s3.bucket);
+    if (!sl__keystore_wait(ps.store, 15000))
+      sl_log(SL_LOG_WARN, NULL,
+             "the API-key store is not complete after 15 s (Redis or Kafka unreachable?): "
+             "ready anyway; API keys get 503 auth_unavailable until it is");
     sl_admin_set_ready(admin, 1);
     uv_run(&loop, UV_RUN_DEFAULT);
   } else {
@@ -1003,6 +1032,7 @@ int sl__presign_main(int argc, char **argv) {
     rd_kafka_destroy(ps.producer);
   }
   uv_loop_close(&loop);
+  sl__keystore_stop(ps.store);
   sl_sigv4_free(ps.sig);
   sl_static_free(ps.web);
   free(ps.types_buf);

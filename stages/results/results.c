@@ -51,6 +51,7 @@
 #include "../stages.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,8 +184,13 @@ static int unauthorized(results *R, sl_http_req *req, const char *code, const ch
                                "WWW-Authenticate: Bearer realm=\"sluice\"\r\n");
 }
 
+/* SL__APIKEY_LOOKUP_LUA, initialised once by whichever thread asks first */
+static sl_redis_script apikey_lookup;
+static void lookup_init(void) { sl_redis_script_init(&apikey_lookup, SL__APIKEY_LOOKUP_LUA); }
+
 /* The user an API key or a JWT names: 0 with user set, 401 answered (1),
- * or 503 answered (2). */
+ * or 503 answered (2: Redis unavailable, or the API-key store being rebuilt
+ * after a loss, auth_unavailable). */
 static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_kind kind,
                        char user[SL__USER_MAX + 1]) {
   char why[160], rkey[80], err[256];
@@ -197,12 +203,21 @@ static int caller_user(results *R, sl_http_req *req, const char *cred, sl__cred_
     unauthorized(R, req, "invalid_credentials", "malformed API key");
     return 1;
   }
-  const char *argv[] = {"HGET", rkey, "user"};
-  redisReply *rep = sl_redis_argv(R->redis, 3, argv, NULL, err, sizeof err);
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, lookup_init);
+  const char *argv[] = {rkey, SL__APIKEY_MARKER};
+  redisReply *rep = sl_redis_eval(R->redis, &apikey_lookup, 2, 2, argv, NULL, err, sizeof err);
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     if (rep) freeReplyObject(rep);
     sl_metric_add(R->m_err, 1);
     sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    return 2;
+  }
+  if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0) { /* the store is being rebuilt */
+    freeReplyObject(rep);
+    sl_metric_add(R->m_err, 1);
+    sl_http_respond_error(req, 503, "auth_unavailable", SL__APIKEY_UNAVAILABLE,
                           "Retry-After: 2\r\n");
     return 2;
   }

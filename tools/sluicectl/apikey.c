@@ -10,6 +10,14 @@
  * itself or an id (a unique prefix of at least 12 digits), and publishes
  * the deleted record's Redis key on SL__APIKEY_REVOKED_CHANNEL in the same
  * script, which is how presign's API-key cache learns of it at once.
+ *
+ * Redis is not where a key lives, only where it is looked up: add and
+ * revoke first write the record (revoke: a tombstone) to the pipeline's
+ * compacted API-key topic (sl_pipeline_apikeys), keyed by the digest, and
+ * change Redis only once Kafka acknowledged it. presign rebuilds the store
+ * from that topic after Redis lost it (stages/presign/keystore.h); writing
+ * Kafka first means a rebuild replaying the topic can never bring back a
+ * key whose revocation it did not see (the DEL comes after the tombstone).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
@@ -21,6 +29,7 @@
 #include "../../stages/auth/auth.h" /* SL__APIKEY_REVOKED_CHANNEL */
 #include "sluicectl.h"
 #include "sluice/sl_id.h"
+#include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
 
 static int user_ok(const char *u) {
@@ -29,6 +38,28 @@ static int user_ok(const char *u) {
   for (size_t i = 0; i < n; i++)
     if (u[i] <= 0x20 || u[i] >= 0x7f) return 0;
   return 1;
+}
+
+/* Writes the record of digest h (json, or NULL: the tombstone of a
+ * revocation) to the API-key topic and waits for Kafka's acknowledgement.
+ * 0, or -1 with the reason printed. */
+static int publish(const sc_opts *o, const char *h, const char *json) {
+  const char *topic = sl_pipeline_apikeys(o->pipeline);
+  sc_producer p;
+  if (!topic || sc_producer_open(o, &p) != 0) {
+    fprintf(stderr, "sluicectl: cannot reach Kafka to record the key\n");
+    return -1;
+  }
+  sc_delivery d;
+  int rc = sc_produce(&p, topic, h, strlen(h), json, json ? strlen(json) : 0, NULL, NULL, &d);
+  if (rc == 0) sc_producer_wait(&p, o->timeout_ms, NULL);
+  if (rc != 0 || !d.done || d.err) {
+    fprintf(stderr, "sluicectl: recording the key on topic %s failed: %s\n", topic,
+            d.done ? rd_kafka_err2str(d.err) : "no acknowledgement in time");
+    rc = -1;
+  }
+  sc_producer_close(&p);
+  return rc;
 }
 
 int sc_apikey_add(const sc_opts *o) {
@@ -50,8 +81,22 @@ int sc_apikey_add(const sc_opts *o) {
   sl_sha256_hex(key, strlen(key), h);
   snprintf(rkey, sizeof rkey, "sl:apikey:%s", h);
   snprintf(created, sizeof created, "%lld", (long long)sl_now_ms());
+  /* the key's record in Kafka first: what the store is rebuilt from */
+  json_t *rec = json_pack("{s:s,s:s,s:I}", "user", o->user, "label", o->label ? o->label : "",
+                          "created_ms", (json_int_t)strtoll(created, NULL, 10));
+  char *rec_s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+  json_decref(rec);
+  int pub = rec_s ? publish(o, h, rec_s) : -1;
+  free(rec_s);
+  if (pub != 0) {
+    OPENSSL_cleanse(key, sizeof key);
+    return SC_EXIT_FAIL;
+  }
   sl_redis *c = sc_redis_connect(o->redis_url);
-  if (!c) return SC_EXIT_FAIL;
+  if (!c) {
+    OPENSSL_cleanse(key, sizeof key);
+    return SC_EXIT_FAIL;
+  }
   char rerr[256] = "";
   const char *argv[] = {"HSET",       rkey,   "user", o->user, "label", o->label ? o->label : "",
                         "created_ms", created};
@@ -169,6 +214,17 @@ static int collect(sl_redis *c, const char *rkey, void *arg) {
   return 0;
 }
 
+/* 1 when the key store is marked complete (presign rebuilt it or it was
+ * never lost). */
+static int marked(sl_redis *c) {
+  char rerr[256] = "";
+  const char *argv[] = {"EXISTS", SL__APIKEY_MARKER};
+  redisReply *r = sl_redis_argv(c, 2, argv, NULL, rerr, sizeof rerr);
+  int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  freeReplyObject(r);
+  return yes;
+}
+
 static const char revoke_lua[] = "if redis.call('DEL', KEYS[1]) == 0 then return 0 end\n"
                                  "redis.call('PUBLISH', ARGV[1], KEYS[1])\n"
                                  "return 1\n";
@@ -197,8 +253,15 @@ int sc_apikey_revoke(const sc_opts *o) {
   if (rc == SC_EXIT_OK && m.n != 1) {
     fprintf(stderr, "sluicectl: %s API key matches %s\n", m.n ? "more than one" : "no",
             m.n ? "that id; give more digits" : "that key or id");
+    if (!m.n && !marked(c))
+      fprintf(stderr,
+              "sluicectl: the key store is being rebuilt after a Redis loss (%s is "
+              "missing); retry in a moment\n",
+              SL__APIKEY_MARKER);
     rc = SC_EXIT_FAIL;
   }
+  /* the tombstone first: a rebuild must not bring the key back */
+  if (rc == SC_EXIT_OK && publish(o, m.found + 10, NULL) != 0) rc = SC_EXIT_FAIL;
   if (rc == SC_EXIT_OK) {
     char rerr[256] = "";
     /* deleted and announced at once: presign's cache drops the key when the
