@@ -164,8 +164,12 @@ static int replay(sl__keystore *k, rd_kafka_t *rk, long *applied) {
   }
   if (md) rd_kafka_metadata_destroy(md);
   if (kt) rd_kafka_topic_destroy(kt);
+  /* a partition is read to its end when the broker said so (EOF, the end
+   * the fetch saw) at or past the end queried: not on the queried ends
+   * alone, which a broker still electing a leader may report as 0 */
   int64_t high[MAX_PARTS], pos[MAX_PARTS];
-  for (int i = 0; i < parts->cnt; i++) pos[i] = 0;
+  int eof[MAX_PARTS];
+  for (int i = 0; i < parts->cnt; i++) pos[i] = 0, eof[i] = 0;
   if (rc == 0) rc = ends(k, rk, parts, high);
   if (rc == 0 && rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) rc = SL_EKAFKA;
   int64_t deadline = sl_now_ms() + STALL_MS, renewed = sl_now_ms();
@@ -173,7 +177,7 @@ static int replay(sl__keystore *k, rd_kafka_t *rk, long *applied) {
   snprintf(lease_ms, sizeof lease_ms, "%d", LEASE_MS);
   while (rc == 0 && !atomic_load(&k->stop)) {
     int open = 0;
-    for (int i = 0; i < parts->cnt; i++) open += pos[i] < high[i];
+    for (int i = 0; i < parts->cnt; i++) open += !eof[i] || pos[i] < high[i];
     if (!open) { /* at the ends: done if they did not move meanwhile */
       int64_t again[MAX_PARTS];
       if ((rc = ends(k, rk, parts, again)) != 0) break;
@@ -207,6 +211,7 @@ static int replay(sl__keystore *k, rd_kafka_t *rk, long *applied) {
     }
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) { /* compaction leaves gaps: EOF is the end */
       if (m->offset > pos[idx]) pos[idx] = m->offset;
+      eof[idx] = 1;
     } else if (m->err) {
       sl_log(SL_LOG_WARN, NULL, "API-key store: %s", rd_kafka_message_errstr(m));
     } else {
@@ -220,6 +225,7 @@ static int replay(sl__keystore *k, rd_kafka_t *rk, long *applied) {
       if (rc == 0) {
         (*applied)++;
         pos[idx] = m->offset + 1;
+        eof[idx] = 0;
         deadline = sl_now_ms() + STALL_MS;
       }
     }
