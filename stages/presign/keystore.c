@@ -124,9 +124,16 @@ static int apply(sl__keystore *k, const rd_kafka_message_t *m) {
     json_decref(j);
     return 0;
   }
-  const char *argv[] = {"HSET",       rkey,   "user", user, "label", label ? label : "",
-                        "created_ms", created};
-  r = sl_redis_argv(k->r, 8, argv, NULL, err, sizeof err);
+  /* the key's webhook signing secrets (notify), when it has them */
+  const char *whsec = json_string_value(json_object_get(j, "webhook_secret"));
+  const char *prev = json_string_value(json_object_get(j, "webhook_secret_previous"));
+  const char *argv[] = {"HSET",       rkey,
+                        "user",       user,
+                        "label",      label ? label : "",
+                        "created_ms", created,
+                        "whsec",      whsec ? whsec : "",
+                        "whsec_prev", prev ? prev : ""};
+  r = sl_redis_argv(k->r, 12, argv, NULL, err, sizeof err);
   int rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : SL_EREDIS;
   freeReplyObject(r);
   json_decref(j);

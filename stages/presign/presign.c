@@ -11,7 +11,10 @@
  *
  * Callers authenticate with an API key or a JWT (stages/auth/auth.h) that
  * names the user; the submission belongs to that user (SubmissionCreated
- * .user_id) and its results token is bound to submission and user. Each
+ * .user_id) and its results token is bound to submission and user; an API
+ * key's digest travels as .apikey_id (notify signs with that key's webhook
+ * secret), and a key Redis does not know while the key store is being
+ * rebuilt after a loss (keystore.h) is 503 auth_unavailable, not 401. Each
  * user and each client address may create presign.rate_per_user /
  * .rate_per_address submissions per minute (a fixed window in Redis); more
  * get 429 with Retry-After.
@@ -197,6 +200,7 @@ typedef struct {
   char rkey[96];
   char body_hash[65];
   char user[SL__USER_MAX + 1];
+  char keyid[65]; /* the API key's digest, "" for a JWT */
 } idem;
 
 typedef struct {
@@ -346,7 +350,7 @@ static void iso8601(time_t t, char out[32]) {
 }
 
 static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          int callback_resolved);
+                          const char *keyid, int callback_resolved);
 
 /* A create whose callback_url host is being resolved (callback.h): it owns
  * ik and counts as in flight until it goes on or is refused. */
@@ -355,6 +359,7 @@ typedef struct {
   sl_http_req *req;
   idem *ik;
   char user[SL__USER_MAX + 1];
+  char keyid[65];
 } resolving_create;
 
 static void on_callback_resolved(void *ud, int rc, const char *pin, const char *why) {
@@ -364,7 +369,7 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
   if (rc) {
     bad(ps, rcr->req, 422, "callback_url_refused", "%s", why);
     idem_release(rcr->ik);
-  } else if (create_checked(ps, rcr->req, rcr->ik, rcr->user, 1) != 0) {
+  } else if (create_checked(ps, rcr->req, rcr->ik, rcr->user, rcr->keyid, 1) != 0) {
     idem_release(rcr->ik);
   }
   free(rcr);
@@ -375,7 +380,7 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
  * or no resolution could start), -1 when the create goes on once the host
  * is resolved and its addresses checked (the resolution then owns ik). */
 static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          const char *url) {
+                          const char *keyid, const char *url) {
   sl__callback_target t;
   char why[320];
   if (sl__callback_check_url(ps->callbacks, url, &t, why, sizeof why) != 0) {
@@ -389,6 +394,7 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
   }
   *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik};
   snprintf(rcr->user, sizeof rcr->user, "%s", user);
+  snprintf(rcr->keyid, sizeof rcr->keyid, "%s", keyid);
   if (sl__callback_resolve(ps->loop, ps->callbacks, &t, on_callback_resolved, rcr) != 0) {
     free(rcr);
     sl_http_respond_error(req, 503, "unavailable", "name resolution unavailable; retry later",
@@ -402,12 +408,12 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
 /* Validates, signs and produces. Returns 0 when the request now waits for
  * Kafka (the pending record owns ik) or for its callback host's name, or 1
  * when it was answered already. */
-static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
-  return create_checked(ps, req, ik, user, 0);
+static int create(presign *ps, sl_http_req *req, idem *ik, const char *user, const char *keyid) {
+  return create_checked(ps, req, ik, user, keyid, 0);
 }
 
 static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          int callback_resolved) {
+                          const char *keyid, int callback_resolved) {
   int handed = 0;
   size_t blen, n = 0;
   const char *body = sl_http_req_body(req, &blen);
@@ -434,7 +440,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   }
   const char *callback = json_string_value(json_object_get(root, "callback_url"));
   if (callback && !callback_resolved) {
-    int c = check_callback(ps, req, ik, user, callback);
+    int c = check_callback(ps, req, ik, user, keyid, callback);
     json_decref(root);
     free(qr);
     return c < 0 ? 0 : 1;
@@ -505,6 +511,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sc.n_questions = n;
   sc.results_token_sha256 = token_hash;
   sc.user_id = (char *)user;
+  sc.apikey_id = (char *)keyid;
   sc.callback_url = (char *)(callback ? callback : "");
   size_t plen = sluice__v1__submission_created__get_packed_size(&sc);
   uint8_t *payload = malloc(plen ? plen : 1);
@@ -577,7 +584,7 @@ static void on_idem_claim(redisReply *r, void *ud) {
                           "Retry-After: 2\r\n");
     free(ik);
   } else if (r->type == REDIS_REPLY_STATUS) { /* claimed: create it */
-    if (create(ik->ps, ik->req, ik, ik->user) != 0) idem_release(ik);
+    if (create(ik->ps, ik->req, ik, ik->user, ik->keyid) != 0) idem_release(ik);
   } else { /* someone has the key: look at what they left */
     const char *argv[] = {"GET", ik->rkey};
     if (sl_aredis_argv(ik->ps->redis, on_idem_existing, ik, 2, argv, NULL) != 0) {
@@ -589,7 +596,8 @@ static void on_idem_claim(redisReply *r, void *ud) {
 }
 
 /* A create with an Idempotency-Key: claim it, or answer from the record. */
-static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const char *user) {
+static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const char *user,
+                              const char *keyid) {
   size_t kl = strlen(key);
   int ok = kl >= 1 && kl <= 255;
   for (size_t i = 0; ok && i < kl; i++) ok = key[i] > 0x20 && key[i] < 0x7f;
@@ -606,6 +614,7 @@ static void create_idempotent(presign *ps, sl_http_req *req, const char *key, co
   ik->ps = ps;
   ik->req = req;
   snprintf(ik->user, sizeof ik->user, "%s", user);
+  snprintf(ik->keyid, sizeof ik->keyid, "%s", keyid);
   char kh[65];
   size_t blen;
   const char *body = sl_http_req_body(req, &blen);
@@ -644,10 +653,13 @@ static int unauthorized(presign *ps, sl_http_req *req, const char *code, const c
 /* Authenticated and within the limits: create (with or without a key). */
 static void proceed(caller *c) {
   const char *ikey = sl_http_req_header(c->req, "Idempotency-Key");
+  /* the API key's digest (its record sl:apikey:<digest>): notify signs the
+   * submission's deliveries with that key's webhook secret */
+  const char *keyid = c->rkey[0] ? c->rkey + 10 : "";
   if (ikey)
-    create_idempotent(c->ps, c->req, ikey, c->user);
+    create_idempotent(c->ps, c->req, ikey, c->user, keyid);
   else
-    create(c->ps, c->req, NULL, c->user);
+    create(c->ps, c->req, NULL, c->user, keyid);
   free(c);
 }
 

@@ -11,7 +11,7 @@ the path's first segment; the attempt number counts requests per path:
   /slow/MS/...     sleeps MS ms before answering the first request, then 200
   /gone/...        410 to the first request, then 200
   /redirect/...    302 to /ok/
-Each line also records the Host header the request carried.
+Each line also records the Host and X-Sluice-Key headers the request carried.
 It verifies nothing itself: the test checks every signature with openssl.
 """
 import http.server
@@ -57,6 +57,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "event": self.headers.get("X-Sluice-Event", ""),
             "content_type": self.headers.get("Content-Type", ""),
             "host": self.headers.get("Host", ""),
+            "key": self.headers.get("X-Sluice-Key", ""),
             "body": body,
         }
         try:

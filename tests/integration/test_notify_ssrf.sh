@@ -10,6 +10,10 @@
 #     used (a proxy resolves the name itself: pin and policy bypassed): a
 #     listener on the proxy port counts 0 connections while deliveries to
 #     the checked address arrive;
+#   - a submission created with an API key is signed with that key's
+#     webhook secret (sluicectl apikey add prints it; rotate-secret), v2 over
+#     "<t>.<url>.<body>", so one receiver's delivery does not verify at
+#     another; others with notify.secret (v2, and v1 as before);
 #   - notify.proxy, named explicitly, is used.
 # The receiver is tests/integration/notify_receiver.py on loopback, which
 # the policy allows explicitly (as in test_notify).
@@ -68,10 +72,12 @@ stop_notify() {
   wait_for 30 bash -c "! kill -0 $pid 2>/dev/null" || fail "notify did not stop"
 }
 start_notify() { "$ROOT/tools/stages" up >/dev/null; }
-# submit URL: a submission of one silent answer (final at preflight) calling back URL
+# submit URL [API-KEY]: a submission of one silent answer (final at preflight)
+# calling back URL, created with API-KEY (the test's key by default)
 submit() {
-  local st
-  st=$(curl -sS -o "$work/create" -w '%{http_code}' "${KEY_AUTH[@]}" -X POST \
+  local st auth=("${KEY_AUTH[@]}")
+  [[ -n ${2:-} ]] && auth=(-H "Authorization: Bearer $2")
+  st=$(curl -sS -o "$work/create" -w '%{http_code}' "${auth[@]}" -X POST \
     -H 'Content-Type: application/json' \
     -d "{\"callback_url\":\"$1\",\"questions\":[{\"content_type\":\"audio/wav\",\"size\":$(stat -c %s "$work/silence.wav"),\"prompt\":\"Q?\"}]}" \
     "$PRESIGN_URL/v1/submissions")
@@ -111,6 +117,57 @@ check "no request names the trailing-dot host" test "$(received "/dot/$n" | jq -
 check "the plain callback arrived directly" jqany ".delivery == \"$PLAIN_SID/1/failed\"" "$(received "/plain/$n")"
 log "connections to the proxy listener: $(proxied)"
 check "the proxy of the environment got 0 connections" test "$(proxied)" -eq 0
+
+# --- per-API-key signing secrets -------------------------------------------
+# sig_of LINE NAME: the NAME= values of its X-Sluice-Signature, one a line
+sig_of() { jq -r .signature <<<"$1" | tr ',' '\n' | sed -n "s/^$2=//p"; }
+# v2_ok LINE SECRET URL: some v2= of LINE is HMAC-SHA256(SECRET, "<t>.<URL>.<body>")
+v2_ok() {
+  local t body want
+  t=$(sig_of "$1" t)
+  body=$(jq -r .body <<<"$1")
+  want=$(printf '%s.%s.%s' "$t" "$3" "$body" | openssl dgst -sha256 -hmac "$2" | sed 's/^.*= //')
+  sig_of "$1" v2 | grep -qx "$want"
+}
+not_v2_ok() { ! v2_ok "$@"; }
+"$SLUICECTL" apikey add --user ssrf-signer --label test_notify_ssrf --json >"$work/key.json" 2>/dev/null ||
+  fail "apikey add failed"
+K=$(jq -r .key "$work/key.json") KSEC=$(jq -r .webhook_secret "$work/key.json") KID=$(jq -r .id "$work/key.json")
+check "apikey add prints a webhook signing secret" grep -q '^whsec_[0-9a-f]\{64\}$' <<<"$KSEC"
+KURL="http://127.0.0.1:$RPORT/keyed/$n"
+submit "$KURL" "$K"
+KEYED_SID=$SID
+wait_for 60 bash -c "test \"\$(jq -c --arg p /keyed/$n 'select(.path | startswith(\$p))' '$work/received.jsonl' | grep -c .)\" -ge 1" ||
+  fail "the keyed submission's callback was not delivered"
+kl=$(received "/keyed/$n" | head -1)
+check "a key's submission is signed with the key's secret over t, URL and body (v2)" v2_ok "$kl" "$KSEC" "$KURL"
+check "and names the key (X-Sluice-Key)" test "$(jq -r .key <<<"$kl")" = "$KID"
+check "and carries no v1 (notify.secret does not sign it)" test -z "$(sig_of "$kl" v1)"
+check "its signature does not verify with notify.secret" not_v2_ok "$kl" "$SECRET" "$KURL"
+check "nor for another receiver's URL (receiver A cannot forge deliveries to B)" \
+  not_v2_ok "$kl" "$KSEC" "http://127.0.0.1:$RPORT/other/$n"
+# a key without a secret (issued before keys had one): notify.secret signs
+L=$("$SLUICECTL" apikey add --user ssrf-legacy --label test_notify_ssrf 2>/dev/null)
+redis-cli -p "$DEVSTACK_REDIS_PORT" HDEL "sl:apikey:$(printf '%s' "$L" | sha256sum | cut -d' ' -f1)" whsec >/dev/null
+LURL="http://127.0.0.1:$RPORT/legacy/$n"
+submit "$LURL" "$L"
+wait_for 60 bash -c "test \"\$(jq -c --arg p /legacy/$n 'select(.path | startswith(\$p))' '$work/received.jsonl' | grep -c .)\" -ge 1" ||
+  fail "the submission of a key without a secret was not delivered"
+pl=$(received "/legacy/$n" | head -1)
+check "a submission of a key without a secret is signed with notify.secret, v2 over the URL" \
+  v2_ok "$pl" "$SECRET" "$LURL"
+check "and v1 as before" test -n "$(sig_of "$pl" v1)"
+check "and names no key" test "$(jq -r .key <<<"$pl")" = global
+NSEC=$("$SLUICECTL" apikey rotate-secret "$KID" 2>/dev/null) || fail "rotate-secret failed"
+new_secret() { grep -qx 'whsec_[0-9a-f]\{64\}' <<<"$NSEC" && [[ $NSEC != "$KSEC" ]]; }
+check "rotate-secret prints a new secret" new_secret
+KURL2="http://127.0.0.1:$RPORT/keyed2/$n"
+submit "$KURL2" "$K"
+wait_for 60 bash -c "test \"\$(jq -c --arg p /keyed2/$n 'select(.path | startswith(\$p))' '$work/received.jsonl' | grep -c .)\" -ge 1" ||
+  fail "the keyed submission after the rotation was not delivered"
+k2=$(received "/keyed2/$n" | head -1)
+check "after a rotation deliveries verify with the new secret" v2_ok "$k2" "$NSEC" "$KURL2"
+check "and with the previous one (both signed)" v2_ok "$k2" "$KSEC" "$KURL2"
 
 # notify.proxy names a proxy: it is used (the listener is no proxy, so the
 # delivery only fails and is retried)

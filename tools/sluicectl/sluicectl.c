@@ -12,7 +12,8 @@
  *   sluicectl submission ID [--redis URL] [--json]
  *   sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]
  *                    [--multipart-threshold BYTES] [--part-size BYTES] [--api-key KEY]
- *   sluicectl apikey add --user ID [--label TEXT] | list | revoke KEY-OR-ID
+ *   sluicectl apikey add --user ID [--label TEXT] | list | revoke KEY-OR-ID |
+ *                   rotate-secret KEY-OR-ID
  *
  * This file parses the command line (options may come anywhere after the
  * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
@@ -169,6 +170,8 @@ static const command commands[] = {
     {"apikey", "list", B(O_HELP) | B(O_REDIS) | B(O_JSON), 0, 0, sc_apikey_list, ""},
     {"apikey", "revoke", B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT), 1, 1,
      sc_apikey_revoke, "KEY-OR-ID"},
+    {"apikey", "rotate-secret", B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT), 1, 1,
+     sc_apikey_rotate_secret, "KEY-OR-ID"},
 };
 
 static void usage(FILE *f) {
@@ -191,6 +194,7 @@ static void usage(FILE *f) {
           "[--json]\n"
           "       sluicectl apikey list [--redis URL] [--json]\n"
           "       sluicectl apikey revoke KEY-OR-ID [--redis URL] [--brokers B]\n"
+          "       sluicectl apikey rotate-secret KEY-OR-ID [--redis URL] [--brokers B]\n"
           "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
           "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
           "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
@@ -212,7 +216,9 @@ static void usage(FILE *f) {
           "apikey: add prints a new key once (Redis keeps only its SHA-256); list shows ids;\n"
           "  revoke takes the key or its id. add and revoke write the record (a revocation:\n"
           "  a tombstone) to the pipeline's compacted API-key topic first (--brokers), which\n"
-          "  presign rebuilds the key store from after Redis lost it.\n"
+          "  presign rebuilds the key store from after Redis lost it. add also prints the\n"
+          "  key's webhook signing secret once (stderr; --json: webhook_secret);\n"
+          "  rotate-secret prints a new one (the previous one keeps signing beside it).\n"
           "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
           "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
           "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"
