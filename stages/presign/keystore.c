@@ -38,6 +38,7 @@ struct sl__keystore {
   int started;
   atomic_int stop;
   atomic_int seen_marked; /* the store was seen complete at least once */
+  int warned;             /* the loss was logged (watcher thread only) */
   sl_redis *r;
   sl_metric *m_rebuilds, *m_records;
 };
@@ -267,12 +268,15 @@ static rd_kafka_t *consumer(sl__keystore *k) {
   return rk;
 }
 
-/* One rebuild under the lease: replay, then the marker. */
-static void rebuild(sl__keystore *k) {
-  sl_log(SL_LOG_WARN, NULL,
-         "API-key store: its marker %s is missing (Redis lost its data, or is new): rebuilding "
-         "it from topic %s; unknown keys get 503 auth_unavailable meanwhile",
-         SL__APIKEY_MARKER, k->topic);
+/* One rebuild under the lease: replay, then the marker. 0 when the store
+ * is complete. */
+static int rebuild(sl__keystore *k) {
+  if (!k->warned) /* once per loss, not once per attempt */
+    sl_log(SL_LOG_WARN, NULL,
+           "API-key store: its marker %s is missing (Redis lost its data, or is new): "
+           "rebuilding it from topic %s; unknown keys get 503 auth_unavailable meanwhile",
+           SL__APIKEY_MARKER, k->topic);
+  k->warned = 1;
   rd_kafka_t *rk = consumer(k);
   long applied = 0;
   int rc = rk ? replay(k, rk, &applied) : SL_EKAFKA;
@@ -286,11 +290,14 @@ static void rebuild(sl__keystore *k) {
     sl_metric_add(k->m_rebuilds, 1);
     sl_metric_add(k->m_records, (uint64_t)applied);
     sl_log(SL_LOG_INFO, NULL, "API-key store rebuilt: %ld record(s) replayed", applied);
-    return;
+    return 0;
   }
-  sl_log(SL_LOG_ERROR, NULL, "API-key store: the rebuild did not finish (%s, %ld applied); again",
-         rc ? sl_strerror(rc) : "the lease was lost: Redis lost data again", applied);
+  sl_log(SL_LOG_ERROR, NULL,
+         "API-key store: the rebuild did not finish (%s, %ld applied); trying again in %lld ms",
+         rc ? sl_strerror(rc) : "the lease was lost: Redis lost data again", applied,
+         (long long)k->interval_ms);
   lease(k, &release_s, NULL);
+  return rc ? rc : SL_ESTATE;
 }
 
 static void *watch(void *arg) {
@@ -300,16 +307,18 @@ static void *watch(void *arg) {
   while (!atomic_load(&k->stop)) {
     const char *ex[] = {"EXISTS", SL__APIKEY_MARKER};
     long long marked = int_of(sl_redis_argv(k->r, 2, ex, NULL, err, sizeof err));
-    if (marked == 1) atomic_store(&k->seen_marked, 1);
+    if (marked == 1) {
+      atomic_store(&k->seen_marked, 1);
+      k->warned = 0;
+    }
     if (marked == 0) {
       const char *take[] = {"SET", SL__APIKEY_LOCK, k->id, "NX", "PX", px};
       redisReply *r = sl_redis_argv(k->r, 6, take, NULL, err, sizeof err);
       int mine = r && r->type == REDIS_REPLY_STATUS;
       freeReplyObject(r);
-      if (mine) {
-        rebuild(k);
-        continue; /* check the marker again at once */
-      }
+      /* rebuilt: check the marker again at once; failed (Kafka or Redis
+       * unreachable, the topic missing): after the interval, not in a loop */
+      if (mine && rebuild(k) == 0) continue;
     }
     nap(k, k->interval_ms);
   }
