@@ -131,7 +131,7 @@ static int pipeline_cmd(int argc, char **argv) {
     return 2;
   }
   if (topics) {
-    const char *names[SL_PIPELINE_MAX_TOPICS + 2 + SL_PIPELINE_MAX_STAGES * SL_RETRY_TIERS_MAX];
+    const char *names[SL_PIPELINE_MAX_TOPICS + 3 + SL_PIPELINE_MAX_STAGES * SL_RETRY_TIERS_MAX];
     size_t n = sl_pipeline_all_topics(p, names, sizeof names / sizeof names[0]);
     for (size_t i = 0; i < n; i++) printf("%s\n", names[i]);
   } else {

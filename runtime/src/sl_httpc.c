@@ -335,6 +335,10 @@ int sl_httpc_send(sl_httpc *c, const sl_httpc_request *q, sl_httpc_cb cb, void *
     curl_easy_setopt(e, CURLOPT_RESOLVE, r->resolve);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   }
+  if (q->proxy || q->resolve) { /* an explicit choice, never the environment's */
+    curl_easy_setopt(e, CURLOPT_PROXY, q->proxy ? q->proxy : "");
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "");
+  }
   if (r->mime) {
     curl_easy_setopt(e, CURLOPT_MIMEPOST, r->mime);
   } else if (q->body) {

@@ -28,6 +28,7 @@ struct sl_pipeline {
   sl_pipeline_stage stages[SL_PIPELINE_MAX_STAGES];
   size_t nstages;
   const char *dlq, *dlq_audit;
+  const char *apikeys; /* the API-key records (api_keys.topic, "apikeys") */
   char tiers[SL_RETRY_TIERS_MAX * 17];
   int ntiers;
   char tier_label[SL_RETRY_TIERS_MAX][16];
@@ -322,8 +323,10 @@ static int derive(sl_pipeline *p, char *err, size_t errlen, const char *source) 
 
 int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const char *source,
                       char *err, size_t errlen) {
-  static const char *const top_keys[] = {"pipeline",     "version",     "about",  "topics",
-                                         "dead_letters", "retry_tiers", "stages", NULL};
+  static const char *const top_keys[] = {"pipeline",    "version",      "about",
+                                         "topics",      "dead_letters", "api_keys",
+                                         "retry_tiers", "stages",       NULL};
+  static const char *const ak_keys[] = {"topic", NULL};
   static const char *const topic_keys[] = {"name", "message", "about", NULL};
   static const char *const dl_keys[] = {"topic", "audit", NULL};
   if (!out || !json) return SL_EINVAL;
@@ -412,6 +415,24 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
                 dls[k]);
       goto out;
     }
+  /* the compacted topic of API-key records (optional, "apikeys") */
+  json_t *ak = json_object_get(root, "api_keys");
+  p->apikeys = SL_PIPELINE_APIKEYS_DEFAULT;
+  if (ak) {
+    if (!json_is_object(ak)) {
+      rc = fail(err, errlen, source, "\"api_keys\" must be {\"topic\": ...}");
+      goto out;
+    }
+    if ((rc = only_keys(ak, ak_keys, "\"api_keys\"", err, errlen, source))) goto out;
+    p->apikeys = str_of(ak, "topic", 1, "\"api_keys\"", &rc, err, errlen, source);
+    if (rc) goto out;
+  }
+  if (!valid_topic(p->apikeys) || topic_find(p, p->apikeys) || strcmp(p->apikeys, p->dlq) == 0 ||
+      strcmp(p->apikeys, p->dlq_audit) == 0) {
+    rc = fail(err, errlen, source, "API-key topic \"%s\" must be a Kafka topic name of its own",
+              p->apikeys);
+    goto out;
+  }
   json_t *tiers = json_object_get(root, "retry_tiers");
   if (!json_is_array(tiers) || json_array_size(tiers) == 0 ||
       json_array_size(tiers) > SL_RETRY_TIERS_MAX) {
@@ -606,6 +627,7 @@ const char *sl_pipeline_message_of(const sl_pipeline *p, const char *topic) {
   if (t) return t->message;
   if (strcmp(topic, p->dlq) == 0) return sluice__v1__dead_letter__descriptor.name;
   if (strcmp(topic, p->dlq_audit) == 0) return sluice__v1__replay_audit__descriptor.name;
+  if (strcmp(topic, p->apikeys) == 0) return SL_PIPELINE_APIKEYS_MESSAGE;
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
     for (int k = 0; s->retry && k < p->ntiers; k++)
@@ -623,6 +645,7 @@ const ProtobufCMessageDescriptor *sl_pipeline_descriptor(const char *message) {
 
 const char *sl_pipeline_dlq(const sl_pipeline *p) { return p ? p->dlq : NULL; }
 const char *sl_pipeline_dlq_audit(const sl_pipeline *p) { return p ? p->dlq_audit : NULL; }
+const char *sl_pipeline_apikeys(const sl_pipeline *p) { return p ? p->apikeys : NULL; }
 const char *sl_pipeline_retry_tiers(const sl_pipeline *p) { return p ? p->tiers : NULL; }
 
 size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t max) {
@@ -636,6 +659,7 @@ size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t m
   for (size_t i = 0; i < p->ntopics; i++) ADD(p->topics[i].name);
   ADD(p->dlq);
   ADD(p->dlq_audit);
+  ADD(p->apikeys);
   for (size_t i = 0; i < p->nstages; i++)
     if (p->stages[i].retry)
       for (int t = 0; t < p->ntiers; t++) ADD(p->stages[i].retry_topics[t]);
@@ -683,13 +707,14 @@ static int print_json(const sl_pipeline *p, FILE *f) {
     }
     json_array_append_new(ss, j);
   }
-  const char *all[SL_PIPELINE_MAX_TOPICS + 2 + SL_PIPELINE_MAX_STAGES * SL_RETRY_TIERS_MAX];
+  const char *all[SL_PIPELINE_MAX_TOPICS + 3 + SL_PIPELINE_MAX_STAGES * SL_RETRY_TIERS_MAX];
   size_t nall = sl_pipeline_all_topics(p, all, sizeof all / sizeof all[0]);
   json_object_set_new(o, "pipeline", json_string(p->name));
   if (p->about) json_object_set_new(o, "about", json_string(p->about));
   json_object_set_new(o, "topics", ts);
   json_object_set_new(o, "dead_letters",
                       json_pack("{s:s,s:s}", "topic", p->dlq, "audit", p->dlq_audit));
+  json_object_set_new(o, "api_keys", json_pack("{s:s}", "topic", p->apikeys));
   json_object_set_new(o, "retry_tiers", json_string(p->tiers));
   json_object_set_new(o, "stages", ss);
   json_object_set_new(o, "all_topics", names_json(all, nall));
@@ -722,6 +747,7 @@ int sl_pipeline_print(const sl_pipeline *p, FILE *f, int json) {
     fprintf(f, "%-20s %s\n", p->topics[i].name, p->topics[i].message);
   fprintf(f, "%-20s %s\n%-20s %s\n", p->dlq, "sluice.v1.DeadLetter (dead letters)", p->dlq_audit,
           "sluice.v1.ReplayAudit (replays)");
+  fprintf(f, "%-20s %s\n", p->apikeys, SL_PIPELINE_APIKEYS_MESSAGE " (API keys, compacted)");
   fprintf(f, "\nretry tiers %s: ", p->tiers);
   int first = 1;
   for (size_t i = 0; i < p->nstages; i++)

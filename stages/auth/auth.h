@@ -75,6 +75,27 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
  * (stages/presign/keycache.h). */
 #define SL__APIKEY_REVOKED_CHANNEL "sl:apikey:revoked"
 
+/* The key store's marker: set by presign once the store holds every record
+ * of the API-key topic (stages/presign/keystore.h); missing after Redis lost
+ * its data, and until then an unknown key is "not known yet" (503
+ * auth_unavailable), not "revoked" (401). Outside sl:apikey:* so that the
+ * SCANs of sluicectl apikey never take it for a key. */
+#define SL__APIKEY_MARKER "sl:apikeys:epoch"
+#define SL__APIKEY_LOCK "sl:lock:apikey-rebuild"
+
+/* The lookup of an API key (KEYS: its record, SL__APIKEY_MARKER): its user
+ * (a string), else 1 when the store is complete (unknown or revoked: 401)
+ * or 0 when it is being rebuilt (503 auth_unavailable: the key may be
+ * valid). One script, so a rebuild finishing in between cannot turn a
+ * valid key into a 401. */
+#define SL__APIKEY_LOOKUP_LUA                                                                      \
+  "local u = redis.call('HGET', KEYS[1], 'user')\n"                                                \
+  "if u then return u end\n"                                                                       \
+  "return redis.call('EXISTS', KEYS[2])\n"
+#define SL__APIKEY_UNAVAILABLE                                                                     \
+  "the API-key store is being rebuilt after a storage loss; retry later (the key was not "         \
+  "refused)"
+
 /* Redis key holding an API key's record: "sl:apikey:<sha256 hex>". 0, or
  * SL_EAUTH when key is not shaped like an API key. */
 int sl__apikey_rkey(const char *key, char out[80]);

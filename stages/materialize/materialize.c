@@ -5,7 +5,9 @@
  * Redis layout, one hash per submission, key "sl:sub:<sid>":
  *   accepted_at_ms, n, user (who created it), token (the results token hash
  *   bound to sid and user, see stages/auth/auth.h), callback (the
- *   submission's callback_url, only when it named one: notify reads it)
+ *   submission's callback_url, only when it named one: notify reads it),
+ *   apikey (the digest of the API key that created it, when one did: notify
+ *   signs with that key's webhook secret)
  *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
  *   q<no>     JSON view of the question (state, transcript, grade, error)
  *   r<no>     rank of the state stored in q<no>
@@ -408,7 +410,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
 /* HSET of the submission's meta and its questions' specs, in one command. */
 static int cmd_hset(work *w) {
   const Sluice__V1__SubmissionCreated *sc = w->sc;
-  size_t cap = 12 + 2 * sc->n_questions;
+  size_t cap = 14 + 2 * sc->n_questions;
   w->argv = calloc(cap, sizeof *w->argv);
   w->owned = calloc(2 * sc->n_questions + 1, sizeof *w->owned);
   if (!w->argv || !w->owned) {
@@ -432,6 +434,10 @@ static int cmd_hset(work *w) {
   if (sc->callback_url && sc->callback_url[0]) {
     w->argv[argc++] = "callback";
     w->argv[argc++] = sc->callback_url;
+  }
+  if (sc->apikey_id && sc->apikey_id[0]) { /* notify signs with this key's secret */
+    w->argv[argc++] = "apikey";
+    w->argv[argc++] = sc->apikey_id;
   }
   for (size_t i = 0; i < sc->n_questions; i++) {
     const Sluice__V1__QuestionSpec *q = sc->questions[i];

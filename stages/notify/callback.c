@@ -3,7 +3,9 @@
  * callback.c — the callback URL policy (see callback.h): URL form and host
  * allow-list with libcurl's URL parser (the parser the delivery uses, so
  * the host checked is the host connected to), address classes by prefix,
- * and name resolution on libuv's thread pool.
+ * and name resolution on libuv's thread pool. The host is normalised once
+ * (lower case, one trailing dot dropped) and written back into the URL the
+ * delivery sends, so check, pin and request name the same host.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "callback.h"
@@ -207,7 +209,23 @@ int sl__callback_check_url(const sl__callback_policy *p, const char *url, sl__ca
   memcpy(t->host, h, hl);
   t->host[hl] = '\0';
   for (char *c = t->host; *c; c++) *c = (char)tolower((unsigned char)*c);
-  if (hl && t->host[hl - 1] == '.') t->host[--hl] = '\0'; /* "example.com." */
+  if (t->host[hl - 1] == '.') t->host[--hl] = '\0'; /* "example.com." names example.com */
+  if (hl == 0 || t->host[0] == '.' || t->host[hl - 1] == '.' || strstr(t->host, "..")) {
+    snprintf(why, whylen, "callback_url has no usable host");
+    goto out;
+  }
+  /* the URL delivered is the URL of the host checked and pinned */
+  char bracketed[sizeof t->host + 2];
+  snprintf(bracketed, sizeof bracketed, strchr(t->host, ':') ? "[%s]" : "%s", t->host);
+  char *norm = NULL;
+  if (curl_url_set(u, CURLUPART_HOST, bracketed, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_URL, &norm, 0) != CURLUE_OK || strlen(norm) >= sizeof t->url) {
+    curl_free(norm);
+    snprintf(why, whylen, "callback_url has no usable host");
+    goto out;
+  }
+  memcpy(t->url, norm, strlen(norm) + 1);
+  curl_free(norm);
   t->port = port ? (unsigned)strtoul(port, NULL, 10) : (https ? 443 : 80);
   if (!host_allowed(p, t->host)) {
     snprintf(why, whylen, "callback_url host \"%.200s\" is not among the allowed hosts", t->host);

@@ -42,14 +42,21 @@ void sl__callback_policy_free(sl__callback_policy *p); /* NULL-safe */
 /* 1 when callbacks are on (some host allowed). */
 int sl__callback_enabled(const sl__callback_policy *p);
 
-/* A URL that passed sl__callback_check_url. */
+/* A URL that passed sl__callback_check_url. host is the one normalised
+ * host (lower case, IPv6 without brackets, no trailing dot) that the
+ * allow-list checked, that is resolved and pinned (sl__callback_resolve),
+ * and that url names: a delivery sends to url, never to the URL as given,
+ * so libcurl cannot see a host ("example.com.") the pin does not match and
+ * resolve it itself. */
 typedef struct {
-  char host[256]; /* as in the URL, IPv6 without brackets, lower case */
+  char host[256];
   unsigned port;
+  char url[SL__CALLBACK_URL_MAX + 8]; /* the URL with host replaced by host */
 } sl__callback_target;
 
 /* Checks url's form and host against the policy (no name resolution). 0 with
- * t filled, or SL_EINVAL with the reason in why (a sentence for the 422). */
+ * t filled, or SL_EINVAL with the reason in why (a sentence for the 422).
+ * A host with more than one trailing dot, or an empty label, is refused. */
 int sl__callback_check_url(const sl__callback_policy *p, const char *url, sl__callback_target *t,
                            char *why, size_t whylen);
 

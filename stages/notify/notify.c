@@ -19,10 +19,17 @@
  * delivery id, see below).
  *
  * Every delivery carries
- *   X-Sluice-Signature: t=<unix s>,v1=<hex HMAC-SHA256(notify.secret,
- *                       "<t>.<body>")>[,v1=<same with notify.secret_previous>]
- *     — the scheme POST /v1/storage-events verifies (presign/webhook.h:
- *     sl__webhook_sign), so one verifier serves both directions;
+ *   X-Sluice-Signature: t=<unix s>,v2=<hex HMAC-SHA256(secret,
+ *                       "<t>.<url>.<body>")>[,v2=<same with the previous secret>]
+ *                       [,v1=<HMAC(notify.secret, "<t>.<body>")>,...]
+ *     — secret is the webhook secret of the API key that created the
+ *     submission (view field "apikey" -> sl:apikey:<digest> whsec, and
+ *     whsec_prev while rotated: `sluicectl apikey add/rotate-secret`), else
+ *     notify.secret (and notify.secret_previous), which alone also signs
+ *     v1, the scheme POST /v1/storage-events verifies (presign/webhook.h:
+ *     sl__webhook_sign). url is the URL requested (the normalised
+ *     callback_url): a delivery for one receiver does not verify at another;
+ *   X-Sluice-Key: the id (12 hex) of the key whose secret signed, or "global";
  *   X-Sluice-Delivery: an id the receiver dedupes on, the same for every
  *     attempt of the same content: "<sid>/<no>/<state>" per question,
  *     "<sid>/all/<16 hex of sha256 over the states>" per submission;
@@ -32,7 +39,11 @@
  *
  * The URL is checked again against the callback policy (callback.h) and its
  * host resolved and checked on every delivery; the connection goes to the
- * checked address (sl_httpc_request.resolve), redirects are not followed.
+ * checked address (sl_httpc_request.resolve) of the normalised URL (one
+ * host for check, pin and request: "example.com." is sent as example.com),
+ * redirects are not followed, and no proxy is used unless notify.proxy
+ * names one (never one from the environment: a proxy resolves the name
+ * itself, past the pin).
  * Outcomes: 2xx delivered; 5xx, 408, 429, a timeout or a transport error
  * -> RETRY (the stage's retry tiers, then the dead letters); 410 Gone ->
  * FAIL callback_gone and the submission's later deliveries are skipped
@@ -48,6 +59,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "../stages.h"
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +81,7 @@ typedef struct {
   char *secret_previous;
   char *mode;
   int64_t timeout_ms;
+  char *proxy;
 } notify_conf;
 
 #define N(f) offsetof(notify_conf, f)
@@ -85,6 +98,12 @@ const sl_conf_entry sl__notify_table[] = {
      0},
     {"notify.timeout_ms", SL_CONF_INT, "10000", N(timeout_ms),
      "a delivery that has not been answered in this long is retried", 0},
+    {"notify.proxy", SL_CONF_STR, "", N(proxy),
+     "HTTP(S) proxy every delivery goes through (\"http://proxy.internal:3128\"); the proxy "
+     "then connects, so it must refuse private and metadata addresses itself; empty: direct "
+     "to the checked address (http_proxy, https_proxy, all_proxy and no_proxy in the "
+     "environment are ignored)",
+     0},
 };
 const size_t sl__notify_table_len = sizeof sl__notify_table / sizeof sl__notify_table[0];
 
@@ -111,6 +130,9 @@ typedef struct {
   char id[160];
   const char *event;
   sl__callback_target target;
+  char keyid[65];      /* the API key that created the submission, or "" */
+  char whsec[96];      /* that key's webhook secret, "" = notify.secret signs */
+  char whsec_prev[96]; /* its previous one, during a rotation */
 } delivery;
 
 static void finish(delivery *d) {
@@ -234,6 +256,44 @@ static void on_answer(const sl_httpc_response *r, void *ud) {
   finish(d);
 }
 
+/* Appends ",<name>=<hex HMAC-SHA256(secret, "<t>.<msg>")>" to sig (when
+ * secret is set). 0, or an error code. */
+static int add_sig(char *sig, size_t cap, const char *name, const char *secret, int64_t t,
+                   const char *msg, size_t len) {
+  char mac[65];
+  if (!secret || !secret[0]) return 0;
+  if (sl__webhook_sign(secret, t, msg, len, mac) != 0) return SL_EINVAL;
+  size_t used = strlen(sig);
+  snprintf(sig + used, cap - used, ",%s=%s", name, mac);
+  return 0;
+}
+
+/* X-Sluice-Signature: t=<unix s>, then
+ *   v2=HMAC(secret, "<t>.<url>.<body>") — url as requested (sl__callback_target.url): a
+ *       delivery signed for one receiver does not verify at another;
+ *   v1=HMAC(secret, "<t>.<body>") — only with notify.secret, for receivers of before v2.
+ * secret: the webhook secret of the API key that created the submission
+ * (and its previous one while rotated), else notify.secret (and
+ * notify.secret_previous). 0, or an error code. */
+static int signature(const delivery *d, int64_t t, char *sig, size_t cap) {
+  const notify_conf *nc = d->N->nc;
+  const char *s1 = d->whsec[0] ? d->whsec : nc->secret;
+  const char *s2 = d->whsec[0] ? d->whsec_prev : nc->secret_previous;
+  size_t ul = strlen(d->target.url), bl = strlen(d->body);
+  char *um = malloc(ul + 1 + bl + 1);
+  if (!um) return SL_ENOMEM;
+  memcpy(um, d->target.url, ul);
+  um[ul] = '.';
+  memcpy(um + ul + 1, d->body, bl + 1);
+  snprintf(sig, cap, "X-Sluice-Signature: t=%lld", (long long)t);
+  int rc = add_sig(sig, cap, "v2", s1, t, um, ul + 1 + bl);
+  if (rc == 0) rc = add_sig(sig, cap, "v2", s2, t, um, ul + 1 + bl);
+  if (rc == 0 && !d->whsec[0]) rc = add_sig(sig, cap, "v1", s1, t, d->body, bl);
+  if (rc == 0 && !d->whsec[0]) rc = add_sig(sig, cap, "v1", s2, t, d->body, bl);
+  free(um);
+  return rc;
+}
+
 static void on_resolved(void *ud, int rc, const char *pin, const char *why) {
   delivery *d = ud;
   notifier *N = d->N;
@@ -244,32 +304,28 @@ static void on_resolved(void *ud, int rc, const char *pin, const char *why) {
     finish(d);
     return;
   }
-  char ts[24], sig[200], id[200], ev[64];
-  int64_t t = sl_now_ms() / 1000;
-  char v1[65], v1p[65] = "";
+  char sig[512], id[200], ev[64], kid[64] = "X-Sluice-Key: global";
   size_t len = strlen(d->body);
-  if (sl__webhook_sign(N->nc->secret, t, d->body, len, v1) != 0 ||
-      (N->nc->secret_previous[0] &&
-       sl__webhook_sign(N->nc->secret_previous, t, d->body, len, v1p) != 0)) {
+  if (signature(d, sl_now_ms() / 1000, sig, sizeof sig) != 0) {
     sl_result_set(d->res, SL_OUTCOME_RETRY, "internal", "signing failed");
     finish(d);
     return;
   }
-  snprintf(ts, sizeof ts, "%lld", (long long)t);
-  snprintf(sig, sizeof sig, "X-Sluice-Signature: t=%s,v1=%s%s%s", ts, v1, v1p[0] ? ",v1=" : "",
-           v1p);
+  if (d->whsec[0]) snprintf(kid, sizeof kid, "X-Sluice-Key: %.12s", d->keyid);
   snprintf(id, sizeof id, "X-Sluice-Delivery: %s", d->id);
   snprintf(ev, sizeof ev, "X-Sluice-Event: %s", d->event);
-  const char *headers[] = {"Content-Type: application/json", sig,       id,  ev,
+  const char *headers[] = {"Content-Type: application/json", sig,       id,  ev, kid,
                            "User-Agent: sluice-notify",      "Expect:", NULL};
+  /* the normalised URL: the host pinned is the host curl sees */
   sl_httpc_request q = {.method = "POST",
-                        .url = d->url,
+                        .url = d->target.url,
                         .headers = headers,
                         .body = d->body,
                         .body_len = len,
                         .timeout_ms = (long)N->nc->timeout_ms,
                         .max_response = 65536,
-                        .resolve = pin};
+                        .resolve = pin,
+                        .proxy = N->nc->proxy};
   if (sl_httpc_send(sl_job_http(d->job), &q, on_answer, d) != 0) {
     sl_result_set(d->res, SL_OUTCOME_RETRY, "internal", "the HTTP client refused the request");
     finish(d);
@@ -277,6 +333,33 @@ static void on_resolved(void *ud, int rc, const char *pin, const char *why) {
 }
 
 /* ---- the view ---- */
+
+static void resolve(delivery *d) {
+  if (sl__callback_resolve(sl_job_loop(d->job), d->N->policy, &d->target, on_resolved, d) != 0) {
+    sl_result_set(d->res, SL_OUTCOME_RETRY, "callback_unresolvable", "name resolution failed");
+    finish(d);
+  }
+}
+
+/* The webhook secrets of the API key that created the submission. A key
+ * without one (revoked since, or issued before keys had secrets) leaves
+ * notify.secret to sign. */
+static void on_secrets(redisReply *rep, void *ud) {
+  delivery *d = ud;
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+    sl_result_set(d->res, SL_OUTCOME_RETRY, "redis", "redis: %s",
+                  rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "unavailable");
+    finish(d);
+    return;
+  }
+  const redisReply *a = rep->element[0], *b = rep->element[1];
+  if (a->type == REDIS_REPLY_STRING && a->len > 0 && a->len < sizeof d->whsec) {
+    snprintf(d->whsec, sizeof d->whsec, "%s", a->str);
+    if (b->type == REDIS_REPLY_STRING && b->len < sizeof d->whsec_prev)
+      snprintf(d->whsec_prev, sizeof d->whsec_prev, "%s", b->str);
+  }
+  resolve(d);
+}
 
 static void on_view(redisReply *rep, void *ud) {
   delivery *d = ud;
@@ -337,10 +420,19 @@ static void on_view(redisReply *rep, void *ud) {
     finish(d);
     return;
   }
-  if (sl__callback_resolve(sl_job_loop(d->job), N->policy, &d->target, on_resolved, d) != 0) {
-    sl_result_set(d->res, SL_OUTCOME_RETRY, "callback_unresolvable", "name resolution failed");
-    finish(d);
+  const char *keyid = field(rep, "apikey");
+  if (keyid && strlen(keyid) == 64) { /* signed with that key's secret */
+    snprintf(d->keyid, sizeof d->keyid, "%s", keyid);
+    char rkey[80];
+    snprintf(rkey, sizeof rkey, "sl:apikey:%s", d->keyid);
+    const char *argv[] = {"HMGET", rkey, "whsec", "whsec_prev"};
+    if (sl_aredis_argv(sl_job_redis(d->job), on_secrets, d, 4, argv, NULL) != 0) {
+      sl_result_set(d->res, SL_OUTCOME_RETRY, "redis", "redis: not connected");
+      finish(d);
+    }
+    return;
   }
+  resolve(d);
 }
 
 static void start(void *ud, sl_job *job) {
@@ -379,6 +471,21 @@ static void start(void *ud, sl_job *job) {
   }
 }
 
+/* notify.proxy: an http(s) URL with a host and nothing else that curl
+ * would take as credentials or a path. */
+static int proxy_ok(const char *proxy) {
+  CURLU *u = curl_url();
+  char *scheme = NULL, *host = NULL;
+  int ok = u && curl_url_set(u, CURLUPART_URL, proxy, 0) == CURLUE_OK &&
+           curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+           curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+           (strcasecmp(scheme, "http") == 0 || strcasecmp(scheme, "https") == 0);
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return ok;
+}
+
 int sl__notify_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   notify_conf nc = {0};
@@ -399,6 +506,11 @@ int sl__notify_main(int argc, char **argv) {
   }
   if (rc == 0 && sl__callback_enabled(N.policy) && !nc.secret[0]) {
     snprintf(err, sizeof err, "notify.secret must be set when callback.allowed_hosts is");
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0 && nc.proxy[0] && !proxy_ok(nc.proxy)) {
+    snprintf(err, sizeof err,
+             "notify.proxy must be an http:// or https:// URL of a proxy, not \"%.64s\"", nc.proxy);
     rc = SL_ECONFIG;
   }
   if (rc == 0 && nc.timeout_ms <= 0) {

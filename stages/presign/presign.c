@@ -11,7 +11,10 @@
  *
  * Callers authenticate with an API key or a JWT (stages/auth/auth.h) that
  * names the user; the submission belongs to that user (SubmissionCreated
- * .user_id) and its results token is bound to submission and user. Each
+ * .user_id) and its results token is bound to submission and user; an API
+ * key's digest travels as .apikey_id (notify signs with that key's webhook
+ * secret), and a key Redis does not know while the key store is being
+ * rebuilt after a loss (keystore.h) is 503 auth_unavailable, not 401. Each
  * user and each client address may create presign.rate_per_user /
  * .rate_per_address submissions per minute (a fixed window in Redis); more
  * get 429 with Retry-After.
@@ -66,6 +69,7 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
 #include "keycache.h"
+#include "keystore.h"
 #include "multipart.h"
 #include "request.h"
 #include "../auth/auth.h"
@@ -91,6 +95,7 @@ typedef struct {
   char *client_address_header;
   int64_t apikey_cache_ms;
   int64_t apikey_cache_max;
+  int64_t apikey_watch_ms;
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
@@ -131,6 +136,11 @@ const sl_conf_entry sl__presign_table[] = {
      0},
     {"presign.apikey_cache_max", SL_CONF_INT, "10000", P(apikey_cache_max),
      "most API keys presign caches", 0},
+    {"presign.apikey_watch_ms", SL_CONF_INT, "1000", P(apikey_watch_ms),
+     "how often presign checks that the API-key store in Redis is complete (its marker); "
+     "after a loss one replica rebuilds it from the API-key topic, and meanwhile unknown keys "
+     "get 503 auth_unavailable instead of 401",
+     0},
 };
 const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
 
@@ -163,8 +173,10 @@ typedef struct {
   sl__mpu *mpu;   /* the multipart endpoints (multipart.c) */
   sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
-  sl__keycache *keys;   /* or NULL (presign.apikey_cache_ms 0) */
-  sl_redis_script rate; /* rate_lua, run by its SHA-1 */
+  sl__keycache *keys;     /* or NULL (presign.apikey_cache_ms 0) */
+  sl__keystore *store;    /* rebuilds the API-key store after a Redis loss */
+  sl_redis_script apikey; /* apikey_lua */
+  sl_redis_script rate;   /* rate_lua, run by its SHA-1 */
   sl_metric *m_unauth, *m_limited;
   sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
@@ -188,6 +200,7 @@ typedef struct {
   char rkey[96];
   char body_hash[65];
   char user[SL__USER_MAX + 1];
+  char keyid[65]; /* the API key's digest, "" for a JWT */
 } idem;
 
 typedef struct {
@@ -337,7 +350,7 @@ static void iso8601(time_t t, char out[32]) {
 }
 
 static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          int callback_resolved);
+                          const char *keyid, int callback_resolved);
 
 /* A create whose callback_url host is being resolved (callback.h): it owns
  * ik and counts as in flight until it goes on or is refused. */
@@ -346,6 +359,7 @@ typedef struct {
   sl_http_req *req;
   idem *ik;
   char user[SL__USER_MAX + 1];
+  char keyid[65];
 } resolving_create;
 
 static void on_callback_resolved(void *ud, int rc, const char *pin, const char *why) {
@@ -355,7 +369,7 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
   if (rc) {
     bad(ps, rcr->req, 422, "callback_url_refused", "%s", why);
     idem_release(rcr->ik);
-  } else if (create_checked(ps, rcr->req, rcr->ik, rcr->user, 1) != 0) {
+  } else if (create_checked(ps, rcr->req, rcr->ik, rcr->user, rcr->keyid, 1) != 0) {
     idem_release(rcr->ik);
   }
   free(rcr);
@@ -366,7 +380,7 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
  * or no resolution could start), -1 when the create goes on once the host
  * is resolved and its addresses checked (the resolution then owns ik). */
 static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          const char *url) {
+                          const char *keyid, const char *url) {
   sl__callback_target t;
   char why[320];
   if (sl__callback_check_url(ps->callbacks, url, &t, why, sizeof why) != 0) {
@@ -380,6 +394,7 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
   }
   *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik};
   snprintf(rcr->user, sizeof rcr->user, "%s", user);
+  snprintf(rcr->keyid, sizeof rcr->keyid, "%s", keyid);
   if (sl__callback_resolve(ps->loop, ps->callbacks, &t, on_callback_resolved, rcr) != 0) {
     free(rcr);
     sl_http_respond_error(req, 503, "unavailable", "name resolution unavailable; retry later",
@@ -393,12 +408,12 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
 /* Validates, signs and produces. Returns 0 when the request now waits for
  * Kafka (the pending record owns ik) or for its callback host's name, or 1
  * when it was answered already. */
-static int create(presign *ps, sl_http_req *req, idem *ik, const char *user) {
-  return create_checked(ps, req, ik, user, 0);
+static int create(presign *ps, sl_http_req *req, idem *ik, const char *user, const char *keyid) {
+  return create_checked(ps, req, ik, user, keyid, 0);
 }
 
 static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          int callback_resolved) {
+                          const char *keyid, int callback_resolved) {
   int handed = 0;
   size_t blen, n = 0;
   const char *body = sl_http_req_body(req, &blen);
@@ -425,7 +440,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   }
   const char *callback = json_string_value(json_object_get(root, "callback_url"));
   if (callback && !callback_resolved) {
-    int c = check_callback(ps, req, ik, user, callback);
+    int c = check_callback(ps, req, ik, user, keyid, callback);
     json_decref(root);
     free(qr);
     return c < 0 ? 0 : 1;
@@ -496,6 +511,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sc.n_questions = n;
   sc.results_token_sha256 = token_hash;
   sc.user_id = (char *)user;
+  sc.apikey_id = (char *)keyid;
   sc.callback_url = (char *)(callback ? callback : "");
   size_t plen = sluice__v1__submission_created__get_packed_size(&sc);
   uint8_t *payload = malloc(plen ? plen : 1);
@@ -568,7 +584,7 @@ static void on_idem_claim(redisReply *r, void *ud) {
                           "Retry-After: 2\r\n");
     free(ik);
   } else if (r->type == REDIS_REPLY_STATUS) { /* claimed: create it */
-    if (create(ik->ps, ik->req, ik, ik->user) != 0) idem_release(ik);
+    if (create(ik->ps, ik->req, ik, ik->user, ik->keyid) != 0) idem_release(ik);
   } else { /* someone has the key: look at what they left */
     const char *argv[] = {"GET", ik->rkey};
     if (sl_aredis_argv(ik->ps->redis, on_idem_existing, ik, 2, argv, NULL) != 0) {
@@ -580,7 +596,8 @@ static void on_idem_claim(redisReply *r, void *ud) {
 }
 
 /* A create with an Idempotency-Key: claim it, or answer from the record. */
-static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const char *user) {
+static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const char *user,
+                              const char *keyid) {
   size_t kl = strlen(key);
   int ok = kl >= 1 && kl <= 255;
   for (size_t i = 0; ok && i < kl; i++) ok = key[i] > 0x20 && key[i] < 0x7f;
@@ -597,6 +614,7 @@ static void create_idempotent(presign *ps, sl_http_req *req, const char *key, co
   ik->ps = ps;
   ik->req = req;
   snprintf(ik->user, sizeof ik->user, "%s", user);
+  snprintf(ik->keyid, sizeof ik->keyid, "%s", keyid);
   char kh[65];
   size_t blen;
   const char *body = sl_http_req_body(req, &blen);
@@ -635,10 +653,13 @@ static int unauthorized(presign *ps, sl_http_req *req, const char *code, const c
 /* Authenticated and within the limits: create (with or without a key). */
 static void proceed(caller *c) {
   const char *ikey = sl_http_req_header(c->req, "Idempotency-Key");
+  /* the API key's digest (its record sl:apikey:<digest>): notify signs the
+   * submission's deliveries with that key's webhook secret */
+  const char *keyid = c->rkey[0] ? c->rkey + 10 : "";
   if (ikey)
-    create_idempotent(c->ps, c->req, ikey, c->user);
+    create_idempotent(c->ps, c->req, ikey, c->user, keyid);
   else
-    create(c->ps, c->req, NULL, c->user);
+    create(c->ps, c->req, NULL, c->user, keyid);
   free(c);
 }
 
@@ -719,10 +740,18 @@ static void authed(caller *c) {
   }
 }
 
+/* SL__APIKEY_LOOKUP_LUA: the key's user, or whether the store is complete
+ * (keystore.h). */
+static const char apikey_lua[] = SL__APIKEY_LOOKUP_LUA;
+
 static void on_apikey(redisReply *r, void *ud) {
   caller *c = ud;
   if (!r || r->type == REDIS_REPLY_ERROR) {
     sl_http_respond_error(c->req, 503, "unavailable", "credential store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    free(c);
+  } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+    sl_http_respond_error(c->req, 503, "auth_unavailable", SL__APIKEY_UNAVAILABLE,
                           "Retry-After: 2\r\n");
     free(c);
   } else if (r->type != REDIS_REPLY_STRING || r->len > SL__USER_MAX ||
@@ -765,7 +794,7 @@ static void begin_create(presign *ps, sl_http_req *req) {
     authed(c);
     return;
   }
-  const char *argv[] = {"HGET", c->rkey, "user"};
+  const char *argv[] = {c->rkey, SL__APIKEY_MARKER};
   if (sl__apikey_rkey(cred, c->rkey) != 0) {
     unauthorized(ps, req, "invalid_credentials", "malformed API key");
     free(c);
@@ -776,7 +805,7 @@ static void begin_create(presign *ps, sl_http_req *req) {
     return;
   }
   c->mark = sl__keycache_mark(ps->keys);
-  if (sl_aredis_argv(ps->redis, on_apikey, c, 3, argv, NULL) != 0) {
+  if (sl_aredis_eval(ps->redis, on_apikey, c, &ps->apikey, 2, 2, argv, NULL) != 0) {
     sl_http_respond_error(req, 503, "unavailable", "credential store unavailable; retry later",
                           "Retry-After: 2\r\n");
     free(c);
@@ -871,6 +900,7 @@ int sl__presign_main(int argc, char **argv) {
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
+  sl_redis_script_init(&ps.apikey, apikey_lua);
   ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
                                     "Submission create requests by outcome");
   ps.m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"",
@@ -926,6 +956,13 @@ int sl__presign_main(int argc, char **argv) {
   if (rc == 0 && (rc = sl__keycache_new(&ps.keys, &loop, cc.redis_url, cc.redis_command_timeout_ms,
                                         pc.apikey_cache_ms, (size_t)pc.apikey_cache_max)) != 0)
     snprintf(err, sizeof err, "API-key cache: %s", sl_strerror(rc));
+  if (rc == 0 && pc.apikey_watch_ms <= 0) {
+    snprintf(err, sizeof err, "presign.apikey_watch_ms must be > 0");
+    rc = SL_ECONFIG;
+  }
+  if (rc == 0 && (rc = sl__keystore_start(&ps.store, cc.redis_url, cc.kafka_brokers,
+                                          sl_pipeline_apikeys(cc.pipeline), pc.apikey_watch_ms)))
+    snprintf(err, sizeof err, "API-key store: %s", sl_strerror(rc));
   if (rc == 0 && pc.static_dir[0]) {
     char serr[384];
     rc = sl_static_new(&ps.web, pc.static_dir, serr, sizeof serr);
@@ -968,6 +1005,10 @@ int sl__presign_main(int argc, char **argv) {
     uv_signal_start(&ps.sigint, on_signal, SIGINT);
     sl_log(SL_LOG_INFO, NULL, "listening on http://%s (storage %s, bucket %s)", pc.listen,
            s3.endpoint, s3.bucket);
+    if (!sl__keystore_wait(ps.store, 15000))
+      sl_log(SL_LOG_WARN, NULL,
+             "the API-key store is not complete after 15 s (Redis or Kafka unreachable?): "
+             "ready anyway; API keys get 503 auth_unavailable until it is");
     sl_admin_set_ready(admin, 1);
     uv_run(&loop, UV_RUN_DEFAULT);
   } else {
@@ -989,6 +1030,7 @@ int sl__presign_main(int argc, char **argv) {
     rd_kafka_destroy(ps.producer);
   }
   uv_loop_close(&loop);
+  sl__keystore_stop(ps.store);
   sl_sigv4_free(ps.sig);
   sl_static_free(ps.web);
   free(ps.types_buf);

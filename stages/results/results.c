@@ -179,6 +179,7 @@ typedef struct {
   sl_metric *m_streams, *m_held, *m_events;
   sse_count *counts[COUNT_BUCKETS]; /* streams per address and per credential */
   sl_aredis *ar;                    /* polls' version reads (fresh_304) */
+  sl_redis_script apikey;           /* SL__APIKEY_LOOKUP_LUA */
   vslot *vcache;                    /* results.version_cache slots, or NULL */
   size_t nvcache;
   uv_loop_t *loop;
@@ -520,11 +521,21 @@ static void unavailable(results *R, sl_http_req *req, const char *msg) {
 
 static void lookup_view(lookup *lk);
 
+/* SL__APIKEY_LOOKUP_LUA's answer: the key's user; nil for an unknown or
+ * revoked key; 0 while the store is rebuilt after a Redis loss (a key it
+ * does not hold yet is not known to be invalid: 503, never 401) */
 static void on_user(redisReply *rep, void *ud) {
   lookup *lk = ud;
   results *R = lk->R;
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     unavailable(R, lk->req, "credential store unavailable; retry later");
+    lookup_free(lk);
+    return;
+  }
+  if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0) {
+    sl_metric_add(R->m_err, 1);
+    sl_http_respond_error(lk->req, 503, "auth_unavailable", SL__APIKEY_UNAVAILABLE,
+                          "Retry-After: 2\r\n");
     lookup_free(lk);
     return;
   }
@@ -584,8 +595,9 @@ static void authorized_view(results *R, sl_http_req *req, const char *sid, int m
       lookup_free(lk);
       return;
     }
-    const char *argv[] = {"HGET", rkey, "user"};
-    if (ar_cmd(R, on_user, lk, 3, argv) != 0) {
+    const char *argv[] = {rkey, SL__APIKEY_MARKER};
+    if (!R->ar || R->stopping ||
+        sl_aredis_eval(R->ar, on_user, lk, &R->apikey, 2, 2, argv, NULL) != 0) {
       unavailable(R, req, "credential store unavailable; retry later");
       lookup_free(lk);
     }
@@ -1301,6 +1313,7 @@ int sl__results_main(int argc, char **argv) {
   rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
   if (rc == 0) rc = sl_aredis_new(&R.feed, &loop, cc.redis_url);
   if (rc == 0) rc = sl_aredis_new(&R.ar, &loop, cc.redis_url);
+  sl_redis_script_init(&R.apikey, SL__APIKEY_LOOKUP_LUA);
   if (rc == 0)
     rc = sl_aredis_set_timeout(R.ar, rconf.redis_timeout_ms > 0 ? rconf.redis_timeout_ms
                                                                 : cc.redis_command_timeout_ms);

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A webhook receiver for tests/integration/test_notify.sh (a test tool).
 
-Usage: notify_receiver.py ADDRESS:PORT LOGFILE
+Usage: notify_receiver.py ADDRESS:PORT LOGFILE   (ADDRESS may be [IPv6])
 
 Appends one JSON line per request to LOGFILE: path, the X-Sluice-* headers,
 the raw body (text) and the status it answered. What it answers depends on
@@ -11,10 +11,12 @@ the path's first segment; the attempt number counts requests per path:
   /slow/MS/...     sleeps MS ms before answering the first request, then 200
   /gone/...        410 to the first request, then 200
   /redirect/...    302 to /ok/
+Each line also records the Host and X-Sluice-Key headers the request carried.
 It verifies nothing itself: the test checks every signature with openssl.
 """
 import http.server
 import json
+import socket
 import sys
 import threading
 import time
@@ -54,6 +56,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "delivery": self.headers.get("X-Sluice-Delivery", ""),
             "event": self.headers.get("X-Sluice-Event", ""),
             "content_type": self.headers.get("Content-Type", ""),
+            "host": self.headers.get("Host", ""),
+            "key": self.headers.get("X-Sluice-Key", ""),
             "body": body,
         }
         try:
@@ -71,7 +75,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 def main():
     host, port = sys.argv[1].rsplit(":", 1)
-    srv = http.server.ThreadingHTTPServer((host, int(port)), Handler)
+    server = http.server.ThreadingHTTPServer
+    if host.startswith("["):
+
+        class Server6(http.server.ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+
+        server, host = Server6, host.strip("[]")
+    srv = server((host, int(port)), Handler)
     srv.daemon_threads = True
     srv.serve_forever()
 

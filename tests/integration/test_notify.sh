@@ -7,6 +7,7 @@
 #     not allowed, a metadata / private / loopback address not allowed, a
 #     scheme other than http(s), user info, a non-string;
 #   - a receiver that answers 200: one delivery per final question, signed
+#     with the webhook secret of the API key that created the submission
 #     (checked here with openssl, independently of Sluice), with the
 #     delivery id "<sid>/<no>/<state>" and the question's view as body;
 #   - a receiver that fails (503 twice): retried through the retry tiers
@@ -34,6 +35,12 @@ export SLUICE_NOTIFY_SECRET=$SECRET SLUICE_NOTIFY_TIMEOUT_MS=1500
 export SLUICE_RETRY_TIERS=1s,2s,4s
 retry_topics 1s 2s 4s
 
+# submissions are created with a key of this test's own, whose webhook
+# signing secret signs their deliveries
+"$SLUICECTL" apikey add --user test_notify --label test_notify --json >"$work/key.json" 2>/dev/null ||
+  fail "apikey add failed"
+KEY_AUTH=(-H "Authorization: Bearer $(jq -r .key "$work/key.json")")
+KEY_SECRET=$(jq -r .webhook_secret "$work/key.json")
 "$PY" "$ROOT/tests/integration/notify_receiver.py" "$RECV" "$work/received.jsonl" \
   >"$work/receiver.log" 2>&1 &
 recv=$!
@@ -78,16 +85,19 @@ submit() {
 # received PATH_PREFIX: the receiver's log lines for that path (JSON lines)
 received() { jq -c --arg p "$1" 'select(.path | startswith($p))' "$work/received.jsonl"; }
 count() { received "$1" | grep -c . || true; }
-# verified LINE: its X-Sluice-Signature is HMAC-SHA256(secret, "<t>.<body>")
+# verified LINE: its X-Sluice-Signature has v2 = HMAC-SHA256(the webhook
+# secret of the API key that created the submission, "<t>.<url>.<body>"),
+# url the callback URL the receiver was given
 verified() {
-  local sig body t v1 want
+  local sig body t v2 want url
   sig=$(jq -r .signature <<<"$1")
   body=$(jq -r .body <<<"$1")
+  url="http://$RECV$(jq -r .path <<<"$1")"
   t=$(tr ',' '\n' <<<"$sig" | sed -n 's/^t=//p')
-  v1=$(tr ',' '\n' <<<"$sig" | sed -n 's/^v1=//p' | head -1)
-  [[ -n $t && -n $v1 ]] || return 1
-  want=$(printf '%s.%s' "$t" "$body" | openssl dgst -sha256 -hmac "$SECRET" | sed 's/^.*= //')
-  [[ $want == "$v1" ]] && (($(date +%s) - t < 300))
+  v2=$(tr ',' '\n' <<<"$sig" | sed -n 's/^v2=//p' | head -1)
+  [[ -n $t && -n $v2 ]] || return 1
+  want=$(printf '%s.%s.%s' "$t" "$url" "$body" | openssl dgst -sha256 -hmac "$KEY_SECRET" | sed 's/^.*= //')
+  [[ $want == "$v2" ]] && (($(date +%s) - t < 300))
 }
 all_verified() {
   local l ok=0
@@ -137,7 +147,7 @@ submit ok "$work/speech.wav" "$work/silence.wav"
 OK_SID=$SID OK_NONCE=$NONCE
 wait_count 90 2 count "/ok/$OK_NONCE" || fail "two deliveries expected to /ok"
 check "each final question delivered once" test "$(count "/ok/$OK_NONCE")" -eq 2
-check "every delivery verifies with openssl (t=,v1= over \"<t>.<body>\")" all_verified "/ok/$OK_NONCE"
+check "every delivery verifies with openssl (t=,v2= over \"<t>.<url>.<body>\", the key's secret)" all_verified "/ok/$OK_NONCE"
 ok_lines=$(received "/ok/$OK_NONCE")
 check "delivery ids are <sid>/<no>/<state>" jqany \
   ".delivery == \"$OK_SID/1/done\" and .event == \"question.final\"" "$ok_lines"

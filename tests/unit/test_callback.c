@@ -153,12 +153,40 @@ static void bad_settings(void **state) {
   assert_null(p);
 }
 
+/* One host for check, pin and request: the URL a delivery sends names the
+ * host the allow-list checked and the pin ("host:port:address") carries,
+ * whatever case or trailing dot the submitted URL had. */
+static void normalised_host(void **state) {
+  (void)state;
+  char why[320];
+  sl__callback_policy *p = policy("hooks.example.com,[::1],127.0.0.1", "::1,127.0.0.1", 1);
+  sl__callback_target t;
+  assert_int_equal(sl__callback_check_url(p, "https://HOOKS.Example.COM./a/b?c=d", &t, why, 320),
+                   0);
+  assert_string_equal(t.host, "hooks.example.com");
+  assert_string_equal(t.url, "https://hooks.example.com/a/b?c=d");
+  assert_int_equal(sl__callback_check_url(p, "https://hooks.example.com.:8443/x", &t, why, 320), 0);
+  assert_string_equal(t.url, "https://hooks.example.com:8443/x");
+  assert_int_equal(t.port, 8443);
+  assert_int_equal(sl__callback_check_url(p, "https://hooks.example.com/x", &t, why, 320), 0);
+  assert_string_equal(t.url, "https://hooks.example.com/x");
+  assert_int_equal(sl__callback_check_url(p, "http://[::1]:9/x", &t, why, 320), 0);
+  assert_string_equal(t.host, "::1");
+  assert_string_equal(t.url, "http://[::1]:9/x");
+  assert_int_equal(sl__callback_check_url(p, "http://127.0.0.1.:9/x", &t, why, 320), 0);
+  assert_string_equal(t.url, "http://127.0.0.1:9/x");
+  /* two trailing dots, or an empty label, name no host the pin can match */
+  assert_int_equal(url(p, "https://hooks.example.com../x", why), SL_EINVAL);
+  assert_int_equal(url(p, "https://hooks..example.com/x", why), SL_EINVAL);
+  assert_int_equal(url(p, "https://./x", why), SL_EINVAL);
+  sl__callback_policy_free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(hosts_and_form),
-      cmocka_unit_test(literal_addresses),
-      cmocka_unit_test(address_classes),
-      cmocka_unit_test(bad_settings),
+      cmocka_unit_test(hosts_and_form),  cmocka_unit_test(literal_addresses),
+      cmocka_unit_test(address_classes), cmocka_unit_test(bad_settings),
+      cmocka_unit_test(normalised_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

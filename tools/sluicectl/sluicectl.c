@@ -12,7 +12,8 @@
  *   sluicectl submission ID [--redis URL] [--json]
  *   sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]
  *                    [--multipart-threshold BYTES] [--part-size BYTES] [--api-key KEY]
- *   sluicectl apikey add --user ID [--label TEXT] | list | revoke KEY-OR-ID
+ *   sluicectl apikey add --user ID [--label TEXT] | list | revoke KEY-OR-ID |
+ *                   rotate-secret KEY-OR-ID
  *
  * This file parses the command line (options may come anywhere after the
  * program name, as --opt VALUE or --opt=VALUE) and dispatches. Connection
@@ -163,10 +164,14 @@ static const command commands[] = {
      B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON) | B(O_MP_THRESHOLD) |
          B(O_PART_SIZE) | B(O_API_KEY),
      1, 1000, sc_submit, "FILE..."},
-    {"apikey", "add", B(O_HELP) | B(O_REDIS) | B(O_USER) | B(O_LABEL) | B(O_JSON), 0, 0,
-     sc_apikey_add, ""},
+    {"apikey", "add",
+     B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT) | B(O_USER) | B(O_LABEL) | B(O_JSON), 0,
+     0, sc_apikey_add, ""},
     {"apikey", "list", B(O_HELP) | B(O_REDIS) | B(O_JSON), 0, 0, sc_apikey_list, ""},
-    {"apikey", "revoke", B(O_HELP) | B(O_REDIS), 1, 1, sc_apikey_revoke, "KEY-OR-ID"},
+    {"apikey", "revoke", B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT), 1, 1,
+     sc_apikey_revoke, "KEY-OR-ID"},
+    {"apikey", "rotate-secret", B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT), 1, 1,
+     sc_apikey_rotate_secret, "KEY-OR-ID"},
 };
 
 static void usage(FILE *f) {
@@ -185,9 +190,11 @@ static void usage(FILE *f) {
           "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
           "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
           "                        [--api-key KEY]\n"
-          "       sluicectl apikey add --user ID [--label TEXT] [--redis URL] [--json]\n"
+          "       sluicectl apikey add --user ID [--label TEXT] [--redis URL] [--brokers B] "
+          "[--json]\n"
           "       sluicectl apikey list [--redis URL] [--json]\n"
-          "       sluicectl apikey revoke KEY-OR-ID [--redis URL]\n"
+          "       sluicectl apikey revoke KEY-OR-ID [--redis URL] [--brokers B]\n"
+          "       sluicectl apikey rotate-secret KEY-OR-ID [--redis URL] [--brokers B]\n"
           "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
           "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
           "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
@@ -207,7 +214,11 @@ static void usage(FILE *f) {
           "  --part-size bytes (8388608; at least 5242880) through presign's /s3/multipart;\n"
           "  --api-key (SLUICE_API_KEY; prefer the variable: arguments show in ps).\n"
           "apikey: add prints a new key once (Redis keeps only its SHA-256); list shows ids;\n"
-          "  revoke takes the key or its id.\n"
+          "  revoke takes the key or its id. add and revoke write the record (a revocation:\n"
+          "  a tombstone) to the pipeline's compacted API-key topic first (--brokers), which\n"
+          "  presign rebuilds the key store from after Redis lost it. add also prints the\n"
+          "  key's webhook signing secret once (stderr; --json: webhook_secret);\n"
+          "  rotate-secret prints a new one (the previous one keeps signing beside it).\n"
           "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
           "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
           "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"

@@ -283,6 +283,7 @@ int sc_submit(const sc_opts *o);
 int sc_apikey_add(const sc_opts *o);
 int sc_apikey_list(const sc_opts *o);
 int sc_apikey_revoke(const sc_opts *o);
+int sc_apikey_rotate_secret(const sc_opts *o);
 
 /* ---- multipart.c ---- */
 #define SC_MIN_PART_SIZE ((int64_t)5 << 20) /* S3: every part but the last */

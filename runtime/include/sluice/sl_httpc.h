@@ -66,6 +66,14 @@ typedef struct {
                               still verifies host). Such a request speaks
                               http or https only. NULL = resolve normally.
                               Redirects are never followed. */
+  const char *proxy;       /* NULL: libcurl's default (the http_proxy,
+                              https_proxy, all_proxy and no_proxy of the
+                              environment), except for a request with
+                              resolve, which never takes a proxy from the
+                              environment (the proxy would resolve the
+                              name: the pin bypassed); "": no proxy;
+                              otherwise this proxy for every host
+                              (CURLOPT_PROXY, no_proxy ignored). */
 } sl_httpc_request;
 
 int sl_httpc_new(sl_httpc **out, uv_loop_t *loop);

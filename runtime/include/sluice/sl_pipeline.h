@@ -145,11 +145,20 @@ const char *sl_pipeline_progress_next(const sl_pipeline *p, const char *stage);
 const char *sl_pipeline_dlq(const sl_pipeline *p);
 const char *sl_pipeline_dlq_audit(const sl_pipeline *p);
 
+/* The compacted topic of API-key records ("api_keys": {"topic": ...},
+ * "apikeys" when absent): `sluicectl apikey add/revoke` write it, keyed by
+ * the key's SHA-256 hex (a record is JSON {"user","label","created_ms"}, a
+ * revocation a tombstone), and presign rebuilds the key store in Redis from
+ * it after a loss (stages/presign/keystore.h). */
+#define SL_PIPELINE_APIKEYS_DEFAULT "apikeys"
+#define SL_PIPELINE_APIKEYS_MESSAGE "json:sluice-apikey"
+const char *sl_pipeline_apikeys(const sl_pipeline *p);
+
 /* The retry tiers, as "5s,30s,2m,10m" (the format of retry.tiers). */
 const char *sl_pipeline_retry_tiers(const sl_pipeline *p);
 
-/* Every topic the pipeline needs: the declared ones, the dead-letter pair
- * and every retry tier of every stage with retry. Fills names (at most
+/* Every topic the pipeline needs: the declared ones, the dead-letter pair,
+ * the API-key topic and every retry tier of every stage with retry. Fills names (at most
  * max) and returns how many there are. */
 size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t max);
 
