@@ -65,7 +65,8 @@ supervise() {
 }
 supervise &
 sup=$!
-wait_for 30 admin_ready "$PF_PORT" || fail "preflight did not become ready in its cgroup"
+wait_for 30 admin_ready "$PF_PORT" ||
+  { fail "preflight did not become ready in its cgroup"; tail -5 "$work/preflight.log" >&2; }
 
 espeak-ng -s 140 -w "$work/speech.wav" "On weekends I usually go hiking in the mountains with my friends."
 gst-launch-1.0 -q filesrc "location=$work/speech.wav" ! wavparse ! audioconvert ! audioresample ! \
@@ -120,7 +121,8 @@ log "provider calls: $(jq -c '.by_endpoint' <<<"$stats")"
 check "6 paid transcriptions: the spoken answers only" \
   test "$(jq '[.by_endpoint.transcriptions[]?] | add // 0' <<<"$stats")" = 6
 exits=$(grep -c exit "$work/exits" 2>/dev/null || true)
-check "preflight exited at most 3 times (${exits:-0})" test "${exits:-0}" -le 3
+check "preflight exited at most 3 times (${exits:-0})" test "${exits:-0}" -le 3 ||
+  grep -E '"level":"(error|fatal)"' "$work/preflight.log" | tail -5 >&2
 failcnt=$(cat "$CG/memory.failcnt")
 peak=$(($(cat "$CG/memory.max_usage_in_bytes") >> 20))
 log "preflight's cgroup: peak $peak MiB of 512, limit hit $failcnt times"
