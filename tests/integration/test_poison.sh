@@ -50,7 +50,7 @@ GRADE_PIDFILE=$STAGES_DIR/grade.pid
   while [[ ! -f $work/stop ]]; do
     pid=$(cat "$GRADE_PIDFILE" 2>/dev/null || true)
     if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null && [[ ! -f $work/stop ]]; then
-      echo "$pid" >>"$work/deaths"
+      grep -qx "$pid" "$work/deaths" || echo "$pid" >>"$work/deaths" # each death once
       "$ROOT/tools/stages" scale grade 1 >>"$work/restarts.log" 2>&1 || true
     fi
     sleep 0.2
