@@ -555,12 +555,19 @@ static void started(job *j, const redisReply *r) {
     return;
   }
   solo_kick(L);
-  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 1) {
+  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 1)
     uncounted(j);
+  else
+    j->starts = r->integer;
+  if (sl__job_stale(j)) { /* its partition went away meanwhile: the start is taken back */
+    sl__claim_release(j);
+    sl__held_release(j);
+    return;
+  }
+  if (j->starts < 0) {
     call_now(j);
     return;
   }
-  j->starts = r->integer;
   if (j->starts > L->cc->max_starts) {
     poison(j);
     return;
