@@ -482,6 +482,7 @@ static void starts_uncount(job *j) {
   loop_t *L = j->L;
   char k[256];
   starts_key(j, k, sizeof k);
+  if (j->starts > 0) L->counted--;
   j->starts = 0;
   if (!k[0]) return;
   const char *argv[] = {"DECR", k};
@@ -496,6 +497,8 @@ void sl__starts_end(job *j) {
     return;
   }
   j->starts = 0;
+  L->counted--;
+  solo_kick(L);
   if (!L->sdel && !(L->sdel = malloc(SL_STARTS_DEL_MAX * sizeof *L->sdel)))
     return; /* no memory: the count stays until its TTL */
   starts_key(j, L->sdel[L->sdel_n], sizeof L->sdel[0]);
@@ -555,10 +558,12 @@ static void started(job *j, const redisReply *r) {
     return;
   }
   solo_kick(L);
-  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 1)
+  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 1) {
     uncounted(j);
-  else
+  } else {
     j->starts = r->integer;
+    L->counted++;
+  }
   if (sl__job_stale(j)) { /* its partition went away meanwhile: the start is taken back */
     sl__claim_release(j);
     sl__held_release(j);
@@ -656,7 +661,9 @@ static void starts_count(job *j) {
 void sl__calls_resume(loop_t *L) {
   if (L->solo || L->closing || L->stopping) return;
   if (L->pending) {
-    if (L->calls || L->counting) return; /* its call_end / on_counted kicks again */
+    /* every other counted job has ended (its count deleted: the deletion
+     * answered), nothing runs: its call_end / on_counted / starts_end kicks */
+    if (L->calls || L->counting || L->counted > 1) return;
     job *j = L->pending;
     L->pending = NULL;
     if (sl__job_stale(j)) {

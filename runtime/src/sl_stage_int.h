@@ -226,10 +226,12 @@ struct loop_t {
   int sdel_n;
   /* solo runs (sl_stage_gate.c): calls running (process()/start() until
    * their outcome); Redis commands of the start count not answered yet
-   * (counts, deletions, un-counts); the suspect (an input that started
-   * before without finishing) waiting for both to reach 0, then running
-   * alone; the jobs that came meanwhile, waiting uncounted in order */
-  int64_t calls, counting;
+   * (counts, deletions, un-counts); jobs holding a count (job.starts > 0:
+   * counted, not ended); the suspect (an input that started before without
+   * finishing) waiting until it is the only one counted and nothing is under
+   * way, then running alone; the jobs that came meanwhile, waiting uncounted
+   * in order */
+  int64_t calls, counting, counted;
   job *pending, *solo;
   job *xq_head, *xq_tail;
   sl_metric *m_uncounted;
