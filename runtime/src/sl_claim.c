@@ -54,3 +54,11 @@ const char sl_claim_store_lua[] =
     "  end\n"
     "end\n"
     "return out\n";
+
+const char sl_claim_starts_lua[] = "local out = {}\n"
+                                   "for i, k in ipairs(KEYS) do\n"
+                                   "  local n = redis.call('INCR', k)\n"
+                                   "  if n == 1 then redis.call('EXPIRE', k, ARGV[1]) end\n"
+                                   "  out[i] = n\n"
+                                   "end\n"
+                                   "return out\n";

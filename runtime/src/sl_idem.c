@@ -49,6 +49,38 @@ int sl_idem_claim_key(char *buf, size_t len, const char *stage, const char *key,
   return key_of(buf, len, "claim", stage, key, digest);
 }
 
+/* the decimal digits of v (may be negative) at *at, if they fit before end */
+static int put_int(char **at, const char *end, int64_t v) {
+  char d[24];
+  int n = 0;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  do {
+    d[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) d[n++] = '-';
+  if (end - *at <= n) return SL_ETOOBIG;
+  while (n) *(*at)++ = d[--n];
+  return 0;
+}
+
+int sl_idem_starts_key(char *buf, size_t len, const char *group, const char *topic,
+                       int32_t partition, int64_t offset) {
+  if (!buf || !len) return SL_ETOOBIG;
+  char *at = buf;
+  const char *end = buf + len;
+  int rc = put(&at, end, "sl:starts:", 10);
+  if (!rc) rc = put(&at, end, group, SIZE_MAX);
+  if (!rc) rc = put(&at, end, ":", 1);
+  if (!rc) rc = put(&at, end, topic, SIZE_MAX);
+  if (!rc) rc = put(&at, end, ":", 1);
+  if (!rc) rc = put_int(&at, end, partition);
+  if (!rc) rc = put(&at, end, ":", 1);
+  if (!rc) rc = put_int(&at, end, offset);
+  *(rc ? buf : at) = '\0';
+  return rc;
+}
+
 int sl_idem_pack(const sl_outbox *ob, int64_t stored_at_ms, uint8_t **out, size_t *len) {
   Sluice__V1__StoredOutputs so = SLUICE__V1__STORED_OUTPUTS__INIT;
   Sluice__V1__StoredOutputs__Output outs[SL_OUTBOX_MAX], *op[SL_OUTBOX_MAX];

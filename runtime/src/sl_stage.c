@@ -227,6 +227,16 @@ const sl_conf_entry sl_common_conf_table[] = {
      "claim waits for its stored outputs instead of calling, so an input is paid once across "
      "replicas (a crash costs a second call after the lease) (0: no claims)",
      0},
+    {"stage.max_starts", SL_CONF_INT, "3", C(max_starts),
+     "poison inputs: each input's starts are counted in Redis (per consumer group, topic, "
+     "partition and offset, kept a day) before its work begins, and the count is dropped when "
+     "it finishes; an input that started this many times without finishing (the process died "
+     "during each run: a crash, an abort, an OOM kill) is dead-lettered with class poison "
+     "instead of being run again, and its partition moves on. An input that started before "
+     "runs alone (no other call at the same time), so a crash is charged to the input that "
+     "caused it. Redis unavailable: run uncounted (sluice_starts_uncounted_total, a warning) "
+     "(0: no count)",
+     0},
     {"stage.lag_interval_ms", SL_CONF_INT, "5000", C(lag_interval_ms),
      "how often the stage asks Kafka for its groups' committed offsets and the high "
      "watermarks of the partitions assigned to it, for sluice_consumer_lag_messages and "
@@ -532,6 +542,7 @@ void sl__job_finish(job *j) {
   int revoking = j->p && j->p->revoking;
   sl__job_timer_release(j);
   sl__key_release(j);
+  sl__starts_end(j);
   if (!L->fatal && !j->uncommitted && j->p && !j->p->revoked && j->epoch == j->p->ring.epoch)
     sl_offsets_done(&j->p->ring, j->epoch, j->offset);
   L->inflight--;
@@ -550,6 +561,7 @@ void sl__held_release(job *j) {
   int revoking = j->p && j->p->revoking;
   sl__job_timer_release(j);
   sl__key_release(j);
+  sl__starts_end(j); /* it did not die on it: its start is not charged */
   L->inflight--;
   L->active--;
   sl_metric_gauge_add(L->m_inflight, -1);
@@ -831,8 +843,10 @@ static void drain_consumer(void *ud) {
 static void on_batch_idle(uv_idle_t *h) {
   loop_t *L = h->data;
   uv_idle_stop(h); /* what a flush queues arms it again */
+  sl__starts_flush(L);
   sl__claims_flush(L);
   sl__stores_flush(L);
+  sl__calls_resume(L);
 }
 
 _Static_assert(SL_STORE_BATCH <= SL_CLAIM_BATCH, "a job_batch holds either");
@@ -910,6 +924,7 @@ static void begin_stop(loop_t *L) {
   uv_timer_stop(&L->bq_timer);
   job *h;
   while ((h = sl__bq_pop(L)) != NULL) sl__held_release(h); /* redelivered after the restart */
+  sl__calls_release(L);                                    /* behind a solo run: the same */
 }
 
 /* ------------------------------------------------------------------ */
@@ -967,6 +982,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   sl_redis_script_init(&L->s_claim_take, sl_claim_take_lua);
   sl_redis_script_init(&L->s_claim_release, sl_claim_release_lua);
   sl_redis_script_init(&L->s_claim_store, sl_claim_store_lua);
+  sl_redis_script_init(&L->s_starts, sl_claim_starts_lua);
   snprintf(L->limit_key, sizeof L->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
   snprintf(L->pause_key, sizeof L->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
 
@@ -1029,6 +1045,11 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
       snprintf(rnd, sizeof rnd, "%llx", (unsigned long long)uv_hrtime());
     snprintf(L->owner, sizeof L->owner, "%.39s:%ld:%.16s", host, (long)getpid(), rnd);
   }
+  L->m_uncounted =
+      sl__metric("sluice_starts_uncounted_total", o->stage, NULL,
+                 "Inputs started without their start being counted (Redis unavailable): "
+                 "unprotected from poison inputs (stage.max_starts)",
+                 0);
   L->m_assigned = sl__metric("sluice_assigned_partitions", o->stage, NULL,
                              "Partitions assigned to this process (0: not consuming)", 1);
   if (o->provider) {
@@ -1219,6 +1240,10 @@ out:
   L->cq_len = 0;
   L->sq_head = L->sq_tail = NULL;
   L->sq_len = 0;
+  L->tq_head = L->tq_tail = NULL;
+  L->tq_len = 0;
+  L->xq_head = L->xq_tail = NULL;
+  L->pending = L->solo = NULL;
   L->rq_head = L->rq_tail = NULL;
   L->rq_len = 0;
   for (job *j = L->jobs, *nx; j; j = nx) { /* what is left, except pool work */
@@ -1247,6 +1272,7 @@ out:
     if (L->g[i].revoking) rd_kafka_topic_partition_list_destroy(L->g[i].revoking);
   }
   sl_breaker_free(L->breaker);
+  free(L->sdel);
   free(L);
   sl_log_batch(0); /* the lines still collected go out */
   return rc;

@@ -10,9 +10,19 @@
  *   pause    without a rate, a provider's 429 pause (a Redis key every
  *            replica reads) holds the call;
  *   claim    an idempotent stage claims the input in Redis with a lease
- *            before calling (sl_claim.h): one paid call across replicas.
+ *            before calling (sl_claim.h): one paid call across replicas;
+ *   starts   every stage (stage.max_starts) counts the input's start in
+ *            Redis before calling, batched per turn of the loop, and deletes
+ *            the count when the input ends: a count past max_starts means
+ *            the process died during each earlier run (a poison input), so
+ *            it becomes a dead letter of class poison, uncalled; a count
+ *            above 1 makes it a suspect, which runs alone (no other call at
+ *            once: a crash is charged to the input that caused it, not to
+ *            those running beside it).
  * A job whose partition was taken away meanwhile is released uncalled.
- * Redis unavailable: every step fails open. Loop thread only.
+ * Redis unavailable: every step fails open (the start runs uncounted,
+ * counted in sluice_starts_uncounted_total, with a warning). Loop thread
+ * only.
  */
 #include "sl_stage_int.h"
 #include "sluice/sl_claim.h"
@@ -431,6 +441,266 @@ void sl__on_claim_renew(uv_timer_t *t) {
   free(argv);
 }
 
+/* ---- the start count: poison inputs (stage.max_starts) ---- */
+
+static void call_go(job *j);
+
+static void starts_key(const job *j, char *buf, size_t len) {
+  const part *p = j->p;
+  if ((!p || sl_idem_starts_key(buf, len, p->g->name, p->id.topic, p->id.partition, j->offset)) &&
+      len)
+    buf[0] = '\0';
+}
+
+/* what waits on the count may go (on the next turn of the loop) */
+static void solo_kick(loop_t *L) {
+  if (L->pending || L->xq_head) sl__batch_soon(L);
+}
+
+/* A deletion or un-count answered: a solo run waits for these, so that
+ * the process cannot die on it before they are in. */
+static void on_counted(redisReply *r, void *ud) {
+  loop_t *L = ud;
+  (void)r;
+  L->counting--;
+  if (!L->closing) solo_kick(L);
+}
+
+/* Deletes the counts of the inputs that ended (one DEL). */
+static void starts_del_flush(loop_t *L) {
+  if (!L->sdel_n) return;
+  const char *argv[1 + SL_STARTS_DEL_MAX];
+  argv[0] = "DEL";
+  for (int i = 0; i < L->sdel_n; i++) argv[1 + i] = L->sdel[i];
+  if (sl_aredis_argv(L->redis, on_counted, L, 1 + L->sdel_n, argv, NULL) == 0) L->counting++;
+  L->sdel_n = 0;
+}
+
+/* Takes j's start back (it did not run): its count is one less, so what
+ * it started before stays counted. Sent at once; a solo run waits for it. */
+static void starts_uncount(job *j) {
+  loop_t *L = j->L;
+  char k[256];
+  starts_key(j, k, sizeof k);
+  if (j->starts > 0) L->counted--;
+  j->starts = 0;
+  if (!k[0]) return;
+  const char *argv[] = {"DECR", k};
+  if (sl_aredis_argv(L->redis, on_counted, L, 2, argv, NULL) == 0) L->counting++;
+}
+
+void sl__starts_end(job *j) {
+  loop_t *L = j->L;
+  if (j->starts <= 0 || L->closing) return;
+  if (!j->ran) { /* counted, never called (released, its partition gone) */
+    starts_uncount(j);
+    return;
+  }
+  j->starts = 0;
+  L->counted--;
+  solo_kick(L);
+  if (!L->sdel && !(L->sdel = malloc(SL_STARTS_DEL_MAX * sizeof *L->sdel)))
+    return; /* no memory: the count stays until its TTL */
+  starts_key(j, L->sdel[L->sdel_n], sizeof L->sdel[0]);
+  if (!L->sdel[L->sdel_n][0]) return;
+  if (++L->sdel_n >= SL_STARTS_DEL_MAX) {
+    starts_del_flush(L);
+    return;
+  }
+  sl__batch_soon(L);
+}
+
+/* j's start could not be counted: it runs all the same (progress over the
+ * count), said once a minute and counted */
+static void uncounted(job *j) {
+  loop_t *L = j->L;
+  j->starts = -1;
+  sl_metric_add(L->m_uncounted, 1);
+  int64_t now = sl__mono_ms();
+  if (!L->uncounted_warned_ms || now - L->uncounted_warned_ms >= 60000) {
+    L->uncounted_warned_ms = now;
+    sl_log(SL_LOG_WARN, j->key,
+           "start counts unavailable (Redis): inputs run uncounted, unprotected from poison "
+           "inputs (stage.max_starts) until Redis answers again");
+  }
+}
+
+/* The process died during each of j's earlier runs: a dead letter, uncalled. */
+static void poison(job *j) {
+  loop_t *L = j->L;
+  sl__claim_release(j);
+  sl_result_set(&j->res, SL_OUTCOME_FAIL, "poison",
+                "started %lld times without finishing (the process ended during each run: a "
+                "crash, an abort, an OOM kill; stage.max_starts %lld): not run again",
+                (long long)(j->starts - 1), (long long)L->cc->max_starts);
+  sl__add_dead_letter(j);
+  sl__produce(j);
+}
+
+/* j waits for a solo run, uncounted (a start it has not made must not be
+ * charged to it if the solo run kills the process) */
+static void solo_wait(job *j) {
+  if (j->L->stopping) { /* nothing waits while stopping: redelivered after the restart */
+    sl__claim_release(j);
+    sl__held_release(j); /* takes its start back */
+    return;
+  }
+  if (j->starts > 0) starts_uncount(j);
+  sl__q_push(&j->L->xq_head, &j->L->xq_tail, j);
+}
+
+/* j's count came back: r its element of the batch's reply, or NULL */
+static void started(job *j, const redisReply *r) {
+  loop_t *L = j->L;
+  L->counting--;
+  if (L->closing) {
+    sl__job_drop(j);
+    return;
+  }
+  solo_kick(L);
+  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 1) {
+    uncounted(j);
+  } else {
+    j->starts = r->integer;
+    L->counted++;
+  }
+  if (sl__job_stale(j)) { /* its partition went away meanwhile: the start is taken back */
+    sl__claim_release(j);
+    sl__held_release(j);
+    return;
+  }
+  if (j->starts < 0) {
+    call_now(j);
+    return;
+  }
+  if (j->starts > L->cc->max_starts) {
+    poison(j);
+    return;
+  }
+  if (j->starts == 1 && !L->solo) { /* counted: it runs (a suspect pending waits for it) */
+    call_go(j);
+    return;
+  }
+  if (j->starts == 1 || L->pending || L->solo || L->stopping) { /* another suspect first */
+    solo_wait(j);
+    return;
+  }
+  L->pending = j; /* runs alone once the calls and counts under way are over */
+  solo_kick(L);
+  sl_log(SL_LOG_WARN, j->key,
+         "%s [%d] offset %lld started %lld time(s) before without finishing: running it alone "
+         "(at %lld of stage.max_starts it is dead-lettered as poison)",
+         j->p->id.topic, (int)j->p->id.partition, (long long)j->offset, (long long)(j->starts - 1),
+         (long long)L->cc->max_starts);
+}
+
+static void on_starts(redisReply *r, void *ud) {
+  job_batch *b = ud;
+  redisReply **el = sl__batch_reply(b, r, 1);
+  for (int i = 0; i < b->n; i++) started(b->jobs[i], el ? el[i] : NULL);
+  free(b);
+}
+
+void sl__starts_flush(loop_t *L) {
+  starts_del_flush(L); /* first: an input taken again after it ended counts from 0 */
+  char ttl[32];
+  snprintf(ttl, sizeof ttl, "%d", SL_STARTS_TTL_S);
+  while (L->tq_head) {
+    job_batch *b = malloc(sizeof *b);
+    char keys[SL_CLAIM_BATCH][256];
+    job *j;
+    if (!b) { /* no memory: each one runs uncounted, as without Redis */
+      while ((j = sl__q_pop(&L->tq_head, &L->tq_tail)) != NULL) {
+        L->tq_len--;
+        L->counting--;
+        uncounted(j);
+        call_now(j);
+      }
+      return;
+    }
+    b->n = 0;
+    while (b->n < SL_CLAIM_BATCH && (j = sl__q_pop(&L->tq_head, &L->tq_tail)) != NULL) {
+      L->tq_len--;
+      starts_key(j, keys[b->n], sizeof keys[b->n]);
+      if (!keys[b->n][0]) { /* no key for it: uncounted */
+        L->counting--;
+        uncounted(j);
+        call_now(j);
+        continue;
+      }
+      b->jobs[b->n++] = j;
+    }
+    int n = b->n;
+    if (!n) {
+      free(b);
+      continue;
+    }
+    const char *argv[SL_CLAIM_BATCH + 1];
+    for (int i = 0; i < n; i++) argv[i] = keys[i];
+    argv[n] = ttl;
+    if (sl_aredis_eval(L->redis, on_starts, b, &L->s_starts, n, n + 1, argv, NULL) != 0)
+      on_starts(NULL, b); /* Redis unavailable: each one runs uncounted */
+  }
+}
+
+/* Counts j's start: queued, and sent with the other counts of this turn of
+ * the loop (one script for up to SL_CLAIM_BATCH inputs). */
+static void starts_count(job *j) {
+  loop_t *L = j->L;
+  L->counting++;
+  sl__q_push(&L->tq_head, &L->tq_tail, j);
+  if (++L->tq_len >= SL_CLAIM_BATCH) {
+    sl__starts_flush(L);
+    return;
+  }
+  sl__batch_soon(L);
+}
+
+/* ---- solo runs: a suspect runs with no other call beside it ---- */
+
+void sl__calls_resume(loop_t *L) {
+  if (L->solo || L->closing || L->stopping) return;
+  if (L->pending) {
+    /* every other counted job has ended (its count deleted: the deletion
+     * answered), nothing runs: its call_end / on_counted / starts_end kicks */
+    if (L->calls || L->counting || L->counted > 1) return;
+    job *j = L->pending;
+    L->pending = NULL;
+    if (sl__job_stale(j)) {
+      sl__claim_release(j);
+      sl__held_release(j);
+    } else {
+      L->solo = j;
+      call_go(j); /* may end j */
+      return;
+    }
+  }
+  /* no solo run: what waited is counted and called as usual */
+  while (L->xq_head && !L->solo && !L->pending) call_now(sl__q_pop(&L->xq_head, &L->xq_tail));
+}
+
+void sl__calls_release(loop_t *L) {
+  job *j;
+  if ((j = L->pending) != NULL) {
+    L->pending = NULL;
+    sl__claim_release(j);
+    sl__held_release(j); /* never ran: its count is taken back */
+  }
+  while ((j = sl__q_pop(&L->xq_head, &L->xq_tail)) != NULL) {
+    sl__claim_release(j);
+    sl__held_release(j);
+  }
+}
+
+void sl__call_end(job *j) {
+  loop_t *L = j->L;
+  if (!j->in_call) return;
+  j->in_call = 0;
+  L->calls--;
+  if (L->solo == j) L->solo = NULL;
+  solo_kick(L); /* on the next turn: not inside j's outcome */
+}
+
 /* claim_try and call_now release a job whose partition went away meanwhile */
 void sl__run_process(job *j) {
   if (claims_on(j) && !j->claimed) {
@@ -441,11 +711,29 @@ void sl__run_process(job *j) {
 }
 
 static void call_now(job *j) {
+  loop_t *L = j->L;
   if (sl__job_stale(j)) {
     sl__claim_release(j);
     sl__held_release(j);
     return;
   }
+  if (L->solo || (L->pending && L->pending != j)) { /* behind a solo run, in order */
+    solo_wait(j);
+    return;
+  }
+  if (!j->starts && L->cc->max_starts > 0) { /* counted before it begins */
+    starts_count(j);
+    return;
+  }
+  call_go(j);
+}
+
+/* process() or start() */
+static void call_go(job *j) {
+  loop_t *L = j->L;
+  j->in_call = 1;
+  j->ran = 1;
+  L->calls++;
   j->work.data = j;
   j->out.producer = j->L->producer;
   j->res.outcome = SL_OUTCOME_DONE;
@@ -458,7 +746,6 @@ static void call_now(job *j) {
     j->L->o->start(j->L->o->ud, j);
     return;
   }
-  loop_t *L = j->L;
   if (sl_inline_here(&L->inl, uv_hrtime())) { /* short runs: no hand-over (sl_inline.h) */
     uint64_t t0 = uv_hrtime();
     L->o->process(L->o->ud, j->m, &j->out, &j->res);
@@ -470,6 +757,7 @@ static void call_now(job *j) {
   j->in_pool = 1;
   if (uv_queue_work(&j->L->loop, &j->work, sl__work_cb, sl__after_work_cb) != 0) {
     j->in_pool = 0;
+    sl__call_end(j);
     sl_result_set(&j->res, SL_OUTCOME_RETRY, "internal", "could not queue work");
     sl__to_retry(j);
     sl__produce(j);

@@ -120,6 +120,12 @@ struct sl_job {
   int claimed;          /* it holds the claim on its input */
   unsigned claim_waits; /* times it found another replica's claim */
   unsigned agains;      /* times it ran again in place (sl_result.again_in_ms) */
+  int64_t starts;       /* its start count (stage.max_starts): 0 not counted yet, -1 could not
+                         * be (Redis unavailable), else the starts so far, this one included:
+                         * when it ends its key is deleted, or decremented if it never ran
+                         * (sl__starts_end) */
+  int ran;              /* process()/start() was called for it */
+  int in_call;          /* counted in L->calls: process()/start() runs, the outcome not in */
   int looked_up;        /* its idempotency lookup was made (a claim that reads the
                          * stored outputs may stand in for it: sl__lookup_in_claim) */
   sl_outbox out;
@@ -186,7 +192,7 @@ struct loop_t {
   char tier_topic[SL_RETRY_TIERS_MAX][160];
   char limit_key[160], pause_key[160];
   /* the Lua scripts the runtime runs, by SHA-1 (sl_redis_script) */
-  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store;
+  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store, s_starts;
   /* jobs waiting for the shared limiter, in order: only the head asks Redis,
    * so a backlog costs one limiter call per grant, not one per waiter */
   job *lq_head, *lq_tail;
@@ -211,6 +217,25 @@ struct loop_t {
   job *sq_head, *sq_tail;
   int sq_len;
   uv_idle_t batch_idle;
+  /* start counts (stage.max_starts) to send at the end of this turn, up to
+   * SL_CLAIM_BATCH to a script; the keys of the inputs that ended since, to
+   * delete (one DEL, up to SL_STARTS_DEL_MAX keys) */
+  job *tq_head, *tq_tail;
+  int tq_len;
+  char (*sdel)[256];
+  int sdel_n;
+  /* solo runs (sl_stage_gate.c): calls running (process()/start() until
+   * their outcome); Redis commands of the start count not answered yet
+   * (counts, deletions, un-counts); jobs holding a count (job.starts > 0:
+   * counted, not ended); the suspect (an input that started before without
+   * finishing) waiting until it is the only one counted and nothing is under
+   * way, then running alone; the jobs that came meanwhile, waiting uncounted
+   * in order */
+  int64_t calls, counting, counted;
+  job *pending, *solo;
+  job *xq_head, *xq_tail;
+  sl_metric *m_uncounted;
+  int64_t uncounted_warned_ms;
   sl_metric *m_claim_waits;
   /* jobs held while the breaker is open (breaker.hold), in order */
   job *bq_head, *bq_tail;
@@ -326,8 +351,25 @@ typedef struct {
  * array of exactly b->n * per (an error, Redis unavailable). */
 redisReply **sl__batch_reply(const job_batch *b, const redisReply *r, size_t per);
 
-/* ---- sl_stage_gate.c: the provider gate and claims ---- */
+/* ---- sl_stage_gate.c: the provider gate, claims and start counts ---- */
+/* keys deleted by one DEL when inputs end */
+#define SL_STARTS_DEL_MAX 64
+/* a start count lives this long (seconds) */
+#define SL_STARTS_TTL_S 86400
 void sl__gate(job *j);
+/* Sends the queued start counts and the deletions of ended ones. */
+void sl__starts_flush(loop_t *L);
+/* j ends (finished or let go) without the process dying: its start count
+ * goes (batched). */
+void sl__starts_end(job *j);
+/* j's call is over (its outcome is in): a solo run may start, or what
+ * waited behind one go. */
+void sl__call_end(job *j);
+/* Starts the solo run, or the jobs waiting behind one, that may go now. */
+void sl__calls_resume(loop_t *L);
+/* Lets the suspect and the jobs waiting behind a solo run go, uncalled
+ * (stopping). */
+void sl__calls_release(loop_t *L);
 /* 1 when j may skip its lookup because the claim it takes before calling
  * reads the stored outputs itself (sl_claim_take_lua): claims on, no rate
  * limiter to wait for, the breaker closed. A job the gate then holds (the

@@ -441,6 +441,7 @@ static int again(job *j) {
 /* The processor is finished with the job: act on its outcome. */
 void sl__complete(job *j) {
   loop_t *L = j->L;
+  sl__call_end(j);
   if (L->closing) {
     sl__job_drop(j);
     return;

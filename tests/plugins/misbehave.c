@@ -5,8 +5,11 @@
  * completes two times, "badoutcome" reports an outcome that does not exist,
  * anything else is graded 50/IM1. The host must turn each breach into a
  * FAIL of class plugin_error (or ignore the second completion), not crash.
+ * A prompt or transcript containing MISBEHAVE_ABORT kills the process
+ * (abort()): a poison input, for the stage runtime's stage.max_starts.
  * Its configuration has one key of each type to test the config plumbing.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sluice/sl_plugin.h"
@@ -23,6 +26,9 @@ static const sl_plugin_conf_key conf[] = {
     {"strict", SL_PLUGIN_CONF_BOOL, "false", "a boolean setting (unused)", 0},
     {"token", SL_PLUGIN_CONF_STR, "", "a secret setting (unused)", 1},
 };
+
+/* in a prompt or a transcript: the call aborts the process */
+#define MISBEHAVE_ABORT "sluice-test-abort"
 
 static state st;
 static const sl_plugin_conf *cfg;
@@ -43,6 +49,9 @@ static void destroy(void *v) { (void)v; }
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   state *s = v;
   const sl_plugin_host *h = s->h;
+  if (strstr(in->transcript, MISBEHAVE_ABORT) ||
+      (in->prompt && strstr(in->prompt, MISBEHAVE_ABORT)))
+    abort(); /* what an OOM kill or a segfault does to the stage, on purpose */
   if (strcmp(in->transcript, "forget") == 0) return;
   if (strcmp(in->transcript, "badoutcome") == 0) {
     h->complete(c, (sl_plugin_outcome)7, 0, 0, "x", "y");

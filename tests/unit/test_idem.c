@@ -92,11 +92,34 @@ static void test_keys(void **state) {
   assert_int_equal(sl_idem_key(NULL, 0, "stt", "s1/3", dg), SL_ETOOBIG);
 }
 
+/* the start count's key (stage.max_starts): group, topic, partition, offset */
+static void test_starts_key(void **state) {
+  (void)state;
+  char k[256];
+  assert_int_equal(sl_idem_starts_key(k, sizeof k, "sluice-grade", "grade.requests", 3, 1234567),
+                   0);
+  assert_string_equal(k, "sl:starts:sluice-grade:grade.requests:3:1234567");
+  assert_int_equal(sl_idem_starts_key(k, sizeof k, "g", "t", 0, 0), 0);
+  assert_string_equal(k, "sl:starts:g:t:0:0");
+  assert_int_equal(sl_idem_starts_key(k, sizeof k, "g", "t", 2147483647, INT64_MAX), 0);
+  assert_string_equal(k, "sl:starts:g:t:2147483647:9223372036854775807");
+  assert_int_equal(sl_idem_starts_key(k, sizeof k, "g", "t", -1, INT64_MIN), 0);
+  assert_string_equal(k, "sl:starts:g:t:-1:-9223372036854775808");
+  /* exactly the key and its NUL fits; one byte less does not, and is never cut */
+  char exact[sizeof "sl:starts:g:t:12:345"];
+  assert_int_equal(sl_idem_starts_key(exact, sizeof exact, "g", "t", 12, 345), 0);
+  assert_string_equal(exact, "sl:starts:g:t:12:345");
+  assert_int_equal(sl_idem_starts_key(exact, sizeof exact - 1, "g", "t", 12, 345), SL_ETOOBIG);
+  assert_string_equal(exact, "");
+  assert_int_equal(sl_idem_starts_key(NULL, 0, "g", "t", 1, 1), SL_ETOOBIG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_keys),
+      cmocka_unit_test(test_starts_key),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,6 +46,13 @@
  *   one turn of its loop together (SL_STORE_BATCH at most). Reply: an array
  *   of N integers, in order: 1 the claim was released, 0 it was not the
  *   owner's (or gone), -1 no owner given.
+ * ---- sl_claim_starts_lua -------------------------------------------------
+ *   EVAL sl_claim_starts_lua N <starts key 1> ... <starts key N> <ttl s>
+ *   counts one more start of each input (INCR; a new key gets the TTL) and
+ *   replies an array of N integers, in order: the starts so far, this one
+ *   included (stage.max_starts; the key is sl_idem_starts_key's, deleted
+ *   by the runtime when the input finishes). A stage sends the starts of
+ *   one turn of its loop together (SL_CLAIM_BATCH at most).
  */
 #ifndef SLUICE_SL_CLAIM_H
 #define SLUICE_SL_CLAIM_H
@@ -56,6 +63,7 @@ extern const char sl_claim_take_lua[];
 extern const char sl_claim_release_lua[];
 extern const char sl_claim_renew_lua[];
 extern const char sl_claim_store_lua[];
+extern const char sl_claim_starts_lua[];
 
 /* Inputs claimed by one sl_claim_take_lua (3 arguments each, plus the lease:
  * within SL__REDIS_SCRIPT_MAX_ARGS). */

@@ -8,7 +8,10 @@
  * first 32 hex digits of the input's SHA-256: a redelivered or refetched
  * copy of the same input is answered from there, with no provider call. A
  * replica about to call the provider claims sl:claim:<stage>:<key>:<digest32>
- * first (sl_claim.h). The Redis conversation itself is the runtime's.
+ * first (sl_claim.h). Before its work begins, each delivery of an input is
+ * counted under sl:starts:<group>:<topic>:<partition>:<offset>
+ * (stage.max_starts, sl_claim_starts_lua). The Redis conversation itself is
+ * the runtime's.
  *
  * Pure. @locality any thread.
  */
@@ -25,6 +28,12 @@
 int sl_idem_key(char *buf, size_t len, const char *stage, const char *key, const char *digest);
 int sl_idem_claim_key(char *buf, size_t len, const char *stage, const char *key,
                       const char *digest);
+
+/* The start count's key of the input at (topic, partition, offset) read by
+ * consumer group group: "sl:starts:<group>:<topic>:<partition>:<offset>".
+ * Returns 0 or SL_ETOOBIG (buf too small: nothing usable). */
+int sl_idem_starts_key(char *buf, size_t len, const char *group, const char *topic,
+                       int32_t partition, int64_t offset);
 
 /* Packs ob's outputs with their store time. *out is malloc'd (the caller
  * frees it). Returns 0 or SL_ENOMEM. */

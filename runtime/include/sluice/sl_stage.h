@@ -26,8 +26,12 @@
  *      max_bytes_in_flight) fetching stops, so an outage's backlog waits in
  *      Kafka rather than hopping through the retry tiers, and drains at the
  *      limiter's rate when the provider is back;
- *   4. process() on the worker pool (it may block), or on the loop once its
- *      runs average under stage.inline_max_us (sl_inline.h);
+ *   4. its start counted in Redis (stage.max_starts; sl_stage_gate.c): an
+ *      input that started that many times without finishing (each run ended
+ *      with the process: a crash, an abort, an OOM kill) is a dead letter of
+ *      class "poison", not run again; one that started before runs alone;
+ *      then process() on the worker pool (it may block), or on the loop once
+ *      its runs average under stage.inline_max_us (sl_inline.h);
  *   5. outcome: DONE -> store outputs, produce them; RETRY -> a copy of the
  *      input goes to <stage>.retry.<tier> with the retry headers (or to the
  *      dead-letter topic when the budget is spent); FAIL -> dead letter plus
@@ -133,6 +137,7 @@ typedef struct {
   char *kafka_consumer_properties;   /* the same for the stage's consumers */
   int64_t revoke_wait_ms;            /* a revoke waits this long for running calls */
   int64_t claim_lease_ms;            /* lease of an input claimed before a paid call */
+  int64_t max_starts;                /* starts without finishing before an input is poison */
   int64_t max_retry_after_ms;        /* a provider's Retry-After is cut to this */
   int64_t lag_interval_ms;           /* how often the lag gauges are queried (0: never) */
 } sl_common_conf;
