@@ -60,7 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     double s = -1;
     err[0] = '\0';
     int mrc = sl_pf_measure(data, size, &c, &s, err, sizeof err);
-    CHECK(documented(mrc) && mrc != SL_ENOMEM && mrc != SL_ENOTFOUND);
+    /* SL_ENOTFOUND again: not even a parser here times it (an MP4 track of
+     * an unknown fourcc; regressions/fuzz_preflight), failed as
+     * unsupported_format, never passed on */
+    CHECK(documented(mrc) && mrc != SL_ENOMEM);
     CHECK(mrc == 0 || err[0]);
     if (mrc == 0) CHECK(s > 0 && s <= c.max_seconds);
   }

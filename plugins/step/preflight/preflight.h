@@ -92,7 +92,9 @@ int sl_pf_decode_gst(const void *data, size_t len, const sl_pf_conf *c, sl_pf_au
  * from sl_pf_decode), in *seconds: its frames demuxed and parsed, not
  * decoded, and timed from the parser's own timestamps, not from a header.
  * 0; SL_ETOOBIG past max_seconds; SL_EDECODE with no timed frames;
- * SL_EUNSUPPORTED, SL_ETIMEDOUT as sl_pf_decode. */
+ * SL_ENOTFOUND when not even a parser here takes it (an MP4 track of an
+ * unknown codec: found by fuzz_preflight); SL_EUNSUPPORTED, SL_ETIMEDOUT
+ * as sl_pf_decode. */
 int sl_pf_measure(const void *data, size_t len, const sl_pf_conf *c, double *seconds, char *err,
                   size_t errlen);
 
