@@ -141,7 +141,8 @@ check "presign counted no Redis errors so far (${rerr:-no metric})" test "${rerr
 kill "$(cat "$DEVSTACK_DIR/redis.pid")"
 wait_for 10 bash -c '! kill -0 "$(cat "$1")" 2>/dev/null' _ "$DEVSTACK_DIR/redis.pid" || true
 "$ROOT/tools/devstack" up >/dev/null
-# the restarted Redis has no data (no persistence here): a fresh API key
+# the restarted Redis has no data (no persistence here): a fresh API key (the
+# earlier one comes back with the rebuild below)
 SLUICE_API_KEY=$("$SLUICECTL" apikey add --user "$TEST_NAME" 2>/dev/null)
 KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
 idem() {
@@ -157,6 +158,13 @@ check "presign logged the reconnect" grep -q '"msg":"redis 127.0.0.1:[0-9]*: con
 # the restart; a revocation reaches it through that subscription
 cache_on() { grep -c 'API-key cache on' "$STAGES_DIR/presign.log"; }
 check "presign's API-key cache subscribed again after the restart (TLS)" wait_for 20 at_least 2 cache_on
+# the restart lost the key store: presign rebuilds it from the apikeys topic
+# (SASL_SSL), and until then an unknown key is 503 auth_unavailable, not 401
+marked() {
+  test "$(REDISCLI_AUTH=$SLUICE_REDIS_PASSWORD timeout 5 redis-cli --tls --cacert "$CA" \
+    --user "$SLUICE_REDIS_USERNAME" -h 127.0.0.1 -p "$RPORT" EXISTS sl:apikeys:epoch 2>/dev/null)" = 1
+}
+check "presign rebuilt the API-key store from Kafka over SASL_SSL after the restart" wait_for 40 marked
 plain() {
   curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' "${KEY_AUTH[@]}" \
     --data '{"questions":[{"no":1,"content_type":"audio/wav","size":1000}]}' "$PRESIGN_URL/v1/submissions"
@@ -166,7 +174,8 @@ plain >/dev/null
 h=$(hits)
 check "a known key is answered from presign's cache" test "$(plain)" = 201
 check "(a cache hit: $h -> $(hits))" test "$(hits)" -gt "$h"
-"$SLUICECTL" apikey revoke "$SLUICE_API_KEY" >/dev/null 2>&1 || fail "apikey revoke over TLS failed"
+"$SLUICECTL" apikey revoke "$SLUICE_API_KEY" >/dev/null 2>"$work/revoke.err" ||
+  { fail "apikey revoke over TLS failed"; cat "$work/revoke.err" >&2; }
 check "the revocation reached the cache over TLS: the next create is 401" test "$(plain)" = 401
 
 # the async clients (presign's idempotency keys and multipart state, the runtime's
