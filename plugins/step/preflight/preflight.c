@@ -413,12 +413,12 @@ static int on_sample(sink_work *w, GstSample *smp) {
 static int guarded(guard *g, int rc, char *err, size_t errlen) {
   int refused = atomic_load(&g->refused);
   if (refused || (atomic_load(&g->skipped) && (rc == SL_EDECODE || rc == SL_ENOTFOUND))) {
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->mu); /* the pipeline's threads may still be noting */
     snprintf(err, errlen, "unsupported: %s", g->why[0] ? g->why : "not an allowed format");
-    pthread_mutex_unlock(&g->mu);
     /* an audio codec with no decoder here stays SL_ENOTFOUND (pass_undecoded) */
-    if (!refused && strncmp(g->why, "audio/", 6) == 0) return SL_ENOTFOUND;
-    return SL_EUNSUPPORTED;
+    int audio = strncmp(g->why, "audio/", 6) == 0;
+    pthread_mutex_unlock(&g->mu);
+    return !refused && audio ? SL_ENOTFOUND : SL_EUNSUPPORTED;
   }
   return rc;
 }
