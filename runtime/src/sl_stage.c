@@ -543,6 +543,7 @@ void sl__job_finish(job *j) {
   sl__job_timer_release(j);
   sl__key_release(j);
   sl__starts_end(j);
+  sl__claim_finish(j); /* a dead letter's claim becomes its end mark */
   if (!L->fatal && !j->uncommitted && j->p && !j->p->revoked && j->epoch == j->p->ring.epoch)
     sl_offsets_done(&j->p->ring, j->epoch, j->offset);
   L->inflight--;
@@ -982,6 +983,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   sl_redis_script_init(&L->s_claim_take, sl_claim_take_lua);
   sl_redis_script_init(&L->s_claim_release, sl_claim_release_lua);
   sl_redis_script_init(&L->s_claim_store, sl_claim_store_lua);
+  sl_redis_script_init(&L->s_claim_end, sl_claim_end_lua);
   sl_redis_script_init(&L->s_starts, sl_claim_starts_lua);
   snprintf(L->limit_key, sizeof L->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
   snprintf(L->pause_key, sizeof L->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
@@ -1037,6 +1039,14 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
                  "Inputs another replica was already calling the provider for: waited for its "
                  "outputs instead of calling",
                  0);
+  L->m_claims_lost = sl__metric("sluice_claims_lost_total", o->stage, NULL,
+                                "Claims a renewal found lost (lapsed or lost by Redis, and taken "
+                                "by another replica): a call not begun claims again first",
+                                0);
+  L->m_claim_ends = sl__metric("sluice_claim_ends_total", o->stage, NULL,
+                               "Inputs ended without a call: the same message failed for good on "
+                               "another replica, which wrote its dead letter",
+                               0);
   {
     char host[40] = "", rnd[17] = "";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "host");

@@ -290,12 +290,39 @@ static void claim_key(const job *j, char *buf, size_t len) {
 }
 
 void sl__claim_release(job *j) {
+  j->claim_end = 0;
   if (!j->claimed) return;
   j->claimed = 0;
   char k[256];
   claim_key(j, k, sizeof k);
   const char *argv[] = {k, j->owner};
   sl_aredis_eval(j->L->redis, NULL, NULL, &j->L->s_claim_release, 1, 2, argv, NULL);
+}
+
+/* "<topic>/<partition>/<offset>" of j's message: which run of the input an
+ * end mark speaks for */
+static void claim_tag(const job *j, char *buf, size_t len) {
+  snprintf(buf, len, "%s/%d/%lld", rd_kafka_topic_name(j->m->rkt), (int)j->m->partition,
+           (long long)j->m->offset);
+}
+
+void sl__claim_finish(job *j) {
+  loop_t *L = j->L;
+  if (!j->claimed) return;
+  if (!j->claim_end || L->fatal || j->uncommitted) { /* nothing durable to point at */
+    sl__claim_release(j);
+    return;
+  }
+  j->claimed = 0;
+  j->claim_end = 0;
+  char k[256], tag[200], mark[300], ttl[32];
+  claim_key(j, k, sizeof k);
+  claim_tag(j, tag, sizeof tag);
+  snprintf(mark, sizeof mark, "!%s|%s", tag, j->res.error_class);
+  snprintf(ttl, sizeof ttl, "%lld",
+           (long long)(L->cc->claim_lease_ms + L->cc->kafka_session_timeout_ms));
+  const char *argv[] = {k, j->owner, mark, ttl};
+  sl_aredis_eval(L->redis, NULL, NULL, &L->s_claim_end, 1, 4, argv, NULL);
 }
 
 static void on_claim_timer(uv_timer_t *t) { claim_try(t->data); }
@@ -321,6 +348,17 @@ static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
   if (code == SL_CLAIM_CLAIMED) {
     j->claimed = 1;
     call_now(j);
+    return;
+  }
+  if (code == SL_CLAIM_ENDED) {
+    /* this very message failed for good on another replica, and its dead
+     * letter is written: nothing to call, nothing to write again */
+    sl_metric_add(L->m_claim_ends, 1);
+    sl_log(SL_LOG_INFO, j->key,
+           "failed for good on another replica (%.*s), its dead letter written: not calling %s "
+           "again",
+           (int)(v->len < 64 ? v->len : 64), v->str, L->o->provider);
+    sl__job_finish(j);
     return;
   }
   /* another replica is calling for this input: wait for its outputs (or
@@ -352,13 +390,14 @@ void sl__claims_flush(loop_t *L) {
   while (L->cq_head) {
     job_batch *b = malloc(sizeof *b);
     char keys[SL_CLAIM_BATCH][2][256]; /* claim and store key of each */
+    char tags[SL_CLAIM_BATCH][200];    /* its message (sl_claim_take_lua) */
     if (!b) {                          /* no memory: each one calls (fail open, as without Redis) */
       job *j;
       while ((j = cq_pop(L)) != NULL) call_now(j);
       return;
     }
     b->n = 0;
-    const char *argv[3 * SL_CLAIM_BATCH + 1];
+    const char *argv[4 * SL_CLAIM_BATCH + 1];
     while (L->cq_head && b->n < SL_CLAIM_BATCH) {
       job *j = cq_pop(L);
       if (sl__job_stale(j)) { /* its partition went away while it waited */
@@ -367,6 +406,7 @@ void sl__claims_flush(loop_t *L) {
       }
       claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
       sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
+      claim_tag(j, tags[b->n], sizeof tags[b->n]);
       b->jobs[b->n++] = j;
     }
     int n = b->n;
@@ -378,9 +418,10 @@ void sl__claims_flush(loop_t *L) {
       argv[2 * i] = keys[i][0];
       argv[2 * i + 1] = keys[i][1];
       argv[2 * n + 1 + i] = b->jobs[i]->owner;
+      argv[3 * n + 1 + i] = tags[i];
     }
     argv[2 * n] = lease;
-    int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 2 * n, 3 * n + 1, argv, NULL);
+    int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 2 * n, 4 * n + 1, argv, NULL);
     if (rc != 0) on_claims(NULL, b); /* Redis unavailable: each one calls */
   }
 }
@@ -393,8 +434,12 @@ static void claim_try(job *j) {
     sl__held_release(j);
     return;
   }
-  if (!j->owner[0])
-    snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)++L->owner_seq);
+  if (!j->owner[0]) {
+    j->owner_seq = ++L->owner_seq;
+    snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)j->owner_seq);
+  }
+  j->claim_ms = sl__mono_ms(); /* a claim it gets is held from the request on */
+  atomic_store(&j->claim_lost, 0);
   sl__q_push(&L->cq_head, &L->cq_tail, j);
   if (++L->cq_len >= SL_CLAIM_BATCH) {
     sl__claims_flush(L);
@@ -403,12 +448,77 @@ static void claim_try(job *j) {
   sl__batch_soon(L);
 }
 
-/* Extends the claims of every call still running (one script per batch). */
+/* ---- renewals: the claims of the jobs that hold one, every third of the
+ * lease; each claim answered (sl_claim_renew_lua) ---- */
+
+enum { RENEW_BATCH = 256 };
+
+/* One renewal script's jobs, by their owner sequence (sorted: the answer
+ * finds a live job's claim by bsearch; a job that ended meanwhile is not
+ * in L->jobs any more and its answer is ignored). */
+typedef struct {
+  loop_t *L;
+  int64_t sent_ms;
+  int n;
+  struct renewed {
+    uint64_t seq;
+    int i; /* its place in the script's answer */
+  } e[RENEW_BATCH];
+} renew_batch;
+
+static int renewed_cmp(const void *a, const void *b) {
+  uint64_t x = ((const struct renewed *)a)->seq, y = ((const struct renewed *)b)->seq;
+  return x < y ? -1 : x > y;
+}
+
+/* A claim another owner holds now: a call that has not begun must not
+ * begin without claiming again; one that runs is paid already. */
+static void claim_lost(job *j) {
+  loop_t *L = j->L;
+  int running = j->in_call && !j->in_pool;
+  j->claimed = 0;
+  j->claim_end = 0;
+  atomic_store(&j->claim_lost, 1);
+  sl_metric_add(L->m_claims_lost, 1);
+  sl_log(SL_LOG_WARN, j->key,
+         "lost its claim on this input (it lapsed or Redis lost it, and another replica took "
+         "it or stored outputs): %s",
+         running ? "its call runs on, and its end leaves the claim alone"
+                 : "it claims again before calling");
+}
+
+/* The renewal's answer: each claim extended, taken again, or lost. */
+static void on_renewed(redisReply *r, void *ud) {
+  renew_batch *b = ud;
+  loop_t *L = b->L;
+  int ok = !L->closing && r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n;
+  for (int k = 0; ok && k < b->n; k++)
+    if (r->element[k]->type != REDIS_REPLY_INTEGER) ok = 0;
+  if (!ok) { /* Redis unavailable: the leases run on (sl__claim_stale) */
+    free(b);
+    return;
+  }
+  qsort(b->e, (size_t)b->n, sizeof b->e[0], renewed_cmp);
+  for (job *j = L->jobs, *nx; j; j = nx) {
+    nx = j->all_next;
+    if (!j->claimed) continue;
+    struct renewed key = {.seq = j->owner_seq}, *e;
+    e = bsearch(&key, b->e, (size_t)b->n, sizeof b->e[0], renewed_cmp);
+    if (!e) continue; /* claimed after this renewal was sent */
+    long long code = r->element[e->i]->integer;
+    if (code == SL_RENEW_LOST)
+      claim_lost(j);
+    else if (b->sent_ms > j->claim_ms)
+      j->claim_ms = b->sent_ms;
+  }
+  free(b);
+}
+
+/* Renews the claims of every job holding one (one script per batch). */
 void sl__on_claim_renew(uv_timer_t *t) {
   loop_t *L = t->data;
-  enum { BATCH = 256 };
-  char(*keys)[256] = malloc(BATCH * sizeof *keys);
-  const char **argv = malloc((3 + 2 * BATCH + 1) * sizeof *argv);
+  char(*keys)[2][256] = malloc(RENEW_BATCH * sizeof *keys);
+  const char **argv = malloc((3 + 3 * RENEW_BATCH + 1) * sizeof *argv);
   if (!keys || !argv) { /* next time: the leases outlast two missed renewals */
     free(keys);
     free(argv);
@@ -418,27 +528,59 @@ void sl__on_claim_renew(uv_timer_t *t) {
   snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
   job *j = L->jobs;
   while (j) {
-    const char *owners[BATCH];
-    int n = 0;
-    for (; j && n < BATCH; j = j->all_next)
+    renew_batch *b = malloc(sizeof *b);
+    if (!b) break;
+    b->L = L;
+    b->sent_ms = sl__mono_ms();
+    b->n = 0;
+    const char *owners[RENEW_BATCH];
+    for (; j && b->n < RENEW_BATCH; j = j->all_next)
       if (j->claimed) {
-        claim_key(j, keys[n], sizeof keys[n]);
-        owners[n++] = j->owner;
+        claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
+        sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
+        owners[b->n] = j->owner;
+        b->e[b->n].seq = j->owner_seq;
+        b->e[b->n].i = b->n;
+        b->n++;
       }
-    if (!n) break;
+    int n = b->n;
+    if (!n) {
+      free(b);
+      break;
+    }
     char nk[16];
-    snprintf(nk, sizeof nk, "%d", n);
+    snprintf(nk, sizeof nk, "%d", 2 * n);
     int a = 0;
     argv[a++] = "EVAL";
     argv[a++] = sl_claim_renew_lua;
     argv[a++] = nk;
-    for (int i = 0; i < n; i++) argv[a++] = keys[i];
+    for (int i = 0; i < n; i++) {
+      argv[a++] = keys[i][0];
+      argv[a++] = keys[i][1];
+    }
     argv[a++] = lease;
     for (int i = 0; i < n; i++) argv[a++] = owners[i];
-    sl_aredis_argv(L->redis, NULL, NULL, a, argv, NULL);
+    if (sl_aredis_argv(L->redis, on_renewed, b, a, argv, NULL) != 0) free(b);
   }
   free(keys);
   free(argv);
+}
+
+/* A claim the job may not rely on before it calls: a renewal found it lost,
+ * or no request has confirmed it for a whole lease (Redis did not answer:
+ * it may have lapsed and been taken). */
+int sl__claim_stale(const job *j) {
+  const loop_t *L = j->L;
+  if (!claims_on(j)) return 0;
+  if (atomic_load(&j->claim_lost)) return 1;
+  return j->claimed && sl__mono_ms() - j->claim_ms >= L->cc->claim_lease_ms;
+}
+
+/* Claims j's input again before its call (sl__claim_stale). */
+void sl__claim_again(job *j) {
+  j->claimed = 0; /* ours or not, the take script says (and extends it when ours) */
+  j->claim_end = 0;
+  claim_try(j);
 }
 
 /* ---- the start count: poison inputs (stage.max_starts) ---- */
@@ -715,6 +857,10 @@ static void call_now(job *j) {
   if (sl__job_stale(j)) {
     sl__claim_release(j);
     sl__held_release(j);
+    return;
+  }
+  if (sl__claim_stale(j)) { /* lost while it waited: claim again first */
+    sl__claim_again(j);
     return;
   }
   if (L->solo || (L->pending && L->pending != j)) { /* behind a solo run, in order */

@@ -39,6 +39,7 @@
 #include "sluice/sl_retry.h"
 #include "sluice/sl_stage.h"
 
+#include <stdatomic.h>
 #include <uthash.h>
 #include <uv.h>
 
@@ -116,18 +117,26 @@ struct sl_job {
   uint64_t call_ns; /* uv_hrtime() when process()/start() began */
   uint64_t ran_ns;  /* what its run on a worker cost (sl_inline_end) */
   char digest[65];
-  char owner[112];      /* its claim's owner id (sl_claim.h) */
-  int claimed;          /* it holds the claim on its input */
-  unsigned claim_waits; /* times it found another replica's claim */
-  unsigned agains;      /* times it ran again in place (sl_result.again_in_ms) */
-  int64_t starts;       /* its start count (stage.max_starts): 0 not counted yet, -1 could not
-                         * be (Redis unavailable), else the starts so far, this one included:
-                         * when it ends its key is deleted, or decremented if it never ran
-                         * (sl__starts_end) */
-  int ran;              /* process()/start() was called for it */
-  int in_call;          /* counted in L->calls: process()/start() runs, the outcome not in */
-  int looked_up;        /* its idempotency lookup was made (a claim that reads the
-                         * stored outputs may stand in for it: sl__lookup_in_claim) */
+  char owner[112];       /* its claim's owner id (sl_claim.h) */
+  int claimed;           /* it holds the claim on its input */
+  uint64_t owner_seq;    /* the sequence in its owner id: a renewal's answer finds it by it */
+  int64_t claim_ms;      /* monotonic ms when its claim was last known held (the request
+                          * that took or renewed it was sent) */
+  int claim_end;         /* it failed for good holding the claim: once its dead letter is
+                          * acknowledged the claim becomes an end mark (sl__claim_finish) */
+  atomic_int claim_lost; /* a renewal found its claim lost: it claims again before it calls
+                          * (the worker reads it before process()) */
+  int claim_skip;        /* the worker did not call for it (claim_lost): claim again */
+  unsigned claim_waits;  /* times it found another replica's claim */
+  unsigned agains;       /* times it ran again in place (sl_result.again_in_ms) */
+  int64_t starts;        /* its start count (stage.max_starts): 0 not counted yet, -1 could not
+                          * be (Redis unavailable), else the starts so far, this one included:
+                          * when it ends its key is deleted, or decremented if it never ran
+                          * (sl__starts_end) */
+  int ran;               /* process()/start() was called for it */
+  int in_call;           /* counted in L->calls: process()/start() runs, the outcome not in */
+  int looked_up;         /* its idempotency lookup was made (a claim that reads the
+                          * stored outputs may stand in for it: sl__lookup_in_claim) */
   sl_outbox out;
   sl_result res;
   int outstanding;                 /* deliveries pending */
@@ -192,7 +201,8 @@ struct loop_t {
   char tier_topic[SL_RETRY_TIERS_MAX][160];
   char limit_key[160], pause_key[160];
   /* the Lua scripts the runtime runs, by SHA-1 (sl_redis_script) */
-  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store, s_starts;
+  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store, s_claim_end,
+      s_starts;
   /* jobs waiting for the shared limiter, in order: only the head asks Redis,
    * so a backlog costs one limiter call per grant, not one per waiter */
   job *lq_head, *lq_tail;
@@ -236,7 +246,7 @@ struct loop_t {
   job *xq_head, *xq_tail;
   sl_metric *m_uncounted;
   int64_t uncounted_warned_ms;
-  sl_metric *m_claim_waits;
+  sl_metric *m_claim_waits, *m_claims_lost, *m_claim_ends;
   /* jobs held while the breaker is open (breaker.hold), in order */
   job *bq_head, *bq_tail;
   int64_t bq_len;
@@ -345,7 +355,7 @@ job *sl__q_pop(job **head, job **tail);
 /* The jobs of one batch script (claims or stores), answered together. */
 typedef struct {
   int n;
-  job *jobs[SL_CLAIM_BATCH]; /* SL_STORE_BATCH is smaller */
+  job *jobs[SL_CLAIM_BATCH]; /* SL_STORE_BATCH is not larger */
 } job_batch;
 /* The batch's reply elements, per per job in order; NULL when r is not an
  * array of exactly b->n * per (an error, Redis unavailable). */
@@ -382,7 +392,15 @@ void sl__pause_noted(loop_t *L, int64_t ms);
 job *sl__bq_pop(loop_t *L);
 void sl__on_bq_timer(uv_timer_t *t);
 void sl__claim_release(job *j);
+/* j ends (sl__job_finish) still holding its claim: a dead letter
+ * acknowledged (j->claim_end, not fatal) turns it into the end mark, else
+ * it is released. */
+void sl__claim_finish(job *j);
 void sl__on_claim_renew(uv_timer_t *t);
+/* j may not call on its claim: a renewal found it lost, or none confirmed
+ * it for a lease; sl__claim_again claims again (then calls, waits or ends). */
+int sl__claim_stale(const job *j);
+void sl__claim_again(job *j);
 void sl__run_process(job *j);
 
 /* ---- sl_stage_out.c: outcomes, the store, producing ---- */

@@ -393,6 +393,10 @@ void sl__on_lookup(redisReply *r, void *ud) {
 
 void sl__work_cb(uv_work_t *w) {
   job *j = w->data;
+  if (atomic_load(&j->claim_lost)) { /* lost while it queued for a worker: not called */
+    j->claim_skip = 1;
+    return;
+  }
   sl_inline_mark mk;
   sl_inline_begin(&mk);
   j->L->o->process(j->L->o->ud, j->m, &j->out, &j->res);
@@ -403,6 +407,16 @@ void sl__after_work_cb(uv_work_t *w, int status) {
   job *j = w->data;
   (void)status;
   j->in_pool = 0;
+  if (j->claim_skip) { /* claims again: calls, waits for the new owner's outputs, or ends */
+    j->claim_skip = 0;
+    sl__call_end(j);
+    if (j->L->closing) {
+      sl__job_drop(j);
+      return;
+    }
+    sl__run_process(j);
+    return;
+  }
   if (status == 0) sl_inline_note(&j->L->inl, j->ran_ns, 0, uv_hrtime());
   sl__complete(j);
 }
@@ -483,7 +497,9 @@ void sl__complete(job *j) {
     sl_result_set(&j->res, SL_OUTCOME_FAIL, "output_invalid",
                   "an output could not be added to the outbox: %s", sl_strerror(e));
   }
-  if (!(j->res.outcome == SL_OUTCOME_DONE && L->o->idempotent && j->out.n))
+  if (j->res.outcome == SL_OUTCOME_FAIL && j->claimed && j->res.provider_called)
+    j->claim_end = 1; /* held until its dead letter is written, then an end mark */
+  else if (!(j->res.outcome == SL_OUTCOME_DONE && L->o->idempotent && j->out.n))
     sl__claim_release(j); /* nothing to store: the next claimant calls */
   switch (j->res.outcome) {
   case SL_OUTCOME_DONE:

@@ -7,35 +7,62 @@
  * stage, the message key and the input's digest). The claim is a Redis key
  * holding the claimant's owner id with a TTL (the lease), renewed while the
  * call runs and deleted by its owner once the outputs are stored (or the
- * call failed). A replica that finds a live claim does not call: it waits,
- * asking again, until the outputs are stored (it reuses them) or the claim
- * is gone (its owner failed or died: it claims and calls). So two replicas
- * holding the same message at once (a rebalance that gave a partition away
- * while a call ran, a lost session) pay once; a crash costs a second call
- * only after the dead owner's lease expires.
+ * call ended without anything to store). A replica that finds a live claim
+ * does not call: it waits, asking again, until the outputs are stored (it
+ * reuses them) or the claim is gone (its owner died: it claims and calls).
+ * So two replicas holding the same message at once (a rebalance that gave a
+ * partition away while a call ran, a lost session) pay once; a crash costs
+ * a second call only after the dead owner's lease expires.
+ *
+ * A call that failed for good (a dead letter: nothing stored for reuse, so
+ * that a replay of the dead letter calls again) does not just delete its
+ * claim: once its outputs (the dead letter) are acknowledged by Kafka, its
+ * owner replaces the claim by an end mark, "!<topic>/<partition>/<offset>|
+ * <error class>", for stage.claim_lease_ms + kafka.session_timeout_ms. A
+ * replica waiting on that input (the same message: the same topic,
+ * partition and offset) reads the mark and ends the input without calling
+ * and without a second dead letter; any other message of the input (a
+ * replay, a retry copy) takes the claim over the mark and calls.
+ *
+ * A renewal answers per claim: extended, taken again (the key had gone,
+ * an eviction or a Redis that lost writes, and no outputs are stored), or
+ * lost (another owner holds it, or outputs or an end mark are there). A
+ * lost claim is the caller's to act on: a job that has not called yet
+ * claims again before calling (and so waits for the other owner).
  *
  * Keys:
- *   sl:claim:<stage>:<key>:<digest32>   owner id; PX = the lease
+ *   sl:claim:<stage>:<key>:<digest32>   owner id (or an end mark); PX = the lease
  *   sl:idem:<stage>:<key>:<digest32>    the stored outputs (sl_stage)
  * The owner id is unique per job (process id + random + a sequence), so two
- * jobs of one process for the same input do not share a claim.
+ * jobs of one process for the same input do not share a claim; it never
+ * begins with '!'.
  *
  * ---- Script contract: sl_claim_take_lua ---------------------------------
  *   EVAL sl_claim_take_lua 2N <claim key 1> <stored key 1> ... <claim key N>
- *        <stored key N> <lease ms> <owner 1> ... <owner N>
+ *        <stored key N> <lease ms> <owner 1> ... <owner N> <tag 1> ... <tag N>
  *   claims N inputs at once (a stage sends the claims of one turn of its
- *   loop together: SL_CLAIM_BATCH at most). Reply: a flat array of N pairs
+ *   loop together: SL_CLAIM_BATCH at most); tag i is "<topic>/<partition>/
+ *   <offset>" of input i's message. Reply: a flat array of N pairs
  *   {code, value}, in the order of the inputs:
  *     1, outputs   the outputs are stored already: reuse them, no call
- *     0, ""        claimed (or already ours: the lease is extended): call
+ *     0, ""        claimed (or already ours: the lease is extended; or an
+ *                  end mark of another message, replaced): call
  *     2, ms        someone else holds it for ms more: ask again later
+ *     3, class     this very message failed for good on another replica
+ *                  and its dead letter is written: end it, no call
  * ---- sl_claim_release_lua ------------------------------------------------
  *   EVAL sl_claim_release_lua 1 <claim key> <owner>: deletes the claim when
  *   it is still ours. Reply: integer 1 deleted, 0 not ours (or gone).
  * ---- sl_claim_renew_lua --------------------------------------------------
- *   EVAL sl_claim_renew_lua N <claim key>... <lease ms> <owner>...: extends
- *   each claim still held by the owner at the same position. Reply: integer,
- *   how many were extended.
+ *   EVAL sl_claim_renew_lua 2N <claim key 1> <stored key 1> ... <lease ms>
+ *        <owner 1> ...: for each input, in order, an integer:
+ *     1  still the owner's: extended
+ *     2  the key was gone and no outputs are stored: taken again
+ *     0  lost: another owner, an end mark, or stored outputs
+ * ---- sl_claim_end_lua ----------------------------------------------------
+ *   EVAL sl_claim_end_lua 1 <claim key> <owner> <end mark> <ttl ms>:
+ *   replaces the claim by the end mark when it is still ours. Reply:
+ *   integer 1 replaced, 0 not ours (or gone).
  * ---- sl_claim_store_lua --------------------------------------------------
  *   EVAL sl_claim_store_lua 2N <stored key 1> <claim key 1> ... <stored key N>
  *        <claim key N> <ttl s> <outputs 1> <owner 1> ... <outputs N> <owner N>
@@ -62,16 +89,20 @@
 extern const char sl_claim_take_lua[];
 extern const char sl_claim_release_lua[];
 extern const char sl_claim_renew_lua[];
+extern const char sl_claim_end_lua[];
 extern const char sl_claim_store_lua[];
 extern const char sl_claim_starts_lua[];
 
-/* Inputs claimed by one sl_claim_take_lua (3 arguments each, plus the lease:
+/* Inputs claimed by one sl_claim_take_lua (4 arguments each, plus the lease:
  * within SL__REDIS_SCRIPT_MAX_ARGS). */
-#define SL_CLAIM_BATCH 20
+#define SL_CLAIM_BATCH 15
 /* Inputs stored by one sl_claim_store_lua (4 arguments each, plus the TTL). */
 #define SL_STORE_BATCH 15
 
 /* Reply codes of sl_claim_take_lua. */
-enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2 };
+enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2, SL_CLAIM_ENDED = 3 };
+
+/* Answers of sl_claim_renew_lua, per claim. */
+enum { SL_RENEW_LOST = 0, SL_RENEW_EXTENDED = 1, SL_RENEW_RETAKEN = 2 };
 
 #endif
