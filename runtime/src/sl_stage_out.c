@@ -497,7 +497,7 @@ void sl__complete(job *j) {
     sl_result_set(&j->res, SL_OUTCOME_FAIL, "output_invalid",
                   "an output could not be added to the outbox: %s", sl_strerror(e));
   }
-  if (j->res.outcome == SL_OUTCOME_FAIL && j->claimed && j->res.provider_called)
+  if (j->res.outcome == SL_OUTCOME_FAIL && j->claimed)
     j->claim_end = 1; /* held until its dead letter is written, then an end mark */
   else if (!(j->res.outcome == SL_OUTCOME_DONE && L->o->idempotent && j->out.n))
     sl__claim_release(j); /* nothing to store: the next claimant calls */
