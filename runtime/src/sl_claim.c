@@ -81,10 +81,12 @@ const char sl_claim_store_lua[] =
     "end\n"
     "return out\n";
 
-const char sl_claim_starts_lua[] = "local out = {}\n"
-                                   "for i, k in ipairs(KEYS) do\n"
-                                   "  local n = redis.call('INCR', k)\n"
-                                   "  if n == 1 then redis.call('EXPIRE', k, ARGV[1]) end\n"
-                                   "  out[i] = n\n"
+const char sl_claim_starts_lua[] = "local n = tonumber(ARGV[2])\n"
+                                   "for i = n + 1, #KEYS do redis.call('DEL', KEYS[i]) end\n"
+                                   "local out = {}\n"
+                                   "for i = 1, n do\n"
+                                   "  local c = redis.call('INCR', KEYS[i])\n"
+                                   "  if c == 1 then redis.call('EXPIRE', KEYS[i], ARGV[1]) end\n"
+                                   "  out[i] = c\n"
                                    "end\n"
                                    "return out\n";

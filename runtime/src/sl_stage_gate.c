@@ -736,22 +736,32 @@ static void started(job *j, const redisReply *r) {
          (long long)L->cc->max_starts);
 }
 
+/* One starts script: the jobs counted, and whether it also deleted the
+ * counts of inputs that ended (a solo run waits for that answer too). */
+typedef struct {
+  job_batch b;
+  int dels;
+} starts_batch;
+
 static void on_starts(redisReply *r, void *ud) {
-  job_batch *b = ud;
-  redisReply **el = sl__batch_reply(b, r, 1);
-  for (int i = 0; i < b->n; i++) started(b->jobs[i], el ? el[i] : NULL);
-  free(b);
+  starts_batch *sb = ud;
+  loop_t *L = sb->b.n ? sb->b.jobs[0]->L : NULL;
+  redisReply **el = sl__batch_reply(&sb->b, r, 1);
+  for (int i = 0; i < sb->b.n; i++) started(sb->b.jobs[i], el ? el[i] : NULL);
+  if (sb->dels && L) on_counted(r, L);
+  free(sb);
 }
 
 void sl__starts_flush(loop_t *L) {
-  starts_del_flush(L); /* first: an input taken again after it ended counts from 0 */
-  char ttl[32];
+  char ttl[32], nk[16];
   snprintf(ttl, sizeof ttl, "%d", SL_STARTS_TTL_S);
   while (L->tq_head) {
-    job_batch *b = malloc(sizeof *b);
+    starts_batch *sb = malloc(sizeof *sb);
+    job_batch *b = sb ? &sb->b : NULL;
     char keys[SL_CLAIM_BATCH][256];
     job *j;
     if (!b) { /* no memory: each one runs uncounted, as without Redis */
+      starts_del_flush(L);
       while ((j = sl__q_pop(&L->tq_head, &L->tq_tail)) != NULL) {
         L->tq_len--;
         L->counting--;
@@ -761,6 +771,7 @@ void sl__starts_flush(loop_t *L) {
       return;
     }
     b->n = 0;
+    sb->dels = 0;
     while (b->n < SL_CLAIM_BATCH && (j = sl__q_pop(&L->tq_head, &L->tq_tail)) != NULL) {
       L->tq_len--;
       starts_key(j, keys[b->n], sizeof keys[b->n]);
@@ -774,15 +785,26 @@ void sl__starts_flush(loop_t *L) {
     }
     int n = b->n;
     if (!n) {
-      free(b);
+      free(sb);
       continue;
     }
-    const char *argv[SL_CLAIM_BATCH + 1];
+    /* the counts of the inputs that ended go first, in the same script
+     * when they fit (an input taken again after it ended counts from 0) */
+    if (L->sdel_n > SL__REDIS_SCRIPT_MAX_ARGS - 2 - n) starts_del_flush(L);
+    int d = L->sdel_n;
+    const char *argv[SL__REDIS_SCRIPT_MAX_ARGS];
     for (int i = 0; i < n; i++) argv[i] = keys[i];
-    argv[n] = ttl;
-    if (sl_aredis_eval(L->redis, on_starts, b, &L->s_starts, n, n + 1, argv, NULL) != 0)
-      on_starts(NULL, b); /* Redis unavailable: each one runs uncounted */
+    for (int i = 0; i < d; i++) argv[n + i] = L->sdel[i];
+    snprintf(nk, sizeof nk, "%d", n);
+    argv[n + d] = ttl;
+    argv[n + d + 1] = nk;
+    sb->dels = d > 0;
+    L->sdel_n = 0;
+    if (sb->dels) L->counting++;
+    if (sl_aredis_eval(L->redis, on_starts, sb, &L->s_starts, n + d, n + d + 2, argv, NULL) != 0)
+      on_starts(NULL, sb); /* Redis unavailable: each one runs uncounted */
   }
+  starts_del_flush(L); /* no count to send them with */
 }
 
 /* Counts j's start: queued, and sent with the other counts of this turn of

@@ -74,12 +74,16 @@
  *   of N integers, in order: 1 the claim was released, 0 it was not the
  *   owner's (or gone), -1 no owner given.
  * ---- sl_claim_starts_lua -------------------------------------------------
- *   EVAL sl_claim_starts_lua N <starts key 1> ... <starts key N> <ttl s>
- *   counts one more start of each input (INCR; a new key gets the TTL) and
- *   replies an array of N integers, in order: the starts so far, this one
- *   included (stage.max_starts; the key is sl_idem_starts_key's, deleted
- *   by the runtime when the input finishes). A stage sends the starts of
- *   one turn of its loop together (SL_CLAIM_BATCH at most).
+ *   EVAL sl_claim_starts_lua N+D <starts key 1> ... <starts key N>
+ *        <ended key 1> ... <ended key D> <ttl s> <N>
+ *   first deletes the D counts of inputs that ended (their keys are
+ *   sl_idem_starts_key's: the runtime deletes an input's count when it
+ *   finishes, here with the next counts when there are some, so one round
+ *   trip does both), then counts one more start of each of the N inputs
+ *   (INCR; a new key gets the TTL) and replies an array of N integers, in
+ *   order: the starts so far, this one included (stage.max_starts). A stage
+ *   sends the starts of one turn of its loop together (SL_CLAIM_BATCH at
+ *   most, and at most SL__REDIS_SCRIPT_MAX_ARGS - 2 keys in all).
  */
 #ifndef SLUICE_SL_CLAIM_H
 #define SLUICE_SL_CLAIM_H
