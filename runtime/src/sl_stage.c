@@ -707,7 +707,7 @@ void sl__holds_key(job *j) {
   if (L->o->idempotent) {
     sl_sha256_hex(j->m->payload, j->m->len, j->digest);
     /* a claim reads the stored outputs anyway: one round trip, not two */
-    if (!sl__lookup_in_claim(j) && sl__lookup(j) == 0) return;
+    if (!sl__lookup_in_claim(j) && (sl__lookup_counted(j) == 0 || sl__lookup(j) == 0)) return;
   }
   sl__gate(j);
 }
@@ -850,7 +850,7 @@ static void on_batch_idle(uv_idle_t *h) {
   sl__calls_resume(L);
 }
 
-_Static_assert(SL_STORE_BATCH <= SL_CLAIM_BATCH, "a job_batch holds either");
+_Static_assert(SL_CLAIM_BATCH <= SL_STORE_BATCH, "a job_batch holds either");
 
 redisReply **sl__batch_reply(const job_batch *b, const redisReply *r, size_t per) {
   return r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n * per ? r->element : NULL;
@@ -985,6 +985,7 @@ int sl_stage_run(const sl_stage_opts *o, volatile sig_atomic_t *stop) {
   sl_redis_script_init(&L->s_claim_store, sl_claim_store_lua);
   sl_redis_script_init(&L->s_claim_end, sl_claim_end_lua);
   sl_redis_script_init(&L->s_starts, sl_claim_starts_lua);
+  sl_redis_script_init(&L->s_lookup, sl_claim_lookup_lua);
   snprintf(L->limit_key, sizeof L->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
   snprintf(L->pause_key, sizeof L->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
 

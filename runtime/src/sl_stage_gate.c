@@ -279,6 +279,8 @@ int sl__lookup_in_claim(const job *j) {
 
 static void call_now(job *j);
 static void claim_try(job *j);
+static void counted_as(job *j, long long n);
+static void starts_key(const job *j, char *buf, size_t len);
 
 static int claims_on(const job *j) {
   const loop_t *L = j->L;
@@ -347,6 +349,11 @@ static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
   }
   if (code == SL_CLAIM_CLAIMED) {
     j->claimed = 1;
+    if (v->len && !j->starts) { /* counted with the claim (one round trip) */
+      L->counting++;
+      counted_as(j, strtoll(v->str, NULL, 10));
+      return;
+    }
     call_now(j);
     return;
   }
@@ -385,11 +392,12 @@ static void on_claims(redisReply *r, void *ud) {
 
 /* Sends the claims waiting in L->cq, SL_CLAIM_BATCH to a script. */
 void sl__claims_flush(loop_t *L) {
-  char lease[32];
+  char lease[32], starts_ttl[32];
   snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  snprintf(starts_ttl, sizeof starts_ttl, "%d", SL_STARTS_TTL_S);
   while (L->cq_head) {
     job_batch *b = malloc(sizeof *b);
-    char keys[SL_CLAIM_BATCH][2][256]; /* claim and store key of each */
+    char keys[SL_CLAIM_BATCH][3][256]; /* claim, store and starts key of each */
     char tags[SL_CLAIM_BATCH][200];    /* its message (sl_claim_take_lua) */
     if (!b) {                          /* no memory: each one calls (fail open, as without Redis) */
       job *j;
@@ -397,7 +405,7 @@ void sl__claims_flush(loop_t *L) {
       return;
     }
     b->n = 0;
-    const char *argv[4 * SL_CLAIM_BATCH + 1];
+    const char *argv[5 * SL_CLAIM_BATCH + 2];
     while (L->cq_head && b->n < SL_CLAIM_BATCH) {
       job *j = cq_pop(L);
       if (sl__job_stale(j)) { /* its partition went away while it waited */
@@ -406,6 +414,8 @@ void sl__claims_flush(loop_t *L) {
       }
       claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
       sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
+      keys[b->n][2][0] = '\0'; /* its start is counted with the claim, once */
+      if (!j->starts && L->cc->max_starts > 0) starts_key(j, keys[b->n][2], sizeof keys[b->n][2]);
       claim_tag(j, tags[b->n], sizeof tags[b->n]);
       b->jobs[b->n++] = j;
     }
@@ -415,13 +425,15 @@ void sl__claims_flush(loop_t *L) {
       continue;
     }
     for (int i = 0; i < n; i++) {
-      argv[2 * i] = keys[i][0];
-      argv[2 * i + 1] = keys[i][1];
-      argv[2 * n + 1 + i] = b->jobs[i]->owner;
-      argv[3 * n + 1 + i] = tags[i];
+      argv[3 * i] = keys[i][0];
+      argv[3 * i + 1] = keys[i][1];
+      argv[3 * i + 2] = keys[i][2];
+      argv[3 * n + 2 + i] = b->jobs[i]->owner;
+      argv[4 * n + 2 + i] = tags[i];
     }
-    argv[2 * n] = lease;
-    int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 2 * n, 4 * n + 1, argv, NULL);
+    argv[3 * n] = lease;
+    argv[3 * n + 1] = starts_ttl;
+    int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 3 * n, 5 * n + 2, argv, NULL);
     if (rc != 0) on_claims(NULL, b); /* Redis unavailable: each one calls */
   }
 }
@@ -691,8 +703,9 @@ static void solo_wait(job *j) {
   sl__q_push(&j->L->xq_head, &j->L->xq_tail, j);
 }
 
-/* j's count came back: r its element of the batch's reply, or NULL */
-static void started(job *j, const redisReply *r) {
+/* j's count came back: n its starts so far, this one included (< 1: it
+ * could not be counted); a command of L->counting answered */
+static void counted_as(job *j, long long n) {
   loop_t *L = j->L;
   L->counting--;
   if (L->closing) {
@@ -700,10 +713,10 @@ static void started(job *j, const redisReply *r) {
     return;
   }
   solo_kick(L);
-  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 1) {
+  if (n < 1) {
     uncounted(j);
   } else {
-    j->starts = r->integer;
+    j->starts = n;
     L->counted++;
   }
   if (sl__job_stale(j)) { /* its partition went away meanwhile: the start is taken back */
@@ -734,6 +747,11 @@ static void started(job *j, const redisReply *r) {
          "(at %lld of stage.max_starts it is dead-lettered as poison)",
          j->p->id.topic, (int)j->p->id.partition, (long long)j->offset, (long long)(j->starts - 1),
          (long long)L->cc->max_starts);
+}
+
+/* j's count came back: r its element of the batch's reply, or NULL */
+static void started(job *j, const redisReply *r) {
+  counted_as(j, r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0);
 }
 
 /* One starts script: the jobs counted, and whether it also deleted the
@@ -805,6 +823,42 @@ void sl__starts_flush(loop_t *L) {
       on_starts(NULL, sb); /* Redis unavailable: each one runs uncounted */
   }
   starts_del_flush(L); /* no count to send them with */
+}
+
+/* The folded lookup's answer: stored outputs (nothing was counted), or
+ * the count, as sl__starts_flush's scripts answer it. */
+static void on_lookup_counted(redisReply *r, void *ud) {
+  job *j = ud;
+  loop_t *L = j->L;
+  int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER;
+  if (ok && r->element[0]->integer == 1 && r->element[1]->type == REDIS_REPLY_STRING &&
+      !L->closing) {
+    L->counting--;
+    solo_kick(L);
+    if (sl__use_stored(j, r->element[1]->str, r->element[1]->len)) return;
+    /* unusable stored outputs: as if there were none, counted on its own */
+    sl__gate(j);
+    return;
+  }
+  if (!ok) sl_log(SL_LOG_DEBUG, j->key, "idempotency lookup unavailable; processing");
+  started(j, ok ? r->element[1] : NULL); /* NULL: runs uncounted */
+}
+
+int sl__lookup_counted(job *j) {
+  loop_t *L = j->L;
+  if (L->o->provider || L->cc->max_starts <= 0) return SL_EINVAL; /* the gate may hold it */
+  char k[256], sk[256], ttl[32];
+  sl__idem_key(j, k, sizeof k);
+  starts_key(j, sk, sizeof sk);
+  if (!k[0] || !sk[0]) return SL_EINVAL;
+  snprintf(ttl, sizeof ttl, "%d", SL_STARTS_TTL_S);
+  const char *argv[] = {k, sk, ttl};
+  j->looked_up = 1;
+  L->counting++;
+  int rc = sl_aredis_eval(L->redis, on_lookup_counted, j, &L->s_lookup, 2, 3, argv, NULL);
+  if (rc != 0) L->counting--;
+  return rc;
 }
 
 /* Counts j's start: queued, and sent with the other counts of this turn of

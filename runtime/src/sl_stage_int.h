@@ -202,7 +202,7 @@ struct loop_t {
   char limit_key[160], pause_key[160];
   /* the Lua scripts the runtime runs, by SHA-1 (sl_redis_script) */
   sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_store, s_claim_end,
-      s_starts;
+      s_starts, s_lookup;
   /* jobs waiting for the shared limiter, in order: only the head asks Redis,
    * so a backlog costs one limiter call per grant, not one per waiter */
   job *lq_head, *lq_tail;
@@ -355,7 +355,7 @@ job *sl__q_pop(job **head, job **tail);
 /* The jobs of one batch script (claims or stores), answered together. */
 typedef struct {
   int n;
-  job *jobs[SL_CLAIM_BATCH]; /* SL_STORE_BATCH is not larger */
+  job *jobs[SL_STORE_BATCH]; /* SL_CLAIM_BATCH is not larger */
 } job_batch;
 /* The batch's reply elements, per per job in order; NULL when r is not an
  * array of exactly b->n * per (an error, Redis unavailable). */
@@ -386,6 +386,11 @@ void sl__calls_release(loop_t *L);
  * breaker opened, a pause) makes its lookup first, so stored outputs are
  * still answered at once. */
 int sl__lookup_in_claim(const job *j);
+/* A stage without a provider gate counts an input's start with its
+ * idempotency lookup, in one round trip (sl_claim_lookup_lua): 0 sent
+ * (the answer reuses stored outputs or runs the job, counted), else
+ * nothing sent and the caller looks up alone. */
+int sl__lookup_counted(job *j);
 /* This process paused the provider for ms (a 429): its own calls see the
  * pause at once, before the pause key is read again. */
 void sl__pause_noted(loop_t *L, int64_t ms);

@@ -38,15 +38,20 @@
  * begins with '!'.
  *
  * ---- Script contract: sl_claim_take_lua ---------------------------------
- *   EVAL sl_claim_take_lua 2N <claim key 1> <stored key 1> ... <claim key N>
- *        <stored key N> <lease ms> <owner 1> ... <owner N> <tag 1> ... <tag N>
+ *   EVAL sl_claim_take_lua 3N <claim key 1> <stored key 1> <starts key 1> ...
+ *        <claim key N> <stored key N> <starts key N> <lease ms> <starts ttl s>
+ *        <owner 1> ... <owner N> <tag 1> ... <tag N>
  *   claims N inputs at once (a stage sends the claims of one turn of its
  *   loop together: SL_CLAIM_BATCH at most); tag i is "<topic>/<partition>/
- *   <offset>" of input i's message. Reply: a flat array of N pairs
- *   {code, value}, in the order of the inputs:
+ *   <offset>" of input i's message; starts key i is sl_idem_starts_key's
+ *   for an input whose start is to be counted with its claim (the count of
+ *   stage.max_starts, as sl_claim_starts_lua counts), else "". Reply: a
+ *   flat array of N pairs {code, value}, in the order of the inputs:
  *     1, outputs   the outputs are stored already: reuse them, no call
- *     0, ""        claimed (or already ours: the lease is extended; or an
- *                  end mark of another message, replaced): call
+ *     0, starts    claimed (or already ours: the lease is extended; or an
+ *                  end mark of another message, replaced): call; starts is
+ *                  the input's count so far, this start included ("" when
+ *                  it was not to be counted)
  *     2, ms        someone else holds it for ms more: ask again later
  *     3, class     this very message failed for good on another replica
  *                  and its dead letter is written: end it, no call
@@ -84,6 +89,12 @@
  *   order: the starts so far, this one included (stage.max_starts). A stage
  *   sends the starts of one turn of its loop together (SL_CLAIM_BATCH at
  *   most, and at most SL__REDIS_SCRIPT_MAX_ARGS - 2 keys in all).
+ * ---- sl_claim_lookup_lua ------------------------------------------------
+ *   EVAL sl_claim_lookup_lua 2 <stored key> <starts key> <ttl s>
+ *   the idempotency lookup and the start count in one round trip, for a
+ *   stage whose inputs run as soon as they are looked up (no provider gate
+ *   between): {1, outputs} the outputs are stored (nothing counted), or
+ *   {0, starts} as sl_claim_starts_lua counts.
  */
 #ifndef SLUICE_SL_CLAIM_H
 #define SLUICE_SL_CLAIM_H
@@ -96,10 +107,11 @@ extern const char sl_claim_renew_lua[];
 extern const char sl_claim_end_lua[];
 extern const char sl_claim_store_lua[];
 extern const char sl_claim_starts_lua[];
+extern const char sl_claim_lookup_lua[];
 
-/* Inputs claimed by one sl_claim_take_lua (4 arguments each, plus the lease:
- * within SL__REDIS_SCRIPT_MAX_ARGS). */
-#define SL_CLAIM_BATCH 15
+/* Inputs claimed by one sl_claim_take_lua (5 arguments each, plus the lease
+ * and the TTL: within SL__REDIS_SCRIPT_MAX_ARGS). */
+#define SL_CLAIM_BATCH 12
 /* Inputs stored by one sl_claim_store_lua (4 arguments each, plus the TTL). */
 #define SL_STORE_BATCH 15
 
