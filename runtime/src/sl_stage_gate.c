@@ -606,6 +606,8 @@ static void starts_key(const job *j, char *buf, size_t len) {
     buf[0] = '\0';
 }
 
+void sl__starts_key(const job *j, char *buf, size_t len) { starts_key(j, buf, len); }
+
 /* what waits on the count may go (on the next turn of the loop) */
 static void solo_kick(loop_t *L) {
   if (L->pending || L->xq_head) sl__batch_soon(L);
@@ -641,6 +643,14 @@ static void starts_uncount(job *j) {
   if (!k[0]) return;
   const char *argv[] = {"DECR", k};
   if (sl_aredis_argv(L->redis, on_counted, L, 2, argv, NULL) == 0) L->counting++;
+}
+
+void sl__starts_stored(job *j) {
+  loop_t *L = j->L;
+  if (j->starts <= 0) return;
+  j->starts = 0; /* deleted with the store: nothing left for sl__starts_end */
+  L->counted--;
+  solo_kick(L);
 }
 
 void sl__starts_end(job *j) {

@@ -391,6 +391,11 @@ int sl__lookup_in_claim(const job *j);
  * (the answer reuses stored outputs or runs the job, counted), else
  * nothing sent and the caller looks up alone. */
 int sl__lookup_counted(job *j);
+/* j's start count key (sl_idem_starts_key), or "" */
+void sl__starts_key(const job *j, char *buf, size_t len);
+/* j's start count was deleted with its stored outputs (sl_claim_store_lua):
+ * it is over, as sl__starts_end would have made it */
+void sl__starts_stored(job *j);
 /* This process paused the provider for ms (a 429): its own calls see the
  * pause at once, before the pause key is read again. */
 void sl__pause_noted(loop_t *L, int64_t ms);

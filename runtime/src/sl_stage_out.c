@@ -272,7 +272,8 @@ static void stored(job *j, const redisReply *r) {
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
   else if (j->claimed && r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
-    j->claimed = 0;     /* the store script released it (or it was not ours any more) */
+    j->claimed = 0; /* the store script released it (or it was not ours any more) */
+  if (r && r->type == REDIS_REPLY_INTEGER) sl__starts_stored(j); /* its count went with it */
   sl__claim_release(j); /* after the store: a waiting replica finds the outputs */
   sl__produce(j);
 }
@@ -294,8 +295,8 @@ void sl__stores_flush(loop_t *L) {
   while (L->sq_head) {
     job_batch *b = malloc(sizeof *b);
     struct {
-      char k[256], ck[256];
-      uint8_t *buf; /* the packed outputs (sl_idem_pack) */
+      char k[256], ck[256], tk[256]; /* stored, claim and starts key */
+      uint8_t *buf;                  /* the packed outputs (sl_idem_pack) */
       size_t n;
     } e[SL_STORE_BATCH];
     if (!b) { /* no memory: produced unstored, as without Redis */
@@ -320,26 +321,31 @@ void sl__stores_flush(loop_t *L) {
       }
       if (!j->claimed || sl_idem_claim_key(e[i].ck, sizeof e[i].ck, L->o->stage, j->key, j->digest))
         e[i].ck[0] = '\0'; /* stored only; a claim is released on its own after */
+      /* its run is over once its outputs are stored: its start count goes too */
+      e[i].tk[0] = '\0';
+      if (j->starts > 0) sl__starts_key(j, e[i].tk, sizeof e[i].tk);
       b->jobs[b->n++] = j;
     }
     int n = b->n;
-    const char *argv[4 * SL_STORE_BATCH + 1];
-    size_t lens[4 * SL_STORE_BATCH + 1];
+    const char *argv[5 * SL_STORE_BATCH + 1];
+    size_t lens[5 * SL_STORE_BATCH + 1];
     for (int i = 0; i < n; i++) {
       const char *owner = e[i].ck[0] ? b->jobs[i]->owner : "";
-      argv[2 * i] = e[i].k;
-      argv[2 * i + 1] = e[i].ck;
-      argv[2 * n + 1 + 2 * i] = (const char *)e[i].buf;
-      argv[2 * n + 2 + 2 * i] = owner;
-      lens[2 * i] = strlen(e[i].k);
-      lens[2 * i + 1] = strlen(e[i].ck);
-      lens[2 * n + 1 + 2 * i] = e[i].n;
-      lens[2 * n + 2 + 2 * i] = strlen(owner);
+      argv[3 * i] = e[i].k;
+      argv[3 * i + 1] = e[i].ck;
+      argv[3 * i + 2] = e[i].tk;
+      argv[3 * n + 1 + 2 * i] = (const char *)e[i].buf;
+      argv[3 * n + 2 + 2 * i] = owner;
+      lens[3 * i] = strlen(e[i].k);
+      lens[3 * i + 1] = strlen(e[i].ck);
+      lens[3 * i + 2] = strlen(e[i].tk);
+      lens[3 * n + 1 + 2 * i] = e[i].n;
+      lens[3 * n + 2 + 2 * i] = strlen(owner);
     }
-    argv[2 * n] = ttl;
-    lens[2 * n] = strlen(ttl);
+    argv[3 * n] = ttl;
+    lens[3 * n] = strlen(ttl);
     int rc =
-        n ? sl_aredis_eval(L->redis, on_stores, b, &L->s_claim_store, 2 * n, 4 * n + 1, argv, lens)
+        n ? sl_aredis_eval(L->redis, on_stores, b, &L->s_claim_store, 3 * n, 5 * n + 1, argv, lens)
           : 0;
     for (int i = 0; i < n; i++) free(e[i].buf);
     if (!n)

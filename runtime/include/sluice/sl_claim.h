@@ -69,15 +69,18 @@
  *   replaces the claim by the end mark when it is still ours. Reply:
  *   integer 1 replaced, 0 not ours (or gone).
  * ---- sl_claim_store_lua --------------------------------------------------
- *   EVAL sl_claim_store_lua 2N <stored key 1> <claim key 1> ... <stored key N>
- *        <claim key N> <ttl s> <outputs 1> <owner 1> ... <outputs N> <owner N>
- *   stores each input's outputs (SET EX), then deletes its claim when it is
- *   still the owner's: one round trip where calls end, the outputs always
- *   stored before the claim goes (a waiting replica finds them). An empty
- *   owner stores only (an input not claimed). A stage sends the stores of
- *   one turn of its loop together (SL_STORE_BATCH at most). Reply: an array
- *   of N integers, in order: 1 the claim was released, 0 it was not the
- *   owner's (or gone), -1 no owner given.
+ *   EVAL sl_claim_store_lua 3N <stored key 1> <claim key 1> <starts key 1>
+ *        ... <stored key N> <claim key N> <starts key N> <ttl s>
+ *        <outputs 1> <owner 1> ... <outputs N> <owner N>
+ *   stores each input's outputs (SET EX), deletes its start count (a
+ *   starts key "" for none: its run is over once its outputs are stored),
+ *   then deletes its claim when it is still the owner's: one round trip
+ *   where calls end, the outputs always stored before the claim goes (a
+ *   waiting replica finds them). An empty owner stores only (an input not
+ *   claimed). A stage sends the stores of one turn of its loop together
+ *   (SL_STORE_BATCH at most). Reply: an array of N integers, in order: 1
+ *   the claim was released, 0 it was not the owner's (or gone), -1 no
+ *   owner given.
  * ---- sl_claim_starts_lua -------------------------------------------------
  *   EVAL sl_claim_starts_lua N+D <starts key 1> ... <starts key N>
  *        <ended key 1> ... <ended key D> <ttl s> <N>
@@ -112,8 +115,8 @@ extern const char sl_claim_lookup_lua[];
 /* Inputs claimed by one sl_claim_take_lua (5 arguments each, plus the lease
  * and the TTL: within SL__REDIS_SCRIPT_MAX_ARGS). */
 #define SL_CLAIM_BATCH 12
-/* Inputs stored by one sl_claim_store_lua (4 arguments each, plus the TTL). */
-#define SL_STORE_BATCH 15
+/* Inputs stored by one sl_claim_store_lua (5 arguments each, plus the TTL). */
+#define SL_STORE_BATCH 12
 
 /* Reply codes of sl_claim_take_lua. */
 enum { SL_CLAIM_CLAIMED = 0, SL_CLAIM_STORED = 1, SL_CLAIM_HELD = 2, SL_CLAIM_ENDED = 3 };
