@@ -445,7 +445,25 @@ static void test_sandbox_confined(void **state) {
       snprintf(at, sizeof at, "%s/%s", path, e->d_name);
       ssize_t n = readlink(at, link, sizeof link - 1);
       link[n > 0 ? n : 0] = '\0';
-      /* GStreamer's own wake-up descriptors are the only others */
+      /* the recording's and the FLAC's memory files (the recording's
+       * read-only), and GStreamer's own wake-up descriptors */
+      int fd = atoi(e->d_name);
+      if (fd == SL_PF_WIRE_FD_RECORDING || fd == SL_PF_WIRE_FD_FLAC) {
+        const char *want =
+            fd == SL_PF_WIRE_FD_FLAC ? "/memfd:sluice-flac" : "/memfd:sluice-recording";
+        if (strncmp(link, want, strlen(want)) != 0)
+          fail_msg("the decoder's descriptor %d is %s, not %s", fd, link, want);
+        char info[128], line[128];
+        snprintf(info, sizeof info, "/proc/%d/fdinfo/%d", (int)pid, fd);
+        FILE *fi = fopen(info, "r");
+        assert_non_null(fi);
+        long flags = -1;
+        while (fgets(line, sizeof line, fi))
+          if (strncmp(line, "flags:", 6) == 0) flags = strtol(line + 6, NULL, 8);
+        fclose(fi);
+        assert_int_equal(flags & O_ACCMODE, fd == SL_PF_WIRE_FD_FLAC ? O_RDWR : O_RDONLY);
+        continue;
+      }
       if (!strstr(link, "eventfd") && !strstr(link, "pipe:") && !strstr(link, "socket:"))
         fail_msg("the decoder holds descriptor %s: %s", e->d_name, link);
       if (strstr(link, "socket:")) {
@@ -454,6 +472,21 @@ static void test_sandbox_confined(void **state) {
       }
     }
   closedir(d);
+  /* what it writes into its files is bounded like its memory (256 MiB) */
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+  FILE *lim = fopen(path, "r");
+  assert_non_null(lim);
+  char line[256];
+  int fsize = 0;
+  while (fgets(line, sizeof line, lim))
+    if (strncmp(line, "Max file size", 13) == 0) {
+      unsigned long long soft = 0, hard = 0;
+      assert_int_equal(sscanf(line + 13, "%llu %llu", &soft, &hard), 2);
+      assert_true(soft == 256ull << 20 && hard == 256ull << 20);
+      fsize = 1;
+    }
+  fclose(lim);
+  assert_true(fsize);
   snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
   FILE *f = fopen(path, "r");
   assert_non_null(f);
