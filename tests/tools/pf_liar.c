@@ -68,10 +68,8 @@ int main(int argc, char **argv) {
   for (int n = 0;; n++) {
     sl_pf_wire_req req;
     if (read_all(STDIN_FILENO, &req, sizeof req) != 0) return 0;
-    sl_pf_wire_resp resp = {.magic = SL_PF_WIRE_MAGIC,
-                            .size = sizeof resp,
-                            .duration_s = 1.0,
-                            .flac_len = FLAC_BYTES};
+    sl_pf_wire_resp resp = {
+        .magic = SL_PF_WIRE_MAGIC, .size = sizeof resp, .duration_s = 1.0, .flac_len = FLAC_BYTES};
     if (pwrite(SL_PF_WIRE_FD_FLAC, flac, sizeof flac, 0) != (ssize_t)sizeof flac) return 2;
     if (strcmp(how, "overclaim") == 0) {
       resp.flac_len = FLAC_BYTES + 1000;
