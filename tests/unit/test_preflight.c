@@ -445,7 +445,25 @@ static void test_sandbox_confined(void **state) {
       snprintf(at, sizeof at, "%s/%s", path, e->d_name);
       ssize_t n = readlink(at, link, sizeof link - 1);
       link[n > 0 ? n : 0] = '\0';
-      /* GStreamer's own wake-up descriptors are the only others */
+      /* the recording's and the FLAC's memory files (the recording's
+       * read-only), and GStreamer's own wake-up descriptors */
+      int fd = atoi(e->d_name);
+      if (fd == SL_PF_WIRE_FD_RECORDING || fd == SL_PF_WIRE_FD_FLAC) {
+        const char *want =
+            fd == SL_PF_WIRE_FD_FLAC ? "/memfd:sluice-flac" : "/memfd:sluice-recording";
+        if (strncmp(link, want, strlen(want)) != 0)
+          fail_msg("the decoder's descriptor %d is %s, not %s", fd, link, want);
+        char info[128], line[128];
+        snprintf(info, sizeof info, "/proc/%d/fdinfo/%d", (int)pid, fd);
+        FILE *fi = fopen(info, "r");
+        assert_non_null(fi);
+        long flags = -1;
+        while (fgets(line, sizeof line, fi))
+          if (strncmp(line, "flags:", 6) == 0) flags = strtol(line + 6, NULL, 8);
+        fclose(fi);
+        assert_int_equal(flags & O_ACCMODE, fd == SL_PF_WIRE_FD_FLAC ? O_RDWR : O_RDONLY);
+        continue;
+      }
       if (!strstr(link, "eventfd") && !strstr(link, "pipe:") && !strstr(link, "socket:"))
         fail_msg("the decoder holds descriptor %s: %s", e->d_name, link);
       if (strstr(link, "socket:")) {
@@ -454,6 +472,21 @@ static void test_sandbox_confined(void **state) {
       }
     }
   closedir(d);
+  /* what it writes into its files is bounded like its memory (256 MiB) */
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+  FILE *lim = fopen(path, "r");
+  assert_non_null(lim);
+  char line[256];
+  int fsize = 0;
+  while (fgets(line, sizeof line, lim))
+    if (strncmp(line, "Max file size", 13) == 0) {
+      unsigned long long soft = 0, hard = 0;
+      assert_int_equal(sscanf(line + 13, "%llu %llu", &soft, &hard), 2);
+      assert_true(soft == 256ull << 20 && hard == 256ull << 20);
+      fsize = 1;
+    }
+  fclose(lim);
+  assert_true(fsize);
   snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
   FILE *f = fopen(path, "r");
   assert_non_null(f);
@@ -515,6 +548,47 @@ static void test_sandbox_deadline(void **state) {
   sl_pf_result_clear(&r);
   assert_true(sl_pf_sandbox_pid(j.sb) != second);
   sl_pf_sandbox_free(j.sb);
+}
+
+/* A decoding process that lies about the FLAC it wrote (tests/tools/
+ * pf_liar.c: a length past its file or past the answer's bound, a file
+ * grown past that bound, now or between answers) is believed in nothing:
+ * the answer fails as one that broke its decoder's limits, no FLAC, the
+ * process killed; the honest control passes. */
+static void test_sandbox_liars(void **state) {
+  (void)state;
+  static const char *const how[] = {"honest", "overclaim", "overbound", "sparse", "grows"};
+  sl_pf_conf c = conf;
+  c.max_seconds = 10; /* a bound of 1.3 MB */
+  for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {
+    char link[128];
+    snprintf(link, sizeof link, "%s/pf_liar-%s", dir, how[i]);
+    unlink(link);
+    assert_int_equal(symlink(PF_LIAR, link), 0);
+    sl_pf_sandbox *sb = NULL;
+    char err[256] = "";
+    sl_pf_sandbox_conf sc = {.path = link, .memory_mb = 256, .grace_ms = 500};
+    if (sl_pf_sandbox_new(&sc, &sb, err, sizeof err)) fail_msg("%s", err);
+    sl_pf_result r;
+    int honest = strcmp(how[i], "honest") == 0, grows = strcmp(how[i], "grows") == 0;
+    for (int n = 0; n < 2; n++) {
+      int rc = check_in(sb, "speech.webm", &c, &r);
+      if (honest || (grows && n == 0)) {
+        if (rc != 0 || r.flac_len != 100) fail_msg("%s: %s (%s)", how[i], sl_err_name(rc), r.err);
+        sl_pf_result_clear(&r);
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL); /* grows: ~100 MiB */
+        continue;
+      }
+      if (rc != SL_ETIMEDOUT || !strstr(r.err, "broke the wire") || r.flac || r.flac_len)
+        fail_msg("%s, answer %d: %s (%s), %zu FLAC bytes", how[i], n, sl_err_name(rc), r.err,
+                 r.flac_len);
+      assert_int_equal(sl_pf_sandbox_pid(sb), 0); /* killed */
+      sl_pf_result_clear(&r);
+      break;
+    }
+    sl_pf_sandbox_free(sb);
+    unlink(link);
+  }
 }
 
 /* A 16 kHz mono 16-bit WAV, read by libsndfile, gives GStreamer's samples,
@@ -635,6 +709,7 @@ int main(void) {
       cmocka_unit_test(test_sandbox_same),
       cmocka_unit_test(test_sandbox_confined),
       cmocka_unit_test(test_sandbox_deadline),
+      cmocka_unit_test(test_sandbox_liars),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

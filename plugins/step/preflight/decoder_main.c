@@ -5,17 +5,28 @@
  *
  *   sluice-decode [--memory-mb N]
  *
- * Reads requests (sl_pf_wire_req and the answer's bytes) on stdin and
- * writes each result (sl_pf_wire_resp and the FLAC) on stdout, until end
- * of file. Before the first, it gives up what a decoder exploit could use:
- * every inherited descriptor but 0, 1 and 2; root (it becomes nobody);
- * new privileges (no_new_privs); sockets and exec (a seccomp filter makes
- * socket(), execve() and ptrace() fail, once GStreamer has loaded its
- * plugin registry; ptrace stays under AddressSanitizer, whose leak check
- * needs it); core dumps; and it limits its address space (not
- * under AddressSanitizer), its descriptors, and, answer by answer, its CPU
- * time. It asks the OOM killer to take it first. Not a program to run by
- * hand: it answers only the wire of sandbox.h.
+ * Reads requests (sl_pf_wire_req) on stdin and writes each result
+ * (sl_pf_wire_resp) on stdout, until end of file. The answer's bytes are
+ * in the memory file on descriptor 3 (SL_PF_WIRE_FD_RECORDING), which it
+ * maps read-only for the answer (no copy, and no page of its own to fault
+ * in); the FLAC goes into the memory file on descriptor 4
+ * (SL_PF_WIRE_FD_FLAC) from offset 0, its length in the response. Before
+ * the first, it gives up what a decoder exploit could use: every inherited
+ * descriptor but 0 to 4; root (it becomes nobody); new privileges
+ * (no_new_privs); sockets, new memory files and exec (a seccomp filter
+ * makes socket(), memfd_create(), execve() and ptrace() fail, once
+ * GStreamer has loaded its plugin registry; ptrace stays under
+ * AddressSanitizer, whose leak check needs it); core dumps; and it limits
+ * its address space (not under AddressSanitizer), its descriptors, the
+ * size of any file it writes (RLIMIT_FSIZE, memory_mb: a memory file's
+ * pages are memory outside its address space, and this keeps them within
+ * the same limit; the parent checks each FLAC against its own, smaller
+ * bound), and, answer by answer, its CPU time. SIGXFSZ is ignored: a write
+ * past the limit fails (EFBIG) instead of killing the process (which also
+ * means that a line for stderr, when stderr is a log file already larger
+ * than memory_mb, is lost, not fatal). It asks the OOM killer to take it
+ * first.
+ * Not a program to run by hand: it answers only the wire of sandbox.h.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,11 +34,14 @@
 #include <grp.h>
 #include <math.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sandbox.h"
@@ -79,13 +93,31 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 0;
 }
 
+/* the descriptors the parent gave it: regular (memory) files */
+static void check_files(void) {
+  int fds[] = {SL_PF_WIRE_FD_RECORDING, SL_PF_WIRE_FD_FLAC};
+  for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
+    struct stat st;
+    if (fstat(fds[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+      fprintf(stderr, "sluice-decode: descriptor %d is not the parent's memory file\n", fds[i]);
+      exit(2);
+    }
+  }
+}
+
 static void confine(long memory_mb) {
-  if (close_range(3, ~0u, 0) != 0) die("closing inherited descriptors");
+  if (close_range(SL_PF_WIRE_FD_FLAC + 1, ~0u, 0) != 0) die("closing inherited descriptors");
+  check_files();
   struct rlimit none = {0, 0}, files = {64, 64};
   if (setrlimit(RLIMIT_CORE, &none) != 0 || setrlimit(RLIMIT_NOFILE, &files) != 0) die("setrlimit");
   if (memory_mb > 0 && !UNDER_ASAN) {
     struct rlimit as = {(rlim_t)memory_mb << 20, (rlim_t)memory_mb << 20};
     if (setrlimit(RLIMIT_AS, &as) != 0) die("setrlimit(RLIMIT_AS)");
+  }
+  if (signal(SIGXFSZ, SIG_IGN) == SIG_ERR) die("ignoring SIGXFSZ");
+  if (memory_mb > 0) {
+    struct rlimit fsize = {(rlim_t)memory_mb << 20, (rlim_t)memory_mb << 20};
+    if (setrlimit(RLIMIT_FSIZE, &fsize) != 0) die("setrlimit(RLIMIT_FSIZE)");
   }
   int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
@@ -98,10 +130,12 @@ static void confine(long memory_mb) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("no_new_privs");
 }
 
-/* after gst_init (which may run gst-plugin-scanner): no sockets, no exec */
+/* after gst_init (which may run gst-plugin-scanner): no sockets, no new
+ * memory files (each would be memory outside RLIMIT_AS), no exec */
 static void seal(void) {
   scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
   if (!f || seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0) != 0 ||
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(memfd_create), 0) != 0 ||
       seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(execve), 0) != 0 ||
       seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(execveat), 0) != 0 ||
       /* LeakSanitizer stops the process's threads with ptrace at exit */
@@ -124,6 +158,56 @@ static void cpu_budget(long timeout_ms) {
   setrlimit(RLIMIT_CPU, &lim);
 }
 
+/* A memory file's mapping, kept from answer to answer: the pages stay
+ * mapped, so an answer faults in none of the recording's and zeroes none
+ * of the FLAC's (but for one larger than SL_PF_WIRE_KEEP_BYTES, whose
+ * mapping goes after it; the parent empties that file). */
+typedef struct {
+  int fd, prot;
+  void *p;
+  size_t len;
+} mapping;
+
+static mapping recording = {SL_PF_WIRE_FD_RECORDING, PROT_READ, NULL, 0};
+static mapping flac = {SL_PF_WIRE_FD_FLAC, PROT_READ | PROT_WRITE, NULL, 0};
+
+static void unmap(mapping *m) {
+  if (m->p) munmap(m->p, m->len);
+  m->p = NULL;
+  m->len = 0;
+}
+
+/* m's first want bytes, the file at least that large: the recording's
+ * must be (the parent wrote it), the FLAC's is grown here (RLIMIT_FSIZE
+ * bounds it). Only those bytes are touched, whatever the mapping's length.
+ * The address, or NULL with errno (ENOMEM past RLIMIT_AS, EFBIG). */
+static void *cover(mapping *m, size_t want) {
+  static char none[1];
+  if (want == 0) return none;
+  struct stat st;
+  if (fstat(m->fd, &st) != 0) return NULL;
+  if (st.st_size < 0 || (uint64_t)st.st_size < want) {
+    if (!(m->prot & PROT_WRITE)) {
+      errno = EINVAL;
+      return NULL;
+    }
+    if (ftruncate(m->fd, (off_t)want) != 0) return NULL;
+  }
+  if (m->p && m->len >= want) return m->p;
+  unmap(m);
+  void *p = mmap(NULL, want, m->prot, MAP_SHARED | MAP_POPULATE, m->fd, 0);
+  if (p == MAP_FAILED) return NULL;
+  m->p = p;
+  m->len = want;
+  return p;
+}
+
+/* the FLAC encoder's buffer (sl__pf_sink): the FLAC's file */
+static void *grow_flac(void *ud, size_t cap) {
+  (void)ud;
+  return cover(&flac, cap);
+}
+
 static int serve_one(void) {
   sl_pf_wire_req req;
   int got = read_all(STDIN_FILENO, &req, sizeof req);
@@ -133,27 +217,35 @@ static int serve_one(void) {
     fprintf(stderr, "sluice-decode: not a request of this build\n");
     return -1;
   }
-  void *data = malloc(req.len ? req.len : 1);
+  void *data = cover(&recording, req.len);
   sl_pf_wire_resp resp = {.magic = SL_PF_WIRE_MAGIC, .size = sizeof resp};
   sl_pf_result r = {0};
-  if (!data) { /* take the bytes all the same, then say why */
-    char sink[65536];
-    for (uint64_t left = req.len; left;) {
-      size_t n = left < sizeof sink ? (size_t)left : sizeof sink;
-      if (read_all(STDIN_FILENO, sink, n) != 0) return -1;
-      left -= n;
-    }
+  if (!data && errno != ENOMEM) {
+    fprintf(stderr, "sluice-decode: the recording's file holds less than %llu bytes\n",
+            (unsigned long long)req.len);
+    return -1;
+  } else if (!data) {
     r.rc = SL_ENOMEM;
     snprintf(r.err, sizeof r.err, "out of memory for the recording's %llu bytes",
              (unsigned long long)req.len);
-  } else if (read_all(STDIN_FILENO, data, req.len) != 0) {
-    free(data);
-    return -1;
   } else {
     cpu_budget(req.conf.timeout_ms);
-    sl_pf_check(data, req.len, &req.conf, &r);
+    const sl__pf_sink sink = {grow_flac, NULL};
+    sl__pf_check_into(data, req.len, &req.conf, &sink, &r);
+    r.flac = NULL; /* the file's, not the result's */
   }
-  free(data);
+  /* the encoder's buffer doubles: past the FLAC's bound (a FLAC over
+   * half of it), the file is cut to the FLAC, as the parent requires */
+  struct stat st;
+  if (r.flac_len && fstat(SL_PF_WIRE_FD_FLAC, &st) == 0 &&
+      (uint64_t)st.st_size > sl_pf_wire_flac_max(&req.conf) &&
+      ftruncate(SL_PF_WIRE_FD_FLAC, (off_t)r.flac_len) != 0) {
+    r.rc = SL_EIO;
+    r.flac_len = 0;
+    snprintf(r.err, sizeof r.err, "cutting the FLAC's file: %s", strerror(errno));
+  }
+  if (recording.len > SL_PF_WIRE_KEEP_BYTES) unmap(&recording);
+  if (flac.len > SL_PF_WIRE_KEEP_BYTES) unmap(&flac);
   resp.rc = r.rc;
   resp.undecoded = r.undecoded;
   resp.duration_s = r.duration_s;
@@ -162,10 +254,7 @@ static int serve_one(void) {
   resp.floor_dbfs = r.floor_dbfs;
   resp.flac_len = r.flac_len;
   snprintf(resp.err, sizeof resp.err, "%s", r.err);
-  int rc = write_all(STDOUT_FILENO, &resp, sizeof resp) == 0 &&
-                   (!r.flac_len || write_all(STDOUT_FILENO, r.flac, r.flac_len) == 0)
-               ? 0
-               : -1;
+  int rc = write_all(STDOUT_FILENO, &resp, sizeof resp) == 0 ? 0 : -1;
   sl_pf_result_clear(&r);
   return rc;
 }

@@ -609,7 +609,13 @@ int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs) {
 typedef struct {
   uint8_t *buf;
   size_t len, cap;
+  const sl__pf_sink *sink; /* NULL: malloc'd */
 } membuf;
+
+static void *grow_heap(void *ud, size_t cap) {
+  membuf *m = ud;
+  return realloc(m->buf, cap);
+}
 
 static FLAC__StreamEncoderWriteStatus on_write(const FLAC__StreamEncoder *enc,
                                                const FLAC__byte buffer[], size_t bytes,
@@ -621,7 +627,7 @@ static FLAC__StreamEncoderWriteStatus on_write(const FLAC__StreamEncoder *enc,
   if (m->len + bytes > m->cap) {
     size_t c = m->cap ? m->cap : 65536;
     while (c < m->len + bytes) c *= 2;
-    uint8_t *p = realloc(m->buf, c);
+    uint8_t *p = m->sink ? m->sink->grow(m->sink->ud, c) : grow_heap(m, c);
     if (!p) return FLAC__STREAM_ENCODER_WRITE_STATUS_FATAL_ERROR;
     m->buf = p;
     m->cap = c;
@@ -631,13 +637,15 @@ static FLAC__StreamEncoderWriteStatus on_write(const FLAC__StreamEncoder *enc,
   return FLAC__STREAM_ENCODER_WRITE_STATUS_OK;
 }
 
-int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen) {
+/* sl_pf_flac into sink's buffer (NULL: a malloc'd one) */
+static int flac_into(const int16_t *pcm, size_t n, int level, const sl__pf_sink *sink, void **out,
+                     size_t *outlen) {
   *out = NULL;
   *outlen = 0;
   if (level < 0 || level > SL_PF_FLAC_LEVEL_MAX) return SL_EINVAL;
   FLAC__StreamEncoder *enc = FLAC__stream_encoder_new();
   if (!enc) return SL_ENOMEM;
-  membuf m = {0};
+  membuf m = {.sink = sink};
   FLAC__stream_encoder_set_channels(enc, 1);
   FLAC__stream_encoder_set_bits_per_sample(enc, 16);
   FLAC__stream_encoder_set_sample_rate(enc, SL_PF_RATE);
@@ -657,12 +665,16 @@ int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outl
   if (inited && !FLAC__stream_encoder_finish(enc) && rc == 0) rc = SL_EIO;
   FLAC__stream_encoder_delete(enc);
   if (rc) {
-    free(m.buf);
+    if (!sink) free(m.buf);
     return rc;
   }
   *out = m.buf;
   *outlen = m.len;
   return 0;
+}
+
+int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outlen) {
+  return flac_into(pcm, n, level, NULL, out, outlen);
 }
 
 void sl_pf_audio_clear(sl_pf_audio *a) {
@@ -674,6 +686,11 @@ void sl_pf_audio_clear(sl_pf_audio *a) {
 /* ---- the whole check ----------------------------------------------------------- */
 
 int sl_pf_check(const void *data, size_t len, const sl_pf_conf *c, sl_pf_result *r) {
+  return sl__pf_check_into(data, len, c, NULL, r);
+}
+
+int sl__pf_check_into(const void *data, size_t len, const sl_pf_conf *c, const sl__pf_sink *sink,
+                      sl_pf_result *r) {
   memset(r, 0, sizeof *r);
   sl_pf_audio a;
   r->rc = sl_pf_decode(data, len, c, &a, r->err, sizeof r->err);
@@ -692,7 +709,7 @@ int sl_pf_check(const void *data, size_t len, const sl_pf_conf *c, sl_pf_result 
   r->peak_dbfs = a.peak_dbfs;
   r->floor_dbfs = a.floor_dbfs;
   if (r->rc == 0 && c->normalize && a.speech_s >= c->min_speech_s) {
-    r->rc = sl_pf_flac(a.pcm, a.n, c->flac_level, &r->flac, &r->flac_len);
+    r->rc = flac_into(a.pcm, a.n, c->flac_level, sink, &r->flac, &r->flac_len);
     if (r->rc) snprintf(r->err, sizeof r->err, "encoding the FLAC failed");
   }
   sl_pf_audio_clear(&a);

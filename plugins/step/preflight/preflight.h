@@ -119,4 +119,18 @@ int sl_pf_check(const void *data, size_t len, const sl_pf_conf *c, sl_pf_result 
 
 void sl_pf_result_clear(sl_pf_result *r);
 
+/* Where the FLAC of sl__pf_check_into goes: grow(ud, cap) returns a buffer
+ * of at least cap bytes holding what the earlier calls' buffer held (as
+ * realloc would), or NULL (SL_ENOMEM). sluice-decode encodes straight into
+ * its memory file with it (decoder_main.c). */
+typedef struct {
+  void *(*grow)(void *ud, size_t cap);
+  void *ud;
+} sl__pf_sink;
+
+/* sl_pf_check with the FLAC in sink's buffer: r->flac points into it, and
+ * is not the result's (set it NULL before sl_pf_result_clear). */
+int sl__pf_check_into(const void *data, size_t len, const sl_pf_conf *c, const sl__pf_sink *sink,
+                      sl_pf_result *r);
+
 #endif

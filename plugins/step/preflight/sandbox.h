@@ -11,17 +11,25 @@
  *     decoding of a short one): one per plugin instance, so one per worker
  *     thread, each decoding one answer at a time;
  *   - exec'd with an empty environment and no descriptors but its two
- *     pipes and stderr, so it holds no storage credentials and no sockets,
- *     and it may open none (seccomp: socket() fails), gains no privileges
- *     (no_new_privs), runs as nobody when started by root, and is the
- *     first process the OOM killer takes (oom_score_adj 1000);
+ *     pipes, its two memory files and stderr, so it holds no storage
+ *     credentials and no sockets, and it may open none and make no memory
+ *     file of its own (seccomp: socket() and memfd_create() fail), gains
+ *     no privileges (no_new_privs), runs as nobody when started by root,
+ *     and is the first process the OOM killer takes (oom_score_adj 1000);
  *   - bounded: address space (memory_mb; not under AddressSanitizer, whose
- *     shadow memory needs terabytes of it), CPU seconds per answer, and a
+ *     shadow memory needs terabytes of it), the size of any file it writes
+ *     (memory_mb too: the pages of its memory files are not in its address
+ *     space), CPU seconds per answer, and a
  *     wall-time deadline kept here: past it the process is killed (SIGKILL,
  *     whatever the decoder is doing) and a new one started for the next
  *     answer.
- * The answer's bytes go to it on a pipe with the settings; the result
- * (sl_pf_result: the measurements, the FLAC) comes back on the other.
+ * The request (the settings, the recording's length) goes to it on a pipe
+ * and the response (sl_pf_result's measurements, the FLAC's length) comes
+ * back on another; the bytes themselves do not go through them: the
+ * recording is written into a memory file (memfd) it maps read-only, and
+ * it writes the FLAC into another, which the parent size-checks and reads
+ * (sandbox.c says why that is safe against a hostile process). Both files
+ * are made with the process and kept with it.
  * A process that dies or is killed mid-answer gives SL_ETIMEDOUT with the
  * reason (the deadline, the signal that ended it): that answer's decode
  * exceeded its limits, and it is not retried.
@@ -68,12 +76,30 @@ void sl_pf_sandbox_free(sl_pf_sandbox *sb);
 
 #define SL_PF_WIRE_MAGIC 0x534c5046u /* "SLPF" */
 #define SL_PF_WIRE_MAX_INPUT (1ull << 31)
+/* the decoding process's descriptors: the recording (a memfd, read-only
+ * for it, req.len bytes from offset 0) and the FLAC (a memfd it writes
+ * from offset 0, resp.flac_len bytes) */
+#define SL_PF_WIRE_FD_RECORDING 3
+#define SL_PF_WIRE_FD_FLAC 4
+/* both files, and the decoding process's mappings of them, are kept from
+ * answer to answer up to this size; larger, they are emptied after it */
+#define SL_PF_WIRE_KEEP_BYTES (16u << 20)
+
+/* The most FLAC bytes an answer may come back with (and the most its file
+ * may hold): max_seconds of 16-bit samples, which the FLAC never exceeds
+ * (a verbatim subframe is the PCM), and 1 MiB for its headers and frames. */
+static inline uint64_t sl_pf_wire_flac_max(const sl_pf_conf *c) {
+  double s = c->max_seconds > 0 ? c->max_seconds : 0;
+  if (s > (double)SL_PF_WIRE_MAX_INPUT / (SL_PF_RATE * 2))
+    s = (double)SL_PF_WIRE_MAX_INPUT / (SL_PF_RATE * 2);
+  return (uint64_t)(s * SL_PF_RATE * 2) + (1u << 20);
+}
 
 /* Both ends are one build (installed together): the structs go as they
  * are, their size part of the check. */
 typedef struct {
   uint32_t magic, size; /* SL_PF_WIRE_MAGIC, sizeof(sl_pf_wire_req) */
-  uint64_t len;         /* the answer's bytes, which follow */
+  uint64_t len;         /* the answer's bytes, in SL_PF_WIRE_FD_RECORDING */
   sl_pf_conf conf;
 } sl_pf_wire_req;
 
@@ -81,7 +107,7 @@ typedef struct {
   uint32_t magic, size; /* SL_PF_WIRE_MAGIC, sizeof(sl_pf_wire_resp) */
   int32_t rc, undecoded;
   double duration_s, speech_s, peak_dbfs, floor_dbfs;
-  uint64_t flac_len; /* the FLAC's bytes, which follow */
+  uint64_t flac_len; /* the FLAC's bytes, in SL_PF_WIRE_FD_FLAC */
   char err[512];
 } sl_pf_wire_resp;
 
