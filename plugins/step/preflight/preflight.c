@@ -295,13 +295,19 @@ typedef struct {
   atomic_int refused; /* SL_EUNSUPPORTED once a stream was refused */
   atomic_int skipped; /* a factory outside allowed[] was passed over */
   atomic_int first;   /* allowed_index() of the first element plugged */
-  pthread_mutex_t mu; /* guards why */
+  pthread_mutex_t mu; /* guards why and why_audio */
   char why[256];      /* the first refusal or skip, for the error */
+  int why_audio;      /* that first one was an audio codec with no allowed decoder */
 } guard;
 
-static void guard_note(guard *g, const char *fmt, const char *a, const char *b) {
+/* Notes the first refusal or skip; audio: an audio codec no allowed
+ * decoder takes (pass_undecoded may still time it), not a refused stream. */
+static void guard_note(guard *g, int audio, const char *fmt, const char *a, const char *b) {
   pthread_mutex_lock(&g->mu);
-  if (!g->why[0]) snprintf(g->why, sizeof g->why, fmt, a, b);
+  if (!g->why[0]) {
+    snprintf(g->why, sizeof g->why, fmt, a, b);
+    g->why_audio = audio;
+  }
   pthread_mutex_unlock(&g->mu);
 }
 
@@ -332,7 +338,7 @@ static gboolean on_continue(GstElement *bin, GstPad *pad, GstCaps *caps, gpointe
     const GstStructure *st = gst_caps_get_structure(caps, i);
     const char *media = gst_structure_get_name(st);
     if (!media_is(media, "audio/") && !is_container(media)) {
-      guard_note(g, "a %s stream, not audio%s", media, "");
+      guard_note(g, 0, "a %s stream, not audio%s", media, "");
       atomic_store(&g->refused, SL_EUNSUPPORTED);
       return FALSE;
     }
@@ -340,14 +346,14 @@ static gboolean on_continue(GstElement *bin, GstPad *pad, GstCaps *caps, gpointe
     char lim[64];
     if (gst_structure_get_int(st, "rate", &rate) && g->c->max_rate > 0 && rate > g->c->max_rate) {
       snprintf(lim, sizeof lim, "%d Hz (the limit is %d Hz)", rate, g->c->max_rate);
-      guard_note(g, "audio at %s%s", lim, "");
+      guard_note(g, 0, "audio at %s%s", lim, "");
       atomic_store(&g->refused, SL_EUNSUPPORTED);
       return FALSE;
     }
     if (gst_structure_get_int(st, "channels", &channels) && g->c->max_channels > 0 &&
         channels > g->c->max_channels) {
       snprintf(lim, sizeof lim, "%d channels (the limit is %d)", channels, g->c->max_channels);
-      guard_note(g, "audio in %s%s", lim, "");
+      guard_note(g, 0, "audio in %s%s", lim, "");
       atomic_store(&g->refused, SL_EUNSUPPORTED);
       return FALSE;
     }
@@ -371,7 +377,8 @@ static gint on_select(GstElement *bin, GstPad *pad, GstCaps *caps, GstElementFac
   const char *media = caps && gst_caps_get_size(caps)
                           ? gst_structure_get_name(gst_caps_get_structure(caps, 0))
                           : "unknown";
-  guard_note(g, "%s would need %s, which is not an allowed element", media, name);
+  guard_note(g, media_is(media, "audio/"), "%s would need %s, which is not an allowed element",
+             media, name);
   atomic_store(&g->skipped, 1);
   return AUTOPLUG_SKIP;
 }
@@ -416,7 +423,7 @@ static int guarded(guard *g, int rc, char *err, size_t errlen) {
     pthread_mutex_lock(&g->mu); /* the pipeline's threads may still be noting */
     snprintf(err, errlen, "unsupported: %s", g->why[0] ? g->why : "not an allowed format");
     /* an audio codec with no decoder here stays SL_ENOTFOUND (pass_undecoded) */
-    int audio = strncmp(g->why, "audio/", 6) == 0;
+    int audio = g->why_audio;
     pthread_mutex_unlock(&g->mu);
     return !refused && audio ? SL_ENOTFOUND : SL_EUNSUPPORTED;
   }
