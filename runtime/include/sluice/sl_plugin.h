@@ -23,8 +23,9 @@
  *
  * returning a static descriptor. The host dlopen()s the object with
  * RTLD_NOW | RTLD_LOCAL, calls the entry, and refuses the plugin with a
- * clear message unless abi_version == SL_PLUGIN_ABI_VERSION and struct_size
- * covers every field this host reads. Descriptors, host tables and inputs
+ * clear message unless abi_version is SL_PLUGIN_ABI_VERSION, or 1 (an stt
+ * or grade plugin, adapted as above), and struct_size covers every field
+ * this host reads for that version. Descriptors, host tables and inputs
  * all start with (abi_version or struct_size) and end in reserved slots, so
  * fields can be added in a minor revision without breaking built plugins:
  * a reader checks struct_size before touching a field added later.
