@@ -232,9 +232,11 @@ const sl_conf_entry sl_common_conf_table[] = {
      "partition and offset, kept a day) before its work begins, and the count is dropped when "
      "it finishes; an input that started this many times without finishing (the process died "
      "during each run: a crash, an abort, an OOM kill) is dead-lettered with class poison "
-     "instead of being run again, and its partition moves on. An input that started before "
-     "runs alone (no other call at the same time), so a crash is charged to the input that "
-     "caused it. Redis unavailable: run uncounted (sluice_starts_uncounted_total, a warning) "
+     "instead of being run again, and its partition moves on. An input at its last chance (this "
+     "start, the one before the dead letter) runs alone (no other call at the same time), so "
+     "the death that decides is its own; earlier restarts run at full concurrency (a death "
+     "kills every call the process had running: most are collateral). Redis unavailable: run "
+     "uncounted (sluice_starts_uncounted_total, a warning) "
      "(0: no count)",
      0},
     {"stage.lag_interval_ms", SL_CONF_INT, "5000", C(lag_interval_ms),

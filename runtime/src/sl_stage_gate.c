@@ -17,8 +17,10 @@
  *            the process died during each earlier run (a poison input), so
  *            it becomes a dead letter of class poison, uncalled; a count
  *            above 1 makes it a suspect, which runs alone (no other call at
- *            once: a crash is charged to the input that caused it, not to
- *            those running beside it).
+ *            once) at its last chance, its start number max_starts: the
+ *            death that decides is its own, not one of an input running
+ *            beside it; earlier restarts run at full concurrency (a death
+ *            kills every call the process had running: most are collateral).
  * A job whose partition was taken away meanwhile is released uncalled.
  * Redis unavailable: every step fails open (the start runs uncounted,
  * counted in sluice_starts_uncounted_total, with a warning). Loop thread
@@ -742,11 +744,25 @@ static void counted_as(job *j, long long n) {
     poison(j);
     return;
   }
-  if (j->starts == 1 && !L->solo) { /* counted: it runs (a suspect pending waits for it) */
+  /* A suspect (it started before without finishing) runs alone only at its
+   * last chance, the start that decides whether it is poison: a process's
+   * death kills every call it had running, so most suspects are collateral
+   * and run at full concurrency; a poison input dies beside others until
+   * its last chance, and that death, alone, is its own. */
+  int alone = j->starts >= 2 && j->starts >= L->cc->max_starts;
+  if (j->starts >= 2 && !alone && !j->suspect_noted) {
+    j->suspect_noted = 1;
+    sl_log(SL_LOG_INFO, j->key,
+           "%s [%d] offset %lld started %lld time(s) before without finishing: running it "
+           "(alone at start %lld, dead-lettered as poison after that)",
+           j->p->id.topic, (int)j->p->id.partition, (long long)j->offset,
+           (long long)(j->starts - 1), (long long)L->cc->max_starts);
+  }
+  if (!alone && !L->solo) { /* counted: it runs (a suspect pending waits for it) */
     call_go(j);
     return;
   }
-  if (j->starts == 1 || L->pending || L->solo || L->stopping) { /* another suspect first */
+  if (!alone || L->pending || L->solo || L->stopping) { /* another suspect first */
     solo_wait(j);
     return;
   }

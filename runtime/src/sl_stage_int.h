@@ -134,6 +134,7 @@ struct sl_job {
                           * when it ends its key is deleted, or decremented if it never ran
                           * (sl__starts_end) */
   int ran;               /* process()/start() was called for it */
+  int suspect_noted;     /* its earlier unfinished starts were logged */
   int in_call;           /* counted in L->calls: process()/start() runs, the outcome not in */
   int looked_up;         /* its idempotency lookup was made (a claim that reads the
                           * stored outputs may stand in for it: sl__lookup_in_claim) */

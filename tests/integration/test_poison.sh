@@ -99,16 +99,19 @@ if [[ -n $psid ]]; then
 fi
 check "the grade stage counted it as a dead letter" \
   at_least 1 metric sluice_messages_total 'stage="grade",outcome="dead_lettered"' "$(admin grade)"
-# the normal answers were behind it in its partition, and none of them was
-# charged with a start it did not finish (a suspect runs alone)
+# the normal answers were behind it in its partition; a death beside the
+# poison input may charge them a start, but none of them reached its last
+# chance (the start that runs alone): the poison input's own last chance
+# ran alone, so the death that decided it was its own
 nsid=$(jq -r '.submission_id // empty' <<<"$normal" 2>/dev/null || true)
 kcat -C -b "$SLUICE_KAFKA_BROKERS" -t "$POISON_TOPIC" -o beginning -e -q -f '%o %k\n' \
   >"$work/offsets" 2>/dev/null || true
 poff=$(awk -v k="$psid/1" '$2 == k {print $1}' "$work/offsets" | head -n 1)
 check "the 4 normal answers were written behind the poison one (offset ${poff:-?})" \
   test "$(awk -v s="$nsid/" -v p="${poff:-999999999}" 'index($2, s) == 1 && $1 > p' "$work/offsets" | wc -l)" = 4
-charged() { grep 'before without finishing' "$STAGES_DIR/grade.log" | grep -q "${nsid:-none}"; }
-check "no normal answer was charged with a start (the poison one ran alone)" eval '! charged'
+alone() { grep 'running it alone' "$STAGES_DIR/grade.log" | grep -q "${1:-none}"; }
+check "the poison input's last start ran alone" alone "${psid:-none}"
+check "no normal answer had to run alone" eval '! alone "${nsid:-none}"'
 
 
 # after a fix (here: grade with the rubric grader, which does not abort) a
