@@ -415,6 +415,27 @@ static int proc_field(pid_t pid, const char *field, char *val, size_t cap) {
 }
 
 /* the process holds none of the stage's secrets, descriptors or rights */
+/* The decoding process, confined and sealed as when it serves, tries what
+ * a decoder exploit would: a socket, a memory file, a file, an unnamed
+ * file or a directory in /tmp, /dev/shm and /var/tmp (world-writable, and
+ * tmpfs is memory), exec. Each must be refused. */
+static void test_sandbox_self_test(void **state) {
+  (void)state;
+  FILE *p = popen(SLUICE_DECODE " --self-test --memory-mb 256 </dev/null 2>&1", "r");
+  assert_non_null(p);
+  char line[256], allowed[1024] = "";
+  int lines = 0;
+  while (fgets(line, sizeof line, p)) {
+    lines++;
+    if (strstr(line, "ALLOWED")) strncat(allowed, line, sizeof allowed - strlen(allowed) - 1);
+  }
+  int st = pclose(p);
+  if (allowed[0]) fail_msg("the confined decoder could still do: %s", allowed);
+  assert_int_equal(lines, 12); /* every probe answered */
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 static void test_sandbox_confined(void **state) {
   (void)state;
   setenv("SLUICE_S3_SECRET_KEY", "a-secret-the-decoder-must-not-see", 1);
@@ -708,6 +729,7 @@ int main(void) {
       cmocka_unit_test(test_measure),
       cmocka_unit_test(test_sandbox_same),
       cmocka_unit_test(test_sandbox_confined),
+      cmocka_unit_test(test_sandbox_self_test),
       cmocka_unit_test(test_sandbox_deadline),
       cmocka_unit_test(test_sandbox_liars),
   };

@@ -26,7 +26,12 @@
  * means that a line for stderr, when stderr is a log file already larger
  * than memory_mb, is lost, not fatal). It asks the OOM killer to take it
  * first.
- * Not a program to run by hand: it answers only the wire of sandbox.h.
+ * No new files or directories either (seccomp: open/openat with O_CREAT or
+ * O_TMPFILE, creat, mkdir, mknod fail; openat2 is ENOSYS), so it cannot fill
+ * a world-writable tmpfs. `sluice-decode --self-test` confines and seals
+ * itself the same way, tries each of these, prints what it could do, and
+ * exits 0 only when everything was refused (test_preflight runs it).
+ * Not a program to run by hand otherwise: it answers only the wire of sandbox.h.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,6 +47,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "sandbox.h"
@@ -105,9 +111,9 @@ static void check_files(void) {
   }
 }
 
-static void confine(long memory_mb) {
+static void confine(long memory_mb, int serving) {
   if (close_range(SL_PF_WIRE_FD_FLAC + 1, ~0u, 0) != 0) die("closing inherited descriptors");
-  check_files();
+  if (serving) check_files();
   struct rlimit none = {0, 0}, files = {64, 64};
   if (setrlimit(RLIMIT_CORE, &none) != 0 || setrlimit(RLIMIT_NOFILE, &files) != 0) die("setrlimit");
   if (memory_mb > 0 && !UNDER_ASAN) {
@@ -130,11 +136,36 @@ static void confine(long memory_mb) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("no_new_privs");
 }
 
+/* O_TMPFILE without O_DIRECTORY: the bit that makes an unnamed file */
+#define TMPFILE_BIT (O_TMPFILE & ~O_DIRECTORY)
+
 /* after gst_init (which may run gst-plugin-scanner): no sockets, no new
- * memory files (each would be memory outside RLIMIT_AS), no exec */
+ * memory files (each would be memory outside RLIMIT_AS), no new files or
+ * directories anywhere (a world-writable tmpfs, /tmp or /dev/shm, is
+ * memory too: RLIMIT_FSIZE bounds a file, not how many), no exec */
 static void seal(void) {
   scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
-  if (!f || seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0) != 0 ||
+  /* open and creat exist on x86_64, not on every architecture: a rule
+   * libseccomp cannot place there is not needed there */
+  if (f) {
+    seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(open), 1,
+                     SCMP_A1(SCMP_CMP_MASKED_EQ, O_CREAT, O_CREAT));
+    seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(open), 1,
+                     SCMP_A1(SCMP_CMP_MASKED_EQ, TMPFILE_BIT, TMPFILE_BIT));
+    seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(creat), 0);
+    seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(mkdir), 0);
+  }
+  if (!f ||
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(openat), 1,
+                       SCMP_A2(SCMP_CMP_MASKED_EQ, O_CREAT, O_CREAT)) != 0 ||
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(openat), 1,
+                       SCMP_A2(SCMP_CMP_MASKED_EQ, TMPFILE_BIT, TMPFILE_BIT)) != 0 ||
+      /* openat2's flags are behind a pointer a filter cannot read: glibc's
+       * open() does not use it, and ENOSYS makes a caller that does fall back */
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0) != 0 ||
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(mkdirat), 0) != 0 ||
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(mknodat), 0) != 0 ||
+      seccomp_rule_add(f, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0) != 0 ||
       seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(memfd_create), 0) != 0 ||
       seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(execve), 0) != 0 ||
       seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(execveat), 0) != 0 ||
@@ -259,27 +290,72 @@ static int serve_one(void) {
   return rc;
 }
 
+/* 1 (and a line naming it) when what the confinement forbids worked */
+static int allowed(const char *what, int ok) {
+  printf("%s: %s\n", what, ok ? "ALLOWED" : "denied");
+  return ok;
+}
+
+/* --self-test: confined and sealed as when serving, tries what a decoder
+ * exploit would (a socket, a memory file, a file or directory in each
+ * world-writable directory, exec); 0 when every one was refused */
+static int self_test(void) {
+  int bad = 0, fd;
+  bad |= allowed("socket", (fd = socket(AF_UNIX, SOCK_STREAM, 0)) >= 0);
+  if (fd >= 0) close(fd);
+  bad |= allowed("memfd_create", (fd = memfd_create("sluice-probe", 0)) >= 0);
+  if (fd >= 0) close(fd);
+  const char *dirs[] = {"/tmp", "/dev/shm", "/var/tmp"};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    char path[128], what[160];
+    snprintf(path, sizeof path, "%s/sluice-decode-probe-%d", dirs[i], (int)getpid());
+    snprintf(what, sizeof what, "a new file in %s", dirs[i]);
+    bad |= allowed(what, (fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    if (fd >= 0) {
+      close(fd);
+      unlink(path);
+    }
+    snprintf(what, sizeof what, "an unnamed file in %s", dirs[i]);
+    bad |= allowed(what, (fd = open(dirs[i], O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    if (fd >= 0) close(fd);
+    snprintf(what, sizeof what, "a directory in %s", dirs[i]);
+    int made = mkdir(path, 0700) == 0;
+    bad |= allowed(what, made);
+    if (made) rmdir(path);
+  }
+  fflush(stdout);
+  char *const args[] = {"/bin/false", NULL};
+  execve(args[0], args, NULL); /* returns only when refused */
+  bad |= allowed("exec", 0);
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   long memory_mb = 0;
+  int probe = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--memory-mb") == 0 && i + 1 < argc) {
       memory_mb = strtol(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--self-test") == 0) {
+      probe = 1;
     } else {
-      fprintf(stderr, "usage: sluice-decode [--memory-mb N] (run by step/preflight)\n");
+      fprintf(stderr,
+              "usage: sluice-decode [--memory-mb N] [--self-test] (run by step/preflight)\n");
       return 2;
     }
   }
-  if (isatty(STDIN_FILENO)) {
+  if (!probe && isatty(STDIN_FILENO)) {
     fprintf(stderr, "sluice-decode: step/preflight runs this; it reads requests on a pipe\n");
     return 2;
   }
-  confine(memory_mb);
+  confine(memory_mb, !probe);
   char err[256];
   if (sl_pf_init(err, sizeof err) != 0) {
     fprintf(stderr, "sluice-decode: %s\n", err);
     return 2;
   }
   seal();
+  if (probe) return self_test();
   int rc;
   while ((rc = serve_one()) == 0) {
   }
