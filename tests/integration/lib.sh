@@ -314,6 +314,27 @@ harness_outputs() {
     -f '%k\n' 2>/dev/null | grep -c "^$1\$" || true
 }
 harness_calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
+# harness_send N PAYLOAD: N inputs keyed "<a new submission id>/<i>", each
+# with PAYLOAD, on $HARNESS_STAGE.in; sets SID and KEYS (the keys, in order)
+harness_send() {
+  local i k
+  SID=$(cat /proc/sys/kernel/random/uuid)
+  KEYS=()
+  for i in $(seq 1 "$1"); do KEYS+=("$SID/$i"); done
+  for k in "${KEYS[@]}"; do printf '%s\t%s\n' "$k" "$2"; done |
+    kcat -P -b "$SLUICE_KAFKA_BROKERS" -t "${HARNESS_STAGE:-harness}.in" -K $'\t'
+}
+# harness_out_keys PREFIX: the keys of the outputs on $HARNESS_STAGE.out
+# that begin with PREFIX, one line per output (one read of the topic)
+harness_out_keys() {
+  { kcat -C -b "$SLUICE_KAFKA_BROKERS" -t "${HARNESS_STAGE:-harness}.out" -o beginning -e -q \
+    -f '%k\n' 2>/dev/null || true; } | { grep -F "$1" || true; }
+}
+# harness_all_called N: every key of KEYS has had at least N provider calls
+harness_all_called() {
+  local k
+  for k in "${KEYS[@]}"; do [[ $(harness_calls "$k") -ge $1 ]] || return 1; done
+}
 harness_down() {
   kill -TERM "$hpid" 2>/dev/null || true
   local rc=0

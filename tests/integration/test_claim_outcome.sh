@@ -17,7 +17,6 @@
 #   - a replay of the dead letters (sluicectl dlq replay) is a new input and
 #     calls again: the stored failure belongs to the run that wrote it.
 source "$(dirname "$0")/lib.sh"
-B=$SLUICE_KAFKA_BROKERS
 export HARNESS_STAGE=hclaim
 harness_topics 4 1s
 RC DEL harness:outage >/dev/null
@@ -38,14 +37,10 @@ replica_up "$h1"
 
 # 12 inputs over the 4 partitions: each call runs 12 s (all at once: 16 workers), then HTTP 400
 N=12
-sid=$(cat /proc/sys/kernel/random/uuid)
-keys=()
-for i in $(seq 1 $N); do keys+=("$sid/$i"); done
-for k in "${keys[@]}"; do printf '%s\t%s\n' "$k" '{"permanent":true,"sleep_ms":12000}'; done |
-  kcat -P -b "$B" -t hclaim.in -K $'\t'
-calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
-all_called() { for k in "${keys[@]}"; do [[ $(calls "$k") -ge 1 ]] || return 1; done; }
-check "the first replica called for every input" wait_for 30 all_called
+harness_send $N '{"permanent":true,"sleep_ms":12000}'
+sid=$SID keys=("${KEYS[@]}")
+calls() { harness_calls "$1"; }
+check "the first replica called for every input" wait_for 30 harness_all_called 1
 
 # while the calls run: a second replica, and the rebalance
 replica_up "$h2"
@@ -83,8 +78,7 @@ check "the waiting replica read the stored failure" \
 # a replay is a new input: it calls again (and fails again, 12 s)
 "$SLUICECTL" dlq replay --stage hclaim --submission "$sid" --yes >"$STAGES_DIR/replay.log" 2>&1 ||
   fail "dlq replay failed: $(tail -1 "$STAGES_DIR/replay.log")"
-replayed() { for k in "${keys[@]}"; do [[ $(calls "$k") -ge 2 ]] || return 1; done; }
-check "a replay of the dead letters calls again for every input" wait_for 60 replayed
+check "a replay of the dead letters calls again for every input" wait_for 60 harness_all_called 2
 
 replicas_down() {
   local p rc
@@ -111,11 +105,8 @@ replicas_down
 h3=$((BASE + 192)) h4=$((BASE + 193))
 export SLUICE_STAGE_CLAIM_LEASE_MS=3000
 SLUICE_STAGE_WORKERS=2 replica_up "$h3"
-sid2=$(cat /proc/sys/kernel/random/uuid)
-keys=()
-for i in $(seq 1 10); do keys+=("$sid2/$i"); done
-for k in "${keys[@]}"; do printf '%s\t%s\n' "$k" '{"sleep_ms":12000}'; done |
-  kcat -P -b "$B" -t hclaim.in -K $'\t'
+harness_send 10 '{"sleep_ms":12000}'
+sid2=$SID keys=("${KEYS[@]}")
 claims() { RC --scan --pattern "sl:claim:hclaim:$sid2/*" | wc -l; }
 check "the first replica claimed every input" wait_for 30 at_least 10 claims
 replica_up "$h4"
@@ -123,7 +114,7 @@ met2() { grep -q 'another replica is calling' "$STAGES_DIR/hclaim-$h4.log"; }
 check "the second replica met the first one's claims" wait_for 30 met2
 lost_at=$(date +%s%3N)
 RC --scan --pattern "sl:claim:hclaim:$sid2/*" | while read -r k; do RC DEL "$k" >/dev/null; done
-outs() { local k n=0; for k in "${keys[@]}"; do [[ $(harness_outputs "$k") -ge 1 ]] && n=$((n + 1)); done; echo "$n"; }
+outs() { harness_out_keys "$sid2/" | sort -u | wc -l; }
 check "every input ended done" wait_for 120 at_least 10 outs
 check "both replicas are idle" wait_for 60 idle "$h3" "$h4"
 twice=0 early=0

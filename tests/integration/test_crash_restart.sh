@@ -13,7 +13,6 @@
 # one round of calls), no input is called more than twice, and the
 # restarted replica saw them as inputs that started before.
 source "$(dirname "$0")/lib.sh"
-B=$SLUICE_KAFKA_BROKERS
 export HARNESS_STAGE=hcrash
 harness_topics 4 1s
 RC DEL harness:outage >/dev/null
@@ -32,24 +31,16 @@ replica_up() {
 replica_up first
 
 N=24
-sid=$(cat /proc/sys/kernel/random/uuid)
-keys=()
-for i in $(seq 1 $N); do keys+=("$sid/$i"); done
-for k in "${keys[@]}"; do printf '%s\t%s\n' "$k" '{"sleep_ms":4000}'; done |
-  kcat -P -b "$B" -t hcrash.in -K $'\t'
-calls() { local c; c=$(RC GET "harness:calls:$1"); echo "${c:-0}"; }
-all_called() { for k in "${keys[@]}"; do [[ $(calls "$k") -ge 1 ]] || return 1; done; }
-check "the replica called for all $N inputs at once" wait_for 30 all_called
+harness_send $N '{"sleep_ms":4000}'
+sid=$SID keys=("${KEYS[@]}")
+calls() { harness_calls "$1"; }
+check "the replica called for all $N inputs at once" wait_for 30 harness_all_called 1
 
 kill -KILL "$pid"
 wait "$pid" 2>/dev/null || true
 t0=$SECONDS
 replica_up second
-out_keys() { # the keys of this run's outputs, one line each (one read of the topic)
-  { kcat -C -b "$B" -t hcrash.out -o beginning -e -q -f '%k\n' 2>/dev/null || true; } |
-    { grep "^$sid/" || true; }
-}
-outs() { out_keys | sort -u | wc -l; }
+outs() { harness_out_keys "$sid/" | sort -u | wc -l; }
 check "every input ended done after the restart" wait_for 150 at_least "$N" outs
 took=$((SECONDS - t0))
 twice=0 more=0
@@ -65,7 +56,7 @@ check "the collateral ran at full concurrency: done within 40 s of the restart (
   test "$took" -le 40
 check "no input was called more than twice ($more)" test "$more" = 0
 sleep 2
-check "each input has exactly one output" test "$(out_keys | wc -l)" = "$N"
+check "each input has exactly one output" test "$(harness_out_keys "$sid/" | wc -l)" = "$N"
 kill -TERM "$pid" 2>/dev/null || true
 rc=0
 wait "$pid" || rc=$?
