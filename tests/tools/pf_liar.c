@@ -24,32 +24,9 @@
 #include <unistd.h>
 
 #include "step/preflight/sandbox.h"
+#include "step/preflight/wire_io.h"
 
 #define FLAC_BYTES 100
-
-static int read_all(int fd, void *buf, size_t n) {
-  char *p = buf;
-  while (n) {
-    ssize_t k = read(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
 
 static void *grow(void *arg) {
   (void)arg;
@@ -67,7 +44,7 @@ int main(int argc, char **argv) {
   memset(flac, 'f', sizeof flac);
   for (int n = 0;; n++) {
     sl_pf_wire_req req;
-    if (read_all(STDIN_FILENO, &req, sizeof req) != 0) return 0;
+    if (sl_pf_wire_read(STDIN_FILENO, &req, sizeof req) != 0) return 0;
     sl_pf_wire_resp resp = {
         .magic = SL_PF_WIRE_MAGIC, .size = sizeof resp, .duration_s = 1.0, .flac_len = FLAC_BYTES};
     if (pwrite(SL_PF_WIRE_FD_FLAC, flac, sizeof flac, 0) != (ssize_t)sizeof flac) return 2;
@@ -79,7 +56,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(how, "sparse") == 0) {
       if (ftruncate(SL_PF_WIRE_FD_FLAC, (off_t)1 << 30) != 0) return 2;
     }
-    if (write_all(STDOUT_FILENO, &resp, sizeof resp) != 0) return 2;
+    if (sl_pf_wire_write(STDOUT_FILENO, &resp, sizeof resp) != 0) return 2;
     pthread_t t;
     if (n == 0 && strcmp(how, "grows") == 0 && pthread_create(&t, NULL, grow, NULL) != 0) return 2;
   }

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "sandbox.h"
+#include "wire_io.h"
 #include "sluice/sl_err.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -69,34 +70,6 @@
 static void die(const char *what) {
   fprintf(stderr, "sluice-decode: %s: %s\n", what, strerror(errno));
   exit(2);
-}
-
-/* all of n bytes, 0; 1 at a clean end of file before any; -1 otherwise */
-static int read_all(int fd, void *buf, size_t n) {
-  char *p = buf;
-  size_t got = 0;
-  while (got < n) {
-    ssize_t k = read(fd, p + got, n - got);
-    if (k == 0) return got == 0 ? 1 : -1;
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    got += (size_t)k;
-  }
-  return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
 }
 
 /* the descriptors the parent gave it: regular (memory) files */
@@ -241,7 +214,7 @@ static void *grow_flac(void *ud, size_t cap) {
 
 static int serve_one(void) {
   sl_pf_wire_req req;
-  int got = read_all(STDIN_FILENO, &req, sizeof req);
+  int got = sl_pf_wire_read(STDIN_FILENO, &req, sizeof req);
   if (got == 1) return 1;
   if (got != 0 || req.magic != SL_PF_WIRE_MAGIC || req.size != sizeof req ||
       req.len > SL_PF_WIRE_MAX_INPUT) {
@@ -285,7 +258,7 @@ static int serve_one(void) {
   resp.floor_dbfs = r.floor_dbfs;
   resp.flac_len = r.flac_len;
   snprintf(resp.err, sizeof resp.err, "%s", r.err);
-  int rc = write_all(STDOUT_FILENO, &resp, sizeof resp) == 0 ? 0 : -1;
+  int rc = sl_pf_wire_write(STDOUT_FILENO, &resp, sizeof resp) == 0 ? 0 : -1;
   sl_pf_result_clear(&r);
   return rc;
 }
