@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sl_stage_gate.c — the provider gate: what a job passes between its
- * idempotency lookup and its provider call.
+ * sl_stage_gate.c — the provider gate (sl_stage_gate.h): what a job passes
+ * between its idempotency lookup and its provider call.
  *
  *   breaker  while the provider's breaker is open, jobs are held in order
  *            (breaker.hold) or sent to a retry tier; one probe per interval;
@@ -15,292 +15,294 @@
  *            Redis before calling, batched per turn of the loop, and deletes
  *            the count when the input ends: a count past max_starts means
  *            the process died during each earlier run (a poison input), so
- *            it becomes a dead letter of class poison, uncalled; a count
- *            above 1 makes it a suspect, which runs alone (no other call at
- *            once) at its last chance, its start number max_starts: the
- *            death that decides is its own, not one of an input running
- *            beside it; earlier restarts run at full concurrency (a death
- *            kills every call the process had running: most are collateral).
- * A job whose partition was taken away meanwhile is released uncalled.
- * Redis unavailable: every step fails open (the start runs uncounted,
- * counted in sluice_starts_uncounted_total, with a warning). Loop thread
- * only.
+ *            it becomes a dead letter of class poison, uncalled; a suspect
+ *            runs alone at its last chance (sl_admit.h).
+ * The decisions are sl_admit.h's; this file carries them out. A job whose
+ * partition was taken away meanwhile is released uncalled. Redis
+ * unavailable: every step fails open (the start runs uncounted, counted in
+ * sluice_starts_uncounted_total, with a warning). Loop thread only.
  */
-#include "sl_stage_int.h"
+#include "sl_stage_gate.h"
+#include "sluice/sl_admit.h"
 #include "sluice/sl_claim.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_idem.h"
-#include "sluice/sl_kafka.h"
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
-#include "sluice/sl_redis.h"
-#include "sluice.pb-c.h"
 
-#include <ctype.h>
-#include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-/* ---- the provider gate ---- */
+/* Without a rate only a 429's pause (the pause key's PTTL) can hold a call.
+ * The key is read at most once per SL_PAUSE_FRESH_MS, not per call: another
+ * replica's pause is seen that much later (its own is seen at once), a few
+ * calls that the provider answers with another 429 and that are retried. */
+#define SL_PAUSE_FRESH_MS 100
 
-/* A call waits wait_ms for the shared limiter or the provider's pause: the
- * provider is the bottleneck meanwhile (sl_stage_lag.c, actionable lag). */
-static void gate_waits(loop_t *L, int64_t wait_ms) {
-  sl_metric_add(L->m_limiter_waits, 1);
-  int64_t until = sl__mono_ms() + wait_ms;
-  if (until > L->gate_wait_until_ms) L->gate_wait_until_ms = until;
+static void gate_limits(job *j);
+static void claim_try(job *j);
+static void call_now(job *j);
+static void call_go(job *j);
+static void counted_as(job *j, long long n);
+static void starts_flush(sl_gate *G);
+static void claims_flush(sl_gate *G);
+static void calls_resume(sl_gate *G);
+static int lookup_counted(job *j);
+static int counts_with_lookup(const job *j);
+static void provider_outcome(job *j);
+
+static sl_gate *gate_of(const job *j) { return j->R->gate; }
+
+static int claims_on(const job *j) {
+  const sl_jobs *R = j->R;
+  return R->o->provider && R->o->idempotent && R->cc->claim_lease_ms > 0 && j->digest[0];
 }
 
-static void limiter_try(loop_t *L);
+/* The claims, counts and deletions queued this turn go before the loop
+ * polls again. */
+static void batch_soon(sl_gate *G);
+
+/* A call waits wait_ms for the shared limiter or the provider's pause: the
+ * provider is the bottleneck meanwhile (the lag's actionable part). */
+static void gate_waits(sl_gate *G, int64_t wait_ms) {
+  sl_metric_add(G->m_limiter_waits, 1);
+  int64_t until = sl__mono_ms() + wait_ms;
+  if (until > G->wait_until_ms) G->wait_until_ms = until;
+}
+
+/* What sl_admit decides from. */
+static sl_admit_in admit_in(const job *j) {
+  const sl_gate *G = gate_of(j);
+  const sl_jobs *R = j->R;
+  sl_admit_in in = {0};
+  in.closing = R->closing;
+  in.stale = sl__job_stale(j);
+  in.stopping = R->stopping;
+  in.provider = R->o->provider != NULL;
+  in.looked_up = j->looked_up || !R->o->idempotent;
+  in.held = G->bq.len > 0;
+  in.hold = R->cc->breaker_hold;
+  in.rate = R->cc->provider_rate > 0;
+  in.pause_fresh = G->pause_read_ms && sl__mono_ms() - G->pause_read_ms < SL_PAUSE_FRESH_MS;
+  in.pause_left_ms = G->pause_until_ms - sl__mono_ms();
+  return in;
+}
+
+/* ---- the limiter ---- */
+
+static void limiter_try(sl_gate *G);
 
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
 
-void sl__q_push(job **head, job **tail, job *j) {
-  j->next = NULL;
-  if (*tail)
-    (*tail)->next = j;
-  else
-    *head = j;
-  *tail = j;
-}
-
-job *sl__q_pop(job **head, job **tail) {
-  job *j = *head;
-  if (!j) return NULL;
-  *head = j->next;
-  if (!*head) *tail = NULL;
-  j->next = NULL;
-  return j;
-}
-
-static job *lq_pop(loop_t *L) { return sl__q_pop(&L->lq_head, &L->lq_tail); }
-static job *cq_pop(loop_t *L) {
-  job *j = sl__q_pop(&L->cq_head, &L->cq_tail);
-  if (j) L->cq_len--;
-  return j;
-}
-
 /* The head's answer: go (or Redis unavailable: fail open), or wait. */
 static void on_limit_q(redisReply *r, void *ud) {
-  loop_t *L = ud;
-  L->lq_busy = 0;
-  if (L->closing) {
-    job *j;
-    while ((j = lq_pop(L)) != NULL) sl__job_drop(j);
+  sl_gate *G = ud;
+  job *j;
+  G->lq_busy = 0;
+  if (G->R->closing) {
+    while ((j = sl__job_pop(&G->lq)) != NULL) sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
   int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   if (wait > 0) {
-    gate_waits(L, wait);
-    uv_timer_start(&L->lq_timer, on_lq_timer, (uint64_t)wait, 0);
+    gate_waits(G, wait);
+    uv_timer_start(&G->lq_timer, on_lq_timer, (uint64_t)wait, 0);
     return;
   }
-  job *j = lq_pop(L);
-  if (j) sl__run_process(j);
-  limiter_try(L);
+  if ((j = sl__job_pop(&G->lq)) != NULL) sl__gate_claim(j);
+  limiter_try(G);
 }
 
-static void limiter_try(loop_t *L) {
-  if (L->lq_busy || !L->lq_head || L->closing) return;
+static void limiter_try(sl_gate *G) {
+  const sl_jobs *R = G->R;
+  if (G->lq_busy || !G->lq.head || R->closing) return;
   char rate[32], burst[32];
-  snprintf(rate, sizeof rate, "%.17g", L->cc->provider_rate);
-  snprintf(burst, sizeof burst, "%.17g", L->cc->provider_burst >= 1 ? L->cc->provider_burst : 1);
-  const char *argv[] = {L->limit_key, L->pause_key, rate, burst, "1"};
-  L->lq_busy = 1;
-  if (sl_aredis_eval(L->redis, on_limit_q, L, &L->s_limit, 2, 5, argv, NULL) != 0) {
-    L->lq_busy = 0; /* Redis unavailable: fail open for the head */
-    job *j = lq_pop(L);
-    if (j) sl__run_process(j);
-    if (L->lq_head) uv_timer_start(&L->lq_timer, on_lq_timer, 10, 0);
+  snprintf(rate, sizeof rate, "%.17g", R->cc->provider_rate);
+  snprintf(burst, sizeof burst, "%.17g", R->cc->provider_burst >= 1 ? R->cc->provider_burst : 1);
+  const char *argv[] = {G->limit_key, G->pause_key, rate, burst, "1"};
+  G->lq_busy = 1;
+  if (sl_aredis_eval(R->redis, on_limit_q, G, &G->s_limit, 2, 5, argv, NULL) != 0) {
+    G->lq_busy = 0; /* Redis unavailable: fail open for the head */
+    job *j = sl__job_pop(&G->lq);
+    if (j) sl__gate_claim(j);
+    if (G->lq.head) uv_timer_start(&G->lq_timer, on_lq_timer, 10, 0);
   }
 }
 
-static void gate_limits(job *j);
-static int claims_on(const job *j);
+/* ---- the breaker ---- */
 
-static void bq_push(loop_t *L, job *j) {
-  sl__q_push(&L->bq_head, &L->bq_tail, j);
-  L->bq_len++;
-  sl_metric_set(L->m_held, L->bq_len);
-}
-
-job *sl__bq_pop(loop_t *L) {
-  job *j = sl__q_pop(&L->bq_head, &L->bq_tail);
-  if (!j) return NULL;
-  L->bq_len--;
-  sl_metric_set(L->m_held, L->bq_len);
-  return j;
-}
+static void held_count(sl_gate *G) { sl_metric_set(G->m_held, G->bq.len); }
 
 /* The breaker may let something through: one probe while it is half-open,
  * everything once it is closed again. */
-void sl__on_bq_timer(uv_timer_t *t) {
-  loop_t *L = t->data;
-  while (L->bq_head && !L->closing) {
+static void on_bq_timer(uv_timer_t *t) {
+  sl_gate *G = t->data;
+  while (G->bq.head && !G->R->closing) {
     int64_t retry_in = 0;
-    if (!sl_breaker_allow(L->breaker, sl__mono_ms(), &retry_in)) {
-      uv_timer_start(&L->bq_timer, sl__on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
+    if (!sl_breaker_allow(G->breaker, sl__mono_ms(), &retry_in)) {
+      uv_timer_start(&G->bq_timer, on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
       return;
     }
-    sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
-    gate_limits(sl__bq_pop(L));
-    if (sl_breaker_get_state(L->breaker) != SL_BREAKER_CLOSED) { /* a probe is out */
-      uv_timer_start(&L->bq_timer, sl__on_bq_timer, (uint64_t)L->cc->breaker_probe_interval_ms, 0);
+    sl_metric_set(G->m_breaker_state, sl_breaker_get_state(G->breaker));
+    job *j = sl__job_pop(&G->bq);
+    held_count(G);
+    gate_limits(j);
+    if (sl_breaker_get_state(G->breaker) != SL_BREAKER_CLOSED) { /* a probe is out */
+      uv_timer_start(&G->bq_timer, on_bq_timer, (uint64_t)G->R->cc->breaker_probe_interval_ms, 0);
       return;
     }
   }
 }
 
-static void circuit_open(job *j, int64_t retry_in) {
-  loop_t *L = j->L;
-  sl_metric_add(L->m_circuit_skips, 1);
-  if (L->cc->breaker_hold) {
-    if (L->stopping) { /* not processed: redelivered after the restart */
-      sl__held_release(j);
-      return;
-    }
-    bq_push(L, j);
-    if (!uv_is_active((uv_handle_t *)&L->bq_timer))
-      uv_timer_start(&L->bq_timer, sl__on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
-    return;
-  }
+static void hold(job *j, int64_t retry_in) {
+  sl_gate *G = gate_of(j);
+  sl_queue_push(&G->bq, &j->link);
+  held_count(G);
+  if (!uv_is_active((uv_handle_t *)&G->bq_timer))
+    uv_timer_start(&G->bq_timer, on_bq_timer, (uint64_t)(retry_in > 10 ? retry_in : 10), 0);
+}
+
+/* The breaker is open and nothing is held: a retry copy, uncalled. */
+static void circuit_retry(job *j) {
   memset(&j->res, 0, sizeof j->res);
   sl_result_set(&j->res, SL_OUTCOME_RETRY, "circuit_open",
-                "provider %s is failing; its circuit breaker is open", L->o->provider);
-  sl__to_retry(j);
-  sl__produce(j);
+                "provider %s is failing; its circuit breaker is open", j->R->o->provider);
+  sl__job_to(j, SL_JOB_OUTCOME);
 }
 
-/* Without a rate only a 429's pause (the pause key's PTTL) can hold a call.
- * The key is read at most once per SL_PAUSE_FRESH_MS, not per call: another
- * replica's pause is seen that much later (its own is seen at once,
- * sl__pause_noted), a few calls that the provider answers with another 429
- * and that are retried. */
-#define SL_PAUSE_FRESH_MS 100
-
-static void on_pause_ttl(uv_timer_t *t) { sl__gate(t->data); }
-
-/* j holds no stored outputs it has not looked for: 1 when it may wait */
-static int looked_for_stored(job *j) {
-  return j->looked_up || !j->L->o->idempotent || sl__lookup(j) != 0;
+void sl__gate_enter(job *j) {
+  sl_gate *G = gate_of(j);
+  const sl_jobs *R = j->R;
+  if (!j->looked_up && counts_with_lookup(j)) {
+    /* a stage without a provider counts the start with the lookup */
+    if (lookup_counted(j) == 0) return;
+  }
+  int64_t retry_in = 0;
+  sl_admit_in in = admit_in(j);
+  if (R->o->provider && !in.held && !in.closing && !in.stale)
+    in.breaker_allows = sl_breaker_allow(G->breaker, sl__mono_ms(), &retry_in);
+  sl_admit_step s = sl_admit_breaker(&in);
+  if (s == SL_ADMIT_HOLD || s == SL_ADMIT_RETRY || s == SL_ADMIT_RELEASE)
+    if (R->o->provider && !in.closing && !in.stale) sl_metric_add(G->m_circuit_skips, 1);
+  switch (s) {
+  case SL_ADMIT_DROP:
+    sl__job_to(j, SL_JOB_DROPPED);
+    return;
+  case SL_ADMIT_RELEASE:
+    sl__job_to(j, SL_JOB_RELEASED);
+    return;
+  case SL_ADMIT_LOOKUP:
+    sl__job_to(j, SL_JOB_LOOKUP); /* stored outputs are answered, open or not */
+    return;
+  case SL_ADMIT_HOLD:
+    hold(j, retry_in); /* behind those already held, in order */
+    return;
+  case SL_ADMIT_RETRY:
+    circuit_retry(j);
+    return;
+  default:
+    break;
+  }
+  if (R->o->provider) sl_metric_set(G->m_breaker_state, sl_breaker_get_state(G->breaker));
+  gate_limits(j);
 }
+
+/* ---- the limits: the shared limiter, or the provider's pause ---- */
+
+static void on_pause_ttl(uv_timer_t *t) { sl__gate_enter(t->data); }
 
 /* The pause as last read decides: wait it out, or go on to the claim. */
 static void pause_decide(job *j) {
-  loop_t *L = j->L;
-  int64_t wait = L->pause_until_ms - sl__mono_ms();
-  if (wait <= 0) {
-    sl__run_process(j);
+  sl_admit_in in = admit_in(j);
+  in.pause_fresh = 1; /* just read, or read for it */
+  switch (sl_admit_limits(&in)) {
+  case SL_ADMIT_CLAIM:
+    sl__gate_claim(j);
+    return;
+  case SL_ADMIT_LOOKUP:
+    sl__job_to(j, SL_JOB_LOOKUP); /* stored outputs are answered, paused or not */
+    return;
+  default: /* SL_ADMIT_PAUSE_WAIT */
+    gate_waits(gate_of(j), in.pause_left_ms);
+    sl__job_after(j, in.pause_left_ms, on_pause_ttl, sl__gate_enter);
     return;
   }
-  if (!looked_for_stored(j)) return; /* stored outputs are answered, paused or not */
-  gate_waits(L, wait);
-  sl__job_after(j, wait, on_pause_ttl, sl__gate);
 }
 
-static job *pq_pop(loop_t *L) { return sl__q_pop(&L->pq_head, &L->pq_tail); }
-
 static void on_pause(redisReply *r, void *ud) {
-  loop_t *L = ud;
+  sl_gate *G = ud;
   job *j;
-  L->pq_busy = 0;
-  if (L->closing) {
-    while ((j = pq_pop(L)) != NULL) sl__job_drop(j);
+  G->pq_busy = 0;
+  if (G->R->closing) {
+    while ((j = sl__job_pop(&G->pq)) != NULL) sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
   /* Redis unavailable: not paused (fail open) */
   int64_t now = sl__mono_ms(), ttl = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
-  L->pause_read_ms = now;
-  if (ttl > 0 && now + ttl > L->pause_until_ms) L->pause_until_ms = now + ttl;
-  while ((j = pq_pop(L)) != NULL) pause_decide(j);
-}
-
-void sl__pause_noted(loop_t *L, int64_t ms) {
-  int64_t until = sl__mono_ms() + ms;
-  if (until > L->pause_until_ms) L->pause_until_ms = until;
-}
-
-void sl__gate(job *j) {
-  loop_t *L = j->L;
-  if (L->closing) {
-    sl__job_drop(j);
-    return;
-  }
-  if (sl__job_stale(j)) {
-    sl__held_release(j);
-    return;
-  }
-  if (L->o->provider) {
-    int64_t retry_in = 0;
-    if (L->bq_head || !sl_breaker_allow(L->breaker, sl__mono_ms(), &retry_in)) {
-      if (!looked_for_stored(j)) return; /* stored outputs are answered, open or not */
-      circuit_open(j, retry_in);         /* behind those already held, in order */
-      return;
-    }
-    sl_metric_set(L->m_breaker_state, sl_breaker_get_state(L->breaker));
-  }
-  gate_limits(j);
+  G->pause_read_ms = now;
+  if (ttl > 0 && now + ttl > G->pause_until_ms) G->pause_until_ms = now + ttl;
+  while ((j = sl__job_pop(&G->pq)) != NULL) pause_decide(j);
 }
 
 /* The rest of the gate, once the breaker let the job through. */
 static void gate_limits(job *j) {
-  loop_t *L = j->L;
-  if (L->o->provider) {
-    if (L->cc->provider_rate > 0) { /* queue behind the limiter */
-      sl__q_push(&L->lq_head, &L->lq_tail, j);
-      limiter_try(L);
-      return;
-    }
-    if (L->pause_read_ms && sl__mono_ms() - L->pause_read_ms < SL_PAUSE_FRESH_MS) {
-      pause_decide(j);
-      return;
-    }
-    sl__q_push(&L->pq_head, &L->pq_tail, j);
-    if (L->pq_busy) return; /* the answer on its way decides for it too */
-    const char *argv[] = {"PTTL", L->pause_key};
-    L->pq_busy = 1;
-    if (sl_aredis_argv(L->redis, on_pause, L, 2, argv, NULL) == 0) return;
-    on_pause(NULL, L); /* Redis unavailable: fail open */
+  sl_gate *G = gate_of(j);
+  sl_admit_in in = admit_in(j);
+  switch (sl_admit_limits(&in)) {
+  case SL_ADMIT_LIMITER: /* queue behind the limiter */
+    sl_queue_push(&G->lq, &j->link);
+    limiter_try(G);
+    return;
+  case SL_ADMIT_PAUSE_ASK: {
+    sl_queue_push(&G->pq, &j->link);
+    if (G->pq_busy) return; /* the answer on its way decides for it too */
+    const char *argv[] = {"PTTL", G->pause_key};
+    G->pq_busy = 1;
+    if (sl_aredis_argv(j->R->redis, on_pause, G, 2, argv, NULL) == 0) return;
+    on_pause(NULL, G); /* Redis unavailable: fail open */
     return;
   }
-  sl__run_process(j);
+  case SL_ADMIT_CLAIM:
+    sl__gate_claim(j);
+    return;
+  default: /* the pause as last read: wait, or look up first */
+    pause_decide(j);
+    return;
+  }
 }
 
-int sl__lookup_in_claim(const job *j) {
-  const loop_t *L = j->L;
-  return claims_on(j) && L->cc->provider_rate <= 0 && !L->bq_head &&
-         sl_breaker_get_state(L->breaker) == SL_BREAKER_CLOSED;
+/* the claim reads the stored outputs itself: claims on, no rate limiter to
+ * wait for, the breaker closed (a job the gate then holds looks up first) */
+static int lookup_in_claim(const job *j) {
+  const sl_gate *G = gate_of(j);
+  return claims_on(j) && j->R->cc->provider_rate <= 0 && !G->bq.head &&
+         sl_breaker_get_state(G->breaker) == SL_BREAKER_CLOSED;
 }
+
+/* a stage without a provider counts the start with its lookup */
+static int counts_with_lookup(const job *j) {
+  return !j->R->o->provider && j->R->o->idempotent && j->R->cc->max_starts > 0;
+}
+
+int sl__gate_looks_up(const job *j) { return lookup_in_claim(j) || counts_with_lookup(j); }
 
 /* ---- the claim: one paid call per input across replicas (sl_claim.h) ---- */
 
-static void call_now(job *j);
-static void claim_try(job *j);
-static void counted_as(job *j, long long n);
-static void starts_key(const job *j, char *buf, size_t len);
-
-static int claims_on(const job *j) {
-  const loop_t *L = j->L;
-  return L->o->provider && L->o->idempotent && L->cc->claim_lease_ms > 0 && j->digest[0];
-}
-
 static void claim_key(const job *j, char *buf, size_t len) {
-  if (sl_idem_claim_key(buf, len, j->L->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
+  if (sl_idem_claim_key(buf, len, j->R->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
 }
 
-void sl__claim_release(job *j) {
+static void claim_release(job *j) {
   j->claim_end = 0;
   if (!j->claimed) return;
   j->claimed = 0;
   char k[256];
   claim_key(j, k, sizeof k);
   const char *argv[] = {k, j->owner};
-  sl_aredis_eval(j->L->redis, NULL, NULL, &j->L->s_claim_release, 1, 2, argv, NULL);
+  sl_aredis_eval(j->R->redis, NULL, NULL, &gate_of(j)->s_claim_release, 1, 2, argv, NULL);
 }
 
 /* "<topic>/<partition>/<offset>" of j's message: which run of the input an
@@ -310,11 +312,13 @@ static void claim_tag(const job *j, char *buf, size_t len) {
            (long long)j->m->offset);
 }
 
-void sl__claim_finish(job *j) {
-  loop_t *L = j->L;
+/* j ends holding its claim: a dead letter acknowledged (j->claim_end, not
+ * fatal) turns it into the end mark, else it is released. */
+static void claim_finish(job *j, int fatal) {
+  const sl_jobs *R = j->R;
   if (!j->claimed) return;
-  if (!j->claim_end || L->fatal || j->uncommitted) { /* nothing durable to point at */
-    sl__claim_release(j);
+  if (!j->claim_end || fatal || j->uncommitted) { /* nothing durable to point at */
+    claim_release(j);
     return;
   }
   j->claimed = 0;
@@ -324,63 +328,71 @@ void sl__claim_finish(job *j) {
   claim_tag(j, tag, sizeof tag);
   snprintf(mark, sizeof mark, "!%s|%s", tag, j->res.error_class);
   snprintf(ttl, sizeof ttl, "%lld",
-           (long long)(L->cc->claim_lease_ms + L->cc->kafka_session_timeout_ms));
+           (long long)(R->cc->claim_lease_ms + R->cc->kafka_session_timeout_ms));
   const char *argv[] = {k, j->owner, mark, ttl};
-  sl_aredis_eval(L->redis, NULL, NULL, &L->s_claim_end, 1, 4, argv, NULL);
+  sl_aredis_eval(R->redis, NULL, NULL, &gate_of(j)->s_claim_end, 1, 4, argv, NULL);
 }
 
 static void on_claim_timer(uv_timer_t *t) { claim_try(t->data); }
 
+/* Another replica is calling for this input: wait for its outputs (or for
+ * its lease to end), asking again every half second. */
+static void claim_wait(job *j, const redisReply *v) {
+  sl_gate *G = gate_of(j);
+  int64_t ttl = strtoll(v->str, NULL, 10);
+  if (j->claim_waits++ == 0) {
+    sl_metric_add(G->m_claim_waits, 1);
+    sl_log(SL_LOG_INFO, j->key,
+           "another replica is calling %s for this input (lease %lld ms left): waiting for "
+           "its outputs instead of calling",
+           j->R->o->provider, (long long)ttl);
+  }
+  sl__job_after(j, ttl > 0 && ttl < 500 ? ttl + 1 : 500, on_claim_timer, claim_try);
+}
+
 /* j's answer: code and v from the claim script's reply, or NULL (no
  * usable answer) */
 static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
-  loop_t *L = j->L;
-  if (L->closing) {
-    sl__job_drop(j);
+  sl_gate *G = gate_of(j);
+  if (j->R->closing) {
+    sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
   if (!code_r || !v || code_r->type != REDIS_REPLY_INTEGER || v->type != REDIS_REPLY_STRING) {
     call_now(j); /* Redis unavailable: fail open, as the store does */
     return;
   }
-  long long code = code_r->integer;
-  if (code == SL_CLAIM_STORED) {
-    if (sl__use_stored(j, v->str, v->len)) return;
+  switch (code_r->integer) {
+  case SL_CLAIM_STORED:
+    if (sl_idem_unpack(v->str, v->len, &j->out) == 0) {
+      sl__job_to(j, SL_JOB_REUSE);
+      return;
+    }
     call_now(j); /* unusable stored outputs: as if there were none */
     return;
-  }
-  if (code == SL_CLAIM_CLAIMED) {
+  case SL_CLAIM_CLAIMED:
     j->claimed = 1;
     if (v->len && !j->starts) { /* counted with the claim (one round trip) */
-      L->counting++;
+      G->counting++;
       counted_as(j, strtoll(v->str, NULL, 10));
       return;
     }
     call_now(j);
     return;
-  }
-  if (code == SL_CLAIM_ENDED) {
+  case SL_CLAIM_ENDED:
     /* this very message failed for good on another replica, and its dead
      * letter is written: nothing to call, nothing to write again */
-    sl_metric_add(L->m_claim_ends, 1);
+    sl_metric_add(G->m_claim_ends, 1);
     sl_log(SL_LOG_INFO, j->key,
            "failed for good on another replica (%.*s), its dead letter written: not calling %s "
            "again",
-           (int)(v->len < 64 ? v->len : 64), v->str, L->o->provider);
-    sl__job_finish(j);
+           (int)(v->len < 64 ? v->len : 64), v->str, j->R->o->provider);
+    sl__job_to(j, SL_JOB_FINISHED);
+    return;
+  default:
+    claim_wait(j, v);
     return;
   }
-  /* another replica is calling for this input: wait for its outputs (or
-   * for its lease to end), asking again every half second */
-  int64_t ttl = strtoll(v->str, NULL, 10);
-  if (j->claim_waits++ == 0) {
-    sl_metric_add(L->m_claim_waits, 1);
-    sl_log(SL_LOG_INFO, j->key,
-           "another replica is calling %s for this input (lease %lld ms left): waiting for "
-           "its outputs instead of calling",
-           L->o->provider, (long long)ttl);
-  }
-  sl__job_after(j, ttl > 0 && ttl < 500 ? ttl + 1 : 500, on_claim_timer, claim_try);
 }
 
 /* The claims sent together (one script), answered together. */
@@ -392,50 +404,62 @@ static void on_claims(redisReply *r, void *ud) {
   free(b);
 }
 
-/* Sends the claims waiting in L->cq, SL_CLAIM_BATCH to a script. */
-void sl__claims_flush(loop_t *L) {
+/* The keys and tags of one claim script; b's jobs taken from G->cq (those
+ * whose partition went away meanwhile let go). */
+typedef struct {
+  char keys[SL_CLAIM_BATCH][3][256]; /* claim, store and starts key of each */
+  char tags[SL_CLAIM_BATCH][200];    /* its message (sl_claim_take_lua) */
+} claim_args;
+
+static void claims_take(sl_gate *G, job_batch *b, claim_args *a) {
+  job *j;
+  b->n = 0;
+  while (b->n < SL_CLAIM_BATCH && (j = sl__job_pop(&G->cq)) != NULL) {
+    if (sl__job_stale(j)) { /* its partition went away while it waited */
+      sl__job_to(j, SL_JOB_RELEASED);
+      continue;
+    }
+    claim_key(j, a->keys[b->n][0], sizeof a->keys[b->n][0]);
+    sl__idem_key(j, a->keys[b->n][1], sizeof a->keys[b->n][1]);
+    a->keys[b->n][2][0] = '\0'; /* its start is counted with the claim, once */
+    if (!j->starts && G->R->cc->max_starts > 0)
+      sl__starts_key(j, a->keys[b->n][2], sizeof a->keys[b->n][2]);
+    claim_tag(j, a->tags[b->n], sizeof a->tags[b->n]);
+    b->jobs[b->n++] = j;
+  }
+}
+
+/* Sends the claims waiting in G->cq, SL_CLAIM_BATCH to a script. */
+static void claims_flush(sl_gate *G) {
   char lease[32], starts_ttl[32];
-  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
+  snprintf(lease, sizeof lease, "%lld", (long long)G->R->cc->claim_lease_ms);
   snprintf(starts_ttl, sizeof starts_ttl, "%d", SL_STARTS_TTL_S);
-  while (L->cq_head) {
+  while (G->cq.head) {
     job_batch *b = malloc(sizeof *b);
-    char keys[SL_CLAIM_BATCH][3][256]; /* claim, store and starts key of each */
-    char tags[SL_CLAIM_BATCH][200];    /* its message (sl_claim_take_lua) */
-    if (!b) {                          /* no memory: each one calls (fail open, as without Redis) */
+    claim_args a;
+    if (!b) { /* no memory: each one calls (fail open, as without Redis) */
       job *j;
-      while ((j = cq_pop(L)) != NULL) call_now(j);
+      while ((j = sl__job_pop(&G->cq)) != NULL) call_now(j);
       return;
     }
-    b->n = 0;
-    const char *argv[5 * SL_CLAIM_BATCH + 2];
-    while (L->cq_head && b->n < SL_CLAIM_BATCH) {
-      job *j = cq_pop(L);
-      if (sl__job_stale(j)) { /* its partition went away while it waited */
-        sl__held_release(j);
-        continue;
-      }
-      claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
-      sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
-      keys[b->n][2][0] = '\0'; /* its start is counted with the claim, once */
-      if (!j->starts && L->cc->max_starts > 0) starts_key(j, keys[b->n][2], sizeof keys[b->n][2]);
-      claim_tag(j, tags[b->n], sizeof tags[b->n]);
-      b->jobs[b->n++] = j;
-    }
+    claims_take(G, b, &a);
     int n = b->n;
     if (n == 0) {
       free(b);
       continue;
     }
+    const char *argv[5 * SL_CLAIM_BATCH + 2];
     for (int i = 0; i < n; i++) {
-      argv[3 * i] = keys[i][0];
-      argv[3 * i + 1] = keys[i][1];
-      argv[3 * i + 2] = keys[i][2];
+      argv[3 * i] = a.keys[i][0];
+      argv[3 * i + 1] = a.keys[i][1];
+      argv[3 * i + 2] = a.keys[i][2];
       argv[3 * n + 2 + i] = b->jobs[i]->owner;
-      argv[4 * n + 2 + i] = tags[i];
+      argv[4 * n + 2 + i] = a.tags[i];
     }
     argv[3 * n] = lease;
     argv[3 * n + 1] = starts_ttl;
-    int rc = sl_aredis_eval(L->redis, on_claims, b, &L->s_claim_take, 3 * n, 5 * n + 2, argv, NULL);
+    int rc =
+        sl_aredis_eval(G->R->redis, on_claims, b, &G->s_claim_take, 3 * n, 5 * n + 2, argv, NULL);
     if (rc != 0) on_claims(NULL, b); /* Redis unavailable: each one calls */
   }
 }
@@ -443,23 +467,23 @@ void sl__claims_flush(loop_t *L) {
 /* Claims j's input: queued, and sent with the other claims of this turn of
  * the loop (one script for up to SL_CLAIM_BATCH inputs, not one each). */
 static void claim_try(job *j) {
-  loop_t *L = j->L;
+  sl_gate *G = gate_of(j);
   if (sl__job_stale(j)) { /* its partition went away while it waited */
-    sl__held_release(j);
+    sl__job_to(j, SL_JOB_RELEASED);
     return;
   }
   if (!j->owner[0]) {
-    j->owner_seq = ++L->owner_seq;
-    snprintf(j->owner, sizeof j->owner, "%s:%llu", L->owner, (unsigned long long)j->owner_seq);
+    j->owner_seq = ++G->owner_seq;
+    snprintf(j->owner, sizeof j->owner, "%s:%llu", G->owner, (unsigned long long)j->owner_seq);
   }
   j->claim_ms = sl__mono_ms(); /* a claim it gets is held from the request on */
   atomic_store(&j->claim_lost, 0);
-  sl__q_push(&L->cq_head, &L->cq_tail, j);
-  if (++L->cq_len >= SL_CLAIM_BATCH) {
-    sl__claims_flush(L);
+  sl_queue_push(&G->cq, &j->link);
+  if (G->cq.len >= SL_CLAIM_BATCH) {
+    claims_flush(G);
     return;
   }
-  sl__batch_soon(L);
+  batch_soon(G);
 }
 
 /* ---- renewals: the claims of the jobs that hold one, every third of the
@@ -469,9 +493,9 @@ enum { RENEW_BATCH = 256 };
 
 /* One renewal script's jobs, by their owner sequence (sorted: the answer
  * finds a live job's claim by bsearch; a job that ended meanwhile is not
- * in L->jobs any more and its answer is ignored). */
+ * in the registry any more and its answer is ignored). */
 typedef struct {
-  loop_t *L;
+  sl_gate *G;
   int64_t sent_ms;
   int n;
   struct renewed {
@@ -488,12 +512,11 @@ static int renewed_cmp(const void *a, const void *b) {
 /* A claim another owner holds now: a call that has not begun must not
  * begin without claiming again; one that runs is paid already. */
 static void claim_lost(job *j) {
-  loop_t *L = j->L;
-  int running = j->in_call && !j->in_pool;
+  int running = j->in_call && j->state != SL_JOB_POOL;
   j->claimed = 0;
   j->claim_end = 0;
   atomic_store(&j->claim_lost, 1);
-  sl_metric_add(L->m_claims_lost, 1);
+  sl_metric_add(gate_of(j)->m_claims_lost, 1);
   sl_log(SL_LOG_WARN, j->key,
          "lost its claim on this input (it lapsed or Redis lost it, and another replica took "
          "it or stored outputs): %s",
@@ -504,16 +527,16 @@ static void claim_lost(job *j) {
 /* The renewal's answer: each claim extended, taken again, or lost. */
 static void on_renewed(redisReply *r, void *ud) {
   renew_batch *b = ud;
-  loop_t *L = b->L;
-  int ok = !L->closing && r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n;
+  sl_jobs *R = b->G->R;
+  int ok = !R->closing && r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)b->n;
   for (int k = 0; ok && k < b->n; k++)
     if (r->element[k]->type != REDIS_REPLY_INTEGER) ok = 0;
-  if (!ok) { /* Redis unavailable: the leases run on (sl__claim_stale) */
+  if (!ok) { /* Redis unavailable: the leases run on (claim_stale) */
     free(b);
     return;
   }
   qsort(b->e, (size_t)b->n, sizeof b->e[0], renewed_cmp);
-  for (job *j = L->jobs, *nx; j; j = nx) {
+  for (job *j = R->all, *nx; j; j = nx) {
     nx = j->all_next;
     if (!j->claimed) continue;
     struct renewed key = {.seq = j->owner_seq}, *e;
@@ -528,53 +551,57 @@ static void on_renewed(redisReply *r, void *ud) {
   free(b);
 }
 
+/* Sends one renewal script for up to RENEW_BATCH claims from *from on;
+ * *from moves past them. 0 sent (or none left), -1 no memory. */
+static int renew_some(sl_gate *G, job **from, char (*keys)[2][256], const char **argv,
+                      const char *lease) {
+  renew_batch *b = malloc(sizeof *b);
+  if (!b) return -1;
+  b->G = G;
+  b->sent_ms = sl__mono_ms();
+  b->n = 0;
+  const char *owners[RENEW_BATCH];
+  job *j = *from;
+  for (; j && b->n < RENEW_BATCH; j = j->all_next)
+    if (j->claimed) {
+      claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
+      sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
+      owners[b->n] = j->owner;
+      b->e[b->n].seq = j->owner_seq;
+      b->e[b->n].i = b->n;
+      b->n++;
+    }
+  *from = j;
+  int n = b->n;
+  if (!n) {
+    free(b);
+    return 0;
+  }
+  char nk[16];
+  snprintf(nk, sizeof nk, "%d", 2 * n);
+  int a = 0;
+  argv[a++] = "EVAL";
+  argv[a++] = sl_claim_renew_lua;
+  argv[a++] = nk;
+  for (int i = 0; i < n; i++) {
+    argv[a++] = keys[i][0];
+    argv[a++] = keys[i][1];
+  }
+  argv[a++] = lease;
+  for (int i = 0; i < n; i++) argv[a++] = owners[i];
+  if (sl_aredis_argv(G->R->redis, on_renewed, b, a, argv, NULL) != 0) free(b);
+  return 0;
+}
+
 /* Renews the claims of every job holding one (one script per batch). */
-void sl__on_claim_renew(uv_timer_t *t) {
-  loop_t *L = t->data;
+static void on_claim_renew(uv_timer_t *t) {
+  sl_gate *G = t->data;
   char(*keys)[2][256] = malloc(RENEW_BATCH * sizeof *keys);
   const char **argv = malloc((3 + 3 * RENEW_BATCH + 1) * sizeof *argv);
-  if (!keys || !argv) { /* next time: the leases outlast two missed renewals */
-    free(keys);
-    free(argv);
-    return;
-  }
   char lease[32];
-  snprintf(lease, sizeof lease, "%lld", (long long)L->cc->claim_lease_ms);
-  job *j = L->jobs;
-  while (j) {
-    renew_batch *b = malloc(sizeof *b);
-    if (!b) break;
-    b->L = L;
-    b->sent_ms = sl__mono_ms();
-    b->n = 0;
-    const char *owners[RENEW_BATCH];
-    for (; j && b->n < RENEW_BATCH; j = j->all_next)
-      if (j->claimed) {
-        claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
-        sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
-        owners[b->n] = j->owner;
-        b->e[b->n].seq = j->owner_seq;
-        b->e[b->n].i = b->n;
-        b->n++;
-      }
-    int n = b->n;
-    if (!n) {
-      free(b);
-      break;
-    }
-    char nk[16];
-    snprintf(nk, sizeof nk, "%d", 2 * n);
-    int a = 0;
-    argv[a++] = "EVAL";
-    argv[a++] = sl_claim_renew_lua;
-    argv[a++] = nk;
-    for (int i = 0; i < n; i++) {
-      argv[a++] = keys[i][0];
-      argv[a++] = keys[i][1];
-    }
-    argv[a++] = lease;
-    for (int i = 0; i < n; i++) argv[a++] = owners[i];
-    if (sl_aredis_argv(L->redis, on_renewed, b, a, argv, NULL) != 0) free(b);
+  snprintf(lease, sizeof lease, "%lld", (long long)G->R->cc->claim_lease_ms);
+  job *j = G->R->all; /* no memory: next time (the leases outlast two missed renewals) */
+  while (keys && argv && j && renew_some(G, &j, keys, argv, lease) == 0) {
   }
   free(keys);
   free(argv);
@@ -583,15 +610,14 @@ void sl__on_claim_renew(uv_timer_t *t) {
 /* A claim the job may not rely on before it calls: a renewal found it lost,
  * or no request has confirmed it for a whole lease (Redis did not answer:
  * it may have lapsed and been taken). */
-int sl__claim_stale(const job *j) {
-  const loop_t *L = j->L;
+static int claim_stale(const job *j) {
   if (!claims_on(j)) return 0;
   if (atomic_load(&j->claim_lost)) return 1;
-  return j->claimed && sl__mono_ms() - j->claim_ms >= L->cc->claim_lease_ms;
+  return j->claimed && sl__mono_ms() - j->claim_ms >= j->R->cc->claim_lease_ms;
 }
 
-/* Claims j's input again before its call (sl__claim_stale). */
-void sl__claim_again(job *j) {
+/* Claims j's input again before its call (claim_stale). */
+static void claim_again(job *j) {
   j->claimed = 0; /* ours or not, the take script says (and extends it when ours) */
   j->claim_end = 0;
   claim_try(j);
@@ -599,92 +625,75 @@ void sl__claim_again(job *j) {
 
 /* ---- the start count: poison inputs (stage.max_starts) ---- */
 
-static void call_go(job *j);
-
-static void starts_key(const job *j, char *buf, size_t len) {
-  const part *p = j->p;
-  if ((!p || sl_idem_starts_key(buf, len, p->g->name, p->id.topic, p->id.partition, j->offset)) &&
-      len)
-    buf[0] = '\0';
-}
-
-void sl__starts_key(const job *j, char *buf, size_t len) { starts_key(j, buf, len); }
-
 /* what waits on the count may go (on the next turn of the loop) */
-static void solo_kick(loop_t *L) {
-  if (L->pending || L->xq_head) sl__batch_soon(L);
+static void solo_kick(sl_gate *G) {
+  if (G->pending || G->xq.head) batch_soon(G);
 }
 
 /* A deletion or un-count answered: a solo run waits for these, so that
  * the process cannot die on it before they are in. */
 static void on_counted(redisReply *r, void *ud) {
-  loop_t *L = ud;
+  sl_gate *G = ud;
   (void)r;
-  L->counting--;
-  if (!L->closing) solo_kick(L);
+  G->counting--;
+  if (!G->R->closing) solo_kick(G);
 }
 
 /* Deletes the counts of the inputs that ended (one DEL). */
-static void starts_del_flush(loop_t *L) {
-  if (!L->sdel_n) return;
+static void starts_del_flush(sl_gate *G) {
+  if (!G->sdel_n) return;
   const char *argv[1 + SL_STARTS_DEL_MAX];
   argv[0] = "DEL";
-  for (int i = 0; i < L->sdel_n; i++) argv[1 + i] = L->sdel[i];
-  if (sl_aredis_argv(L->redis, on_counted, L, 1 + L->sdel_n, argv, NULL) == 0) L->counting++;
-  L->sdel_n = 0;
+  for (int i = 0; i < G->sdel_n; i++) argv[1 + i] = G->sdel[i];
+  if (sl_aredis_argv(G->R->redis, on_counted, G, 1 + G->sdel_n, argv, NULL) == 0) G->counting++;
+  G->sdel_n = 0;
 }
 
 /* Takes j's start back (it did not run): its count is one less, so what
  * it started before stays counted. Sent at once; a solo run waits for it. */
 static void starts_uncount(job *j) {
-  loop_t *L = j->L;
+  sl_gate *G = gate_of(j);
   char k[256];
-  starts_key(j, k, sizeof k);
-  if (j->starts > 0) L->counted--;
+  sl__starts_key(j, k, sizeof k);
+  if (j->starts > 0) G->counted--;
   j->starts = 0;
   if (!k[0]) return;
   const char *argv[] = {"DECR", k};
-  if (sl_aredis_argv(L->redis, on_counted, L, 2, argv, NULL) == 0) L->counting++;
+  if (sl_aredis_argv(j->R->redis, on_counted, G, 2, argv, NULL) == 0) G->counting++;
 }
 
-void sl__starts_stored(job *j) {
-  loop_t *L = j->L;
-  if (j->starts <= 0) return;
-  j->starts = 0; /* deleted with the store: nothing left for sl__starts_end */
-  L->counted--;
-  solo_kick(L);
-}
-
-void sl__starts_end(job *j) {
-  loop_t *L = j->L;
-  if (j->starts <= 0 || L->closing) return;
+/* j ends (finished or let go) without the process dying: its start count
+ * goes (batched). */
+static void starts_end(job *j) {
+  sl_gate *G = gate_of(j);
+  if (j->starts <= 0 || j->R->closing) return;
   if (!j->ran) { /* counted, never called (released, its partition gone) */
     starts_uncount(j);
     return;
   }
   j->starts = 0;
-  L->counted--;
-  solo_kick(L);
-  if (!L->sdel && !(L->sdel = malloc(SL_STARTS_DEL_MAX * sizeof *L->sdel)))
+  G->counted--;
+  solo_kick(G);
+  if (!G->sdel && !(G->sdel = malloc(SL_STARTS_DEL_MAX * sizeof *G->sdel)))
     return; /* no memory: the count stays until its TTL */
-  starts_key(j, L->sdel[L->sdel_n], sizeof L->sdel[0]);
-  if (!L->sdel[L->sdel_n][0]) return;
-  if (++L->sdel_n >= SL_STARTS_DEL_MAX) {
-    starts_del_flush(L);
+  sl__starts_key(j, G->sdel[G->sdel_n], sizeof G->sdel[0]);
+  if (!G->sdel[G->sdel_n][0]) return;
+  if (++G->sdel_n >= SL_STARTS_DEL_MAX) {
+    starts_del_flush(G);
     return;
   }
-  sl__batch_soon(L);
+  batch_soon(G);
 }
 
 /* j's start could not be counted: it runs all the same (progress over the
  * count), said once a minute and counted */
 static void uncounted(job *j) {
-  loop_t *L = j->L;
+  sl_gate *G = gate_of(j);
   j->starts = -1;
-  sl_metric_add(L->m_uncounted, 1);
+  sl_metric_add(G->m_uncounted, 1);
   int64_t now = sl__mono_ms();
-  if (!L->uncounted_warned_ms || now - L->uncounted_warned_ms >= 60000) {
-    L->uncounted_warned_ms = now;
+  if (!G->uncounted_warned_ms || now - G->uncounted_warned_ms >= 60000) {
+    G->uncounted_warned_ms = now;
     sl_log(SL_LOG_WARN, j->key,
            "start counts unavailable (Redis): inputs run uncounted, unprotected from poison "
            "inputs (stage.max_starts) until Redis answers again");
@@ -693,86 +702,93 @@ static void uncounted(job *j) {
 
 /* The process died during each of j's earlier runs: a dead letter, uncalled. */
 static void poison(job *j) {
-  loop_t *L = j->L;
-  sl__claim_release(j);
+  claim_release(j);
   sl_result_set(&j->res, SL_OUTCOME_FAIL, "poison",
                 "started %lld times without finishing (the process ended during each run: a "
                 "crash, an abort, an OOM kill; stage.max_starts %lld): not run again",
-                (long long)(j->starts - 1), (long long)L->cc->max_starts);
-  sl__add_dead_letter(j);
-  sl__produce(j);
+                (long long)(j->starts - 1), (long long)j->R->cc->max_starts);
+  sl__job_to(j, SL_JOB_OUTCOME);
 }
 
 /* j waits for a solo run, uncounted (a start it has not made must not be
  * charged to it if the solo run kills the process) */
 static void solo_wait(job *j) {
-  if (j->L->stopping) { /* nothing waits while stopping: redelivered after the restart */
-    sl__claim_release(j);
-    sl__held_release(j); /* takes its start back */
+  sl_gate *G = gate_of(j);
+  if (j->R->stopping) { /* nothing waits while stopping: redelivered after the restart */
+    claim_release(j);
+    sl__job_to(j, SL_JOB_RELEASED); /* takes its start back */
     return;
   }
   if (j->starts > 0) starts_uncount(j);
-  sl__q_push(&j->L->xq_head, &j->L->xq_tail, j);
+  sl_queue_push(&G->xq, &j->link);
 }
 
-/* j's count came back: n its starts so far, this one included (< 1: it
- * could not be counted); a command of L->counting answered */
-static void counted_as(job *j, long long n) {
-  loop_t *L = j->L;
-  L->counting--;
-  if (L->closing) {
-    sl__job_drop(j);
-    return;
-  }
-  solo_kick(L);
-  if (n < 1) {
-    uncounted(j);
-  } else {
-    j->starts = n;
-    L->counted++;
-  }
-  if (sl__job_stale(j)) { /* its partition went away meanwhile: the start is taken back */
-    sl__claim_release(j);
-    sl__held_release(j);
-    return;
-  }
-  if (j->starts < 0) {
-    call_now(j);
-    return;
-  }
-  if (j->starts > L->cc->max_starts) {
-    poison(j);
-    return;
-  }
-  /* A suspect (it started before without finishing) runs alone only at its
-   * last chance, the start that decides whether it is poison: a process's
-   * death kills every call it had running, so most suspects are collateral
-   * and run at full concurrency; a poison input dies beside others until
-   * its last chance, and that death, alone, is its own. */
-  int alone = j->starts >= 2 && j->starts >= L->cc->max_starts;
-  if (j->starts >= 2 && !alone && !j->suspect_noted) {
-    j->suspect_noted = 1;
+static void log_start(const job *j, int alone) {
+  const part *p = j->p;
+  if (alone)
+    sl_log(SL_LOG_WARN, j->key,
+           "%s [%d] offset %lld started %lld time(s) before without finishing: running it "
+           "alone (at %lld of stage.max_starts it is dead-lettered as poison)",
+           p->id.topic, (int)p->id.partition, (long long)j->offset, (long long)(j->starts - 1),
+           (long long)j->R->cc->max_starts);
+  else
     sl_log(SL_LOG_INFO, j->key,
            "%s [%d] offset %lld started %lld time(s) before without finishing: running it "
            "(alone at start %lld, dead-lettered as poison after that)",
-           j->p->id.topic, (int)j->p->id.partition, (long long)j->offset,
-           (long long)(j->starts - 1), (long long)L->cc->max_starts);
+           p->id.topic, (int)p->id.partition, (long long)j->offset, (long long)(j->starts - 1),
+           (long long)j->R->cc->max_starts);
+}
+
+/* j's count came back: n its starts so far, this one included (< 1: it
+ * could not be counted); a command of G->counting answered */
+static void counted_as(job *j, long long n) {
+  sl_gate *G = gate_of(j);
+  G->counting--;
+  if (!j->R->closing) {
+    solo_kick(G);
+    if (n < 1) {
+      uncounted(j);
+    } else {
+      j->starts = n;
+      G->counted++;
+    }
   }
-  if (!alone && !L->solo) { /* counted: it runs (a suspect pending waits for it) */
+  sl_start_in in = {
+      j->R->closing,     0, j->R->stopping, j->starts, j->R->cc->max_starts, G->solo != NULL,
+      G->pending != NULL};
+  in.stale = !in.closing && sl__job_stale(j);
+  sl_start_step s = sl_admit_started(&in);
+  if ((s == SL_START_GO || s == SL_START_SOLO_WAIT) && sl_admit_suspect(j->starts, in.max_starts) &&
+      !j->suspect_noted) {
+    j->suspect_noted = 1;
+    log_start(j, 0);
+  }
+  switch (s) {
+  case SL_START_DROP:
+    sl__job_to(j, SL_JOB_DROPPED);
+    return;
+  case SL_START_RELEASE: /* its partition went away meanwhile: the start is taken back */
+    claim_release(j);
+    sl__job_to(j, SL_JOB_RELEASED);
+    return;
+  case SL_START_UNCOUNTED:
+    call_now(j);
+    return;
+  case SL_START_POISON:
+    poison(j);
+    return;
+  case SL_START_GO: /* counted: it runs (a suspect pending waits for it) */
     call_go(j);
     return;
-  }
-  if (!alone || L->pending || L->solo || L->stopping) { /* another suspect first */
+  case SL_START_SOLO_WAIT: /* another suspect first */
     solo_wait(j);
     return;
+  case SL_START_ALONE: /* runs alone once the calls and counts under way are over */
+    G->pending = j;
+    solo_kick(G);
+    log_start(j, 1);
+    return;
   }
-  L->pending = j; /* runs alone once the calls and counts under way are over */
-  solo_kick(L);
-  sl_log(SL_LOG_WARN, j->key,
-         "%s [%d] offset %lld started %lld time(s) before without finishing: running it alone "
-         "(at %lld of stage.max_starts it is dead-lettered as poison)",
-         j->p->id.topic, (int)j->p->id.partition, (long long)j->offset, (long long)(j->starts - 1),
-         (long long)L->cc->max_starts);
 }
 
 /* j's count came back: r its element of the batch's reply, or NULL */
@@ -784,230 +800,475 @@ static void started(job *j, const redisReply *r) {
  * counts of inputs that ended (a solo run waits for that answer too). */
 typedef struct {
   job_batch b;
+  sl_gate *G;
   int dels;
 } starts_batch;
 
 static void on_starts(redisReply *r, void *ud) {
   starts_batch *sb = ud;
-  loop_t *L = sb->b.n ? sb->b.jobs[0]->L : NULL;
   redisReply **el = sl__batch_reply(&sb->b, r, 1);
   for (int i = 0; i < sb->b.n; i++) started(sb->b.jobs[i], el ? el[i] : NULL);
-  if (sb->dels && L) on_counted(r, L);
+  if (sb->dels) on_counted(r, sb->G);
   free(sb);
 }
 
-void sl__starts_flush(loop_t *L) {
+/* j runs uncounted: no count could be asked for it */
+static void run_uncounted(job *j) {
+  gate_of(j)->counting--;
+  uncounted(j);
+  call_now(j);
+}
+
+/* Takes up to SL_CLAIM_BATCH counts from G->tq into b with their keys. */
+static void starts_take(sl_gate *G, job_batch *b, char (*keys)[256]) {
+  job *j;
+  b->n = 0;
+  while (b->n < SL_CLAIM_BATCH && (j = sl__job_pop(&G->tq)) != NULL) {
+    sl__starts_key(j, keys[b->n], 256);
+    if (!keys[b->n][0]) { /* no key for it: uncounted */
+      run_uncounted(j);
+      continue;
+    }
+    b->jobs[b->n++] = j;
+  }
+}
+
+/* Sends the queued start counts (with the deletions of ended ones). */
+static void starts_flush(sl_gate *G) {
   char ttl[32], nk[16];
   snprintf(ttl, sizeof ttl, "%d", SL_STARTS_TTL_S);
-  while (L->tq_head) {
+  while (G->tq.head) {
     starts_batch *sb = malloc(sizeof *sb);
-    job_batch *b = sb ? &sb->b : NULL;
     char keys[SL_CLAIM_BATCH][256];
-    job *j;
-    if (!b) { /* no memory: each one runs uncounted, as without Redis */
-      starts_del_flush(L);
-      while ((j = sl__q_pop(&L->tq_head, &L->tq_tail)) != NULL) {
-        L->tq_len--;
-        L->counting--;
-        uncounted(j);
-        call_now(j);
-      }
+    if (!sb) { /* no memory: each one runs uncounted, as without Redis */
+      starts_del_flush(G);
+      job *j;
+      while ((j = sl__job_pop(&G->tq)) != NULL) run_uncounted(j);
       return;
     }
-    b->n = 0;
-    sb->dels = 0;
-    while (b->n < SL_CLAIM_BATCH && (j = sl__q_pop(&L->tq_head, &L->tq_tail)) != NULL) {
-      L->tq_len--;
-      starts_key(j, keys[b->n], sizeof keys[b->n]);
-      if (!keys[b->n][0]) { /* no key for it: uncounted */
-        L->counting--;
-        uncounted(j);
-        call_now(j);
-        continue;
-      }
-      b->jobs[b->n++] = j;
-    }
-    int n = b->n;
+    sb->G = G;
+    starts_take(G, &sb->b, keys);
+    int n = sb->b.n;
     if (!n) {
       free(sb);
       continue;
     }
     /* the counts of the inputs that ended go first, in the same script
      * when they fit (an input taken again after it ended counts from 0) */
-    if (L->sdel_n > SL__REDIS_SCRIPT_MAX_ARGS - 2 - n) starts_del_flush(L);
-    int d = L->sdel_n;
+    if (G->sdel_n > SL__REDIS_SCRIPT_MAX_ARGS - 2 - n) starts_del_flush(G);
+    int d = G->sdel_n;
     const char *argv[SL__REDIS_SCRIPT_MAX_ARGS];
     for (int i = 0; i < n; i++) argv[i] = keys[i];
-    for (int i = 0; i < d; i++) argv[n + i] = L->sdel[i];
+    for (int i = 0; i < d; i++) argv[n + i] = G->sdel[i];
     snprintf(nk, sizeof nk, "%d", n);
     argv[n + d] = ttl;
     argv[n + d + 1] = nk;
     sb->dels = d > 0;
-    L->sdel_n = 0;
-    if (sb->dels) L->counting++;
-    if (sl_aredis_eval(L->redis, on_starts, sb, &L->s_starts, n + d, n + d + 2, argv, NULL) != 0)
+    G->sdel_n = 0;
+    if (sb->dels) G->counting++;
+    if (sl_aredis_eval(G->R->redis, on_starts, sb, &G->s_starts, n + d, n + d + 2, argv, NULL) != 0)
       on_starts(NULL, sb); /* Redis unavailable: each one runs uncounted */
   }
-  starts_del_flush(L); /* no count to send them with */
+  starts_del_flush(G); /* no count to send them with */
 }
 
 /* The folded lookup's answer: stored outputs (nothing was counted), or
- * the count, as sl__starts_flush's scripts answer it. */
+ * the count, as starts_flush's scripts answer it. */
 static void on_lookup_counted(redisReply *r, void *ud) {
   job *j = ud;
-  loop_t *L = j->L;
+  sl_gate *G = gate_of(j);
   int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
            r->element[0]->type == REDIS_REPLY_INTEGER;
   if (ok && r->element[0]->integer == 1 && r->element[1]->type == REDIS_REPLY_STRING &&
-      !L->closing) {
-    L->counting--;
-    solo_kick(L);
-    if (sl__use_stored(j, r->element[1]->str, r->element[1]->len)) return;
+      !j->R->closing) {
+    G->counting--;
+    solo_kick(G);
+    if (sl_idem_unpack(r->element[1]->str, r->element[1]->len, &j->out) == 0) {
+      sl__job_to(j, SL_JOB_REUSE);
+      return;
+    }
     /* unusable stored outputs: as if there were none, counted on its own */
-    sl__gate(j);
+    sl__gate_enter(j);
     return;
   }
   if (!ok) sl_log(SL_LOG_DEBUG, j->key, "idempotency lookup unavailable; processing");
   started(j, ok ? r->element[1] : NULL); /* NULL: runs uncounted */
 }
 
-int sl__lookup_counted(job *j) {
-  loop_t *L = j->L;
-  if (L->o->provider || L->cc->max_starts <= 0) return SL_EINVAL; /* the gate may hold it */
+/* A stage without a provider gate counts an input's start with its
+ * idempotency lookup, in one round trip (sl_claim_lookup_lua): 0 sent,
+ * else nothing sent (the gate goes on without a lookup). */
+static int lookup_counted(job *j) {
+  sl_gate *G = gate_of(j);
   char k[256], sk[256], ttl[32];
+  j->looked_up = 1;
   sl__idem_key(j, k, sizeof k);
-  starts_key(j, sk, sizeof sk);
+  sl__starts_key(j, sk, sizeof sk);
   if (!k[0] || !sk[0]) return SL_EINVAL;
   snprintf(ttl, sizeof ttl, "%d", SL_STARTS_TTL_S);
   const char *argv[] = {k, sk, ttl};
-  j->looked_up = 1;
-  L->counting++;
-  int rc = sl_aredis_eval(L->redis, on_lookup_counted, j, &L->s_lookup, 2, 3, argv, NULL);
-  if (rc != 0) L->counting--;
+  G->counting++;
+  int rc = sl_aredis_eval(j->R->redis, on_lookup_counted, j, &G->s_lookup, 2, 3, argv, NULL);
+  if (rc != 0) G->counting--;
   return rc;
 }
 
 /* Counts j's start: queued, and sent with the other counts of this turn of
  * the loop (one script for up to SL_CLAIM_BATCH inputs). */
 static void starts_count(job *j) {
-  loop_t *L = j->L;
-  L->counting++;
-  sl__q_push(&L->tq_head, &L->tq_tail, j);
-  if (++L->tq_len >= SL_CLAIM_BATCH) {
-    sl__starts_flush(L);
+  sl_gate *G = gate_of(j);
+  G->counting++;
+  sl_queue_push(&G->tq, &j->link);
+  if (G->tq.len >= SL_CLAIM_BATCH) {
+    starts_flush(G);
     return;
   }
-  sl__batch_soon(L);
+  batch_soon(G);
 }
 
 /* ---- solo runs: a suspect runs with no other call beside it ---- */
 
-void sl__calls_resume(loop_t *L) {
-  if (L->solo || L->closing || L->stopping) return;
-  if (L->pending) {
+/* Starts the solo run, or the jobs waiting behind one, that may go now. */
+static void calls_resume(sl_gate *G) {
+  if (G->solo || G->R->closing || G->R->stopping) return;
+  if (G->pending) {
     /* every other counted job has ended (its count deleted: the deletion
-     * answered), nothing runs: its call_end / on_counted / starts_end kicks */
-    if (L->calls || L->counting || L->counted > 1) return;
-    job *j = L->pending;
-    L->pending = NULL;
+     * answered), nothing runs: its call end / on_counted / starts_end kicks */
+    if (!sl_admit_solo_ready(G->calls, G->counting, G->counted)) return;
+    job *j = G->pending;
+    G->pending = NULL;
     if (sl__job_stale(j)) {
-      sl__claim_release(j);
-      sl__held_release(j);
+      claim_release(j);
+      sl__job_to(j, SL_JOB_RELEASED);
     } else {
-      L->solo = j;
+      G->solo = j;
       call_go(j); /* may end j */
       return;
     }
   }
   /* no solo run: what waited is counted and called as usual */
-  while (L->xq_head && !L->solo && !L->pending) call_now(sl__q_pop(&L->xq_head, &L->xq_tail));
+  while (G->xq.head && !G->solo && !G->pending) call_now(sl__job_pop(&G->xq));
 }
 
-void sl__calls_release(loop_t *L) {
-  job *j;
-  if ((j = L->pending) != NULL) {
-    L->pending = NULL;
-    sl__claim_release(j);
-    sl__held_release(j); /* never ran: its count is taken back */
-  }
-  while ((j = sl__q_pop(&L->xq_head, &L->xq_tail)) != NULL) {
-    sl__claim_release(j);
-    sl__held_release(j);
-  }
-}
-
-void sl__call_end(job *j) {
-  loop_t *L = j->L;
+/* j's call is over (its outcome is in): a solo run may start, or what
+ * waited behind one go. */
+static void call_end(job *j) {
+  sl_gate *G = gate_of(j);
   if (!j->in_call) return;
   j->in_call = 0;
-  L->calls--;
-  if (L->solo == j) L->solo = NULL;
-  solo_kick(L); /* on the next turn: not inside j's outcome */
+  G->calls--;
+  if (G->solo == j) G->solo = NULL;
+  solo_kick(G); /* on the next turn: not inside j's outcome */
 }
 
-/* claim_try and call_now release a job whose partition went away meanwhile */
-void sl__run_process(job *j) {
+/* ---- the call ---- */
+
+static void call_now(job *j) {
+  sl_gate *G = gate_of(j);
+  sl_call_in in = {j->R->closing,  sl__job_stale(j),
+                   claim_stale(j), G->solo != NULL || (G->pending && G->pending != j),
+                   j->starts != 0, j->R->cc->max_starts};
+  switch (sl_admit_call(&in)) {
+  case SL_CALL_DROP:
+    sl__job_to(j, SL_JOB_DROPPED);
+    return;
+  case SL_CALL_RELEASE:
+    claim_release(j);
+    sl__job_to(j, SL_JOB_RELEASED);
+    return;
+  case SL_CALL_RECLAIM: /* lost while it waited: claim again first */
+    claim_again(j);
+    return;
+  case SL_CALL_SOLO_WAIT: /* behind a solo run, in order */
+    solo_wait(j);
+    return;
+  case SL_CALL_COUNT: /* counted before it begins */
+    starts_count(j);
+    return;
+  case SL_CALL_GO:
+    call_go(j);
+    return;
+  }
+}
+
+/* Counted in the calls a solo run waits for, then handed to the work. */
+static void call_go(job *j) {
+  j->in_call = 1;
+  j->ran = 1;
+  gate_of(j)->calls++;
+  sl__job_to(j, SL_JOB_CALL);
+}
+
+/* ---- what the loop calls ---- */
+
+static void on_batch_idle(uv_idle_t *h) {
+  sl_gate *G = h->data;
+  uv_idle_stop(h); /* what a flush queues arms it again */
+  starts_flush(G);
+  claims_flush(G);
+  calls_resume(G);
+}
+
+static void batch_soon(sl_gate *G) {
+  if (!uv_is_active((uv_handle_t *)&G->batch_idle)) uv_idle_start(&G->batch_idle, on_batch_idle);
+}
+
+void sl__gate_claim(job *j) {
+  call_end(j); /* a run again, or a claim lost before a worker called */
+  if (j->R->closing) {
+    sl__job_to(j, SL_JOB_DROPPED);
+    return;
+  }
   if (claims_on(j) && !j->claimed) {
-    claim_try(j);
+    claim_try(j); /* claim_try and call_now let go of a job whose partition went away */
     return;
   }
   call_now(j);
 }
 
-static void call_now(job *j) {
-  loop_t *L = j->L;
-  if (sl__job_stale(j)) {
-    sl__claim_release(j);
-    sl__held_release(j);
-    return;
-  }
-  if (sl__claim_stale(j)) { /* lost while it waited: claim again first */
-    sl__claim_again(j);
-    return;
-  }
-  if (L->solo || (L->pending && L->pending != j)) { /* behind a solo run, in order */
-    solo_wait(j);
-    return;
-  }
-  if (!j->starts && L->cc->max_starts > 0) { /* counted before it begins */
-    starts_count(j);
-    return;
-  }
-  call_go(j);
+void sl__gate_outcome(job *j) {
+  const sl_jobs *R = j->R;
+  call_end(j);
+  if (R->closing) return;
+  if (R->o->provider && j->res.provider_called) provider_outcome(j);
+  /* the claim: a dead letter holds it until it is written (then an end
+   * mark); outputs to store release it with the store; else it goes now,
+   * and the next claimant calls */
+  int fail =
+      j->res.outcome == SL_OUTCOME_FAIL || (j->res.outcome == SL_OUTCOME_DONE && j->out.failed);
+  int stores = j->res.outcome == SL_OUTCOME_DONE && !j->out.failed && R->o->idempotent && j->out.n;
+  if (fail && j->claimed)
+    j->claim_end = 1;
+  else if (!stores)
+    claim_release(j);
 }
 
-/* process() or start() */
-static void call_go(job *j) {
-  loop_t *L = j->L;
-  j->in_call = 1;
-  j->ran = 1;
-  L->calls++;
-  j->work.data = j;
-  j->out.producer = j->L->producer;
-  j->res.outcome = SL_OUTCOME_DONE;
-  j->res.again_in_ms = 0;
-  j->res.cost_units = 0;
-  j->res.cost_before = j->cost_before;
-  j->call_ns = uv_hrtime();
-  if (j->L->o->start) {
-    j->in_async = 1;
-    j->L->o->start(j->L->o->ud, j);
-    return;
+/* A provider call's outcome: the breaker, the metrics, a 429's pause. */
+static void provider_outcome(job *j) {
+  sl_gate *G = gate_of(j);
+  const sl_jobs *R = j->R;
+  int ok = j->res.outcome != SL_OUTCOME_RETRY;
+  sl_breaker_record(G->breaker, sl__mono_ms(), ok);
+  sl_metric_add(j->res.outcome == SL_OUTCOME_DONE   ? G->m_calls_ok
+                : j->res.outcome == SL_OUTCOME_FAIL ? G->m_calls_perm
+                : j->res.provider_throttled         ? G->m_calls_throttled
+                                                    : G->m_calls_fail,
+                1);
+  sl_histogram_observe(G->h_call, (double)(uv_hrtime() - j->call_ns) / 1e9);
+  sl_metric_add_real(G->m_cost, j->res.cost_units);
+  sl_breaker_state st = sl_breaker_get_state(G->breaker);
+  if ((int64_t)st != (int64_t)sl_metric_value(G->m_breaker_state) && st == SL_BREAKER_OPEN)
+    sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", R->o->provider);
+  sl_metric_set(G->m_breaker_state, st);
+  if (G->bq.head && st != SL_BREAKER_OPEN) /* the probe answered: let the held go */
+    uv_timer_start(&G->bq_timer, on_bq_timer, 0, 0);
+  int64_t pause =
+      j->res.provider_throttled ? sl_retry_after_clamp(R->rp, j->res.retry_after_ms) : 0;
+  if (pause > 0) {
+    /* pause the provider for every replica (one atomic script that only
+     * ever extends a pause), for at most provider.max_retry_after_ms; this
+     * process's own calls see it at once */
+    char ms[32];
+    snprintf(ms, sizeof ms, "%lld", (long long)pause);
+    const char *a[] = {G->pause_key, ms};
+    sl_aredis_eval(R->redis, NULL, NULL, &G->s_pause, 1, 2, a, NULL);
+    int64_t until = sl__mono_ms() + pause;
+    if (until > G->pause_until_ms) G->pause_until_ms = until;
+    sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
+           R->o->provider, ms);
   }
-  if (sl_inline_here(&L->inl, uv_hrtime())) { /* short runs: no hand-over (sl_inline.h) */
-    uint64_t t0 = uv_hrtime();
-    L->o->process(L->o->ud, j->m, &j->out, &j->res);
-    uint64_t t1 = uv_hrtime();
-    sl_inline_note(&L->inl, t1 - t0, 1, t1);
-    sl__complete(j); /* may end j */
-    return;
+}
+
+void sl__gate_stored(job *j) {
+  sl_gate *G = gate_of(j);
+  if (j->store_reply == 2) j->claimed = 0; /* the store script released it */
+  if (j->store_reply && j->starts > 0) {   /* its count went with the store */
+    j->starts = 0;
+    G->counted--;
+    solo_kick(G);
   }
-  j->in_pool = 1;
-  if (uv_queue_work(&j->L->loop, &j->work, sl__work_cb, sl__after_work_cb) != 0) {
-    j->in_pool = 0;
-    sl__call_end(j);
-    sl_result_set(&j->res, SL_OUTCOME_RETRY, "internal", "could not queue work");
-    sl__to_retry(j);
-    sl__produce(j);
+  claim_release(j); /* after the store: a waiting replica finds the outputs */
+}
+
+void sl__gate_finished(job *j, int fatal) {
+  starts_end(j);
+  claim_finish(j, fatal); /* a dead letter's claim becomes its end mark */
+}
+
+void sl__gate_released(job *j) {
+  starts_end(j); /* it did not die on it: its start is not charged */
+}
+
+static int stale_link(sl_qlink *l, void *ud) {
+  (void)ud;
+  return sl__job_stale(sl__job_of(l));
+}
+
+/* Lets go of the stale jobs of q (the head stays when busy: it is waiting
+ * on Redis and checks itself). */
+static void release_stale(sl_queue *q, int keep_head) {
+  sl_queue stale = {NULL, NULL, 0};
+  sl_queue_split(q, keep_head, stale_link, NULL, &stale);
+  job *j;
+  while ((j = sl__job_pop(&stale)) != NULL) sl__job_to(j, SL_JOB_RELEASED);
+}
+
+void sl__gate_release_partition(sl_gate *G) {
+  release_stale(&G->bq, 0);
+  held_count(G);
+  release_stale(&G->lq, G->lq_busy);
+}
+
+int64_t sl__gate_held(const sl_gate *G) { return G->bq.len; }
+
+int sl__gate_provider_bound(const sl_gate *G, int64_t within_ms) {
+  if (!G->R->o->provider) return 0;
+  if (G->bq.len > 0 || sl_breaker_get_state(G->breaker) != SL_BREAKER_CLOSED) return 1;
+  return sl__mono_ms() < G->wait_until_ms + within_ms;
+}
+
+void sl__gate_stop(sl_gate *G) {
+  job *j;
+  uv_timer_stop(&G->bq_timer);
+  while ((j = sl__job_pop(&G->bq)) != NULL) /* redelivered after the restart */
+    sl__job_to(j, SL_JOB_RELEASED);
+  held_count(G);
+  if ((j = G->pending) != NULL) { /* behind a solo run: the same */
+    G->pending = NULL;
+    claim_release(j);
+    sl__job_to(j, SL_JOB_RELEASED); /* never ran: its count is taken back */
   }
+  while ((j = sl__job_pop(&G->xq)) != NULL) {
+    claim_release(j);
+    sl__job_to(j, SL_JOB_RELEASED);
+  }
+}
+
+void sl__gate_close(sl_gate *G) {
+  if (!G || !G->R) return;
+  /* their jobs are dropped by the loop's last walk */
+  sl_queue_forget(&G->lq);
+  sl_queue_forget(&G->pq);
+  sl_queue_forget(&G->cq);
+  sl_queue_forget(&G->tq);
+  sl_queue_forget(&G->xq);
+  sl_queue_forget(&G->bq);
+  G->pending = G->solo = NULL;
+  sl_breaker_free(G->breaker);
+  G->breaker = NULL;
+  free(G->sdel);
+  G->sdel = NULL;
+}
+
+/* ---- set-up ---- */
+
+static void gate_metrics(sl_gate *G) {
+  const sl_stage_opts *o = G->R->o;
+  G->m_claim_waits =
+      sl__metric("sluice_claim_waits_total", o->stage, NULL,
+                 "Inputs another replica was already calling the provider for: waited for its "
+                 "outputs instead of calling",
+                 0);
+  G->m_claims_lost = sl__metric("sluice_claims_lost_total", o->stage, NULL,
+                                "Claims a renewal found lost (lapsed or lost by Redis, and taken "
+                                "by another replica): a call not begun claims again first",
+                                0);
+  G->m_claim_ends = sl__metric("sluice_claim_ends_total", o->stage, NULL,
+                               "Inputs ended without a call: the same message failed for good on "
+                               "another replica, which wrote its dead letter",
+                               0);
+  G->m_uncounted =
+      sl__metric("sluice_starts_uncounted_total", o->stage, NULL,
+                 "Inputs started without their start being counted (Redis unavailable): "
+                 "unprotected from poison inputs (stage.max_starts)",
+                 0);
+}
+
+/* the provider's series: its name without the "<stage>-" prefix is the plugin */
+static void provider_metrics(sl_gate *G) {
+  const sl_stage_opts *o = G->R->o;
+  char pl[128], l[192], hl[256];
+  snprintf(pl, sizeof pl, "provider=\"%s\"", o->provider);
+  G->m_limiter_waits = sl__metric("sluice_limiter_waits_total", o->stage, pl,
+                                  "Calls delayed by the shared rate limit", 0);
+  G->m_breaker_state = sl__metric("sluice_breaker_state", o->stage, pl,
+                                  "Circuit breaker: 0 closed, 1 open, 2 half-open", 1);
+  G->m_circuit_skips = sl__metric("sluice_breaker_rejections_total", o->stage, pl,
+                                  "Messages the open breaker held back (breaker.hold) or sent "
+                                  "to a retry tier",
+                                  0);
+  G->m_held = sl__metric("sluice_breaker_held", o->stage, pl,
+                         "Messages held in memory while the breaker is open", 1);
+  size_t sn = strlen(o->stage);
+  const char *plugin = strncmp(o->provider, o->stage, sn) == 0 && o->provider[sn] == '-'
+                           ? o->provider + sn + 1
+                           : o->provider;
+  snprintf(l, sizeof l, "stage=\"%s\",plugin=\"%s\"", o->stage, plugin);
+  G->m_cost = sl_metrics_counter_real("sluice_provider_cost_units_total", l,
+                                      "What provider calls cost, in the plugin's units "
+                                      "(docs/operations.md), retries included");
+  static const char *const results[] = {"ok", "transient_failure", "throttled",
+                                        "permanent_failure"};
+  sl_metric **by[] = {&G->m_calls_ok, &G->m_calls_fail, &G->m_calls_throttled, &G->m_calls_perm};
+  for (int i = 0; i < 4; i++) {
+    snprintf(l, sizeof l, "%s,result=\"%s\"", pl, results[i]);
+    *by[i] = sl__metric("sluice_provider_calls_total", o->stage, l, "Provider calls by result", 0);
+  }
+  snprintf(hl, sizeof hl, "stage=\"%s\",%s", o->stage, pl);
+  G->h_call = sl_metrics_histogram("sluice_provider_call_seconds", hl,
+                                   "Provider call latency (from the call to its outcome)",
+                                   sl_metrics_latency_bounds, sl_metrics_latency_nbounds);
+}
+
+/* "<host>:<pid>:<random>": this process's claims */
+static void owner_prefix(sl_gate *G) {
+  char host[40] = "", rnd[17] = "";
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "host");
+  host[sizeof host - 1] = '\0';
+  if (sl_random_hex(8, rnd, sizeof rnd) != 0)
+    snprintf(rnd, sizeof rnd, "%llx", (unsigned long long)uv_hrtime());
+  snprintf(G->owner, sizeof G->owner, "%.39s:%ld:%.16s", host, (long)getpid(), rnd);
+}
+
+static void gate_timer(sl_gate *G, uv_timer_t *t) {
+  uv_timer_init(G->R->uv, t);
+  t->data = G;
+}
+
+int sl__gate_init(sl_gate *G, sl_jobs *R, char *err, size_t errlen) {
+  const sl_stage_opts *o = R->o;
+  memset(G, 0, sizeof *G);
+  G->R = R;
+  R->gate = G;
+  sl_redis_script_init(&G->s_limit, sl_limiter_lua);
+  sl_redis_script_init(&G->s_pause, sl_limiter_pause_lua);
+  sl_redis_script_init(&G->s_claim_take, sl_claim_take_lua);
+  sl_redis_script_init(&G->s_claim_release, sl_claim_release_lua);
+  sl_redis_script_init(&G->s_claim_end, sl_claim_end_lua);
+  sl_redis_script_init(&G->s_starts, sl_claim_starts_lua);
+  sl_redis_script_init(&G->s_lookup, sl_claim_lookup_lua);
+  snprintf(G->limit_key, sizeof G->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
+  snprintf(G->pause_key, sizeof G->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
+  gate_metrics(G);
+  owner_prefix(G);
+  if (o->provider) {
+    provider_metrics(G);
+    sl_breaker_opts bo = {R->cc->breaker_failure_ratio, (unsigned)R->cc->breaker_min_calls,
+                          R->cc->breaker_window_ms, R->cc->breaker_probe_interval_ms};
+    int rc = sl_breaker_new(&G->breaker, &bo);
+    if (rc) {
+      snprintf(err, errlen, "breaker settings: %s", sl_strerror(rc));
+      return rc;
+    }
+  }
+  gate_timer(G, &G->lq_timer);
+  gate_timer(G, &G->bq_timer);
+  gate_timer(G, &G->claim_timer);
+  uv_idle_init(R->uv, &G->batch_idle);
+  G->batch_idle.data = G;
+  if (o->provider && o->idempotent && R->cc->claim_lease_ms > 0) {
+    uint64_t every = (uint64_t)(R->cc->claim_lease_ms / 3 > 0 ? R->cc->claim_lease_ms / 3 : 1);
+    uv_timer_start(&G->claim_timer, on_claim_renew, every, every);
+  }
+  return 0;
 }

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sl_stage_group.c — partitions of a stage's consumer groups: the commit of
- * each partition's offsets (sl_offsets.h), pausing, rebalances and
- * revocation. What is assigned is handed to the lag thread
- * (sl_stage_lag.c) whenever it changes.
+ * sl_stage_group.c — a stage's consumer groups (sl_stage_group.h): the
+ * commit of each partition's offsets (sl_offsets.h), pausing, and assigns
+ * and revokes as sl_rebalance.h decides them.
  *
  * A stage consumes as two groups (grp): "sluice-<stage>" reads its inputs,
  * "sluice-<stage>-retry" its retry tiers. With one group the sticky
@@ -17,85 +16,106 @@
  * Offsets are committed asynchronously every tick (coalesced) and
  * synchronously on revoke and shutdown; a failed asynchronous commit makes
  * the partition's commit point pending again, so the next tick repeats it.
- * Loop thread only (the rebalance and commit callbacks run inside
- * rd_kafka_consumer_poll on the loop).
+ *
+ * Cooperative (KIP-429, the default): an assign or revoke names only the
+ * partitions that change owner; the others keep running. Eager (range,
+ * roundrobin): every rebalance revokes everything first. Either way a
+ * revoke is two steps (sl_rebalance.h): at once, the partitions are paused
+ * and what has not reached its provider call is let go uncalled (their
+ * offsets stay uncommitted: the new owner reads them); once the calls
+ * already running on them have finished, stored their outputs and had them
+ * acknowledged, or stage.revoke_wait_ms has passed: commit, then unassign,
+ * which lets the rebalance complete. So the new owner repeats a paid call
+ * only when one ran longer than the wait. A lost assignment (session timed
+ * out) skips the wait and commits nothing: someone else owns those
+ * partitions already. Loop thread only.
  */
-#include "sl_stage_int.h"
-#include "sluice/sl_claim.h"
+#include "sl_stage_group.h"
 #include "sluice/sl_err.h"
-#include "sluice/sl_id.h"
-#include "sluice/sl_idem.h"
-#include "sluice/sl_kafka.h"
-#include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
-#include "sluice/sl_redis.h"
-#include "sluice.pb-c.h"
+#include "sluice/sl_pipeline.h"
 
-#include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-/* ------------------------------------------------------------------ */
-/* partitions                                                          */
-
-part *sl__part_get(loop_t *L, const char *topic, int32_t partition, int create) {
-  part_id id;
-  memset(&id, 0, sizeof id);
-  snprintf(id.topic, sizeof id.topic, "%s", topic);
-  id.partition = partition;
-  part *p = NULL;
-  HASH_FIND(hh, L->parts, &id, sizeof id, p);
-  if (p || !create) return p;
-  p = calloc(1, sizeof *p);
-  if (!p) return NULL;
-  p->id = id;
-  p->L = L;
-  sl_offsets_init(&p->ring);
-  p->retry_tier = -1;
-  for (int i = 0; i < L->rp.ntiers; i++)
-    if (strcmp(topic, L->tier_topic[i]) == 0) p->retry_tier = i;
-  p->g = &L->g[p->retry_tier >= 0 && L->ngroups > 1 ? 1 : 0];
-  uv_timer_init(&L->loop, &p->park_timer);
-  p->park_timer.data = p;
-  p->timer_inited = 1;
-  HASH_ADD(hh, L->parts, id, sizeof id, p);
-  return p;
+void sl__groups_init(sl_groups *S, sl_jobs *R, sl_parts *P) {
+  memset(S, 0, sizeof *S);
+  S->R = R;
+  S->P = P;
+  S->n = 2; /* the inputs, and the retry tiers */
+  for (int i = 0; i < S->n; i++) {
+    grp *g = &S->g[i];
+    g->S = S;
+    sl_pipeline_group(g->name, sizeof g->name, R->o->stage, i);
+    uv_timer_init(R->uv, &g->revoke_timer);
+    g->revoke_timer.data = g;
+  }
+  S->m_assigned = sl__metric("sluice_assigned_partitions", R->o->stage, NULL,
+                             "Partitions assigned to this process (0: not consuming)", 1);
 }
 
-/* The partition is ours again: a fresh ring (jobs of the old epoch no
- * longer count). */
-static void part_reset(part *p) {
-  sl_offsets_reset(&p->ring);
-  p->revoked = 0;
-  p->revoking = 0;
-  p->paused_for_park = 0;
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque);
+
+/* The consumers' settings: kafka.* and kafka.consumer_properties; the
+ * retry tiers' group holds fetches longer (kafka.retry_fetch_wait_ms). */
+static int groups_create(sl_groups *S, sl_rebalance_fn *rebalance, char *err, size_t errlen) {
+  const sl_common_conf *cc = S->R->cc;
+  char cprops[1024], client[128];
+  const char *ckv[2 * 16 + 1];
+  int rc = sl_kafka_props_split(SL_KAFKA_CONSUMER_PROPS, cc->kafka_consumer_properties, cprops,
+                                sizeof cprops, ckv, 16, err, errlen);
+  sl_kafka_group_opts gopts = {cc->kafka_assignment,    cc->kafka_session_timeout_ms,
+                               cc->kafka_heartbeat_ms,  cc->kafka_fetch_min_bytes,
+                               cc->kafka_fetch_wait_ms, ckv};
+  sl_kafka_group_opts ropts = gopts;
+  ropts.fetch_wait_ms = cc->kafka_retry_fetch_wait_ms;
+  snprintf(client, sizeof client, "sluice-%s", S->R->o->stage);
+  for (int i = 0; rc == 0 && i < S->n; i++)
+    rc = sl_kafka_consumer_new(&S->g[i].rk, cc->kafka_brokers, S->g[i].name, client,
+                               i == 0 ? &gopts : &ropts, err, errlen, rebalance, on_commit, NULL,
+                               &S->g[i]);
+  return rc;
 }
 
-static void part_close_cb(uv_handle_t *h) {
-  part *p = h->data;
-  sl_offsets_free(&p->ring);
-  free(p);
+static rd_kafka_resp_err_t subscribe(rd_kafka_t *rk, const char *const *topics, size_t n,
+                                     size_t stride) {
+  rd_kafka_topic_partition_list_t *subs = rd_kafka_topic_partition_list_new((int)n);
+  for (size_t i = 0; i < n; i++)
+    rd_kafka_topic_partition_list_add(
+        subs, *(const char *const *)((const char *)topics + i * stride), RD_KAFKA_PARTITION_UA);
+  rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, subs);
+  rd_kafka_topic_partition_list_destroy(subs);
+  return e;
 }
 
-void sl__part_drop(loop_t *L, part *p) {
-  HASH_DEL(L->parts, p);
-  uv_timer_stop(&p->park_timer);
-  uv_close((uv_handle_t *)&p->park_timer, part_close_cb);
+int sl__groups_open(sl_groups *S, const char *const *topics, size_t ntopics,
+                    sl_rebalance_fn *rebalance, void (*drain)(void *), char *err, size_t errlen) {
+  int rc = groups_create(S, rebalance, err, errlen);
+  for (int i = 0; rc == 0 && i < S->n; i++)
+    rc = sl_kafka_uv_attach_consumer(&S->g[i].cku, S->g[i].rk, S->R->uv, drain, &S->g[i]);
+  if (rc) return rc;
+  const char *tiers[SL_RETRY_TIERS_MAX];
+  for (int i = 0; i < S->R->rp->ntiers; i++) tiers[i] = S->R->tier_topic[i];
+  rd_kafka_resp_err_t e = subscribe(S->g[0].rk, topics, ntopics, sizeof *topics);
+  if (!e) e = subscribe(S->g[1].rk, tiers, (size_t)S->R->rp->ntiers, sizeof *tiers);
+  if (e) {
+    snprintf(err, errlen, "subscribe failed: %s", rd_kafka_err2str(e));
+    return SL_EKAFKA;
+  }
+  return 0;
 }
 
-/* Commits the partitions of group g whose commit point moved; sync on
- * revoke and shutdown. */
-void sl__commit(grp *g, int sync) {
-  loop_t *L = g->L;
+/* ---- commits ---- */
+
+/* Commits the partitions of group g whose commit point moved. */
+static void commit(grp *g, int sync) {
   if (!g->rk) return;
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
   part *p, *tmp;
-  HASH_ITER(hh, L->parts, p, tmp) {
-    if (p->g != g || p->revoked) continue;
+  HASH_ITER(hh, g->S->P->table, p, tmp) {
+    if (&g->S->g[p->group] != g || p->revoked) continue;
     int64_t next = sl_offsets_commit_take(&p->ring);
     if (next < 0) continue;
     rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition)->offset = next;
@@ -108,22 +128,27 @@ void sl__commit(grp *g, int sync) {
   rd_kafka_topic_partition_list_destroy(l);
 }
 
-void sl__commit_all(loop_t *L, int sync) {
-  for (int i = 0; i < L->ngroups; i++) sl__commit(&L->g[i], sync);
+void sl__groups_commit(sl_groups *S, int sync) {
+  for (int i = 0; i < S->n; i++) commit(&S->g[i], sync);
 }
 
-void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                   rd_kafka_topic_partition_list_t *offsets, void *opaque) {
+void sl__groups_tick(sl_groups *S) {
+  int64_t now = sl_now_ms();
+  for (int i = 0; i < S->n; i++) /* rejoining after a revoke: once the new generation is ours */
+    if (sl_rebal_may_commit(&S->g[i].rb, now)) commit(&S->g[i], 0);
+}
+
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque) {
   (void)rk;
   grp *g = opaque;
-  loop_t *L = g ? g->L : NULL;
   int failed = 0;
   for (int i = 0; offsets && i < offsets->cnt; i++) {
     const rd_kafka_topic_partition_t *tp = &offsets->elems[i];
     rd_kafka_resp_err_t e = tp->err ? tp->err : err;
     if (!e || e == RD_KAFKA_RESP_ERR__NO_OFFSET || tp->offset < 0) continue;
     /* commit it again next tick (a partition since revoked commits nothing) */
-    part *p = L ? sl__part_get(L, tp->topic, tp->partition, 0) : NULL;
+    part *p = g ? sl__part_get(g->S->P, tp->topic, tp->partition, 0) : NULL;
     if (p && !p->revoked) sl_offsets_commit_failed(&p->ring, tp->offset);
     if (!failed++)
       sl_log(SL_LOG_WARN, NULL, "offset commit of %s [%d] at %lld failed: %s (committing again)",
@@ -133,11 +158,13 @@ void sl__on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     sl_log(SL_LOG_WARN, NULL, "offset commit failed: %s", rd_kafka_err2str(err));
 }
 
-void sl__set_pause(loop_t *L, int pause) {
-  if (L->paused_all == pause) return;
-  L->paused_all = pause;
-  for (int gi = 0; gi < L->ngroups; gi++) {
-    grp *g = &L->g[gi];
+/* ---- pausing ---- */
+
+void sl__groups_pause(sl_groups *S, int pause) {
+  if (S->paused_all == pause) return;
+  S->paused_all = pause;
+  for (int gi = 0; gi < S->n; gi++) {
+    grp *g = &S->g[gi];
     if (!g->assignment || !g->rk) continue;
     if (pause) {
       rd_kafka_pause_partitions(g->rk, g->assignment);
@@ -146,120 +173,122 @@ void sl__set_pause(loop_t *L, int pause) {
     /* resume all but the ones parked for a retry tier */
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(g->assignment->cnt);
     for (int i = 0; i < g->assignment->cnt; i++) {
-      part *p =
-          sl__part_get(L, g->assignment->elems[i].topic, g->assignment->elems[i].partition, 0);
+      const rd_kafka_topic_partition_t *e = &g->assignment->elems[i];
+      part *p = sl__part_get(S->P, e->topic, e->partition, 0);
       if (p && p->paused_for_park) continue;
-      rd_kafka_topic_partition_list_add(l, g->assignment->elems[i].topic,
-                                        g->assignment->elems[i].partition);
+      rd_kafka_topic_partition_list_add(l, e->topic, e->partition);
     }
     rd_kafka_resume_partitions(g->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
   }
 }
 
-void sl__pause_one(loop_t *L, part *p, int pause) {
+void sl__group_pause_one(sl_groups *S, part *p, int pause) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, p->id.topic, p->id.partition);
+  rd_kafka_t *rk = S->g[p->group].rk;
   if (pause)
-    rd_kafka_pause_partitions(p->g->rk, l);
-  else if (!L->paused_all && !L->stopping)
-    rd_kafka_resume_partitions(p->g->rk, l);
+    rd_kafka_pause_partitions(rk, l);
+  else if (!S->paused_all && !S->R->stopping)
+    rd_kafka_resume_partitions(rk, l);
   rd_kafka_topic_partition_list_destroy(l);
   p->paused_for_park = pause;
 }
 
-/* Partitions assigned over both groups. */
-static int assigned(const loop_t *L) {
+int sl__groups_assigned(const sl_groups *S) {
   int n = 0;
-  for (int i = 0; i < L->ngroups; i++) n += L->g[i].assignment ? L->g[i].assignment->cnt : 0;
+  for (int i = 0; i < S->n; i++) n += S->g[i].assignment ? S->g[i].assignment->cnt : 0;
   return n;
 }
 
-/* Ready while no group is handing partitions over. */
-static void set_ready(loop_t *L) {
+int sl__groups_revoking(const sl_groups *S) {
   int revoking = 0;
-  for (int i = 0; i < L->ngroups; i++) revoking |= L->g[i].revoking != NULL;
-  sl_admin_set_ready(L->o->admin, !revoking);
+  for (int i = 0; i < S->n; i++) revoking |= S->g[i].revoking != NULL;
+  return revoking;
 }
 
-/* ---- rebalancing ----
- *
- * Cooperative (KIP-429, the default): an assign or revoke names only the
- * partitions that change owner; the others keep running. Eager (range,
- * roundrobin): every rebalance revokes everything first. Either way a
- * revoke is two steps:
- *   1. at once: the partitions are paused; their parked retries, the jobs
- *      held by the breaker or queued at the limiter, and every job that has
- *      not yet reached its provider call are released uncalled (their
- *      offsets stay uncommitted: the new owner reads them);
- *   2. once the calls already running on them have finished, stored their
- *      outputs and had them acknowledged, or stage.revoke_wait_ms has
- *      passed: commit, then unassign, which lets the rebalance complete.
- * So the new owner repeats a paid call only when one ran longer than the
- * wait. A lost assignment (session timed out) skips the wait and commits
- * nothing: someone else owns those partitions already.
- */
+/* ---- rebalancing ---- */
 
 static int list_has(const rd_kafka_topic_partition_list_t *l, const char *topic, int32_t pn) {
   return l && rd_kafka_topic_partition_list_find(l, topic, pn) != NULL;
 }
 
+/* The protocol in force (NULL while none is, leaving the group on close:
+ * the last one known still tells how to unassign). */
+static void protocol(grp *g, rd_kafka_t *rk) {
+  const char *proto = rd_kafka_rebalance_protocol(rk);
+  if (proto) g->rb.cooperative = strcmp(proto, "COOPERATIVE") == 0;
+}
+
 /* Jobs of g's partitions being revoked that have not finished. */
-static int64_t revoke_pending(grp *g) {
+static int64_t revoke_pending(const grp *g) {
   int64_t n = 0;
-  for (job *j = g->L->jobs; j; j = j->all_next)
-    if (j->p && j->p->g == g && j->p->revoking && j->epoch == j->p->ring.epoch) n++;
+  for (const job *j = g->S->R->all; j; j = j->all_next)
+    if (j->p && &g->S->g[j->p->group] == g && j->p->revoking && j->epoch == j->p->ring.epoch) n++;
   return n;
 }
 
-/* Removes the stale jobs of a FIFO (breaker hold, limiter queue) and
- * releases them uncalled. */
-static void release_stale(loop_t *L, job **head, job **tail, int64_t *len) {
-  job *keep = NULL, *keep_tail = NULL, *stale = NULL;
-  for (job *j = *head, *nx; j; j = nx) {
-    nx = j->next;
-    j->next = NULL;
-    if (sl__job_stale(j)) {
-      j->next = stale;
-      stale = j;
-      if (len) (*len)--;
-    } else {
-      if (keep_tail)
-        keep_tail->next = j;
-      else
-        keep = j;
-      keep_tail = j;
+void sl__group_assign(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
+  sl_groups *S = g->S;
+  protocol(g, rk);
+  if (g->in_close) /* the loop serves what is pending before closing */
+    sl_log(SL_LOG_WARN, NULL,
+           "%s: an assignment of %d partition(s) was served while the consumer closed "
+           "(librdkafka before 2.5 can hang there: #4527)",
+           g->name, parts->cnt);
+  if (sl_rebal_assign(&g->rb)) sl__group_revoke_finish(g);
+  for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */
+    part *p = sl__part_get(S->P, parts->elems[i].topic, parts->elems[i].partition, 1);
+    if (p) sl__part_reset(p);
+  }
+  if (g->rb.cooperative) {
+    rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
+    if (e) {
+      sl_log(SL_LOG_WARN, NULL, "incremental assign: %s", rd_kafka_error_string(e));
+      rd_kafka_error_destroy(e);
     }
+  } else {
+    rd_kafka_assign(rk, parts);
   }
-  *head = keep;
-  *tail = keep_tail;
-  while (stale) {
-    job *j = stale;
-    stale = j->next;
-    j->next = NULL;
-    sl__held_release(j);
+  if (!g->assignment || !g->rb.cooperative) {
+    if (g->assignment) rd_kafka_topic_partition_list_destroy(g->assignment);
+    g->assignment = rd_kafka_topic_partition_list_new(parts->cnt);
   }
+  for (int i = 0; i < parts->cnt; i++)
+    if (!list_has(g->assignment, parts->elems[i].topic, parts->elems[i].partition))
+      rd_kafka_topic_partition_list_add(g->assignment, parts->elems[i].topic,
+                                        parts->elems[i].partition);
+  /* librdkafka keeps a partition's pause flag across unassign and assign:
+   * resume what was handed to us, then pause again where we must */
+  rd_kafka_resume_partitions(rk, parts);
+  if (S->paused_all || S->R->stopping) rd_kafka_pause_partitions(rk, parts);
+  sl_log(SL_LOG_INFO, NULL, "%s: assigned %d partition(s) (%s); %d in this group, %d in all",
+         g->name, parts->cnt, g->rb.cooperative ? "incremental" : "eager", g->assignment->cnt,
+         sl__groups_assigned(S));
+  sl_metric_set(S->m_assigned, sl__groups_assigned(S));
 }
 
-void sl__revoke_finish(grp *g) {
-  loop_t *L = g->L;
+void sl__group_revoke_finish(grp *g) {
+  sl_groups *S = g->S;
   rd_kafka_topic_partition_list_t *l = g->revoking;
   if (!l) return;
   uv_timer_stop(&g->revoke_timer);
   int64_t left = revoke_pending(g);
+  int lost = g->rb.lost;
   /* what finished on them, and the rest of this group (the other group
    * may be rejoining: its commits wait for its own assign) */
-  if (!g->revoking_lost) sl__commit(g, 1);
+  if (sl_rebal_timeout(&g->rb) == SL_REBAL_HANDOVER) commit(g, 1);
+  sl_rebal_finished(&g->rb);
   g->revoking = NULL;
   for (int i = 0; i < l->cnt; i++) {
-    part *p = sl__part_get(L, l->elems[i].topic, l->elems[i].partition, 0);
+    part *p = sl__part_get(S->P, l->elems[i].topic, l->elems[i].partition, 0);
     if (!p) continue;
     p->revoking = 0;
     p->revoked = 1;
-    sl__release_parked(L, p);
+    sl__part_release_parked(p);
     p->paused_for_park = 0;
   }
-  if (g->cooperative) {
+  if (g->rb.cooperative) {
     rd_kafka_error_t *e = rd_kafka_incremental_unassign(g->rk, l);
     if (e) {
       sl_log(SL_LOG_WARN, NULL, "incremental unassign (%s): %s", g->name, rd_kafka_error_string(e));
@@ -281,114 +310,101 @@ void sl__revoke_finish(grp *g) {
     sl_log(SL_LOG_WARN, NULL,
            "%s: revoked %d partition(s)%s with %lld message(s) still running: the new owner "
            "reads them again (and waits for their outputs where a claim holds them)",
-           g->name, l->cnt, g->revoking_lost ? " (lost)" : " after stage.revoke_wait_ms",
-           (long long)left);
+           g->name, l->cnt, lost ? " (lost)" : " after stage.revoke_wait_ms", (long long)left);
   else
     sl_log(SL_LOG_INFO, NULL, "%s: revoked %d partition(s)%s; %d assigned", g->name, l->cnt,
-           g->revoking_lost ? " (lost)" : "", keep->cnt);
-  sl_metric_set(L->m_assigned, assigned(L));
-  sl__lag_assigned(L);
-  set_ready(L);
+           lost ? " (lost)" : "", keep->cnt);
+  sl_metric_set(S->m_assigned, sl__groups_assigned(S));
   rd_kafka_topic_partition_list_destroy(l);
 }
 
-void sl__revoke_check(loop_t *L) {
-  for (int i = 0; i < L->ngroups; i++)
-    if (L->g[i].revoking && revoke_pending(&L->g[i]) == 0) sl__revoke_finish(&L->g[i]);
-}
-
-static void on_revoke_timer(uv_timer_t *t) { sl__revoke_finish(t->data); }
-
-static void revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
-  loop_t *L = g->L;
-  if (g->revoking) sl__revoke_finish(g); /* not expected: librdkafka waits for the first */
-  if (g->cooperative) {                  /* this generation's assign, then the rejoin's */
-    g->rejoin_assigns = rd_kafka_assignment_lost(rk) ? 1 : 2;
-    g->rejoin_until_ms = sl_now_ms() + L->cc->revoke_wait_ms + L->cc->kafka_session_timeout_ms;
-  }
+void sl__group_revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts) {
+  protocol(g, rk);
+  if (g->revoking) sl__group_revoke_finish(g); /* not expected: librdkafka waits for the first */
   g->revoking = rd_kafka_topic_partition_list_copy(parts);
-  g->revoking_lost = rd_kafka_assignment_lost(rk);
+  g->rb.lost = rd_kafka_assignment_lost(rk);
   rd_kafka_pause_partitions(rk, parts); /* nothing new from them */
   for (int i = 0; i < parts->cnt; i++) {
-    part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 0);
+    part *p = sl__part_get(g->S->P, parts->elems[i].topic, parts->elems[i].partition, 0);
     if (!p) continue;
     p->revoking = 1;
-    sl__release_parked(L, p);  /* not due yet, uncalled: redelivered */
-    sl__release_waiting(L, p); /* not started: the same */
+    sl__part_release_parked(p); /* not due yet, uncalled: redelivered */
     p->paused_for_park = 0;
   }
-  set_ready(L);
-  release_stale(L, &L->bq_head, &L->bq_tail, &L->bq_len);
-  sl_metric_set(L->m_held, L->bq_len);
-  if (!L->lq_busy) { /* the head may be waiting on Redis: it checks itself */
-    release_stale(L, &L->lq_head, &L->lq_tail, NULL);
-  } else if (L->lq_head) {
-    job *h = L->lq_head, *rest_tail = L->lq_tail;
-    job *rest = h->next;
-    h->next = NULL;
-    job *rt = rest ? rest_tail : NULL;
-    release_stale(L, &rest, &rt, NULL);
-    h->next = rest;
-    L->lq_tail = rest ? rt : h;
-  }
-  int64_t pending = revoke_pending(g);
-  sl_log(SL_LOG_INFO, NULL, "%s: revoking %d partition(s)%s; %lld message(s) of them still running",
-         g->name, parts->cnt, g->revoking_lost ? " (assignment lost)" : "", (long long)pending);
-  if (pending == 0 || g->revoking_lost || L->closing || L->cc->revoke_wait_ms <= 0) {
-    sl__revoke_finish(g);
-    return;
-  }
-  uv_timer_start(&g->revoke_timer, on_revoke_timer, (uint64_t)L->cc->revoke_wait_ms, 0);
 }
 
-void sl__on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                      rd_kafka_topic_partition_list_t *parts, void *opaque) {
-  grp *g = opaque;
-  loop_t *L = g->L;
-  /* NULL while no protocol is in force (leaving the group on close): the
-   * last one known still tells how to unassign */
-  const char *proto = rd_kafka_rebalance_protocol(rk);
-  if (proto) g->cooperative = strcmp(proto, "COOPERATIVE") == 0;
-  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-    if (g->in_close) /* sl_stage.c serves what is pending before closing */
-      sl_log(SL_LOG_WARN, NULL,
-             "%s: an assignment of %d partition(s) was served while the consumer closed "
-             "(librdkafka before 2.5 can hang there: #4527)",
-             g->name, parts->cnt);
-    if (g->revoking) sl__revoke_finish(g);
-    if (g->rejoin_assigns > 0) g->rejoin_assigns--;
-    for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */
-      part *p = sl__part_get(L, parts->elems[i].topic, parts->elems[i].partition, 1);
-      if (p) part_reset(p);
+int sl__group_revoke_decide(grp *g) {
+  const sl_jobs *R = g->S->R;
+  sl_rebal_revoke_in in = {g->rb.lost,
+                           R->closing,
+                           revoke_pending(g),
+                           sl_now_ms(),
+                           R->cc->revoke_wait_ms,
+                           R->cc->kafka_session_timeout_ms};
+  sl_rebal_step s = sl_rebal_revoke(&g->rb, &in);
+  sl_log(SL_LOG_INFO, NULL, "%s: revoking %d partition(s)%s; %lld message(s) of them still running",
+         g->name, g->revoking ? g->revoking->cnt : 0, in.lost ? " (assignment lost)" : "",
+         (long long)in.pending);
+  if (s == SL_REBAL_WAIT) return 0;
+  sl__group_revoke_finish(g);
+  return 1;
+}
+
+int sl__groups_revoke_check(sl_groups *S) {
+  int n = 0;
+  for (int i = 0; i < S->n; i++) {
+    grp *g = &S->g[i];
+    if (g->revoking && sl_rebal_progress(&g->rb, revoke_pending(g)) != SL_REBAL_WAIT) {
+      sl__group_revoke_finish(g);
+      n++;
     }
-    if (g->cooperative) {
-      rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
-      if (e) {
-        sl_log(SL_LOG_WARN, NULL, "incremental assign: %s", rd_kafka_error_string(e));
-        rd_kafka_error_destroy(e);
-      }
-    } else {
-      rd_kafka_assign(rk, parts);
-    }
-    if (!g->assignment || !g->cooperative) {
-      if (g->assignment) rd_kafka_topic_partition_list_destroy(g->assignment);
-      g->assignment = rd_kafka_topic_partition_list_new(parts->cnt);
-    }
-    for (int i = 0; i < parts->cnt; i++)
-      if (!list_has(g->assignment, parts->elems[i].topic, parts->elems[i].partition))
-        rd_kafka_topic_partition_list_add(g->assignment, parts->elems[i].topic,
-                                          parts->elems[i].partition);
-    /* librdkafka keeps a partition's pause flag across unassign and assign:
-     * resume what was handed to us, then pause again where we must */
-    rd_kafka_resume_partitions(rk, parts);
-    if (L->paused_all || L->stopping) rd_kafka_pause_partitions(rk, parts);
-    sl_log(SL_LOG_INFO, NULL, "%s: assigned %d partition(s) (%s); %d in this group, %d in all",
-           g->name, parts->cnt, g->cooperative ? "incremental" : "eager", g->assignment->cnt,
-           assigned(L));
-    sl_metric_set(L->m_assigned, assigned(L));
-    sl__lag_assigned(L);
-    set_ready(L);
-  } else {
-    revoke_begin(g, rk, parts);
+  }
+  return n;
+}
+
+/* ---- shutdown ---- */
+
+/* Serves the rebalance events that reached g since the loop stopped (the
+ * other group's close can take seconds, waiting for a join): here, not
+ * inside rd_kafka_consumer_close. An incremental assign served there, once
+ * the close has begun, leaves librdkafka before 2.5 (Debian 12 has 2.0.2)
+ * waiting for an assign call forever (confluentinc/librdkafka#4527). What
+ * comes with them is not taken: its offsets stay uncommitted. */
+static void serve_pending(grp *g) {
+  for (int i = 0; i < 10000; i++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(g->rk, 0);
+    if (!m) break;
+    rd_kafka_message_destroy(m);
+  }
+}
+
+void sl__groups_close(sl_groups *S) {
+  for (int i = 0; i < S->n; i++) {
+    grp *g = &S->g[i];
+    sl_kafka_uv_detach(g->cku);
+    g->cku = NULL;
+    serve_pending(g);
+    g->in_close = 1;
+    rd_kafka_consumer_close(g->rk);
+    g->in_close = 0;
+  }
+}
+
+void sl__groups_detach(sl_groups *S) {
+  for (int i = 0; i < S->n; i++) {
+    sl_kafka_uv_detach(S->g[i].cku);
+    S->g[i].cku = NULL;
+  }
+}
+
+void sl__groups_free(sl_groups *S) {
+  sl__groups_detach(S);
+  for (int i = 0; i < S->n; i++) {
+    grp *g = &S->g[i];
+    if (g->rk) rd_kafka_destroy(g->rk);
+    g->rk = NULL;
+    if (g->assignment) rd_kafka_topic_partition_list_destroy(g->assignment);
+    if (g->revoking) rd_kafka_topic_partition_list_destroy(g->revoking);
+    g->assignment = g->revoking = NULL;
   }
 }

@@ -41,7 +41,7 @@
  * stage's own shutdown (commits, consumer close, flush) has had its time,
  * which a query under way overlaps instead of adding to.
  */
-#include "sl_stage_int.h"
+#include "sl_stage_lag.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_log.h"
@@ -67,7 +67,17 @@ typedef struct {
 } lag_entry;
 
 struct sl_lagq {
-  loop_t *L;         /* the loop's: never touched by the thread */
+  /* the loop's: never touched by the thread */
+  sl_jobs *R;
+  sl_parts *P;
+  const sl_gate *G;
+  struct {
+    char topic[128];
+    int32_t partition;
+    sl_metric *m;
+  } lag[SL_LAG_SERIES_MAX]; /* a gauge per partition ever assigned here */
+  int nlag;
+  sl_metric *m_actionable;
   rd_kafka_t *rk[2]; /* the thread's readers, one per group */
   int ngroups;
   int64_t interval_ms;
@@ -159,13 +169,13 @@ static void lag_thread(void *arg) {
 
 /* ---- the loop ---- */
 
-static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
+static sl_metric *lag_series(sl_lagq *L, const char *topic, int32_t partition) {
   for (int i = 0; i < L->nlag; i++)
     if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0) return L->lag[i].m;
   if (L->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof L->lag[0].topic) return NULL;
   char l[200];
   snprintf(l, sizeof l, "topic=\"%s\",partition=\"%d\"", topic, (int)partition);
-  sl_metric *m = sl__metric("sluice_consumer_lag_messages", L->o->stage, l,
+  sl_metric *m = sl__metric("sluice_consumer_lag_messages", L->R->o->stage, l,
                             "Messages of the stage's group not yet committed (high watermark "
                             "minus committed offset), by partition assigned to this process, "
                             "inputs and retry tiers; summed over the replicas: the group's lag "
@@ -179,18 +189,9 @@ static sl_metric *lag_series(loop_t *L, const char *topic, int32_t partition) {
   return m;
 }
 
-/* More replicas could not go faster: they share the provider's breaker
- * state (each sees the same failing provider), its limiter and its pause. */
-static int provider_bound(const loop_t *L) {
-  if (!L->o->provider) return 0;
-  if (L->bq_len > 0 || sl_breaker_get_state(L->breaker) != SL_BREAKER_CLOSED) return 1;
-  return sl__mono_ms() < L->gate_wait_until_ms + L->cc->lag_interval_ms;
-}
-
 /* The thread's answers: the gauges of what is still assigned here. */
 static void on_answers(uv_async_t *a) {
-  sl_lagq *q = a->data;
-  loop_t *L = q->L;
+  sl_lagq *q = a->data, *L = q;
   lag_entry *got = q->take;
   uv_mutex_lock(&q->mu);
   int fresh = q->fresh && !q->stop, n = q->ngot; /* stopping: the stage is closing */
@@ -198,11 +199,13 @@ static void on_answers(uv_async_t *a) {
   q->fresh = 0;
   uv_mutex_unlock(&q->mu);
   if (!fresh) return;
-  int bound = provider_bound(L);
+  /* more replicas could not go faster while the provider is the
+   * bottleneck: they share its breaker state, its limiter and its pause */
+  int bound = sl__gate_provider_bound(q->G, q->R->cc->lag_interval_ms);
   int64_t actionable = 0;
   int seen[SL_LAG_SERIES_MAX] = {0};
   for (int i = 0; i < n; i++) {
-    part *p = sl__part_get(L, got[i].topic, got[i].partition, 0);
+    part *p = sl__part_get(q->P, got[i].topic, got[i].partition, 0);
     if (!p || p->revoked || p->revoking) continue; /* its next owner reports it */
     sl_metric *m = lag_series(L, got[i].topic, got[i].partition);
     if (!m) continue;
@@ -210,34 +213,38 @@ static void on_answers(uv_async_t *a) {
       if (L->lag[k].m == m) seen[k] = 1;
     if (got[i].ok) sl_metric_set(m, got[i].lag);
     int64_t lag = (int64_t)sl_metric_value(m); /* unanswered: the last value */
-    if (!bound && !(p->retry_tier >= 0 && p->parked_head)) actionable += lag;
+    if (!bound && !(p->retry_tier >= 0 && p->parked.head)) actionable += lag;
   }
   for (int k = 0; k < L->nlag; k++)
     if (!seen[k]) sl_metric_set(L->lag[k].m, 0);
-  sl_metric_set(L->m_lag_actionable, actionable);
+  sl_metric_set(q->m_actionable, actionable);
 }
 
 static void lagq_free(uv_handle_t *h) { free(h->data); }
 
-int sl__lag_start(loop_t *L, char *err, size_t errlen) {
-  if (L->cc->lag_interval_ms <= 0) return 0;
-  L->m_lag_actionable =
-      sl__metric("sluice_consumer_lag_actionable_messages", L->o->stage, NULL,
+int sl__lag_start(sl_lagq **out, sl_jobs *R, sl_parts *P, const sl_gate *G,
+                  const char *const gname[2], int ngroups, char *err, size_t errlen) {
+  *out = NULL;
+  if (R->cc->lag_interval_ms <= 0) return 0;
+  sl_lagq *q = calloc(1, sizeof *q);
+  if (!q) return SL_ENOMEM;
+  q->R = R;
+  q->P = P;
+  q->G = G;
+  q->m_actionable =
+      sl__metric("sluice_consumer_lag_actionable_messages", R->o->stage, NULL,
                  "The part of this process's sluice_consumer_lag_messages more replicas could "
                  "drain: 0 while the provider is the bottleneck (breaker not closed, shared "
                  "limit or 429 pause in effect), without retry-tier partitions whose next "
                  "message waits for its delay; what to autoscale on",
                  1);
-  sl_lagq *q = calloc(1, sizeof *q);
-  if (!q) return SL_ENOMEM;
-  q->L = L;
-  q->interval_ms = L->cc->lag_interval_ms;
-  q->ngroups = L->ngroups;
+  q->interval_ms = R->cc->lag_interval_ms;
+  q->ngroups = ngroups;
   char client[192];
-  snprintf(client, sizeof client, "sluice-%s-lag", L->o->stage);
+  snprintf(client, sizeof client, "sluice-%s-lag", R->o->stage);
   for (int g = 0; g < q->ngroups; g++) {
-    int rc = sl_kafka_group_reader_new(&q->rk[g], L->cc->kafka_brokers, L->g[g].name, client, err,
-                                       errlen);
+    int rc =
+        sl_kafka_group_reader_new(&q->rk[g], R->cc->kafka_brokers, gname[g], client, err, errlen);
     if (rc) {
       for (int k = 0; k < g; k++) sl_kafka_group_reader_free(q->rk[k]);
       free(q);
@@ -246,9 +253,9 @@ int sl__lag_start(loop_t *L, char *err, size_t errlen) {
   }
   uv_mutex_init(&q->mu);
   uv_cond_init(&q->cv);
-  uv_async_init(&L->loop, &q->async, on_answers);
+  uv_async_init(R->uv, &q->async, on_answers);
   q->async.data = q;
-  L->lagq = q;
+  *out = q;
   if (uv_thread_create(&q->thread, lag_thread, q) != 0) {
     snprintf(err, errlen, "cannot start the consumer lag thread");
     return SL_ENOMEM; /* sl__lag_free frees the rest */
@@ -257,13 +264,12 @@ int sl__lag_start(loop_t *L, char *err, size_t errlen) {
   return 0;
 }
 
-void sl__lag_assigned(loop_t *L) {
-  sl_lagq *q = L->lagq;
+void sl__lag_assigned(sl_lagq *q, const rd_kafka_topic_partition_list_t *const as[2]) {
   if (!q) return;
   uv_mutex_lock(&q->mu);
   int n = 0, all = 0;
-  for (int g = 0; g < L->ngroups; g++) {
-    const rd_kafka_topic_partition_list_t *a = L->g[g].assignment;
+  for (int g = 0; g < q->ngroups; g++) {
+    const rd_kafka_topic_partition_list_t *a = as[g];
     for (int i = 0; a && i < a->cnt; i++, all++) {
       if (n == SL_LAG_SERIES_MAX || strlen(a->elems[i].topic) >= sizeof q->want[0].topic) continue;
       lag_entry *e = &q->want[n++];
@@ -280,8 +286,7 @@ void sl__lag_assigned(loop_t *L) {
     sl_log(SL_LOG_WARN, NULL, "consumer lag: %d partitions assigned, the gauges cover %d", all, n);
 }
 
-void sl__lag_stop(loop_t *L) {
-  sl_lagq *q = L ? L->lagq : NULL;
+void sl__lag_stop(sl_lagq *q) {
   if (!q) return;
   uv_mutex_lock(&q->mu);
   q->stop = 1;
@@ -289,11 +294,9 @@ void sl__lag_stop(loop_t *L) {
   uv_mutex_unlock(&q->mu);
 }
 
-void sl__lag_free(loop_t *L) {
-  sl_lagq *q = L ? L->lagq : NULL;
+void sl__lag_free(sl_lagq *q) {
   if (!q) return;
-  sl__lag_stop(L);
-  L->lagq = NULL;
+  sl__lag_stop(q);
   if (q->started) uv_thread_join(&q->thread);
   for (int g = 0; g < q->ngroups; g++) sl_kafka_group_reader_free(q->rk[g]);
   uv_cond_destroy(&q->cv);

@@ -1,38 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sl_stage_out.c — what becomes of a job: processing (on the worker pool or
- * async on the loop), its outcome (done, retry copy, dead letter), the
- * idempotency store (sl_idem.h), and producing the outputs.
- *
- * A job's offset counts as done only once every output it produced is
- * acknowledged by Kafka; a delivery that failed is produced again (the
- * whole set: duplicates are harmless), a permanent refusal turns the input
- * into a dead letter (output_rejected), and after a fatal producer error
- * nothing counts as done any more. Loop thread only, except sl__work_cb.
+ * sl_stage_out.c — what becomes of a job (sl_stage_out.h): its outcome,
+ * the idempotency store (sl_idem.h), retry copies and dead letters, and
+ * producing the outputs. Loop thread only.
  */
-#include "sl_stage_int.h"
+#include "sl_stage_out.h"
 #include "sluice/sl_claim.h"
 #include "sluice/sl_err.h"
-#include "sluice/sl_id.h"
 #include "sluice/sl_idem.h"
-#include "sluice/sl_kafka.h"
-#include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
-#include "sluice/sl_redis.h"
 #include "sluice.pb-c.h"
 
-#include <ctype.h>
-#include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
+
+static void produce(job *j);
+static void stores_flush(sl_output *X);
+
+static sl_output *out_of(const job *j) { return j->R->out; }
 
 /* ---- producing ---- */
 
-static void on_backoff(uv_timer_t *t) { sl__produce(t->data); }
+/* ---- producing ---- */
+
+static void on_backoff(uv_timer_t *t) { produce(t->data); }
 
 /* Errors that producing the same message again cannot cure. */
 static int produce_permanent(rd_kafka_resp_err_t e) {
@@ -52,13 +44,15 @@ static int produce_permanent(rd_kafka_resp_err_t e) {
   }
 }
 
+static void add_dead_letter(job *j);
+
 void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   job *j = opaque;
   if (!j) return; /* emit_now notices */
   if (err && (!j->produce_err || produce_permanent(err))) j->produce_err = err;
   if (--j->outstanding > 0) return;
-  if (j->produce_err && j->L->closing) {
-    sl__job_drop(j);
+  if (j->produce_err && j->R->closing) {
+    sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
   if (produce_permanent(j->produce_err) && !j->rejected) {
@@ -71,8 +65,8 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     sl_outbox_clear(&j->out);
     sl_result_set(&j->res, SL_OUTCOME_FAIL, "output_rejected",
                   "Kafka refused an output for good: %s", rd_kafka_err2str(e));
-    sl__add_dead_letter(j);
-    sl__produce(j);
+    add_dead_letter(j);
+    produce(j);
     return;
   }
   if (j->produce_err) {
@@ -80,20 +74,23 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     rd_kafka_resp_err_t e = j->produce_err;
     j->produce_err = 0;
     sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s", rd_kafka_err2str(e));
-    if (!j->L->fatal && sl_kafka_fatal(j->L->producer, j->L->o->stage)) {
-      j->L->fatal = 1;
-      *j->L->stop = 1;
+    sl_output *X = out_of(j);
+    if (!X->fatal && sl_kafka_fatal(j->R->producer, j->R->o->stage)) {
+      X->fatal = 1;
+      *j->R->stop = 1;
     }
-    sl__job_after(j, 1000, on_backoff, sl__produce);
+    sl__job_after(j, 1000, on_backoff, produce);
     return;
   }
-  sl__job_finish(j);
+  sl__job_to(j, SL_JOB_FINISHED);
 }
 
-void sl__produce(job *j) {
-  loop_t *L = j->L;
-  if (L->fatal) { /* nothing more can be written; the offset stays uncommitted */
-    sl__job_finish(j);
+/* Produces j's outputs; it finishes once all are acknowledged (at once
+ * without any). */
+static void produce(job *j) {
+  rd_kafka_t *producer = j->R->producer;
+  if (out_of(j)->fatal) { /* nothing more can be written; the offset stays uncommitted */
+    sl__job_to(j, SL_JOB_FINISHED);
     return;
   }
   if (j->out.failed) {
@@ -107,11 +104,11 @@ void sl__produce(job *j) {
            sl_strerror(j->out.failed));
     sl_outbox_clear(&j->out);
     j->uncommitted = 1;
-    sl__job_finish(j);
+    sl__job_to(j, SL_JOB_FINISHED);
     return;
   }
   if (j->out.n == 0) {
-    sl__job_finish(j);
+    sl__job_to(j, SL_JOB_FINISHED);
     return;
   }
   /* Delivery reports come only from rd_kafka_poll on the loop, never from
@@ -146,12 +143,12 @@ void sl__produce(job *j) {
     rd_kafka_resp_err_t e;
     if (hs)
       e = rd_kafka_producev(
-          L->producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+          producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
           RD_KAFKA_V_VALUE(it->value, it->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
           RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     else
       e = rd_kafka_producev(
-          L->producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+          producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
           RD_KAFKA_V_VALUE(it->value, it->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
           RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     if (e) {
@@ -174,11 +171,12 @@ void sl__produce(job *j) {
  * input, so that it fits where the rejected output did not. */
 #define SL_DL_REJECTED_PAYLOAD_MAX (256 * 1024)
 
-void sl__add_dead_letter(job *j) {
-  loop_t *L = j->L;
+/* Adds j's dead letter (its result says why) to its outbox. */
+static void add_dead_letter(job *j) {
+  const sl_jobs *R = j->R;
   const rd_kafka_message_t *m = j->m;
   Sluice__V1__DeadLetter dl = SLUICE__V1__DEAD_LETTER__INIT;
-  dl.stage = (char *)L->o->stage;
+  dl.stage = (char *)R->o->stage;
   dl.topic = (char *)rd_kafka_topic_name(m->rkt);
   dl.partition = m->partition;
   dl.offset = m->offset;
@@ -203,7 +201,7 @@ void sl__add_dead_letter(job *j) {
   char origin[160];
   const char *from = sl__hdr(m, SL_HDR_ORIGIN_TOPIC, origin, sizeof origin);
   dl.replay_topic = (char *)(from && *from                   ? from
-                             : j->p && j->p->retry_tier >= 0 ? L->o->topics[0]
+                             : j->p && j->p->retry_tier >= 0 ? R->o->topics[0]
                                                              : dl.topic);
   const char *subject = j->key[0] ? j->key : j->res.subject;
   dl.subject_key = (char *)subject;
@@ -212,30 +210,25 @@ void sl__add_dead_letter(job *j) {
     snprintf(key, sizeof key, "%s", subject);
   else
     snprintf(key, sizeof key, "%s/%d/%lld", dl.topic, m->partition, (long long)m->offset);
-  sl_outbox_add_pb(&j->out, L->cc->topic_dlq, key, &dl.base);
+  sl_outbox_add_pb(&j->out, R->cc->topic_dlq, key, &dl.base);
 
-  if (L->o->on_dead_letter) /* the stage's own word about it (stages/common.c) */
-    L->o->on_dead_letter(L->o, subject, j->res.error_class, j->res.error_message,
+  if (R->o->on_dead_letter) /* the stage's own word about it */
+    R->o->on_dead_letter(R->o, subject, j->res.error_class, j->res.error_message,
                          dl.last_failure_ms, j->cost_before + j->res.cost_units, &j->out);
-  sl_metric_add(L->m_dead, 1);
+  sl_metric_add(out_of(j)->m_dead, 1);
   sl_log(SL_LOG_WARN, subject, "dead-lettered after %u attempt(s) (%s): %s", j->attempts + 1,
          j->res.error_class, j->res.error_message);
 }
 
-/* The provider's Retry-After, cut to provider.max_retry_after_ms. */
-int64_t sl__retry_after(const loop_t *L, const sl_result *res) {
-  return sl_retry_after_clamp(&L->rp, res->retry_after_ms);
-}
-
 /* Transient failure: to the next retry tier, or the dead-letter topic when
  * the budget from the first failure is spent. */
-
-void sl__to_retry(job *j) {
-  loop_t *L = j->L;
+static void to_retry(job *j) {
+  sl_output *X = out_of(j);
+  const sl_jobs *R = j->R;
   int64_t now = sl_now_ms();
   if (!j->first_failure_ms) j->first_failure_ms = now;
   sl_outbox_clear(&j->out);
-  int t = sl_retry_plan(&L->rp, j->attempts, j->first_failure_ms, now, j->res.retry_after_ms,
+  int t = sl_retry_plan(R->rp, j->attempts, j->first_failure_ms, now, j->res.retry_after_ms,
                         &j->not_before_ms);
   j->retry_delay_ms = t >= 0 ? j->not_before_ms - now : 0;
   if (t < 0) {
@@ -244,38 +237,40 @@ void sl__to_retry(job *j) {
     sl_result_set(&j->res, SL_OUTCOME_FAIL, "budget_exhausted",
                   "gave up after %u attempts over %.0f s: %s: %s", j->attempts + 1,
                   (double)(now - j->first_failure_ms) / 1000.0, j->res.error_class, why);
-    sl__add_dead_letter(j);
+    add_dead_letter(j);
     return;
   }
-  if (sl_outbox_add(&j->out, L->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)
+  if (sl_outbox_add(&j->out, R->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)
     j->out.items[j->out.n - 1].retry_copy = 1;
-  sl_metric_add(L->m_retried, 1);
-  sl_metric_add(L->m_tier[t], 1);
+  sl_metric_add(X->m_retried, 1);
+  sl_metric_add(X->m_tier[t], 1);
   sl_log(SL_LOG_INFO, j->key, "transient failure (%s: %s); retry %u via %s", j->res.error_class,
-         j->res.error_message, j->attempts + 1, L->tier_topic[t]);
+         j->res.error_message, j->attempts + 1, R->tier_topic[t]);
 }
 
 /* ---- idempotency store ---- */
 
-void sl__idem_key(job *j, char *buf, size_t len) {
-  if (sl_idem_key(buf, len, j->L->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
-}
-
 /* j's store answered: r is its element of the batch's reply (an integer:
  * 1 its claim released, 0 not the owner's any more, -1 not claimed), or
- * the error, or NULL (Redis unavailable). */
+ * the error, or NULL (Redis unavailable). The gate settles its claim and
+ * its count (STORED), then it is produced. */
 static void stored(job *j, const redisReply *r) {
-  if (j->L->closing) {
-    sl__job_drop(j);
+  if (j->R->closing) {
+    sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
+  j->store_reply = 0;
   if (!r || r->type == REDIS_REPLY_ERROR)
     sl_log(SL_LOG_WARN, j->key, "idempotency store unavailable; outputs not stored");
-  else if (j->claimed && r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
-    j->claimed = 0; /* the store script released it (or it was not ours any more) */
-  if (r && r->type == REDIS_REPLY_INTEGER) sl__starts_stored(j); /* its count went with it */
-  sl__claim_release(j); /* after the store: a waiting replica finds the outputs */
-  sl__produce(j);
+  else if (r->type == REDIS_REPLY_INTEGER)
+    j->store_reply = r->integer >= 0 ? 2 : 1;
+  sl__job_to(j, SL_JOB_STORED);
+}
+
+/* j's outputs could not be stored (no key, no memory): produced as they are */
+static void unstored(job *j) {
+  j->store_reply = 0;
+  sl__job_to(j, SL_JOB_STORED);
 }
 
 static void on_stores(redisReply *r, void *ud) {
@@ -286,46 +281,50 @@ static void on_stores(redisReply *r, void *ud) {
   free(b);
 }
 
-/* Sends the stores waiting in L->sq, SL_STORE_BATCH to a script: each job's
+/* One store script's arguments, per job. */
+typedef struct {
+  char k[256], ck[256], tk[256]; /* stored, claim and starts key */
+  uint8_t *buf;                  /* the packed outputs (sl_idem_pack) */
+  size_t n;
+} store_args;
+
+/* Takes up to SL_STORE_BATCH jobs from X->sq into b with their arguments;
+ * one that cannot be stored is produced as it is. */
+static void stores_take(sl_output *X, job_batch *b, store_args *e) {
+  job *j;
+  b->n = 0;
+  while (b->n < SL_STORE_BATCH && (j = sl__job_pop(&X->sq)) != NULL) {
+    int i = b->n;
+    sl__idem_key(j, e[i].k, sizeof e[i].k);
+    if (!e[i].k[0] || sl_idem_pack(&j->out, sl_now_ms(), &e[i].buf, &e[i].n) != 0) {
+      unstored(j); /* cannot be stored: produced as it is */
+      continue;
+    }
+    if (!j->claimed ||
+        sl_idem_claim_key(e[i].ck, sizeof e[i].ck, j->R->o->stage, j->key, j->digest))
+      e[i].ck[0] = '\0'; /* stored only; a claim is released on its own after */
+    /* its run is over once its outputs are stored: its start count goes too */
+    e[i].tk[0] = '\0';
+    if (j->starts > 0) sl__starts_key(j, e[i].tk, sizeof e[i].tk);
+    b->jobs[b->n++] = j;
+  }
+}
+
+/* Sends the stores waiting in X->sq, SL_STORE_BATCH to a script: each job's
  * outputs (and, holding the input's claim, its release in the same script,
  * after the store); each job is produced once its store answered. */
-void sl__stores_flush(loop_t *L) {
+static void stores_flush(sl_output *X) {
   char ttl[32];
-  snprintf(ttl, sizeof ttl, "%lld", (long long)L->cc->idempotency_ttl_s);
-  while (L->sq_head) {
+  snprintf(ttl, sizeof ttl, "%lld", (long long)X->R->cc->idempotency_ttl_s);
+  while (X->sq.head) {
     job_batch *b = malloc(sizeof *b);
-    struct {
-      char k[256], ck[256], tk[256]; /* stored, claim and starts key */
-      uint8_t *buf;                  /* the packed outputs (sl_idem_pack) */
-      size_t n;
-    } e[SL_STORE_BATCH];
+    store_args e[SL_STORE_BATCH];
     if (!b) { /* no memory: produced unstored, as without Redis */
       job *j;
-      while ((j = sl__q_pop(&L->sq_head, &L->sq_tail)) != NULL) {
-        L->sq_len--;
-        sl__claim_release(j);
-        sl__produce(j);
-      }
+      while ((j = sl__job_pop(&X->sq)) != NULL) unstored(j);
       return;
     }
-    b->n = 0;
-    job *j;
-    while (b->n < SL_STORE_BATCH && (j = sl__q_pop(&L->sq_head, &L->sq_tail)) != NULL) {
-      L->sq_len--;
-      int i = b->n;
-      sl__idem_key(j, e[i].k, sizeof e[i].k);
-      if (!e[i].k[0] || sl_idem_pack(&j->out, sl_now_ms(), &e[i].buf, &e[i].n) != 0) {
-        sl__claim_release(j); /* cannot be stored: produced as it is */
-        sl__produce(j);
-        continue;
-      }
-      if (!j->claimed || sl_idem_claim_key(e[i].ck, sizeof e[i].ck, L->o->stage, j->key, j->digest))
-        e[i].ck[0] = '\0'; /* stored only; a claim is released on its own after */
-      /* its run is over once its outputs are stored: its start count goes too */
-      e[i].tk[0] = '\0';
-      if (j->starts > 0) sl__starts_key(j, e[i].tk, sizeof e[i].tk);
-      b->jobs[b->n++] = j;
-    }
+    stores_take(X, b, e);
     int n = b->n;
     const char *argv[5 * SL_STORE_BATCH + 1];
     size_t lens[5 * SL_STORE_BATCH + 1];
@@ -345,7 +344,7 @@ void sl__stores_flush(loop_t *L) {
     argv[3 * n] = ttl;
     lens[3 * n] = strlen(ttl);
     int rc =
-        n ? sl_aredis_eval(L->redis, on_stores, b, &L->s_claim_store, 3 * n, 5 * n + 1, argv, lens)
+        n ? sl_aredis_eval(X->R->redis, on_stores, b, &X->s_store, 3 * n, 5 * n + 1, argv, lens)
           : 0;
     for (int i = 0; i < n; i++) free(e[i].buf);
     if (!n)
@@ -355,145 +354,83 @@ void sl__stores_flush(loop_t *L) {
   }
 }
 
+static void on_store_idle(uv_idle_t *h) {
+  uv_idle_stop(h); /* what a flush queues arms it again */
+  stores_flush(h->data);
+}
+
 /* Queues the job's outputs for the store (sent with the other stores of
  * this turn of the loop), then produces them. */
 static void store_and_produce(job *j) {
-  loop_t *L = j->L;
-  sl__q_push(&L->sq_head, &L->sq_tail, j);
-  if (++L->sq_len >= SL_STORE_BATCH) {
-    sl__stores_flush(L);
+  sl_output *X = out_of(j);
+  sl_queue_push(&X->sq, &j->link);
+  if (X->sq.len >= SL_STORE_BATCH) {
+    stores_flush(X);
     return;
   }
-  sl__batch_soon(L);
+  if (!uv_is_active((uv_handle_t *)&X->store_idle)) uv_idle_start(&X->store_idle, on_store_idle);
 }
 
-/* Answers the job from outputs stored by an earlier run (this replica's or
- * another's): 1 when they were usable and are being produced. */
-int sl__use_stored(job *j, const char *v, size_t n) {
-  loop_t *L = j->L;
-  if (sl_idem_unpack(v, n, &j->out) != 0) return 0; /* unusable: as if there were none */
-  sl_metric_add(L->m_idem_hits, 1);
-  sl_metric_add(L->m_done, 1);
+void sl__out_reuse(job *j) {
+  sl_output *X = out_of(j);
+  sl_metric_add(X->m_idem_hits, 1);
+  sl_metric_add(X->m_done, 1);
   j->stored = 1;
   sl_log(SL_LOG_INFO, j->key, "already processed: stored outputs reused, no provider call");
-  sl__produce(j);
-  return 1;
+  produce(j);
 }
 
-void sl__on_lookup(redisReply *r, void *ud) {
+void sl__out_produce(job *j) { produce(j); }
+
+static void on_lookup(redisReply *r, void *ud) {
   job *j = ud;
-  loop_t *L = j->L;
-  if (L->closing) {
-    sl__job_drop(j);
+  if (j->R->closing) {
+    sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
   if (r && r->type == REDIS_REPLY_STRING) {
-    if (sl__use_stored(j, r->str, r->len)) return;
+    if (sl_idem_unpack(r->str, r->len, &j->out) == 0) {
+      sl__job_to(j, SL_JOB_REUSE);
+      return;
+    }
   } else if (!r || r->type == REDIS_REPLY_ERROR) {
     sl_log(SL_LOG_DEBUG, j->key, "idempotency lookup unavailable; processing");
   }
-  sl__gate(j);
+  sl__job_to(j, SL_JOB_GATE);
 }
 
-/* ---- processing on the pool ---- */
-
-void sl__work_cb(uv_work_t *w) {
-  job *j = w->data;
-  if (atomic_load(&j->claim_lost)) { /* lost while it queued for a worker: not called */
-    j->claim_skip = 1;
-    return;
-  }
-  sl_inline_mark mk;
-  sl_inline_begin(&mk);
-  j->L->o->process(j->L->o->ud, j->m, &j->out, &j->res);
-  j->ran_ns = sl_inline_end(&mk);
+void sl__out_lookup(job *j) {
+  char k[256];
+  sl__idem_key(j, k, sizeof k);
+  const char *argv[] = {"GET", k};
+  j->looked_up = 1;
+  if (sl_aredis_argv(j->R->redis, on_lookup, j, 2, argv, NULL) != 0)
+    sl__job_to(j, SL_JOB_GATE); /* Redis unavailable: on, unlooked */
 }
 
-void sl__after_work_cb(uv_work_t *w, int status) {
-  job *j = w->data;
-  (void)status;
-  j->in_pool = 0;
-  if (j->claim_skip) { /* claims again: calls, waits for the new owner's outputs, or ends */
-    j->claim_skip = 0;
-    sl__call_end(j);
-    if (j->L->closing) {
-      sl__job_drop(j);
-      return;
-    }
-    sl__run_process(j);
-    return;
-  }
-  if (status == 0) sl_inline_note(&j->L->inl, j->ran_ns, 0, uv_hrtime());
-  sl__complete(j);
-}
+/* ---- the outcome ---- */
 
-void sl_job_done(job *j) {
-  j->in_async = 0;
-  sl__complete(j);
-}
-
-const rd_kafka_message_t *sl_job_message(const job *j) { return j->m; }
-sl_outbox *sl_job_outbox(job *j) { return &j->out; }
-sl_result *sl_job_result(job *j) { return &j->res; }
-const char *sl_job_key(const job *j) { return j->key; }
-sl_httpc *sl_job_http(job *j) { return j->L->http; }
-sl_aredis *sl_job_redis(job *j) { return j->L->redis; }
-uv_loop_t *sl_job_loop(job *j) { return &j->L->loop; }
-
-static void on_again(uv_timer_t *t) { sl__run_process(t->data); }
+static void again_now(job *j) { sl__job_to(j, SL_JOB_CLAIM); }
+static void on_again(uv_timer_t *t) { again_now(t->data); }
 
 /* A RETRY that asked to run again shortly (sl_result.again_in_ms) runs again
- * here after that delay, through its claim as before: no retry copy, no
- * tier's wait, its slot and uncommitted offset kept. 1 when it does. */
+ * after that delay, through its claim as before: no retry copy, no tier's
+ * wait, its slot and uncommitted offset kept. 1 when it does. */
 static int again(job *j) {
   int64_t ms = j->res.again_in_ms;
   if (ms <= 0 || j->agains >= SL_AGAIN_MAX || sl__job_stale(j)) return 0;
   if (ms > SL_AGAIN_MAX_MS) ms = SL_AGAIN_MAX_MS;
   j->agains++;
   sl_outbox_clear(&j->out);
-  sl_metric_add(j->L->m_again, 1);
+  sl_metric_add(out_of(j)->m_again, 1);
   sl_log(SL_LOG_DEBUG, j->key, "%s: %s; running it again in %lld ms", j->res.error_class,
          j->res.error_message, (long long)ms);
-  sl__job_after(j, ms, on_again, sl__run_process);
+  sl__job_after(j, ms, on_again, again_now);
   return 1;
 }
 
-/* The processor is finished with the job: act on its outcome. */
-void sl__complete(job *j) {
-  loop_t *L = j->L;
-  sl__call_end(j);
-  if (L->closing) {
-    sl__job_drop(j);
-    return;
-  }
-  if (L->o->provider && j->res.provider_called) {
-    int ok = j->res.outcome != SL_OUTCOME_RETRY;
-    sl_breaker_record(L->breaker, sl__mono_ms(), ok);
-    sl_metric_add(j->res.outcome == SL_OUTCOME_DONE   ? L->m_calls_ok
-                  : j->res.outcome == SL_OUTCOME_FAIL ? L->m_calls_perm
-                  : j->res.provider_throttled         ? L->m_calls_throttled
-                                                      : L->m_calls_fail,
-                  1);
-    sl_histogram_observe(L->h_call, (double)(uv_hrtime() - j->call_ns) / 1e9);
-    sl_metric_add_real(L->m_cost, j->res.cost_units);
-    sl_breaker_state st = sl_breaker_get_state(L->breaker);
-    if ((int64_t)st != (int64_t)sl_metric_value(L->m_breaker_state) && st == SL_BREAKER_OPEN)
-      sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", L->o->provider);
-    sl_metric_set(L->m_breaker_state, st);
-    if (L->bq_head && st != SL_BREAKER_OPEN) /* the probe answered: let the held go */
-      uv_timer_start(&L->bq_timer, sl__on_bq_timer, 0, 0);
-    if (j->res.provider_throttled && sl__retry_after(L, &j->res) > 0 && !L->closing) {
-      /* pause the provider for every replica (one atomic script that only
-       * ever extends a pause), for at most provider.max_retry_after_ms */
-      char ms[32];
-      snprintf(ms, sizeof ms, "%lld", (long long)sl__retry_after(L, &j->res));
-      const char *a[] = {L->pause_key, ms};
-      sl_aredis_eval(L->redis, NULL, NULL, &L->s_pause, 1, 2, a, NULL);
-      sl__pause_noted(L, sl__retry_after(L, &j->res));
-      sl_log(SL_LOG_WARN, j->key, "provider %s throttled us: pausing all replicas for %s ms",
-             L->o->provider, ms);
-    }
-  }
+void sl__out_outcome(job *j) {
+  sl_output *X = out_of(j);
   if (j->res.outcome == SL_OUTCOME_DONE && j->out.failed) {
     /* the processor's outputs are incomplete (an add failed: outbox full,
      * topic or key too long, no memory): storing or producing the rest and
@@ -503,26 +440,55 @@ void sl__complete(job *j) {
     sl_result_set(&j->res, SL_OUTCOME_FAIL, "output_invalid",
                   "an output could not be added to the outbox: %s", sl_strerror(e));
   }
-  if (j->res.outcome == SL_OUTCOME_FAIL && j->claimed)
-    j->claim_end = 1; /* held until its dead letter is written, then an end mark */
-  else if (!(j->res.outcome == SL_OUTCOME_DONE && L->o->idempotent && j->out.n))
-    sl__claim_release(j); /* nothing to store: the next claimant calls */
   switch (j->res.outcome) {
   case SL_OUTCOME_DONE:
-    sl_metric_add(L->m_done, 1);
-    if (L->o->idempotent && j->out.n) {
+    sl_metric_add(X->m_done, 1);
+    if (j->R->o->idempotent && j->out.n) {
       store_and_produce(j);
       return;
     }
     break;
   case SL_OUTCOME_RETRY:
     if (again(j)) return;
-    sl__to_retry(j);
+    to_retry(j);
     break;
   case SL_OUTCOME_FAIL:
     sl_outbox_clear(&j->out);
-    sl__add_dead_letter(j);
+    add_dead_letter(j);
     break;
   }
-  sl__produce(j);
+  produce(j);
+}
+
+/* ---- set-up ---- */
+
+void sl__out_init(sl_output *X, sl_jobs *R) {
+  const char *stage = R->o->stage;
+  memset(X, 0, sizeof *X);
+  X->R = R;
+  R->out = X;
+  sl_redis_script_init(&X->s_store, sl_claim_store_lua);
+  uv_idle_init(R->uv, &X->store_idle);
+  X->store_idle.data = X;
+  const char *h_out = "Input messages finished, by outcome";
+  X->m_done = sl__metric("sluice_messages_total", stage, "outcome=\"done\"", h_out, 0);
+  X->m_retried = sl__metric("sluice_messages_total", stage, "outcome=\"retried\"", h_out, 0);
+  X->m_dead = sl__metric("sluice_messages_total", stage, "outcome=\"dead_lettered\"", h_out, 0);
+  X->m_again = sl__metric("sluice_reruns_total", stage, NULL,
+                          "Transient failures run again in place, a moment later, instead of "
+                          "through a retry tier (what they lacked was expected within moments)",
+                          0);
+  for (int i = 0; i < R->rp->ntiers; i++) {
+    char t[64];
+    snprintf(t, sizeof t, "tier=\"%s\"", R->tier_label[i]);
+    X->m_tier[i] =
+        sl__metric("sluice_retries_total", stage, t, "Messages sent to a retry tier, by tier", 0);
+  }
+  X->m_idem_hits = sl__metric("sluice_idempotency_hits_total", stage, NULL,
+                              "Inputs answered from stored outputs (provider calls avoided)", 0);
+}
+
+void sl__out_close(sl_output *X) {
+  if (!X) return;
+  sl_queue_forget(&X->sq); /* their jobs are dropped by the loop's last walk */
 }
