@@ -64,8 +64,7 @@ int sl_admit_solo_ready(int64_t calls, int64_t counting, int64_t counted) {
 }
 
 const char *sl_admit_step_name(sl_admit_step s) {
-  static const char *const names[] = {"drop",     "release", "lookup",    "hold",
-                                      "retry",    "pass",    "limiter",   "pause_ask",
-                                      "pause_wait", "claim"};
+  static const char *const names[] = {"drop", "release", "lookup",    "hold",       "retry",
+                                      "pass", "limiter", "pause_ask", "pause_wait", "claim"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }

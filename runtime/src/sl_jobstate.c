@@ -21,8 +21,8 @@ static const unsigned next[SL_JOB_NSTATES] = {
      * outputs its claim or count read, or the end another replica wrote */
     [SL_JOB_GATE] = B(SL_JOB_LOOKUP) | B(SL_JOB_CALL) | B(SL_JOB_OUTCOME) | B(SL_JOB_REUSE) |
                     B(SL_JOB_FINISHED) | ENDS,
-    [SL_JOB_CLAIM] = B(SL_JOB_CALL) | B(SL_JOB_OUTCOME) | B(SL_JOB_REUSE) | B(SL_JOB_FINISHED) |
-                     ENDS,
+    [SL_JOB_CLAIM] =
+        B(SL_JOB_CALL) | B(SL_JOB_OUTCOME) | B(SL_JOB_REUSE) | B(SL_JOB_FINISHED) | ENDS,
     /* a call: on the loop or start()ed (its outcome), or handed to a worker;
      * on a worker: its outcome, or (its claim lost while it queued) the
      * claim again; dropped only while closing */
@@ -46,7 +46,7 @@ int sl_job_terminal(sl_job_state s) {
 
 const char *sl_job_state_name(sl_job_state s) {
   static const char *const names[SL_JOB_NSTATES] = {
-      "new",  "parked",  "waiting", "keyq",   "lookup",   "gate",     "claim",  "call",
-      "pool", "outcome", "stored",  "reuse",  "finished", "released", "dropped"};
+      "new",  "parked",  "waiting", "keyq",  "lookup",   "gate",     "claim",  "call",
+      "pool", "outcome", "stored",  "reuse", "finished", "released", "dropped"};
   return (unsigned)s < SL_JOB_NSTATES ? names[s] : "?";
 }

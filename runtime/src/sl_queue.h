@@ -21,7 +21,7 @@ typedef struct {
 } sl_queue;
 
 /* the element that embeds link l as its member */
-#define SL_QUEUE_ITEM(l, type, member) ((type *)(void *)((char *)(l) - offsetof(type, member)))
+#define SL_QUEUE_ITEM(l, type, member) ((type *)(void *)((char *)(l)-offsetof(type, member)))
 
 static inline void sl_queue_push(sl_queue *q, sl_qlink *l) {
   l->next = NULL;

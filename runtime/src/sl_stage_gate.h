@@ -27,8 +27,7 @@ typedef struct sl_gate {
   sl_breaker *breaker; /* NULL without a provider */
   char limit_key[160], pause_key[160];
   /* the Lua scripts the gate runs, by SHA-1 (sl_redis_script) */
-  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts,
-      s_lookup;
+  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts, s_lookup;
   /* jobs held while the breaker is open (breaker.hold), in order */
   sl_queue bq;
   uv_timer_t bq_timer;
@@ -64,9 +63,9 @@ typedef struct sl_gate {
   job *pending, *solo;
   sl_queue xq;
   int64_t uncounted_warned_ms;
-  sl_metric *m_uncounted, *m_claim_waits, *m_claims_lost, *m_claim_ends, *m_held,
-      *m_limiter_waits, *m_breaker_state, *m_circuit_skips, *m_calls_ok, *m_calls_fail,
-      *m_calls_throttled, *m_calls_perm, *m_cost;
+  sl_metric *m_uncounted, *m_claim_waits, *m_claims_lost, *m_claim_ends, *m_held, *m_limiter_waits,
+      *m_breaker_state, *m_circuit_skips, *m_calls_ok, *m_calls_fail, *m_calls_throttled,
+      *m_calls_perm, *m_cost;
   sl_histogram *h_call;
 } sl_gate;
 

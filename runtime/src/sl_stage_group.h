@@ -52,8 +52,7 @@ typedef void sl_rebalance_fn(rd_kafka_t *, rd_kafka_resp_err_t, rd_kafka_topic_p
  * subscribes group 0 to topics, group 1 to the retry tiers. 0 or SL_E*
  * with the reason in err. */
 int sl__groups_open(sl_groups *S, const char *const *topics, size_t ntopics,
-                    sl_rebalance_fn *rebalance, void (*drain)(void *), char *err,
-                    size_t errlen);
+                    sl_rebalance_fn *rebalance, void (*drain)(void *), char *err, size_t errlen);
 
 /* Commits the partitions whose commit point moved: every group (sync on
  * revoke and shutdown), or, on the tick, those not waiting for a rejoin. */

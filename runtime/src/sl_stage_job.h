@@ -68,11 +68,11 @@ typedef struct sl_jobs {
   sl_httpc *http; /* for async processors */
   rd_kafka_t *producer;
   volatile sig_atomic_t *stop;
-  const sl_retry_policy *rp; /* tiers, budget, Retry-After cap */
+  const sl_retry_policy *rp;     /* tiers, budget, Retry-After cap */
   const char (*tier_topic)[160]; /* the retry tiers' topics, rp->ntiers of them */
   const char (*tier_label)[16];  /* and their delays as written ("5s") */
-  int stopping; /* the loop's: SIGTERM, draining */
-  int closing;  /* the loop's: the loop has stopped, drop instead of continuing */
+  int stopping;                  /* the loop's: SIGTERM, draining */
+  int closing;                   /* the loop's: the loop has stopped, drop instead of continuing */
   /* the modules, for what a job's callbacks reach */
   struct sl_gate *gate;
   struct sl_output *out;
@@ -124,9 +124,9 @@ struct sl_job {
   int looked_up;         /* its idempotency lookup was made */
   /* ---- the work's (sl_stage_work.c) ---- */
   uv_work_t work;
-  uint64_t call_ns;  /* uv_hrtime() when process()/start() began */
-  uint64_t ran_ns;   /* what its run on a worker cost (sl_inline_end) */
-  int claim_skip;    /* the worker did not call for it (claim_lost) */
+  uint64_t call_ns; /* uv_hrtime() when process()/start() began */
+  uint64_t ran_ns;  /* what its run on a worker cost (sl_inline_end) */
+  int claim_skip;   /* the worker did not call for it (claim_lost) */
   /* ---- the outbox's (sl_stage_out.c) ---- */
   sl_outbox out;
   sl_result res;

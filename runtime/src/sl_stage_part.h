@@ -23,13 +23,13 @@ typedef struct {
 struct sl_part {
   part_id id;
   UT_hash_handle hh;
-  sl_offsets ring;    /* offsets in flight and the commit point */
-  int revoked;        /* no longer ours: nothing of it is committed */
-  int revoking;       /* being taken away: running work may still finish */
-  int retry_tier;     /* index of the tier this topic is, or -1 for a main input */
-  int group;          /* index of the consumer group its topic is consumed in */
-  const char *gname;  /* that group's id (the group's storage) */
-  sl_queue parked;    /* retry copies not yet due, in order */
+  sl_offsets ring;   /* offsets in flight and the commit point */
+  int revoked;       /* no longer ours: nothing of it is committed */
+  int revoking;      /* being taken away: running work may still finish */
+  int retry_tier;    /* index of the tier this topic is, or -1 for a main input */
+  int group;         /* index of the consumer group its topic is consumed in */
+  const char *gname; /* that group's id (the group's storage) */
+  sl_queue parked;   /* retry copies not yet due, in order */
   int paused_for_park;
   uv_timer_t park_timer; /* data: the partition; started by the loop */
 };

@@ -15,7 +15,7 @@ void sl__work_init(sl_work *W, sl_jobs *R) {
   W->inl.max_ns = R->cc->inline_max_us > 0 ? (uint64_t)R->cc->inline_max_us * 1000 : 0;
   /* the worker pool starts on first use: size it before that */
   char nworkers[16];
-  int64_t nw = R->cc->workers > 0         ? R->cc->workers
+  int64_t nw = R->cc->workers > 0          ? R->cc->workers
                : R->o->default_workers > 0 ? R->o->default_workers
                                            : 4;
   snprintf(nworkers, sizeof nworkers, "%d", (int)(nw < 128 ? nw : 128));

@@ -25,10 +25,10 @@
 #include <stdint.h>
 
 typedef struct {
-  int revoking;           /* a revoke waits for its running work */
-  int lost;               /* ... and the assignment was lost: commit nothing */
-  int cooperative;        /* the group's protocol is incremental */
-  int rejoin_assigns;     /* assigns to see before periodic commits run again */
+  int revoking;            /* a revoke waits for its running work */
+  int lost;                /* ... and the assignment was lost: commit nothing */
+  int cooperative;         /* the group's protocol is incremental */
+  int rejoin_assigns;      /* assigns to see before periodic commits run again */
   int64_t rejoin_until_ms; /* or until then */
 } sl_rebal;
 
@@ -39,12 +39,12 @@ typedef enum {
 } sl_rebal_step;
 
 typedef struct {
-  int lost;                /* rd_kafka_assignment_lost() */
-  int closing;             /* the stage is closing: no waiting */
-  int64_t pending;         /* jobs of the revoked partitions not finished */
-  int64_t now_ms;          /* wall clock */
-  int64_t revoke_wait_ms;  /* stage.revoke_wait_ms */
-  int64_t session_ms;      /* kafka.session_timeout_ms */
+  int lost;               /* rd_kafka_assignment_lost() */
+  int closing;            /* the stage is closing: no waiting */
+  int64_t pending;        /* jobs of the revoked partitions not finished */
+  int64_t now_ms;         /* wall clock */
+  int64_t revoke_wait_ms; /* stage.revoke_wait_ms */
+  int64_t session_ms;     /* kafka.session_timeout_ms */
 } sl_rebal_revoke_in;
 
 /* A revoke begins: what to do now. r->revoking is set (until finished). */
