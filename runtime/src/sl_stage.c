@@ -442,19 +442,17 @@ static void job_headers(loop_t *L, job *j) {
   }
 }
 
-/* Tracks m's offset on its partition (NULL: not taken, m destroyed). */
-static part *track(loop_t *L, rd_kafka_message_t *m) {
+/* Tracks j's offset on its partition: 0, or -1 when it is not taken (its
+ * partition was taken away, or no memory). */
+static int track(loop_t *L, job *j) {
+  const rd_kafka_message_t *m = j->m;
   part *p = sl__part_get(&L->P, rd_kafka_topic_name(m->rkt), m->partition, 1);
-  if (p && (p->revoking || p->revoked)) { /* fetched before it was taken away: its owner reads it */
-    rd_kafka_message_destroy(m);
-    return NULL;
-  }
+  if (p && (p->revoking || p->revoked)) return -1; /* fetched before it was taken away */
   int64_t ts = rd_kafka_message_timestamp(m, NULL);
   int took = p ? sl_offsets_take(&p->ring, m->offset, ts > 0 ? ts : sl_now_ms()) : SL_ENOMEM;
   if (took < 0) {
     sl_log(SL_LOG_ERROR, NULL, "out of memory tracking a message");
-    rd_kafka_message_destroy(m);
-    return NULL;
+    return -1;
   }
   if (took == 1) {
     /* the consumer went back (an offset reset, a seek): everything from
@@ -466,12 +464,12 @@ static part *track(loop_t *L, rd_kafka_message_t *m) {
     release_waiting(L, p, 0);
     if (p->paused_for_park) sl__group_pause_one(&L->S, p, 0);
   }
-  return p;
+  j->p = p;
+  j->epoch = p->ring.epoch;
+  return 0;
 }
 
 static void take(loop_t *L, rd_kafka_message_t *m) {
-  part *p = track(L, m);
-  if (!p) return;
   job *j = sl__job_new(&L->R, m);
   if (!j) {
     /* cannot track it: leave it uncommitted; it is redelivered later */
@@ -479,9 +477,11 @@ static void take(loop_t *L, rd_kafka_message_t *m) {
     rd_kafka_message_destroy(m);
     return;
   }
+  if (track(L, j) != 0) { /* not taken: its owner reads it, or it comes again */
+    sl__job_free(j);
+    return;
+  }
   j->ticket = (sl_kafka_ticket){sl__on_delivery, j, 0};
-  j->p = p;
-  j->epoch = p->ring.epoch;
   job_headers(L, j);
   flow(L);
   sl__job_to(j, must_park(j, sl_now_ms()) ? SL_JOB_PARKED : SL_JOB_WAITING);
