@@ -272,6 +272,11 @@ finish() {
     fail "sanitizer report in stage logs:"
     grep -hE -A20 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR"/*.log | head -60 >&2
   fi
+  # a job moved in a way sl_jobstate forbids (the runtime logs it and goes on)
+  if grep -l "defect: a job moved" "$STAGES_DIR"/*.log >/dev/null 2>&1; then
+    fail "a forbidden job transition in stage logs:"
+    grep -h "defect: a job moved" "$STAGES_DIR"/*.log | head -10 >&2
+  fi
   if ((FAILURES)); then
     log "$FAILURES check(s) failed; stage logs in $STAGES_DIR"
     exit 1
