@@ -45,7 +45,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* timegm */
-#include "../stages.h"
+#include "lib/objects.h"
+#include "lib/process.h"
+#include "lib/stage.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -60,7 +62,7 @@
 #include "sluice/sl_redis.h"
 #include "sluice/sl_s3.h"
 #include "sluice/sl_tls.h"
-#include "s3event.h"
+#include "lib/s3event.h"
 #include "sweep.h"
 
 /* how often an upload whose submission is not recorded yet is looked up
@@ -74,7 +76,7 @@ typedef struct {
   sl__sweep_conf sweep;
 } ingest_conf;
 
-const sl_conf_entry sl__ingest_table[] = {
+static const sl_conf_entry ingest_table[] = {
     {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
      "how long an upload may wait for its submission to appear before it is dead-lettered "
      "(from its first failure; not counted while materialize rebuilds the view)",
@@ -103,7 +105,7 @@ const sl_conf_entry sl__ingest_table[] = {
     {"ingest.sweep_batch", SL_CONF_INT, "500", offsetof(ingest_conf, sweep.batch),
      "questions looked at per sweep round", 0},
 };
-const size_t sl__ingest_table_len = sizeof sl__ingest_table / sizeof sl__ingest_table[0];
+static const size_t ingest_table_len = sizeof ingest_table / sizeof ingest_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -429,17 +431,16 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   json_decref(root);
 }
 
-int sl__ingest_main(int argc, char **argv) {
+extern const sl__stage_desc sl__ingest_stage; /* its descriptor, at the end */
+
+static int ingest_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   ingest_conf ic = {0};
   sl_s3_conf s3 = {0};
-  sl_conf_bind own[] = {{sl__ingest_table, sl__ingest_table_len, &ic},
+  sl_conf_bind own[] = {{ingest_table, ingest_table_len, &ic},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "ingest",
-                           "Turns storage upload events into "
-                           "transcription requests.",
-                           &cc, own, 2, "127.0.0.1:9181", &admin);
+  int rc = sl__stage_start(&sl__ingest_stage, "ingest", argc, argv, &cc, own, 2, &admin);
   if (rc) return rc;
   ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
   sl_redis_script_init(&in.first_time, first_time_lua);
@@ -483,3 +484,12 @@ int sl__ingest_main(int argc, char **argv) {
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }
+
+const sl__stage_desc sl__ingest_stage = {
+    .name = "ingest",
+    .summary = "turns storage upload events into transcription requests",
+    .kind = {"ingest", {SL__MSG_S3EVENT, NULL}, {SL__MSG_UPLOAD, SL__MSG_STATUS, NULL}, 0, 1, 0},
+    .table = ingest_table,
+    .table_len = &ingest_table_len,
+    .admin = "127.0.0.1:9181",
+    .main = ingest_main};

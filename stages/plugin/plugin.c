@@ -21,7 +21,9 @@
  * error, 1 the plugin could not be loaded or created.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/objects.h"
+#include "lib/plugins.h"
+#include "lib/stage.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -403,7 +405,7 @@ static int cmd_list_doc(int argc, char **argv, int doc) {
   return n ? 0 : 1;
 }
 
-int sl__plugin_main(int argc, char **argv) {
+static int plugin_main(int argc, char **argv) {
   sl_log_init("plugin", "warn");
   if (argc < 2) return usage(stderr);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
@@ -413,3 +415,9 @@ int sl__plugin_main(int argc, char **argv) {
   fprintf(stderr, "sluice plugin: unknown command \"%s\"\n", argv[1]);
   return usage(stderr);
 }
+
+/* no pipeline kind: `sluice plugin` runs outside the pipeline */
+const sl__stage_desc sl__plugin_command = {
+    .name = "plugin",
+    .summary = "run one plugin on one input, list plugins, document them",
+    .main = plugin_main};

@@ -9,7 +9,7 @@
  * itself refuses a different size, type or content), plus the submission
  * id (UUIDv7), a results bearer token and the results URL.
  *
- * Callers authenticate with an API key or a JWT (stages/auth/auth.h) that
+ * Callers authenticate with an API key or a JWT (stages/lib/auth.h) that
  * names the user; the submission belongs to that user (SubmissionCreated
  * .user_id) and its results token is bound to submission and user; an API
  * key's digest travels as .apikey_id (notify signs with that key's webhook
@@ -20,7 +20,7 @@
  * get 429 with Retry-After.
  *
  * An optional "callback_url" (where the notify stage POSTs the results) is
- * held to the callback policy (stages/notify/callback.h) before anything
+ * held to the callback policy (stages/lib/callback.h) before anything
  * else: its form and host at once, then the addresses its host resolves to
  * (uv_getaddrinfo on libuv's pool, the create parked meanwhile); refused:
  * 422 callback_url_refused with the reason. It travels in
@@ -46,7 +46,8 @@
  * delivery reports.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/client_address.h"
+#include "lib/stage.h"
 
 #include <jansson.h>
 #include <libxml/parser.h>
@@ -72,8 +73,8 @@
 #include "keystore.h"
 #include "multipart.h"
 #include "request.h"
-#include "../auth/auth.h"
-#include "../notify/callback.h"
+#include "lib/auth.h"
+#include "lib/callback.h"
 #include "webhook.h"
 
 #define MAX_TYPES 16
@@ -99,7 +100,7 @@ typedef struct {
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
-const sl_conf_entry sl__presign_table[] = {
+static const sl_conf_entry presign_table[] = {
     {"presign.listen", SL_CONF_STR, "127.0.0.1:8080", P(listen), "API listen address", 0},
     {"presign.results_base_url", SL_CONF_STR, "http://127.0.0.1:8081", P(results_base_url),
      "public base URL of the results API (used in replies)", 0},
@@ -142,7 +143,7 @@ const sl_conf_entry sl__presign_table[] = {
      "get 503 auth_unavailable instead of 401",
      0},
 };
-const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
+static const size_t presign_table_len = sizeof presign_table / sizeof presign_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -879,7 +880,9 @@ static void on_signal(uv_signal_t *h, int sig) {
   shutdown_loop(h->data);
 }
 
-int sl__presign_main(int argc, char **argv) {
+extern const sl__stage_desc sl__presign_stage; /* its descriptor, at the end */
+
+static int presign_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   presign_conf pc = {0};
   sl_s3_conf s3 = {0};
@@ -887,16 +890,15 @@ int sl__presign_main(int argc, char **argv) {
   sl__webhook_conf wc = {0};
   sl__callback_conf cbc = {0};
   sl_http_conf hc = {0};
-  sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
+  sl_conf_bind own[] = {{presign_table, presign_table_len, &pc},
                         {sl_http_conf_table, sl_http_conf_table_len, &hc},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl__webhook_table, sl__webhook_table_len, &wc},
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "presign",
-                           "HTTP API that creates submissions and presigned upload URLs.", &cc, own,
-                           sizeof own / sizeof own[0], "127.0.0.1:9180", &admin);
+  int rc = sl__stage_start(&sl__presign_stage, "presign", argc, argv, &cc, own,
+                           sizeof own / sizeof own[0], &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
@@ -1039,3 +1041,15 @@ int sl__presign_main(int argc, char **argv) {
   sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc || ps.fatal ? 1 : 0;
 }
+
+const sl__stage_desc sl__presign_stage = {
+    .name = "presign",
+    .summary = "the public edge API: submissions, uploads, the storage webhook, the web page",
+    .kind = {"presign", {NULL}, {SL__MSG_SUBMISSION, SL__MSG_S3EVENT, NULL}, 0, 0, 0},
+    .table = presign_table,
+    .table_len = &presign_table_len,
+    .part_title = "Storage-event webhook (presign; see [security.md](security.md))",
+    .part_table = sl__webhook_table,
+    .part_table_len = &sl__webhook_table_len,
+    .admin = "127.0.0.1:9180",
+    .main = presign_main};

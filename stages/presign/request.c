@@ -6,7 +6,7 @@
  */
 #include "request.h"
 
-#include "../notify/callback.h"
+#include "lib/callback.h"
 
 #include <openssl/evp.h>
 #include <stdarg.h>
@@ -80,7 +80,7 @@ int sl__create_parse(const char *ctype, const void *body, size_t len, const sl__
       goto out;
     }
   }
-  /* its form and host are the callback policy's (stages/notify/callback.h) */
+  /* its form and host are the callback policy's (stages/lib/callback.h) */
   v = json_object_get(doc, "callback_url");
   if (v && (!json_is_string(v) || json_string_length(v) < 1 ||
             json_string_length(v) > SL__CALLBACK_URL_MAX)) {
