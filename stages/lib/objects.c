@@ -94,7 +94,6 @@ void sl__give_object(sl_plugin_input *in, const char *key, const void *data, siz
   in->filename = slash ? slash + 1 : key;
 }
 
-
 const char *sl__audio_content_type(const char *name) {
   const char *dot = name ? strrchr(name, '.') : NULL;
   static const char *map[][2] = {{".wav", "audio/wav"},   {".flac", "audio/flac"},

@@ -35,8 +35,8 @@ static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   }
   size_t len = 0;
   long status = 0;
-  int rc = sl_s3_get(conn, sl__objects_target(pp->objects, key), key, pp->objects->max_bytes, data, &len,
-                     &status, err, sizeof err);
+  int rc = sl_s3_get(conn, sl__objects_target(pp->objects, key), key, pp->objects->max_bytes, data,
+                     &len, &status, err, sizeof err);
   if (rc) {
     sl__storage_fault(res, rc, status, key, err);
     return rc;
@@ -142,8 +142,8 @@ static void on_stored(const sl_httpc_response *r, void *ud) {
   }
   char why[1400];
   snprintf(why, sizeof why, "PUT %s: %s", c->stored, r->status ? "HTTP error" : r->error);
-  sl__storage_fault(sl_job_result(c->job), r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status, c->stored,
-                why);
+  sl__storage_fault(sl_job_result(c->job), r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status,
+                    c->stored, why);
   job_end(c);
 }
 

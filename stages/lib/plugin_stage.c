@@ -62,11 +62,11 @@ static int prepare(const sl__plugin_stage *ps, sl__plugin_host *h, sl__plugins *
 static int run(const sl__plugin_stage *ps, sl__plugin_host *h, sl_stage_opts *o) {
   int via_process = h->sync && !(h->has_objects && h->objects.loop_sig);
   const sl_plugin *pd = sl_plugin_lib_desc(h->chosen);
-  sl_log(SL_LOG_INFO, NULL, "plugin %s/%s %s (%s) from %s", ps->kind,
-         pd->name, pd->version ? pd->version : "",
-         h->sync ? (via_process ? "sync, worker pool"
-                                : "sync, worker pool; storage on the event loop")
-                 : "async, event loop",
+  sl_log(SL_LOG_INFO, NULL, "plugin %s/%s %s (%s) from %s", ps->kind, pd->name,
+         pd->version ? pd->version : "",
+         h->sync
+             ? (via_process ? "sync, worker pool" : "sync, worker pool; storage on the event loop")
+             : "async, event loop",
          sl_plugin_lib_file(h->chosen));
   o->topics = h->topics;
   o->ntopics = 1;

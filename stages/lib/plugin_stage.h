@@ -26,7 +26,7 @@
 /* What the host holds for one run of a plugin stage; the stage's hooks
  * read and fill it. Owned by sl__plugin_stage_main. */
 typedef struct {
-  const char *name;      /* the stage's name in the pipeline */
+  const char *name; /* the stage's name in the pipeline */
   const sl__plugin_ops *ops;
   sl_common_conf *cc;    /* the common settings, loaded */
   sl_s3_conf *s3;        /* storage settings when the stage binds them, else NULL */

@@ -27,7 +27,7 @@ typedef struct {
   sl_plugin_lib **libs; /* every plugin of the kind along the path */
   size_t nlibs;
   sl_plugin_lib *chosen; /* one of libs, after sl__plugins_choose */
-  char **argv; /* argv with --plugin NAME rewritten as --set <kind>.plugin=NAME */
+  char **argv;           /* argv with --plugin NAME rewritten as --set <kind>.plugin=NAME */
   int argc;
   char set_buf[512];
 } sl__plugins;

@@ -123,8 +123,7 @@ int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t e
     return SL_ECONFIG;
   }
   int builtin = 0; /* a stage named like a built-in kind is of that kind */
-  for (size_t i = 0; i < nk; i++)
-    builtin |= !kinds[i].generic && strcmp(kinds[i].kind, stage) == 0;
+  for (size_t i = 0; i < nk; i++) builtin |= !kinds[i].generic && strcmp(kinds[i].kind, stage) == 0;
   if (strcmp(s->kind, builtin ? stage : "plugin") != 0) {
     snprintf(err, errlen, "stage \"%s\" of the pipeline is of kind %s, not %s", stage, s->kind,
              builtin ? stage : "plugin");
