@@ -484,7 +484,8 @@ static int ingest_main(int argc, char **argv) {
   sl_conf_bind own[] = {{ingest_table, ingest_table_len, &ic},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(&sl__ingest_stage, "ingest", argc, argv, &cc, own, 2, &admin);
+  int rc =
+      sl__stage_start(&sl__ingest_stage, sl__ingest_stage.name, argc, argv, &cc, own, 2, &admin);
   if (rc) return rc;
   ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
   sl_redis_script_init(&in.first_time, first_time_lua);

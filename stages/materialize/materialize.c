@@ -982,7 +982,8 @@ static int materialize_main(int argc, char **argv) {
   mat_conf mc = {0};
   sl_conf_bind own[] = {{materialize_table, materialize_table_len, &mc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(&sl__materialize_stage, "materialize", argc, argv, &cc, own, 1, &admin);
+  int rc = sl__stage_start(&sl__materialize_stage, sl__materialize_stage.name, argc, argv, &cc, own,
+                           1, &admin);
   if (rc) return rc;
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};

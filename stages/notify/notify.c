@@ -496,7 +496,8 @@ static int notify_main(int argc, char **argv) {
   sl_conf_bind own[] = {{notify_table, notify_table_len, &nc},
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(&sl__notify_stage, "notify", argc, argv, &cc, own, 2, &admin);
+  int rc =
+      sl__stage_start(&sl__notify_stage, sl__notify_stage.name, argc, argv, &cc, own, 2, &admin);
   if (rc) return rc;
   notifier N = {.cc = &cc, .nc = &nc};
   char err[512] = "";

@@ -1082,7 +1082,7 @@ static int presign_main(int argc, char **argv) {
                         {sl__webhook_table, sl__webhook_table_len, &wc},
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(&sl__presign_stage, "presign", argc, argv, &cc, own,
+  int rc = sl__stage_start(&sl__presign_stage, sl__presign_stage.name, argc, argv, &cc, own,
                            sizeof own / sizeof own[0], &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};

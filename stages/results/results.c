@@ -1282,7 +1282,7 @@ static int results_main(int argc, char **argv) {
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl_http_conf_table, sl_http_conf_table_len, &hc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(&sl__results_stage, "results", argc, argv, &cc, own,
+  int rc = sl__stage_start(&sl__results_stage, sl__results_stage.name, argc, argv, &cc, own,
                            sizeof own / sizeof own[0], &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
