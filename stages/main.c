@@ -9,42 +9,40 @@
  *   sluice --version       version, git revision (baked in at build time), plugin ABI
  */
 #define _POSIX_C_SOURCE 200809L
-#include "stages.h"
-#include "auth/auth.h"
-
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "notify/callback.h"
-#include "presign/webhook.h"
+#include "lib/auth.h"
+#include "lib/callback.h"
+#include "lib/plugins.h"
+#include "lib/stage.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_plugin.h"
 #include "sluice/sl_s3.h"
 #include "sluice_version.h" /* generated: cmake/version.cmake */
 
-const sl__subcommand sl__subcommands[] = {
-    {"presign", "HTTP API that creates submissions and presigned upload URLs", sl__presign_main,
-     sl__presign_table, &sl__presign_table_len},
-    {"ingest", "turns storage upload events into transcription requests", sl__ingest_main,
-     sl__ingest_table, &sl__ingest_table_len},
-    {"stt", "transcribes uploaded answers (STT plugin, default pocketsphinx)", sl__stt_main,
-     sl__stt_table, &sl__stt_table_len},
-    {"grade", "grades transcripts (grading plugin, default rubric)", sl__grade_main,
-     sl__grade_table, &sl__grade_table_len},
-    {"materialize", "writes question states and results into Redis", sl__materialize_main,
-     sl__materialize_table, &sl__materialize_table_len},
-    {"results", "HTTP API clients poll for results", sl__results_main, sl__results_table,
-     &sl__results_table_len},
-    {"notify", "POSTs signed results to the callback_url of submissions", sl__notify_main,
-     sl__notify_table, &sl__notify_table_len},
-    {"plugin", "run one plugin on one input, list plugins, document them", sl__plugin_main, NULL,
-     NULL},
-    {"stage", "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
-     sl__stage_main, sl__step_table, &sl__step_table_len},
-};
-const size_t sl__nsubcommands = sizeof sl__subcommands / sizeof sl__subcommands[0];
+/* Every stage and command of this binary, in `sluice --help` order: one
+ * line each. A stage exports its descriptor (lib/stage.h); everything else
+ * — help, config-doc, the pipeline's kinds, `sluice stage NAME` — reads
+ * this list. */
+#define SL__DESCRIPTORS(X)                                                                         \
+  X(sl__presign_stage)                                                                             \
+  X(sl__ingest_stage)                                                                              \
+  X(sl__stt_stage)                                                                                 \
+  X(sl__grade_stage)                                                                               \
+  X(sl__materialize_stage)                                                                         \
+  X(sl__results_stage)                                                                             \
+  X(sl__notify_stage)                                                                              \
+  X(sl__plugin_command)                                                                            \
+  X(sl__step_stage)
+
+#define DECLARE(d) extern const sl__stage_desc d;
+SL__DESCRIPTORS(DECLARE)
+#define ENTRY(d) &d,
+static const sl__stage_desc *const descriptors[] = {SL__DESCRIPTORS(ENTRY)};
+static const size_t ndescriptors = sizeof descriptors / sizeof descriptors[0];
 
 static int in_table(const sl_conf_entry *t, size_t n, const char *env) {
   char buf[256];
@@ -71,13 +69,14 @@ static int known_env(const char *env) {
       in_table(sl_http_conf_table, sl_http_conf_table_len, env) ||
       in_table(sl__plugin_table, sl__plugin_table_len, env) ||
       in_table(sl__auth_table, sl__auth_table_len, env) ||
-      in_table(sl__webhook_table, sl__webhook_table_len, env) ||
       in_table(sl__callback_table, sl__callback_table_len, env))
     return 1;
-  for (size_t i = 0; i < sl__nsubcommands; i++)
-    if (sl__subcommands[i].table &&
-        in_table(sl__subcommands[i].table, *sl__subcommands[i].table_len, env))
+  for (size_t i = 0; i < ndescriptors; i++) {
+    const sl__stage_desc *d = descriptors[i];
+    if ((d->table && in_table(d->table, *d->table_len, env)) ||
+        (d->part_table && in_table(d->part_table, *d->part_table_len, env)))
       return 1;
+  }
   /* settings of plugins this process does not load (one shell, all stages) */
   /* the fake provider's (tools/fakeprovider), read in the same shell */
   if (strncmp(env, "SLUICE_FAKEPROVIDER_", 20) == 0) return 1;
@@ -89,8 +88,8 @@ static int known_env(const char *env) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sluice <command> [--help]\n\ncommands:\n");
-  for (size_t i = 0; i < sl__nsubcommands; i++)
-    fprintf(f, "  %-12s %s\n", sl__subcommands[i].name, sl__subcommands[i].summary);
+  for (size_t i = 0; i < ndescriptors; i++)
+    fprintf(f, "  %-12s %s\n", descriptors[i]->name, descriptors[i]->summary);
   fprintf(f, "  %-12s %s\n", "pipeline", "print the pipeline description, resolved and checked");
   fprintf(f, "  %-12s %s\n", "config-doc", "print every setting as Markdown");
   fprintf(f, "  %-12s %s\n", "--version", "version, git revision and plugin ABI");
@@ -123,8 +122,10 @@ static int pipeline_cmd(int argc, char **argv) {
   }
   sl_pipeline *p = NULL;
   char err[1024];
+  sl_pipeline_kind kinds[sizeof descriptors / sizeof descriptors[0]];
+  size_t nk = sl__stage_kinds(kinds, ndescriptors);
   int rc = sl_pipeline_load(&p, file, err, sizeof err);
-  if (rc == 0) rc = sl_pipeline_check_kinds(p, sl__stage_kinds, sl__nstage_kinds, err, sizeof err);
+  if (rc == 0) rc = sl_pipeline_check_kinds(p, kinds, nk, err, sizeof err);
   if (rc) {
     fprintf(stderr, "sluice pipeline: %s\n", err);
     sl_pipeline_free(p);
@@ -163,19 +164,20 @@ static void config_doc(void) {
          "issued with `sluicectl apikey add` and stored hashed in Redis. JWTs are accepted "
          "once a key is configured here. See [security.md](security.md).\n\n");
   sl_conf_print_markdown(sl__auth_table, sl__auth_table_len, stdout);
-  for (size_t i = 0; i < sl__nsubcommands; i++) {
-    const sl_conf_entry *t = sl__subcommands[i].table;
-    if (!t) continue;
-    printf("\n## sluice %s\n\n", sl__subcommands[i].name);
-    sl_conf_print_markdown(t, *sl__subcommands[i].table_len, stdout);
-    if (strcmp(sl__subcommands[i].name, "presign") == 0) {
-      printf("\n### Storage-event webhook (presign; see [security.md](security.md))\n\n");
-      sl_conf_print_markdown(sl__webhook_table, sl__webhook_table_len, stdout);
+  for (size_t i = 0; i < ndescriptors; i++) {
+    const sl__stage_desc *d = descriptors[i];
+    if (!d->table) continue;
+    printf("\n## sluice %s\n\n", d->name);
+    sl_conf_print_markdown(d->table, *d->table_len, stdout);
+    if (d->part_table) {
+      printf("\n### %s\n\n", d->part_title);
+      sl_conf_print_markdown(d->part_table, *d->part_table_len, stdout);
     }
   }
 }
 
 int main(int argc, char **argv) {
+  sl__stages_register(descriptors, ndescriptors);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -191,10 +193,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "pipeline") == 0) return pipeline_cmd(argc - 1, argv + 1);
   sl_conf_set_known_env(known_env);
-  for (size_t i = 0; i < sl__nsubcommands; i++)
-    if (strcmp(argv[1], sl__subcommands[i].name) == 0) {
+  for (size_t i = 0; i < ndescriptors; i++)
+    if (strcmp(argv[1], descriptors[i]->name) == 0) {
       curl_global_init(CURL_GLOBAL_DEFAULT);
-      int rc = sl__subcommands[i].main(argc - 1, argv + 1);
+      int rc = sl__stage_desc_run(descriptors[i], descriptors[i]->name, argc - 1, argv + 1);
       curl_global_cleanup();
       return rc >= 1000 ? rc - 1000 : rc;
     }

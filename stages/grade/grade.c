@@ -12,7 +12,8 @@
  * store answers a redelivery with the stored grade instead of a second call.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/pb_arena.h"
+#include "lib/plugin_stage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,17 +27,16 @@ typedef struct {
   char *plugin;
 } grade_conf;
 
-const sl_conf_entry sl__grade_table[] = {
+static const sl_conf_entry grade_table[] = {
     {"grade.plugin", SL_CONF_STR, "rubric", offsetof(grade_conf, plugin),
      "grading plugin: a name found along plugin.path (grade-<name>.so) or a file path "
      "(also --plugin NAME); docs/plugins.md lists them",
      0},
 };
-const size_t sl__grade_table_len = sizeof sl__grade_table / sizeof sl__grade_table[0];
+static const size_t grade_table_len = sizeof grade_table / sizeof grade_table[0];
 
 typedef struct {
   sl_common_conf *cc;
-  sl__plugin_pool pool; /* SYNC: one instance per worker; async: one on the loop */
 } grade;
 
 static int parse(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res, void **msg,
@@ -136,61 +136,31 @@ static const sl__plugin_ops ops = {.setup_class = "grade_setup",
                                    .finish = finish,
                                    .release = release};
 
-static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  sl__plugin_process(&((grade *)ud)->pool, &ops, ud, m, out, res);
+static const char *plugin_name(const sl__plugin_host *h) {
+  return ((const grade_conf *)h->conf)->plugin;
 }
 
-static void start(void *ud, sl_job *job) { sl__plugin_start(&((grade *)ud)->pool, &ops, ud, job); }
-
-int sl__grade_main(int argc, char **argv) {
-  sl__plugins pl;
-  int rc = sl__plugins_open(&pl, argc, argv, "grade");
-  if (rc) {
-    sl__plugins_close(&pl);
-    return rc;
-  }
-  sl_common_conf cc = {0};
-  grade_conf gc = {0};
-  sl__plugin_conf pc = {0};
-  sl_conf_bind own[24] = {{sl__grade_table, sl__grade_table_len, &gc},
-                          {sl__plugin_table, sl__plugin_table_len, &pc}};
-  size_t nown = 2 + sl__plugins_binds(&pl, own + 2, 24 - 2);
-  sl_admin *admin = NULL;
-  rc = sl__stage_start(pl.argc, pl.argv, "grade", "Grades transcripts with a grading plugin.", &cc,
-                       own, nown, "127.0.0.1:9183", &admin);
-  if (rc) {
-    sl__plugins_close(&pl);
-    return rc;
-  }
-  grade g = {.cc = &cc};
-  char err[1024] = "", provider[80];
-  rc = sl__plugins_choose(&pl, "grade", gc.plugin, err, sizeof err);
-  if (rc == 0) rc = sl__plugin_pool_init(&g.pool, pl.chosen, err, sizeof err);
-  int sync = g.pool.sync;
-  if (rc == 0) {
-    const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
-    snprintf(provider, sizeof provider, "grade-%s", d->name);
-    sl_log(SL_LOG_INFO, NULL, "plugin grade/%s %s (%s) from %s", d->name,
-           d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
-           sl_plugin_lib_file(pl.chosen));
-    const char *topics[] = {cc.topic_grade_requests};
-    sl_stage_opts o = {.stage = "grade",
-                       .common = &cc,
-                       .topics = topics,
-                       .ntopics = 1,
-                       .process = sync ? process : NULL,
-                       .start = sync ? NULL : start,
-                       .ud = &g,
-                       .provider = provider,
-                       .idempotent = 1,
-                       .admin = admin,
-                       .on_dead_letter = sl__dead_letter_status};
-    rc = sl_stage_run(&o, &sl__stop);
-  } else {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
-  }
-  sl__plugin_pool_free(&g.pool);
-  sl__stage_finish(&cc, own, nown, admin);
-  sl__plugins_close(&pl);
-  return rc ? 1 : 0;
+static int setup(sl__plugin_host *h, sl_stage_opts *o, char *err, size_t errlen) {
+  (void)o;
+  (void)err;
+  (void)errlen;
+  ((grade *)h->state)->cc = h->cc;
+  h->topics[0] = h->cc->topic_grade_requests;
+  return 0;
 }
+
+static const sl__plugin_stage grade_host = {.kind = "grade",
+                                            .ops = &ops,
+                                            .conf_size = sizeof(grade_conf),
+                                            .state_size = sizeof(grade),
+                                            .plugin_name = plugin_name,
+                                            .setup = setup};
+
+const sl__stage_desc sl__grade_stage = {
+    .name = "grade",
+    .summary = "grades transcripts (grading plugin, default rubric)",
+    .kind = {"grade", {SL__MSG_TRANSCRIPT, NULL}, {SL__MSG_STATUS, NULL}, 1, 1, 0},
+    .table = grade_table,
+    .table_len = &grade_table_len,
+    .admin = "127.0.0.1:9183",
+    .plugin = &grade_host};

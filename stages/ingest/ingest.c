@@ -45,7 +45,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* timegm */
-#include "../stages.h"
+#include "lib/objects.h"
+#include "lib/process.h"
+#include "lib/stage.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -60,7 +62,7 @@
 #include "sluice/sl_redis.h"
 #include "sluice/sl_s3.h"
 #include "sluice/sl_tls.h"
-#include "s3event.h"
+#include "lib/s3event.h"
 #include "sweep.h"
 
 /* how often an upload whose submission is not recorded yet is looked up
@@ -74,7 +76,7 @@ typedef struct {
   sl__sweep_conf sweep;
 } ingest_conf;
 
-const sl_conf_entry sl__ingest_table[] = {
+static const sl_conf_entry ingest_table[] = {
     {"ingest.submission_wait_s", SL_CONF_DOUBLE, "60", offsetof(ingest_conf, submission_wait_s),
      "how long an upload may wait for its submission to appear before it is dead-lettered "
      "(from its first failure; not counted while materialize rebuilds the view)",
@@ -103,7 +105,7 @@ const sl_conf_entry sl__ingest_table[] = {
     {"ingest.sweep_batch", SL_CONF_INT, "500", offsetof(ingest_conf, sweep.batch),
      "questions looked at per sweep round", 0},
 };
-const size_t sl__ingest_table_len = sizeof sl__ingest_table / sizeof sl__ingest_table[0];
+static const size_t ingest_table_len = sizeof ingest_table / sizeof ingest_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -253,6 +255,209 @@ static void fan_out(ingest *in, json_t *recs, sl_outbox *out, sl_result *res) {
          json_array_size(recs));
 }
 
+/* Whether the created object rec is an answer to ingest: 1; else 0, with
+ * res set when the event is wrong (a derived object or a deletion is just
+ * skipped). */
+static int in_scope(const ingest *in, const sl__s3rec *rec, sl_result *res) {
+  if (!rec->created) {
+    sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", rec->event_name, rec->raw_key);
+    return 0;
+  }
+  if (sl_s3_is_derived(rec->key) && (strcmp(rec->bucket, sl_s3_derived_bucket(in->s3)) == 0 ||
+                                     strcmp(rec->bucket, in->s3->bucket) == 0)) {
+    /* what a step stored beside an answer (preflight's FLAC): ours,
+     * and nothing to ingest; in s3.derived_bucket when a storage
+     * notifies for every bucket, in the answers' while replicas from
+     * before s3.derived_bucket was set still store there */
+    sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s: a derived object", rec->event_name,
+           rec->raw_key);
+    return 0;
+  }
+  if (strcmp(rec->bucket, in->s3->bucket) != 0) {
+    if (rec->ours) snprintf(res->subject, sizeof res->subject, "%s/%u", rec->sid, rec->qno);
+    sl_result_set(res, SL_OUTCOME_FAIL, "wrong_bucket",
+                  "event for %.200s names bucket \"%.100s\", answers live in \"%.100s\"",
+                  rec->raw_key, rec->bucket, in->s3->bucket);
+    return 0;
+  }
+  if (!rec->ours) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
+                  "object key \"%.200s\" matches no submission (expected "
+                  "submissions/<uuid>/q<N>.<ext>)",
+                  rec->raw_key);
+    return 0;
+  }
+  return 1;
+}
+
+/* The submission rec names is not in the view: wait while the view is
+ * rebuilt or the submission may still be recorded, else fail. */
+static void submission_missing(const ingest *in, sl_redis *redis, const rd_kafka_message_t *m,
+                               const sl__s3rec *rec, sl_result *res) {
+  char rerr[256] = "";
+  if (sl__view_marker(redis, rerr, sizeof rerr) != 1) {
+    /* materialize is replaying the topics into an emptied Redis: the
+     * submission may well exist; wait for the view, however long */
+    sl_result_set(res, SL_OUTCOME_RETRY, "view_rebuilding",
+                  "submission %s not in the view: the view is being rebuilt%s%s", rec->sid,
+                  rerr[0] ? ": " : "", rerr);
+    return;
+  }
+  /* the wait is measured from the first failure (a retry copy carries
+   * it), not from the copy's own timestamp */
+  int64_t ts_ms = sl_message_first_failure_ms(m);
+  if (ts_ms <= 0) ts_ms = rd_kafka_message_timestamp(m, NULL);
+  double age = ts_ms > 0 ? (double)(sl_now_ms() - ts_ms) / 1000.0 : 1e9;
+  if (age < in->ic->submission_wait_s) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",
+                  "submission %s not recorded yet (%.1f s after upload)", rec->sid, age);
+    if (age < in->ic->submission_recheck_s) res->again_in_ms = RECHECK_MS;
+  } else
+    sl_result_set(res, SL_OUTCOME_FAIL, "unknown_submission",
+                  "object %s names submission %s, which does not exist", rec->key, rec->sid);
+}
+
+/* The question's spec as materialize recorded it in the submission's hash
+ * hkey (owned by the caller), and the submission's acceptance time; NULL
+ * with res set when there is none (yet) or it is not this upload's. */
+static json_t *question_spec(ingest *in, sl_redis *redis, const rd_kafka_message_t *m,
+                             const sl__s3rec *rec, const char *hkey, int64_t *accepted,
+                             sl_result *res) {
+  char field[32], rerr[256];
+  snprintf(field, sizeof field, "spec%u", rec->qno);
+  const char *argv[] = {"HMGET", hkey, "accepted_at_ms", field};
+  redisReply *rep = redis ? sl_redis_argv(redis, 4, argv, NULL, rerr, sizeof rerr) : NULL;
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rep ? "unexpected reply" : rerr);
+    if (rep) freeReplyObject(rep);
+    return NULL;
+  }
+  if (rep->element[0]->type != REDIS_REPLY_STRING) {
+    freeReplyObject(rep);
+    submission_missing(in, redis, m, rec, res);
+    return NULL;
+  }
+  if (rep->element[1]->type != REDIS_REPLY_STRING) {
+    freeReplyObject(rep);
+    sl_result_set(res, SL_OUTCOME_FAIL, "unknown_question",
+                  "object %s: submission %s has no question %u", rec->key, rec->sid, rec->qno);
+    return NULL;
+  }
+  *accepted = strtoll(rep->element[0]->str, NULL, 10);
+  json_t *spec = json_loads(rep->element[1]->str, 0, NULL);
+  freeReplyObject(rep);
+  const char *spec_key = json_string_value(json_object_get(spec, "key"));
+  if (!spec_key || strcmp(spec_key, rec->key) != 0) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
+                  "object %s is not the upload key issued for question %u", rec->key, rec->qno);
+    json_decref(spec);
+    return NULL;
+  }
+  return spec;
+}
+
+/* The verified upload for stt, and its QUEUED status, into out; up is
+ * filled but for its times and etag. 0, or the outbox's error. */
+static int queue_upload(const ingest *in, const char *rkey, Sluice__V1__UploadCompleted *up,
+                        sl_outbox *out) {
+  int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up->base);
+  Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
+  st.submission_id = up->submission_id;
+  st.question_no = up->question_no;
+  st.state = SLUICE__V1__QUESTION_STATE__QUEUED;
+  st.at_ms = up->uploaded_at_ms;
+  st.stage = "ingest";
+  st.accepted_at_ms = up->accepted_at_ms;
+  const char *label = sl_pipeline_progress_of(in->cc->pipeline, "ingest");
+  st.progress = (char *)(label ? label : "");
+  if (rc == 0) rc = sl_outbox_add_pb(out, in->cc->topic_results, rkey, &st.base);
+  return rc;
+}
+
+/* The storage event's own time (the record's eventTime, else the
+ * message's Kafka timestamp), not the clock of whichever replica reads
+ * it: reading the event again (a rebalance, a lost assignment, a
+ * replay, a split copy) gives byte-identical outputs, so stt's
+ * idempotency store and claim recognise the input and pay nothing.
+ * Two different events of one upload (the storage's, late, and the
+ * one the sweep wrote for it) agree through the submission's hash: the
+ * first to get here records its time under u<no>:<etag>, the other
+ * takes it. 0, or -1 with res set. */
+static int upload_time(ingest *in, sl_redis *redis, const rd_kafka_message_t *m, json_t *r,
+                       const char *hkey, unsigned qno, const char *etag, int64_t *ev_ms,
+                       sl_result *res) {
+  char rerr[256];
+  *ev_ms = event_time_ms(r);
+  if (*ev_ms <= 0) *ev_ms = rd_kafka_message_timestamp(m, NULL);
+  if (*ev_ms <= 0) *ev_ms = sl_now_ms();
+  if (first_upload_time(in, redis, hkey, qno, etag, ev_ms, rerr, sizeof rerr) != 0) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);
+    return -1;
+  }
+  return 0;
+}
+
+/* One record of an event: checked against the submission and the stored
+ * object, then queued for stt. */
+static void ingest_record(ingest *in, const rd_kafka_message_t *m, json_t *r, size_t i,
+                          sl_outbox *out, sl_result *res) {
+  char why[512];
+  sl__s3rec rec;
+  if (sl__s3event_record(r, &rec, why, sizeof why) != 0) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "record %zu: %s", i, why);
+    return;
+  }
+  if (!in_scope(in, &rec, res)) return;
+  char rkey[128], hkey[96], rerr[256];
+  snprintf(rkey, sizeof rkey, "%s/%u", rec.sid, rec.qno);
+  snprintf(res->subject, sizeof res->subject, "%s", rkey);
+  snprintf(hkey, sizeof hkey, "sl:sub:%s", rec.sid);
+  sl_redis *redis = sl_tls_get(in->redis, rerr, sizeof rerr);
+  if (!redis) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);
+    return;
+  }
+  int64_t accepted = 0;
+  json_t *spec = question_spec(in, redis, m, &rec, hkey, &accepted, res);
+  if (!spec) return;
+  json_int_t declared = json_integer_value(json_object_get(spec, "size"));
+  const char *ct = json_string_value(json_object_get(spec, "content_type"));
+  const char *prompt = json_string_value(json_object_get(spec, "prompt"));
+  sl_s3_head_info head = {.size = -1};
+  char etag[80];
+  int64_t ev_ms = 0;
+  int ok = verify_object(in, &rec, declared, ct ? ct : "", &head, res);
+  if (ok) {
+    sl__etag_bare(rec.etag ? rec.etag : head.etag, etag, sizeof etag);
+    ok = upload_time(in, redis, m, r, hkey, rec.qno, etag, &ev_ms, res) == 0;
+  }
+  if (!ok) {
+    json_decref(spec);
+    return;
+  }
+  Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
+  up.submission_id = rec.sid;
+  up.question_no = rec.qno;
+  up.bucket = (char *)rec.bucket;
+  up.object_key = rec.key;
+  /* verified: the event's size, the stored object's (HEAD) or both equal
+   * the declared size (a CompleteMultipartUpload event may say 0) */
+  up.size = declared > 0 ? (uint64_t)declared : 0;
+  up.etag = etag;
+  up.content_type = (char *)(ct ? ct : "");
+  up.prompt = (char *)(prompt ? prompt : "");
+  up.accepted_at_ms = accepted;
+  up.uploaded_at_ms = ev_ms;
+  int rc = queue_upload(in, rkey, &up, out);
+  json_decref(spec);
+  if (rc) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "too_many_records", "event: %s", sl_strerror(rc));
+    return;
+  }
+  sl_log(SL_LOG_INFO, rkey, "upload of %s complete (%llu bytes%s), queued for stt", rec.key,
+         (unsigned long long)up.size, head.size >= 0 ? ", checked in storage" : "");
+}
+
 static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   ingest *in = ud;
   char why[512];
@@ -261,185 +466,26 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "%s", why);
     return;
   }
-  if (!recs) {
+  if (!recs)
     sl_log(SL_LOG_DEBUG, NULL, "skipping s3:TestEvent");
-    json_decref(root);
-    return;
-  }
-  size_t i;
-  json_t *r;
-  if (json_array_size(recs) > 1) {
+  else if (json_array_size(recs) > 1)
     fan_out(in, recs, out, res);
-    json_decref(root);
-    return;
-  }
-  json_array_foreach(recs, i, r) {
-    sl__s3rec rec;
-    if (sl__s3event_record(r, &rec, why, sizeof why) != 0) {
-      sl_result_set(res, SL_OUTCOME_FAIL, "bad_event", "record %zu: %s", i, why);
-      break;
-    }
-    if (!rec.created) {
-      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s", rec.event_name, rec.raw_key);
-      continue;
-    }
-    if (sl_s3_is_derived(rec.key) && (strcmp(rec.bucket, sl_s3_derived_bucket(in->s3)) == 0 ||
-                                      strcmp(rec.bucket, in->s3->bucket) == 0)) {
-      /* what a step stored beside an answer (preflight's FLAC): ours,
-       * and nothing to ingest; in s3.derived_bucket when a storage
-       * notifies for every bucket, in the answers' while replicas from
-       * before s3.derived_bucket was set still store there */
-      sl_log(SL_LOG_DEBUG, NULL, "ignoring %s on %s: a derived object", rec.event_name,
-             rec.raw_key);
-      continue;
-    }
-    if (strcmp(rec.bucket, in->s3->bucket) != 0) {
-      if (rec.ours) snprintf(res->subject, sizeof res->subject, "%s/%u", rec.sid, rec.qno);
-      sl_result_set(res, SL_OUTCOME_FAIL, "wrong_bucket",
-                    "event for %.200s names bucket \"%.100s\", answers live in \"%.100s\"",
-                    rec.raw_key, rec.bucket, in->s3->bucket);
-      break;
-    }
-    if (!rec.ours) {
-      sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
-                    "object key \"%.200s\" matches no submission (expected "
-                    "submissions/<uuid>/q<N>.<ext>)",
-                    rec.raw_key);
-      break;
-    }
-    const char *bucket = rec.bucket, *key = rec.key, *sid = rec.sid;
-    unsigned qno = rec.qno;
-    char rkey[128];
-    snprintf(rkey, sizeof rkey, "%s/%u", sid, qno);
-    snprintf(res->subject, sizeof res->subject, "%s", rkey);
-
-    /* the submission as materialize recorded it */
-    char hkey[96], field[32], rerr[256];
-    snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
-    snprintf(field, sizeof field, "spec%u", qno);
-    const char *argv[] = {"HMGET", hkey, "accepted_at_ms", field};
-    sl_redis *redis = sl_tls_get(in->redis, rerr, sizeof rerr);
-    redisReply *rep = redis ? sl_redis_argv(redis, 4, argv, NULL, rerr, sizeof rerr) : NULL;
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
-      sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rep ? "unexpected reply" : rerr);
-      if (rep) freeReplyObject(rep);
-      break;
-    }
-    if (rep->element[0]->type != REDIS_REPLY_STRING) {
-      freeReplyObject(rep);
-      rerr[0] = '\0';
-      if (sl__view_marker(redis, rerr, sizeof rerr) != 1) {
-        /* materialize is replaying the topics into an emptied Redis: the
-         * submission may well exist; wait for the view, however long */
-        sl_result_set(res, SL_OUTCOME_RETRY, "view_rebuilding",
-                      "submission %s not in the view: the view is being rebuilt%s%s", sid,
-                      rerr[0] ? ": " : "", rerr);
-        break;
-      }
-      /* the wait is measured from the first failure (a retry copy carries
-       * it), not from the copy's own timestamp */
-      int64_t ts_ms = sl_message_first_failure_ms(m);
-      if (ts_ms <= 0) ts_ms = rd_kafka_message_timestamp(m, NULL);
-      double age = ts_ms > 0 ? (double)(sl_now_ms() - ts_ms) / 1000.0 : 1e9;
-      if (age < in->ic->submission_wait_s) {
-        sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",
-                      "submission %s not recorded yet (%.1f s after upload)", sid, age);
-        if (age < in->ic->submission_recheck_s) res->again_in_ms = RECHECK_MS;
-      } else
-        sl_result_set(res, SL_OUTCOME_FAIL, "unknown_submission",
-                      "object %s names submission %s, which does not exist", key, sid);
-      break;
-    }
-    if (rep->element[1]->type != REDIS_REPLY_STRING) {
-      freeReplyObject(rep);
-      sl_result_set(res, SL_OUTCOME_FAIL, "unknown_question",
-                    "object %s: submission %s has no question %u", key, sid, qno);
-      break;
-    }
-    int64_t accepted = strtoll(rep->element[0]->str, NULL, 10);
-    json_t *spec = json_loads(rep->element[1]->str, 0, NULL);
-    freeReplyObject(rep);
-    const char *spec_key = json_string_value(json_object_get(spec, "key"));
-    if (!spec_key || strcmp(spec_key, key) != 0) {
-      sl_result_set(res, SL_OUTCOME_FAIL, "unknown_object",
-                    "object %s is not the upload key issued for question %u", key, qno);
-      json_decref(spec);
-      break;
-    }
-    json_int_t declared = json_integer_value(json_object_get(spec, "size"));
-    const char *ct = json_string_value(json_object_get(spec, "content_type"));
-    sl_s3_head_info head = {.size = -1};
-    if (!verify_object(in, &rec, declared, ct ? ct : "", &head, res)) {
-      json_decref(spec);
-      break;
-    }
-    /* the storage event's own time (the record's eventTime, else the
-     * message's Kafka timestamp), not the clock of whichever replica reads
-     * it: reading the event again (a rebalance, a lost assignment, a
-     * replay, a split copy) gives byte-identical outputs, so stt's
-     * idempotency store and claim recognise the input and pay nothing.
-     * Two different events of one upload (the storage's, late, and the
-     * one the sweep wrote for it) agree through the submission's hash: the
-     * first to get here records its time under u<no>:<etag>, the other
-     * takes it. */
-    char etag[80];
-    sl__etag_bare(rec.etag ? rec.etag : head.etag, etag, sizeof etag);
-    int64_t ev_ms = event_time_ms(r);
-    if (ev_ms <= 0) ev_ms = rd_kafka_message_timestamp(m, NULL);
-    if (ev_ms <= 0) ev_ms = sl_now_ms();
-    if (first_upload_time(in, redis, hkey, qno, etag, &ev_ms, rerr, sizeof rerr) != 0) {
-      sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);
-      json_decref(spec);
-      break;
-    }
-    Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
-    up.submission_id = (char *)sid;
-    up.question_no = qno;
-    up.bucket = (char *)bucket;
-    up.object_key = (char *)key;
-    /* verified: the event's size, the stored object's (HEAD) or both equal
-     * the declared size (a CompleteMultipartUpload event may say 0) */
-    up.size = declared > 0 ? (uint64_t)declared : 0;
-    up.etag = etag;
-    const char *prompt = json_string_value(json_object_get(spec, "prompt"));
-    up.content_type = (char *)(ct ? ct : "");
-    up.prompt = (char *)(prompt ? prompt : "");
-    up.accepted_at_ms = accepted;
-    up.uploaded_at_ms = ev_ms;
-    int rc = sl_outbox_add_pb(out, in->cc->topic_stt_requests, rkey, &up.base);
-
-    Sluice__V1__QuestionStatus st = SLUICE__V1__QUESTION_STATUS__INIT;
-    st.submission_id = (char *)sid;
-    st.question_no = qno;
-    st.state = SLUICE__V1__QUESTION_STATE__QUEUED;
-    st.at_ms = up.uploaded_at_ms;
-    st.stage = "ingest";
-    st.accepted_at_ms = accepted;
-    const char *label = sl_pipeline_progress_of(in->cc->pipeline, "ingest");
-    st.progress = (char *)(label ? label : "");
-    if (rc == 0) rc = sl_outbox_add_pb(out, in->cc->topic_results, rkey, &st.base);
-    json_decref(spec);
-    if (rc) {
-      sl_result_set(res, SL_OUTCOME_FAIL, "too_many_records", "event: %s", sl_strerror(rc));
-      break;
-    }
-    sl_log(SL_LOG_INFO, rkey, "upload of %s complete (%llu bytes%s), queued for stt", key,
-           (unsigned long long)up.size, head.size >= 0 ? ", checked in storage" : "");
-  }
+  else if (json_array_size(recs) == 1)
+    ingest_record(in, m, json_array_get(recs, 0), 0, out, res);
   json_decref(root);
 }
 
-int sl__ingest_main(int argc, char **argv) {
+extern const sl__stage_desc sl__ingest_stage; /* its descriptor, at the end */
+
+static int ingest_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   ingest_conf ic = {0};
   sl_s3_conf s3 = {0};
-  sl_conf_bind own[] = {{sl__ingest_table, sl__ingest_table_len, &ic},
+  sl_conf_bind own[] = {{ingest_table, ingest_table_len, &ic},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "ingest",
-                           "Turns storage upload events into "
-                           "transcription requests.",
-                           &cc, own, 2, "127.0.0.1:9181", &admin);
+  int rc =
+      sl__stage_start(&sl__ingest_stage, sl__ingest_stage.name, argc, argv, &cc, own, 2, &admin);
   if (rc) return rc;
   ingest in = {.cc = &cc, .ic = &ic, .s3 = &s3};
   sl_redis_script_init(&in.first_time, first_time_lua);
@@ -483,3 +529,12 @@ int sl__ingest_main(int argc, char **argv) {
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }
+
+const sl__stage_desc sl__ingest_stage = {
+    .name = "ingest",
+    .summary = "turns storage upload events into transcription requests",
+    .kind = {"ingest", {SL__MSG_S3EVENT, NULL}, {SL__MSG_UPLOAD, SL__MSG_STATUS, NULL}, 0, 1, 0},
+    .table = ingest_table,
+    .table_len = &ingest_table_len,
+    .admin = "127.0.0.1:9181",
+    .main = ingest_main};

@@ -34,9 +34,10 @@
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
+#include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
-#include "s3event.h"
-#include "stages.h"
+#include "lib/s3event.h"
+#include "lib/process.h"
 
 #define LOCK_KEY "sl:lock:ingest-sweep"
 #define MAX_DELAY_MS (3600 * 1000LL)

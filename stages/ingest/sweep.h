@@ -36,7 +36,8 @@
 
 #include <stdint.h>
 
-#include "../stages.h"
+#include "lib/view.h"
+#include "sluice/sl_stage.h"
 #include "sluice/sl_s3.h"
 
 typedef struct {

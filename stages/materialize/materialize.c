@@ -4,7 +4,7 @@
  *
  * Redis layout, one hash per submission, key "sl:sub:<sid>":
  *   accepted_at_ms, n, user (who created it), token (the results token hash
- *   bound to sid and user, see stages/auth/auth.h), callback (the
+ *   bound to sid and user, see stages/lib/auth.h), callback (the
  *   submission's callback_url, only when it named one: notify reads it),
  *   apikey (the digest of the API key that created it, when one did: notify
  *   signs with that key's webhook secret)
@@ -70,7 +70,9 @@
  * same steps blocking (work_next, work_reply).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/process.h"
+#include "lib/stage.h"
+#include "lib/view.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -100,7 +102,7 @@ typedef struct {
   int64_t feed_len;
 } mat_conf;
 
-const sl_conf_entry sl__materialize_table[] = {
+static const sl_conf_entry materialize_table[] = {
     {"materialize.ttl_s", SL_CONF_INT, "604800", offsetof(mat_conf, ttl_s),
      "how long a submission's view stays in Redis after its last change", 0},
     {"materialize.watch_interval_ms", SL_CONF_INT, "1000", offsetof(mat_conf, watch_interval_ms),
@@ -112,8 +114,7 @@ const sl_conf_entry sl__materialize_table[] = {
      "server-sent events; 0: no feed (no events)",
      0},
 };
-const size_t sl__materialize_table_len =
-    sizeof sl__materialize_table / sizeof sl__materialize_table[0];
+static const size_t materialize_table_len = sizeof materialize_table / sizeof materialize_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -974,14 +975,15 @@ static void *watch(void *arg) {
   return NULL;
 }
 
-int sl__materialize_main(int argc, char **argv) {
+extern const sl__stage_desc sl__materialize_stage; /* its descriptor, at the end */
+
+static int materialize_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   mat_conf mc = {0};
-  sl_conf_bind own[] = {{sl__materialize_table, sl__materialize_table_len, &mc}};
+  sl_conf_bind own[] = {{materialize_table, materialize_table_len, &mc}};
   sl_admin *admin = NULL;
-  int rc =
-      sl__stage_start(argc, argv, "materialize", "Writes question states and results into Redis.",
-                      &cc, own, 1, "127.0.0.1:9184", &admin);
+  int rc = sl__stage_start(&sl__materialize_stage, sl__materialize_stage.name, argc, argv, &cc, own,
+                           1, &admin);
   if (rc) return rc;
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
@@ -1035,3 +1037,12 @@ int sl__materialize_main(int argc, char **argv) {
   sl__stage_finish(&cc, own, 1, admin);
   return rc ? 1 : 0;
 }
+
+const sl__stage_desc sl__materialize_stage = {
+    .name = "materialize",
+    .summary = "writes question states and results into Redis",
+    .kind = {"materialize", {SL__MSG_STATUS, SL__MSG_SUBMISSION, NULL}, {NULL}, 0, 1, 0},
+    .table = materialize_table,
+    .table_len = &materialize_table_len,
+    .admin = "127.0.0.1:9184",
+    .main = materialize_main};

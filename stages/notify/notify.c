@@ -26,7 +26,7 @@
  *     submission (view field "apikey" -> sl:apikey:<digest> whsec, and
  *     whsec_prev while rotated: `sluicectl apikey add/rotate-secret`), else
  *     notify.secret (and notify.secret_previous), which alone also signs
- *     v1, the scheme POST /v1/storage-events verifies (presign/webhook.h:
+ *     v1, the scheme POST /v1/storage-events verifies (lib/webhook_sig.h:
  *     sl__webhook_sign). url is the URL requested (the normalised
  *     callback_url): a delivery for one receiver does not verify at another;
  *   X-Sluice-Key: the id (12 hex) of the key whose secret signed, or "global";
@@ -57,7 +57,8 @@
  * resolution (libuv's pool) and HTTP (sl_httpc) all answer on it.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/process.h"
+#include "lib/stage.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -66,8 +67,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "callback.h"
-#include "../presign/webhook.h"
+#include "lib/callback.h"
+#include "lib/webhook_sig.h"
 #include "sluice.pb-c.h"
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_err.h"
@@ -85,7 +86,7 @@ typedef struct {
 } notify_conf;
 
 #define N(f) offsetof(notify_conf, f)
-const sl_conf_entry sl__notify_table[] = {
+static const sl_conf_entry notify_table[] = {
     {"notify.secret", SL_CONF_STR, "", N(secret),
      "HMAC-SHA256 key signing every delivery (X-Sluice-Signature, docs/operations.md); "
      "required when callback.allowed_hosts is set",
@@ -105,7 +106,7 @@ const sl_conf_entry sl__notify_table[] = {
      "environment are ignored)",
      0},
 };
-const size_t sl__notify_table_len = sizeof sl__notify_table / sizeof sl__notify_table[0];
+static const size_t notify_table_len = sizeof notify_table / sizeof notify_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -486,16 +487,17 @@ static int proxy_ok(const char *proxy) {
   return ok;
 }
 
-int sl__notify_main(int argc, char **argv) {
+extern const sl__stage_desc sl__notify_stage; /* its descriptor, at the end */
+
+static int notify_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   notify_conf nc = {0};
   sl__callback_conf cbc = {0};
-  sl_conf_bind own[] = {{sl__notify_table, sl__notify_table_len, &nc},
+  sl_conf_bind own[] = {{notify_table, notify_table_len, &nc},
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "notify",
-                           "POSTs signed results to the callback_url of submissions.", &cc, own, 2,
-                           "127.0.0.1:9187", &admin);
+  int rc =
+      sl__stage_start(&sl__notify_stage, sl__notify_stage.name, argc, argv, &cc, own, 2, &admin);
   if (rc) return rc;
   notifier N = {.cc = &cc, .nc = &nc};
   char err[512] = "";
@@ -546,3 +548,12 @@ int sl__notify_main(int argc, char **argv) {
   sl__stage_finish(&cc, own, 2, admin);
   return rc ? 1 : 0;
 }
+
+const sl__stage_desc sl__notify_stage = {
+    .name = "notify",
+    .summary = "POSTs signed results to the callback_url of submissions",
+    .kind = {"notify", {SL__MSG_STATUS, NULL}, {NULL}, 0, 1, 0},
+    .table = notify_table,
+    .table_len = &notify_table_len,
+    .admin = "127.0.0.1:9187",
+    .main = notify_main};

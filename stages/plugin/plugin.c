@@ -21,7 +21,9 @@
  * error, 1 the plugin could not be loaded or created.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/objects.h"
+#include "lib/plugins.h"
+#include "lib/stage.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -210,160 +212,196 @@ static int grade_input(json_t *j, sl_plugin_input *in, sl_plugin_word **wbuf, ch
   return 0;
 }
 
-static int cmd_run(int argc, char **argv) {
-  if (argc < 4) return usage(stderr);
-  const char *kind = argv[1], *name = argv[2];
-  if (strcmp(kind, "stt") && strcmp(kind, "grade") && strcmp(kind, "step")) {
-    fprintf(stderr, "sluice plugin run: kind must be stt, grade or step, not \"%s\"\n", kind);
+/* `sluice plugin run`'s arguments (pointers into argv). */
+typedef struct {
+  const char *kind, *name, *file, *sets[MAX_SETS], *input, *prompt, *lang, *object_out;
+  size_t nsets;
+} run_args;
+
+/* Reads argv (from "run") into a: 0, or 2 with the reason on stderr. */
+static int run_args_parse(int argc, char **argv, run_args *a) {
+  *a = (run_args){.kind = argv[1], .name = argv[2], .prompt = "", .lang = ""};
+  if (strcmp(a->kind, "stt") && strcmp(a->kind, "grade") && strcmp(a->kind, "step")) {
+    fprintf(stderr, "sluice plugin run: kind must be stt, grade or step, not \"%s\"\n", a->kind);
     return 2;
   }
-  const char *file = NULL, *sets[MAX_SETS], *input = NULL, *prompt = "", *lang = "";
-  const char *object_out = NULL;
-  size_t nsets = 0;
   for (int i = 3; i < argc; i++) {
     if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-      file = argv[++i];
-    } else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < MAX_SETS) {
-      sets[nsets++] = argv[++i];
+      a->file = argv[++i];
+    } else if (!strcmp(argv[i], "--set") && i + 1 < argc && a->nsets < MAX_SETS) {
+      a->sets[a->nsets++] = argv[++i];
     } else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) {
-      prompt = argv[++i];
+      a->prompt = argv[++i];
     } else if (!strcmp(argv[i], "--language") && i + 1 < argc) {
-      lang = argv[++i];
+      a->lang = argv[++i];
     } else if (!strcmp(argv[i], "--object-out") && i + 1 < argc) {
-      object_out = argv[++i];
+      a->object_out = argv[++i];
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "sluice plugin run: unknown or incomplete option \"%s\"\n", argv[i]);
       return 2;
-    } else if (!input) {
-      input = argv[i];
+    } else if (!a->input) {
+      a->input = argv[i];
     } else {
       fprintf(stderr, "sluice plugin run: one INPUT only (got \"%s\" too)\n", argv[i]);
       return 2;
     }
   }
-  if (!input) {
+  if (!a->input) {
     fprintf(stderr, "sluice plugin run: INPUT missing\n");
     return 2;
   }
-  char path[4096] = "", err[1024] = "";
-  sl_conf_peek(file, sets, nsets, "plugin.path", path, sizeof path);
-  sl_plugin_lib *lib = NULL;
-  if (sl_plugin_lib_open(&lib, path, kind, name, err, sizeof err) != 0) {
+  return 0;
+}
+
+/* The plugin's input, and what it points at (owned here until run_free). */
+typedef struct {
+  sl_plugin_input in;
+  Sluice__V1__UploadCompleted up;
+  char *data;
+  size_t len;
+  json_t *tj;
+  sl_plugin_word *wbuf;
+} run_input;
+
+static void run_input_free(run_input *ri) {
+  json_decref(ri->tj);
+  free(ri->wbuf);
+  free(ri->data);
+}
+
+/* INPUT read into ri: audio (stt, and a step as an upload of it), else a
+ * transcript JSON. 0, or 2 with the reason on stderr. */
+static int run_input_read(const run_args *a, run_input *ri) {
+  char err[1024] = "";
+  memset(ri, 0, sizeof *ri);
+  ri->up = (Sluice__V1__UploadCompleted)SLUICE__V1__UPLOAD_COMPLETED__INIT;
+  sl_plugin_input *in = &ri->in;
+  in->struct_size = sizeof *in;
+  in->question_no = 1;
+  in->key = "plugin-run/1";
+  in->prompt = a->prompt;
+  in->language = a->lang;
+  int r = read_file(a->input, &ri->data, &ri->len);
+  if (r) {
+    fprintf(stderr, "sluice plugin run: cannot read %s%s\n", a->input,
+            r == -2 ? ": larger than 512 MiB" : "");
+    return 2;
+  }
+  if (!strcmp(a->kind, "stt") || !strcmp(a->kind, "step")) {
+    sl__give_object(in, a->input, ri->data, ri->len);
+    /* a step reads its message by name: an upload of INPUT as question 1 */
+    ri->up.submission_id = "plugin-run";
+    ri->up.question_no = 1;
+    ri->up.object_key = (char *)in->filename;
+    ri->up.size = ri->len;
+    ri->up.content_type = (char *)in->content_type;
+    ri->up.prompt = (char *)a->prompt;
+    in->message = &ri->up.base;
+    return 0;
+  }
+  json_error_t je;
+  ri->tj = json_loadb(ri->data, ri->len, 0, &je);
+  if (!json_is_object(ri->tj)) {
+    fprintf(stderr, "sluice plugin run: %s is not a JSON object (%s, line %d)\n", a->input, je.text,
+            je.line);
+    return 2;
+  }
+  if (grade_input(ri->tj, in, &ri->wbuf, err, sizeof err)) {
+    fprintf(stderr, "sluice plugin run: %s: %s\n", a->input, err);
+    return 2;
+  }
+  return 0;
+}
+
+/* The outcome as JSON on stdout (the object into --object-out): the exit
+ * code. */
+static int run_report(const run_args *a, sl_plugin_lib *lib, int sync, sl_plugin_result *res) {
+  int exit_code = 0;
+  json_t *o = result_json(sl_plugin_lib_desc(lib), sync, res);
+  if (a->object_out && res->object && write_file(a->object_out, res->object, res->object_len)) {
+    fprintf(stderr, "sluice plugin run: cannot write %s\n", a->object_out);
+    exit_code = 2;
+  }
+  char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+  if (s) puts(s);
+  free(s);
+  json_decref(o);
+  if (!exit_code)
+    exit_code = res->outcome == SL_PLUGIN_DONE ? 0 : res->outcome == SL_PLUGIN_RETRY ? 3 : 4;
+  return exit_code;
+}
+
+/* One call of a new instance of lib on in, on a loop of its own (async
+ * plugins) as under the stage: the exit code. */
+static int run_once(const run_args *a, sl_plugin_lib *lib, const sl_plugin_input *in) {
+  char err[1024] = "";
+  sl_plugin_inst *inst = NULL;
+  if (sl_plugin_inst_new(&inst, lib, err, sizeof err) != 0) {
     fprintf(stderr, "sluice plugin run: %s\n", err);
     return 1;
   }
-  int step = !strcmp(kind, "step");
-  if (step && !sl_plugin_object_path(lib, &sluice__v1__upload_completed__descriptor)) {
+  int exit_code;
+  run_ctx ctx = {0};
+  uv_loop_t loop;
+  sl_httpc *http = NULL;
+  int sync = sl_plugin_inst_is_sync(inst);
+  int rc = uv_loop_init(&loop);
+  if (rc == 0 && !sync) rc = sl_httpc_new(&http, &loop);
+  if (rc == 0) rc = sl_plugin_run(inst, in, http, on_done, &ctx);
+  if (rc == 0 && !sync) uv_run(&loop, UV_RUN_DEFAULT);
+  if (rc == 0 && !ctx.finished) {
+    ctx.res.outcome = SL_PLUGIN_FAIL;
+    snprintf(ctx.res.error_class, sizeof ctx.res.error_class, "plugin_error");
+    snprintf(ctx.res.reason, sizeof ctx.res.reason,
+             "the plugin left the loop idle without completing the call");
+  }
+  if (rc) {
+    fprintf(stderr, "sluice plugin run: %s\n", sl_strerror(rc));
+    exit_code = 1;
+  } else {
+    exit_code = run_report(a, lib, sync, &ctx.res);
+  }
+  sl_plugin_result_clear(&ctx.res);
+  sl_plugin_inst_free(inst);
+  sl_httpc_free(http);
+  uv_run(&loop, UV_RUN_DEFAULT); /* let closed handles finish */
+  uv_loop_close(&loop);
+  return exit_code;
+}
+
+static int cmd_run(int argc, char **argv) {
+  if (argc < 4) return usage(stderr);
+  run_args a;
+  int rc = run_args_parse(argc, argv, &a);
+  if (rc) return rc;
+  char path[4096] = "", err[1024] = "";
+  sl_conf_peek(a.file, a.sets, a.nsets, "plugin.path", path, sizeof path);
+  sl_plugin_lib *lib = NULL;
+  if (sl_plugin_lib_open(&lib, path, a.kind, a.name, err, sizeof err) != 0) {
+    fprintf(stderr, "sluice plugin run: %s\n", err);
+    return 1;
+  }
+  if (!strcmp(a.kind, "step") &&
+      !sl_plugin_object_path(lib, &sluice__v1__upload_completed__descriptor)) {
     fprintf(stderr,
             "sluice plugin run: step/%s does not read an object (\"@object\"): it runs "
             "on messages in its stage (sluice stage NAME)\n",
-            name);
+            a.name);
     sl_plugin_lib_close(lib);
     return 2;
   }
   sl__plugin_conf pc = {0};
   sl_conf_bind binds[2] = {{sl__plugin_table, sl__plugin_table_len, &pc}, sl_plugin_lib_conf(lib)};
-  int rc = sl_conf_load(binds, 2, file, sets, nsets, err, sizeof err);
+  rc = sl_conf_load(binds, 2, a.file, a.sets, a.nsets, err, sizeof err);
+  int exit_code = 2;
   if (rc) {
     fprintf(stderr, "sluice plugin run: %s\n", err);
-    sl_conf_release(binds, 2);
-    sl_plugin_lib_close(lib);
-    return 2;
-  }
-  char *data = NULL;
-  size_t len = 0;
-  json_t *tj = NULL;
-  sl_plugin_word *wbuf = NULL;
-  sl_plugin_input in;
-  Sluice__V1__UploadCompleted up = SLUICE__V1__UPLOAD_COMPLETED__INIT;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  in.question_no = 1;
-  in.key = "plugin-run/1";
-  in.prompt = prompt;
-  in.language = lang;
-  int exit_code = 0;
-  int r = read_file(input, &data, &len);
-  if (r) {
-    fprintf(stderr, "sluice plugin run: cannot read %s%s\n", input,
-            r == -2 ? ": larger than 512 MiB" : "");
-    exit_code = 2;
-  } else if (!strcmp(kind, "stt") || step) {
-    in.audio = data;
-    in.audio_len = len;
-    in.content_type = sl__audio_content_type(input);
-    const char *slash = strrchr(input, '/');
-    in.filename = slash ? slash + 1 : input;
-    /* a step reads its message by name: an upload of INPUT as question 1 */
-    up.submission_id = "plugin-run";
-    up.question_no = 1;
-    up.object_key = (char *)in.filename;
-    up.size = len;
-    up.content_type = (char *)in.content_type;
-    up.prompt = (char *)prompt;
-    in.message = &up.base;
   } else {
-    json_error_t je;
-    tj = json_loadb(data, len, 0, &je);
-    if (!json_is_object(tj)) {
-      fprintf(stderr, "sluice plugin run: %s is not a JSON object (%s, line %d)\n", input, je.text,
-              je.line);
-      exit_code = 2;
-    } else if (grade_input(tj, &in, &wbuf, err, sizeof err)) {
-      fprintf(stderr, "sluice plugin run: %s: %s\n", input, err);
-      exit_code = 2;
-    }
+    run_input ri;
+    exit_code = run_input_read(&a, &ri);
+    if (!exit_code) exit_code = run_once(&a, lib, &ri.in);
+    run_input_free(&ri);
   }
-  sl_plugin_inst *inst = NULL;
-  if (!exit_code && sl_plugin_inst_new(&inst, lib, err, sizeof err) != 0) {
-    fprintf(stderr, "sluice plugin run: %s\n", err);
-    exit_code = 1;
-  }
-  if (!exit_code) {
-    run_ctx ctx = {0};
-    uv_loop_t loop;
-    sl_httpc *http = NULL;
-    int sync = sl_plugin_inst_is_sync(inst);
-    rc = uv_loop_init(&loop);
-    if (rc == 0 && !sync) rc = sl_httpc_new(&http, &loop);
-    if (rc == 0) rc = sl_plugin_run(inst, &in, http, on_done, &ctx);
-    if (rc == 0 && !sync) uv_run(&loop, UV_RUN_DEFAULT);
-    if (rc == 0 && !ctx.finished) {
-      ctx.res.outcome = SL_PLUGIN_FAIL;
-      snprintf(ctx.res.error_class, sizeof ctx.res.error_class, "plugin_error");
-      snprintf(ctx.res.reason, sizeof ctx.res.reason,
-               "the plugin left the loop idle without completing the call");
-    }
-    if (rc) {
-      fprintf(stderr, "sluice plugin run: %s\n", sl_strerror(rc));
-      exit_code = 1;
-    } else {
-      json_t *o = result_json(sl_plugin_lib_desc(lib), sync, &ctx.res);
-      if (object_out && ctx.res.object &&
-          write_file(object_out, ctx.res.object, ctx.res.object_len) != 0) {
-        fprintf(stderr, "sluice plugin run: cannot write %s\n", object_out);
-        exit_code = 2;
-      }
-      char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
-      if (s) puts(s);
-      free(s);
-      json_decref(o);
-      if (!exit_code)
-        exit_code = ctx.res.outcome == SL_PLUGIN_DONE    ? 0
-                    : ctx.res.outcome == SL_PLUGIN_RETRY ? 3
-                                                         : 4;
-    }
-    sl_plugin_result_clear(&ctx.res);
-    sl_plugin_inst_free(inst);
-    inst = NULL;
-    sl_httpc_free(http);
-    uv_run(&loop, UV_RUN_DEFAULT); /* let closed handles finish */
-    uv_loop_close(&loop);
-  }
-  sl_plugin_inst_free(inst);
-  json_decref(tj);
-  free(wbuf);
-  free(data);
   sl_conf_release(binds, 2);
   sl_plugin_lib_close(lib);
   return exit_code;
@@ -403,7 +441,7 @@ static int cmd_list_doc(int argc, char **argv, int doc) {
   return n ? 0 : 1;
 }
 
-int sl__plugin_main(int argc, char **argv) {
+static int plugin_main(int argc, char **argv) {
   sl_log_init("plugin", "warn");
   if (argc < 2) return usage(stderr);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
@@ -413,3 +451,9 @@ int sl__plugin_main(int argc, char **argv) {
   fprintf(stderr, "sluice plugin: unknown command \"%s\"\n", argv[1]);
   return usage(stderr);
 }
+
+/* no pipeline kind: `sluice plugin` runs outside the pipeline */
+const sl__stage_desc sl__plugin_command = {
+    .name = "plugin",
+    .summary = "run one plugin on one input, list plugins, document them",
+    .main = plugin_main};

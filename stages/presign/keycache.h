@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "../auth/auth.h"
+#include "lib/auth.h"
 
 typedef struct sl__keycache sl__keycache;
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../auth/auth.h"
+#include "lib/auth.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_kafka.h"

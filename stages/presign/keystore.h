@@ -4,7 +4,7 @@
  * presign).
  *
  * Redis holds the API keys only to look them up (sl:apikey:<sha256 hex>,
- * stages/auth/auth.h); their source of truth is the pipeline's compacted
+ * stages/lib/auth.h); their source of truth is the pipeline's compacted
  * API-key topic (sl_pipeline_apikeys), which `sluicectl apikey add` and
  * `revoke` write before they change Redis (a record keyed by the digest, a
  * revocation a tombstone). The marker SL__APIKEY_MARKER says the store

@@ -41,8 +41,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "multipart.h"
-#include "../auth/auth.h"
-#include "../ingest/s3event.h"
+#include "lib/auth.h"
+#include "lib/s3event.h"
 
 #include <ctype.h>
 #include <jansson.h>

@@ -9,7 +9,7 @@
  * itself refuses a different size, type or content), plus the submission
  * id (UUIDv7), a results bearer token and the results URL.
  *
- * Callers authenticate with an API key or a JWT (stages/auth/auth.h) that
+ * Callers authenticate with an API key or a JWT (stages/lib/auth.h) that
  * names the user; the submission belongs to that user (SubmissionCreated
  * .user_id) and its results token is bound to submission and user; an API
  * key's digest travels as .apikey_id (notify signs with that key's webhook
@@ -20,7 +20,7 @@
  * get 429 with Retry-After.
  *
  * An optional "callback_url" (where the notify stage POSTs the results) is
- * held to the callback policy (stages/notify/callback.h) before anything
+ * held to the callback policy (stages/lib/callback.h) before anything
  * else: its form and host at once, then the addresses its host resolves to
  * (uv_getaddrinfo on libuv's pool, the create parked meanwhile); refused:
  * 422 callback_url_refused with the reason. It travels in
@@ -46,7 +46,8 @@
  * delivery reports.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/client_address.h"
+#include "lib/stage.h"
 
 #include <jansson.h>
 #include <libxml/parser.h>
@@ -72,8 +73,8 @@
 #include "keystore.h"
 #include "multipart.h"
 #include "request.h"
-#include "../auth/auth.h"
-#include "../notify/callback.h"
+#include "lib/auth.h"
+#include "lib/callback.h"
 #include "webhook.h"
 
 #define MAX_TYPES 16
@@ -99,7 +100,7 @@ typedef struct {
 } presign_conf;
 
 #define P(f) offsetof(presign_conf, f)
-const sl_conf_entry sl__presign_table[] = {
+static const sl_conf_entry presign_table[] = {
     {"presign.listen", SL_CONF_STR, "127.0.0.1:8080", P(listen), "API listen address", 0},
     {"presign.results_base_url", SL_CONF_STR, "http://127.0.0.1:8081", P(results_base_url),
      "public base URL of the results API (used in replies)", 0},
@@ -142,7 +143,7 @@ const sl_conf_entry sl__presign_table[] = {
      "get 503 auth_unavailable instead of 401",
      0},
 };
-const size_t sl__presign_table_len = sizeof sl__presign_table / sizeof sl__presign_table[0];
+static const size_t presign_table_len = sizeof presign_table / sizeof presign_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -405,6 +406,42 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
   return -1;
 }
 
+/* Question q's upload: its object key (into okey, 128 bytes), its
+ * presigned PUT appended to the 201 body w (the i-th), and its spec for
+ * SubmissionCreated (pointing into q and okey). 0, or -1 when signing
+ * failed. */
+static int sign_question(const presign *ps, const sl__question_req *q, const char *sid, time_t now,
+                         const char *expires, size_t i, char *okey, Sluice__V1__QuestionSpec *spec,
+                         sl_jsonw *w) {
+  snprintf(okey, 128, "submissions/%s/q%02u.%s", sid, q->no, ext_for(q->content_type));
+  char path[512], url[4096], len[24];
+  snprintf(len, sizeof len, "%lld", (long long)q->size);
+  sl_sigv4_header hdrs[] = {{"content-length", len},
+                            {"content-type", q->content_type},
+                            {"x-amz-checksum-sha256", q->sha256_b64}};
+  size_t nh = q->sha256_b64[0] ? 3 : 2;
+  if (sl_s3_object_path(&ps->target, okey, path, sizeof path) ||
+      sl_sigv4_presign(ps->sig, "PUT", ps->target.scheme, ps->target.host, path, NULL, now,
+                       (unsigned)ps->s3->url_expiry_s, hdrs, nh, url, sizeof url))
+    return -1;
+  sluice__v1__question_spec__init(spec);
+  spec->no = q->no;
+  spec->content_type = (char *)q->content_type;
+  spec->size = (uint64_t)q->size;
+  spec->prompt = (char *)q->prompt;
+  spec->object_key = okey;
+  char no[64];
+  snprintf(no, sizeof no, "%s{\"no\":%u,\"method\":\"PUT\",\"url\":", i ? "," : "", q->no);
+  sl_jsonw_kstr(w, no, url);
+  sl_jsonw_kstr(w, ",\"headers\":{\"Content-Type\":", q->content_type);
+  sl_jsonw_kstr(w, ",\"Content-Length\":", len);
+  if (q->sha256_b64[0]) sl_jsonw_kstr(w, ",\"x-amz-checksum-sha256\":", q->sha256_b64);
+  sl_jsonw_kstr(w, "},\"object_key\":", okey);
+  sl_jsonw_kstr(w, ",\"expires_at\":", expires);
+  sl_jsonw_raw(w, "}");
+  return 0;
+}
+
 /* Validates, signs and produces. Returns 0 when the request now waits for
  * Kafka (the pending record owns ik) or for its callback host's name, or 1
  * when it was answered already. */
@@ -469,37 +506,12 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sl_jsonw_kstr(&w, ",\"expires_at\":", expires);
   sl_jsonw_raw(&w, ",\"questions\":[");
   for (size_t i = 0; i < n; i++) {
-    const sl__question_req *q = &qr[i];
     char *okey = keys + 128 * i;
-    snprintf(okey, 128, "submissions/%s/q%02u.%s", sid, q->no, ext_for(q->content_type));
-    char path[512], url[4096], len[24];
-    snprintf(len, sizeof len, "%lld", (long long)q->size);
-    sl_sigv4_header hdrs[] = {{"content-length", len},
-                              {"content-type", q->content_type},
-                              {"x-amz-checksum-sha256", q->sha256_b64}};
-    size_t nh = q->sha256_b64[0] ? 3 : 2;
-    if (sl_s3_object_path(&ps->target, okey, path, sizeof path) ||
-        sl_sigv4_presign(ps->sig, "PUT", ps->target.scheme, ps->target.host, path, NULL, now,
-                         (unsigned)ps->s3->url_expiry_s, hdrs, nh, url, sizeof url)) {
+    if (sign_question(ps, &qr[i], sid, now, expires, i, okey, &specs[i], &w) != 0) {
       sl_http_respond_error(req, 500, "internal", "signing failed", NULL);
       goto out;
     }
-    sluice__v1__question_spec__init(&specs[i]);
-    specs[i].no = q->no;
-    specs[i].content_type = (char *)q->content_type;
-    specs[i].size = (uint64_t)q->size;
-    specs[i].prompt = (char *)q->prompt;
-    specs[i].object_key = okey;
     specp[i] = &specs[i];
-    char no[64];
-    snprintf(no, sizeof no, "%s{\"no\":%u,\"method\":\"PUT\",\"url\":", i ? "," : "", q->no);
-    sl_jsonw_kstr(&w, no, url);
-    sl_jsonw_kstr(&w, ",\"headers\":{\"Content-Type\":", q->content_type);
-    sl_jsonw_kstr(&w, ",\"Content-Length\":", len);
-    if (q->sha256_b64[0]) sl_jsonw_kstr(&w, ",\"x-amz-checksum-sha256\":", q->sha256_b64);
-    sl_jsonw_kstr(&w, "},\"object_key\":", okey);
-    sl_jsonw_kstr(&w, ",\"expires_at\":", expires);
-    sl_jsonw_raw(&w, "}");
   }
   sl_jsonw_raw(&w, "]}");
 
@@ -879,7 +891,183 @@ static void on_signal(uv_signal_t *h, int sig) {
   shutdown_loop(h->data);
 }
 
-int sl__presign_main(int argc, char **argv) {
+extern const sl__stage_desc sl__presign_stage; /* its descriptor, at the end */
+
+/* The settings no other check covers: 0, or SL_ECONFIG with err. */
+static int check_settings(const presign_conf *pc, char *err, size_t errlen) {
+  if (pc->rate_per_user < 0 || pc->rate_per_address < 0)
+    snprintf(err, errlen, "presign.rate_per_user and presign.rate_per_address must be >= 0");
+  else if (pc->apikey_cache_ms < 0 || pc->apikey_cache_max < 0)
+    snprintf(err, errlen, "presign.apikey_cache_ms and presign.apikey_cache_max must be >= 0");
+  else if (pc->apikey_watch_ms <= 0)
+    snprintf(err, errlen, "presign.apikey_watch_ms must be > 0");
+  else
+    return 0;
+  return SL_ECONFIG;
+}
+
+static void count_requests(presign *ps) {
+  const char *help = "Submission create requests by outcome";
+  ps->m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"", help);
+  ps->m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"", help);
+  ps->m_unavailable =
+      sl_metrics_counter("sluice_submissions_total", "outcome=\"unavailable\"", help);
+  ps->m_replayed = sl_metrics_counter("sluice_submissions_total", "outcome=\"replayed\"", help);
+  ps->m_unauth =
+      sl_metrics_counter("sluice_submissions_total", "outcome=\"unauthenticated\"", help);
+  ps->m_limited = sl_metrics_counter("sluice_submissions_total", "outcome=\"rate_limited\"", help);
+}
+
+/* What presign needs before its loop: the accepted content types, who may
+ * call, which callbacks they may name, storage's signer and the producer. */
+static int open_clients(presign *ps, const sl__auth_conf *ac, const sl__callback_conf *cbc,
+                        char *err, size_t errlen) {
+  char *save = NULL, timeout[32];
+  ps->types_buf = strdup(ps->pc->content_types);
+  for (char *t = ps->types_buf ? strtok_r(ps->types_buf, ", ", &save) : NULL;
+       t && ps->ntypes < MAX_TYPES; t = strtok_r(NULL, ", ", &save))
+    ps->types[ps->ntypes++] = t;
+  /* the 503 must come within kafka_timeout_ms, librdkafka's 1 s scan included */
+  snprintf(timeout, sizeof timeout, "%lld",
+           (long long)sl_kafka_message_timeout_for(ps->pc->kafka_timeout_ms));
+  const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
+  int rc = sl__auth_new(&ps->auth, ac, err, errlen);
+  if (rc == 0) rc = sl__callback_policy_new(&ps->callbacks, cbc, err, errlen);
+  if (rc == 0) rc = check_settings(ps->pc, err, errlen);
+  if (rc == 0) rc = sl_s3_target_init(&ps->target, ps->s3);
+  if (rc == 0)
+    rc = sl_sigv4_new(&ps->sig, ps->s3->access_key, ps->s3->secret_key, ps->s3->region, "s3");
+  if (rc && !err[0]) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
+  if (rc == 0)
+    rc = sl_kafka_producer_new(&ps->producer, ps->cc->kafka_brokers, "sluice-presign", extra, err,
+                               errlen);
+  return rc;
+}
+
+/* Redis (the idempotency records, the API-key cache and store). */
+static int open_redis(presign *ps, char *err, size_t errlen) {
+  const sl_common_conf *cc = ps->cc;
+  const presign_conf *pc = ps->pc;
+  int rc = sl_aredis_new(&ps->redis, ps->loop, cc->redis_url);
+  if (rc) snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc));
+  if (rc == 0 && (rc = sl_aredis_set_timeout(ps->redis, cc->redis_command_timeout_ms)) != 0)
+    snprintf(err, errlen, "redis.command_timeout_ms %lld: %s",
+             (long long)cc->redis_command_timeout_ms, sl_strerror(rc));
+  if (rc == 0 &&
+      (rc = sl__keycache_new(&ps->keys, ps->loop, cc->redis_url, cc->redis_command_timeout_ms,
+                             pc->apikey_cache_ms, (size_t)pc->apikey_cache_max)) != 0)
+    snprintf(err, errlen, "API-key cache: %s", sl_strerror(rc));
+  if (rc == 0 && (rc = sl__keystore_start(&ps->store, cc->redis_url, cc->kafka_brokers,
+                                          sl_pipeline_apikeys(cc->pipeline), pc->apikey_watch_ms)))
+    snprintf(err, errlen, "API-key store: %s", sl_strerror(rc));
+  return rc;
+}
+
+/* The routes beside the create: the static page, multipart uploads, the
+ * storage-event webhook. */
+static int open_routes(presign *ps, const sl__webhook_conf *wc, char *err, size_t errlen) {
+  const presign_conf *pc = ps->pc;
+  int rc = 0;
+  if (pc->static_dir[0]) {
+    char serr[384];
+    rc = sl_static_new(&ps->web, pc->static_dir, serr, sizeof serr);
+    if (rc)
+      snprintf(err, errlen, "presign.static_dir: %s", serr);
+    else
+      sl_log(SL_LOG_INFO, NULL, "serving %zu files of %s at /", sl_static_count(ps->web),
+             pc->static_dir);
+  }
+  if (rc == 0) {
+    xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
+    rc = sl__mpu_new(&ps->mpu, ps->loop, ps->sig, &ps->target, ps->s3, ps->redis,
+                     (unsigned)ps->s3->url_expiry_s);
+    if (rc) snprintf(err, errlen, "multipart endpoints: %s", sl_strerror(rc));
+  }
+  if (rc == 0)
+    rc = sl__webhook_new(&ps->hook, wc, ps->cc, ps->producer, ps->redis, on_fatal, ps, err, errlen);
+  return rc;
+}
+
+/* The HTTP server on presign.listen, with its limits and CORS. */
+static int open_server(presign *ps, const sl_http_conf *hc, char *err, size_t errlen) {
+  const presign_conf *pc = ps->pc;
+  sl_http_limits lim = {
+      .request_timeout_ms = pc->request_timeout_ms > 0 && pc->request_timeout_ms < 3600000
+                                ? (unsigned)pc->request_timeout_ms
+                                : 10000,
+      .max_connections = pc->max_connections > 0 ? (size_t)pc->max_connections : 0};
+  sl_http_limits_from_conf(&lim, hc);
+  int rc = sl_http_server_new(&ps->srv, ps->loop, pc->listen, &lim, handle, ps);
+  if (rc) snprintf(err, errlen, "listen %s: %s", pc->listen, sl_strerror(rc));
+  if (rc == 0 && (rc = sl_http_server_set_cors(ps->srv, pc->cors_origins, "GET, POST, DELETE",
+                                               "Content-Type, Idempotency-Key, Authorization",
+                                               "ETag, Retry-After, Idempotent-Replayed")))
+    snprintf(err, errlen, "presign.cors_origins: %s", sl_strerror(rc));
+  return rc;
+}
+
+/* Everything on presign's loop, in order; the first failure stops it. */
+static int open_on_loop(presign *ps, const sl__webhook_conf *wc, const sl_http_conf *hc, char *err,
+                        size_t errlen) {
+  int rc = sl_kafka_uv_attach(&ps->ku, ps->producer, ps->loop);
+  if (rc == 0) rc = open_redis(ps, err, errlen);
+  if (rc == 0) rc = open_routes(ps, wc, err, errlen);
+  /* the topics it writes to, known before the first create (else up to 1 s) */
+  const char *topics[] = {ps->cc->topic_submissions, ps->cc->topic_storage_events};
+  if (rc == 0 && (rc = sl_kafka_prefetch(ps->producer, topics, ps->hook ? 2 : 1, ps->topics)) != 0)
+    snprintf(err, errlen, "kafka topics: %s", sl_strerror(rc));
+  if (rc == 0) rc = open_server(ps, hc, err, errlen);
+  return rc;
+}
+
+/* Serves until SIGTERM/SIGINT (shutdown_loop) or a fatal producer error. */
+static void serve(presign *ps, sl_admin *admin) {
+  uv_signal_init(ps->loop, &ps->sigterm);
+  uv_signal_init(ps->loop, &ps->sigint);
+  ps->sigterm.data = ps->sigint.data = ps;
+  uv_signal_start(&ps->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&ps->sigint, on_signal, SIGINT);
+  sl_log(SL_LOG_INFO, NULL, "listening on http://%s (storage %s, bucket %s)", ps->pc->listen,
+         ps->s3->endpoint, ps->s3->bucket);
+  if (!sl__keystore_wait(ps->store, 15000))
+    sl_log(SL_LOG_WARN, NULL,
+           "the API-key store is not complete after 15 s (Redis or Kafka unreachable?): "
+           "ready anyway; API keys get 503 auth_unavailable until it is");
+  sl_admin_set_ready(admin, 1);
+  uv_run(ps->loop, UV_RUN_DEFAULT);
+}
+
+/* Start-up failed: what was opened on the loop is closed on it. */
+static void abandon(presign *ps, const char *err) {
+  sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
+  sl_http_server_free(ps->srv);
+  ps->released = 1;
+  uv_close((uv_handle_t *)&ps->release_timer, NULL);
+  uv_close((uv_handle_t *)&ps->stop_timer, NULL);
+  sl_kafka_uv_detach(ps->ku);
+  sl_aredis_free(ps->redis);
+  sl__keycache_free(ps->keys);
+  sl__mpu_free(ps->mpu, NULL, NULL);
+  sl__webhook_free(ps->hook, NULL, NULL);
+  uv_run(ps->loop, UV_RUN_DEFAULT);
+}
+
+/* After the loop ran out: what presign opened before it. */
+static void close_clients(presign *ps) {
+  if (ps->producer) {
+    rd_kafka_flush(ps->producer, (int)ps->pc->kafka_timeout_ms + 1000);
+    sl_kafka_prefetch_release(ps->topics, 2);
+    rd_kafka_destroy(ps->producer);
+  }
+  sl__keystore_stop(ps->store);
+  sl_sigv4_free(ps->sig);
+  sl_static_free(ps->web);
+  free(ps->types_buf);
+  sl__auth_free(ps->auth);
+  sl__callback_policy_free(ps->callbacks);
+}
+
+static int presign_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   presign_conf pc = {0};
   sl_s3_conf s3 = {0};
@@ -887,53 +1075,22 @@ int sl__presign_main(int argc, char **argv) {
   sl__webhook_conf wc = {0};
   sl__callback_conf cbc = {0};
   sl_http_conf hc = {0};
-  sl_conf_bind own[] = {{sl__presign_table, sl__presign_table_len, &pc},
+  sl_conf_bind own[] = {{presign_table, presign_table_len, &pc},
                         {sl_http_conf_table, sl_http_conf_table_len, &hc},
                         {sl_s3_conf_table, sl_s3_conf_table_len, &s3},
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl__webhook_table, sl__webhook_table_len, &wc},
                         {sl__callback_table, sl__callback_table_len, &cbc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "presign",
-                           "HTTP API that creates submissions and presigned upload URLs.", &cc, own,
-                           sizeof own / sizeof own[0], "127.0.0.1:9180", &admin);
+  int rc = sl__stage_start(&sl__presign_stage, sl__presign_stage.name, argc, argv, &cc, own,
+                           sizeof own / sizeof own[0], &admin);
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
   sl_redis_script_init(&ps.apikey, apikey_lua);
-  ps.m_created = sl_metrics_counter("sluice_submissions_total", "outcome=\"accepted\"",
-                                    "Submission create requests by outcome");
-  ps.m_rejected = sl_metrics_counter("sluice_submissions_total", "outcome=\"rejected\"",
-                                     "Submission create requests by outcome");
-  ps.m_unavailable = sl_metrics_counter("sluice_submissions_total", "outcome=\"unavailable\"",
-                                        "Submission create requests by outcome");
-  ps.m_replayed = sl_metrics_counter("sluice_submissions_total", "outcome=\"replayed\"",
-                                     "Submission create requests by outcome");
-  char err[512] = "", *save = NULL, timeout[32];
-  ps.types_buf = strdup(pc.content_types);
-  for (char *t = ps.types_buf ? strtok_r(ps.types_buf, ", ", &save) : NULL;
-       t && ps.ntypes < MAX_TYPES; t = strtok_r(NULL, ", ", &save))
-    ps.types[ps.ntypes++] = t;
-  /* the 503 must come within kafka_timeout_ms, librdkafka's 1 s scan included */
-  snprintf(timeout, sizeof timeout, "%lld",
-           (long long)sl_kafka_message_timeout_for(pc.kafka_timeout_ms));
-  const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
-  ps.m_unauth = sl_metrics_counter("sluice_submissions_total", "outcome=\"unauthenticated\"",
-                                   "Submission create requests by outcome");
-  ps.m_limited = sl_metrics_counter("sluice_submissions_total", "outcome=\"rate_limited\"",
-                                    "Submission create requests by outcome");
-  rc = sl__auth_new(&ps.auth, &ac, err, sizeof err);
-  if (rc == 0) rc = sl__callback_policy_new(&ps.callbacks, &cbc, err, sizeof err);
-  if (rc == 0 && (pc.rate_per_user < 0 || pc.rate_per_address < 0)) {
-    snprintf(err, sizeof err, "presign.rate_per_user and presign.rate_per_address must be >= 0");
-    rc = SL_ECONFIG;
-  }
-  if (rc == 0) rc = sl_s3_target_init(&ps.target, &s3);
-  if (rc == 0) rc = sl_sigv4_new(&ps.sig, s3.access_key, s3.secret_key, s3.region, "s3");
-  if (rc && !err[0]) snprintf(err, sizeof err, "s3 settings: %s", sl_strerror(rc));
-  if (rc == 0)
-    rc = sl_kafka_producer_new(&ps.producer, cc.kafka_brokers, "sluice-presign", extra, err,
-                               sizeof err);
+  count_requests(&ps);
+  char err[512] = "";
+  rc = open_clients(&ps, &ac, &cbc, err, sizeof err);
   uv_loop_t loop;
   uv_loop_init(&loop);
   ps.loop = &loop;
@@ -941,101 +1098,25 @@ int sl__presign_main(int argc, char **argv) {
   ps.release_timer.data = &ps;
   uv_timer_init(&loop, &ps.stop_timer);
   ps.stop_timer.data = &ps;
-  if (rc == 0) rc = sl_kafka_uv_attach(&ps.ku, ps.producer, &loop);
-  if (rc == 0) {
-    rc = sl_aredis_new(&ps.redis, &loop, cc.redis_url);
-    if (rc) snprintf(err, sizeof err, "redis.url %s: %s", cc.redis_url, sl_strerror(rc));
-    if (rc == 0 && (rc = sl_aredis_set_timeout(ps.redis, cc.redis_command_timeout_ms)) != 0)
-      snprintf(err, sizeof err, "redis.command_timeout_ms %lld: %s",
-               (long long)cc.redis_command_timeout_ms, sl_strerror(rc));
-  }
-  if (rc == 0 && (pc.apikey_cache_ms < 0 || pc.apikey_cache_max < 0)) {
-    snprintf(err, sizeof err, "presign.apikey_cache_ms and presign.apikey_cache_max must be >= 0");
-    rc = SL_ECONFIG;
-  }
-  if (rc == 0 && (rc = sl__keycache_new(&ps.keys, &loop, cc.redis_url, cc.redis_command_timeout_ms,
-                                        pc.apikey_cache_ms, (size_t)pc.apikey_cache_max)) != 0)
-    snprintf(err, sizeof err, "API-key cache: %s", sl_strerror(rc));
-  if (rc == 0 && pc.apikey_watch_ms <= 0) {
-    snprintf(err, sizeof err, "presign.apikey_watch_ms must be > 0");
-    rc = SL_ECONFIG;
-  }
-  if (rc == 0 && (rc = sl__keystore_start(&ps.store, cc.redis_url, cc.kafka_brokers,
-                                          sl_pipeline_apikeys(cc.pipeline), pc.apikey_watch_ms)))
-    snprintf(err, sizeof err, "API-key store: %s", sl_strerror(rc));
-  if (rc == 0 && pc.static_dir[0]) {
-    char serr[384];
-    rc = sl_static_new(&ps.web, pc.static_dir, serr, sizeof serr);
-    if (rc)
-      snprintf(err, sizeof err, "presign.static_dir: %s", serr);
-    else
-      sl_log(SL_LOG_INFO, NULL, "serving %zu files of %s at /", sl_static_count(ps.web),
-             pc.static_dir);
-  }
-  if (rc == 0) {
-    xmlInitParser(); /* libxml2 (S3 replies) before any use, on this thread */
-    rc = sl__mpu_new(&ps.mpu, &loop, ps.sig, &ps.target, &s3, ps.redis, (unsigned)s3.url_expiry_s);
-    if (rc) snprintf(err, sizeof err, "multipart endpoints: %s", sl_strerror(rc));
-  }
+  if (rc == 0) rc = open_on_loop(&ps, &wc, &hc, err, sizeof err);
   if (rc == 0)
-    rc = sl__webhook_new(&ps.hook, &wc, &cc, ps.producer, ps.redis, on_fatal, &ps, err, sizeof err);
-  /* the topics it writes to, known before the first create (else up to 1 s) */
-  const char *topics[] = {cc.topic_submissions, cc.topic_storage_events};
-  if (rc == 0 && (rc = sl_kafka_prefetch(ps.producer, topics, ps.hook ? 2 : 1, ps.topics)) != 0)
-    snprintf(err, sizeof err, "kafka topics: %s", sl_strerror(rc));
-  if (rc == 0) {
-    sl_http_limits lim = {
-        .request_timeout_ms = pc.request_timeout_ms > 0 && pc.request_timeout_ms < 3600000
-                                  ? (unsigned)pc.request_timeout_ms
-                                  : 10000,
-        .max_connections = pc.max_connections > 0 ? (size_t)pc.max_connections : 0};
-    sl_http_limits_from_conf(&lim, &hc);
-    rc = sl_http_server_new(&ps.srv, &loop, pc.listen, &lim, handle, &ps);
-    if (rc) snprintf(err, sizeof err, "listen %s: %s", pc.listen, sl_strerror(rc));
-    if (rc == 0 && (rc = sl_http_server_set_cors(ps.srv, pc.cors_origins, "GET, POST, DELETE",
-                                                 "Content-Type, Idempotency-Key, Authorization",
-                                                 "ETag, Retry-After, Idempotent-Replayed")))
-      snprintf(err, sizeof err, "presign.cors_origins: %s", sl_strerror(rc));
-  }
-  if (rc == 0) {
-    uv_signal_init(&loop, &ps.sigterm);
-    uv_signal_init(&loop, &ps.sigint);
-    ps.sigterm.data = ps.sigint.data = &ps;
-    uv_signal_start(&ps.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&ps.sigint, on_signal, SIGINT);
-    sl_log(SL_LOG_INFO, NULL, "listening on http://%s (storage %s, bucket %s)", pc.listen,
-           s3.endpoint, s3.bucket);
-    if (!sl__keystore_wait(ps.store, 15000))
-      sl_log(SL_LOG_WARN, NULL,
-             "the API-key store is not complete after 15 s (Redis or Kafka unreachable?): "
-             "ready anyway; API keys get 503 auth_unavailable until it is");
-    sl_admin_set_ready(admin, 1);
-    uv_run(&loop, UV_RUN_DEFAULT);
-  } else {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
-    sl_http_server_free(ps.srv);
-    ps.released = 1;
-    uv_close((uv_handle_t *)&ps.release_timer, NULL);
-    uv_close((uv_handle_t *)&ps.stop_timer, NULL);
-    sl_kafka_uv_detach(ps.ku);
-    sl_aredis_free(ps.redis);
-    sl__keycache_free(ps.keys);
-    sl__mpu_free(ps.mpu, NULL, NULL);
-    sl__webhook_free(ps.hook, NULL, NULL);
-    uv_run(&loop, UV_RUN_DEFAULT);
-  }
-  if (ps.producer) {
-    rd_kafka_flush(ps.producer, (int)pc.kafka_timeout_ms + 1000);
-    sl_kafka_prefetch_release(ps.topics, 2);
-    rd_kafka_destroy(ps.producer);
-  }
+    serve(&ps, admin);
+  else
+    abandon(&ps, err);
+  close_clients(&ps); /* the producer flushed before the loop closes, as always */
   uv_loop_close(&loop);
-  sl__keystore_stop(ps.store);
-  sl_sigv4_free(ps.sig);
-  sl_static_free(ps.web);
-  free(ps.types_buf);
-  sl__auth_free(ps.auth);
-  sl__callback_policy_free(ps.callbacks);
   sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc || ps.fatal ? 1 : 0;
 }
+
+const sl__stage_desc sl__presign_stage = {
+    .name = "presign",
+    .summary = "the public edge API: submissions, uploads, the storage webhook, the web page",
+    .kind = {"presign", {NULL}, {SL__MSG_SUBMISSION, SL__MSG_S3EVENT, NULL}, 0, 0, 0},
+    .table = presign_table,
+    .table_len = &presign_table_len,
+    .part_title = "Storage-event webhook (presign; see [security.md](security.md))",
+    .part_table = sl__webhook_table,
+    .part_table_len = &sl__webhook_table_len,
+    .admin = "127.0.0.1:9180",
+    .main = presign_main};

@@ -6,7 +6,7 @@
  */
 #include "request.h"
 
-#include "../notify/callback.h"
+#include "lib/callback.h"
 
 #include <openssl/evp.h>
 #include <stdarg.h>
@@ -54,6 +54,69 @@ static int type_allowed(const sl__create_limits *lim, const char *ct) {
   return 0;
 }
 
+/* questions[i] (q) into *r (its strings point into q); seen: the numbers
+ * taken so far. 0, or the HTTP status with code and msg set. */
+static int parse_question(json_t *q, size_t i, const sl__create_limits *lim,
+                          unsigned char seen[1000], sl__question_req *r, char *code, size_t cl,
+                          char *msg, size_t ml) {
+  const char *k;
+  json_t *v;
+  if (!json_is_object(q)) {
+    return refuse(400, code, cl, "invalid_field", msg, ml, "questions[%zu] must be an object", i);
+  }
+  json_object_foreach(q, k, v) {
+    if (strcmp(k, "no") && strcmp(k, "content_type") && strcmp(k, "size") && strcmp(k, "prompt") &&
+        strcmp(k, "sha256")) {
+      return refuse(400, code, cl, "unknown_field", msg, ml,
+                    "questions[%zu]: unknown field \"%.64s\"", i, k);
+    }
+  }
+  json_t *jno = json_object_get(q, "no"), *jct = json_object_get(q, "content_type"),
+         *jsz = json_object_get(q, "size"), *jpr = json_object_get(q, "prompt"),
+         *jsha = json_object_get(q, "sha256");
+  json_int_t no = jno ? json_integer_value(jno) : (json_int_t)(i + 1);
+  if ((jno && !json_is_integer(jno)) || no < 1 || no > 999) {
+    return refuse(400, code, cl, "invalid_field", msg, ml,
+                  "questions[%zu].no must be an integer 1..999", i);
+  }
+  if (seen[no]++) {
+    return refuse(400, code, cl, "invalid_field", msg, ml, "questions[%zu].no %lld is repeated", i,
+                  (long long)no);
+  }
+  if (!json_is_string(jct)) {
+    return refuse(400, code, cl, "invalid_field", msg, ml,
+                  "questions[%zu].content_type must be a string", i);
+  }
+  const char *ct = json_string_value(jct);
+  if (!type_allowed(lim, ct)) {
+    return refuse(400, code, cl, "unsupported_content_type", msg, ml,
+                  "questions[%zu].content_type \"%.64s\" is not allowed (allowed: %s)", i, ct,
+                  lim->types_text);
+  }
+  if (!json_is_integer(jsz) || json_integer_value(jsz) < 1 ||
+      json_integer_value(jsz) > lim->max_size) {
+    return refuse(400, code, cl, "invalid_size", msg, ml,
+                  "questions[%zu].size must be an integer 1..%lld", i, (long long)lim->max_size);
+  }
+  if (jpr && (!json_is_string(jpr) || json_string_length(jpr) > (size_t)lim->max_prompt)) {
+    return refuse(400, code, cl, "invalid_field", msg, ml,
+                  "questions[%zu].prompt must be a string of at most %lld bytes", i,
+                  (long long)lim->max_prompt);
+  }
+  /* optional sha256 (hex): signed as the S3 checksum header too, so
+   * storage rejects bytes that differ from what the client declared */
+  r->sha256_b64[0] = '\0';
+  if (jsha && (!json_is_string(jsha) || sha256_b64(json_string_value(jsha), r->sha256_b64))) {
+    return refuse(400, code, cl, "invalid_field", msg, ml,
+                  "questions[%zu].sha256 must be 64 hex digits", i);
+  }
+  r->no = (unsigned)no;
+  r->content_type = ct;
+  r->size = json_integer_value(jsz);
+  r->prompt = jpr ? json_string_value(jpr) : "";
+  return 0;
+}
+
 int sl__create_parse(const char *ctype, const void *body, size_t len, const sl__create_limits *lim,
                      json_t **root, sl__question_req *out, size_t *n, char *code, size_t cl,
                      char *msg, size_t ml) {
@@ -80,7 +143,7 @@ int sl__create_parse(const char *ctype, const void *body, size_t len, const sl__
       goto out;
     }
   }
-  /* its form and host are the callback policy's (stages/notify/callback.h) */
+  /* its form and host are the callback policy's (stages/lib/callback.h) */
   v = json_object_get(doc, "callback_url");
   if (v && (!json_is_string(v) || json_string_length(v) < 1 ||
             json_string_length(v) > SL__CALLBACK_URL_MAX)) {
@@ -101,70 +164,8 @@ int sl__create_parse(const char *ctype, const void *body, size_t len, const sl__
   }
   unsigned char seen[1000] = {0};
   for (size_t i = 0; i < nq; i++) {
-    json_t *q = json_array_get(qs, i);
-    if (!json_is_object(q)) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml, "questions[%zu] must be an object", i);
-      goto out;
-    }
-    json_object_foreach(q, k, v) {
-      if (strcmp(k, "no") && strcmp(k, "content_type") && strcmp(k, "size") &&
-          strcmp(k, "prompt") && strcmp(k, "sha256")) {
-        st = refuse(400, code, cl, "unknown_field", msg, ml,
-                    "questions[%zu]: unknown field \"%.64s\"", i, k);
-        goto out;
-      }
-    }
-    json_t *jno = json_object_get(q, "no"), *jct = json_object_get(q, "content_type"),
-           *jsz = json_object_get(q, "size"), *jpr = json_object_get(q, "prompt"),
-           *jsha = json_object_get(q, "sha256");
-    json_int_t no = jno ? json_integer_value(jno) : (json_int_t)(i + 1);
-    if ((jno && !json_is_integer(jno)) || no < 1 || no > 999) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml,
-                  "questions[%zu].no must be an integer 1..999", i);
-      goto out;
-    }
-    if (seen[no]++) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml, "questions[%zu].no %lld is repeated", i,
-                  (long long)no);
-      goto out;
-    }
-    if (!json_is_string(jct)) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml,
-                  "questions[%zu].content_type must be a string", i);
-      goto out;
-    }
-    const char *ct = json_string_value(jct);
-    if (!type_allowed(lim, ct)) {
-      st = refuse(400, code, cl, "unsupported_content_type", msg, ml,
-                  "questions[%zu].content_type \"%.64s\" is not allowed (allowed: %s)", i, ct,
-                  lim->types_text);
-      goto out;
-    }
-    if (!json_is_integer(jsz) || json_integer_value(jsz) < 1 ||
-        json_integer_value(jsz) > lim->max_size) {
-      st = refuse(400, code, cl, "invalid_size", msg, ml,
-                  "questions[%zu].size must be an integer 1..%lld", i, (long long)lim->max_size);
-      goto out;
-    }
-    if (jpr && (!json_is_string(jpr) || json_string_length(jpr) > (size_t)lim->max_prompt)) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml,
-                  "questions[%zu].prompt must be a string of at most %lld bytes", i,
-                  (long long)lim->max_prompt);
-      goto out;
-    }
-    /* optional sha256 (hex): signed as the S3 checksum header too, so
-     * storage rejects bytes that differ from what the client declared */
-    sl__question_req *r = &out[i];
-    r->sha256_b64[0] = '\0';
-    if (jsha && (!json_is_string(jsha) || sha256_b64(json_string_value(jsha), r->sha256_b64))) {
-      st = refuse(400, code, cl, "invalid_field", msg, ml,
-                  "questions[%zu].sha256 must be 64 hex digits", i);
-      goto out;
-    }
-    r->no = (unsigned)no;
-    r->content_type = ct;
-    r->size = json_integer_value(jsz);
-    r->prompt = jpr ? json_string_value(jpr) : "";
+    st = parse_question(json_array_get(qs, i), i, lim, seen, &out[i], code, cl, msg, ml);
+    if (st) goto out;
   }
   *n = nq;
 out:

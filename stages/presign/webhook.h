@@ -51,25 +51,7 @@ int sl__webhook_handle(sl__webhook *w, sl_http_req *req);
  * are not used. Never blocks. NULL-safe. */
 void sl__webhook_free(sl__webhook *w, void (*done)(void *ud), void *ud);
 
-/* ---- pure parts (unit-tested) ---- */
-
-/* Checks an X-Sluice-Signature header "t=<unix s>,v1=<hex>[,v1=<hex>…]"
- * against HMAC-SHA256(secret, "<t>.<body>") for each of the nsecrets
- * secrets (non-empty ones; constant-time comparison). Returns 0 and *t;
- * SL_EPARSE (malformed header), SL_EINVAL (no signature matches),
- * SL_ETIMEDOUT (signature good but t is more than tolerance_s away from
- * now), SL_ECRYPTO (OpenSSL failed). */
-int sl__webhook_check_signature(const char *header, const void *body, size_t len,
-                                const char *const *secrets, size_t nsecrets, int64_t now,
-                                int64_t tolerance_s, int64_t *t);
-
-/* Hex HMAC-SHA256(secret, "<t>.<body>") into out (what a sender puts in v1). */
-int sl__webhook_sign(const char *secret, int64_t t, const void *body, size_t len, char out[65]);
-
-/* Checks "Bearer <secret>" against each non-empty secret (constant time).
- * 0 or SL_EINVAL. */
-int sl__webhook_check_bearer(const char *authorization, const char *const *secrets,
-                             size_t nsecrets);
+/* ---- pure part (unit-tested; the signature is lib/webhook_sig.h) ---- */
 
 /* Validates an event body with the parser ingest uses and brings it into the
  * AWS Records format. AWS bodies ({"Records":…}) pass as they are (*out

@@ -13,7 +13,7 @@
  * are the same 404, so the API does not reveal which ids exist; except
  * while materialize rebuilds a lost view (its marker missing), when any id
  * not in Redis is 503 view_rebuilding with Retry-After. The token
- * check hashes sid, owner and token together (stages/auth/auth.h) and
+ * check hashes sid, owner and token together (stages/lib/auth.h) and
  * compares in constant time.
  * Replies carry an ETag and honour If-None-Match with 304; Cache-Control:
  * no-store. The ETag names the submission's version (the view's write
@@ -58,7 +58,10 @@
  * and one for the change feed (XREAD BLOCK).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/client_address.h"
+#include "lib/process.h"
+#include "lib/stage.h"
+#include "lib/view.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -73,7 +76,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
-#include "../auth/auth.h"
+#include "lib/auth.h"
 
 typedef struct {
   char *listen;
@@ -90,7 +93,7 @@ typedef struct {
   char *client_address_header;
 } results_conf;
 
-const sl_conf_entry sl__results_table[] = {
+static const sl_conf_entry results_table[] = {
     {"results.listen", SL_CONF_STR, "127.0.0.1:8081", offsetof(results_conf, listen),
      "API listen address", 0},
     {"results.max_connections", SL_CONF_INT, "1024", offsetof(results_conf, max_connections),
@@ -145,7 +148,7 @@ const sl_conf_entry sl__results_table[] = {
      "Set it only when every request comes through a proxy that appends to it",
      0},
 };
-const size_t sl__results_table_len = sizeof sl__results_table / sizeof sl__results_table[0];
+static const size_t results_table_len = sizeof results_table / sizeof results_table[0];
 
 typedef struct sse sse;     /* an open event stream */
 typedef struct vslot vslot; /* a slot of the version cache (fresh_304) */
@@ -1268,17 +1271,19 @@ static void on_signal(uv_signal_t *h, int sig) {
   uv_close((uv_handle_t *)&R->sigint, NULL);
 }
 
-int sl__results_main(int argc, char **argv) {
+extern const sl__stage_desc sl__results_stage; /* its descriptor, at the end */
+
+static int results_main(int argc, char **argv) {
   sl_common_conf cc = {0};
   results_conf rconf = {0};
   sl__auth_conf ac = {0};
   sl_http_conf hc = {0};
-  sl_conf_bind own[] = {{sl__results_table, sl__results_table_len, &rconf},
+  sl_conf_bind own[] = {{results_table, results_table_len, &rconf},
                         {sl__auth_table, sl__auth_table_len, &ac},
                         {sl_http_conf_table, sl_http_conf_table_len, &hc}};
   sl_admin *admin = NULL;
-  int rc = sl__stage_start(argc, argv, "results", "HTTP API clients poll for results.", &cc, own,
-                           sizeof own / sizeof own[0], "127.0.0.1:9185", &admin);
+  int rc = sl__stage_start(&sl__results_stage, sl__results_stage.name, argc, argv, &cc, own,
+                           sizeof own / sizeof own[0], &admin);
   if (rc) return rc;
   results R = {.cc = &cc, .rc = &rconf, .stages = json_array()};
   if (rconf.version_cache > 0) {
@@ -1364,3 +1369,11 @@ int sl__results_main(int argc, char **argv) {
   sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc ? 1 : 0;
 }
+
+const sl__stage_desc sl__results_stage = {.name = "results",
+                                          .summary = "HTTP API clients poll for results",
+                                          .kind = {"results", {NULL}, {NULL}, 0, 0, 0},
+                                          .table = results_table,
+                                          .table_len = &results_table_len,
+                                          .admin = "127.0.0.1:9185",
+                                          .main = results_main};

@@ -34,29 +34,27 @@
  * stage's HTTP client.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/plugin_stage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sluice.pb-c.h"
-#include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_pbfield.h"
 #include "sluice/sl_s3.h"
-#include "sluice/sl_tls.h"
 
 typedef struct {
   int64_t max_object_bytes;
 } step_conf;
 
-const sl_conf_entry sl__step_table[] = {
+static const sl_conf_entry step_table[] = {
     {"step.max_object_bytes", SL_CONF_INT, "67108864", offsetof(step_conf, max_object_bytes),
      "largest object a step that reads \"@object\" fetches from storage", 0},
 };
-const size_t sl__step_table_len = sizeof sl__step_table / sizeof sl__step_table[0];
+static const size_t step_table_len = sizeof step_table / sizeof step_table[0];
 
 typedef struct {
   sl_common_conf *cc;
@@ -65,10 +63,8 @@ typedef struct {
   const char *out_topic;
   const char *status_topic; /* where the stage writes statuses, or NULL */
   const char *progress;     /* the stage's progress label, or NULL */
-  sl__plugin_pool pool;
   /* steps reading "@object" */
   const char *object_path; /* "object_key" / "upload.object_key", or NULL */
-  sl__objects objects;
 } step;
 
 /* The question's progress as it enters this stage (best effort, as stt's
@@ -258,120 +254,66 @@ static const sl__plugin_ops ops = {.setup_class = "step_setup",
                                    .finish = finish,
                                    .release = release};
 
-static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  sl__plugin_process(&((step *)ud)->pool, &ops, ud, m, out, res);
+/* the step plugin the pipeline names for this stage */
+static const char *plugin_name(const sl__plugin_host *h) {
+  return sl_pipeline_stage_find(h->cc->pipeline, h->name)->plugin;
 }
 
-static void start(void *ud, sl_job *job) { sl__plugin_start(&((step *)ud)->pool, &ops, ud, job); }
-
-/* The generic host for a stage of kind "plugin". */
-static int run_step(int argc, char **argv, const char *name) {
-  sl__plugins pl;
-  int rc = sl__plugins_open(&pl, argc, argv, SL_PLUGIN_KIND_STEP);
-  if (rc) {
-    sl__plugins_close(&pl);
-    return rc;
-  }
-  sl_common_conf cc = {0};
-  sl__plugin_conf pc = {0};
-  step_conf sc = {0};
-  sl_s3_conf s3 = {0};
-  sl_conf_bind own[24] = {{sl__plugin_table, sl__plugin_table_len, &pc},
-                          {sl__step_table, sl__step_table_len, &sc},
-                          {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
-  size_t nown = 3 + sl__plugins_binds(&pl, own + 3, 24 - 3);
-  sl_admin *admin = NULL;
-  rc = sl__stage_start(pl.argc, pl.argv, name, "Runs a step plugin as a stage of the pipeline.",
-                       &cc, own, nown, "127.0.0.1:9186", &admin);
-  if (rc) {
-    sl__plugins_close(&pl);
-    return rc;
-  }
-  step s = {.cc = &cc, .st = sl_pipeline_stage_find(cc.pipeline, name)};
-  char err[1024] = "", provider[96];
-  s.in_desc = sl_pipeline_descriptor(sl_pipeline_message_of(cc.pipeline, s.st->inputs[0]));
-  for (size_t i = 0; i < s.st->noutputs && !s.out_topic; i++)
-    if (s.st->noutputs == 1 ||
-        strcmp(sl_pipeline_message_of(cc.pipeline, s.st->outputs[i]), "sluice.v1.QuestionStatus"))
-      s.out_topic = s.st->outputs[i];
-  s.out_desc = sl_pipeline_descriptor(sl_pipeline_message_of(cc.pipeline, s.out_topic));
-  s.status_topic = sl_pipeline_topic_of(cc.pipeline, name, 1, "sluice.v1.QuestionStatus");
-  s.progress = s.st->progress;
-  rc = sl__plugins_choose(&pl, SL_PLUGIN_KIND_STEP, s.st->plugin, err, sizeof err);
-  if (rc == 0) rc = sl_plugin_check_fields(pl.chosen, s.in_desc, s.out_desc, err, sizeof err);
-  if (rc == 0) rc = sl__plugin_pool_init(&s.pool, pl.chosen, err, sizeof err);
-  if (rc == 0 && (s.object_path = sl_plugin_object_path(pl.chosen, s.in_desc)) != NULL) {
-    /* storage on the loop, whatever the plugin: no worker waits on it */
-    rc = sl__objects_init(&s.objects, &s3, (size_t)sc.max_object_bytes, 120000, 0, err, sizeof err);
-    s.pool.objects = &s.objects;
-  }
-  int sync = s.pool.sync;
-  /* a SYNC plugin reading an object runs on the pool too, but by way of
-   * start: its object is fetched and stored on the loop */
-  int via_process = sync && !s.object_path;
-  if (rc == 0) {
-    const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
-    snprintf(provider, sizeof provider, "%s-%s", name, d->name);
-    sl_log(
-        SL_LOG_INFO, NULL, "stage %s: plugin step/%s %s (%s) from %s; %s -> %s (%s -> %s)", name,
-        d->name, d->version ? d->version : "",
-        sync ? (via_process ? "sync, worker pool" : "sync, worker pool; storage on the event loop")
-             : "async, event loop",
-        sl_plugin_lib_file(pl.chosen), s.st->inputs[0], s.out_topic, s.in_desc->name,
-        s.out_desc->name);
-    const char *topics[] = {s.st->inputs[0]};
-    sl_stage_opts o = {.stage = name,
-                       .common = &cc,
-                       .topics = topics,
-                       .ntopics = 1,
-                       .process = via_process ? process : NULL,
-                       .start = via_process ? NULL : start,
-                       .ud = &s,
-                       .provider = s.st->provider ? provider : NULL,
-                       .idempotent = 1,
-                       .admin = admin,
-                       /* a FAILED status for the user only where the stage writes statuses */
-                       .on_dead_letter = s.status_topic ? sl__dead_letter_status : NULL};
-    rc = sl_stage_run(&o, &sl__stop);
-  } else {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
-  }
-  sl__plugin_pool_free(&s.pool);
-  sl__objects_free(&s.objects);
-  sl__stage_finish(&cc, own, nown, admin);
-  sl__plugins_close(&pl);
-  return rc ? 1 : 0;
+/* The messages around the stage (its input, and its one output that is
+ * not the status topic, if it has more) into s. */
+static void read_pipeline(step *s, const sl_pipeline *p, const char *name) {
+  s->in_desc = sl_pipeline_descriptor(sl_pipeline_message_of(p, s->st->inputs[0]));
+  for (size_t i = 0; i < s->st->noutputs && !s->out_topic; i++)
+    if (s->st->noutputs == 1 ||
+        strcmp(sl_pipeline_message_of(p, s->st->outputs[i]), "sluice.v1.QuestionStatus"))
+      s->out_topic = s->st->outputs[i];
+  s->out_desc = sl_pipeline_descriptor(sl_pipeline_message_of(p, s->out_topic));
+  s->status_topic = sl_pipeline_topic_of(p, name, 1, "sluice.v1.QuestionStatus");
+  s->progress = s->st->progress;
 }
 
-int sl__stage_main(int argc, char **argv) {
-  if (argc < 2 || argv[1][0] == '-') {
-    fprintf(stderr, "usage: sluice stage NAME [--config FILE] [--set key=value]... [--help]\n"
-                    "Runs the stage NAME of the pipeline description (`sluice pipeline`).\n");
-    return argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) ? 1000
-                                                                                       : 1002;
+/* The stage as the pipeline describes it; the plugin's fields checked
+ * against its messages; storage on the loop, whatever the plugin, when it
+ * reads an object: no worker waits on it. */
+static int setup(sl__plugin_host *h, sl_stage_opts *o, char *err, size_t errlen) {
+  step *s = h->state;
+  const step_conf *sc = h->conf;
+  s->cc = h->cc;
+  s->st = sl_pipeline_stage_find(h->cc->pipeline, h->name);
+  read_pipeline(s, h->cc->pipeline, h->name);
+  int rc = sl_plugin_check_fields(h->chosen, s->in_desc, s->out_desc, err, errlen);
+  if (rc) return rc;
+  h->topics[0] = s->st->inputs[0];
+  if (!s->st->provider) o->provider = NULL;
+  /* a FAILED status for the user only where the stage writes statuses */
+  if (!s->status_topic) o->on_dead_letter = NULL;
+  if ((s->object_path = sl_plugin_object_path(h->chosen, s->in_desc)) != NULL) {
+    rc = sl__objects_init(&h->objects, h->s3, (size_t)sc->max_object_bytes, 120000, 0, err, errlen);
+    h->has_objects = rc == 0;
   }
-  const char *name = argv[1];
-  char file[4096] = "", err[1024];
-  sl_cli_peek(argc, argv, "pipeline.file", file, sizeof file);
-  sl_pipeline *p = NULL;
-  if (sl_pipeline_load(&p, file, err, sizeof err) != 0) {
-    fprintf(stderr, "sluice stage %s: %s\n", name, err);
-    return 1002;
-  }
-  const sl_pipeline_stage *st = sl_pipeline_stage_find(p, name);
-  char kind[64] = "";
-  if (st) snprintf(kind, sizeof kind, "%s", st->kind);
-  sl_pipeline_free(p);
-  if (!st) {
-    fprintf(stderr, "sluice stage: the pipeline (%s) has no stage \"%s\" (see `sluice pipeline`)\n",
-            file[0] ? file : "built-in", name);
-    return 1002;
-  }
-  if (strcmp(kind, "plugin") == 0) return run_step(argc - 1, argv + 1, name);
-  for (size_t i = 0; i < sl__nsubcommands; i++)
-    if (strcmp(sl__subcommands[i].name, kind) == 0 && strcmp(kind, name) == 0)
-      return sl__subcommands[i].main(argc - 1, argv + 1);
-  fprintf(stderr, "sluice stage %s: a stage of kind %s must be named %s (for now)\n", name, kind,
-          kind);
-  return 1002;
+  if (rc == 0)
+    sl_log(SL_LOG_INFO, NULL, "stage %s: %s -> %s (%s -> %s)", h->name, s->st->inputs[0],
+           s->out_topic, s->in_desc->name, s->out_desc->name);
+  return rc;
 }
+
+static const sl__plugin_stage step_host = {.kind = SL_PLUGIN_KIND_STEP,
+                                           .ops = &ops,
+                                           .conf_size = sizeof(step_conf),
+                                           .state_size = sizeof(step),
+                                           .s3 = 1,
+                                           .plugin_name = plugin_name,
+                                           .setup = setup};
+
+/* `sluice stage NAME` (lib/stage.c) runs the stage NAME with the
+ * descriptor of its kind; a stage of kind "plugin" is a step, run by this
+ * host. */
+const sl__stage_desc sl__step_stage = {
+    .name = "stage",
+    .summary = "run the stage NAME of the pipeline (a step plugin, or a built-in kind)",
+    .kind = {"plugin", {NULL}, {NULL}, 0, 1, 1},
+    .table = step_table,
+    .table_len = &step_table_len,
+    .admin = "127.0.0.1:9186",
+    .main = sl__stage_main,
+    .plugin = &step_host};

@@ -13,7 +13,7 @@
  * reason; the plugin decides about the audio itself (undecodable -> failed,
  * provider down -> retry).
  *
- * The plugin runs on the driver every plugin stage shares (stages.h,
+ * The plugin runs on the driver every plugin stage shares (lib/plugin_driver.h,
  * sl__plugin_process / sl__plugin_start, as grade and the step host do),
  * which also fetches the answer (sl__objects):
  *   - SYNC plugins (pocketsphinx): on the worker pool, one plugin instance
@@ -34,7 +34,8 @@
  * memory is taken; the driver corrects it to the object's real size.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "../stages.h"
+#include "lib/pb_arena.h"
+#include "lib/plugin_stage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@ typedef struct {
 } stt_conf;
 
 #define SC(f) offsetof(stt_conf, f)
-const sl_conf_entry sl__stt_table[] = {
+static const sl_conf_entry stt_table[] = {
     {"stt.plugin", SL_CONF_STR, "pocketsphinx", SC(plugin),
      "STT plugin: a name found along plugin.path (stt-<name>.so) or a file path "
      "(also --plugin NAME); docs/plugins.md lists them",
@@ -67,13 +68,11 @@ const sl_conf_entry sl__stt_table[] = {
      "stored, when there is one, else the original) or original (always what was uploaded)",
      0},
 };
-const size_t sl__stt_table_len = sizeof sl__stt_table / sizeof sl__stt_table[0];
+static const size_t stt_table_len = sizeof stt_table / sizeof stt_table[0];
 
 typedef struct {
   sl_common_conf *cc;
   stt_conf *sc;
-  sl__plugin_pool pool;
-  sl__objects objects;
   /* progress labels (pipeline.json): stt's own, and the next stage's */
   const char *progress_own, *progress_next;
 } stt;
@@ -126,7 +125,7 @@ static void release(void *msg, ProtobufCAllocator *pa) { sl__pb_free(msg, pa); }
  * size the upload declared, or for preflight's FLAC (16 kHz mono) at most
  * its decoded length as 16-bit PCM — up to stt.max_audio_bytes. */
 static int64_t answer_bytes(void *ud, const rd_kafka_message_t *m) {
-  const stt *s = ud;
+  const stt *s = ((const sl__plugin_host *)ud)->state;
   Sluice__V1__UploadCompleted *up = sluice__v1__upload_completed__unpack(NULL, m->len, m->payload);
   if (!up) return 0;
   double n = (double)up->size;
@@ -207,77 +206,44 @@ static const sl__plugin_ops ops = {.setup_class = "stt_setup",
                                    .finish = finish,
                                    .release = release};
 
-static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
-  sl__plugin_process(&((stt *)ud)->pool, &ops, ud, m, out, res);
+static const char *plugin_name(const sl__plugin_host *h) {
+  return ((const stt_conf *)h->conf)->plugin;
 }
 
-static void start(void *ud, sl_job *job) { sl__plugin_start(&((stt *)ud)->pool, &ops, ud, job); }
-
-int sl__stt_main(int argc, char **argv) {
-  sl__plugins pl;
-  int rc = sl__plugins_open(&pl, argc, argv, "stt");
-  if (rc) {
-    sl__plugins_close(&pl);
-    return rc;
+/* stt's state, and its storage: blocking on the workers for a SYNC plugin,
+ * on the loop for an async one. */
+static int setup(sl__plugin_host *h, sl_stage_opts *o, char *err, size_t errlen) {
+  stt_conf *sc = h->conf;
+  stt *s = h->state;
+  if (strcmp(sc->audio, "normalized") && strcmp(sc->audio, "original")) {
+    snprintf(err, errlen, "stt.audio must be normalized or original, not \"%s\"", sc->audio);
+    return SL_ECONFIG;
   }
-  sl_common_conf cc = {0};
-  stt_conf sc = {0};
-  sl_s3_conf s3 = {0};
-  sl__plugin_conf pc = {0};
-  sl_conf_bind own[24] = {{sl__stt_table, sl__stt_table_len, &sc},
-                          {sl__plugin_table, sl__plugin_table_len, &pc},
-                          {sl_s3_conf_table, sl_s3_conf_table_len, &s3}};
-  size_t nown = 3 + sl__plugins_binds(&pl, own + 3, 24 - 3);
-  sl_admin *admin = NULL;
-  rc = sl__stage_start(pl.argc, pl.argv, "stt", "Transcribes uploaded answers with an STT plugin.",
-                       &cc, own, nown, "127.0.0.1:9182", &admin);
-  if (rc) {
-    sl__plugins_close(&pl);
-    return rc;
-  }
-  stt s = {.cc = &cc,
-           .sc = &sc,
-           .progress_own = sl_pipeline_progress_of(cc.pipeline, "stt"),
-           .progress_next = sl_pipeline_progress_next(cc.pipeline, "stt")};
-  char err[1024] = "", provider[80];
-  rc = sl__plugins_choose(&pl, "stt", sc.plugin, err, sizeof err);
-  if (rc == 0 && strcmp(sc.audio, "normalized") && strcmp(sc.audio, "original")) {
-    snprintf(err, sizeof err, "stt.audio must be normalized or original, not \"%s\"", sc.audio);
-    rc = SL_ECONFIG;
-  }
-  if (rc == 0) rc = sl__plugin_pool_init(&s.pool, pl.chosen, err, sizeof err);
-  if (rc == 0) {
-    rc = sl__objects_init(&s.objects, &s3, (size_t)sc.max_audio_bytes, (long)sc.fetch_timeout_ms,
-                          s.pool.sync, err, sizeof err);
-    s.pool.objects = &s.objects;
-  }
-  int sync = s.pool.sync;
-  if (rc == 0) {
-    const sl_plugin *d = sl_plugin_lib_desc(pl.chosen);
-    snprintf(provider, sizeof provider, "stt-%s", d->name);
-    sl_log(SL_LOG_INFO, NULL, "plugin stt/%s %s (%s) from %s", d->name,
-           d->version ? d->version : "", sync ? "sync, worker pool" : "async, event loop",
-           sl_plugin_lib_file(pl.chosen));
-    const char *topics[] = {cc.topic_stt_requests};
-    sl_stage_opts o = {.stage = "stt",
-                       .common = &cc,
-                       .topics = topics,
-                       .ntopics = 1,
-                       .process = sync ? process : NULL,
-                       .start = sync ? NULL : start,
-                       .ud = &s,
-                       .provider = provider,
-                       .idempotent = 1,
-                       .admin = admin,
-                       .on_dead_letter = sl__dead_letter_status,
-                       .bytes_of = answer_bytes};
-    rc = sl_stage_run(&o, &sl__stop);
-  } else {
-    sl_log(SL_LOG_ERROR, NULL, "start-up failed: %s", err);
-  }
-  sl__plugin_pool_free(&s.pool);
-  sl__objects_free(&s.objects);
-  sl__stage_finish(&cc, own, nown, admin);
-  sl__plugins_close(&pl);
-  return rc ? 1 : 0;
+  *s = (stt){.cc = h->cc,
+             .sc = sc,
+             .progress_own = sl_pipeline_progress_of(h->cc->pipeline, "stt"),
+             .progress_next = sl_pipeline_progress_next(h->cc->pipeline, "stt")};
+  h->topics[0] = h->cc->topic_stt_requests;
+  o->bytes_of = answer_bytes;
+  int rc = sl__objects_init(&h->objects, h->s3, (size_t)sc->max_audio_bytes,
+                            (long)sc->fetch_timeout_ms, h->sync, err, errlen);
+  h->has_objects = rc == 0;
+  return rc;
 }
+
+static const sl__plugin_stage stt_host = {.kind = "stt",
+                                          .ops = &ops,
+                                          .conf_size = sizeof(stt_conf),
+                                          .state_size = sizeof(stt),
+                                          .s3 = 1,
+                                          .plugin_name = plugin_name,
+                                          .setup = setup};
+
+const sl__stage_desc sl__stt_stage = {
+    .name = "stt",
+    .summary = "transcribes uploaded answers (STT plugin, default pocketsphinx)",
+    .kind = {"stt", {SL__MSG_UPLOAD, NULL}, {SL__MSG_TRANSCRIPT, SL__MSG_STATUS, NULL}, 1, 1, 0},
+    .table = stt_table,
+    .table_len = &stt_table_len,
+    .admin = "127.0.0.1:9182",
+    .plugin = &stt_host};

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_auth.c — the credentials an attacker controls: JWTs
- * (stages/auth/auth.c, over libjwt), the webhook's X-Sluice-Signature and
- * Bearer headers and its event normalisation (stages/presign/webhook.c),
+ * (stages/lib/auth.c, over libjwt), the webhook's X-Sluice-Signature and
+ * Bearer headers (stages/lib/webhook_sig.c) and its event normalisation (stages/presign/webhook.c),
  * and API-key / user-id shapes.
  *
  * Input: byte 0 picks the part, the rest is the text:
@@ -29,8 +29,9 @@
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 
-#include "auth/auth.h"
-#include "ingest/s3event.h"
+#include "lib/auth.h"
+#include "lib/s3event.h"
+#include "lib/webhook_sig.h"
 #include "presign/webhook.h"
 #include "sluice/sl_err.h"
 

@@ -2,7 +2,7 @@
 /*
  * fuzz_objkey.c — object keys: sl__url_decode (the key as an S3 event
  * carries it, URL-encoded) and sl__object_key_parse (our
- * "submissions/<uuid>/q<N>.<ext>" keys), stages/ingest/s3event.c.
+ * "submissions/<uuid>/q<N>.<ext>" keys), stages/lib/s3event.c.
  *
  * Input: byte 0 picks the output buffer size for sl__url_decode (0..255,
  * so the bound is hit often), the rest is the key text (cut at the first
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3event.h"
+#include "lib/s3event.h"
 #include "sluice/sl_err.h"
 
 #define CHECK(cond)                                                                                \

@@ -2,7 +2,7 @@
 /*
  * fuzz_s3event.c — S3 bucket notifications as ingest (and the presign
  * webhook) read them: sl__s3event_load on the raw message, then
- * sl__s3event_record on every record (stages/ingest/s3event.c).
+ * sl__s3event_record on every record (stages/lib/s3event.c).
  *
  * Oracle (abort() on violation): load either fails with a reason and no
  * document, or succeeds with a document and a non-empty Records array (or
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3event.h"
+#include "lib/s3event.h"
 
 #define CHECK(cond)                                                                                \
   do {                                                                                             \

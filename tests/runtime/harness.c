@@ -46,7 +46,7 @@
 #include "sluice/sl_redis.h"
 #include "sluice/sl_stage.h"
 #include "sluice/sl_tls.h"
-#include "stages.h" /* sl__dead_letter_status */
+#include "lib/stage.h" /* sl__dead_letter_status */
 
 static volatile sig_atomic_t stop_flag;
 static char out_topic[128] = "harness.out"; /* <stage>.out, set in main */

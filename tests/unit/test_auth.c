@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_auth.c — stages/auth: JWT verification (signature, algorithm,
+ * test_auth.c — stages/lib/auth: JWT verification (signature, algorithm,
  * claims), API key shape and lookup key, user ids, results-token binding.
  * Tokens are built here with OpenSSL (HMAC-SHA256, RSA PKCS#1 v1.5), not
  * with libjwt, so the verifier is checked against an independent signer.
@@ -21,7 +21,7 @@
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
-#include "auth/auth.h"
+#include "lib/auth.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 

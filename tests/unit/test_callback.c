@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_callback.c — the callback URL policy (stages/notify/callback.h):
+ * test_callback.c — the callback URL policy (stages/lib/callback.h):
  * the allow-list of hosts, URL form, and the address classes refused
  * unless callback.allowed_addresses covers them (loopback, private,
  * link-local, metadata, IPv4 mapped into IPv6). Name resolution itself is
@@ -18,7 +18,7 @@
 #include <netinet/in.h>
 #include <string.h>
 
-#include "notify/callback.h"
+#include "lib/callback.h"
 #include "sluice/sl_err.h"
 
 static sl__callback_policy *policy(const char *hosts, const char *addrs, int http) {

@@ -85,7 +85,7 @@ static void on_request(sl_http_req *req, void *ud) {
   sl_http_respond(req, 200, "application/json", NULL, reply, strlen(reply));
 }
 
-/* ---- a call through the host, the way stages/common.c runs one ---- */
+/* ---- a call through the host, the way stages/lib/plugin_driver.c runs one ---- */
 
 typedef struct {
   int calls;
@@ -148,7 +148,7 @@ static void fixture_down(fixture *f) {
   free(f->p.body);
 }
 
-/* one call as stages/common.c runs it, the loop run until over(arg) */
+/* one call as stages/lib/plugin_driver.c runs it, the loop run until over(arg) */
 static void run_call(fixture *f, held *h, int (*over)(void *), void *arg) {
   sl_plugin_input pin;
   memset(&pin, 0, sizeof pin);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pb_arena.c — the protobuf arena plugin stages decode their input into
- * (sl__pb_arena, stages/stages.h): a message that fits is decoded into the
+ * (sl__pb_arena, stages/lib/pb_arena.h): a message that fits is decoded into the
  * caller's buffer and needs no free; one that does not spills to malloc and
  * is freed as usual (under ASan/LSan a spilled part not freed, or freed
  * twice, fails the run); a decode that fails leaves nothing behind; the
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "sluice.pb-c.h"
-#include "stages.h"
+#include "lib/pb_arena.h"
 
 /* A Transcript of n words, packed; *len its size. */
 static uint8_t *transcript(size_t n, size_t *len) {
@@ -69,7 +69,7 @@ static void check(const Sluice__V1__Transcript *t, size_t n) {
   }
 }
 
-/* the arena under test, over a buffer as the driver's (stages/common.c) */
+/* the arena under test, over a buffer as the driver's (stages/lib/plugin_driver.c) */
 static _Alignas(max_align_t) unsigned char space[SL__PB_ARENA_BYTES];
 static sl__pb_arena ar;
 static void arena_fresh(void) { sl__pb_arena_init(&ar, space, sizeof space); }

@@ -23,7 +23,7 @@
 
 #include "sluice.pb-c.h"
 #include "sluice/sl_jsonw.h"
-#include "stages.h"
+#include "lib/view.h"
 
 /* the view of st parsed; its keys in order must be `keys` (NULL-ended) */
 static json_t *view_of(const Sluice__V1__QuestionStatus *st, const char *label,

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "stages.h"
+#include "lib/view.h"
 
 static void test_forward(void **state) {
   (void)state;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_webhook.c — the pure parts of presign's storage-event webhook
- * (stages/presign/webhook.c): the X-Sluice-Signature check (HMAC-SHA256
+ * (stages/lib/webhook_sig.c, stages/presign/webhook.c): the X-Sluice-Signature check (HMAC-SHA256
  * over "<t>.<body>", known vectors computed with
  *   printf '%s' '1796000000.{"Records":[]}' | openssl dgst -sha256 -hmac SECRET
  * ), timestamp tolerance, rotation, malformed headers, the bearer check,
@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest/s3event.h"
+#include "lib/s3event.h"
+#include "lib/webhook_sig.h"
 #include "presign/webhook.h"
 #include "sluice/sl_err.h"
 

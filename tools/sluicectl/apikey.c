@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * apikey.c — `sluicectl apikey add|list|revoke`: the API keys presign and
- * results accept (stages/auth/auth.h).
+ * results accept (stages/lib/auth.h).
  *
  * A key is "slk_" + 64 hex digits (256 random bits, sl_random_hex). It is
  * printed once, by add; Redis keeps only its SHA-256, as the hash
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "../../stages/auth/auth.h" /* SL__APIKEY_REVOKED_CHANNEL */
+#include "../../stages/lib/auth.h" /* SL__APIKEY_REVOKED_CHANNEL */
 #include "sluicectl.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_pipeline.h"

@@ -35,7 +35,7 @@
  * decoder_main.c), so they cannot hold more memory than its limit.
  *
  * Writes use MSG-less pipes, so a process that dies mid-request would raise
- * SIGPIPE: every stage ignores it (stages/common.c), and the unit test
+ * SIGPIPE: every stage ignores it (stages/lib/process.c), and the unit test
  * does too; a write then fails with EPIPE, which is handled.
  */
 #define _GNU_SOURCE

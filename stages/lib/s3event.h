@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * s3event.h — reading S3 bucket notifications (internal to ingest and the
+ * lib/s3event.h — reading S3 bucket notifications (internal to ingest and the
  * presign webhook; pure functions, no I/O, so they are also fuzz targets).
  *
  * The AWS event format: {"Records":[{"eventName":"s3:ObjectCreated:Put",
  * "s3":{"bucket":{"name":…},"object":{"key":…,"size":…,"eTag":…}}}]}.
  * Versity Gateway also sends {"Event":"s3:TestEvent"} once at start-up.
  */
-#ifndef SLUICE_S3EVENT_H
-#define SLUICE_S3EVENT_H
+#ifndef SLUICE_LIB_S3EVENT_H
+#define SLUICE_LIB_S3EVENT_H
 
 #include <jansson.h>
 #include <stddef.h>

@@ -4,7 +4,7 @@
  * the JSON; this file only knows which fields matter and how our object keys
  * look. No I/O and no global state: safe from any thread.
  */
-#include "s3event.h"
+#include "lib/s3event.h"
 
 #include <ctype.h>
 #include <stdio.h>

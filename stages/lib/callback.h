@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * callback.h — which callback URLs a submission may name (internal): the
+ * lib/callback.h — which callback URLs a submission may name (internal): the
  * one policy presign applies at create and notify applies again at every
  * delivery (docs/security.md, "Callbacks"). A URL must be http(s) (http
  * only with callback.allow_http), carry no user info, name a host of
@@ -12,8 +12,8 @@
  * resolves differently between check and connect (DNS rebinding) cannot
  * reach a refused address.
  */
-#ifndef SLUICE_NOTIFY_CALLBACK_H
-#define SLUICE_NOTIFY_CALLBACK_H
+#ifndef SLUICE_LIB_CALLBACK_H
+#define SLUICE_LIB_CALLBACK_H
 
 #include <stddef.h>
 #include <stdint.h>

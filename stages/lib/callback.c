@@ -8,7 +8,7 @@
  * delivery sends, so check, pin and request name the same host.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "callback.h"
+#include "lib/callback.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

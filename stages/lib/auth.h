@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * auth.h — who is calling: API keys, JWTs and results tokens (internal to
+ * lib/auth.h — who is calling: API keys, JWTs and results tokens (internal to
  * presign and results).
  *
  * A caller presents "Authorization: Bearer <credential>":
@@ -19,8 +19,8 @@
  * any thread. The Redis lookup of API keys is the caller's (presign is
  * async, results sync).
  */
-#ifndef SLUICE_AUTH_H
-#define SLUICE_AUTH_H
+#ifndef SLUICE_LIB_AUTH_H
+#define SLUICE_LIB_AUTH_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@
  * here.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "auth.h"
+#include "lib/auth.h"
 
 #include <errno.h>
 #include <jansson.h>

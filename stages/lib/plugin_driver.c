@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * plugin_driver.c — running a stage's plugin for each message (see
+ * plugin_driver.h): sl__plugin_process on a worker for SYNC plugins whose
+ * storage is blocking, sl__plugin_start on the loop for the rest, with
+ * the object a plugin reads fetched and the one it returns stored on the
+ * loop.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "lib/plugin_driver.h"
+#include "lib/pb_arena.h"
+
+#include <uv.h>
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/sl_err.h"
+#include "sluice/sl_httpc.h"
+#include "sluice/sl_tls.h"
+
+/* SYNC: the object of msg fetched on this worker into *data (NULL when the
+ * plugin reads none). 0, or <0 with res set. */
+static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, void *msg,
+                      sl_plugin_input *in, void **data, sl_result *res) {
+  const char *key = pp->objects && ops->object ? ops->object(ud, msg) : NULL;
+  if (!key) return 0;
+  char err[512] = "";
+  sl_s3_conn *conn = sl_tls_get(pp->objects->conns, err, sizeof err);
+  if (!conn) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "%s", err);
+    return SL_ECONFIG;
+  }
+  size_t len = 0;
+  long status = 0;
+  int rc = sl_s3_get(conn, sl__objects_target(pp->objects, key), key, pp->objects->max_bytes, data,
+                     &len, &status, err, sizeof err);
+  if (rc) {
+    sl__storage_fault(res, rc, status, key, err);
+    return rc;
+  }
+  sl__give_object(in, key, *data, len);
+  return 0;
+}
+
+static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
+
+void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud,
+                        const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
+  char key[SL__KEY_MAX], err[512] = "";
+  void *msg = NULL, *scratch = NULL;
+  /* the message lives only for this call: decoded into an arena here */
+  _Alignas(max_align_t) unsigned char space[SL__PB_ARENA_BYTES];
+  sl__pb_arena ar;
+  sl__pb_arena_init(&ar, space, sizeof space);
+  if (!ops->parse(ud, m, out, res, &msg, key, &ar.a)) return;
+  sl_plugin_inst *in = sl__plugin_pool_get(pp, err, sizeof err);
+  if (!in) {
+    sl_result_set(res, SL_OUTCOME_RETRY, ops->setup_class, "%s", err);
+    ops->release(msg, &ar.a);
+    return;
+  }
+  sl_plugin_input pin;
+  void *object = NULL;
+  if (!ops->input(ud, msg, key, &pin, &scratch, res) ||
+      fetch_sync(pp, ops, ud, msg, &pin, &object, res) != 0) {
+    free(object);
+    free(scratch);
+    ops->release(msg, &ar.a);
+    return;
+  }
+  sl_plugin_result pr = {0};
+  int rc = sl_plugin_run(in, &pin, NULL, take_result, &pr);
+  if (rc)
+    sl_result_set(res, SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s", sl_strerror(rc));
+  else
+    ops->finish(ud, msg, key, &pr, NULL, out, res);
+  sl_plugin_result_clear(&pr);
+  free(object);
+  free(scratch);
+  ops->release(msg, &ar.a);
+}
+
+/* One message run by sl__plugin_start: everything the plugin's input
+ * points at — the input itself included — lives here until the job is done
+ * (the ABI lends the input until complete(), and the call outlives
+ * sl__plugin_start). The fetched object is the one copy of the answer in
+ * the process: taken from the HTTP client's buffer, not copied, and (async
+ * plugins) streamed from here into the plugin's upload (sl_pluginhost.c);
+ * it counts towards stage.max_bytes_in_flight (sl_job_hold) until it is
+ * freed. Each step runs on the loop, except a SYNC plugin's run, on a
+ * worker (work), which touches only in, pr and why while the loop leaves
+ * the job alone. */
+typedef struct {
+  const sl__plugin_ops *ops;
+  void *ud;
+  sl_job *job;
+  sl__plugin_pool *pp;
+  void *msg, *scratch;
+  char key[SL__KEY_MAX];
+  sl_plugin_input in;
+  const char *object_key; /* the object being fetched, or NULL */
+  void *object;           /* its bytes, once fetched */
+  sl_plugin_result pr;    /* what the plugin returned (owned here) */
+  uv_work_t work;         /* SYNC: the run on the worker pool */
+  int ran;                /* SYNC: the run returned pr (else why says why not) */
+  const char *why_class;  /* SYNC: the retry class when it did not */
+  char why[512];
+  char stored[1200]; /* the key pr.object is stored as */
+} plugin_job;
+
+static void plugin_job_free(plugin_job *c) {
+  c->ops->release(c->msg, NULL);
+  free(c->scratch);
+  free(c->object);
+  sl_plugin_result_clear(&c->pr);
+  sl_job_hold(c->job, 0); /* the job holds nothing of ours from here */
+  free(c);
+}
+
+/* the job is over (its outbox and result set) */
+static void job_end(plugin_job *c) {
+  sl_job *job = c->job;
+  plugin_job_free(c);
+  sl_job_done(job);
+}
+
+static void job_finish(plugin_job *c, const char *stored) {
+  c->ops->finish(c->ud, c->msg, c->key, &c->pr, stored, sl_job_outbox(c->job),
+                 sl_job_result(c->job));
+  job_end(c);
+}
+
+/* the new object stored (or not) */
+static void on_stored(const sl_httpc_response *r, void *ud) {
+  plugin_job *c = ud;
+  if (r->status == 200) {
+    job_finish(c, c->stored);
+    return;
+  }
+  char why[1400];
+  snprintf(why, sizeof why, "PUT %s: %s", c->stored, r->status ? "HTTP error" : r->error);
+  sl__storage_fault(sl_job_result(c->job), r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status,
+                    c->stored, why);
+  job_end(c);
+}
+
+/* PUTs the plugin's new object where ops->store_key says, then finishes.
+ * Overwrites: a redelivered message stores the same bytes again, which is
+ * what makes it safe to repeat after a crash. */
+static void store_async(plugin_job *c) {
+  sl_result *res = sl_job_result(c->job);
+  sl__objects *o = c->pp->objects;
+  if (!c->ops->store_key(c->ud, c->msg, &c->pr, c->stored, sizeof c->stored, res)) {
+    job_end(c);
+    return;
+  }
+  char url[4096], ct[200];
+  snprintf(ct, sizeof ct, "Content-Type: %s",
+           *c->pr.object_type ? c->pr.object_type : "application/octet-stream");
+  const char *hdrs[] = {ct, "Expect:", NULL}; /* no 100-continue round trip */
+  const sl_s3_target *t = sl__objects_target(o, c->stored);
+  int rc = sl_s3_presign_put(o->loop_sig, t, c->stored, 600, url, sizeof url);
+  sl_httpc_request q = {.method = "PUT",
+                        .url = url,
+                        .headers = hdrs,
+                        .body = c->pr.object,
+                        .body_len = c->pr.object_len,
+                        .timeout_ms = o->timeout_ms,
+                        .max_response = 65536,
+                        .ca_file = t->ca_file};
+  if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_stored, c);
+  if (rc) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "storage", "storing %s: %s", c->stored, sl_strerror(rc));
+    job_end(c);
+  }
+}
+
+/* the plugin has returned c->pr: its object stored first when it made one */
+static void after_run(plugin_job *c) {
+  if (c->pr.outcome == SL_PLUGIN_DONE && c->pr.object && c->ops->store_key && c->pp->objects &&
+      c->pp->objects->loop_sig) {
+    /* the input is read: what the job holds now is the new object, twice
+     * while it is PUT (the HTTP client sends a copy) */
+    free(c->object);
+    c->object = NULL;
+    c->in.audio = NULL;
+    c->in.audio_len = 0;
+    sl_job_hold(c->job, 2 * (int64_t)c->pr.object_len);
+    store_async(c);
+  } else {
+    job_finish(c, NULL);
+  }
+}
+
+static void on_plugin_done(sl_plugin_result *pr, void *ud) {
+  plugin_job *c = ud;
+  c->pr = *pr; /* ours now: cleared with the job */
+  after_run(c);
+}
+
+/* SYNC: on a worker thread */
+static void pool_run(uv_work_t *w) {
+  plugin_job *c = w->data;
+  sl_plugin_inst *in = sl__plugin_pool_get(c->pp, c->why, sizeof c->why);
+  if (!in) {
+    c->why_class = c->ops->setup_class;
+    return;
+  }
+  int rc = sl_plugin_run(in, &c->in, NULL, take_result, &c->pr);
+  if (rc) {
+    c->why_class = "plugin_error";
+    snprintf(c->why, sizeof c->why, "running the plugin: %s", sl_strerror(rc));
+    return;
+  }
+  c->ran = 1;
+}
+
+/* SYNC: back on the loop */
+static void pool_ran(uv_work_t *w, int status) {
+  plugin_job *c = w->data;
+  if (c->ran) {
+    after_run(c);
+    return;
+  }
+  sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, c->why_class ? c->why_class : "internal",
+                "%s", status == UV_ECANCELED ? "cancelled before it ran" : c->why);
+  job_end(c);
+}
+
+static void run_plugin(plugin_job *c) {
+  int rc;
+  if (c->pp->sync) {
+    c->work.data = c;
+    rc = uv_queue_work(sl_job_loop(c->job), &c->work, pool_run, pool_ran); /* -errno */
+  } else {
+    rc = sl_plugin_run(c->pp->inst, &c->in, sl_job_http(c->job), on_plugin_done, c);
+  }
+  if (rc) {
+    sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, "plugin_error", "running the plugin: %s",
+                  sl_strerror(rc));
+    job_end(c);
+  }
+}
+
+/* the object arrived (or did not) on the loop */
+static void on_object(const sl_httpc_response *r, void *ud) {
+  plugin_job *c = ud;
+  sl_job *job = c->job;
+  sl_result *res = sl_job_result(job);
+  const char *k = c->object_key;
+  if (r->status == 200) {
+    c->object = sl_httpc_take_body(r);
+    if (!c->object) {
+      sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "holding %zu bytes of %s", r->body_len,
+                    k);
+    } else {
+      sl_job_hold(job, (int64_t)r->body_len); /* what it weighs, not what was reserved */
+      sl__give_object(&c->in, k, c->object, r->body_len);
+      run_plugin(c);
+      return;
+    }
+  } else if (r->too_big) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "audio_too_large", "object %s is larger than %zu bytes", k,
+                  c->pp->objects->max_bytes);
+  } else if (r->status == 404) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "storage", "object %s not found in storage", k);
+  } else {
+    char why[600];
+    snprintf(why, sizeof why, "GET %s: %s", k, r->status ? "HTTP error" : r->error);
+    sl__storage_fault(res, r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status, k, why);
+  }
+  job_end(c);
+}
+
+static void fetch_async(plugin_job *c) {
+  sl__objects *o = c->pp->objects;
+  char url[4096];
+  const sl_s3_target *t = sl__objects_target(o, c->object_key);
+  int rc = sl_s3_presign_get(o->loop_sig, t, c->object_key, 600, url, sizeof url);
+  sl_httpc_request q = {.method = "GET",
+                        .url = url,
+                        .timeout_ms = o->timeout_ms,
+                        .max_response = o->max_bytes,
+                        .ca_file = t->ca_file};
+  if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_object, c);
+  if (rc) {
+    sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",
+                  c->object_key, sl_strerror(rc));
+    job_end(c);
+  }
+}
+
+void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job) {
+  sl_result *res = sl_job_result(job);
+  plugin_job *c = calloc(1, sizeof *c);
+  if (!c) {
+    sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "starting a job");
+    sl_job_done(job);
+    return;
+  }
+  c->ops = ops;
+  c->ud = ud;
+  c->job = job;
+  if (!ops->parse(ud, sl_job_message(job), sl_job_outbox(job), res, &c->msg, c->key, NULL)) {
+    free(c);
+    sl_job_done(job);
+    return;
+  }
+  if (!ops->input(ud, c->msg, c->key, &c->in, &c->scratch, res)) {
+    job_end(c);
+    return;
+  }
+  c->pp = pp;
+  c->object_key = pp->objects && ops->object ? ops->object(ud, c->msg) : NULL;
+  if (c->object_key)
+    fetch_async(c);
+  else
+    run_plugin(c);
+}
+
+int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {
+  res->provider_called = 1;
+  res->cost_units = pr->cost_units > 0 ? pr->cost_units : 0; /* failed calls cost too */
+  if (pr->outcome == SL_PLUGIN_DONE) return 1;
+  if (pr->outcome == SL_PLUGIN_RETRY) {
+    res->retry_after_ms = pr->retry_after_ms;
+    res->provider_throttled = pr->throttled;
+  }
+  sl_result_set(res, pr->outcome == SL_PLUGIN_RETRY ? SL_OUTCOME_RETRY : SL_OUTCOME_FAIL,
+                pr->error_class, "%s", pr->reason);
+  return 0;
+}
