@@ -158,7 +158,7 @@ static void test_started_suspects(void **state) {
 
 static void test_solo_ready(void **state) {
   (void)state;
-  assert_true(sl_admit_solo_ready(0, 0, 1)); /* only the suspect holds a count */
+  assert_true(sl_admit_solo_ready(0, 0, 1));  /* only the suspect holds a count */
   assert_false(sl_admit_solo_ready(1, 0, 1)); /* a call runs */
   assert_false(sl_admit_solo_ready(0, 1, 1)); /* a count or deletion unanswered */
   assert_false(sl_admit_solo_ready(0, 0, 2)); /* another job holds a count */

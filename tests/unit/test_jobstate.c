@@ -24,10 +24,10 @@ static void path_ok(const sl_job_state *path, size_t n) {
       fail_msg("%s -> %s refused", sl_job_state_name(path[i - 1]), sl_job_state_name(path[i]));
   }
 }
-#define PATH_OK(...)                                                                              \
-  do {                                                                                            \
-    const sl_job_state p_[] = {__VA_ARGS__};                                                      \
-    path_ok(p_, sizeof p_ / sizeof p_[0]);                                                        \
+#define PATH_OK(...)                                                                               \
+  do {                                                                                             \
+    const sl_job_state p_[] = {__VA_ARGS__};                                                       \
+    path_ok(p_, sizeof p_ / sizeof p_[0]);                                                         \
   } while (0)
 
 static void test_paths(void **state) {
