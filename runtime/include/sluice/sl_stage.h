@@ -294,7 +294,7 @@ struct sl_stage_opts;
 /* A message of the stage is being dead-lettered. subject is the message key
  * (or what the processor named in sl_result.subject; may be ""); the hook
  * may add outputs to out that tell the domain about it (Sluice's stages add
- * a FAILED QuestionStatus for "<submission>/<question>", see stages/common.c),
+ * a FAILED QuestionStatus for "<submission>/<question>", see stages/lib/stage.c),
  * produced with the dead letter, all or nothing. cost_units: what every
  * attempt of the message cost (sl_result.cost_before + cost_units). Runs on
  * the loop thread and must not block; the runtime itself knows nothing of
