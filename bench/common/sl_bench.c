@@ -108,8 +108,8 @@ int sl_bench_opts(const char *who, int argc, char **argv, int *i, const sl_bench
     }
     if (*i + 1 >= argc || opt_set(o, argv[*i + 1]) != 0) {
       fprintf(stderr, "%s: %s wants %s\n", who, k,
-              *i + 1 >= argc                                     ? "a value"
-              : o->type == SL_BENCH_DBL                          ? "a number"
+              *i + 1 >= argc                                      ? "a value"
+              : o->type == SL_BENCH_DBL                           ? "a number"
               : o->type == SL_BENCH_STR || o->type == SL_BENCH_FN ? "another value"
                                                                   : "a whole number");
       return -1;

@@ -54,7 +54,7 @@ typedef enum {
 typedef struct {
   const char *name; /* "--seconds" */
   sl_bench_type type;
-  void *dst;                 /* for all but SL_BENCH_FN */
+  void *dst;                /* for all but SL_BENCH_FN */
   int (*fn)(const char *v); /* for SL_BENCH_FN */
 } sl_bench_opt;
 

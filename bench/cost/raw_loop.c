@@ -10,7 +10,8 @@
  * Settings as the stages' (runtime/src/sl_kafka.c): the consumer with manual
  * commits and no offset store, earliest reset, 8 MiB prefetch, the
  * cooperative-sticky assignor, 10 s session and 2 s heartbeat; the producer
- * idempotent (acks=all), linger.ms=2; asynchronous commits every 100 ms (the
+ * with the stages' own settings (sl_kafka_conf_durable: idempotent,
+ * acks=all, linger.ms=2); asynchronous commits every 100 ms (the
  * stage's tick), a synchronous one at the end; at most --max-in-flight
  * inputs unfinished (stage.max_in_flight, 1000), beyond which it stops
  * polling the consumer until outputs are acknowledged. No pausing, no
@@ -34,6 +35,7 @@
 #include <time.h>
 
 #include "sl_bench.h"
+#include "sluice/sl_kafka.h"
 
 #define MAX_PARTS 256
 #define RING 4096 /* > max in flight: a slot is never reused while pending */
@@ -183,19 +185,7 @@ int main(int argc, char **argv) {
   }
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  const char *prod_conf[] = {"bootstrap.servers",
-                             brokers,
-                             "client.id",
-                             "cost-raw-loop",
-                             "enable.idempotence",
-                             "true",
-                             "acks",
-                             "all",
-                             "linger.ms",
-                             "2",
-                             "message.timeout.ms",
-                             "30000",
-                             NULL};
+  const char *prod_conf[] = {"bootstrap.servers", brokers, "client.id", "cost-raw-loop", NULL};
   const char *cons_conf[] = {"bootstrap.servers",
                              brokers,
                              "client.id",
@@ -220,6 +210,11 @@ int main(int argc, char **argv) {
                              "2000",
                              NULL};
   rd_kafka_conf_t *pc = conf_of(prod_conf);
+  char cerr[256];
+  if (sl_kafka_conf_durable(pc, NULL, cerr, sizeof cerr)) { /* the stages' producer settings */
+    fprintf(stderr, "raw_loop: %s\n", cerr);
+    return 2;
+  }
   rd_kafka_conf_set_dr_msg_cb(pc, on_dr);
   rd_kafka_t *prod = client(RD_KAFKA_PRODUCER, pc);
   rd_kafka_conf_t *cc = conf_of(cons_conf);

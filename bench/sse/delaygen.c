@@ -40,6 +40,7 @@
 
 #include "sluice.pb-c.h"
 #include "sl_bench.h"
+#include "sluice/sl_kafka.h"
 
 enum { MAXQ = 15, SSEBUF = 65536, VIEWMAX = 1 << 20, MAXSUBS = 5000 };
 
@@ -212,10 +213,10 @@ int main(int argc, char **argv) {
   char errstr[512];
   const char *brokers = getenv("SLUICE_KAFKA_BROKERS");
   rd_kafka_conf_t *kc = rd_kafka_conf_new();
+  const char *const extra[] = {"linger.ms", "1", NULL}; /* the runtime's, sooner */
   if (rd_kafka_conf_set(kc, "bootstrap.servers", brokers ? brokers : "127.0.0.1:9092", errstr,
                         sizeof errstr) ||
-      rd_kafka_conf_set(kc, "enable.idempotence", "true", errstr, sizeof errstr) ||
-      rd_kafka_conf_set(kc, "linger.ms", "1", errstr, sizeof errstr)) {
+      sl_kafka_conf_durable(kc, extra, errstr, sizeof errstr)) {
     fprintf(stderr, "sse_delaygen: %s\n", errstr);
     return 1;
   }
