@@ -69,9 +69,9 @@ unit: build-san
 	ctest --test-dir $(SAN_BUILD) -L unit --output-on-failure
 
 # Presigned URLs/s/core: Sluice's signer vs boto3 and the AWS SDK for JS v3
-# (needs Node >= 20 and python3-venv; results go to docs/benchmarks.md).
+# (needs Node >= 20 and python3-venv; results go to docs/benchmarks-history.md).
 # The published single-node load scenarios A-E end to end (about an hour;
-# appends to docs/benchmarks.md, plots in docs/img/).
+# appends to docs/benchmarks-history.md, plots in docs/img/).
 bench: bootstrap build
 	BUILD=$(BUILD) bench/pipeline/run
 
@@ -86,14 +86,14 @@ bench-presign: build
 # Create latency of POST /v1/submissions (15 questions, durable Kafka write),
 # open loop at 67/s plus a ramp, beside a bare librdkafka produce of the same
 # message in the same seconds (bench/api/bare_produce); results go to
-# docs/benchmarks.md. Set DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its
+# docs/benchmarks-history.md. Set DEVSTACK_DIR and DEVSTACK_*_PORT for a stack of its
 # own (its creates stay).
 bench-api: build
 	BUILD=$(BUILD) bench/api/run
 
 # Polling throughput of GET /v1/submissions/{id} with If-None-Match (304),
 # against the full 200 and a trivial route of the same server, same run;
-# results go to docs/benchmarks.md.
+# results go to docs/benchmarks-history.md.
 bench-poll: build
 	BUILD=$(BUILD) bench/poll/run
 
@@ -104,7 +104,7 @@ bench-sse: build
 
 # The delay from a status reaching Kafka to an event stream, beside a client
 # polling at the browser's policy on the same statuses (about 2 minutes);
-# results go to docs/benchmarks.md.
+# results go to docs/benchmarks-history.md.
 bench-sse-delay: build
 	BUILD=$(BUILD) bench/sse/delay
 
@@ -112,14 +112,14 @@ bench-sse-delay: build
 # the stage before it wrote, the fake provider answering at once), beside a
 # raw librdkafka consume -> produce -> commit loop on the same messages, and
 # materialize's applies beside a bare EVALSHA loop of its script, measured in
-# the same run (about 10 minutes); results go to docs/benchmarks.md.
+# the same run (about 10 minutes); results go to docs/benchmarks-history.md.
 bench-cost: build
 	BUILD=$(BUILD) bench/cost/run
 
 # Offline speech recognition: word error rate, CPU per second of audio, memory
 # and questions/s of PocketSphinx beside Whisper tiny.en and base on the 24
 # synthesized answers of bench/stt/sentences.tsv (a few minutes; results go to
-# docs/benchmarks.md). Hold /tmp/sluice-bench.lock on a shared machine.
+# docs/benchmarks-history.md). Hold /tmp/sluice-bench.lock on a shared machine.
 bench-stt: build
 	SLUICE_WHISPER_MODELS=tiny.en,base tools/bootstrap
 	BUILD=$(BUILD) bench/stt/run

@@ -48,7 +48,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "latency.h"
+#include "sl_bench.h"
 
 #define FLUSH_MS 10000
 /* presign's producer (stages/presign/presign.c): linger.ms=0 and
@@ -65,12 +65,6 @@ typedef struct {
 
 static volatile int stop_polling;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void sleep_until(double t) {
   struct timespec ts = {(time_t)t, (long)((t - floor(t)) * 1e9)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
@@ -79,7 +73,7 @@ static void sleep_until(double t) {
 
 static void on_sent(rd_kafka_resp_err_t err, void *ctx) {
   slot *s = ctx;
-  s->latency_ms = (now_s() - s->scheduled) * 1000.0;
+  s->latency_ms = (sl_bench_now_s() - s->scheduled) * 1000.0;
   s->err = err;
   s->done = 1;
 }
@@ -168,7 +162,7 @@ int main(int argc, char **argv) {
   }
   const char *brokers = argv[1], *topic = argv[2], *template_topic = argv[3];
   double rate, dur, warm;
-  if (parse_schedule("bare_produce", argc, argv, 4, 2.0, &rate, &dur, &warm)) return 2;
+  if (sl_bench_schedule("bare_produce", argc, argv, 4, 2.0, &rate, &dur, &warm)) return 2;
   void *value = NULL;
   long vlen = newest_message(brokers, template_topic, &value);
   if (vlen < 0) return 1;
@@ -198,13 +192,13 @@ int main(int argc, char **argv) {
   pthread_t th;
   if (pthread_create(&th, NULL, poller, rk) != 0) return 1;
 
-  double t0 = now_s() + 0.01;
+  double t0 = sl_bench_now_s() + 0.01;
   long sent = 0;
   for (long i = 0; i < total; i++) {
     slot *s = &slots[i];
     s->scheduled = t0 + (double)i / rate;
     sleep_until(s->scheduled);
-    s->late_ms = (now_s() - s->scheduled) * 1000.0;
+    s->late_ms = (sl_bench_now_s() - s->scheduled) * 1000.0;
     char key[37];
     sl_uuid7(sl_now_ms(), key);
     rd_kafka_resp_err_t e =
@@ -213,7 +207,7 @@ int main(int argc, char **argv) {
       if (i >= n_warm) {
         char k[48];
         snprintf(k, sizeof k, "refused_%s", rd_kafka_err2name(e));
-        count_err(k);
+        sl_bench_count_err(k);
       }
       s->done = -1; /* nothing will come */
     }
@@ -229,22 +223,22 @@ int main(int argc, char **argv) {
   for (long i = n_warm; i < total; i++) {
     const slot *s = &slots[i];
     late[i - n_warm] = s->late_ms;
-    if (s->done == 0) count_err("unfinished");
+    if (s->done == 0) sl_bench_count_err("unfinished");
     if (s->done != 1) continue;
     if (s->err) {
-      count_err(rd_kafka_err2name((rd_kafka_resp_err_t)s->err));
+      sl_bench_count_err(rd_kafka_err2name((rd_kafka_resp_err_t)s->err));
       continue;
     }
     ok++;
     lat[n_lat++] = s->latency_ms;
   }
-  if (write_raw(argc == 8 ? argv[7] : NULL, lat, n_lat) != 0) {
+  if (sl_bench_write_raw(argc == 8 ? argv[7] : NULL, lat, (size_t)n_lat) != 0) {
     fprintf(stderr, "bare_produce: cannot write %s\n", argv[7]);
     return 1;
   }
   printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f", rate, dur,
          sent, ok, (double)ok / dur);
-  print_latencies(lat, n_lat, late, n_meas);
+  sl_bench_print_latencies(lat, (size_t)n_lat, late, (size_t)n_meas);
   printf(",\"payload_bytes\":%ld,\"key_bytes\":36,\"partitions\":%d}\n", vlen, np);
 
   rd_kafka_destroy(rk);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* bench/api/loadgen.c — open-loop load generator for POST /v1/submissions.
  *
- * Sends one create (15 questions) every 1/R s for D s, scheduled by the clock
+ * Sends one create (15 questions, the body made by tools/client's
+ * sl_client_create_body) every 1/R s for D s, scheduled by the clock
  * (not after the previous answer), on plain libcurl multi with its own wait
  * loop. Each latency runs from the request's *scheduled* send time to its
  * complete response, so queueing in the server or in this client shows up.
@@ -30,15 +31,10 @@
 #include <sys/select.h>
 #include <time.h>
 
-#include "latency.h"
+#include "sl_bench.h"
+#include "sl_client.h"
 
 #define STRAGGLER_S 10.0
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 struct req {
   double scheduled;
@@ -97,23 +93,20 @@ int main(int argc, char **argv) {
   }
   const char *url = argv[1], *raw = argc == 6 ? argv[5] : NULL;
   double rate, dur, warm;
-  if (parse_schedule("loadgen", argc, argv, 2, 0, &rate, &dur, &warm)) return 2;
+  if (sl_bench_schedule("loadgen", argc, argv, 2, 0, &rate, &dur, &warm)) return 2;
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 1;
   if (!loopback_only(url)) {
     fprintf(stderr, "loadgen: only loopback targets (127.0.0.1, localhost, [::1]): %s\n", url);
     return 2;
   }
 
-  /* body: 15 questions */
-  char body[4096];
-  size_t off = (size_t)snprintf(body, sizeof body, "{\"questions\":[");
-  for (int i = 1; i <= 15; i++)
-    off += (size_t)snprintf(body + off, sizeof body - off,
-                            "%s{\"no\":%d,\"content_type\":\"audio/webm\",\"size\":1500000,"
-                            "\"prompt\":\"Describe your weekend.\"}",
-                            i > 1 ? "," : "", i);
-  off += (size_t)snprintf(body + off, sizeof body - off, "]}");
-  if (off >= sizeof body) return 1;
+  /* body: 15 questions, as sluicectl submit writes it (tools/client) */
+  sl_client_question qs[15];
+  for (int i = 0; i < 15; i++)
+    qs[i] = (sl_client_question){i + 1, "audio/webm", 1500000, "Describe your weekend."};
+  char *body = sl_client_create_body(qs, 15);
+  if (!body) return 1;
+  size_t off = strlen(body);
 
   struct curl_slist *hdrs = NULL;
   hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
@@ -139,12 +132,12 @@ int main(int argc, char **argv) {
   curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 2048L);
   curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
 
-  double t0 = now_s() + 0.01; /* first send slightly in the future */
+  double t0 = sl_bench_now_s() + 0.01; /* first send slightly in the future */
   double hard_stop = t0 + warm + dur + STRAGGLER_S;
   int running = 0;
 
   for (;;) {
-    double t = now_s();
+    double t = sl_bench_now_s();
     /* start every request whose scheduled time has come */
     while (sent < total) {
       double sched = t0 + (double)sent / rate;
@@ -172,7 +165,7 @@ int main(int argc, char **argv) {
     int q;
     while ((m = curl_multi_info_read(multi, &q))) {
       if (m->msg != CURLMSG_DONE) continue;
-      double tdone = now_s();
+      double tdone = sl_bench_now_s();
       struct req *r = NULL;
       curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
       long code = 0;
@@ -185,12 +178,12 @@ int main(int argc, char **argv) {
         else {
           char k[32];
           snprintf(k, sizeof k, "%ld", code);
-          count_err(k);
+          sl_bench_count_err(k);
         }
       } else {
         char k[32];
         snprintf(k, sizeof k, "curl_%d", (int)m->data.result);
-        count_err(k);
+        sl_bench_count_err(k);
       }
       curl_multi_remove_handle(multi, m->easy_handle);
       curl_easy_cleanup(m->easy_handle);
@@ -198,7 +191,7 @@ int main(int argc, char **argv) {
       done++;
     }
 
-    t = now_s();
+    t = sl_bench_now_s();
     if (sent >= total && done >= sent) break;
     if (t >= hard_stop) break;
     double wait_s = sent < total ? t0 + (double)sent / rate - t : hard_stop - t;
@@ -209,23 +202,24 @@ int main(int argc, char **argv) {
   /* stragglers still open at the hard stop */
   for (long i = 0; i < sent; i++) {
     if (!reqs[i].easy) continue;
-    if (i >= n_warm) count_err("unfinished");
+    if (i >= n_warm) sl_bench_count_err("unfinished");
     curl_multi_remove_handle(multi, reqs[i].easy);
     curl_easy_cleanup(reqs[i].easy);
   }
 
-  if (write_raw(raw, lat, n_lat) != 0) {
+  if (sl_bench_write_raw(raw, lat, (size_t)n_lat) != 0) {
     fprintf(stderr, "loadgen: cannot write %s\n", raw);
     return 1;
   }
   long n_sent = sent > n_warm ? sent - n_warm : 0;
   printf("{\"rate\":%g,\"duration_s\":%g,\"sent\":%ld,\"ok\":%ld,\"achieved_rate\":%.2f", rate, dur,
          n_sent, ok, (double)ok / dur);
-  print_latencies(lat, n_lat, late + n_warm, n_sent);
+  sl_bench_print_latencies(lat, (size_t)n_lat, late + n_warm, (size_t)n_sent);
   printf("}\n");
 
   curl_multi_cleanup(multi);
   curl_slist_free_all(hdrs);
+  free(body);
   free(lat);
   free(late);
   free(reqs);

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "apply_lua.h"
+#include "sl_bench.h"
 
 #define NSTATES 5
 
@@ -47,12 +48,6 @@ typedef struct {
   long done;
   int failed;
 } worker;
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* The view materialize writes for state s of question i (no. qno). */
 static void view_of(int s, unsigned qno, long long at, char *buf, size_t len) {
@@ -146,34 +141,18 @@ static void *run(void *arg) {
   return NULL;
 }
 
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 int main(int argc, char **argv) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--host"))
-      host = v;
-    else if (!strcmp(k, "--port"))
-      port = atoi(v);
-    else if (!strcmp(k, "--conns"))
-      conns = atoi(v);
-    else if (!strcmp(k, "--depth"))
-      depth = atoi(v);
-    else if (!strcmp(k, "--questions"))
-      questions = atol(v);
-    else if (!strcmp(k, "--eval"))
-      eval = atoi(v);
-    else {
-      fprintf(stderr, "evalsha_loop: unknown option %s\n", k);
-      return 2;
-    }
-  }
-  if (conns < 1 || conns > 64 || depth < 1 || questions < conns) {
+  int arg = 1;
+  long long nq = questions;
+  const sl_bench_opt opts[] = {
+      {"--host", SL_BENCH_STR, &host, NULL},   {"--port", SL_BENCH_INT, &port, NULL},
+      {"--conns", SL_BENCH_INT, &conns, NULL}, {"--depth", SL_BENCH_INT, &depth, NULL},
+      {"--questions", SL_BENCH_LL, &nq, NULL}, {"--eval", SL_BENCH_INT, &eval, NULL},
+  };
+  if (sl_bench_opts("evalsha_loop", argc, argv, &arg, opts, sizeof opts / sizeof opts[0]) != 0)
+    return 2;
+  questions = (long)nq;
+  if (arg != argc || conns < 1 || conns > 64 || depth < 1 || questions < conns) {
     fprintf(stderr, "usage: evalsha_loop [--host H] [--port P] [--conns C<=64] [--depth D] "
                     "[--questions N] [--eval 0|1]\n");
     return 2;
@@ -189,7 +168,7 @@ int main(int argc, char **argv) {
   redisFree(c);
   worker w[64];
   pthread_t th[64];
-  double t0 = mono_s(), c0 = cpu_s();
+  double t0 = sl_bench_now_s(), c0 = sl_bench_cpu_s();
   for (int i = 0; i < conns; i++) {
     w[i] = (worker){i, 0, 0};
     pthread_create(&th[i], NULL, run, &w[i]);
@@ -201,7 +180,7 @@ int main(int argc, char **argv) {
     total += w[i].done;
     failed |= w[i].failed;
   }
-  double wall = mono_s() - t0, cpu = cpu_s() - c0;
+  double wall = sl_bench_now_s() - t0, cpu = sl_bench_cpu_s() - c0;
   printf("{\"applies\":%ld,\"conns\":%d,\"depth\":%d,\"command\":\"%s\",\"wall_s\":%.4f,"
          "\"cpu_s\":%.4f}\n",
          total, conns, depth, eval ? "EVAL" : "EVALSHA", wall, cpu);

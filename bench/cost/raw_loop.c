@@ -10,7 +10,8 @@
  * Settings as the stages' (runtime/src/sl_kafka.c): the consumer with manual
  * commits and no offset store, earliest reset, 8 MiB prefetch, the
  * cooperative-sticky assignor, 10 s session and 2 s heartbeat; the producer
- * idempotent (acks=all), linger.ms=2; asynchronous commits every 100 ms (the
+ * with the stages' own settings (sl_kafka_conf_durable: idempotent,
+ * acks=all, linger.ms=2); asynchronous commits every 100 ms (the
  * stage's tick), a synchronous one at the end; at most --max-in-flight
  * inputs unfinished (stage.max_in_flight, 1000), beyond which it stops
  * polling the consumer until outputs are acknowledged. No pausing, no
@@ -32,6 +33,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#include "sl_bench.h"
+#include "sluice/sl_kafka.h"
 
 #define MAX_PARTS 256
 #define RING 4096 /* > max in flight: a slot is never reused while pending */
@@ -57,19 +61,6 @@ static long long c10, c90;
 static void on_signal(int s) {
   (void)s;
   stop = 1;
-}
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static part *part_of(const char *topic, int32_t partition) {
@@ -122,9 +113,10 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     committed_msgs += offsets->elems[i].offset - (p->committed >= 0 ? p->committed : p->first);
     p->committed = offsets->elems[i].offset;
   }
-  if (!t10 && committed_msgs >= expect / 10) t10 = mono_s(), cpu10 = cpu_s(), c10 = committed_msgs;
+  if (!t10 && committed_msgs >= expect / 10)
+    t10 = sl_bench_now_s(), cpu10 = sl_bench_cpu_s(), c10 = committed_msgs;
   if (!t90 && committed_msgs >= expect * 9 / 10)
-    t90 = mono_s(), cpu90 = cpu_s(), c90 = committed_msgs;
+    t90 = sl_bench_now_s(), cpu90 = sl_bench_cpu_s(), c90 = committed_msgs;
 }
 
 static void commit(rd_kafka_t *rk, int sync) {
@@ -173,28 +165,19 @@ int main(int argc, char **argv) {
   const char *brokers = "127.0.0.1:9092", *group = NULL, *topics = NULL, *out = NULL;
   int copies = 1;
   long long max_inflight = 1000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--brokers"))
-      brokers = v;
-    else if (!strcmp(k, "--group"))
-      group = v;
-    else if (!strcmp(k, "--topics"))
-      topics = v;
-    else if (!strcmp(k, "--out"))
-      out = v;
-    else if (!strcmp(k, "--copies"))
-      copies = atoi(v);
-    else if (!strcmp(k, "--expect"))
-      expect = atoll(v);
-    else if (!strcmp(k, "--max-in-flight"))
-      max_inflight = atoll(v);
-    else {
-      fprintf(stderr, "raw_loop: unknown option %s\n", k);
-      return 2;
-    }
-  }
-  if (!group || !topics || !out || copies < 0 || expect <= 0 || max_inflight < 1 ||
+  int arg = 1;
+  const sl_bench_opt opts[] = {
+      {"--brokers", SL_BENCH_STR, &brokers, NULL},
+      {"--group", SL_BENCH_STR, &group, NULL},
+      {"--topics", SL_BENCH_STR, &topics, NULL},
+      {"--out", SL_BENCH_STR, &out, NULL},
+      {"--copies", SL_BENCH_INT, &copies, NULL},
+      {"--expect", SL_BENCH_LL, &expect, NULL},
+      {"--max-in-flight", SL_BENCH_LL, &max_inflight, NULL},
+  };
+  if (sl_bench_opts("raw_loop", argc, argv, &arg, opts, sizeof opts / sizeof opts[0]) != 0)
+    return 2;
+  if (arg != argc || !group || !topics || !out || copies < 0 || expect <= 0 || max_inflight < 1 ||
       max_inflight >= RING) {
     fprintf(stderr, "usage: raw_loop --group G --topics T[,T...] --out TOPIC --expect N "
                     "[--copies K] [--brokers B] [--max-in-flight 1000]\n");
@@ -202,19 +185,7 @@ int main(int argc, char **argv) {
   }
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  const char *prod_conf[] = {"bootstrap.servers",
-                             brokers,
-                             "client.id",
-                             "cost-raw-loop",
-                             "enable.idempotence",
-                             "true",
-                             "acks",
-                             "all",
-                             "linger.ms",
-                             "2",
-                             "message.timeout.ms",
-                             "30000",
-                             NULL};
+  const char *prod_conf[] = {"bootstrap.servers", brokers, "client.id", "cost-raw-loop", NULL};
   const char *cons_conf[] = {"bootstrap.servers",
                              brokers,
                              "client.id",
@@ -239,6 +210,11 @@ int main(int argc, char **argv) {
                              "2000",
                              NULL};
   rd_kafka_conf_t *pc = conf_of(prod_conf);
+  char cerr[256];
+  if (sl_kafka_conf_durable(pc, NULL, cerr, sizeof cerr)) { /* the stages' producer settings */
+    fprintf(stderr, "raw_loop: %s\n", cerr);
+    return 2;
+  }
   rd_kafka_conf_set_dr_msg_cb(pc, on_dr);
   rd_kafka_t *prod = client(RD_KAFKA_PRODUCER, pc);
   rd_kafka_conf_t *cc = conf_of(cons_conf);
@@ -258,10 +234,10 @@ int main(int argc, char **argv) {
   rd_kafka_topic_partition_list_destroy(subs);
 
   long long taken = 0;
-  double t_first = 0, last_commit = mono_s();
+  double t_first = 0, last_commit = sl_bench_now_s();
   while (!stop && (taken < expect || inflight > 0)) {
     rd_kafka_poll(prod, 0);
-    double now = mono_s();
+    double now = sl_bench_now_s();
     if (now - last_commit >= 0.1) {
       commit(cons, 0);
       last_commit = now;
@@ -283,7 +259,7 @@ int main(int argc, char **argv) {
       rd_kafka_message_destroy(m);
       continue;
     }
-    if (!t_first) t_first = mono_s();
+    if (!t_first) t_first = sl_bench_now_s();
     part *p = part_of(rd_kafka_topic_name(m->rkt), m->partition);
     if (p->first < 0) p->first = m->offset;
     uint64_t seq = p->tail++;
@@ -308,10 +284,10 @@ int main(int argc, char **argv) {
     slot_done(p, seq);
   }
   commit(cons, 1);
-  double t_last = mono_s();
+  double t_last = sl_bench_now_s();
   printf("{\"messages\":%lld,\"copies\":%d,\"run_s\":%.3f,\"window_messages\":%lld,"
          "\"window_s\":%.4f,\"window_cpu_s\":%.4f,\"process_cpu_s\":%.3f}\n",
-         finished, copies, t_last - t_first, c90 - c10, t90 - t10, cpu90 - cpu10, cpu_s());
+         finished, copies, t_last - t_first, c90 - c10, t90 - t10, cpu90 - cpu10, sl_bench_cpu_s());
   fflush(stdout);
   while (!stop) { /* idle until the meter is done with us */
     rd_kafka_poll(prod, 100);

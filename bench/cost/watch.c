@@ -38,13 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_OTHERS 8
+#include "sl_bench.h"
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#define MAX_OTHERS 8
 
 /* CPU seconds (user + system, every thread, exited ones included) of pid,
  * or -1 when it is gone. */
@@ -79,10 +75,27 @@ static long peak_rss_kb(long pid) {
 }
 
 typedef struct {
-  const char *name;
+  char name[64];
   long pid;
   double at0, at1;
 } other;
+
+static other others[MAX_OTHERS];
+static int nothers;
+
+/* --other NAME=PID: one more process whose CPU is sampled at the window */
+static int opt_other(const char *v) {
+  const char *eq = strchr(v, '=');
+  char *end = NULL;
+  if (nothers == MAX_OTHERS || !eq || (size_t)(eq - v) >= sizeof others[0].name) return -1;
+  other *o = &others[nothers];
+  long pid = strtol(eq + 1, &end, 10);
+  if (end == eq + 1 || *end) return -1;
+  snprintf(o->name, sizeof o->name, "%.*s", (int)(eq - v), v);
+  o->pid = pid;
+  nothers++;
+  return 0;
+}
 
 static void die(const char *what) {
   fprintf(stderr, "cost_watch: %s\n", what);
@@ -135,43 +148,22 @@ static int64_t committed(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *l, con
 
 int main(int argc, char **argv) {
   const char *brokers = "127.0.0.1:9092", *group = NULL, *topics = NULL, *high_of = NULL;
-  long pid = 0;
   double from = 0.1, to = 0.9, timeout = 600;
   int rewind = 0;
-  other others[MAX_OTHERS];
-  int nothers = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--brokers"))
-      brokers = v;
-    else if (!strcmp(k, "--group"))
-      group = v;
-    else if (!strcmp(k, "--topics"))
-      topics = v;
-    else if (!strcmp(k, "--high"))
-      high_of = v;
-    else if (!strcmp(k, "--pid"))
-      pid = atol(v);
-    else if (!strcmp(k, "--from"))
-      from = atof(v);
-    else if (!strcmp(k, "--to"))
-      to = atof(v);
-    else if (!strcmp(k, "--timeout"))
-      timeout = atof(v);
-    else if (!strcmp(k, "--rewind"))
-      rewind = atoi(v);
-    else if (!strcmp(k, "--other") && nothers < MAX_OTHERS && strchr(v, '=')) {
-      others[nothers].name = v;
-      *strchr(v, '=') = '\0';
-      others[nothers].pid = atol(v + strlen(v) + 1);
-      nothers++;
-    } else {
-      fprintf(stderr, "cost_watch: unknown option %s\n", k);
-      return 2;
-    }
-  }
-  if (!high_of &&
-      (!group || !topics || (pid <= 0 && !rewind) || !(from >= 0 && from < to && to <= 1))) {
+  int arg = 1;
+  long long pid_ll = 0;
+  const sl_bench_opt opts[] = {
+      {"--brokers", SL_BENCH_STR, &brokers, NULL}, {"--group", SL_BENCH_STR, &group, NULL},
+      {"--topics", SL_BENCH_STR, &topics, NULL},   {"--high", SL_BENCH_STR, &high_of, NULL},
+      {"--pid", SL_BENCH_LL, &pid_ll, NULL},       {"--from", SL_BENCH_DBL, &from, NULL},
+      {"--to", SL_BENCH_DBL, &to, NULL},           {"--timeout", SL_BENCH_DBL, &timeout, NULL},
+      {"--rewind", SL_BENCH_INT, &rewind, NULL},   {"--other", SL_BENCH_FN, NULL, opt_other},
+  };
+  if (sl_bench_opts("cost_watch", argc, argv, &arg, opts, sizeof opts / sizeof opts[0]) != 0)
+    return 2;
+  long pid = (long)pid_ll;
+  if (arg != argc || (!high_of && (!group || !topics || (pid <= 0 && !rewind) ||
+                                   !(from >= 0 && from < to && to <= 1)))) {
     fprintf(stderr, "usage: cost_watch --group G --topics T[,T...] --pid PID [--brokers B] "
                     "[--other NAME=PID]... [--from 0.1] [--to 0.9] [--timeout S]\n"
                     "       cost_watch --high T[,T...] [--brokers B]\n"
@@ -218,15 +210,15 @@ int main(int argc, char **argv) {
   int64_t at0 = c_start + (int64_t)((double)backlog * from);
   int64_t at1 = c_start + (int64_t)((double)backlog * to);
 
-  double t_begin = mono_s(), t_first = 0, t0 = 0, t1 = 0, t_end = 0;
+  double t_begin = sl_bench_now_s(), t_first = 0, t0 = 0, t1 = 0, t_end = 0;
   double cpu0 = 0, cpu1 = 0;
   int64_t c0 = 0, c1 = 0, last = c_start;
   int complete = 0;
   struct timespec nap = {0, 5 * 1000000L};
-  while (mono_s() - t_begin < timeout) {
+  while (sl_bench_now_s() - t_begin < timeout) {
     int64_t now = committed(rk, l, base);
     if (now > last) { /* a commit landed: sample right now */
-      double t = mono_s(), cpu = cpu_of(pid);
+      double t = sl_bench_now_s(), cpu = cpu_of(pid);
       if (cpu < 0) die("the measured process is gone");
       if (!t_first) t_first = t;
       if (!t0 && now >= at0) {

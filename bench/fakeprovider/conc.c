@@ -21,11 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "sl_bench.h"
 
 typedef struct {
   char buf[4096];
@@ -58,7 +54,7 @@ int main(int argc, char **argv) {
   struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
   sink *sinks = calloc((size_t)n, sizeof *sinks);
   if (!sinks) return 1;
-  double t0 = now_s();
+  double t0 = sl_bench_now_s();
   for (int i = 0; i < n; i++) {
     CURL *e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_URL, url);
@@ -94,7 +90,7 @@ int main(int argc, char **argv) {
     }
     if (running) curl_multi_poll(m, NULL, 0, 1000, NULL);
   }
-  double wall = now_s() - t0;
+  double wall = sl_bench_now_s() - t0;
   /* the provider's own count of requests held at once */
   long peak = -1;
   snprintf(url, sizeof url, "%s/stats", base);

@@ -38,6 +38,7 @@
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 
+#include "sl_bench.h"
 #include "sl_client.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_redis.h"
@@ -92,11 +93,7 @@ typedef struct {
 
 static double t0;
 static long long t0_unix_ms; /* the wall clock at t0: Kafka's timestamps are on it */
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - t0;
-}
+static double now_s(void) { return sl_bench_now_s() - t0; }
 
 static size_t collect(char *p, size_t s, size_t n, void *u) {
   xfer *x = u;
@@ -111,15 +108,8 @@ static size_t collect(char *p, size_t s, size_t n, void *u) {
   return k;
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double pct(double *v, size_t n, double p) {
-  if (!n) return 0;
-  size_t i = (size_t)ceil(p * (double)n);
-  return v[i ? i - 1 : 0];
-}
+/* nearest rank, 0 when empty */
+static double pct(const double *v, size_t n, double p) { return sl_bench_pct(v, n, p, 0); }
 
 static const char *audio;
 static size_t audio_len;
@@ -296,9 +286,17 @@ static int secure_from_env(void) {
   return rc;
 }
 
+static double rate2, duration2; /* --then RATE:SECONDS, a second phase */
+
+static int opt_then(const char *v) {
+  if (sscanf(v, "%lf:%lf", &rate2, &duration2) == 2 && rate2 > 0 && duration2 > 0) return 0;
+  fprintf(stderr, "loadgen: --then wants RATE:SECONDS, not %s\n", v);
+  return -1;
+}
+
 /* When submission k is due, in seconds from the start. */
-static double sched_of(long k, long n1, double rate, double duration, double rate2) {
-  return k < n1 ? k / rate : duration + (k - n1) / rate2;
+static double sched_of(long k, long n1, double rate, double duration, double r2) {
+  return k < n1 ? k / rate : duration + (k - n1) / r2;
 }
 
 int main(int argc, char **argv) {
@@ -307,42 +305,25 @@ int main(int argc, char **argv) {
     snprintf(auth_header, sizeof auth_header, "Authorization: Bearer %s", api_key);
   const char *url = NULL, *audio_path = NULL, *redis_addr = "127.0.0.1:6379", *out = NULL;
   double rate = 6.7, duration = 60, mean = 3.4, drain_timeout = 600;
-  double rate2 = 0, duration2 = 0; /* --then RATE:SECONDS, a second phase */
   int maxq = 15;
-  unsigned seed = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--presign"))
-      url = v;
-    else if (!strcmp(k, "--audio"))
-      audio_path = v;
-    else if (!strcmp(k, "--redis"))
-      redis_addr = v;
-    else if (!strcmp(k, "--out"))
-      out = v;
-    else if (!strcmp(k, "--rate"))
-      rate = atof(v);
-    else if (!strcmp(k, "--duration"))
-      duration = atof(v);
-    else if (!strcmp(k, "--mean-questions"))
-      mean = atof(v);
-    else if (!strcmp(k, "--max-questions"))
-      maxq = atoi(v);
-    else if (!strcmp(k, "--drain-timeout"))
-      drain_timeout = atof(v);
-    else if (!strcmp(k, "--seed"))
-      seed = (unsigned)atoi(v);
-    else if (!strcmp(k, "--then")) {
-      if (sscanf(v, "%lf:%lf", &rate2, &duration2) != 2 || rate2 <= 0 || duration2 <= 0) {
-        fprintf(stderr, "loadgen: --then wants RATE:SECONDS, not %s\n", v);
-        return 2;
-      }
-    } else {
-      fprintf(stderr, "loadgen: unknown option %s\n", k);
-      return 2;
-    }
-  }
-  if (!url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 || maxq > MAXQ) {
+  int seed_i = 1, arg = 1;
+  const sl_bench_opt opts[] = {
+      {"--presign", SL_BENCH_STR, &url, NULL},
+      {"--audio", SL_BENCH_STR, &audio_path, NULL},
+      {"--redis", SL_BENCH_STR, &redis_addr, NULL},
+      {"--out", SL_BENCH_STR, &out, NULL},
+      {"--rate", SL_BENCH_DBL, &rate, NULL},
+      {"--duration", SL_BENCH_DBL, &duration, NULL},
+      {"--mean-questions", SL_BENCH_DBL, &mean, NULL},
+      {"--max-questions", SL_BENCH_INT, &maxq, NULL},
+      {"--drain-timeout", SL_BENCH_DBL, &drain_timeout, NULL},
+      {"--seed", SL_BENCH_INT, &seed_i, NULL},
+      {"--then", SL_BENCH_FN, NULL, opt_then},
+  };
+  if (sl_bench_opts("loadgen", argc, argv, &arg, opts, sizeof opts / sizeof opts[0]) != 0) return 2;
+  unsigned seed = (unsigned)seed_i;
+  if (arg != argc || !url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 ||
+      maxq > MAXQ) {
     fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE "
                     "[--rate R] [--duration S] [--mean-questions M] [--max-questions N<=30] "
                     "[--then RATE:SECONDS] [--redis HOST:PORT|URL] [--drain-timeout S] [--seed N] "
@@ -508,9 +489,9 @@ int main(int argc, char **argv) {
     }
   }
   if (of) fclose(of);
-  qsort(acc, nacc, sizeof *acc, cmp_d);
-  qsort(dl, ndl, sizeof *dl, cmp_d);
-  qsort(ul, nul, sizeof *ul, cmp_d);
+  sl_bench_sort(acc, nacc);
+  sl_bench_sort(dl, ndl);
+  sl_bench_sort(ul, nul);
   printf("{\"rate\":%.3f,\"duration_s\":%.1f,\"submissions\":%ld,\"accepted\":%ld,"
          "\"create_errors\":%ld,\"questions\":%ld,\"uploaded\":%ld,\"upload_errors\":%ld,"
          "\"done\":%ld,\"failed\":%ld,\"lost\":%ld,\"duplicated\":%ld,\"accept_p50_ms\":%.2f,"
@@ -519,9 +500,9 @@ int main(int argc, char **argv) {
          "\"upload_to_done_p50_s\":%.2f,\"upload_to_done_p95_s\":%.2f,"
          "\"drain_s\":%.1f,\"watch_s\":%.1f,\"then_rate\":%.3f,\"then_s\":%.1f}\n",
          rate, duration, nsubs, accepted, create_err, questions, uploaded, upload_err, done, failed,
-         lost, duplicated, pct(acc, nacc, .50), pct(acc, nacc, .95), pct(acc, nacc, .99),
-         pct(dl, ndl, .50), pct(dl, ndl, .95), ndl ? dl[ndl - 1] : 0, pct(ul, nul, .50),
-         pct(ul, nul, .95), last_final - load_end, drain_end - load_end, rate2, duration2);
+         lost, duplicated, pct(acc, nacc, 50), pct(acc, nacc, 95), pct(acc, nacc, 99),
+         pct(dl, ndl, 50), pct(dl, ndl, 95), ndl ? dl[ndl - 1] : 0, pct(ul, nul, 50),
+         pct(ul, nul, 95), last_final - load_end, drain_end - load_end, rate2, duration2);
   free(acc);
   free(dl);
   free(ul);

@@ -22,24 +22,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "sl_bench.h"
+
 #define MAX_CONNS 256
 #define MAX_STATUS 8
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static size_t discard(char *p, size_t s, size_t n, void *u) {
   (void)p;
   (void)u;
   return s * n;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -66,7 +57,7 @@ int main(int argc, char **argv) {
   long codes[MAX_STATUS] = {0}, counts[MAX_STATUS] = {0}, errors = 0;
   int ncodes = 0;
   if (!multi || !lat) return 1;
-  double t0 = now_s(), end = t0 + dur;
+  double t0 = sl_bench_now_s(), end = t0 + dur;
   for (int i = 0; i < conns; i++) {
     easy[i] = curl_easy_init();
     curl_easy_setopt(easy[i], CURLOPT_URL, url);
@@ -75,7 +66,7 @@ int main(int argc, char **argv) {
     curl_easy_setopt(easy[i], CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(easy[i], CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(easy[i], CURLOPT_PRIVATE, (char *)(intptr_t)i);
-    started[i] = now_s();
+    started[i] = sl_bench_now_s();
     curl_multi_add_handle(multi, easy[i]);
   }
   int running = conns;
@@ -88,7 +79,7 @@ int main(int argc, char **argv) {
       char *priv;
       curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
       int i = (int)(intptr_t)priv;
-      double t = now_s();
+      double t = sl_bench_now_s();
       if (m->data.result == CURLE_OK) {
         long code = 0;
         curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &code);
@@ -115,10 +106,10 @@ int main(int argc, char **argv) {
     }
     if (running > 0) curl_multi_poll(multi, NULL, 0, 100, NULL);
   }
-  double took = now_s() - t0;
-  qsort(lat, n, sizeof *lat, cmp_double);
-  double p50 = n ? lat[(size_t)(0.50 * (double)(n - 1))] : 0;
-  double p99 = n ? lat[(size_t)(0.99 * (double)(n - 1))] : 0;
+  double took = sl_bench_now_s() - t0;
+  sl_bench_sort(lat, n);
+  double p50 = sl_bench_pct_lower(lat, n, 50, 0);
+  double p99 = sl_bench_pct_lower(lat, n, 99, 0);
   double mx = n ? lat[n - 1] : 0;
   printf("{\"conns\":%d,\"duration_s\":%.3f,\"requests\":%zu,\"rps\":%.1f,\"status\":{", conns,
          took, n, (double)n / took);

@@ -30,16 +30,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "sl_bench.h"
 #include "sluice/sl_err.h"
 #include "step/preflight/preflight.h"
 #include "step/preflight/sandbox.h"
 #include "stt/pocketsphinx/pocketsphinx.h"
-
-static double cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static unsigned char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -66,24 +61,12 @@ static unsigned char *slurp(const char *path, size_t *len) {
   return buf;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* a whole decimal number, or -1 */
-static int number(const char *s) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  return end != s && *end == '\0' && v >= 0 && v <= 1000 ? (int)v : -1;
-}
-
 /* this process's CPU and the decoding process's, in seconds */
 static double both_cpu_s(pid_t child) {
   clockid_t cid;
   struct timespec ts = {0, 0};
   if (child > 0 && clock_getcpuclockid(child, &cid) == 0) clock_gettime(cid, &ts);
-  return cpu_s() + (double)ts.tv_sec + ts.tv_nsec / 1e9;
+  return sl_bench_cpu_s() + (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* the median CPU of reps sandboxed checks of data (after one that starts
@@ -105,8 +88,8 @@ static double sandboxed(sl_pf_sandbox *sb, const void *data, size_t len, const s
   }
   double med = -1;
   if (rc == 0 && cpu) {
-    qsort(cpu, (size_t)reps, sizeof *cpu, cmp_double);
-    med = cpu[reps / 2];
+    sl_bench_sort(cpu, (size_t)reps);
+    med = sl_bench_median(cpu, (size_t)reps, -1);
   }
   free(cpu);
   return med;
@@ -115,17 +98,13 @@ static double sandboxed(sl_pf_sandbox *sb, const void *data, size_t len, const s
 int main(int argc, char **argv) {
   int reps = 5, level = 5, first = 1;
   const char *sandbox_path = NULL;
-  while (first + 1 < argc && strncmp(argv[first], "--", 2) == 0) {
-    if (strcmp(argv[first], "--reps") == 0)
-      reps = number(argv[first + 1]);
-    else if (strcmp(argv[first], "--flac-level") == 0)
-      level = number(argv[first + 1]);
-    else if (strcmp(argv[first], "--sandbox") == 0)
-      sandbox_path = argv[first + 1];
-    else
-      first = argc; /* an unknown option: the usage */
-    first += 2;
-  }
+  const sl_bench_opt opts[] = {
+      {"--reps", SL_BENCH_INT, &reps, NULL},
+      {"--flac-level", SL_BENCH_INT, &level, NULL},
+      {"--sandbox", SL_BENCH_STR, &sandbox_path, NULL},
+  };
+  if (sl_bench_opts("preflight_bench", argc, argv, &first, opts, sizeof opts / sizeof opts[0]))
+    first = argc; /* the usage */
   if (first >= argc || reps < 1 || reps > 100 || level < 0 || level > SL_PF_FLAC_LEVEL_MAX) {
     fprintf(stderr, "usage: preflight_bench [--reps N (1..100)] [--flac-level L (0..8)] "
                     "[--sandbox SLUICE_DECODE] FILE...\n");
@@ -173,15 +152,15 @@ int main(int argc, char **argv) {
     int rc = cpu && enc ? 0 : SL_ENOMEM;
     for (int r = 0; rc == 0 && r < reps; r++) {
       sl_pf_audio a;
-      double t0 = cpu_s();
+      double t0 = sl_bench_cpu_s();
       rc = sl_pf_decode(data, len, &conf, &a, err, sizeof err);
       if (rc == 0) rc = sl_pf_analyse(&a, conf.silence_dbfs);
       void *f = NULL;
       size_t fl = 0;
-      double t1 = cpu_s();
+      double t1 = sl_bench_cpu_s();
       if (rc == 0) rc = sl_pf_flac(a.pcm, a.n, level, &f, &fl);
-      cpu[r] = cpu_s() - t0;
-      enc[r] = cpu_s() - t1;
+      cpu[r] = sl_bench_cpu_s() - t0;
+      enc[r] = sl_bench_cpu_s() - t1;
       dur = a.duration_s;
       speech = a.speech_s;
       sl_pf_audio_clear(&a);
@@ -193,29 +172,31 @@ int main(int argc, char **argv) {
       fprintf(stderr, "preflight_bench: %s: %s: %s\n", argv[i], sl_err_name(rc), err);
       bad = 1;
     } else {
-      qsort(cpu, (size_t)reps, sizeof *cpu, cmp_double);
-      qsort(enc, (size_t)reps, sizeof *enc, cmp_double);
+      sl_bench_sort(cpu, (size_t)reps);
+      sl_bench_sort(enc, (size_t)reps);
+      double cpu_med = sl_bench_median(cpu, (size_t)reps, 0),
+             enc_med = sl_bench_median(enc, (size_t)reps, 0);
       sl_ps_result res = {0};
-      double t0 = cpu_s();
+      double t0 = sl_bench_cpu_s();
       int prc = sl_ps_transcribe(ps, flac, flen, &res, err, sizeof err);
-      double anchor = cpu_s() - t0;
+      double anchor = sl_bench_cpu_s() - t0;
       sl_ps_result_clear(&res);
       const char *name = strrchr(argv[i], '/');
       double per_min = 60.0 / dur;
       printf("| %s | %zu | %.1f | %.0f | %.1f | %d | %.0f | %.1f | %.1f | ",
              name ? name + 1 : argv[i], len, dur, len * per_min, speech, level, flen * per_min,
-             cpu[reps / 2] * 1000 * per_min, enc[reps / 2] * 1000 * per_min);
+             cpu_med * 1000 * per_min, enc_med * 1000 * per_min);
       if (prc)
         printf("(failed: %s) | - |", err);
       else
-        printf("%.0f | %.4f |", anchor * 1000 * per_min, cpu[reps / 2] / anchor);
+        printf("%.0f | %.4f |", anchor * 1000 * per_min, cpu_med / anchor);
       if (sb) {
         double sbx = sandboxed(sb, data, len, &conf, reps);
         if (sbx < 0) {
           printf(" (failed) | - |");
           bad = 1;
         } else {
-          printf(" %.1f | %.2f |", sbx * 1000 * per_min, sbx / cpu[reps / 2]);
+          printf(" %.1f | %.2f |", sbx * 1000 * per_min, sbx / cpu_med);
         }
       }
       printf("\n");

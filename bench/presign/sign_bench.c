@@ -20,6 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "sl_bench.h"
 #include "sluice/sl_sigv4.h"
 
 #include <openssl/crypto.h>
@@ -53,12 +54,6 @@
 
 static const sl_sigv4_header HDRS[2] = {{"content-length", "4000000"},
                                         {"content-type", "audio/webm"}};
-
-static double now_s(clockid_t id) {
-  struct timespec ts;
-  clock_gettime(id, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The line after "--- url ---" in the vector file, into out. */
 static int load_vector_url(const char *file, char *out, size_t size) {
@@ -116,11 +111,6 @@ static int same_url(const char *got, const char *want) {
   return 1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static void usage(FILE *f) {
   fprintf(f, "usage: sign_bench [--seconds N] [--rounds R] [--warmup S] "
              "[--vector FILE] [--json]\n");
@@ -136,21 +126,20 @@ int main(int argc, char **argv) {
       snprintf(vector_buf, sizeof vector_buf, "%s/sigv4-presign-put.txt", vdir) <
           (int)sizeof vector_buf)
     vector = vector_buf;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0) {
-      seconds = atof(argv[++i]);
-    } else if (i + 1 < argc && strcmp(argv[i], "--rounds") == 0) {
-      rounds = atoi(argv[++i]);
-    } else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0) {
-      warmup = atof(argv[++i]);
-    } else if (i + 1 < argc && strcmp(argv[i], "--vector") == 0) {
-      vector = argv[++i];
-    } else {
-      usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
-      return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-    }
+  if (argc == 2 && strcmp(argv[1], "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  int arg = 1;
+  const sl_bench_opt opts[] = {
+      {"--json", SL_BENCH_FLAG, &json, NULL},    {"--seconds", SL_BENCH_DBL, &seconds, NULL},
+      {"--rounds", SL_BENCH_INT, &rounds, NULL}, {"--warmup", SL_BENCH_DBL, &warmup, NULL},
+      {"--vector", SL_BENCH_STR, &vector, NULL},
+  };
+  if (sl_bench_opts("sign_bench", argc, argv, &arg, opts, sizeof opts / sizeof opts[0]) != 0 ||
+      arg != argc) {
+    usage(stderr);
+    return 2;
   }
   if (!(seconds > 0) || rounds < 1 || rounds > MAX_ROUNDS || warmup < 0) {
     usage(stderr);
@@ -190,13 +179,13 @@ int main(int argc, char **argv) {
   double rates[MAX_ROUNDS + 1];
   unsigned long long total = 0, q = 0;
   unsigned sink = 0;
-  double cpu0 = now_s(CLOCK_PROCESS_CPUTIME_ID), wall_timed = 0;
+  double cpu0 = sl_bench_cpu_s(), wall_timed = 0;
   for (int r = 0; r <= rounds; r++) {
     double len = r == 0 ? warmup : seconds;
     if (len <= 0) continue;
-    if (r == 1) cpu0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (r == 1) cpu0 = sl_bench_cpu_s();
     unsigned long long n = 0;
-    double t0 = now_s(CLOCK_MONOTONIC), t1 = t0, end = t0 + len;
+    double t0 = sl_bench_now_s(), t1 = t0, end = t0 + len;
     while (t1 < end) {
       for (int k = 0; k < 256; k++) {
         unsigned qn = (unsigned)(q++ % QUESTIONS) + 1;
@@ -212,7 +201,7 @@ int main(int argc, char **argv) {
         sink += (unsigned char)url[last]; /* keep the output live */
       }
       n += 256;
-      t1 = now_s(CLOCK_MONOTONIC);
+      t1 = sl_bench_now_s();
     }
     if (r > 0) {
       rates[r - 1] = (double)n / (t1 - t0);
@@ -220,14 +209,13 @@ int main(int argc, char **argv) {
       wall_timed += t1 - t0;
     }
   }
-  double cpu = now_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+  double cpu = sl_bench_cpu_s() - cpu0;
   sl_sigv4_free(s);
 
   double sorted[MAX_ROUNDS];
   memcpy(sorted, rates, (size_t)rounds * sizeof *rates);
-  qsort(sorted, (size_t)rounds, sizeof *sorted, cmp_double);
-  double median =
-      rounds % 2 ? sorted[rounds / 2] : (sorted[rounds / 2 - 1] + sorted[rounds / 2]) / 2;
+  sl_bench_sort(sorted, (size_t)rounds);
+  double median = sl_bench_median(sorted, (size_t)rounds, 0);
 
   if (json) {
     printf("{\"impl\":\"sluice\",\"api\":\"sl_sigv4_presign\","

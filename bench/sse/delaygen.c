@@ -39,6 +39,8 @@
 #include <time.h>
 
 #include "sluice.pb-c.h"
+#include "sl_bench.h"
+#include "sluice/sl_kafka.h"
 
 enum { MAXQ = 15, SSEBUF = 65536, VIEWMAX = 1 << 20, MAXSUBS = 5000 };
 
@@ -63,12 +65,6 @@ static double sent_at[MAXSUBS * MAXQ]; /* by status k: when it was handed to lib
 static int nsubs;
 static sub *S;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static double policy_s(double age_s) {
   return age_s < 30 ? 2 : age_s < 60 ? 5 : age_s < 120 ? 10 : 30;
 }
@@ -78,7 +74,7 @@ static void seen(double *at, const char *js, size_t len, int is_view) {
   json_t *j = json_loadb(js, len, 0, &e);
   json_t *qs = is_view ? json_object_get(j, "questions") : NULL;
   size_t n = is_view ? json_array_size(qs) : 1;
-  double t = now_ms();
+  double t = sl_bench_now_ms();
   for (size_t i = 0; j && i < n; i++) {
     json_t *q = is_view ? json_array_get(qs, i) : j;
     json_int_t no = json_integer_value(json_object_get(q, "no"));
@@ -161,7 +157,7 @@ static void poll_done(CURLM *m, sub *s, double t0) {
   } else if (code == 304) {
     s->p304++;
   }
-  double now = now_ms();
+  double now = sl_bench_now_ms();
   double after = s->retry_after > 0 ? s->retry_after : policy_s((now - t0) / 1e3);
   s->next_poll = now + after * 1e3;
 }
@@ -169,7 +165,7 @@ static void poll_done(CURLM *m, sub *s, double t0) {
 static void dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *op) {
   (void)rk, (void)op;
   size_t k = (size_t)(uintptr_t)m->_private;
-  if (!m->err && k < sizeof ack_at / sizeof ack_at[0]) ack_at[k] = now_ms();
+  if (!m->err && k < sizeof ack_at / sizeof ack_at[0]) ack_at[k] = sl_bench_now_ms();
 }
 
 static atomic_int stop_reports;
@@ -182,14 +178,9 @@ static void *reports(void *arg) {
   return NULL;
 }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void stats(const char *name, double *d, size_t n, int last) {
-  qsort(d, n, sizeof *d, cmp);
-  double p50 = n ? d[n / 2] : -1, p99 = n ? d[(size_t)((double)(n - 1) * 0.99)] : -1,
+  sl_bench_sort(d, n);
+  double p50 = sl_bench_median(d, n, -1), p99 = sl_bench_pct_lower(d, n, 99, -1),
          mx = n ? d[n - 1] : -1;
   size_t neg = 0;
   while (neg < n && d[neg] < 0) neg++;
@@ -222,10 +213,10 @@ int main(int argc, char **argv) {
   char errstr[512];
   const char *brokers = getenv("SLUICE_KAFKA_BROKERS");
   rd_kafka_conf_t *kc = rd_kafka_conf_new();
+  const char *const extra[] = {"linger.ms", "1", NULL}; /* the runtime's, sooner */
   if (rd_kafka_conf_set(kc, "bootstrap.servers", brokers ? brokers : "127.0.0.1:9092", errstr,
                         sizeof errstr) ||
-      rd_kafka_conf_set(kc, "enable.idempotence", "true", errstr, sizeof errstr) ||
-      rd_kafka_conf_set(kc, "linger.ms", "1", errstr, sizeof errstr)) {
+      sl_kafka_conf_durable(kc, extra, errstr, sizeof errstr)) {
     fprintf(stderr, "sse_delaygen: %s\n", errstr);
     return 1;
   }
@@ -240,7 +231,7 @@ int main(int argc, char **argv) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   CURLM *m = curl_multi_init();
   curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)nsubs * 3);
-  double t0 = now_ms();
+  double t0 = sl_bench_now_ms();
   for (int i = 0; i < nsubs; i++) {
     sub *s = &S[i];
     snprintf(s->url_ev, sizeof s->url_ev, "%s/v1/submissions/%s/events", argv[1], s->sid);
@@ -280,7 +271,7 @@ int main(int argc, char **argv) {
         curl_multi_remove_handle(m, s->ev);
       }
     }
-    double now = now_ms();
+    double now = sl_bench_now_ms();
     for (int i = 0; i < nsubs; i++)
       if (!S[i].pl_busy && S[i].next_poll <= now) poll_start(m, &S[i]);
     if (start == 0) {

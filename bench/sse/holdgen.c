@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sl_bench.h"
+
 enum { CONNECTING, SENT, OPEN, DEAD };
 
 typedef struct {
@@ -32,12 +34,6 @@ typedef struct {
   char buf[512];
   size_t len;
 } conn;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 int main(int argc, char **argv) {
   if (argc != 6) {
@@ -58,7 +54,7 @@ int main(int argc, char **argv) {
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
   int started = 0, open = 0, refused = 0, pending = 0;
-  double t0 = now_s();
+  double t0 = sl_bench_now_s();
   while (open + refused < n) {
     while (started < n && pending < 256) { /* a bounded number connecting at once */
       conn *k = &c[started++];
@@ -115,14 +111,14 @@ int main(int argc, char **argv) {
       }
     }
   }
-  double open_s = now_s() - t0;
+  double open_s = sl_bench_now_s() - t0;
   printf("{\"streams\":%d,\"open\":%d,\"refused\":%d,\"open_s\":%.3f", n, open, refused, open_s);
   fflush(stdout);
   /* hold: read (and drop) heartbeats; count streams the server closes */
   int closed = 0;
-  double end = now_s() + hold;
+  double end = sl_bench_now_s() + hold;
   char sink[4096];
-  while (now_s() < end) {
+  while (sl_bench_now_s() < end) {
     int m = 0;
     for (int i = 0; i < n; i++)
       if (c[i].state == OPEN) {

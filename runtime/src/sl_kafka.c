@@ -387,21 +387,25 @@ int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, 
   return rc;
 }
 
+int sl_kafka_conf_durable(rd_kafka_conf_t *c, const char *const *extra, char *err, size_t errlen) {
+  if (!c) return SL_EINVAL;
+  if (set(c, "enable.idempotence", "true", err, errlen) || set(c, "acks", "all", err, errlen) ||
+      set(c, "linger.ms", "2", err, errlen) || set(c, "message.timeout.ms", "30000", err, errlen))
+    return SL_ECONFIG;
+  for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2)
+    if (set(c, extra[i], extra[i + 1], err, errlen)) return SL_ECONFIG;
+  return 0;
+}
+
 int sl_kafka_producer_new(rd_kafka_t **out, const char *brokers, const char *client_id,
                           const char *const *extra, char *err, size_t errlen) {
   if (!out || !brokers) return SL_EINVAL;
   rd_kafka_conf_t *c = base_conf(brokers, client_id, err, errlen);
   if (!c) return SL_ECONFIG;
-  if (set(c, "enable.idempotence", "true", err, errlen) || set(c, "acks", "all", err, errlen) ||
-      set(c, "linger.ms", "2", err, errlen) || set(c, "message.timeout.ms", "30000", err, errlen)) {
+  if (sl_kafka_conf_durable(c, extra, err, errlen)) {
     rd_kafka_conf_destroy(c);
     return SL_ECONFIG;
   }
-  for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2)
-    if (set(c, extra[i], extra[i + 1], err, errlen)) {
-      rd_kafka_conf_destroy(c);
-      return SL_ECONFIG;
-    }
   rd_kafka_conf_set_dr_msg_cb(c, on_dr);
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, errlen);
   if (!rk) {

@@ -130,13 +130,41 @@ static int walk(const ProtobufCMessage *m, const char *path, const ProtobufCMess
   return 0;
 }
 
+/* the size of one element of a repeated field of type t */
+static size_t elem_size(ProtobufCType t) {
+  switch (t) {
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+    return sizeof(int64_t);
+  case PROTOBUF_C_TYPE_DOUBLE:
+    return sizeof(double);
+  case PROTOBUF_C_TYPE_FLOAT:
+    return sizeof(float);
+  case PROTOBUF_C_TYPE_BOOL:
+    return sizeof(protobuf_c_boolean);
+  case PROTOBUF_C_TYPE_ENUM:
+    return sizeof(int);
+  case PROTOBUF_C_TYPE_STRING:
+    return sizeof(char *);
+  case PROTOBUF_C_TYPE_BYTES:
+    return sizeof(ProtobufCBinaryData);
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return sizeof(ProtobufCMessage *);
+  default: /* the 32-bit integers */
+    return sizeof(int32_t);
+  }
+}
+
 /* where the value is: the field itself, or element idx of a repeated one */
 static const void *value_at(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
-                            size_t idx, size_t elem) {
+                            size_t idx) {
   const char *base = (const char *)m + f->offset;
   if (f->label != PROTOBUF_C_LABEL_REPEATED) return idx == SIZE_MAX ? base : NULL;
   if (idx == SIZE_MAX) return NULL; /* the list itself is not a value */
-  return *(const char *const *)base + idx * elem;
+  return *(const char *const *)base + idx * elem_size(f->type);
 }
 
 const char *sl_pbfield_str(const ProtobufCMessage *m, const char *path) {
@@ -144,7 +172,7 @@ const char *sl_pbfield_str(const ProtobufCMessage *m, const char *path) {
   const ProtobufCFieldDescriptor *f;
   size_t idx;
   if (walk(m, path, &o, &f, &idx) || f->type != PROTOBUF_C_TYPE_STRING) return NULL;
-  const char *const *v = value_at(o, f, idx, sizeof(char *));
+  const char *const *v = value_at(o, f, idx);
   return v ? *v : NULL;
 }
 
@@ -153,26 +181,10 @@ const void *sl_pbfield_bytes(const ProtobufCMessage *m, const char *path, size_t
   const ProtobufCFieldDescriptor *f;
   size_t idx;
   if (walk(m, path, &o, &f, &idx) || f->type != PROTOBUF_C_TYPE_BYTES) return NULL;
-  const ProtobufCBinaryData *b = value_at(o, f, idx, sizeof(ProtobufCBinaryData));
+  const ProtobufCBinaryData *b = value_at(o, f, idx);
   if (!b) return NULL;
   if (len) *len = b->len;
   return b->data ? (const void *)b->data : (const void *)"";
-}
-
-static size_t scalar_size(ProtobufCType t) {
-  switch (t) {
-  case PROTOBUF_C_TYPE_INT64:
-  case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64:
-  case PROTOBUF_C_TYPE_DOUBLE:
-    return 8;
-  case PROTOBUF_C_TYPE_BOOL:
-    return sizeof(protobuf_c_boolean);
-  default:
-    return 4;
-  }
 }
 
 int sl_pbfield_num(const ProtobufCMessage *m, const char *path, double *out) {
@@ -180,7 +192,7 @@ int sl_pbfield_num(const ProtobufCMessage *m, const char *path, double *out) {
   const ProtobufCFieldDescriptor *f;
   size_t idx;
   if (walk(m, path, &o, &f, &idx) || kind_of(f) != SL_PBF_NUMBER) return SL_ENOTFOUND;
-  const void *v = value_at(o, f, idx, scalar_size(f->type));
+  const void *v = value_at(o, f, idx);
   if (!v || !out) return SL_ENOTFOUND;
   switch (f->type) {
   case PROTOBUF_C_TYPE_INT32:
@@ -224,6 +236,23 @@ long sl_pbfield_count(const ProtobufCMessage *m, const char *path) {
   if (walk(m, path, &o, &f, &idx) || f->label != PROTOBUF_C_LABEL_REPEATED || idx != SIZE_MAX)
     return -1;
   return (long)*(const size_t *)((const char *)o + f->quantifier_offset);
+}
+
+size_t sl_pbfield_n_values(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+  if (!m || !f) return 0;
+  const char *q = (const char *)m + f->quantifier_offset;
+  if (f->label == PROTOBUF_C_LABEL_REPEATED) return *(const size_t *)q;
+  if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) return *(const uint32_t *)q == f->id;
+  if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_MESSAGE &&
+      f->type != PROTOBUF_C_TYPE_STRING && f->quantifier_offset)
+    return *(const protobuf_c_boolean *)q ? 1 : 0;
+  return 1;
+}
+
+const void *sl_pbfield_value(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+                             size_t i) {
+  if (i >= sl_pbfield_n_values(m, f)) return NULL;
+  return value_at(m, f, f->label == PROTOBUF_C_LABEL_REPEATED ? i : SIZE_MAX);
 }
 
 /* the writable field at the end of path (no list element) */

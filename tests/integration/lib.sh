@@ -7,6 +7,7 @@
 set -euo pipefail
 ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
 source "$ROOT/tests/integration/lane.sh"
+source "$ROOT/tools/lib/common.sh" # wait_for SECONDS COMMAND..., b64url, jwt_hs256
 export PATH=/usr/local/go/bin:$PATH
 export DEVSTACK_DIR=${DEVSTACK_DIR:-$ROOT/build-san/test-stack}
 export DEVSTACK_KAFKA_PORT=${DEVSTACK_KAFKA_PORT:-19092}
@@ -86,12 +87,6 @@ metric() {
 # admin_ready PORT: the admin server on 127.0.0.1:PORT answers /readyz "ready ..."
 admin_ready() { [[ $(curl -fsS "http://127.0.0.1:$1/readyz" 2>/dev/null) == ready* ]]; }
 
-# wait_for SECONDS COMMAND... : polls every 0.5 s
-wait_for() {
-  local t=$1; shift
-  local end=$((SECONDS + t))
-  until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done
-}
 
 # at_least N COMMAND... : COMMAND prints a number >= N. For wait_for, which
 # runs its command again each time: `wait_for 9 test "$(f)" -ge 1` would

@@ -30,11 +30,8 @@ LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
 export SLUICE_PRESIGN_RATE_PER_USER=0 SLUICE_PRESIGN_RATE_PER_ADDRESS=0
 SLUICE_AUTH_JWT_HS256_SECRET=$(openssl rand -hex 32)
 export SLUICE_AUTH_JWT_HS256_SECRET
-b64url() { basenc --base64url -w0 | tr -d '='; }
-jh=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-jp=$(printf '{"sub":"redis-faults","iat":%d,"exp":%d}' "$(date +%s)" $(($(date +%s) + 3600)) | b64url)
-js=$(printf '%s.%s' "$jh" "$jp" | openssl dgst -sha256 -hmac "$SLUICE_AUTH_JWT_HS256_SECRET" -binary | b64url)
-export SLUICE_API_KEY=$jh.$jp.$js # the load generator's bearer credential
+SLUICE_API_KEY=$(jwt_hs256 "$SLUICE_AUTH_JWT_HS256_SECRET" redis-faults 3600)
+export SLUICE_API_KEY # the load generator's bearer credential
 KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
 
 fake_up 500 500 200 # ms: stt, grading, jitter

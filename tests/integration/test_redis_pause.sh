@@ -19,11 +19,7 @@ export SLUICE_AUTH_JWT_HS256_SECRET
 export SLUICE_RETRY_TIERS=1s,2s
 retry_topics 1s 2s
 stages_up
-b64url() { basenc --base64url -w0 | tr -d '='; }
-jh=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-jp=$(printf '{"sub":"redis-pause","iat":%d,"exp":%d}' "$(date +%s)" $(($(date +%s) + 600)) | b64url)
-js=$(printf '%s.%s' "$jh" "$jp" | openssl dgst -sha256 -hmac "$SLUICE_AUTH_JWT_HS256_SECRET" -binary | b64url)
-JWT="$jh.$jp.$js"
+JWT=$(jwt_hs256 "$SLUICE_AUTH_JWT_HS256_SECRET" redis-pause 600)
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
 

@@ -29,7 +29,6 @@ export SLUICE_AUTH_JWT_AUDIENCE=sluice
 export SLUICE_LOG_LEVEL=debug
 WEBHOOK_SECRET=$(openssl rand -hex 24)
 export SLUICE_WEBHOOK_SECRET=$WEBHOOK_SECRET
-b64url() { basenc --base64url -w0 | tr -d '='; }
 # jwt ALG CLAIMS-JSON [KEY-MODE] : KEY-MODE hs (default for HS256), rs, none,
 # wrong (another secret), pubkey (the RS256 public key file as HMAC secret)
 jwt() {

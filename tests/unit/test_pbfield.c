@@ -123,11 +123,72 @@ static void test_write(void **state) {
   sluice__v1__transcript__free_unpacked(t, NULL); /* frees what was written (ASan) */
 }
 
+/* a message with a oneof member and a proto2-style optional scalar, laid
+ * out as protobuf-c lays them out (no .proto of ours has either) */
+typedef struct {
+  ProtobufCMessage base;
+  uint32_t which; /* the oneof's case */
+  int32_t a;
+  protobuf_c_boolean has_b;
+  int64_t b;
+} fake_msg;
+
+/* walking every field: counts and where each value is */
+static void test_values(void **state) {
+  (void)state;
+  Sluice__V1__Transcript *t = sample();
+  const ProtobufCMessage *m = &t->base;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  const ProtobufCFieldDescriptor *text = protobuf_c_message_descriptor_get_field_by_name(d, "text"),
+                                 *words =
+                                     protobuf_c_message_descriptor_get_field_by_name(d, "words"),
+                                 *dur = protobuf_c_message_descriptor_get_field_by_name(
+                                     d, "duration_s"),
+                                 *up = protobuf_c_message_descriptor_get_field_by_name(d, "upload");
+  assert_int_equal(sl_pbfield_n_values(m, text), 1);
+  assert_string_equal(*(char *const *)sl_pbfield_value(m, text, 0), "I live near the river");
+  assert_null(sl_pbfield_value(m, text, 1));
+  assert_true(*(const double *)sl_pbfield_value(m, dur, 0) == 4.5);
+  const ProtobufCMessage *u = *(ProtobufCMessage *const *)sl_pbfield_value(m, up, 0);
+  assert_string_equal(sl_pbfield_str(u, "prompt"), "Where do you live?");
+  assert_int_equal(sl_pbfield_n_values(m, words), 2);
+  const ProtobufCMessage *w1 = *(ProtobufCMessage *const *)sl_pbfield_value(m, words, 1);
+  assert_string_equal(sl_pbfield_str(w1, "word"), "river");
+  assert_null(sl_pbfield_value(m, words, 2));
+  assert_int_equal(sl_pbfield_n_values(NULL, words), 0);
+  sluice__v1__transcript__free_unpacked(t, NULL);
+
+  /* a oneof and a proto2-style optional scalar, laid out as protobuf-c does */
+  fake_msg x = {.which = 7, .a = 42, .has_b = 0, .b = 9};
+  ProtobufCFieldDescriptor fa = {.name = "a",
+                                 .id = 7,
+                                 .label = PROTOBUF_C_LABEL_NONE,
+                                 .type = PROTOBUF_C_TYPE_INT32,
+                                 .quantifier_offset = (unsigned)offsetof(fake_msg, which),
+                                 .offset = (unsigned)offsetof(fake_msg, a),
+                                 .flags = PROTOBUF_C_FIELD_FLAG_ONEOF};
+  ProtobufCFieldDescriptor fb = {.name = "b",
+                                 .id = 8,
+                                 .label = PROTOBUF_C_LABEL_OPTIONAL,
+                                 .type = PROTOBUF_C_TYPE_INT64,
+                                 .quantifier_offset = (unsigned)offsetof(fake_msg, has_b),
+                                 .offset = (unsigned)offsetof(fake_msg, b)};
+  assert_int_equal(sl_pbfield_n_values(&x.base, &fa), 1);
+  assert_int_equal(*(const int32_t *)sl_pbfield_value(&x.base, &fa, 0), 42);
+  assert_int_equal(sl_pbfield_n_values(&x.base, &fb), 0); /* has_b clear */
+  assert_null(sl_pbfield_value(&x.base, &fb, 0));
+  x.has_b = 1;
+  x.which = 8; /* another member of the oneof chosen */
+  assert_int_equal(sl_pbfield_n_values(&x.base, &fa), 0);
+  assert_int_equal(*(const int64_t *)sl_pbfield_value(&x.base, &fb, 0), 9);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read),
       cmocka_unit_test(test_resolve),
       cmocka_unit_test(test_write),
+      cmocka_unit_test(test_values),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,6 +140,34 @@ static void test_kafka_security(void **state) {
 
 /* kafka.producer_properties: split, trimmed, checked against librdkafka;
  * the properties the delivery guarantee rests on are refused */
+/* the durable settings every producer writes with, extras over them */
+static void test_conf_durable(void **state) {
+  (void)state;
+  char err[256], v[64];
+  size_t n;
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  const char *const extra[] = {"linger.ms", "5", "message.timeout.ms", "9000", NULL};
+  assert_int_equal(sl_kafka_conf_durable(c, extra, err, sizeof err), 0);
+  static const char *const want[][2] = {{"enable.idempotence", "true"},
+                                        {"acks", "-1"}, /* all */
+                                        {"linger.ms", "5"},
+                                        {"message.timeout.ms", "9000"}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    n = sizeof v;
+    assert_int_equal(rd_kafka_conf_get(c, want[i][0], v, &n), RD_KAFKA_CONF_OK);
+    assert_string_equal(v, want[i][1]);
+  }
+  assert_int_equal(sl_kafka_conf_durable(c, NULL, err, sizeof err), 0); /* the defaults again */
+  n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(c, "message.timeout.ms", v, &n), RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "30000");
+  const char *const bad[] = {"no.such.property", "1", NULL};
+  assert_int_equal(sl_kafka_conf_durable(c, bad, err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "no.such.property"));
+  assert_int_equal(sl_kafka_conf_durable(NULL, NULL, err, sizeof err), SL_EINVAL);
+  rd_kafka_conf_destroy(c);
+}
+
 static void test_producer_properties(void **state) {
   (void)state;
   char buf[128], err[256];
@@ -283,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_redis_security),
       cmocka_unit_test(test_kafka_security),
       cmocka_unit_test(test_s3_ca),
+      cmocka_unit_test(test_conf_durable),
       cmocka_unit_test(test_producer_properties),
       cmocka_unit_test(test_consumer_properties),
   };

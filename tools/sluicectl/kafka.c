@@ -2,8 +2,9 @@
 /*
  * kafka.c — librdkafka plumbing of sluicectl: client configuration with the
  * last broker error captured (so a failure can say why), reading a whole
- * topic without a consumer group, and an idempotent producer whose delivery
- * reports are awaited with a deadline.
+ * topic without a consumer group, and an idempotent producer (the
+ * runtime's settings, sl_kafka_conf_durable) whose delivery reports are
+ * awaited with a deadline.
  *
  * Every wait is bounded by --timeout (10 s): an unreachable cluster is an
  * error after that long, never a hang.
@@ -250,16 +251,18 @@ int sc_producer_open(const sc_opts *o, sc_producer *p) {
   memset(p, 0, sizeof *p);
   rd_kafka_conf_t *c = sc_conf_new(o);
   if (!c) return -1;
-  char t[32];
+  /* the runtime's producer settings (idempotent, acks=all), with this
+   * tool's linger and its --timeout as the message timeout */
+  char t[32], err[512];
   snprintf(t, sizeof t, "%d", o->timeout_ms);
-  if (sc_conf_set(c, "enable.idempotence", "true") || sc_conf_set(c, "acks", "all") ||
-      sc_conf_set(c, "linger.ms", "5") || sc_conf_set(c, "message.timeout.ms", t)) {
+  const char *const extra[] = {"linger.ms", "5", "message.timeout.ms", t, NULL};
+  if (sl_kafka_conf_durable(c, extra, err, sizeof err)) {
+    fprintf(stderr, "sluicectl: kafka producer settings: %s\n", err);
     rd_kafka_conf_destroy(c);
     return -1;
   }
   rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
   rd_kafka_conf_set_opaque(c, p);
-  char err[512];
   p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
   if (!p->rk) {
     fprintf(stderr, "sluicectl: %s\n", err);

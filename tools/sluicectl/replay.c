@@ -11,10 +11,11 @@
  *    before anything is replayed, so an interrupted replay is audited too;
  * 5. unless --dry-run: produce each dead letter's original key and payload
  *    (byte for byte) to its replay topic with the single header
- *    sluice-replay-id: <audit id> — none of the retry headers, so the stage
- *    gives it a fresh time budget — at --rate messages per second (token
- *    bucket; the wait for a token is spent serving delivery reports), with
- *    an idempotent producer, and wait for every delivery report;
+ *    SL_HDR_REPLAY_ID (sl_stage.h, "sluice-replay-id"): <audit id> — none
+ *    of the retry headers, so the stage gives it a fresh time budget — at
+ *    --rate messages per second (token bucket; the wait for a token is
+ *    spent serving delivery reports), with an idempotent producer, and
+ *    wait for every delivery report;
  * 6. print a summary: replayed, skipped (reasons), failed, audit id.
  *
  * Exit status: 0 when every matching dead letter was replayed, 1 when any
@@ -30,8 +31,6 @@
 
 #include "sluicectl.h"
 #include "sluice/sl_id.h"
-
-#define REPLAY_HEADER "sluice-replay-id"
 
 typedef struct {
   const sc_dead_letter *dl;
@@ -286,7 +285,7 @@ int sc_dlq_replay(const sc_opts *o) {
     const Sluice__V1__DeadLetter *d = e->dl->d;
     e->produced = 1;
     if (sc_produce(&p, d->replay_topic, d->key.data, d->key.len, d->payload.data, d->payload.len,
-                   REPLAY_HEADER, id, &e->dr))
+                   SL_HDR_REPLAY_ID, id, &e->dr))
       snprintf(e->reason, sizeof e->reason, "%s", rd_kafka_err2str(e->dr.err));
     rd_kafka_poll(p.rk, 0);
     sc_progress_update(&prog, p.delivered);

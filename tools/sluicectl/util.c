@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_pbfield.h"
 
 double sc_mono_s(void) {
   struct timespec ts;
@@ -249,37 +250,6 @@ json_t *sc_json_text(const void *data, size_t len) {
 
 /* ---- protobuf -> JSON ------------------------------------------------------- */
 
-static size_t pb_elem_size(ProtobufCType t) {
-  switch (t) {
-  case PROTOBUF_C_TYPE_INT32:
-  case PROTOBUF_C_TYPE_SINT32:
-  case PROTOBUF_C_TYPE_SFIXED32:
-  case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_FIXED32:
-    return 4;
-  case PROTOBUF_C_TYPE_INT64:
-  case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64:
-    return 8;
-  case PROTOBUF_C_TYPE_FLOAT:
-    return sizeof(float);
-  case PROTOBUF_C_TYPE_DOUBLE:
-    return sizeof(double);
-  case PROTOBUF_C_TYPE_BOOL:
-    return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_ENUM:
-    return sizeof(int);
-  case PROTOBUF_C_TYPE_STRING:
-  case PROTOBUF_C_TYPE_MESSAGE:
-    return sizeof(void *);
-  case PROTOBUF_C_TYPE_BYTES:
-    return sizeof(ProtobufCBinaryData);
-  }
-  return 0;
-}
-
 static json_t *pb_value(const ProtobufCFieldDescriptor *f, const void *p) {
   switch (f->type) {
   case PROTOBUF_C_TYPE_INT32:
@@ -353,35 +323,23 @@ static json_t *pb_value(const ProtobufCFieldDescriptor *f, const void *p) {
   return json_null();
 }
 
+/* The message's fields by its descriptor; which fields are set and where
+ * their values are is sl_pbfield's (the runtime's protobuf walker). */
 json_t *sc_pb_to_json(const ProtobufCMessage *m) {
   const ProtobufCMessageDescriptor *d = m->descriptor;
-  const char *base = (const char *)m;
   json_t *o = json_object();
   if (!o) return NULL;
   for (unsigned i = 0; i < d->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &d->fields[i];
-    const void *p = base + f->offset;
+    size_t n = sl_pbfield_n_values(m, f);
     json_t *v;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-      size_t n;
-      memcpy(&n, base + f->quantifier_offset, sizeof n);
-      const char *arr;
-      memcpy(&arr, p, sizeof arr);
       v = json_array();
-      for (size_t k = 0; v && arr && k < n; k++)
-        json_array_append_new(v, pb_value(f, arr + k * pb_elem_size(f->type)));
+      for (size_t k = 0; v && k < n; k++)
+        json_array_append_new(v, pb_value(f, sl_pbfield_value(m, f, k)));
     } else {
-      if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-        uint32_t c;
-        memcpy(&c, base + f->quantifier_offset, sizeof c);
-        if (c != f->id) continue;
-      } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_MESSAGE &&
-                 f->type != PROTOBUF_C_TYPE_STRING) {
-        protobuf_c_boolean has;
-        memcpy(&has, base + f->quantifier_offset, sizeof has);
-        if (!has) continue;
-      }
-      v = pb_value(f, p);
+      if (n == 0) continue;
+      v = pb_value(f, sl_pbfield_value(m, f, 0));
     }
     json_object_set_new(o, f->name, v ? v : json_null());
   }

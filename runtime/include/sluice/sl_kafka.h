@@ -117,7 +117,18 @@ typedef enum { SL_KAFKA_PRODUCER_PROPS, SL_KAFKA_CONSUMER_PROPS } sl_kafka_props
 int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, size_t buflen,
                          const char **kv, size_t maxpairs, char *err, size_t errlen);
 
-/* Creates an idempotent producer. Each message must carry an
+/* The settings every Sluice producer writes with, applied to c:
+ * enable.idempotence=true and acks=all (a message counts as written only
+ * once every in-sync replica has it, and a retry never duplicates it),
+ * linger.ms=2, message.timeout.ms=30000; then extra (NULL-terminated
+ * name/value pairs of librdkafka properties, may be NULL) over them. For a
+ * program that makes its own producer around c, with a delivery callback of
+ * its own (sluicectl, the benches); sl_kafka_producer_new uses it too.
+ * Returns 0, or SL_ECONFIG with the reason in err. */
+int sl_kafka_conf_durable(rd_kafka_conf_t *c, const char *const *extra, char *err, size_t errlen);
+
+/* Creates an idempotent producer (sl_kafka_conf_durable over the installed
+ * security, sl_kafka_conf_secure). Each message must carry an
  * sl_kafka_ticket as its opaque (sl_kafka_send does); its delivery report
  * goes there. extra: NULL-terminated key/value pairs of librdkafka
  * properties applied last, may be NULL. */

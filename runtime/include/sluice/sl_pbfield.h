@@ -51,4 +51,18 @@ long sl_pbfield_count(const ProtobufCMessage *m, const char *path);
 int sl_pbfield_set_str(ProtobufCMessage *m, const char *path, const char *v);
 int sl_pbfield_set_num(ProtobufCMessage *m, const char *path, double v);
 
+/* Every field of a message, for a caller that shows a whole message by its
+ * descriptor (sluicectl's JSON): the values field f (one of m's
+ * descriptor's fields) holds — a repeated field's element count; for a
+ * singular one 1 when it is set and 0 when it is not (a oneof member other
+ * than the chosen one, an optional scalar whose has_ flag is clear); any
+ * other singular field counts as set. */
+size_t sl_pbfield_n_values(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f);
+/* Where value i of field f is, laid out as protobuf-c does (int32_t,
+ * uint64_t, float, protobuf_c_boolean, int for an enum, char * for a
+ * string, ProtobufCBinaryData, ProtobufCMessage *), or NULL when i is not
+ * below sl_pbfield_n_values. */
+const void *sl_pbfield_value(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+                             size_t i);
+
 #endif
