@@ -321,14 +321,151 @@ static int derive(sl_pipeline *p, char *err, size_t errlen, const char *source) 
   return 0;
 }
 
-int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const char *source,
-                      char *err, size_t errlen) {
+/* "topics": 1 to SL_PIPELINE_MAX_TOPICS, each named once, of a known message */
+static int parse_topics(sl_pipeline *p, json_t *root, char *err, size_t errlen,
+                        const char *source) {
+  static const char *const topic_keys[] = {"name", "message", "about", NULL};
+  json_t *topics = json_object_get(root, "topics");
+  if (!json_is_array(topics) || json_array_size(topics) == 0 ||
+      json_array_size(topics) > SL_PIPELINE_MAX_TOPICS)
+    return fail(err, errlen, source, "\"topics\" must be a list of 1 to %d topics",
+                SL_PIPELINE_MAX_TOPICS);
+  size_t i;
+  json_t *v;
+  int rc = 0;
+  json_array_foreach(topics, i, v) {
+    char where[48];
+    snprintf(where, sizeof where, "topic %zu", i + 1);
+    if (!json_is_object(v)) return fail(err, errlen, source, "%s is not an object", where);
+    if ((rc = only_keys(v, topic_keys, where, err, errlen, source))) return rc;
+    sl_pipeline_topic *t = &p->topics[p->ntopics];
+    t->name = str_of(v, "name", 1, where, &rc, err, errlen, source);
+    if (rc == 0) t->message = str_of(v, "message", 1, where, &rc, err, errlen, source);
+    if (rc == 0) t->about = str_of(v, "about", 0, where, &rc, err, errlen, source);
+    if (rc) return rc;
+    if (!valid_topic(t->name))
+      return fail(err, errlen, source,
+                  "\"%s\" is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ "
+                  "-)",
+                  t->name);
+    if (topic_find(p, t->name))
+      return fail(err, errlen, source, "topic \"%s\" is declared twice", t->name);
+    if (!known_message(t->message))
+      return fail(err, errlen, source,
+                  "topic \"%s\": message \"%s\" is neither a message of "
+                  "proto/sluice.proto (sluice.v1.<Name>) nor json:<schema>",
+                  t->name, t->message);
+    p->ntopics++;
+  }
+  return 0;
+}
+
+/* "dead_letters" (two topics of their own) and "api_keys" (optional, the
+ * compacted topic of API-key records, "apikeys" by default) */
+static int parse_side_topics(sl_pipeline *p, json_t *root, char *err, size_t errlen,
+                             const char *source) {
+  static const char *const ak_keys[] = {"topic", NULL};
+  static const char *const dl_keys[] = {"topic", "audit", NULL};
+  int rc = 0;
+  json_t *dl = json_object_get(root, "dead_letters");
+  if (!json_is_object(dl))
+    return fail(err, errlen, source, "\"dead_letters\" must be {\"topic\": ..., \"audit\": ...}");
+  if ((rc = only_keys(dl, dl_keys, "\"dead_letters\"", err, errlen, source))) return rc;
+  p->dlq = str_of(dl, "topic", 1, "\"dead_letters\"", &rc, err, errlen, source);
+  if (rc == 0) p->dlq_audit = str_of(dl, "audit", 1, "\"dead_letters\"", &rc, err, errlen, source);
+  if (rc) return rc;
+  const char *dls[2] = {p->dlq, p->dlq_audit};
+  for (int k = 0; k < 2; k++)
+    if (!valid_topic(dls[k]) || topic_find(p, dls[k]) || (k && strcmp(dls[0], dls[1]) == 0))
+      return fail(err, errlen, source,
+                  "dead-letter topic \"%s\" must be a Kafka topic name of its "
+                  "own",
+                  dls[k]);
+  json_t *ak = json_object_get(root, "api_keys");
+  p->apikeys = SL_PIPELINE_APIKEYS_DEFAULT;
+  if (ak) {
+    if (!json_is_object(ak))
+      return fail(err, errlen, source, "\"api_keys\" must be {\"topic\": ...}");
+    if ((rc = only_keys(ak, ak_keys, "\"api_keys\"", err, errlen, source))) return rc;
+    p->apikeys = str_of(ak, "topic", 1, "\"api_keys\"", &rc, err, errlen, source);
+    if (rc) return rc;
+  }
+  if (!valid_topic(p->apikeys) || topic_find(p, p->apikeys) || strcmp(p->apikeys, p->dlq) == 0 ||
+      strcmp(p->apikeys, p->dlq_audit) == 0)
+    return fail(err, errlen, source, "API-key topic \"%s\" must be a Kafka topic name of its own",
+                p->apikeys);
+  return 0;
+}
+
+/* "retry_tiers": 1 to SL_RETRY_TIERS_MAX ascending delays */
+static int parse_tiers(sl_pipeline *p, json_t *root, char *err, size_t errlen, const char *source) {
+  json_t *tiers = json_object_get(root, "retry_tiers");
+  if (!json_is_array(tiers) || json_array_size(tiers) == 0 ||
+      json_array_size(tiers) > SL_RETRY_TIERS_MAX)
+    return fail(err, errlen, source,
+                "\"retry_tiers\" must be a list of 1 to %d delays such as "
+                "\"5s\"",
+                SL_RETRY_TIERS_MAX);
+  size_t w = 0, i;
+  json_t *v;
+  json_array_foreach(tiers, i, v) {
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 15)
+      return fail(err, errlen, source, "retry tier %zu must be a delay such as \"30s\"", i + 1);
+    w += (size_t)snprintf(p->tiers + w, sizeof p->tiers - w, "%s%s", i ? "," : "",
+                          json_string_value(v));
+  }
+  int64_t delays[SL_RETRY_TIERS_MAX];
+  p->ntiers = sl_retry_tiers_parse(p->tiers, delays, p->tier_label);
+  if (p->ntiers < 0)
+    return fail(err, errlen, source,
+                "\"retry_tiers\" %s: delays must be ascending, each a number "
+                "with ms, s, m or h",
+                p->tiers);
+  return 0;
+}
+
+/* "stages": 1 to SL_PIPELINE_MAX_STAGES, then the graph they make */
+static int parse_stages(sl_pipeline *p, json_t *root, char *err, size_t errlen,
+                        const char *source) {
+  json_t *stages = json_object_get(root, "stages");
+  if (!json_is_array(stages) || json_array_size(stages) == 0 ||
+      json_array_size(stages) > SL_PIPELINE_MAX_STAGES)
+    return fail(err, errlen, source, "\"stages\" must be a list of 1 to %d stages",
+                SL_PIPELINE_MAX_STAGES);
+  size_t i;
+  json_t *v;
+  int rc;
+  json_array_foreach(stages, i, v) {
+    if ((rc = parse_stage(p, &p->stages[i], v, i, err, errlen, source))) return rc;
+    p->nstages++;
+  }
+  if ((rc = check_graph(p, err, errlen, source))) return rc;
+  return derive(p, err, errlen, source);
+}
+
+/* The description's top level, then its parts in order. */
+static int parse_root(sl_pipeline *p, json_t *root, char *err, size_t errlen, const char *source) {
   static const char *const top_keys[] = {"pipeline",    "version",      "about",
                                          "topics",      "dead_letters", "api_keys",
                                          "retry_tiers", "stages",       NULL};
-  static const char *const ak_keys[] = {"topic", NULL};
-  static const char *const topic_keys[] = {"name", "message", "about", NULL};
-  static const char *const dl_keys[] = {"topic", "audit", NULL};
+  int rc = 0;
+  if (!json_is_object(root))
+    return fail(err, errlen, source, "the description must be a JSON object");
+  if ((rc = only_keys(root, top_keys, "the description", err, errlen, source))) return rc;
+  p->name = str_of(root, "pipeline", 1, "the description", &rc, err, errlen, source);
+  if (rc == 0) p->about = str_of(root, "about", 0, "the description", &rc, err, errlen, source);
+  if (rc) return rc;
+  json_t *ver = json_object_get(root, "version");
+  if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+    return fail(err, errlen, source, "\"version\" must be 1 (the only format there is)");
+  if ((rc = parse_topics(p, root, err, errlen, source))) return rc;
+  if ((rc = parse_side_topics(p, root, err, errlen, source))) return rc;
+  if ((rc = parse_tiers(p, root, err, errlen, source))) return rc;
+  return parse_stages(p, root, err, errlen, source);
+}
+
+int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const char *source,
+                      char *err, size_t errlen) {
   if (!out || !json) return SL_EINVAL;
   *out = NULL;
   if (!source) source = "(text)";
@@ -341,139 +478,7 @@ int sl_pipeline_parse(sl_pipeline **out, const char *json, size_t len, const cha
     return SL_ENOMEM;
   }
   p->root = root;
-  int rc = 0;
-  if (!json_is_object(root)) {
-    rc = fail(err, errlen, source, "the description must be a JSON object");
-    goto out;
-  }
-  if ((rc = only_keys(root, top_keys, "the description", err, errlen, source))) goto out;
-  p->name = str_of(root, "pipeline", 1, "the description", &rc, err, errlen, source);
-  if (rc == 0) p->about = str_of(root, "about", 0, "the description", &rc, err, errlen, source);
-  if (rc) goto out;
-  json_t *ver = json_object_get(root, "version");
-  if (!json_is_integer(ver) || json_integer_value(ver) != 1) {
-    rc = fail(err, errlen, source, "\"version\" must be 1 (the only format there is)");
-    goto out;
-  }
-  json_t *topics = json_object_get(root, "topics");
-  if (!json_is_array(topics) || json_array_size(topics) == 0 ||
-      json_array_size(topics) > SL_PIPELINE_MAX_TOPICS) {
-    rc = fail(err, errlen, source, "\"topics\" must be a list of 1 to %d topics",
-              SL_PIPELINE_MAX_TOPICS);
-    goto out;
-  }
-  size_t i;
-  json_t *v;
-  json_array_foreach(topics, i, v) {
-    char where[48];
-    snprintf(where, sizeof where, "topic %zu", i + 1);
-    if (!json_is_object(v)) {
-      rc = fail(err, errlen, source, "%s is not an object", where);
-      goto out;
-    }
-    if ((rc = only_keys(v, topic_keys, where, err, errlen, source))) goto out;
-    sl_pipeline_topic *t = &p->topics[p->ntopics];
-    t->name = str_of(v, "name", 1, where, &rc, err, errlen, source);
-    if (rc == 0) t->message = str_of(v, "message", 1, where, &rc, err, errlen, source);
-    if (rc == 0) t->about = str_of(v, "about", 0, where, &rc, err, errlen, source);
-    if (rc) goto out;
-    if (!valid_topic(t->name)) {
-      rc = fail(err, errlen, source,
-                "\"%s\" is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ "
-                "-)",
-                t->name);
-      goto out;
-    }
-    if (topic_find(p, t->name)) {
-      rc = fail(err, errlen, source, "topic \"%s\" is declared twice", t->name);
-      goto out;
-    }
-    if (!known_message(t->message)) {
-      rc = fail(err, errlen, source,
-                "topic \"%s\": message \"%s\" is neither a message of "
-                "proto/sluice.proto (sluice.v1.<Name>) nor json:<schema>",
-                t->name, t->message);
-      goto out;
-    }
-    p->ntopics++;
-  }
-  json_t *dl = json_object_get(root, "dead_letters");
-  if (!json_is_object(dl)) {
-    rc = fail(err, errlen, source, "\"dead_letters\" must be {\"topic\": ..., \"audit\": ...}");
-    goto out;
-  }
-  if ((rc = only_keys(dl, dl_keys, "\"dead_letters\"", err, errlen, source))) goto out;
-  p->dlq = str_of(dl, "topic", 1, "\"dead_letters\"", &rc, err, errlen, source);
-  if (rc == 0) p->dlq_audit = str_of(dl, "audit", 1, "\"dead_letters\"", &rc, err, errlen, source);
-  if (rc) goto out;
-  const char *dls[2] = {p->dlq, p->dlq_audit};
-  for (int k = 0; k < 2; k++)
-    if (!valid_topic(dls[k]) || topic_find(p, dls[k]) || (k && strcmp(dls[0], dls[1]) == 0)) {
-      rc = fail(err, errlen, source,
-                "dead-letter topic \"%s\" must be a Kafka topic name of its "
-                "own",
-                dls[k]);
-      goto out;
-    }
-  /* the compacted topic of API-key records (optional, "apikeys") */
-  json_t *ak = json_object_get(root, "api_keys");
-  p->apikeys = SL_PIPELINE_APIKEYS_DEFAULT;
-  if (ak) {
-    if (!json_is_object(ak)) {
-      rc = fail(err, errlen, source, "\"api_keys\" must be {\"topic\": ...}");
-      goto out;
-    }
-    if ((rc = only_keys(ak, ak_keys, "\"api_keys\"", err, errlen, source))) goto out;
-    p->apikeys = str_of(ak, "topic", 1, "\"api_keys\"", &rc, err, errlen, source);
-    if (rc) goto out;
-  }
-  if (!valid_topic(p->apikeys) || topic_find(p, p->apikeys) || strcmp(p->apikeys, p->dlq) == 0 ||
-      strcmp(p->apikeys, p->dlq_audit) == 0) {
-    rc = fail(err, errlen, source, "API-key topic \"%s\" must be a Kafka topic name of its own",
-              p->apikeys);
-    goto out;
-  }
-  json_t *tiers = json_object_get(root, "retry_tiers");
-  if (!json_is_array(tiers) || json_array_size(tiers) == 0 ||
-      json_array_size(tiers) > SL_RETRY_TIERS_MAX) {
-    rc = fail(err, errlen, source,
-              "\"retry_tiers\" must be a list of 1 to %d delays such as "
-              "\"5s\"",
-              SL_RETRY_TIERS_MAX);
-    goto out;
-  }
-  size_t w = 0;
-  json_array_foreach(tiers, i, v) {
-    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 15) {
-      rc = fail(err, errlen, source, "retry tier %zu must be a delay such as \"30s\"", i + 1);
-      goto out;
-    }
-    w += (size_t)snprintf(p->tiers + w, sizeof p->tiers - w, "%s%s", i ? "," : "",
-                          json_string_value(v));
-  }
-  int64_t delays[SL_RETRY_TIERS_MAX];
-  p->ntiers = sl_retry_tiers_parse(p->tiers, delays, p->tier_label);
-  if (p->ntiers < 0) {
-    rc = fail(err, errlen, source,
-              "\"retry_tiers\" %s: delays must be ascending, each a number "
-              "with ms, s, m or h",
-              p->tiers);
-    goto out;
-  }
-  json_t *stages = json_object_get(root, "stages");
-  if (!json_is_array(stages) || json_array_size(stages) == 0 ||
-      json_array_size(stages) > SL_PIPELINE_MAX_STAGES) {
-    rc = fail(err, errlen, source, "\"stages\" must be a list of 1 to %d stages",
-              SL_PIPELINE_MAX_STAGES);
-    goto out;
-  }
-  json_array_foreach(stages, i, v) {
-    if ((rc = parse_stage(p, &p->stages[i], v, i, err, errlen, source))) goto out;
-    p->nstages++;
-  }
-  if ((rc = check_graph(p, err, errlen, source))) goto out;
-  rc = derive(p, err, errlen, source);
-out:
+  int rc = parse_root(p, root, err, errlen, source);
   if (rc) {
     sl_pipeline_free(p);
     return rc;

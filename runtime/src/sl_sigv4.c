@@ -581,10 +581,8 @@ static int is_payload_hash(const char *p) {
   return i == 64;
 }
 
-/* Signs r. Presign: writes the URL into out. Authorize: writes the
- * Authorization value into out and the x-amz-date into amz_date_out. */
-static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, char *amz_date_out,
-                        sl_sigv4_debug *dbg) {
+/* 0 when r can be signed, else SL_EINVAL or SL_ETOOBIG. */
+static int check_request(const sreq *r) {
   if (r->method == NULL || r->host == NULL || r->path == NULL || r->payload == NULL ||
       (r->hdrs == NULL && r->nhdrs > 0))
     return SL_EINVAL;
@@ -598,12 +596,15 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, 
   }
   if ((int64_t)r->now < 0 || (int64_t)r->now > MAX_UNIX_TIME) return SL_EINVAL;
   if (r->nhdrs > SL_SIGV4_MAX_HEADERS) return SL_ETOOBIG;
+  return 0;
+}
 
+/* r's x-amz-date (YYYYMMDDTHHMMSSZ), s's day made current */
+static int amz_date_of(sl_sigv4 *s, const sreq *r, char amz_date[SL_SIGV4_AMZ_DATE_LEN + 1]) {
   int64_t t = (int64_t)r->now;
   int rc = ensure_day(s, t / SECS_PER_DAY);
   if (rc != 0) return rc;
   unsigned sod = (unsigned)(t % SECS_PER_DAY);
-  char amz_date[SL_SIGV4_AMZ_DATE_LEN + 1];
   memcpy(amz_date, s->date8, 8);
   amz_date[8] = 'T';
   put2(amz_date + 9, sod / 3600);
@@ -611,6 +612,80 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, 
   put2(amz_date + 13, sod % 60);
   amz_date[15] = 'Z';
   amz_date[16] = '\0';
+  return 0;
+}
+
+/* The string to sign of the canonical request creq (into sts, its length
+ * in *sts_len) and its signature in hex. */
+static int signature(sl_sigv4 *s, const char *creq, size_t creq_len, const char *amz_date,
+                     char sts[STS_MAX], size_t *sts_len, char sig[65]) {
+  unsigned char digest[32];
+  int rc = sha256(s, creq, creq_len, digest);
+  if (rc != 0) return rc;
+  sbuf sb;
+  sb_init(&sb, sts, STS_MAX - 1);
+  sb_mem(&sb, ALGORITHM "\n", sizeof ALGORITHM);
+  sb_mem(&sb, amz_date, SL_SIGV4_AMZ_DATE_LEN);
+  sb_ch(&sb, '\n');
+  sb_mem(&sb, s->scope, s->scope_len);
+  sb_ch(&sb, '\n');
+  if (sb.over || sb.cap - sb.len < 64)
+    return SL_ETOOBIG; /* unreachable: STS_MAX covers the worst case */
+  hex_lower(sts + sb.len, digest, 32);
+  sb.len += 64;
+  *sts_len = sb.len;
+  unsigned char mac[32];
+  rc = hmac_signing(s, sts, sb.len, mac);
+  if (rc != 0) return rc;
+  hex_lower(sig, mac, 32);
+  return 0;
+}
+
+/* Where the canonical request's parts are, for the output. */
+typedef struct {
+  const char *creq;
+  size_t creq_len, uri_off, uri_len, q_off, q_len;
+  const char *signed_hdrs;
+  size_t signed_len;
+} canon;
+
+/* Presign: the URL; authorize: the Authorization value. */
+static int write_out(const sl_sigv4 *s, const sreq *r, const canon *c, const char *sig, char *out,
+                     size_t out_size) {
+  sbuf o;
+  sb_init(&o, out, out_size - 1);
+  if (r->presign) {
+    sb_str(&o, r->scheme);
+    sb_mem(&o, "://", 3);
+    sb_str(&o, r->host);
+    sb_mem(&o, c->creq + c->uri_off, c->uri_len);
+    sb_ch(&o, '?');
+    sb_mem(&o, c->creq + c->q_off, c->q_len);
+    sb_mem(&o, "&X-Amz-Signature=", 17);
+    sb_mem(&o, sig, 64);
+  } else {
+    sb_mem(&o, ALGORITHM " Credential=", sizeof ALGORITHM + 11);
+    sb_mem(&o, s->access_key, s->access_key_len);
+    sb_ch(&o, '/');
+    sb_mem(&o, s->scope, s->scope_len);
+    sb_mem(&o, ",SignedHeaders=", 15);
+    sb_mem(&o, c->signed_hdrs, c->signed_len);
+    sb_mem(&o, ",Signature=", 11);
+    sb_mem(&o, sig, 64);
+  }
+  if (o.over) return SL_ETOOBIG;
+  out[o.len] = '\0';
+  return 0;
+}
+
+/* Signs r. Presign: writes the URL into out. Authorize: writes the
+ * Authorization value into out and the x-amz-date into amz_date_out. */
+static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, char *amz_date_out,
+                        sl_sigv4_debug *dbg) {
+  int rc = check_request(r);
+  if (rc != 0) return rc;
+  char amz_date[SL_SIGV4_AMZ_DATE_LEN + 1];
+  if ((rc = amz_date_of(s, r, amz_date)) != 0) return rc;
 
   /* Headers: the signer's own first, then the caller's; sorted. */
   hent hents[SL_SIGV4_MAX_HEADERS + 3];
@@ -678,27 +753,9 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, 
   creq[cr.len] = '\0';
 
   /* String to sign and signature. */
-  unsigned char digest[32];
-  rc = sha256(s, creq, cr.len, digest);
-  if (rc != 0) return rc;
-  char sts[STS_MAX];
-  sbuf sb;
-  sb_init(&sb, sts, sizeof sts - 1);
-  sb_mem(&sb, ALGORITHM "\n", sizeof ALGORITHM);
-  sb_mem(&sb, amz_date, SL_SIGV4_AMZ_DATE_LEN);
-  sb_ch(&sb, '\n');
-  sb_mem(&sb, s->scope, s->scope_len);
-  sb_ch(&sb, '\n');
-  if (sb.over || sb.cap - sb.len < 64)
-    return SL_ETOOBIG; /* unreachable: STS_MAX covers the worst case */
-  hex_lower(sts + sb.len, digest, 32);
-  sb.len += 64;
-
-  unsigned char mac[32];
-  rc = hmac_signing(s, sts, sb.len, mac);
-  if (rc != 0) return rc;
-  char sig[65];
-  hex_lower(sig, mac, 32);
+  char sts[STS_MAX], sig[65];
+  size_t sts_len = 0;
+  if ((rc = signature(s, creq, cr.len, amz_date, sts, &sts_len, sig)) != 0) return rc;
 
   if (dbg != NULL) {
     hex_lower(dbg->signing_key_hex, s->signing_key, 32);
@@ -706,34 +763,12 @@ static int sign_request(sl_sigv4 *s, const sreq *r, char *out, size_t out_size, 
         copy_out(dbg->canonical_request, dbg->canonical_request_size, creq, cr.len) != 0)
       return SL_ETOOBIG;
     if (dbg->string_to_sign != NULL &&
-        copy_out(dbg->string_to_sign, dbg->string_to_sign_size, sts, sb.len) != 0)
+        copy_out(dbg->string_to_sign, dbg->string_to_sign_size, sts, sts_len) != 0)
       return SL_ETOOBIG;
   }
 
-  /* Output. */
-  sbuf o;
-  sb_init(&o, out, out_size - 1);
-  if (r->presign) {
-    sb_str(&o, r->scheme);
-    sb_mem(&o, "://", 3);
-    sb_str(&o, r->host);
-    sb_mem(&o, creq + uri_off, uri_len);
-    sb_ch(&o, '?');
-    sb_mem(&o, creq + q_off, q_len);
-    sb_mem(&o, "&X-Amz-Signature=", 17);
-    sb_mem(&o, sig, 64);
-  } else {
-    sb_mem(&o, ALGORITHM " Credential=", sizeof ALGORITHM + 11);
-    sb_mem(&o, s->access_key, s->access_key_len);
-    sb_ch(&o, '/');
-    sb_mem(&o, s->scope, s->scope_len);
-    sb_mem(&o, ",SignedHeaders=", 15);
-    sb_mem(&o, signed_hdrs, shb.len);
-    sb_mem(&o, ",Signature=", 11);
-    sb_mem(&o, sig, 64);
-  }
-  if (o.over) return SL_ETOOBIG;
-  out[o.len] = '\0';
+  canon c = {creq, cr.len, uri_off, uri_len, q_off, q_len, signed_hdrs, shb.len};
+  if ((rc = write_out(s, r, &c, sig, out, out_size)) != 0) return rc;
   if (amz_date_out != NULL) memcpy(amz_date_out, amz_date, SL_SIGV4_AMZ_DATE_LEN + 1);
   return 0;
 }
