@@ -61,7 +61,7 @@
 typedef struct {
   char topic[128];
   int32_t partition;
-  int g;  /* index of the group in L->g */
+  int g;  /* index of its group */
   int ok; /* answered (lag holds the number) */
   int64_t lag;
 } lag_entry;
@@ -169,29 +169,29 @@ static void lag_thread(void *arg) {
 
 /* ---- the loop ---- */
 
-static sl_metric *lag_series(sl_lagq *L, const char *topic, int32_t partition) {
-  for (int i = 0; i < L->nlag; i++)
-    if (L->lag[i].partition == partition && strcmp(L->lag[i].topic, topic) == 0) return L->lag[i].m;
-  if (L->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof L->lag[0].topic) return NULL;
+static sl_metric *lag_series(sl_lagq *q, const char *topic, int32_t partition) {
+  for (int i = 0; i < q->nlag; i++)
+    if (q->lag[i].partition == partition && strcmp(q->lag[i].topic, topic) == 0) return q->lag[i].m;
+  if (q->nlag >= SL_LAG_SERIES_MAX || strlen(topic) >= sizeof q->lag[0].topic) return NULL;
   char l[200];
   snprintf(l, sizeof l, "topic=\"%s\",partition=\"%d\"", topic, (int)partition);
-  sl_metric *m = sl__metric("sluice_consumer_lag_messages", L->R->o->stage, l,
+  sl_metric *m = sl__metric("sluice_consumer_lag_messages", q->R->o->stage, l,
                             "Messages of the stage's group not yet committed (high watermark "
                             "minus committed offset), by partition assigned to this process, "
                             "inputs and retry tiers; summed over the replicas: the group's lag "
                             "(queried from Kafka every stage.lag_interval_ms)",
                             1);
   if (!m) return NULL;
-  snprintf(L->lag[L->nlag].topic, sizeof L->lag[0].topic, "%s", topic);
-  L->lag[L->nlag].partition = partition;
-  L->lag[L->nlag].m = m;
-  L->nlag++;
+  snprintf(q->lag[q->nlag].topic, sizeof q->lag[0].topic, "%s", topic);
+  q->lag[q->nlag].partition = partition;
+  q->lag[q->nlag].m = m;
+  q->nlag++;
   return m;
 }
 
 /* The thread's answers: the gauges of what is still assigned here. */
 static void on_answers(uv_async_t *a) {
-  sl_lagq *q = a->data, *L = q;
+  sl_lagq *q = a->data;
   lag_entry *got = q->take;
   uv_mutex_lock(&q->mu);
   int fresh = q->fresh && !q->stop, n = q->ngot; /* stopping: the stage is closing */
@@ -207,16 +207,16 @@ static void on_answers(uv_async_t *a) {
   for (int i = 0; i < n; i++) {
     part *p = sl__part_get(q->P, got[i].topic, got[i].partition, 0);
     if (!p || p->revoked || p->revoking) continue; /* its next owner reports it */
-    sl_metric *m = lag_series(L, got[i].topic, got[i].partition);
+    sl_metric *m = lag_series(q, got[i].topic, got[i].partition);
     if (!m) continue;
-    for (int k = 0; k < L->nlag; k++)
-      if (L->lag[k].m == m) seen[k] = 1;
+    for (int k = 0; k < q->nlag; k++)
+      if (q->lag[k].m == m) seen[k] = 1;
     if (got[i].ok) sl_metric_set(m, got[i].lag);
     int64_t lag = (int64_t)sl_metric_value(m); /* unanswered: the last value */
     if (!bound && !(p->retry_tier >= 0 && p->parked.head)) actionable += lag;
   }
-  for (int k = 0; k < L->nlag; k++)
-    if (!seen[k]) sl_metric_set(L->lag[k].m, 0);
+  for (int k = 0; k < q->nlag; k++)
+    if (!seen[k]) sl_metric_set(q->lag[k].m, 0);
   sl_metric_set(q->m_actionable, actionable);
 }
 
