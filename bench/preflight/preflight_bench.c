@@ -33,33 +33,9 @@
 #include "sl_bench.h"
 #include "sluice/sl_err.h"
 #include "step/preflight/preflight.h"
+#include "sluice/sl_file.h"
 #include "step/preflight/sandbox.h"
 #include "stt/pocketsphinx/pocketsphinx.h"
-
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 20, n = 0;
-  unsigned char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
-    if (n == cap) {
-      unsigned char *g = realloc(buf, cap * 2);
-      if (!g) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = g;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  *len = n;
-  return buf;
-}
 
 /* this process's CPU and the decoding process's, in seconds */
 static double both_cpu_s(pid_t child) {
@@ -139,7 +115,8 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (int i = first; i < argc; i++) {
     size_t len = 0;
-    unsigned char *data = slurp(argv[i], &len);
+    uint8_t *data = NULL;
+    if (sl_file_read(argv[i], (size_t)1 << 30, &data, &len) != 0) data = NULL;
     if (!data) {
       fprintf(stderr, "preflight_bench: cannot read %s\n", argv[i]);
       bad = 1;

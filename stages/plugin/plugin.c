@@ -34,6 +34,7 @@
 #include "sluice.pb-c.h"
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_file.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_log.h"
 
@@ -54,44 +55,6 @@ static int usage(FILE *f) {
           "\"words\": [{\"word\": \"...\", \"start_s\": 0, \"end_s\": 0.4}]}\n"
           "  exit 0 done, 3 retry, 4 failed, 2 usage/input error, 1 plugin not loadable\n");
   return f == stdout ? 0 : 2;
-}
-
-static int read_file(const char *path, char **data, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap + 1);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
-    if (n == cap) {
-      if (cap >= SL_RUN_MAX_INPUT) {
-        free(buf);
-        buf = NULL;
-        fclose(f);
-        return -2;
-      }
-      char *g = realloc(buf, cap * 2 + 1);
-      if (!g) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = g;
-      cap *= 2;
-    }
-  }
-  int err = ferror(f);
-  fclose(f);
-  if (!buf || err) {
-    free(buf);
-    return -1;
-  }
-  buf[n] = '\0';
-  *data = buf;
-  *len = n;
-  return 0;
 }
 
 static int write_file(const char *path, const void *data, size_t len) {
@@ -281,10 +244,10 @@ static int run_input_read(const run_args *a, run_input *ri) {
   in->key = "plugin-run/1";
   in->prompt = a->prompt;
   in->language = a->lang;
-  int r = read_file(a->input, &ri->data, &ri->len);
+  int r = sl_file_read(a->input, SL_RUN_MAX_INPUT, (uint8_t **)&ri->data, &ri->len);
   if (r) {
     fprintf(stderr, "sluice plugin run: cannot read %s%s\n", a->input,
-            r == -2 ? ": larger than 512 MiB" : "");
+            r == SL_ETOOBIG ? ": larger than 512 MiB" : "");
     return 2;
   }
   if (!strcmp(a->kind, "stt") || !strcmp(a->kind, "step")) {

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_file.h"
 #include "sluice/sl_pipeline.h"
 
 /* ---- filters and collection -------------------------------------------------- */
@@ -483,9 +485,10 @@ int sc_dlq_inject(const sc_opts *o) {
   }
   uint8_t *payload = NULL;
   size_t plen = 0;
-  if (sc_read_file(o->payload_file, 8u << 20, &payload, &plen)) {
+  int rrc = sl_file_read(o->payload_file, 8u << 20, &payload, &plen);
+  if (rrc) {
     fprintf(stderr, "sluicectl: cannot read %s: %s\n", o->payload_file,
-            errno == EFBIG ? "larger than 8 MiB" : strerror(errno));
+            rrc == SL_ETOOBIG ? "larger than 8 MiB" : strerror(errno));
     return SC_EXIT_FAIL;
   }
   int64_t now = sl_now_ms();

@@ -111,7 +111,6 @@ void sc_escape(char *out, size_t n, const void *data, size_t len);
 json_t *sc_json_text(const void *data, size_t len);
 /* every set field of a protobuf-c message, by field name */
 json_t *sc_pb_to_json(const ProtobufCMessage *m);
-int sc_read_file(const char *path, size_t max, uint8_t **data, size_t *len);
 
 typedef struct {
   int tty;

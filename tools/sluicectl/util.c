@@ -346,39 +346,6 @@ json_t *sc_pb_to_json(const ProtobufCMessage *m) {
   return o;
 }
 
-int sc_read_file(const char *path, size_t max, uint8_t **data, size_t *len) {
-  FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-  if (!f) return -1;
-  size_t cap = 4096, n = 0;
-  uint8_t *buf = malloc(cap);
-  int rc = -1;
-  while (buf) {
-    if (n == cap) {
-      if (cap >= max + 1) break;
-      cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
-      uint8_t *nb = realloc(buf, cap);
-      if (!nb) break;
-      buf = nb;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) {
-      if (ferror(f)) break;
-      rc = n > max ? -1 : 0;
-      break;
-    }
-  }
-  if (f != stdin) fclose(f);
-  if (rc) {
-    free(buf);
-    if (n > max) errno = EFBIG;
-    return -1;
-  }
-  *data = buf;
-  *len = n;
-  return 0;
-}
-
 /* ---- progress bar -------------------------------------------------------------- */
 
 void sc_progress_init(sc_progress *p, size_t total) {
