@@ -25,7 +25,7 @@ export SLUICE_RETRY_TIERS=1s SLUICE_STAGE_REVOKE_WAIT_MS=500 SLUICE_KAFKA_SESSIO
 
 h1=$((BASE + 190)) h2=$((BASE + 191))
 pids=()
-at_exit 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done'
+at_exit 'for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null || true; done'
 replica_up() { # replica_up ADMIN_PORT (the stage's settings from the environment)
   SLUICE_ADMIN_LISTEN=127.0.0.1:$1 "$HARNESS" >>"$STAGES_DIR/hclaim-$1.log" 2>&1 &
   pids+=($!)
@@ -96,12 +96,13 @@ replicas_down
 # The first replica (2 workers, a 3 s lease renewed every second) claims 10
 # inputs of 12 s calls at once: 2 run, 8 wait for a worker, holding their
 # claims. A second replica takes partitions over and waits on those claims.
-# Then Redis loses the claim keys (deleted here; a failover to a replica
-# that had not received them, or an eviction, does the same): the second
-# replica claims and calls the inputs it holds, and the first one's next
-# renewal finds those claims lost, so its workers must not call them when
-# they get to them: they claim again and reuse the second replica's
-# outputs. Only a call running at the loss may be paid twice.
+# Then Redis loses the claim keys (deleted here, with the first replica
+# stopped meanwhile; a failover to a replica that had not received them, or
+# an eviction, does the same): the second replica claims and calls the
+# inputs it holds, and the first one's next renewal finds those claims
+# lost, so its workers must not call them when they get to them: they claim
+# again and reuse the second replica's outputs. Only a call running at the
+# loss may be paid twice.
 h3=$((BASE + 192)) h4=$((BASE + 193))
 export SLUICE_STAGE_CLAIM_LEASE_MS=3000
 SLUICE_STAGE_WORKERS=2 replica_up "$h3"
@@ -112,8 +113,24 @@ check "the first replica claimed every input" wait_for 30 at_least 10 claims
 replica_up "$h4"
 met2() { grep -q 'another replica is calling' "$STAGES_DIR/hclaim-$h4.log"; }
 check "the second replica met the first one's claims" wait_for 30 met2
+# The first replica is stopped (SIGSTOP) across the loss, so that the second
+# one claims first and the first one's next renewal finds the claims held
+# by another owner; without that, a renewal that came first would simply
+# take them back (sl_claim_renew_lua), and nothing would be lost to see.
+h3_pid=${pids[0]} h4_pid=${pids[1]}
+kill -STOP "$h3_pid"
 lost_at=$(date +%s%3N)
 RC --scan --pattern "sl:claim:hclaim:$sid2/*" | while read -r k; do RC DEL "$k" >/dev/null; done
+# a claim's value is its owner, "<host>:<pid>:<random>:<seq>"
+taken() {
+  local k
+  for k in $(RC --scan --pattern "sl:claim:hclaim:$sid2/*"); do
+    [[ $(RC GET "$k") == *":$h4_pid:"* ]] && return 0
+  done
+  return 1
+}
+check "the second replica claimed inputs once the claims were lost" wait_for 10 taken
+kill -CONT "$h3_pid"
 outs() { harness_out_keys "$sid2/" | sort -u | wc -l; }
 check "every input ended done" wait_for 120 at_least 10 outs
 check "both replicas are idle" wait_for 60 idle "$h3" "$h4"
