@@ -156,7 +156,11 @@ test('record three answers with the fake microphone and see three grades', { tim
     // grades came by the stream, not by polls
     const first200 = polls.findIndex((p) => p.status === 200);
     assert.ok(first200 >= 0, `a poll saw the view (${JSON.stringify(polls)})`);
-    assert.match(polls[first200].etag, /^"\d+-\d+-[0-9a-f]{8}"$/, 'the ETag names the version');
+    // the ETag names the view's version; only a view caught between
+    // materialize's first write (the submission's meta) and its first
+    // versioned apply has none yet, and results then names its body's hash
+    // (stages/results/results.c): a poll can land in that window
+    assert.match(polls[first200].etag, /^"(\d+-\d+-[0-9a-f]{8}|[0-9a-f]{32})"$/, 'the ETag names the version or the body');
     assert.ok(streams.length >= 2, `the stream reconnected after the crash (${JSON.stringify(streams)})`);
     assert.equal(streams[0].after, first200 + 1, `the stream opened after the first 200 (${JSON.stringify(polls)})`);
     assert.equal(streams[0].lastEventId, null, 'the first connection starts from nothing');
