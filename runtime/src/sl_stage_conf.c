@@ -12,6 +12,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 #include "sluice/sl_stage.h"
 
 #include <stddef.h>
@@ -61,6 +62,12 @@ const sl_conf_entry sl_common_conf_table[] = {
      "a Redis that has answered none of the waiting commands for this long is treated as "
      "unavailable: the connection is dropped, its commands fail (stages fail open) and it "
      "reconnects; also the socket's TCP_USER_TIMEOUT (0: no deadline)",
+     0},
+    {"redis.buckets", SL_CONF_INT, "0", C(redis_buckets),
+     "buckets of the Redis keyspace (0-1024): each submission's keys carry its bucket's hash "
+     "tag and the view's counters, feed and pending set exist once per bucket, so every "
+     "script touches one slot of a Redis Cluster (required there: 4 or more per primary). 0: "
+     "one Redis, no tags. Changing it moves every submission (the view is rebuilt)",
      0},
     {"pipeline.file", SL_CONF_STR, "", C(pipeline_file),
      "the pipeline description (JSON, see docs/pipeline.md): stages, their topics and retry "
@@ -292,6 +299,11 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
                   (cc->redis_tls_key_file && *cc->redis_tls_key_file);
   if (tls_files && !a.tls) {
     snprintf(err, errlen, "redis.tls_* files are set but redis.url \"%s\" is not rediss://", shown);
+    return SL_ECONFIG;
+  }
+  if (sl_rkey_setup((int)cc->redis_buckets) != 0) {
+    snprintf(err, errlen, "redis.buckets %lld is not between 0 and %d",
+             (long long)cc->redis_buckets, SL_RKEY_MAX_BUCKETS);
     return SL_ECONFIG;
   }
   sl_redis_security rs = {cc->redis_username, cc->redis_password, cc->redis_tls_ca_file,

@@ -96,6 +96,7 @@ typedef struct {
   char *redis_tls_cert_file;
   char *redis_tls_key_file;
   int64_t redis_command_timeout_ms; /* sl_aredis_set_timeout */
+  int64_t redis_buckets;            /* sl_rkey_setup */
   char *pipeline_file;              /* "" = the built-in description */
   /* filled by sl_common_pipeline from the description, not settings: the
    * stage's topics by message type (NULL where it has none), owned by
