@@ -276,6 +276,14 @@ int sl_kafka_check(const char *brokers, int timeout_ms, char *err, size_t errlen
 
 /* ---- clients --------------------------------------------------------------- */
 
+static int64_t metadata_refresh_ms; /* 0: librdkafka's default */
+
+int sl_kafka_metadata_refresh_set(int64_t ms) {
+  if (ms < 0 || ms > 3600000) return SL_EINVAL;
+  metadata_refresh_ms = ms;
+  return 0;
+}
+
 static rd_kafka_conf_t *base_conf(const char *brokers, const char *client_id, char *err,
                                   size_t errlen) {
   if (!m_kafka_errors)
@@ -288,6 +296,14 @@ static rd_kafka_conf_t *base_conf(const char *brokers, const char *client_id, ch
       sl_kafka_conf_secure(c, err, errlen)) {
     rd_kafka_conf_destroy(c);
     return NULL;
+  }
+  if (metadata_refresh_ms > 0) {
+    char v[24];
+    snprintf(v, sizeof v, "%lld", (long long)metadata_refresh_ms);
+    if (set(c, "topic.metadata.refresh.interval.ms", v, err, errlen)) {
+      rd_kafka_conf_destroy(c);
+      return NULL;
+    }
   }
   rd_kafka_conf_set_error_cb(c, on_error);
   rd_kafka_conf_set_log_cb(c, on_log);

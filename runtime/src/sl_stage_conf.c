@@ -58,6 +58,12 @@ const sl_conf_entry sl_common_conf_table[] = {
      "PEM client certificate for mutual TLS (rediss://, optional; needs redis.tls_key_file)", 0},
     {"redis.tls_key_file", SL_CONF_STR, "", C(redis_tls_key_file),
      "PEM private key of redis.tls_cert_file (unencrypted)", 0},
+    {"kafka.metadata_refresh_ms", SL_CONF_INT, "10000", C(kafka_metadata_refresh_ms),
+     "how often every Kafka client refreshes its topics' metadata: after a topic is grown "
+     "(sluicectl topics ensure --partitions), producers send to the new partitions and the "
+     "stages' groups share them out within about this long plus a rebalance (librdkafka's "
+     "default is 5 minutes; 0 keeps it)",
+     0},
     {"redis.command_timeout_ms", SL_CONF_INT, "2000", C(redis_command_timeout_ms),
      "a Redis that has answered none of the waiting commands for this long is treated as "
      "unavailable: the connection is dropped, its commands fail (stages fail open) and it "
@@ -286,6 +292,11 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
       cc->kafka_ssl_key_file,      cc->kafka_ssl_key_password, cc->kafka_ssl_verify_hostname};
   int rc = sl_kafka_security_set(&ks, err, errlen);
   if (rc) return rc;
+  if (sl_kafka_metadata_refresh_set(cc->kafka_metadata_refresh_ms) != 0) {
+    snprintf(err, errlen, "kafka.metadata_refresh_ms %lld is not between 0 and 3600000",
+             (long long)cc->kafka_metadata_refresh_ms);
+    return SL_ECONFIG;
+  }
   sl_redis_addr a;
   char shown[600];
   sl_redis_redact(cc->redis_url, shown, sizeof shown);

@@ -38,7 +38,7 @@ export SLUICE_PIPELINE_FILE=$work/pipeline.json
 check "sluice pipeline accepts the description" sh -c "'$SLUICE_BIN' pipeline >/dev/null"
 check "  ... and lists the mask stage" sh -c "'$SLUICE_BIN' pipeline | grep -q '^mask  *plugin'"
 # every topic it needs (existing ones are left as they are)
-"$SLUICECTL" topics ensure --partitions 4 $("$SLUICE_BIN" pipeline --topics) >/dev/null ||
+"$SLUICECTL" topics ensure --partitions "${DEVSTACK_PARTITIONS:-12}" $("$SLUICE_BIN" pipeline --topics) >/dev/null ||
   fail "could not create the pipeline's topics"
 export SLUICE_PLUGIN_PATH="$work/plugins:$BUILD_DIR/lib/sluice/plugins"
 export SLUICE_STEP_MASK_WORDS=weekends,kimchi,apartment,summer

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # sluicectl against the test stack's Kafka, without the stages:
-#  - topics ensure creates missing topics and reports existing ones; topics list;
+#  - topics ensure creates missing topics, reports existing ones, grows those with
+#    fewer partitions than asked and refuses to shrink; topics list;
 #  - dead letters written with the test/support command `dlq inject` (two of
 #    stage stt, one grade; different classes, keys and submissions) into a
 #    DLQ topic of this run only, so other tests' dead letters never count;
@@ -72,19 +73,29 @@ ctl topics ensure --partitions 4 "$DLQ" "$DLQ_AUDIT" "$STT" "$GRADE"
 check "topics ensure creates this run's DLQ, audit, stt and grade topics (rc $RC)" test "$RC" = 0
 check "topics ensure says created" test "$(grep -c '^created ' "$work/out")" = 4
 t0=$(ms_now)
-ctl topics ensure --partitions 2 --config retention.ms=3600000 "$NEW" dlq
+ctl topics ensure --partitions 2 --config retention.ms=3600000 "$NEW"
 t1=$(ms_now)
 check "topics ensure: a new topic is created ($(out | tr '\n' ' '))" grep -qx "created $NEW" "$work/out"
-check "topics ensure: an existing topic is reported as existing" grep -qx "exists dlq" "$work/out"
 check "topics ensure exits 0 (rc $RC) and is fast ($((t1 - t0)) ms)" test "$RC" = 0 -a $((t1 - t0)) -lt 5000
+ctl topics ensure --partitions 4 "$DLQ" "$STT"
+check "topics ensure: existing topics with as many partitions are reported as existing (rc $RC)" \
+  test "$RC:$(grep -c '^exists ' "$work/out")" = "0:2"
+# growing: an existing topic with fewer partitions gets the ones missing
+# (CreatePartitions); one with more is refused, and keeps its partitions
+ctl topics ensure --partitions 5 "$NEW"
+check "topics ensure grows $NEW from 2 to 5 partitions (rc $RC: $(out))" \
+  test "$RC:$(out)" = "0:grew $NEW from 2 to 5 partitions"
+ctl topics ensure --partitions 3 "$NEW"
+check "topics ensure refuses to shrink $NEW to 3: exit 1 (rc $RC)" test "$RC" = 1
+check "  ... saying why ($(out))" grep -qx "failed $NEW: it has 5 partitions, more than the 3 asked for; .*" "$work/out"
+# (every broker's metadata has the new partitions a moment after the answer)
+listed_5() { "$SLUICECTL" topics list --json | grep -qx "{\"topic\":\"$NEW\",\"partitions\":5}"; }
+check "topics list shows $NEW with its 5 partitions" wait_for 10 listed_5
 ctl topics ensure "$NEW"
 check "topics ensure again: exists (rc $RC)" test "$RC:$(out)" = "0:exists $NEW"
 ctl topics ensure --replication 3 "sluicectl-test.rf3.$run"
 check "topics ensure: an impossible replication factor fails with exit 1 (rc $RC)" \
   test "$RC" = 1 -a "$(grep -c '^failed ' "$work/out")" = 1
-ctl topics list --json
-check "topics list shows the new topic with 2 partitions" \
-  grep -qx "{\"topic\":\"$NEW\",\"partitions\":2}" "$work/out"
 ctl topics list
 check "topics list (table) shows stt.requests" grep -qE '^stt\.requests +[0-9]+$' "$work/out"
 

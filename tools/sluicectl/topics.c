@@ -3,9 +3,12 @@
  * topics.c — sluicectl topics ensure / list.
  *
  * `ensure` sends one CreateTopics request for every named topic (Admin API;
- * no JVM, one round trip) and treats TOPIC_ALREADY_EXISTS as success. It
- * prints one line per topic: "created NAME", "exists NAME" or
- * "failed NAME: reason", and exits 1 if any failed.
+ * no JVM, one round trip) and treats TOPIC_ALREADY_EXISTS as success. With
+ * --partitions, an existing topic with fewer partitions is grown to that
+ * count (one CreatePartitions request for all of them); one with more is a
+ * failure, since Kafka cannot take partitions away. It prints one line per
+ * topic: "created NAME", "exists NAME", "grew NAME from A to B partitions"
+ * or "failed NAME: reason", and exits 1 if any failed.
  * `list` prints every topic's name and partition count from the metadata.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -26,6 +29,104 @@ static int valid_topic_name(const char *t) {
   return 1;
 }
 
+/* One CreatePartitions request growing topics grow[0..n) to o->partitions;
+ * prints "grew" or "failed" per topic (from[i]: its count before). Returns
+ * how many failed. */
+static int grow(const sc_opts *o, rd_kafka_t *rk, const char **topics, const int *from, int n) {
+  rd_kafka_NewPartitions_t **np = calloc((size_t)n, sizeof *np);
+  rd_kafka_AdminOptions_t *ao = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATEPARTITIONS);
+  rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+  rd_kafka_event_t *ev = NULL;
+  char err[512];
+  int failed = n, made = 0;
+  if (!np || !ao || !q) goto out;
+  int op_ms = o->timeout_ms > 2000 ? o->timeout_ms - 1000 : o->timeout_ms;
+  if (rd_kafka_AdminOptions_set_request_timeout(ao, o->timeout_ms, err, sizeof err) ||
+      rd_kafka_AdminOptions_set_operation_timeout(ao, op_ms, err, sizeof err)) {
+    fprintf(stderr, "sluicectl: %s\n", err);
+    goto out;
+  }
+  for (; made < n; made++) {
+    np[made] = rd_kafka_NewPartitions_new(topics[made], (size_t)o->partitions, err, sizeof err);
+    if (!np[made]) {
+      fprintf(stderr, "sluicectl: topic %s: %s\n", topics[made], err);
+      goto out;
+    }
+  }
+  rd_kafka_CreatePartitions(rk, np, (size_t)n, ao, q);
+  ev = rd_kafka_queue_poll(q, o->timeout_ms + 2000);
+  if (!ev || rd_kafka_event_error(ev)) {
+    sc_report_kafka_error(o, "adding partitions",
+                          ev ? rd_kafka_event_error(ev) : RD_KAFKA_RESP_ERR__TIMED_OUT);
+    goto out;
+  }
+  const rd_kafka_CreatePartitions_result_t *res = rd_kafka_event_CreatePartitions_result(ev);
+  size_t nres = 0;
+  const rd_kafka_topic_result_t **tr =
+      res ? rd_kafka_CreatePartitions_result_topics(res, &nres) : NULL;
+  failed = 0;
+  for (int i = 0; i < n; i++) {
+    const rd_kafka_topic_result_t *r = NULL;
+    for (size_t k = 0; k < nres && !r; k++)
+      if (strcmp(rd_kafka_topic_result_name(tr[k]), topics[i]) == 0) r = tr[k];
+    rd_kafka_resp_err_t e = r ? rd_kafka_topic_result_error(r) : RD_KAFKA_RESP_ERR__TIMED_OUT;
+    if (!e) {
+      printf("grew %s from %d to %d partitions\n", topics[i], from[i], o->partitions);
+      continue;
+    }
+    const char *msg = r ? rd_kafka_topic_result_error_string(r) : NULL;
+    printf("failed %s: adding partitions: %s\n", topics[i],
+           msg && *msg ? msg : rd_kafka_err2str(e));
+    failed++;
+  }
+out:
+  if (np) rd_kafka_NewPartitions_destroy_array(np, (size_t)made);
+  free(np);
+  if (ev) rd_kafka_event_destroy(ev);
+  if (q) rd_kafka_queue_destroy(q);
+  if (ao) rd_kafka_AdminOptions_destroy(ao);
+  return failed;
+}
+
+/* The topics that already existed: "exists" when no --partitions was given
+ * or they have that many, grown when they have fewer, "failed" when they
+ * have more. Returns how many failed. */
+static int settle_existing(const sc_opts *o, rd_kafka_t *rk, const char **topics, int n) {
+  const char **less = calloc((size_t)n + 1, sizeof *less);
+  int *from = calloc((size_t)n + 1, sizeof *from);
+  int nless = 0, failed = 0;
+  if (!less || !from) {
+    free(less);
+    free(from);
+    return n;
+  }
+  for (int i = 0; i < n; i++) {
+    int have = 0;
+    int st = o->partitions > 0 ? sc_topic_exists(o, rk, topics[i], &have) : 1;
+    if (st < 0) {
+      printf("failed %s: its partition count could not be read\n", topics[i]);
+      failed++;
+    } else if (st == 0) {
+      printf("failed %s: it was reported as existing but is gone\n", topics[i]);
+      failed++;
+    } else if (o->partitions <= 0 || have == o->partitions) {
+      printf("exists %s\n", topics[i]);
+    } else if (have > o->partitions) {
+      printf("failed %s: it has %d partitions, more than the %d asked for; Kafka cannot remove "
+             "partitions (ask for %d or more, or recreate the topic)\n",
+             topics[i], have, o->partitions, have);
+      failed++;
+    } else {
+      less[nless] = topics[i];
+      from[nless++] = have;
+    }
+  }
+  if (nless) failed += grow(o, rk, less, from, nless);
+  free(less);
+  free(from);
+  return failed;
+}
+
 int sc_topics_ensure(const sc_opts *o) {
   for (int i = 0; i < o->nargs; i++) {
     if (!valid_topic_name(o->args[i])) {
@@ -43,14 +144,15 @@ int sc_topics_ensure(const sc_opts *o) {
   }
   /* each name once (a request naming a topic twice is refused as a whole) */
   const char **names = calloc((size_t)o->nargs, sizeof *names);
+  const char **existing = calloc((size_t)o->nargs, sizeof *existing);
   rd_kafka_NewTopic_t **nt = calloc((size_t)o->nargs, sizeof *nt);
-  int n = 0, rc = SC_EXIT_FAIL;
+  int n = 0, nexisting = 0, rc = SC_EXIT_FAIL;
   rd_kafka_t *rk = NULL;
   rd_kafka_AdminOptions_t *ao = NULL;
   rd_kafka_queue_t *q = NULL;
   rd_kafka_event_t *ev = NULL;
   char err[512];
-  if (!names || !nt) goto out;
+  if (!names || !existing || !nt) goto out;
   for (int i = 0; i < o->nargs; i++) {
     int dup = 0;
     for (int j = 0; j < n && !dup; j++) dup = strcmp(names[j], o->args[i]) == 0;
@@ -121,15 +223,17 @@ int sc_topics_ensure(const sc_opts *o) {
     if (!e) {
       printf("created %s\n", names[i]);
     } else if (e == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
-      printf("exists %s\n", names[i]);
+      existing[nexisting++] = names[i];
     } else {
       const char *msg = rd_kafka_topic_result_error_string(r);
       printf("failed %s: %s\n", names[i], msg && *msg ? msg : rd_kafka_err2str(e));
       failed++;
     }
   }
+  failed += settle_existing(o, rk, existing, nexisting);
   rc = failed ? SC_EXIT_FAIL : SC_EXIT_OK;
 out:
+  free(existing);
   if (ev) rd_kafka_event_destroy(ev);
   if (q) rd_kafka_queue_destroy(q);
   if (ao) rd_kafka_AdminOptions_destroy(ao);

@@ -39,6 +39,15 @@ void sl_kafka_security_reset(void);
 /* 1 when a protocol other than plaintext is installed. */
 int sl_kafka_security_enabled(void);
 
+/* How often every client the process makes afterwards refreshes the
+ * metadata of its topics (librdkafka's topic.metadata.refresh.interval.ms,
+ * 5 minutes by default): the longest a producer keeps sending to the old
+ * partitions of a grown topic, and a consumer group takes to notice and
+ * share the new ones (kafka.metadata_refresh_ms). 0 keeps librdkafka's
+ * default. Returns 0 or SL_EINVAL (negative, or above 1 hour). Call before
+ * any thread makes a client. */
+int sl_kafka_metadata_refresh_set(int64_t ms);
+
 /* Applies the installed security properties to c (every rd_kafka_conf_t the
  * process builds goes through this). Returns 0 or SL_ECONFIG. */
 int sl_kafka_conf_secure(rd_kafka_conf_t *c, char *err, size_t errlen);

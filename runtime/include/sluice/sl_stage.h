@@ -89,6 +89,7 @@ typedef struct {
   char *kafka_ssl_key_file;
   char *kafka_ssl_key_password; /* secret */
   int kafka_ssl_verify_hostname;
+  int64_t kafka_metadata_refresh_ms; /* sl_kafka_metadata_refresh_set */
   char *redis_url;
   char *redis_username;
   char *redis_password; /* secret */
