@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Partitions that grow under load: stt's and grade's input topics (this
+# run's own, 12 partitions each) are grown to 24 with `sluicectl topics
+# ensure` while answers flow (pipeline_loadgen, open loop, the fake
+# provider), then stt and grade are scaled from 2 to 6 replicas.
+#
+# Growing a topic moves keys: a question's next message may land on another
+# partition, owned by another replica, than its earlier ones. Checked:
+#  - every uploaded answer ends done exactly once (0 lost, 0 failed, 0
+#    duplicated) and each of stt and grade pays at most GROWTH_MAX_CALLS
+#    (1.02) provider calls per question (the fake provider's count);
+#  - the view never goes backwards: a watcher reads every question's rank
+#    (r<no>) of this run's submissions twice a second; no rank may drop;
+#  - the new partitions carry traffic: how long after the growth the first
+#    message lands on one (producers) and the stage's group commits on one
+#    (consumers) is measured, and must be within kafka.metadata_refresh_ms
+#    (SLUICE_KAFKA_METADATA_REFRESH_MS, 10 s) plus GROWTH_SLACK_S (20 s).
+# Knobs: GROWTH_SECONDS (90), GROWTH_RATE (submissions/s, 3).
+source "$(dirname "$0")/lib.sh"
+mkdir -p "$STAGES_DIR"
+work=$(mktemp -d)
+at_exit 'rm -rf "$work"'
+SECS=${GROWTH_SECONDS:-90}
+RATE=${GROWTH_RATE:-3}
+MAX_CALLS=${GROWTH_MAX_CALLS:-1.02}
+REFRESH_MS=${SLUICE_KAFKA_METADATA_REFRESH_MS:-10000}
+SLACK_S=${GROWTH_SLACK_S:-20}
+LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
+[[ -x $LOADGEN ]] || { fail "no $LOADGEN"; finish; }
+
+# this run's own input topics for stt and grade, 12 partitions each
+run=$(date +%s%N | tail -c 9)
+STT_IN=growth.stt.$run GRADE_IN=growth.grade.$run
+jq --arg s "$STT_IN" --arg g "$GRADE_IN" '
+  def rn: if . == "stt.requests" then $s elif . == "grade.requests" then $g else . end;
+  .topics |= map(.name |= rn) | .stages |= map(.inputs |= map(rn) | .outputs |= map(rn))' \
+  "$ROOT/pipeline.json" >"$work/pipeline.json"
+export SLUICE_PIPELINE_FILE=$work/pipeline.json
+"$SLUICECTL" topics ensure --partitions 12 "$STT_IN" "$GRADE_IN" >/dev/null ||
+  { fail "could not create $STT_IN and $GRADE_IN"; finish; }
+
+fake_up 1000 1000 200 # ms: stt, grading, jitter
+export SLUICE_LOG_LEVEL=${SLUICE_LOG_LEVEL:-info}
+"$ROOT/tools/stages" up --replicas stt=2,grade=2 >/dev/null || { fail "stages did not start"; finish; }
+
+espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
+before=$(curl -fsS "http://$FAKE/stats")
+start_ms=$(($(date +%s%N) / 1000000))
+
+# The watcher: every question's rank in the view, for submissions accepted
+# since the start, twice a second ("round key field rank" lines).
+# shellcheck disable=SC2016
+RANKS='local cur, out = "0", {}
+repeat
+  local r = redis.call("SCAN", cur, "MATCH", "sl:sub:*", "COUNT", 1000)
+  cur = r[1]
+  for _, k in ipairs(r[2]) do
+    local acc = tonumber(redis.call("HGET", k, "accepted_at_ms") or "0") or 0
+    if acc >= tonumber(ARGV[1]) then
+      local h = redis.call("HGETALL", k)
+      for i = 1, #h, 2 do
+        if string.match(h[i], "^r%d+$") then out[#out + 1] = k .. " " .. h[i] .. " " .. h[i + 1] end
+      end
+    end
+  end
+until cur == "0"
+return out'
+(
+  round=0
+  while [[ ! -e $work/stop ]]; do
+    round=$((round + 1))
+    RC EVAL "$RANKS" 0 "$start_ms" 2>/dev/null | sed "s/^/$round /" >>"$work/ranks"
+    sleep 0.5
+  done
+) &
+watcher=$!
+at_exit 'touch "$work/stop" 2>/dev/null; wait "$watcher" 2>/dev/null; true'
+
+"$LOADGEN" --presign "$PRESIGN_URL/v1/submissions" --audio "$work/a.wav" \
+  --redis "127.0.0.1:$DEVSTACK_REDIS_PORT" --rate "$RATE" --duration "$SECS" \
+  --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 17 \
+  >"$work/summary.json" 2>"$work/loadgen.log" &
+lg=$!
+
+# partitions 12..23 of topic $1 as "stage topic" in sluicectl status: the
+# first with a message (high > 0) or a commit (committed > 0)
+status_json() { "$SLUICECTL" status --json 2>/dev/null; }
+new_used() { # STAGE TOPIC FIELD
+  status_json | jq -e --arg s "$1" --arg t "$2" --arg f "$3" \
+    '[.stages[] | select(.stage == $s) | .partitions[] | select(.topic == $t and .partition >= 12)
+      | .[$f]] | any(. > 0)' >/dev/null
+}
+
+sleep 25
+grow_ms=$(($(date +%s%N) / 1000000))
+"$SLUICECTL" topics ensure --partitions 24 "$STT_IN" "$GRADE_IN" >"$work/grow.out" 2>&1 ||
+  fail "growing the topics: $(cat "$work/grow.out")"
+check "both topics grew from 12 to 24 partitions ($(tr '\n' ' ' <"$work/grow.out"))" \
+  test "$(grep -c '^grew .* from 12 to 24 partitions$' "$work/grow.out")" = 2
+log "grew $STT_IN and $GRADE_IN to 24 partitions while answers flowed"
+
+# how long until the new partitions carry traffic, producer side and group side
+declare -A used=()
+limit_s=$((REFRESH_MS / 1000 + SLACK_S))
+while ((${#used[@]} < 4)); do
+  now=$(($(date +%s%N) / 1000000))
+  ((now - grow_ms > (limit_s + 30) * 1000)) && break
+  for probe in "stt $STT_IN high" "stt $STT_IN committed" "grade $GRADE_IN high" "grade $GRADE_IN committed"; do
+    [[ -n ${used[$probe]:-} ]] && continue
+    # shellcheck disable=SC2086
+    new_used $probe && used[$probe]=$(((now - grow_ms) / 100))
+  done
+  sleep 0.5
+done
+for probe in "stt $STT_IN high" "stt $STT_IN committed" "grade $GRADE_IN high" "grade $GRADE_IN committed"; do
+  t=${used[$probe]:-}
+  what=$([[ $probe == *high ]] && echo "the first message on a new partition" || echo "the group's first commit on one")
+  if [[ -n $t ]]; then
+    log "${probe%% *}: $what $((t / 10)).$((t % 10)) s after the growth"
+    check "${probe%% *}: $what within ${limit_s} s ($((t / 10)).$((t % 10)) s)" test "$t" -le $((limit_s * 10))
+  else
+    fail "${probe%% *}: not yet $what, $((limit_s + 30)) s after the growth"
+  fi
+done
+
+"$ROOT/tools/stages" scale stt 6 >>"$work/scale.log" 2>&1 || fail "scale stt 6"
+"$ROOT/tools/stages" scale grade 6 >>"$work/scale.log" 2>&1 || fail "scale grade 6"
+log "stt and grade scaled from 2 to 6 replicas"
+
+rc=0
+wait "$lg" || rc=$?
+touch "$work/stop"
+wait "$watcher" 2>/dev/null || true
+summary=$(cat "$work/summary.json")
+log "load: $summary"
+check "the load generator finished (exit $rc)" test "$rc" = 0
+check "answers were uploaded" jqe '.uploaded > 100' "$summary"
+check "0 lost, 0 failed, 0 duplicated, every upload done" \
+  jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$summary"
+
+# the view never went backwards: per question, each rank read is >= the last
+rounds=$(tail -n 1 "$work/ranks" 2>/dev/null | cut -d' ' -f1)
+back=$(awk '{k = $2 " " $3; if ((k in last) && $4 + 0 < last[k]) { n++; if (n <= 5) print "  " k ": " last[k] " -> " $4 > "/dev/stderr" } last[k] = $4 + 0 } END { print n + 0 }' "$work/ranks")
+seen=$(awk '{print $2 " " $3}' "$work/ranks" | sort -u | wc -l)
+log "view watcher: ${rounds:-0} rounds, $seen questions seen, $back rank(s) went down"
+check "the watcher saw the questions (${seen} >= 100, ${rounds:-0} rounds)" test "$seen" -ge 100
+check "no question's state in the view ever went backwards ($back)" test "$back" = 0
+
+after=$(curl -fsS "http://$FAKE/stats")
+q=$(jq '.uploaded' <<<"$summary")
+declare -A ep_stage=([transcriptions]=stt [chat]=grade)
+for ep in transcriptions chat; do
+  s=${ep_stage[$ep]}
+  calls=$(jq -n --argjson b "$before" --argjson a "$after" --arg e "$ep" \
+    '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)')
+  ratio=$(jq -n "$calls / $q")
+  log "$s: $calls provider calls for $q questions = $ratio per question"
+  check "$s: between 1 and $MAX_CALLS calls per question ($calls for $q)" \
+    jq -n -e "$calls >= $q and $calls <= $q * $MAX_CALLS" >/dev/null
+done
+stages_down || true
+finish
