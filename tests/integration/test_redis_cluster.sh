@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The runtime's two Redis clients (sl_redis, sl_aredis) against a real Redis
+# Cluster: 3 primaries with a replica each, started by this test on the
+# lane's Redis port + 20 .. +25 (no Kafka, S3 or stages needed). With
+# tests/tools/redis_cluster_probe it checks:
+#   - the single-node client (redis://one node) gets MOVED for most keys:
+#     what every client did before cluster support, and what this test would
+#     see from it;
+#   - SET/GET of 2000 keys spread over all slots, with both clients: every
+#     key is on the primary that owns its slot (each primary's own keys,
+#     read without redirects, add up to 2000 and none is empty);
+#   - a script (EVALSHA) on keys of every primary after SCRIPT FLUSH on all
+#     of them: the NOSCRIPT fallback (EVAL) works per node;
+#   - a slot migrated by hand (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE,
+#     SETSLOT NODE) under clients that stay up: ASK followed while it
+#     migrates, MOVED once it has moved, both counted in
+#     sluice_redis_redirects_total;
+#   - a primary SIGKILLed under a stream of commands from both clients:
+#     once its replica is promoted (cluster-node-timeout 3000 ms) commands
+#     succeed again without a new client; the failure window is printed.
+# Cost: about 35 s.
+set -euo pipefail
+ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
+source "$ROOT/tests/integration/lane.sh"
+TEST_NAME=test_redis_cluster
+PROBE=${REDIS_CLUSTER_PROBE:-$ROOT/build-san/tests/redis_cluster_probe}
+P0=$((${DEVSTACK_REDIS_PORT:-16379} + 20))
+PORTS=($P0 $((P0 + 1)) $((P0 + 2)) $((P0 + 3)) $((P0 + 4)) $((P0 + 5)))
+H=127.0.0.1
+FAILURES=0
+log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
+fail() {
+  printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2
+  FAILURES=$((FAILURES + 1))
+}
+[[ -x $PROBE ]] || {
+  fail "no probe $PROBE (build the tests)"
+  exit 1
+}
+command -v redis-server >/dev/null || {
+  fail "redis-server not found"
+  exit 1
+}
+work=$(mktemp -d)
+cleanup() {
+  local rc=$?
+  for p in "${PORTS[@]}"; do
+    [[ -f $work/$p/pid ]] && kill -9 "$(cat "$work/$p/pid")" 2>/dev/null
+  done
+  [[ -n ${probe_pid:-} ]] && kill "$probe_pid" 2>/dev/null
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+RC() { redis-cli -h $H -p "$@"; }
+
+for p in "${PORTS[@]}"; do
+  if redis-cli -h $H -p "$p" ping >/dev/null 2>&1; then
+    fail "port $p is in use"
+    exit 1
+  fi
+  mkdir -p "$work/$p"
+  redis-server --bind $H --port "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-node-timeout 3000 --appendonly no --save '' --dir "$work/$p" --daemonize yes \
+    --pidfile "$work/$p/pid" --logfile "$work/$p/log" >/dev/null
+done
+up() { for p in "${PORTS[@]}"; do [[ $(RC "$p" ping 2>/dev/null) == PONG ]] || return 1; done; }
+for _ in $(seq 50); do up && break; sleep 0.1; done
+redis-cli --cluster create $(printf "$H:%s " "${PORTS[@]}") --cluster-replicas 1 --cluster-yes \
+  >"$work/create.log" 2>&1 || {
+  cat "$work/create.log" >&2
+  fail "redis-cli --cluster create"
+  exit 1
+}
+ok() {
+  for p in "${PORTS[@]}"; do
+    RC "$p" cluster info | grep -q 'cluster_state:ok' || return 1
+    RC "$p" cluster info | grep -q 'cluster_slots_ok:16384' || return 1
+  done
+}
+for _ in $(seq 100); do ok && break; sleep 0.2; done
+ok || {
+  fail "the cluster did not come up"
+  exit 1
+}
+primaries() { for p in "${PORTS[@]}"; do RC "$p" role | head -1 | grep -qx master && echo "$p"; done; }
+mapfile -t PRIM < <(primaries)
+log "cluster up: primaries ${PRIM[*]}"
+URL="redis+cluster://$H:${PORTS[0]},$H:${PORTS[1]},$H:${PORTS[2]}"
+
+# 1. today's single-node client on one node of the cluster: MOVED errors
+out=$("$PROBE" "redis://$H:${PORTS[0]}" setget 200 2>&1) && fail "single-node client passed on a cluster"
+if grep -q MOVED <<<"$out"; then log "ok: the single-node client gets MOVED"; else fail "no MOVED: $out"; fi
+
+# 2. keys spread over all slots land on their slot's primary
+out=$("$PROBE" "$URL" setget 2000 2>&1) || fail "setget: $out"
+log "$(grep -E '^(sync|async) setget' <<<"$out" | tr '\n' ' ')"
+total=0
+for p in "${PRIM[@]}"; do
+  n=$(RC "$p" --scan --pattern 'rcp:*' | wc -l)
+  ((n > 0)) || fail "primary $p has none of the keys"
+  total=$((total + n))
+done
+((total == 2000)) && log "ok: 2000 keys on their primaries (${#PRIM[@]} primaries)" ||
+  fail "the primaries hold $total keys, not 2000"
+for p in "${PRIM[@]}"; do # a sample of each primary's keys: served there, no redirect
+  for k in $(RC "$p" --scan --pattern 'rcp:*' | head -20); do
+    v=$(RC "$p" get "$k")
+    [[ $v == setget-${k#rcp:} ]] || fail "$k on $p: $v"
+  done
+done
+
+# 3. scripts: NOSCRIPT on every primary, then EVALSHA everywhere
+for p in "${PRIM[@]}"; do RC "$p" script flush >/dev/null; done
+out=$("$PROBE" "$URL" eval 300 2>&1) || fail "eval: $out"
+sha=$(printf '%s' "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])" | sha1sum | cut -c1-40)
+for p in "${PRIM[@]}"; do
+  [[ $(RC "$p" script exists "$sha") == 1 ]] || fail "the script is not on primary $p"
+done
+log "ok: scripts ran on every primary after SCRIPT FLUSH ($(grep -E '^(sync|async) eval' <<<"$out" | tr '\n' ' '))"
+
+# 4. a slot migrated under live clients: ASK, then MOVED
+key=rcp:migrating
+slot=$(RC "${PORTS[0]}" cluster keyslot $key)
+id_of() { RC "$1" cluster myid; }
+src=""
+for p in "${PRIM[@]}"; do [[ $(RC "$p" set $key before-ask) == OK ]] && src=$p && break; done
+[[ -n $src ]] || fail "no primary took $key"
+for p in "${PRIM[@]}"; do [[ $p != "$src" ]] && dst=$p && break; done
+export PROBE_SYNC=$work
+"$PROBE" "$URL" steps $key >"$work/steps.log" 2>&1 &
+probe_pid=$!
+wait_file() { for _ in $(seq 300); do [[ -f $1 ]] && return 0; sleep 0.1; done; return 1; }
+wait_file "$work/ready1" || fail "the probe did not start"
+RC "$dst" cluster setslot "$slot" importing "$(id_of "$src")" >/dev/null
+RC "$src" cluster setslot "$slot" migrating "$(id_of "$dst")" >/dev/null
+RC "$src" migrate $H "$dst" "" 0 5000 keys $key >/dev/null
+touch "$work/go1"
+wait_file "$work/ready2" || fail "the probe did not finish round 2"
+for p in "${PRIM[@]}"; do RC "$p" cluster setslot "$slot" node "$(id_of "$dst")" >/dev/null; done
+touch "$work/go2"
+wait "$probe_pid" || fail "steps: $(cat "$work/steps.log")"
+probe_pid=""
+r2=$(grep '^round 2' "$work/steps.log")
+r3=$(grep '^round 3' "$work/steps.log")
+[[ $r2 == *" moved=0 ask=2 "* ]] && log "ok: ASK followed by both clients ($r2)" ||
+  fail "round 2 (migrating) should count ask=2: $(cat "$work/steps.log")"
+[[ $r3 == *" moved=2 ask=2 "* ]] && log "ok: MOVED followed by both clients ($r3)" ||
+  fail "round 3 (moved) should count moved=2: $(cat "$work/steps.log")"
+[[ $(grep -c 'value=before-ask' "$work/steps.log") == 6 ]] || fail "values: $(cat "$work/steps.log")"
+
+# 5. a primary SIGKILLed under a stream of commands
+victim=${PRIM[0]}
+"$PROBE" "$URL" stream 16 >"$work/stream.log" 2>&1 &
+probe_pid=$!
+sleep 3
+kill -9 "$(cat "$work/$victim/pid")"
+log "SIGKILLed primary $victim"
+wait "$probe_pid" || fail "stream: $(cat "$work/stream.log")"
+probe_pid=""
+grep -E 'stream:' "$work/stream.log" | while read -r l; do log "$l"; done
+[[ $(grep -c 'recovered$' "$work/stream.log") == 2 ]] || fail "a client did not recover"
+grep -q 'NOT recovered' "$work/stream.log" && fail "$(cat "$work/stream.log")"
+
+if ((FAILURES)); then
+  log "$FAILURES check(s) failed"
+  exit 1
+fi
+log "all checks passed"
