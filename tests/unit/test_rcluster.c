@@ -19,6 +19,9 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_slot.h"
+#include "sluice/sl_stage.h"
+
+#include <stdlib.h>
 
 static void test_cluster_url(void **state) {
   (void)state;
@@ -196,11 +199,31 @@ static void test_map(void **state) {
   assert_int_equal(m.owner[0], 0);
 }
 
+/* the start-up check: a cluster needs redis.buckets, and has only db 0 */
+static void test_cluster_config(void **state) {
+  (void)state;
+  char err[512];
+  setenv("SLUICE_REDIS_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001", 1);
+  unsetenv("SLUICE_REDIS_BUCKETS");
+  assert_int_equal(sl_common_secure_from_env(err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "redis.buckets must be set (4 or more per primary)"));
+  setenv("SLUICE_REDIS_BUCKETS", "16", 1);
+  assert_int_equal(sl_common_secure_from_env(err, sizeof err), 0);
+  setenv("SLUICE_REDIS_URL", "redis+cluster://127.0.0.1:7000/2", 1);
+  assert_int_equal(sl_common_secure_from_env(err, sizeof err), SL_ECONFIG);
+  assert_non_null(strstr(err, "only database 0"));
+  setenv("SLUICE_REDIS_URL", "redis://127.0.0.1:7000/2", 1); /* one Redis: as before */
+  unsetenv("SLUICE_REDIS_BUCKETS");
+  assert_int_equal(sl_common_secure_from_env(err, sizeof err), 0);
+  unsetenv("SLUICE_REDIS_URL");
+  sl_redis_security_reset();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cluster_url), cmocka_unit_test(test_cluster_redact_and_target),
       cmocka_unit_test(test_route),       cmocka_unit_test(test_redirect),
-      cmocka_unit_test(test_map),
+      cmocka_unit_test(test_map),         cmocka_unit_test(test_cluster_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
