@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The runtime's two Redis clients (sl_redis, sl_aredis) against a real Redis
 # Cluster: 3 primaries with a replica each, started by this test on the
-# lane's Redis port + 20 .. +25 (no Kafka, S3 or stages needed). With
+# lane's Redis port + 20 .. +25 (cluster bus +26 .. +31; no Kafka, S3 or
+# stages needed). With
 # tests/tools/redis_cluster_probe it checks:
 #   - the single-node client (redis://one node) gets MOVED for most keys:
 #     what every client did before cluster support, and what this test would
@@ -45,6 +46,7 @@ command -v redis-server >/dev/null || {
 work=$(mktemp -d)
 cleanup() {
   local rc=$?
+  set +e # a node already killed must not stop the clean-up of the others
   for p in "${PORTS[@]}"; do
     [[ -f $work/$p/pid ]] && kill -9 "$(cat "$work/$p/pid")" 2>/dev/null
   done
@@ -62,7 +64,7 @@ for p in "${PORTS[@]}"; do
   fi
   mkdir -p "$work/$p"
   redis-server --bind $H --port "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
-    --cluster-node-timeout 3000 --appendonly no --save '' --dir "$work/$p" --daemonize yes \
+    --cluster-node-timeout 3000 --cluster-port $((p + 6)) --appendonly no --save '' --dir "$work/$p" --daemonize yes \
     --pidfile "$work/$p/pid" --logfile "$work/$p/log" >/dev/null
 done
 up() { for p in "${PORTS[@]}"; do [[ $(RC "$p" ping 2>/dev/null) == PONG ]] || return 1; done; }
@@ -154,9 +156,14 @@ r3=$(grep '^round 3' "$work/steps.log")
 victim=${PRIM[0]}
 "$PROBE" "$URL" stream 16 >"$work/stream.log" 2>&1 &
 probe_pid=$!
+replica=""
+for p in "${PORTS[@]}"; do [[ $(RC "$p" role | sed -n 3p) == "$victim" ]] && replica=$p; done
 sleep 3
 kill -9 "$(cat "$work/$victim/pid")"
-log "SIGKILLed primary $victim"
+t0=$(date +%s%3N)
+log "SIGKILLed primary $victim (replica $replica)"
+for _ in $(seq 200); do [[ $(RC "$replica" role | head -1) == master ]] && break; sleep 0.05; done
+log "the cluster promoted $replica $(($(date +%s%3N) - t0)) ms after the kill"
 wait "$probe_pid" || fail "stream: $(cat "$work/stream.log")"
 probe_pid=""
 grep -E 'stream:' "$work/stream.log" | while read -r l; do log "$l"; done
