@@ -11,6 +11,8 @@
 #   - SET/GET of 2000 keys spread over all slots, with both clients: every
 #     key is on the primary that owns its slot (each primary's own keys,
 #     read without redirects, add up to 2000 and none is empty);
+#   - a subscriber (one link to one node) gets messages published on any
+#     node, and sl_aredis_settled says when it has them all;
 #   - a script (EVALSHA) on keys of every primary after SCRIPT FLUSH on all
 #     of them: the NOSCRIPT fallback (EVAL) works per node;
 #   - a slot migrated by hand (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE,
@@ -20,7 +22,7 @@
 #   - a primary SIGKILLed under a stream of commands from both clients:
 #     once its replica is promoted (cluster-node-timeout 3000 ms) commands
 #     succeed again without a new client; the failure window is printed.
-# Cost: about 35 s.
+# Cost: about 30 s.
 set -euo pipefail
 ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
 source "$ROOT/tests/integration/lane.sh"
@@ -121,6 +123,11 @@ for p in "${PRIM[@]}"; do
   [[ $(RC "$p" script exists "$sha") == 1 ]] || fail "the script is not on primary $p"
 done
 log "ok: scripts ran on every primary after SCRIPT FLUSH ($(grep -E '^(sync|async) eval' <<<"$out" | tr '\n' ' '))"
+
+# 3b. a subscriber on one node hears what is published on any (PUBLISH is
+# broadcast over the cluster bus)
+out=$("$PROBE" "$URL" sub rcp-channel 2>&1) || fail "sub: $out"
+log "$(grep '^sub:' <<<"$out")"
 
 # 4. a slot migrated under live clients: ASK, then MOVED
 key=rcp:migrating

@@ -13,6 +13,10 @@
  *                                        $PROBE_SYNC/ready<i> and waits for
  *                                        $PROBE_SYNC/go<i> (the test changes the
  *                                        cluster meanwhile); metrics each round
+ *   redis_cluster_probe URL sub CHANNEL  an sl_aredis subscriber to CHANNEL; the
+ *                                        sync client publishes 20 messages (any
+ *                                        node) once it is up; all must arrive
+ *                                        and sl_aredis_settled must say so
  *   redis_cluster_probe URL stream SECS  a command every 5 ms from each client
  *                                        for SECS s; prints each client's
  *                                        failures and failure window
@@ -23,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"
+#include "sluice/sl_err.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
 
@@ -322,6 +327,50 @@ static int await_file(uv_loop_t *loop, const char *path) {
   return 1;
 }
 
+typedef struct {
+  int up, got;
+} subst;
+
+static void on_sub_msg(const char *msg, size_t len, void *ud) {
+  (void)msg;
+  (void)len;
+  ((subst *)ud)->got++;
+}
+
+static void on_sub_state(int up, void *ud) { ((subst *)ud)->up = up; }
+
+static int sub_run(const char *channel) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  sl_aredis *ar = NULL;
+  sl_redis *r = NULL;
+  subst st = {0};
+  if (sl_aredis_new(&ar, &loop, url) != 0 || sl_redis_new(&r, url) != 0) return 1;
+  if (sl_aredis_subscribe(ar, channel, on_sub_msg, on_sub_state, &st) != 0) return 1;
+  const char *ping[] = {"PING"};
+  int refused = sl_aredis_argv(ar, NULL, NULL, 1, ping, NULL) == SL_EINVAL;
+  for (int i = 0; i < 200 && !st.up; i++)
+    uv_run(&loop, UV_RUN_NOWAIT), nanosleep(&(struct timespec){0, 50000000}, NULL);
+  char err[512];
+  int published = 0;
+  for (int i = 0; i < 20 && st.up; i++) {
+    const char *av[] = {"PUBLISH", channel, "m"};
+    redisReply *rep = sl_redis_argv(r, 3, av, NULL, err, sizeof err);
+    published += rep && rep->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(rep);
+  }
+  int settled = 0;
+  for (int i = 0; i < 100 && !(settled = sl_aredis_settled(ar) && st.got == published); i++)
+    uv_run(&loop, UV_RUN_NOWAIT), nanosleep(&(struct timespec){0, 20000000}, NULL);
+  printf("sub: up=%d published=%d received=%d settled=%d commands refused=%d\n", st.up, published,
+         st.got, settled, refused);
+  sl_redis_free(r);
+  sl_aredis_free(ar);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return !(st.got == 20 && published == 20 && settled && refused);
+}
+
 static int steps_run(const char *key) {
   const char *dir = getenv("PROBE_SYNC");
   if (!dir) return fprintf(stderr, "PROBE_SYNC is not set\n"), 2;
@@ -381,7 +430,9 @@ int main(int argc, char **argv) {
   char err[512];
   if (sl_redis_security_set(&sec, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 2;
   int rc;
-  if (strcmp(mode, "steps") == 0) {
+  if (strcmp(mode, "sub") == 0) {
+    rc = sub_run(argv[3]);
+  } else if (strcmp(mode, "steps") == 0) {
     rc = steps_run(argv[3]);
   } else if (strcmp(mode, "stream") == 0) {
     rc = stream_run(atof(argv[3]));
