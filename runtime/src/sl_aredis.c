@@ -50,6 +50,10 @@
  * the connection drops; the owner hears both edges (on_state), so that what
  * it derived from the messages is discarded with the connection that might
  * have missed some.
+ *
+ * Redis Cluster: see the section at the end of this file; a cluster client
+ * is an sl_aredis without a connection whose links are single-node
+ * sl_aredis (owner pointing back). The single-node path costs one branch.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"

@@ -13,6 +13,13 @@
  * command that fails because the server had closed a connection that sat
  * idle (EOF or reset: Redis restarted) is sent once more on a new
  * connection at once: it never reached a live server.
+ *
+ * A cluster client (redis[s]+cluster://) is an sl_redis that never
+ * connects itself: its rcl holds the slot map and one such single-node
+ * sl_redis per known node, opened on first use. A command goes to its
+ * slot's owner; a connection failure or a MOVED reads the map again (the
+ * failed node asked last), so the next command finds a promoted replica.
+ * The single-node path costs one branch more, nothing else.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_redis.h"

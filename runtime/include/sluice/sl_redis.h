@@ -156,7 +156,9 @@ struct ssl_st *sl__redis_ssl_new(const char *host, char *err, size_t errlen);
  * certificate verification result), then clears the queue. */
 void sl__redis_ssl_why(struct ssl_st *ssl, int ret, char *err, size_t errlen);
 
-/* url: redis[s]://... (see sl_redis_addr). Does not connect yet. */
+/* url: redis[s]://... or redis[s]+cluster://... (see sl_redis_addr). Does
+ * not connect yet. A cluster client opens a connection to a node when a
+ * command first goes there. */
 int sl_redis_new(sl_redis **out, const char *url);
 void sl_redis_free(sl_redis *r);
 
