@@ -5,6 +5,8 @@
 # lane's Redis port + 20 .. +25 (cluster bus +26 .. +31; no Kafka, S3 or
 # stages needed). With
 # tests/tools/redis_cluster_probe it checks:
+#   - sl_redis_check: passes on the cluster (also from a replica seed),
+#     refuses a plain Redis named as a cluster;
 #   - the single-node client (redis://one node) gets MOVED for most keys:
 #     what every client did before cluster support, and what this test would
 #     see from it;
@@ -92,6 +94,18 @@ primaries() { for p in "${PORTS[@]}"; do RC "$p" role | head -1 | grep -qx maste
 mapfile -t PRIM < <(primaries)
 log "cluster up: primaries ${PRIM[*]}"
 URL="redis+cluster://$H:${PORTS[0]},$H:${PORTS[1]},$H:${PORTS[2]}"
+
+# 0. the start-up check: a seed maps every slot; a plain Redis is no cluster
+out=$("$PROBE" "$URL" check - 2>&1) && log "ok: $out" || fail "check: $out"
+out=$("$PROBE" "redis+cluster://$H:${PORTS[5]},$H:$((P0 + 40))" check - 2>&1) && log "ok: a replica seed: $out" ||
+  fail "check (a replica and a closed port as seeds): $out"
+mkdir -p "$work/plain"
+redis-server --bind $H --port $((P0 + 12)) --appendonly no --save '' --dir "$work/plain" --daemonize yes \
+  --pidfile "$work/plain/pid" --logfile "$work/plain/log" >/dev/null
+for _ in $(seq 50); do [[ $(RC $((P0 + 12)) ping 2>/dev/null) == PONG ]] && break; sleep 0.1; done
+out=$("$PROBE" "redis+cluster://$H:$((P0 + 12))" check - 2>&1) && fail "a plain Redis passed the check"
+[[ $out == *"cluster support disabled"* ]] && log "ok: a plain Redis is refused ($out)" || fail "plain: $out"
+kill -9 "$(cat "$work/plain/pid")"
 
 # 1. today's single-node client on one node of the cluster: MOVED errors
 out=$("$PROBE" "redis://$H:${PORTS[0]}" setget 200 2>&1) && fail "single-node client passed on a cluster"

@@ -17,6 +17,8 @@
  *                                        sync client publishes 20 messages (any
  *                                        node) once it is up; all must arrive
  *                                        and sl_aredis_settled must say so
+ *   redis_cluster_probe URL check -      sl_redis_check: prints its result
+ *                                        ("check: 0" or "check: <code>: why")
  *   redis_cluster_probe URL stream SECS  a command every 5 ms from each client
  *                                        for SECS s; prints each client's
  *                                        failures and failure window
@@ -430,7 +432,11 @@ int main(int argc, char **argv) {
   char err[512];
   if (sl_redis_security_set(&sec, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 2;
   int rc;
-  if (strcmp(mode, "sub") == 0) {
+  if (strcmp(mode, "check") == 0) {
+    rc = sl_redis_check(url, err, sizeof err);
+    printf("check: %d%s%s\n", rc, rc ? ": " : "", rc ? err : "");
+    return rc != 0;
+  } else if (strcmp(mode, "sub") == 0) {
     rc = sub_run(argv[3]);
   } else if (strcmp(mode, "steps") == 0) {
     rc = steps_run(argv[3]);
