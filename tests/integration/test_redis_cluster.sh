@@ -23,7 +23,8 @@
 #     sluice_redis_redirects_total;
 #   - a primary SIGKILLed under a stream of commands from both clients:
 #     once its replica is promoted (cluster-node-timeout 3000 ms) commands
-#     succeed again without a new client; the failure window is printed.
+#     succeed again without a new client; the failure window is printed; a
+#     subscriber on that node comes back up on another one.
 # Cost: about 30 s.
 set -euo pipefail
 ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
@@ -55,6 +56,7 @@ cleanup() {
     [[ -f $work/$p/pid ]] && kill -9 "$(cat "$work/$p/pid")" 2>/dev/null
   done
   [[ -n ${probe_pid:-} ]] && kill "$probe_pid" 2>/dev/null
+  [[ -n ${sub_pid:-} ]] && kill "$sub_pid" 2>/dev/null
   rm -rf "$work"
   exit $rc
 }
@@ -177,6 +179,8 @@ r3=$(grep '^round 3' "$work/steps.log")
 victim=${PRIM[0]}
 "$PROBE" "$URL" stream 16 >"$work/stream.log" 2>&1 &
 probe_pid=$!
+"$PROBE" "$URL" subfail 16 >"$work/subfail.log" 2>&1 & # subscribed to the first seed: the victim
+sub_pid=$!
 replica=""
 for p in "${PORTS[@]}"; do [[ $(RC "$p" role | sed -n 3p) == "$victim" ]] && replica=$p; done
 sleep 3
@@ -187,6 +191,9 @@ for _ in $(seq 200); do [[ $(RC "$replica" role | head -1) == master ]] && break
 log "the cluster promoted $replica $(($(date +%s%3N) - t0)) ms after the kill"
 wait "$probe_pid" || fail "stream: $(cat "$work/stream.log")"
 probe_pid=""
+wait "$sub_pid" && log "ok: $(grep subfail: "$work/subfail.log")" ||
+  fail "the subscriber did not come back: $(cat "$work/subfail.log")"
+sub_pid=""
 grep -E 'stream:' "$work/stream.log" | while read -r l; do log "$l"; done
 [[ $(grep -c 'recovered$' "$work/stream.log") == 2 ]] || fail "a client did not recover"
 grep -q 'NOT recovered' "$work/stream.log" && fail "$(cat "$work/stream.log")"

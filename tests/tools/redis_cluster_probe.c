@@ -17,6 +17,11 @@
  *                                        sync client publishes 20 messages (any
  *                                        node) once it is up; all must arrive
  *                                        and sl_aredis_settled must say so
+ *   redis_cluster_probe URL subfail SECS a subscriber for SECS s while the sync
+ *                                        client publishes every 100 ms (the
+ *                                        test kills the subscriber's node
+ *                                        meanwhile): it must come back up on
+ *                                        another node and hear messages again
  *   redis_cluster_probe URL check -      sl_redis_check: prints its result
  *                                        ("check: 0" or "check: <code>: why")
  *   redis_cluster_probe URL stream SECS  a command every 5 ms from each client
@@ -373,6 +378,62 @@ static int sub_run(const char *channel) {
   return !(st.got == 20 && published == 20 && settled && refused);
 }
 
+typedef struct {
+  int up, ups, downs, got, after_up;
+  double up_at, down_at;
+} failst;
+
+static void on_fail_msg(const char *msg, size_t len, void *ud) {
+  (void)msg;
+  (void)len;
+  failst *f = ud;
+  f->got++;
+  f->after_up++;
+}
+
+static void on_fail_state(int up, void *ud) {
+  failst *f = ud;
+  if (up == f->up) return;
+  f->up = up;
+  if (up) {
+    f->ups++;
+    f->after_up = 0;
+    f->up_at = now_s();
+  } else {
+    f->downs++;
+    f->down_at = now_s();
+  }
+}
+
+static int subfail_run(double secs) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  sl_aredis *ar = NULL;
+  sl_redis *r = NULL;
+  failst f = {0};
+  if (sl_aredis_new(&ar, &loop, url) != 0 || sl_redis_new(&r, url) != 0) return 1;
+  if (sl_aredis_subscribe(ar, "rcp-fail", on_fail_msg, on_fail_state, &f) != 0) return 1;
+  char err[512];
+  double end = now_s() + secs, next = 0;
+  while (now_s() < end) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+    if (now_s() < next) continue;
+    next = now_s() + 0.1;
+    const char *av[] = {"PUBLISH", "rcp-fail", "m"};
+    freeReplyObject(sl_redis_argv(r, 3, av, NULL, err, sizeof err));
+  }
+  int ok = f.up && f.after_up > 0 && (f.downs == 0 || f.ups >= 2); /* before free: it says down */
+  printf("subfail: ups=%d downs=%d received=%d, %d since the last up; down for %.0f ms\n", f.ups,
+         f.downs, f.got, f.after_up,
+         f.downs && f.up_at > f.down_at ? (f.up_at - f.down_at) * 1000 : -1.0);
+  sl_redis_free(r);
+  sl_aredis_free(ar);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return !ok;
+}
+
 static int steps_run(const char *key) {
   const char *dir = getenv("PROBE_SYNC");
   if (!dir) return fprintf(stderr, "PROBE_SYNC is not set\n"), 2;
@@ -436,6 +497,8 @@ int main(int argc, char **argv) {
     rc = sl_redis_check(url, err, sizeof err);
     printf("check: %d%s%s\n", rc, rc ? ": " : "", rc ? err : "");
     return rc != 0;
+  } else if (strcmp(mode, "subfail") == 0) {
+    rc = subfail_run(atof(argv[3]));
   } else if (strcmp(mode, "sub") == 0) {
     rc = sub_run(argv[3]);
   } else if (strcmp(mode, "steps") == 0) {
