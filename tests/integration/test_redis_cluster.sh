@@ -21,6 +21,8 @@
 #     SETSLOT NODE) under clients that stay up: ASK followed while it
 #     migrates, MOVED once it has moved, both counted in
 #     sluice_redis_redirects_total;
+#   - rediss+cluster:// with a password (a TLS-only cluster of 3 primaries on
+#     + 32 .. +34): both clients, AUTH refused with a wrong password;
 #   - a primary SIGKILLed under a stream of commands from both clients:
 #     once its replica is promoted (cluster-node-timeout 3000 ms) commands
 #     succeed again without a new client; the failure window is printed; a
@@ -34,6 +36,7 @@ PROBE=${REDIS_CLUSTER_PROBE:-$ROOT/build-san/tests/redis_cluster_probe}
 P0=$((${DEVSTACK_REDIS_PORT:-16379} + 20))
 PORTS=($P0 $((P0 + 1)) $((P0 + 2)) $((P0 + 3)) $((P0 + 4)) $((P0 + 5)))
 H=127.0.0.1
+TLS_PORTS=()
 FAILURES=0
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
 fail() {
@@ -52,7 +55,7 @@ work=$(mktemp -d)
 cleanup() {
   local rc=$?
   set +e # a node already killed must not stop the clean-up of the others
-  for p in "${PORTS[@]}"; do
+  for p in "${PORTS[@]}" "${TLS_PORTS[@]}"; do
     [[ -f $work/$p/pid ]] && kill -9 "$(cat "$work/$p/pid")" 2>/dev/null
   done
   [[ -n ${probe_pid:-} ]] && kill "$probe_pid" 2>/dev/null
@@ -174,6 +177,42 @@ r3=$(grep '^round 3' "$work/steps.log")
 [[ $r3 == *" moved=2 ask=2 "* ]] && log "ok: MOVED followed by both clients ($r3)" ||
   fail "round 3 (moved) should count moved=2: $(cat "$work/steps.log")"
 [[ $(grep -c 'value=before-ask' "$work/steps.log") == 6 ]] || fail "values: $(cat "$work/steps.log")"
+
+# 4b. rediss+cluster:// with a password: a TLS-only cluster of 3 primaries on
+# the lane's Redis port + 32 .. +34 (bus +35 .. +37), a throwaway CA
+tls=$work/tls
+mkdir -p "$tls"
+(
+  cd "$tls"
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=rcp-ca
+  openssl req -new -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=$H
+  printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth,clientAuth\n' $H >ext
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 \
+    -extfile ext
+) >/dev/null 2>&1
+TPORTS=($((P0 + 32)) $((P0 + 33)) $((P0 + 34)))
+for p in "${TPORTS[@]}"; do
+  mkdir -p "$work/$p"
+  TLS_PORTS+=("$p") # stopped by the clean-up
+  redis-server --bind $H --port 0 --tls-port "$p" --tls-cluster yes --tls-replication yes \
+    --tls-cert-file "$tls/server.pem" --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.pem" \
+    --tls-auth-clients no --requirepass tlspw --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-port $((p + 3)) --cluster-node-timeout 3000 --appendonly no --save '' --dir "$work/$p" \
+    --daemonize yes --pidfile "$work/$p/pid" --logfile "$work/$p/log" >/dev/null
+done
+TRC() { redis-cli --tls --cacert "$tls/ca.pem" -a tlspw --no-auth-warning -h $H -p "$@"; }
+for _ in $(seq 50); do [[ $(TRC "${TPORTS[2]}" ping 2>/dev/null) == PONG ]] && break; sleep 0.1; done
+TRC "${TPORTS[0]}" --cluster create $(printf "$H:%s " "${TPORTS[@]}") --cluster-replicas 0 \
+  --cluster-yes >"$work/tls-create.log" 2>&1 || fail "TLS cluster create: $(tail -3 "$work/tls-create.log")"
+for _ in $(seq 100); do TRC "${TPORTS[0]}" cluster info | grep -q cluster_state:ok && break; sleep 0.2; done
+TURL="rediss+cluster://$H:${TPORTS[0]},$H:${TPORTS[1]}"
+out=$(SLUICE_REDIS_PASSWORD=tlspw SLUICE_REDIS_TLS_CA_FILE=$tls/ca.pem "$PROBE" "$TURL" setget 300 2>&1) &&
+  out2=$(SLUICE_REDIS_PASSWORD=tlspw SLUICE_REDIS_TLS_CA_FILE=$tls/ca.pem "$PROBE" "$TURL" eval 100 2>&1) &&
+  log "ok: TLS + AUTH cluster: $(grep -E '^(sync|async) ' <<<"$out"$'\n'"$out2" | tr '\n' ' ')" ||
+  fail "TLS cluster: $out ${out2:-}"
+out=$(SLUICE_REDIS_PASSWORD=wrong SLUICE_REDIS_TLS_CA_FILE=$tls/ca.pem "$PROBE" "$TURL" check - 2>&1) &&
+  fail "a wrong password passed the check"
+[[ $out == *WRONGPASS* ]] && log "ok: a wrong password is refused" || fail "wrong password: $out"
 
 # 5. a primary SIGKILLed under a stream of commands
 victim=${PRIM[0]}
