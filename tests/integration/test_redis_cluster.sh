@@ -23,6 +23,8 @@
 #     sluice_redis_redirects_total;
 #   - rediss+cluster:// with a password (a TLS-only cluster of 3 primaries on
 #     + 32 .. +34): both clients, AUTH refused with a wrong password;
+#   - a primary SIGSTOPped for 2.5 s: the async client's commands to the
+#     other primaries are not held up (none fails, none over 500 ms);
 #   - a primary SIGKILLed under a stream of commands from both clients:
 #     once its replica is promoted (cluster-node-timeout 3000 ms) commands
 #     succeed again without a new client; the failure window is printed; a
@@ -213,6 +215,23 @@ out=$(SLUICE_REDIS_PASSWORD=tlspw SLUICE_REDIS_TLS_CA_FILE=$tls/ca.pem "$PROBE" 
 out=$(SLUICE_REDIS_PASSWORD=wrong SLUICE_REDIS_TLS_CA_FILE=$tls/ca.pem "$PROBE" "$TURL" check - 2>&1) &&
   fail "a wrong password passed the check"
 [[ $out == *WRONGPASS* ]] && log "ok: a wrong password is refused" || fail "wrong password: $out"
+
+# 4c. a primary SIGSTOPped for 2.5 s (under cluster-node-timeout: no
+# failover): the async client's commands to the other primaries go on, none
+# slower than 500 ms; those to the stopped one fail at their deadline (2 s)
+stopped=${PRIM[1]}
+"$PROBE" "$URL" isolate "$stopped" >"$work/isolate.log" 2>&1 &
+probe_pid=$!
+wait_line() { for _ in $(seq 100); do grep -q "$1" "$2" && return 0; sleep 0.1; done; return 1; }
+wait_line 'isolate: started' "$work/isolate.log" || fail "isolate did not start"
+sleep 1
+kill -STOP "$(cat "$work/$stopped/pid")"
+sleep 2.5
+kill -CONT "$(cat "$work/$stopped/pid")"
+wait "$probe_pid" && log "ok: $(grep 'isolate: stopped' "$work/isolate.log")" ||
+  fail "a stopped primary held up the others: $(cat "$work/isolate.log")"
+probe_pid=""
+ok || sleep 2 # the cluster saw the pause; give it a moment
 
 # 5. a primary SIGKILLed under a stream of commands
 victim=${PRIM[0]}

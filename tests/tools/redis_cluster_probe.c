@@ -22,6 +22,11 @@
  *                                        test kills the subscriber's node
  *                                        meanwhile): it must come back up on
  *                                        another node and hear messages again
+ *   redis_cluster_probe URL isolate PORT async commands every 2 ms for 6 s (the
+ *                                        test SIGSTOPs the primary on PORT
+ *                                        meanwhile): those to the other
+ *                                        primaries must all succeed, none
+ *                                        slower than 500 ms
  *   redis_cluster_probe URL check -      sl_redis_check: prints its result
  *                                        ("check: 0" or "check: <code>: why")
  *   redis_cluster_probe URL stream SECS  a command every 5 ms from each client
@@ -37,6 +42,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_slot.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -434,6 +440,92 @@ static int subfail_run(double secs) {
   return !ok;
 }
 
+typedef struct {
+  sl_aredis *r;
+  sl__redis_map m; /* from the sync client's CLUSTER SLOTS: who owns what */
+  int port;        /* the primary the test stops */
+  long i, ok[2], failed[2];
+  double worst[2], end;
+  uv_timer_t t;
+} isost;
+
+typedef struct {
+  isost *s;
+  int stopped;
+  double at;
+} isocall;
+
+static void on_iso_reply(redisReply *rep, void *ud) {
+  isocall *c = ud;
+  int k = c->stopped;
+  double took = now_s() - c->at;
+  if (rep && rep->type != REDIS_REPLY_ERROR)
+    c->s->ok[k]++;
+  else
+    c->s->failed[k]++;
+  if (took > c->s->worst[k]) c->s->worst[k] = took;
+  free(c);
+}
+
+static void on_iso_tick(uv_timer_t *t) {
+  isost *s = t->data;
+  if (now_s() >= s->end + 2.5) { /* the last answers (or deadlines) are in */
+    uv_timer_stop(t);
+    sl_aredis_free(s->r);
+    s->r = NULL;
+    return;
+  }
+  if (now_s() >= s->end) return;
+  char k[64];
+  snprintf(k, sizeof k, "rcp:i:%ld", s->i++ % 5000);
+  int owner = s->m.owner[sl_slot_of(k, strlen(k))];
+  isocall *c = calloc(1, sizeof *c);
+  c->s = s;
+  c->stopped = owner >= 0 && s->m.node[owner].port == s->port;
+  c->at = now_s();
+  const char *av[] = {"SET", k, "x"};
+  if (sl_aredis_argv(s->r, on_iso_reply, c, 3, av, NULL) != 0) {
+    s->failed[c->stopped]++;
+    free(c);
+  }
+}
+
+static int isolate_run(int port) {
+  static isost s; /* the map is large */
+  s.port = port;
+  sl_redis_addr a;
+  sl_redis *r = NULL;
+  char err[512];
+  const char *av[] = {"CLUSTER", "SLOTS"};
+  if (sl__redis_target(url, &a) != 0 || sl__redis_map_init(&s.m, &a) != 0 ||
+      sl_redis_new(&r, url) != 0)
+    return 1;
+  redisReply *rep = sl_redis_argv(r, 2, av, NULL, err, sizeof err);
+  int got = sl__redis_map_apply(&s.m, rep, a.host);
+  freeReplyObject(rep);
+  sl_redis_free(r);
+  if (got != SL_SLOT_COUNT) return fprintf(stderr, "no slot map: %s\n", err), 1;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  if (sl_aredis_new(&s.r, &loop, url) != 0) return 1;
+  for (int i = 0; i < 100 && !sl_aredis_connected(s.r); i++)
+    uv_run(&loop, UV_RUN_NOWAIT), nanosleep(&(struct timespec){0, 50000000}, NULL);
+  s.end = now_s() + 6;
+  uv_timer_init(&loop, &s.t);
+  s.t.data = &s;
+  uv_timer_start(&s.t, on_iso_tick, 2, 2);
+  printf("isolate: started\n");
+  fflush(stdout);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&s.t, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  printf("isolate: stopped primary: %ld ok, %ld failed, slowest %.0f ms; the others: %ld ok, %ld "
+         "failed, slowest %.0f ms\n",
+         s.ok[1], s.failed[1], s.worst[1] * 1000, s.ok[0], s.failed[0], s.worst[0] * 1000);
+  return !(s.failed[0] == 0 && s.ok[0] > 0 && s.worst[0] < 0.5 && s.failed[1] > 0);
+}
+
 static int steps_run(const char *key) {
   const char *dir = getenv("PROBE_SYNC");
   if (!dir) return fprintf(stderr, "PROBE_SYNC is not set\n"), 2;
@@ -497,6 +589,8 @@ int main(int argc, char **argv) {
     rc = sl_redis_check(url, err, sizeof err);
     printf("check: %d%s%s\n", rc, rc ? ": " : "", rc ? err : "");
     return rc != 0;
+  } else if (strcmp(mode, "isolate") == 0) {
+    rc = isolate_run(atoi(argv[3]));
   } else if (strcmp(mode, "subfail") == 0) {
     rc = subfail_run(atof(argv[3]));
   } else if (strcmp(mode, "sub") == 0) {
