@@ -29,7 +29,7 @@
 #     once its replica is promoted (cluster-node-timeout 3000 ms) commands
 #     succeed again without a new client; the failure window is printed; a
 #     subscriber on that node comes back up on another one.
-# Cost: about 30 s.
+# Cost: about 35 s.
 set -euo pipefail
 ROOT=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)}
 source "$ROOT/tests/integration/lane.sh"
