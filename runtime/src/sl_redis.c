@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -717,6 +718,62 @@ static redisReply *cl_send(sl_redis *l, int asking, int argc, const char **argv,
   return node_argv(l, argc, argv, lens, err, errlen);
 }
 
+/* SCAN over the whole cluster: the primaries one after the other (in node
+ * order), the caller's cursor = the node's cursor * SL__REDIS_MAX_NODES +
+ * the primary's place. A map that changes meanwhile may skip or repeat keys,
+ * as SCAN may anyway. */
+static redisReply *cl_scan(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                           size_t errlen) {
+  rcl *cl = r->cl;
+  char prim[SL__REDIS_MAX_NODES] = {0}, num[32];
+  for (int s = 0; s < 16384; s++)
+    if (cl->m.owner[s] >= 0) prim[(int)cl->m.owner[s]] = 1;
+  size_t n = lens ? lens[1] : strlen(argv[1]);
+  if (n >= sizeof num || argc > 16) {
+    snprintf(err, errlen, "redis cluster: bad SCAN");
+    return NULL;
+  }
+  memcpy(num, argv[1], n);
+  num[n] = '\0';
+  unsigned long long c = strtoull(num, NULL, 10), inner = c / SL__REDIS_MAX_NODES;
+  int place = (int)(c % SL__REDIS_MAX_NODES), node = -1;
+  for (int i = 0, k = 0; i < cl->m.n && node < 0; i++)
+    if (prim[i] && k++ == place) node = i;
+  if (node < 0) {
+    snprintf(err, errlen, "redis cluster: SCAN cursor %s names no primary", num);
+    return NULL;
+  }
+  const char *av[16];
+  size_t al[16];
+  for (int i = 0; i < argc; i++) av[i] = argv[i], al[i] = lens ? lens[i] : strlen(argv[i]);
+  snprintf(num, sizeof num, "%llu", inner);
+  av[1] = num;
+  al[1] = strlen(num);
+  sl_redis *l = cl_link(r, node);
+  redisReply *rep = l ? node_argv(l, argc, av, al, err, errlen) : NULL;
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+      rep->element[0]->type != REDIS_REPLY_STRING)
+    return rep;
+  unsigned long long next = strtoull(rep->element[0]->str, NULL, 10), out = 0;
+  int more = 0;
+  for (int i = node + 1; i < cl->m.n; i++) more |= prim[i];
+  if (next)
+    out = next * SL__REDIS_MAX_NODES + (unsigned long long)place;
+  else if (more)
+    out = (unsigned long long)place + 1; /* the next primary, from its start */
+  char *cur = malloc(32);
+  if (!cur) {
+    freeReplyObject(rep);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  snprintf(cur, 32, "%llu", out);
+  free(rep->element[0]->str);
+  rep->element[0]->str = cur;
+  rep->element[0]->len = strlen(cur);
+  return rep;
+}
+
 static redisReply *cl_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
                            size_t errlen) {
   rcl *cl = r->cl;
@@ -726,6 +783,8 @@ static redisReply *cl_argv(sl_redis *r, int argc, const char **argv, const size_
     sl_metric_add(m_errors, 1);
     return NULL;
   }
+  if (argc >= 2 && (lens ? lens[0] : strlen(argv[0])) == 4 && strncasecmp(argv[0], "SCAN", 4) == 0)
+    return cl_scan(r, argc, argv, lens, err, errlen);
   int slot = sl_redis_route(argc, argv, lens);
   int node = cl_target(cl, slot), asking = 0;
   if (node < 0) {

@@ -13,6 +13,7 @@
 #   - SET/GET of 2000 keys spread over all slots, with both clients: every
 #     key is on the primary that owns its slot (each primary's own keys,
 #     read without redirects, add up to 2000 and none is empty);
+#   - SCAN with the sync client walks every primary;
 #   - a subscriber (one link to one node) gets messages published on any
 #     node, and sl_aredis_settled says when it has them all;
 #   - a script (EVALSHA) on keys of every primary after SCRIPT FLUSH on all
@@ -135,6 +136,11 @@ for p in "${PRIM[@]}"; do # a sample of each primary's keys: served there, no re
     [[ $v == setget-${k#rcp:} ]] || fail "$k on $p: $v"
   done
 done
+
+# SCAN walks every primary (the sync client's cursor names the primary)
+out=$("$PROBE" "$URL" scan 'rcp:[0-9]*' 2>&1)
+[[ $out == *"scan: 2000 keys"* ]] && log "ok: SCAN over the cluster found the 2000 keys" ||
+  fail "SCAN: $out"
 
 # 3. scripts: NOSCRIPT on every primary, then EVALSHA everywhere
 for p in "${PRIM[@]}"; do RC "$p" script flush >/dev/null; done

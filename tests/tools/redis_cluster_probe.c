@@ -27,6 +27,8 @@
  *                                        meanwhile): those to the other
  *                                        primaries must all succeed, none
  *                                        slower than 500 ms
+ *   redis_cluster_probe URL scan PATTERN SCAN ... MATCH PATTERN with the sync
+ *                                        client to the end: "scan: N keys"
  *   redis_cluster_probe URL check -      sl_redis_check: prints its result
  *                                        ("check: 0" or "check: <code>: why")
  *   redis_cluster_probe URL stream SECS  a command every 5 ms from each client
@@ -526,6 +528,29 @@ static int isolate_run(int port) {
   return !(s.failed[0] == 0 && s.ok[0] > 0 && s.worst[0] < 0.5 && s.failed[1] > 0);
 }
 
+static int scan_run(const char *pattern) {
+  sl_redis *r = NULL;
+  if (sl_redis_new(&r, url) != 0) return 1;
+  char cursor[32] = "0", err[512];
+  long keys = 0, calls = 0;
+  do {
+    const char *av[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "100"};
+    redisReply *rep = sl_redis_argv(r, 6, av, NULL, err, sizeof err);
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+      fprintf(stderr, "scan: %s\n", rep && rep->str ? rep->str : err);
+      freeReplyObject(rep);
+      sl_redis_free(r);
+      return 1;
+    }
+    snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+    keys += (long)rep->element[1]->elements;
+    freeReplyObject(rep);
+  } while (strcmp(cursor, "0") != 0 && ++calls < 100000);
+  printf("scan: %ld keys\n", keys);
+  sl_redis_free(r);
+  return 0;
+}
+
 static int steps_run(const char *key) {
   const char *dir = getenv("PROBE_SYNC");
   if (!dir) return fprintf(stderr, "PROBE_SYNC is not set\n"), 2;
@@ -591,6 +616,8 @@ int main(int argc, char **argv) {
     return rc != 0;
   } else if (strcmp(mode, "isolate") == 0) {
     rc = isolate_run(atoi(argv[3]));
+  } else if (strcmp(mode, "scan") == 0) {
+    rc = scan_run(argv[3]);
   } else if (strcmp(mode, "subfail") == 0) {
     rc = subfail_run(atof(argv[3]));
   } else if (strcmp(mode, "sub") == 0) {

@@ -93,8 +93,10 @@ struct sl_metric *sl__redis_errors(void);
  * owner is updated, the map refreshed, the command re-sent) and ASK (ASKING,
  * then the command on the target, once) up to SL__REDIS_MAX_REDIRECTS times
  * and then returns the error reply. TRYAGAIN, CLUSTERDOWN and CROSSSLOT are
- * returned as they are (callers treat errors as "Redis unavailable"). SCAN
- * is not cluster-wide: it goes to the owner of its cursor's slot. */
+ * returned as they are (callers treat errors as "Redis unavailable"). The sync
+ * client's SCAN walks the primaries one after the other (its cursor names
+ * the primary); the async client has no cluster-wide SCAN (nobody uses it):
+ * it goes to the owner of its cursor's slot. */
 
 /* The hash slot of the routing key of a command: EVAL/EVALSHA/FCALL(_RO)
  * argv[3] when numkeys > 0; XREAD/XREADGROUP the first key after STREAMS;
