@@ -50,6 +50,10 @@
  * the connection drops; the owner hears both edges (on_state), so that what
  * it derived from the messages is discarded with the connection that might
  * have missed some.
+ *
+ * Redis Cluster: see the section at the end of this file; a cluster client
+ * is an sl_aredis without a connection whose links are single-node
+ * sl_aredis (owner pointing back). The single-node path costs one branch.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_aredis.h"
@@ -57,6 +61,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_slot.h"
 
 #include <errno.h>
 #include <hiredis/async.h>
@@ -99,7 +104,10 @@ struct sl_aredis {
   sl_aredis_msg_cb on_msg;
   sl_aredis_state_cb on_state;
   void *sub_ud;
-  int subscribed; /* the current connection's SUBSCRIBE is confirmed */
+  int subscribed;   /* the current connection's SUBSCRIBE is confirmed */
+  struct acl *cl;   /* a cluster: r has no connection, its links do */
+  sl_aredis *owner; /* a cluster's link: the cluster client it serves */
+  int sub_fails;    /* a cluster's subscriber: reconnects since it was last up */
 };
 
 typedef struct pending {
@@ -172,8 +180,9 @@ static void tune_socket(int fd, int64_t timeout_ms) {
  * transports count failures and errors the same way; NOSCRIPT is not one, it
  * is sl_aredis_eval's cue to send the script's text. */
 static void count_answer(const redisReply *rep) {
-  if (!rep || (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)))
-    sl_metric_add(m_errors, 1);
+  if (!rep || (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep) &&
+               strncmp(rep->str, "MOVED ", 6) != 0 && strncmp(rep->str, "ASK ", 4) != 0))
+    sl_metric_add(m_errors, 1); /* a redirect is the cluster client's to follow */
 }
 
 static void warn_down(sl_aredis *r, const char *why) {
@@ -190,6 +199,7 @@ static void subscribe(sl_aredis *r);
  * 500 ms) ends there, so that it is logged once. */
 static void connected(sl_aredis *r) {
   r->connected = 1;
+  r->sub_fails = 0;
   if (r->channel) {
     subscribe(r);
     return;
@@ -642,8 +652,11 @@ static void t_connect(sl_aredis *r) {
 
 /* ---- common ------------------------------------------------------------- */
 
+static void cl_rotate(sl_aredis *l);
+
 static void reconnect(sl_aredis *r) {
   if (r->closing || r->ac || r->tc) return;
+  if (r->owner && r->channel && r->sub_fails++ > 0) cl_rotate(r); /* try another node */
   if (r->a.tls) {
     t_connect(r);
     return;
@@ -751,6 +764,19 @@ static void on_watchdog(uv_timer_t *t) {
   drop_connection(r);
 }
 
+static void init(sl_aredis *r, uv_loop_t *loop) {
+  r->loop = loop;
+  r->timeout_ms = DEFAULT_TIMEOUT_MS;
+  uv_timer_init(loop, &r->timer);
+  r->timer.data = r;
+  uv_timer_init(loop, &r->watchdog);
+  r->watchdog.data = r;
+  uv_unref((uv_handle_t *)&r->watchdog); /* never what keeps a loop running */
+  r->handles = 2;
+}
+
+static int cl_new(sl_aredis *r);
+
 int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
   if (!out || !loop || !url) return SL_EINVAL;
   sl_aredis *r = calloc(1, sizeof *r);
@@ -760,22 +786,45 @@ int sl_aredis_new(sl_aredis **out, uv_loop_t *loop, const char *url) {
     return SL_EINVAL;
   }
   m_errors = sl__redis_errors();
-  r->loop = loop;
-  r->timeout_ms = DEFAULT_TIMEOUT_MS;
-  uv_timer_init(loop, &r->timer);
-  r->timer.data = r;
-  uv_timer_init(loop, &r->watchdog);
-  r->watchdog.data = r;
-  uv_unref((uv_handle_t *)&r->watchdog); /* never what keeps a loop running */
-  r->handles = 2;
+  if (r->a.cluster) {
+    r->loop = loop;
+    int rc = cl_new(r);
+    if (rc)
+      free(r);
+    else
+      *out = r;
+    return rc;
+  }
+  init(r, loop);
   reconnect(r);
   *out = r;
   return 0;
 }
 
+/* A cluster's link to host:port: a single-node client with r's security and
+ * deadline. NULL when out of memory. */
+static sl_aredis *link_new(sl_aredis *r, const char *host, int port) {
+  sl_aredis *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  l->a = r->a;
+  snprintf(l->a.host, sizeof l->a.host, "%s", host);
+  l->a.port = port;
+  l->a.cluster = 0;
+  l->a.seeds[0] = '\0';
+  l->a.db = 0;
+  init(l, r->loop);
+  l->timeout_ms = r->timeout_ms;
+  l->owner = r;
+  reconnect(l);
+  return l;
+}
+
+static void cl_set_timeout(sl_aredis *r, int64_t ms);
+
 int sl_aredis_set_timeout(sl_aredis *r, int64_t ms) {
   if (!r || ms < 0) return SL_EINVAL;
   r->timeout_ms = ms;
+  if (r->cl) cl_set_timeout(r, ms);
   if (r->ac) tune_socket(r->ac->c.fd, ms);
   uv_os_fd_t fd;
   if (r->tc && uv_fileno((uv_handle_t *)&r->tc->tcp, &fd) == 0) tune_socket(fd, ms);
@@ -791,11 +840,14 @@ static void on_timer_closed(uv_handle_t *h) {
   free(r);
 }
 
+static void cl_free(sl_aredis *r);
+
 void sl_aredis_free(sl_aredis *r) {
   if (!r) return;
   r->closing = 1;
   uv_timer_stop(&r->timer);
   uv_timer_stop(&r->watchdog);
+  cl_free(r);
   if (r->ac) {
     redisAsyncContext *ac = r->ac;
     r->ac = NULL;
@@ -821,9 +873,13 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
   free(p);
 }
 
+static int cl_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char **argv,
+                   const size_t *lens);
+
 int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char **argv,
                    const size_t *lens) {
   if (!r || r->channel) return SL_EINVAL;
+  if (r->cl) return cl_argv(r, cb, ud, argc, argv, lens);
   if (!r->connected || (!r->ac && !r->tc)) {
     sl_metric_add(m_errors, 1);
     return SL_EREDIS;
@@ -853,11 +909,20 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
   return 0;
 }
 
-int sl_aredis_connected(const sl_aredis *r) { return r && r->connected; }
+static int cl_connected(const sl_aredis *r);
+
+int sl_aredis_connected(const sl_aredis *r) {
+  if (r && r->cl) return cl_connected(r);
+  return r && r->connected;
+}
+
+static int cl_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_msg,
+                        sl_aredis_state_cb on_state, void *ud);
 
 int sl_aredis_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_msg,
                         sl_aredis_state_cb on_state, void *ud) {
   if (!r || !channel || !channel[0] || !on_msg || !on_state || r->channel) return SL_EINVAL;
+  if (r->cl) return cl_subscribe(r, channel, on_msg, on_state, ud);
   r->channel = strdup(channel);
   if (!r->channel) return SL_ENOMEM;
   r->on_msg = on_msg;
@@ -867,7 +932,10 @@ int sl_aredis_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_m
   return 0;
 }
 
+static const sl_aredis *cl_sub(const sl_aredis *r);
+
 int sl_aredis_settled(const sl_aredis *r) {
+  if (r && r->cl) r = cl_sub(r);
   if (!r || !r->subscribed) return 0;
   const redisReader *rd = NULL;
   int fd = -1;
@@ -938,4 +1006,227 @@ int sl_aredis_eval(sl_aredis *r, sl_aredis_cb cb, void *ud, const sl_redis_scrip
   int rc = sl_aredis_argv(r, on_script_reply, sc, 3 + argc, a, l);
   if (rc) free(sc);
   return rc;
+}
+
+/* ---- Redis Cluster ------------------------------------------------------- */
+
+/* A cluster client r (see sl_redis.h) has no connection of its own: a link
+ * (a single-node client on the same loop, r->owner pointing back) per seed
+ * and per primary, and a subscriber's link to any one node. A tick on r's
+ * timer reads the slot map (CLUSTER SLOTS on any link that is up) when it
+ * has none, when a slot moved, or while it is incomplete or a primary's link
+ * is down: a primary that died is replaced in the map once the cluster has
+ * promoted its replica, and the dead node's link just keeps failing. Links
+ * of nodes that are no longer primaries (nor seeds) are freed by the tick.
+ * A command copies its argv (ccall) to be sent again after MOVED or ASK;
+ * the caller's callback gets the last reply. */
+
+#define TICK_MS 100
+#define REFRESH_MS 250 /* at most one CLUSTER SLOTS per this while degraded */
+
+typedef struct acl {
+  sl__redis_map m;
+  sl_aredis *link[SL__REDIS_MAX_NODES];
+  char prim[SL__REDIS_MAX_NODES]; /* owns slots in the current map */
+  int seeds;                      /* m.node[0 .. seeds) are the URL's */
+  sl_aredis *sub;
+  int inflight; /* node asked for CLUSTER SLOTS, or -1 */
+  int want;     /* a MOVED: read the map again */
+  uint64_t last_ms;
+  unsigned next;
+} acl;
+
+static void cl_set_timeout(sl_aredis *r, int64_t ms) {
+  for (int i = 0; i < SL__REDIS_MAX_NODES; i++)
+    if (r->cl->link[i]) sl_aredis_set_timeout(r->cl->link[i], ms);
+  if (r->cl->sub) sl_aredis_set_timeout(r->cl->sub, ms);
+}
+
+static void cl_free(sl_aredis *r) {
+  acl *cl = r->cl;
+  if (!cl) return;
+  for (int i = 0; i < SL__REDIS_MAX_NODES; i++) sl_aredis_free(cl->link[i]);
+  sl_aredis_free(cl->sub);
+  free(cl); /* callbacks still to come see r->closing and leave it alone */
+  r->cl = NULL;
+}
+
+static const sl_aredis *cl_sub(const sl_aredis *r) { return r->cl->sub; }
+
+static int cl_connected(const sl_aredis *r) {
+  const acl *cl = r->cl;
+  if (cl->m.covered != SL_SLOT_COUNT) return 0;
+  for (int i = 0; i < cl->m.n; i++)
+    if (cl->prim[i] && !(cl->link[i] && cl->link[i]->connected)) return 0;
+  return 1;
+}
+
+/* A subscriber's link that failed to reconnect moves to the next node. */
+static void cl_rotate(sl_aredis *l) {
+  acl *cl = l->owner->cl;
+  if (!cl || cl->m.n == 0) return;
+  int i = sl__redis_map_node(&cl->m, l->a.host, l->a.port);
+  i = (i + 1) % cl->m.n;
+  snprintf(l->a.host, sizeof l->a.host, "%s", cl->m.node[i].host);
+  l->a.port = cl->m.node[i].port;
+}
+
+static void on_slots(redisReply *rep, void *ud) {
+  sl_aredis *r = ud;
+  if (r->closing) return;
+  acl *cl = r->cl;
+  int asked = cl->inflight;
+  cl->inflight = -1;
+  if (!rep || asked < 0) return;
+  if (sl__redis_map_apply(&cl->m, rep, cl->m.node[asked].host) < 0) {
+    if (rep->type == REDIS_REPLY_ERROR)
+      sl_log(SL_LOG_WARN, NULL, "redis %s:%d: CLUSTER SLOTS: %s", cl->m.node[asked].host,
+             cl->m.node[asked].port, rep->str);
+    return;
+  }
+  sl_metric_add(sl__redis_refreshes(), 1);
+  memset(cl->prim, 0, sizeof cl->prim);
+  for (int s = 0; s < SL_SLOT_COUNT; s++)
+    if (cl->m.owner[s] >= 0) cl->prim[(int)cl->m.owner[s]] = 1;
+  for (int i = 0; i < cl->m.n; i++)
+    if (cl->prim[i] && !cl->link[i])
+      cl->link[i] = link_new(r, cl->m.node[i].host, cl->m.node[i].port);
+}
+
+/* CLUSTER SLOTS on the next link that is up. */
+static void cl_refresh(sl_aredis *r) {
+  acl *cl = r->cl;
+  const char *av[] = {"CLUSTER", "SLOTS"};
+  for (int k = 0; k < cl->m.n; k++) {
+    int i = (int)(cl->next++ % (unsigned)cl->m.n);
+    sl_aredis *l = cl->link[i];
+    if (!l || !l->connected) continue;
+    cl->inflight = i; /* first: a failed send answers NULL at once */
+    if (sl_aredis_argv(l, on_slots, r, 2, av, NULL) == 0) {
+      cl->want = 0;
+      cl->last_ms = uv_now(r->loop);
+      return;
+    }
+    cl->inflight = -1;
+  }
+}
+
+static void on_tick(uv_timer_t *t) {
+  sl_aredis *r = t->data;
+  acl *cl = r->cl;
+  if (r->closing || !cl) return;
+  for (int i = cl->seeds; i < cl->m.n; i++) /* links no map needs any more */
+    if (cl->link[i] && !cl->prim[i] && cl->inflight != i) {
+      sl_aredis_free(cl->link[i]);
+      cl->link[i] = NULL;
+    }
+  if (cl->inflight >= 0 || uv_now(r->loop) - cl->last_ms < REFRESH_MS) return;
+  if (cl->want || !cl_connected(r)) cl_refresh(r);
+}
+
+static int cl_new(sl_aredis *r) {
+  acl *cl = calloc(1, sizeof *cl);
+  if (!cl || sl__redis_map_init(&cl->m, &r->a) != 0) {
+    free(cl);
+    return SL_ENOMEM;
+  }
+  r->cl = cl;
+  init(r, r->loop);
+  cl->seeds = cl->m.n;
+  cl->inflight = -1;
+  for (int i = 0; i < cl->seeds; i++)
+    cl->link[i] = link_new(r, cl->m.node[i].host, cl->m.node[i].port);
+  uv_unref((uv_handle_t *)&r->timer);
+  uv_timer_start(&r->timer, on_tick, TICK_MS, TICK_MS);
+  return 0;
+}
+
+/* A command on its way in a cluster, with its arguments copied behind it. */
+typedef struct ccall {
+  sl_aredis *r;
+  sl_aredis_cb cb;
+  void *ud;
+  int node, hops, argc;
+  const char **argv;
+  size_t *lens;
+} ccall;
+
+/* A redirect's target link, up; NULL when it cannot take the command now. */
+static sl_aredis *cl_follow(sl_aredis *r, ccall *cc, const redisReply *rep) {
+  acl *cl = r->cl;
+  sl__redis_redirect rd;
+  if (cc->hops >= SL__REDIS_MAX_REDIRECTS || !sl__redis_redirect_parse(rep, &rd)) return NULL;
+  if (!rd.host[0]) snprintf(rd.host, sizeof rd.host, "%s", cl->m.node[cc->node].host);
+  int to = sl__redis_map_node(&cl->m, rd.host, rd.port);
+  if (to < 0) return NULL;
+  sl_metric_add(sl__redis_redirects(rd.ask), 1);
+  if (!rd.ask) {
+    cl->m.owner[rd.slot] = (signed char)to;
+    cl->prim[to] = 1;
+    cl->want = 1;
+  }
+  if (!cl->link[to]) cl->link[to] = link_new(r, rd.host, rd.port); /* up for the next one */
+  sl_aredis *l = cl->link[to];
+  if (!l || !l->connected) return NULL;
+  const char *av[] = {"ASKING"};
+  if (rd.ask && sl_aredis_argv(l, NULL, NULL, 1, av, NULL) != 0) return NULL;
+  cc->node = to;
+  cc->hops++;
+  return l;
+}
+
+static void on_cl_reply(redisReply *rep, void *ud) {
+  ccall *cc = ud;
+  sl_aredis *r = cc->r;
+  if (rep && !r->closing && rep->type == REDIS_REPLY_ERROR) {
+    sl_aredis *l = cl_follow(r, cc, rep);
+    if (l && sl_aredis_argv(l, on_cl_reply, cc, cc->argc, cc->argv, cc->lens) == 0) return;
+  }
+  if (cc->cb) cc->cb(rep, cc->ud);
+  free(cc);
+}
+
+static int cl_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char **argv,
+                   const size_t *lens) {
+  acl *cl = r->cl;
+  int slot = sl_redis_route(argc, argv, lens), node = -1;
+  if (slot >= 0) {
+    node = cl->m.owner[slot];
+  } else {
+    for (int k = 0; k < cl->m.n && node < 0; k++) { /* any primary that is up */
+      int i = (int)(cl->next++ % (unsigned)cl->m.n);
+      if (cl->prim[i] && cl->link[i] && cl->link[i]->connected) node = i;
+    }
+  }
+  sl_aredis *l = node >= 0 ? cl->link[node] : NULL;
+  if (argc < 1 || !l || !l->connected) {
+    sl_metric_add(m_errors, 1);
+    return SL_EREDIS;
+  }
+  size_t bytes = 0, n = (size_t)argc;
+  for (int i = 0; i < argc; i++) bytes += lens ? lens[i] : strlen(argv[i]);
+  ccall *cc = malloc(sizeof *cc + n * (sizeof *cc->argv + sizeof *cc->lens) + bytes + 1);
+  if (!cc) return SL_ENOMEM;
+  *cc = (ccall){r, cb, ud, node, 0, argc, (const char **)(cc + 1), NULL};
+  cc->lens = (size_t *)(cc->argv + n);
+  char *p = (char *)(cc->lens + n);
+  for (int i = 0; i < argc; i++) {
+    cc->lens[i] = lens ? lens[i] : strlen(argv[i]);
+    memcpy(p, argv[i], cc->lens[i]);
+    cc->argv[i] = p;
+    p += cc->lens[i];
+  }
+  int rc = sl_aredis_argv(l, on_cl_reply, cc, argc, cc->argv, cc->lens);
+  if (rc) free(cc);
+  return rc;
+}
+
+static int cl_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_msg,
+                        sl_aredis_state_cb on_state, void *ud) {
+  acl *cl = r->cl;
+  r->channel = strdup(channel); /* r itself takes no commands now */
+  if (!r->channel) return SL_ENOMEM;
+  cl->sub = link_new(r, cl->m.node[0].host, cl->m.node[0].port);
+  if (!cl->sub) return SL_ENOMEM;
+  return sl_aredis_subscribe(cl->sub, channel, on_msg, on_state, ud);
 }

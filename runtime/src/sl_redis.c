@@ -13,6 +13,13 @@
  * command that fails because the server had closed a connection that sat
  * idle (EOF or reset: Redis restarted) is sent once more on a new
  * connection at once: it never reached a live server.
+ *
+ * A cluster client (redis[s]+cluster://) is an sl_redis that never
+ * connects itself: its rcl holds the slot map and one such single-node
+ * sl_redis per known node, opened on first use. A command goes to its
+ * slot's owner; a connection failure or a MOVED reads the map again (the
+ * failed node asked last), so the next command finds a promoted replica.
+ * The single-node path costs one branch more, nothing else.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_redis.h"
@@ -35,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -193,6 +201,40 @@ static int pct_decode(const char *p, size_t n, char *out, size_t cap) {
   return 0;
 }
 
+/* A cluster URL's seed list p[0..n) ("h1:p1,h2:p2"; /0 may follow):
+ * each seed is checked, the first one becomes a->host and a->port. */
+static int parse_seeds(const char *p, sl_redis_addr *a) {
+  const char *slash = strchr(p, '/');
+  size_t n = slash ? (size_t)(slash - p) : strlen(p);
+  if (slash && slash[1] && strcmp(slash + 1, "0") != 0) return SL_EINVAL; /* only db 0 */
+  if (n == 0 || n >= sizeof a->seeds) return SL_EINVAL;
+  memcpy(a->seeds, p, n);
+  a->seeds[n] = '\0';
+  int count = 0;
+  for (const char *s = a->seeds; *s;) {
+    const char *e = strchr(s, ',');
+    size_t sl = e ? (size_t)(e - s) : strlen(s);
+    const char *colon = memchr(s, ':', sl);
+    size_t hl = colon ? (size_t)(colon - s) : sl;
+    if (hl == 0 || hl >= sizeof a->host || ++count > SL_REDIS_MAX_SEEDS) return SL_EINVAL;
+    int port = 6379;
+    if (colon) {
+      char *end;
+      long v = strtol(colon + 1, &end, 10);
+      if (v <= 0 || v > 65535 || end != s + sl) return SL_EINVAL;
+      port = (int)v;
+    }
+    if (count == 1) {
+      memcpy(a->host, s, hl);
+      a->host[hl] = '\0';
+      a->port = port;
+    }
+    s += sl + (e ? 1 : 0);
+    if (e && !*s) return SL_EINVAL; /* a trailing comma */
+  }
+  return 0;
+}
+
 int sl_redis_addr_parse(const char *url, sl_redis_addr *a) {
   if (!url || !a) return SL_EINVAL;
   memset(a, 0, sizeof *a);
@@ -201,6 +243,10 @@ int sl_redis_addr_parse(const char *url, sl_redis_addr *a) {
     p += 8;
   else if (strncmp(p, "rediss://", 9) == 0)
     p += 9, a->tls = 1;
+  else if (strncmp(p, "redis+cluster://", 16) == 0)
+    p += 16, a->cluster = 1;
+  else if (strncmp(p, "rediss+cluster://", 17) == 0)
+    p += 17, a->cluster = 1, a->tls = 1;
   else if (strstr(p, "://"))
     return SL_EINVAL;
   const char *at = NULL;
@@ -220,6 +266,7 @@ int sl_redis_addr_parse(const char *url, sl_redis_addr *a) {
     if (a->user[0] && !a->password[0]) return SL_EINVAL;
     p = at + 1;
   }
+  if (a->cluster) return parse_seeds(p, a);
   const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
   if (colon && slash && slash < colon) colon = NULL;
   size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
@@ -291,9 +338,10 @@ struct sl_redis {
   int fd;          /* rediss:// : socket, SSL and reply reader */
   SSL *ssl;
   redisReader *rd;
-  int refused; /* the last failure was a refusal (AUTH, TLS trust) */
-  int closed;  /* the last failure was the server closing the connection
-                * (EOF, reset), not a timeout */
+  int refused;    /* the last failure was a refusal (AUTH, TLS trust) */
+  int closed;     /* the last failure was the server closing the connection
+                   * (EOF, reset), not a timeout */
+  struct rcl *cl; /* a cluster: r itself never connects, its links do */
 };
 
 static sl_metric *m_errors;
@@ -302,6 +350,9 @@ sl_metric *sl__redis_errors(void) {
   return sl_metrics_counter("sluice_redis_errors_total", NULL,
                             "Redis connection and command errors");
 }
+
+static int cl_new(sl_redis *r);
+static void cl_free(sl_redis *r);
 
 int sl_redis_new(sl_redis **out, const char *url) {
   if (!out || !url) return SL_EINVAL;
@@ -313,6 +364,10 @@ int sl_redis_new(sl_redis **out, const char *url) {
   }
   r->fd = -1;
   m_errors = sl__redis_errors();
+  if (r->a.cluster && cl_new(r) != 0) {
+    free(r);
+    return SL_ENOMEM;
+  }
   *out = r;
   return 0;
 }
@@ -330,6 +385,7 @@ static void drop(sl_redis *r) {
 
 void sl_redis_free(sl_redis *r) {
   if (!r) return;
+  cl_free(r);
   drop(r);
   memset(r->a.password, 0, sizeof r->a.password);
   free(r);
@@ -508,8 +564,14 @@ static int connect_(sl_redis *r, char *err, size_t errlen) {
   return SL_EREDIS;
 }
 
-redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
-                          size_t errlen) {
+/* MOVED and ASK are the cluster client's business, not errors. */
+static int redirect(const redisReply *rep) {
+  return strncmp(rep->str, "MOVED ", 6) == 0 || strncmp(rep->str, "ASK ", 4) == 0;
+}
+
+/* One command on one node's connection (the whole client when single). */
+static redisReply *node_argv(sl_redis *r, int argc, const char **argv, const size_t *lens,
+                             char *err, size_t errlen) {
   int reused = r->c || r->ssl;
   if (!reused && connect_(r, err, errlen) != 0) {
     sl_metric_add(m_errors, 1);
@@ -538,8 +600,225 @@ redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t
     sl_metric_add(m_errors, 1);
     return NULL;
   }
-  if (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep)) sl_metric_add(m_errors, 1);
+  if (rep->type == REDIS_REPLY_ERROR && !sl_redis_noscript(rep) && !redirect(rep))
+    sl_metric_add(m_errors, 1);
   return rep;
+}
+
+static redisReply *cl_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                           size_t errlen);
+
+redisReply *sl_redis_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                          size_t errlen) {
+  if (r->cl) return cl_argv(r, argc, argv, lens, err, errlen);
+  return node_argv(r, argc, argv, lens, err, errlen);
+}
+
+/* ---- Redis Cluster ------------------------------------------------------ */
+
+/* A cluster client: the slot map and a lazily opened link (a single-node
+ * sl_redis) per known node. */
+typedef struct rcl {
+  sl__redis_map m;
+  sl_redis *link[SL__REDIS_MAX_NODES];
+  int stale;     /* refresh the map before the next command */
+  unsigned next; /* rotates key-less commands over the primaries */
+  int refused;   /* the last refresh met a refusal (AUTH, TLS, no cluster) */
+} rcl;
+
+static int cl_new(sl_redis *r) {
+  r->cl = calloc(1, sizeof *r->cl);
+  if (!r->cl) return SL_ENOMEM;
+  if (sl__redis_map_init(&r->cl->m, &r->a) != 0) {
+    free(r->cl);
+    r->cl = NULL;
+    return SL_EINVAL;
+  }
+  return 0;
+}
+
+static void cl_free(sl_redis *r) {
+  if (!r->cl) return;
+  for (int i = 0; i < SL__REDIS_MAX_NODES; i++) sl_redis_free(r->cl->link[i]);
+  free(r->cl);
+  r->cl = NULL;
+}
+
+/* Node i's connection, made (not connected) on first use. */
+static sl_redis *cl_link(sl_redis *r, int i) {
+  rcl *cl = r->cl;
+  if (cl->link[i]) return cl->link[i];
+  sl_redis *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  l->a = r->a;
+  snprintf(l->a.host, sizeof l->a.host, "%s", cl->m.node[i].host);
+  l->a.port = cl->m.node[i].port;
+  l->a.cluster = 0;
+  l->a.seeds[0] = '\0';
+  l->a.db = 0;
+  l->fd = -1;
+  return cl->link[i] = l;
+}
+
+/* Reads the slot map from the first node that gives one: those with an
+ * open connection first, avoid (a node that just failed, or -1) last. */
+static int cl_refresh(sl_redis *r, int avoid, char *err, size_t errlen) {
+  rcl *cl = r->cl;
+  const char *av[] = {"CLUSTER", "SLOTS"};
+  size_t lens[] = {7, 5};
+  snprintf(err, errlen, "redis cluster: no node known");
+  cl->refused = 0;
+  for (int pass = 0; pass < 3; pass++) {
+    for (int i = 0; i < cl->m.n; i++) {
+      sl_redis *l = cl->link[i];
+      int open = l && (l->c || l->ssl);
+      if (pass == 0 ? (!open || i == avoid) : pass == 1 ? (open || i == avoid) : i != avoid)
+        continue;
+      if (!(l = cl_link(r, i))) continue;
+      redisReply *rep = node_argv(l, 2, av, lens, err, errlen);
+      cl->refused |= l->refused;
+      if (!rep) continue;
+      int got = sl__redis_map_apply(&cl->m, rep, l->a.host);
+      if (got < 0) {
+        cl->refused |= rep->type == REDIS_REPLY_ERROR;
+        snprintf(err, errlen, "redis %s:%d: CLUSTER SLOTS: %s", l->a.host, l->a.port,
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "not a slot map");
+      }
+      freeReplyObject(rep);
+      if (got < 0) continue;
+      cl->stale = 0;
+      sl_metric_add(sl__redis_refreshes(), 1);
+      return 0;
+    }
+  }
+  return SL_EREDIS;
+}
+
+/* The node a command goes to: its key's slot's owner, or (key-less) the
+ * owner of a rotating slot. -1 when the map has no owner for it. */
+static int cl_target(rcl *cl, int slot) {
+  if (slot >= 0) return cl->m.owner[slot];
+  for (int k = 0; k < 16; k++) {
+    int o = cl->m.owner[(cl->next++ * 1031u) % 16384];
+    if (o >= 0) return o;
+  }
+  return -1;
+}
+
+/* The command on node, preceded by ASKING when asking. */
+static redisReply *cl_send(sl_redis *l, int asking, int argc, const char **argv, const size_t *lens,
+                           char *err, size_t errlen) {
+  if (asking) {
+    const char *av[] = {"ASKING"};
+    size_t al[] = {6};
+    redisReply *rep = node_argv(l, 1, av, al, err, errlen);
+    if (!rep) return NULL;
+    freeReplyObject(rep);
+  }
+  return node_argv(l, argc, argv, lens, err, errlen);
+}
+
+/* SCAN over the whole cluster: the primaries one after the other (in node
+ * order), the caller's cursor = the node's cursor * SL__REDIS_MAX_NODES +
+ * the primary's place. A map that changes meanwhile may skip or repeat keys,
+ * as SCAN may anyway. */
+static redisReply *cl_scan(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                           size_t errlen) {
+  rcl *cl = r->cl;
+  char prim[SL__REDIS_MAX_NODES] = {0}, num[32];
+  for (int s = 0; s < 16384; s++)
+    if (cl->m.owner[s] >= 0) prim[(int)cl->m.owner[s]] = 1;
+  size_t n = lens ? lens[1] : strlen(argv[1]);
+  if (n >= sizeof num || argc > 16) {
+    snprintf(err, errlen, "redis cluster: bad SCAN");
+    return NULL;
+  }
+  memcpy(num, argv[1], n);
+  num[n] = '\0';
+  unsigned long long c = strtoull(num, NULL, 10), inner = c / SL__REDIS_MAX_NODES;
+  int place = (int)(c % SL__REDIS_MAX_NODES), node = -1;
+  for (int i = 0, k = 0; i < cl->m.n && node < 0; i++)
+    if (prim[i] && k++ == place) node = i;
+  if (node < 0) {
+    snprintf(err, errlen, "redis cluster: SCAN cursor %s names no primary", num);
+    return NULL;
+  }
+  const char *av[16];
+  size_t al[16];
+  for (int i = 0; i < argc; i++) av[i] = argv[i], al[i] = lens ? lens[i] : strlen(argv[i]);
+  snprintf(num, sizeof num, "%llu", inner);
+  av[1] = num;
+  al[1] = strlen(num);
+  sl_redis *l = cl_link(r, node);
+  redisReply *rep = l ? node_argv(l, argc, av, al, err, errlen) : NULL;
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+      rep->element[0]->type != REDIS_REPLY_STRING)
+    return rep;
+  unsigned long long next = strtoull(rep->element[0]->str, NULL, 10), out = 0;
+  int more = 0;
+  for (int i = node + 1; i < cl->m.n; i++) more |= prim[i];
+  if (next)
+    out = next * SL__REDIS_MAX_NODES + (unsigned long long)place;
+  else if (more)
+    out = (unsigned long long)place + 1; /* the next primary, from its start */
+  char *cur = malloc(32);
+  if (!cur) {
+    freeReplyObject(rep);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  snprintf(cur, 32, "%llu", out);
+  free(rep->element[0]->str);
+  rep->element[0]->str = cur;
+  rep->element[0]->len = strlen(cur);
+  return rep;
+}
+
+static redisReply *cl_argv(sl_redis *r, int argc, const char **argv, const size_t *lens, char *err,
+                           size_t errlen) {
+  rcl *cl = r->cl;
+  char why[512];
+  if ((cl->stale || !cl->m.covered) && cl_refresh(r, -1, why, sizeof why) != 0 && !cl->m.covered) {
+    snprintf(err, errlen, "%s", why);
+    sl_metric_add(m_errors, 1);
+    return NULL;
+  }
+  if (argc >= 2 && (lens ? lens[0] : strlen(argv[0])) == 4 && strncasecmp(argv[0], "SCAN", 4) == 0)
+    return cl_scan(r, argc, argv, lens, err, errlen);
+  int slot = sl_redis_route(argc, argv, lens);
+  int node = cl_target(cl, slot), asking = 0;
+  if (node < 0) {
+    snprintf(err, errlen, "redis cluster: no node serves slot %d", slot);
+    cl->stale = 1;
+    sl_metric_add(m_errors, 1);
+    return NULL;
+  }
+  for (int hops = 0;; hops++) {
+    sl_redis *l = cl_link(r, node);
+    if (!l) {
+      snprintf(err, errlen, "out of memory");
+      return NULL;
+    }
+    redisReply *rep = cl_send(l, asking, argc, argv, lens, err, errlen);
+    if (!rep) { /* the node is gone: the next command goes by a fresh map */
+      cl->stale = cl_refresh(r, node, why, sizeof why) != 0;
+      return NULL;
+    }
+    sl__redis_redirect rd;
+    if (hops >= SL__REDIS_MAX_REDIRECTS || !sl__redis_redirect_parse(rep, &rd)) return rep;
+    if (!rd.host[0]) snprintf(rd.host, sizeof rd.host, "%s", l->a.host);
+    int to = sl__redis_map_node(&cl->m, rd.host, rd.port);
+    if (to < 0) return rep;
+    freeReplyObject(rep);
+    sl_metric_add(sl__redis_redirects(rd.ask), 1);
+    asking = rd.ask;
+    if (!rd.ask) { /* the slot has moved: the map is old */
+      cl->m.owner[rd.slot] = (signed char)to;
+      cl->stale = cl_refresh(r, -1, why, sizeof why) != 0;
+      cl->m.owner[rd.slot] = (signed char)to;
+    }
+    node = to;
+  }
 }
 
 /* ---- scripts by their SHA-1 -------------------------------------------- */
@@ -631,11 +910,28 @@ redisReply *sl_redis_cmd(sl_redis *r, char *err, size_t errlen, const char *fmt,
   return sl_redis_argv(r, argc, argv, lens, err, errlen);
 }
 
+/* sl_redis_check of a cluster: a seed answers CLUSTER SLOTS, which covers
+ * every slot. */
+static int cl_check(sl_redis *r, char *err, size_t errlen) {
+  if (cl_refresh(r, -1, err, errlen) != 0) return r->cl->refused ? SL_ECONFIG : SL_EUNAVAIL;
+  if (r->cl->m.covered == 16384) return 0;
+  snprintf(err, errlen, "redis cluster %s:%d: CLUSTER SLOTS covers %d of the 16384 slots",
+           r->a.host, r->a.port, r->cl->m.covered);
+  return SL_EUNAVAIL;
+}
+
 int sl_redis_check(const char *url, char *err, size_t errlen) {
   sl_redis *r = NULL;
   if (sl_redis_new(&r, url) != 0) {
-    snprintf(err, errlen, "redis.url is not redis[s]://[user:password@]host[:port][/db]");
+    snprintf(err, errlen,
+             "redis.url is not redis[s]://[user:password@]host[:port][/db] or "
+             "redis[s]+cluster://[user:password@]host:port,host:port,...");
     return SL_ECONFIG;
+  }
+  if (r->cl) {
+    int crc = cl_check(r, err, errlen);
+    sl_redis_free(r);
+    return crc;
   }
   int rc = connect_(r, err, errlen);
   if (rc == 0) {

@@ -46,7 +46,8 @@ const sl_conf_entry sl_common_conf_table[] = {
      0},
     {"redis.url", SL_CONF_STR, "redis://127.0.0.1:6379", C(redis_url),
      "Redis URL redis://[user:password@]host:port[/db]; rediss:// for TLS "
-     "(user and password %-encoded)",
+     "(user and password %-encoded); a Redis Cluster: redis+cluster://[user:password@]"
+     "host:port,host:port,... (seed nodes; rediss+cluster:// for TLS; needs redis.buckets)",
      0},
     {"redis.username", SL_CONF_STR, "", C(redis_username),
      "ACL user name sent with AUTH (when redis.url has none; empty: the default user)", 0},
@@ -301,7 +302,20 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
   char shown[600];
   sl_redis_redact(cc->redis_url, shown, sizeof shown);
   if (sl_redis_addr_parse(cc->redis_url, &a) != 0) {
-    snprintf(err, errlen, "redis.url \"%s\" is not redis[s]://[user:password@]host[:port][/db]",
+    if (cc->redis_url && strstr(cc->redis_url, "+cluster://"))
+      snprintf(err, errlen,
+               "redis.url \"%s\" is not redis[s]+cluster://[user:password@]host:port,host:port,"
+               "... (at most %d seeds; a Redis Cluster has only database 0)",
+               shown, SL_REDIS_MAX_SEEDS);
+    else
+      snprintf(err, errlen, "redis.url \"%s\" is not redis[s]://[user:password@]host[:port][/db]",
+               shown);
+    return SL_ECONFIG;
+  }
+  if (a.cluster && cc->redis_buckets == 0) {
+    snprintf(err, errlen,
+             "redis.buckets must be set (4 or more per primary) with a Redis Cluster (redis.url "
+             "\"%s\")",
              shown);
     return SL_ECONFIG;
   }
@@ -331,7 +345,7 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
     if (rc) sl_log(SL_LOG_WARN, NULL, "%s (carrying on: the clients retry)", why);
   }
   sl__redis_target(cc->redis_url, &a);
-  if (a.tls || a.password[0]) {
+  if (a.tls || a.password[0] || a.cluster) { /* a cluster: a seed maps every slot */
     rc = sl_redis_check(cc->redis_url, why, sizeof why);
     if (rc == SL_ECONFIG) {
       snprintf(err, errlen, "%s", why);

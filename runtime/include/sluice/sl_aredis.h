@@ -14,6 +14,20 @@
  * commands are waiting and the server has answered none of them for that
  * long, the connection is dropped, every waiting callback gets NULL, and
  * the client reconnects as after any failure. @locality loop thread only.
+ *
+ * Redis Cluster (a redis[s]+cluster:// URL, see sl_redis.h): the client is
+ * a set of links, one such single-node client per seed and per primary,
+ * with the same API. A command goes to its slot's primary and fails at once
+ * when that primary's link is down (the others are not held up); it keeps a
+ * copy of its arguments so it can be sent again after MOVED or ASK, and the
+ * callback gets the last reply (NULL when a link failed). The deadline
+ * applies per link. A tick every 100 ms reads the slot map again (CLUSTER
+ * SLOTS on a link that is up, at most every 250 ms) while the map is
+ * incomplete, after a MOVED, or while a primary's link is down: after a
+ * failover it finds the promoted replica. sl_aredis_connected: the map
+ * covers all 16384 slots and every primary's link is up. A subscriber is one
+ * link to one node (PUBLISH is broadcast to all), moving to the next known
+ * node when its node cannot be reached; sl_aredis_settled asks that link.
  */
 #ifndef SLUICE_SL_AREDIS_H
 #define SLUICE_SL_AREDIS_H

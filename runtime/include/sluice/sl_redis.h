@@ -26,14 +26,19 @@
 typedef struct sl_redis sl_redis;
 
 /* A parsed redis.url: redis[s]://[user[:password]@]host[:port][/db]
- * (port 6379 and db 0 when absent; user and password %-decoded). */
+ * (port 6379 and db 0 when absent; user and password %-decoded), or a Redis
+ * Cluster's seed nodes: redis[s]+cluster://[user[:password]@]h1:p1,h2:p2,...
+ * (no /db but /0: a cluster has only database 0). */
+#define SL_REDIS_MAX_SEEDS 16
 typedef struct {
-  char host[256];
+  char host[256]; /* a cluster's first seed */
   int port;
   int db;
   int tls;            /* rediss:// */
   char user[128];     /* "" = the default user */
   char password[512]; /* "" = no AUTH */
+  int cluster;        /* redis+cluster:// or rediss+cluster:// */
+  char seeds[1024];   /* a cluster's "h1:p1,h2:p2,..." as written (each checked) */
 } sl_redis_addr;
 
 /* Returns 0 or SL_EINVAL. */
@@ -63,7 +68,9 @@ int sl_redis_security_set(const sl_redis_security *s, char *err, size_t errlen);
 /* Forgets what sl_redis_security_set() installed (tests, exit). */
 void sl_redis_security_reset(void);
 
-/* Connects once to url, authenticates and sends PING. Returns 0 on PONG,
+/* Connects once to url, authenticates and sends PING (a cluster: to the
+ * first seed that answers, then CLUSTER SLOTS must cover all 16384 slots).
+ * Returns 0 on PONG,
  * SL_EUNAVAIL when the server cannot be reached (refused, timed out),
  * SL_ECONFIG when it can be reached but refuses us: AUTH rejected, TLS
  * certificate not trusted or not for this host, TLS spoken to a plain port
@@ -74,6 +81,69 @@ int sl_redis_check(const char *url, char *err, size_t errlen);
  * clients count into the same series). */
 struct sl_metric;
 struct sl_metric *sl__redis_errors(void);
+
+/* ---- Redis Cluster (sl_rcluster.c; used by sl_redis.c and sl_aredis.c) ---
+ *
+ * A redis[s]+cluster:// URL makes both clients cluster clients; callers see
+ * the same API. The client learns the slot map (CLUSTER SLOTS) from any
+ * reachable seed or known node at first use, and again after a MOVED or a
+ * failed node connection; it keeps one link (the single-node client, with
+ * its AUTH, TLS, PING and reconnects) per primary, sends each command to the
+ * owner of its routing key's slot (sl_slot.h), follows MOVED (the slot's
+ * owner is updated, the map refreshed, the command re-sent) and ASK (ASKING,
+ * then the command on the target, once) up to SL__REDIS_MAX_REDIRECTS times
+ * and then returns the error reply. TRYAGAIN, CLUSTERDOWN and CROSSSLOT are
+ * returned as they are (callers treat errors as "Redis unavailable"). The sync
+ * client's SCAN walks the primaries one after the other (its cursor names
+ * the primary); the async client has no cluster-wide SCAN (nobody uses it):
+ * it goes to the owner of its cursor's slot. */
+
+/* The hash slot of the routing key of a command: EVAL/EVALSHA/FCALL(_RO)
+ * argv[3] when numkeys > 0; XREAD/XREADGROUP the first key after STREAMS;
+ * key-less commands (PING, SCRIPT, INFO, TIME, PUBLISH, CLUSTER, ...) -1
+ * (any primary); otherwise argv[1]. lens may be NULL (NUL-terminated). Pure. */
+int sl_redis_route(int argc, const char **argv, const size_t *lens);
+
+#define SL__REDIS_MAX_REDIRECTS 5
+#define SL__REDIS_MAX_NODES 64
+
+/* A MOVED or ASK error reply's target. */
+typedef struct {
+  int ask; /* 1: ASK, 0: MOVED */
+  int slot;
+  char host[256];
+  int port;
+} sl__redis_redirect;
+/* 1 and *out when rep is "MOVED slot host:port" or "ASK slot host:port"
+ * (an empty host is the node that answered: the caller fills it in), else 0. */
+int sl__redis_redirect_parse(const struct redisReply *rep, sl__redis_redirect *out);
+
+/* The nodes a cluster client knows (seeds first, then every primary seen),
+ * and which of them owns each slot (-1: nobody known). */
+typedef struct {
+  int n;
+  struct {
+    char host[256];
+    int port;
+  } node[SL__REDIS_MAX_NODES];
+  signed char owner[16384];
+  int covered; /* slots with an owner */
+} sl__redis_map;
+/* Fills m's node list with a's seeds and clears the owners. 0 or SL_EINVAL. */
+int sl__redis_map_init(sl__redis_map *m, const sl_redis_addr *a);
+/* The index of host:port in m, added when new; -1 when m is full. */
+int sl__redis_map_node(sl__redis_map *m, const char *host, int port);
+/* Replaces m's owners by a CLUSTER SLOTS reply (asked: the node that
+ * answered, for entries without a host). Returns the slots covered, or
+ * SL_EREDIS when the reply is not a slot map (m unchanged). */
+int sl__redis_map_apply(sl__redis_map *m, const struct redisReply *rep, const char *asked_host);
+/* 1 when node i owns a slot. */
+int sl__redis_map_primary(const sl__redis_map *m, int i);
+
+/* The redirect and map-refresh counters (sluice_redis_redirects_total
+ * {kind="moved|ask"}, sluice_redis_slot_refreshes_total). */
+struct sl_metric *sl__redis_redirects(int ask);
+struct sl_metric *sl__redis_refreshes(void);
 
 /* The resolved target of url: its address with the process-wide user and
  * password filled in where the URL has none. Returns 0 or SL_EINVAL. */
@@ -89,7 +159,9 @@ struct ssl_st *sl__redis_ssl_new(const char *host, char *err, size_t errlen);
  * certificate verification result), then clears the queue. */
 void sl__redis_ssl_why(struct ssl_st *ssl, int ret, char *err, size_t errlen);
 
-/* url: redis[s]://... (see sl_redis_addr). Does not connect yet. */
+/* url: redis[s]://... or redis[s]+cluster://... (see sl_redis_addr). Does
+ * not connect yet. A cluster client opens a connection to a node when a
+ * command first goes there. */
 int sl_redis_new(sl_redis **out, const char *url);
 void sl_redis_free(sl_redis *r);
 
