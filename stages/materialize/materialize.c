@@ -145,7 +145,8 @@ static _Thread_local int rebuild_lost;
 /* The buckets a rebuild repairs (1: lost): a replayed message of another
  * bucket's submission is skipped (work_begin); NULL: every bucket. */
 static _Thread_local const unsigned char *rebuild_only;
-/* The view entries (questions) a rebuild wrote: what was lost */
+/* The question states a rebuild wrote back (its applies that changed the
+ * view): what Redis had lost */
 static _Thread_local long rebuild_written;
 
 static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t errlen) {
@@ -843,8 +844,8 @@ static int rebuild(mat *M, long long base, const unsigned char *lost) {
   rc = replay_topic(M, rk, M->cc->topic_submissions, &applied, &renewed);
   if (rc == 0) rc = replay_topic(M, rk, M->cc->topic_results, &applied, &renewed);
   sl_log(rc ? SL_LOG_ERROR : SL_LOG_INFO, NULL,
-         "rebuild: %ld message(s) replayed, %ld view entries written (repaired)%s", applied,
-         rebuild_written, rc ? " before giving up" : "; the view is complete");
+         "rebuild: %ld message(s) replayed, %ld question state(s) written back (repaired)%s",
+         applied, rebuild_written, rc ? " before giving up" : "; the view is complete");
   sl_metric_add(M->m_rebuilt, (uint64_t)applied);
   sl_metric_add(M->m_repaired, (uint64_t)rebuild_written);
   rd_kafka_consumer_close(rk);
@@ -1182,7 +1183,8 @@ static int materialize_main(int argc, char **argv) {
                                    "Messages replayed into Redis by view rebuilds");
   M.m_repaired = sl_metrics_counter(
       "sluice_view_repaired_total", NULL,
-      "View entries (questions) rebuilds wrote: what Redis had lost, in the buckets rebuilt");
+      "Question states view rebuilds wrote back (applies that changed the view): what Redis had "
+      "lost, in the buckets rebuilt");
   M.m_rollbacks = sl_metrics_counter(
       "sluice_view_rollbacks_total", NULL,
       "Times materialize found Redis behind writes it had seen (an older snapshot, a lagging "
