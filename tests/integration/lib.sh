@@ -320,6 +320,11 @@ finish() {
     fail "a forbidden job transition in stage logs:"
     grep -h "defect: a job moved" "$STAGES_DIR"/*.log | head -10 >&2
   fi
+  if [[ ${DEVSTACK_REDIS_CLUSTER1:-0} == 1 ]]; then # the stages fail open: Redis's own count tells
+    local cross
+    cross=$(redis-cli -p "$DEVSTACK_REDIS_PORT" INFO errorstats | tr -d '\r' | grep CROSSSLOT || true)
+    [[ -z $cross ]] || fail "the cluster refused commands whose keys crossed slots: $cross"
+  fi
   if ((FAILURES)); then
     log "$FAILURES check(s) failed; stage logs in $STAGES_DIR"
     exit 1
