@@ -29,7 +29,7 @@ head -c 2000 /dev/urandom >"$work/a.bin"
 bucket_of() { "$SLUICECTL" keys "$1" | awk '$1 == "bucket" {print $2}'; }
 key_of() { "$SLUICECTL" keys "$1" | awk -v n="$2" '$1 == n {print $2}'; }
 # one submission in each of two different buckets
-declare -A by_bucket tokens
+declare -A by_bucket=() tokens=()
 while ((${#by_bucket[@]} < 2)); do
   new_submission "$work/a.bin" || fail "presign refused a create"
   b=$(bucket_of "$SID")
