@@ -15,12 +15,28 @@
 
 #define SUB_PREFIX "sl:sub:"
 
+/* a, b and c one after the other into dst, cut to fit cap (as snprintf
+ * would), without printf: materialize builds keys on every apply, where
+ * printf was a tenth of its CPU (bench/cost) */
+static void join3(char *dst, size_t cap, const char *a, const char *b, const char *c) {
+  size_t at = 0;
+  const char *part[] = {a, b, c};
+  if (cap == 0) return;
+  for (int i = 0; i < 3; i++) {
+    size_t l = strlen(part[i]);
+    if (l > cap - 1 - at) l = cap - 1 - at;
+    memcpy(dst + at, part[i], l);
+    at += l;
+  }
+  dst[at] = '\0';
+}
+
 void sl__view_key(char *dst, size_t cap, const char *family, int bucket) {
-  snprintf(dst, cap, "%s%s", family, sl_rkey_tag(bucket));
+  join3(dst, cap, family, sl_rkey_tag(bucket), "");
 }
 
 void sl__view_sub_key(char *dst, size_t cap, const char *sid) {
-  snprintf(dst, cap, SUB_PREFIX "%s%s", sl_rkey_tag_of(sid, strlen(sid)), sid);
+  join3(dst, cap, SUB_PREFIX, sl_rkey_tag_of(sid, strlen(sid)), sid);
 }
 
 const char *sl__view_sub_sid(const char *key) {

@@ -358,16 +358,13 @@ static void work_end(work *w) {
   free(w->view);
 }
 
-static void join(char *dst, size_t cap, const char *a, const char *b, const char *c);
-
-/* The keys of w's bucket. */
+/* The keys of w's bucket (lib/view.h). */
 static void view_keys(work *w) {
-  const char *tag = sl_rkey_tag(w->bucket); /* without printf: see cmd_apply */
-  join(w->k_pending, sizeof w->k_pending, SL__PENDING, tag, "");
-  join(w->k_seq, sizeof w->k_seq, VIEW_SEQ, tag, "");
-  join(w->k_marker, sizeof w->k_marker, SL__VIEW_MARKER, tag, "");
-  join(w->k_applied, sizeof w->k_applied, VIEW_APPLIED, tag, "");
-  join(w->k_feed, sizeof w->k_feed, SL__VIEW_FEED, tag, "");
+  sl__view_key(w->k_pending, sizeof w->k_pending, SL__PENDING, w->bucket);
+  sl__view_key(w->k_seq, sizeof w->k_seq, VIEW_SEQ, w->bucket);
+  sl__view_key(w->k_marker, sizeof w->k_marker, SL__VIEW_MARKER, w->bucket);
+  sl__view_key(w->k_applied, sizeof w->k_applied, VIEW_APPLIED, w->bucket);
+  sl__view_key(w->k_feed, sizeof w->k_feed, SL__VIEW_FEED, w->bucket);
 }
 
 /* Reads the message: what is to be done. */
@@ -433,7 +430,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   sl_fmt_ll(n, m ? (long long)m->partition : -1);
   join(w->tp, sizeof w->tp, m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-", ":", n);
   sl_fmt_ll(w->off, m ? (long long)m->offset : -1LL);
-  join(w->hkey, sizeof w->hkey, "sl:sub:", sl_rkey_tag(w->bucket), sid);
+  sl__view_sub_key(w->hkey, sizeof w->hkey, sid);
   sl_fmt_ll(w->q, (long long)qno);
   sl_fmt_ll(w->r, rank);
   sl_fmt_ll(w->ttl, (long long)M->mc->ttl_s);
