@@ -43,6 +43,7 @@
 #include "sluice/sl_conf.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_stage.h"
+#include "lib/view.h"
 
 /* Presigned URLs on a private CA: SLUICE_S3_CA_FILE verifies https. */
 static void trust(CURL *e) {
@@ -223,7 +224,7 @@ static char redis_url[600];
  * speaks TLS as the SLUICE_REDIS_* settings say. */
 static redisReply *hgetall(sl_redis *rc, const char *sid) {
   char key[160], err[512];
-  snprintf(key, sizeof key, "sl:sub:%s", sid);
+  sl__view_sub_key(key, sizeof key, sid);
   const char *argv[] = {"HGETALL", key};
   size_t lens[] = {7, strlen(key)};
   redisReply *r = sl_redis_argv(rc, 2, argv, lens, err, sizeof err);

@@ -60,6 +60,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 #include "sluice/sl_s3.h"
 #include "sluice/sl_tls.h"
 #include "lib/s3event.h"
@@ -295,7 +296,7 @@ static int in_scope(const ingest *in, const sl__s3rec *rec, sl_result *res) {
 static void submission_missing(const ingest *in, sl_redis *redis, const rd_kafka_message_t *m,
                                const sl__s3rec *rec, sl_result *res) {
   char rerr[256] = "";
-  if (sl__view_marker(redis, rerr, sizeof rerr) != 1) {
+  if (sl__view_marker(redis, sl_rkey_bucket(rec->sid, strlen(rec->sid)), rerr, sizeof rerr) != 1) {
     /* materialize is replaying the topics into an emptied Redis: the
      * submission may well exist; wait for the view, however long */
     sl_result_set(res, SL_OUTCOME_RETRY, "view_rebuilding",
@@ -411,7 +412,7 @@ static void ingest_record(ingest *in, const rd_kafka_message_t *m, json_t *r, si
   char rkey[128], hkey[96], rerr[256];
   snprintf(rkey, sizeof rkey, "%s/%u", rec.sid, rec.qno);
   snprintf(res->subject, sizeof res->subject, "%s", rkey);
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", rec.sid);
+  sl__view_sub_key(hkey, sizeof hkey, rec.sid);
   sl_redis *redis = sl_tls_get(in->redis, rerr, sizeof rerr);
   if (!redis) {
     sl_result_set(res, SL_OUTCOME_RETRY, "redis", "%s", rerr);

@@ -18,6 +18,12 @@
  * stay due and the next round tries again. The events of a round are
  * flushed before the next round starts; one that Kafka refused is written
  * again when its member is next due.
+ *
+ * With redis.buckets the pending set and the view's marker and sequence
+ * exist once per bucket (lib/view.h): a round takes the lock (one key, used
+ * alone), then goes through the buckets, each trusted or not on its own
+ * (a bucket being rebuilt waits, the others go on), up to
+ * ingest.sweep_batch due members per bucket.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sweep.h"
@@ -36,6 +42,7 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 #include "lib/s3event.h"
 #include "lib/process.h"
 
@@ -53,8 +60,10 @@ struct sl__sweep {
   rd_kafka_t *reader; /* ingest's input group, read but never joined */
   pthread_t thread;
   atomic_int stop;
-  int refused;        /* deliveries Kafka refused this round (the sweep thread only) */
-  sl__view_seen seen; /* the view as last read (view_trusted(), sweep thread) */
+  int refused;         /* deliveries Kafka refused this round (the sweep thread only) */
+  sl__view_seen *seen; /* each bucket's view as last read (view_trusted(), sweep thread) */
+  int bucket;          /* the bucket this round is at (sweep thread) */
+  char pending[SL__VIEW_KEY_MAX]; /* its pending set's key */
   char owner[64];
   sl_metric *m_found, *m_dropped;
 };
@@ -83,14 +92,14 @@ static void iso8601_ms(int64_t ms, char out[32]) {
 static void reschedule(sl__sweep *s, const char *member, int64_t now, int64_t delay_ms) {
   char score[32], err[256];
   snprintf(score, sizeof score, "%lld", (long long)(now + delay_ms - s->sc->grace_s * 1000));
-  const char *argv[] = {"ZADD", SL__PENDING, "XX", score, member};
+  const char *argv[] = {"ZADD", s->pending, "XX", score, member};
   redisReply *rep = sl_redis_argv(s->redis, 5, argv, NULL, err, sizeof err);
   if (rep) freeReplyObject(rep);
 }
 
 static void drop(sl__sweep *s, const char *member, const char *why) {
   char err[256];
-  const char *argv[] = {"ZREM", SL__PENDING, member};
+  const char *argv[] = {"ZREM", s->pending, member};
   redisReply *rep = sl_redis_argv(s->redis, 3, argv, NULL, err, sizeof err);
   if (rep) freeReplyObject(rep);
   sl_log(SL_LOG_DEBUG, member, "sweep: no longer awaited (%s)", why);
@@ -129,10 +138,13 @@ static int emit(sl__sweep *s, const char *member, const char *key, const sl_s3_h
  * shows answers graded since as unuploaded. Either way Redis has lost
  * ingest's records of the uploads it saw (u<no>:<etag>) and the stages'
  * idempotency stores, so an event written then would send a graded answer
- * through the paid providers again (test_sweep_rebuild). */
+ * through the paid providers again (test_sweep_rebuild). Of the bucket the
+ * round is at (s->bucket). */
 static int view_trusted(sl__sweep *s) {
-  char err[256];
-  const char *argv[] = {"MGET", SL__VIEW_MARKER, SL__VIEW_SEQ};
+  char err[256], mkey[SL__VIEW_KEY_MAX], skey[SL__VIEW_KEY_MAX];
+  sl__view_key(mkey, sizeof mkey, SL__VIEW_MARKER, s->bucket);
+  sl__view_key(skey, sizeof skey, SL__VIEW_SEQ, s->bucket);
+  const char *argv[] = {"MGET", mkey, skey};
   redisReply *rep = sl_redis_argv(s->redis, 3, argv, NULL, err, sizeof err);
   if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
     sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", rep ? "unexpected reply" : err);
@@ -148,11 +160,12 @@ static int view_trusted(sl__sweep *s) {
   long long marker = strtoll(mk->str, NULL, 10);
   long long seq = sq->type == REDIS_REPLY_STRING ? strtoll(sq->str, NULL, 10) : 0;
   freeReplyObject(rep);
-  if (sl__view_went_back(&s->seen, marker, seq)) {
+  sl__view_seen *seen = &s->seen[s->bucket];
+  if (sl__view_went_back(seen, marker, seq)) {
     sl_log(SL_LOG_WARN, NULL,
            "sweep: the view went back in time (sequence %lld under marker %lld, %lld under %lld "
            "seen before: Redis lost writes); waiting for materialize to rebuild it",
-           seq, marker, s->seen.seq, s->seen.marker);
+           seq, marker, seen->seq, seen->marker);
     return 0;
   }
   return 1;
@@ -168,8 +181,8 @@ static int look_at(sl__sweep *s, const char *member, int64_t now, int64_t upto) 
     drop(s, member, "not <sid>/<no>");
     return 0;
   }
-  char hkey[96], spec[32], rank[32];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  char hkey[SL__VIEW_KEY_MAX], spec[32], rank[32];
+  sl__view_sub_key(hkey, sizeof hkey, sid);
   snprintf(spec, sizeof spec, "spec%u", qno);
   snprintf(rank, sizeof rank, "r%u", qno);
   const char *argv[] = {"HMGET", hkey, "accepted_at_ms", spec, rank};
@@ -282,34 +295,50 @@ static int lock_round(sl__sweep *s) {
   return ok;
 }
 
-static void round_once(sl__sweep *s) {
-  if (!lock_round(s) || !view_trusted(s)) return;
-  int64_t now = sl_now_ms();
+/* The round's part in bucket s->bucket; *upto: how far ingest has read
+ * (asked of Kafka once a round, when a bucket first has members due; -1
+ * before). Returns 1 to end the round (Redis, storage or Kafka
+ * unreachable). */
+static int round_bucket(sl__sweep *s, int64_t now, int64_t *upto) {
+  if (!view_trusted(s)) return 0;
   char max[32], lim[32], err[256];
   snprintf(max, sizeof max, "%lld", (long long)(now - s->sc->grace_s * 1000));
   snprintf(lim, sizeof lim, "%lld", (long long)s->sc->batch);
-  const char *argv[] = {"ZRANGEBYSCORE", SL__PENDING, "-inf", max, "LIMIT", "0", lim};
+  const char *argv[] = {"ZRANGEBYSCORE", s->pending, "-inf", max, "LIMIT", "0", lim};
   redisReply *rep = sl_redis_argv(s->redis, 7, argv, NULL, err, sizeof err);
   if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) {
     if (!rep) sl_log(SL_LOG_WARN, NULL, "sweep: redis: %s", err);
     if (rep) freeReplyObject(rep);
-    return; /* nothing due: Kafka is not asked */
+    return !rep; /* nothing due: Kafka is not asked */
   }
-  int64_t oldest = -1;
-  int krc = sl_kafka_group_oldest(s->reader, s->cc->topic_storage_events, 10000, &oldest, err,
-                                  sizeof err);
-  if (krc) {
-    sl_log(SL_LOG_WARN, NULL, "sweep: how far ingest has read is unknown (%s): next round", err);
-    freeReplyObject(rep);
-    return;
+  if (*upto < 0) {
+    int64_t oldest = -1;
+    if (sl_kafka_group_oldest(s->reader, s->cc->topic_storage_events, 10000, &oldest, err,
+                              sizeof err)) {
+      sl_log(SL_LOG_WARN, NULL, "sweep: how far ingest has read is unknown (%s): next round", err);
+      freeReplyObject(rep);
+      return 1;
+    }
+    *upto = oldest >= 0 && oldest < now ? oldest : now;
   }
-  int64_t upto = oldest >= 0 && oldest < now ? oldest : now;
-  s->refused = 0;
-  for (size_t i = 0; i < rep->elements && !atomic_load(&s->stop); i++) {
-    if (rep->element[i]->type != REDIS_REPLY_STRING) continue;
-    if (look_at(s, rep->element[i]->str, now, upto)) break;
-  }
+  int end = 0;
+  for (size_t i = 0; i < rep->elements && !atomic_load(&s->stop) && !end; i++)
+    if (rep->element[i]->type == REDIS_REPLY_STRING)
+      end = look_at(s, rep->element[i]->str, now, *upto);
   freeReplyObject(rep);
+  return end;
+}
+
+static void round_once(sl__sweep *s) {
+  if (!lock_round(s)) return;
+  int64_t now = sl_now_ms(), upto = -1;
+  s->refused = 0;
+  for (int b = 0; b < sl_rkey_buckets() && !atomic_load(&s->stop); b++) {
+    s->bucket = b;
+    sl__view_key(s->pending, sizeof s->pending, SL__PENDING, b);
+    if (round_bucket(s, now, &upto)) break;
+  }
+  if (upto < 0) return; /* nothing was due: nothing written */
   rd_kafka_flush(s->producer, 30000);
   if (s->refused) /* their members stay in the set: written again when next due */
     sl_log(SL_LOG_WARN, NULL, "sweep: %d event(s) not written; written again when due", s->refused);
@@ -338,6 +367,7 @@ void sl__sweep_stop(sl__sweep *s) {
   sl_kafka_group_reader_free(s->reader);
   sl_s3_conn_free(s->storage);
   sl_redis_free(s->redis);
+  free(s->seen);
   free(s);
 }
 
@@ -355,6 +385,11 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
   if (!s) return SL_ENOMEM;
   s->sc = sc, s->cc = cc, s->s3 = s3, s->target = target;
   sl__owner_id(s->owner, sizeof s->owner);
+  s->seen = calloc((size_t)sl_rkey_buckets(), sizeof *s->seen);
+  if (!s->seen) {
+    free(s);
+    return SL_ENOMEM;
+  }
   const char *help = "Uploads found in storage whose storage event never arrived";
   s->m_found = sl_metrics_counter("sluice_ingest_sweep_events_total", NULL, help);
   s->m_dropped = sl_metrics_counter("sluice_ingest_sweep_abandoned_total", NULL,
@@ -377,6 +412,7 @@ int sl__sweep_start(sl__sweep **out, const sl__sweep_conf *sc, const sl_common_c
     sl_kafka_group_reader_free(s->reader);
     sl_s3_conn_free(s->storage);
     sl_redis_free(s->redis);
+    free(s->seen);
     free(s);
     return rc;
   }

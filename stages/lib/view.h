@@ -8,6 +8,16 @@
  * deletes it when a rebuild is due, and increments the write sequence on
  * every apply. A reader compares what it reads with what it saw last
  * (sl__view_seen) and waits, or rebuilds, when Redis lost writes.
+ *
+ * The keys, built here and nowhere else (sl__view_sub_key, sl__view_key):
+ * a submission's hash "sl:sub:<tag><sid>", and per bucket b of the keyspace
+ * (sluice/sl_rkey.h) the families below with b's tag appended:
+ * "sl:view:seq<tag>", "sl:view:applied<tag>", "sl:view:epoch<tag>",
+ * "sl:view:changes<tag>", "sl:pending<tag>". A submission's hash and its
+ * bucket's keys share one hash tag, so the apply script touches one slot of
+ * a Redis Cluster. redis.buckets = 0: no tag, one bucket, today's names.
+ * Each bucket is a view of its own as far as loss goes: its own marker and
+ * sequence, so a shard that failed over is noticed (and rebuilt) alone.
  */
 #ifndef SLUICE_LIB_VIEW_H
 #define SLUICE_LIB_VIEW_H
@@ -17,6 +27,8 @@
 /* The Redis sorted set of questions still awaiting their upload: written by
  * materialize with the view, read by ingest's sweep (stages/ingest/sweep.h). */
 #define SL__PENDING "sl:pending"
+/* materialize's "<topic>:<partition>" -> highest offset applied (a bucket's) */
+#define SL__VIEW_APPLIED "sl:view:applied"
 
 /* The marker materialize sets once the Redis view is complete; missing while
  * it rebuilds a lost view (stages/materialize/materialize.c). */
@@ -48,11 +60,27 @@ typedef struct {
  * ingest's sweep waits until it reads a newer one. */
 int sl__view_went_back(sl__view_seen *seen, long long marker, long long seq);
 
-/* 1 when the view marker is set, 0 when it is missing (a rebuild is due or
- * under way), SL_EREDIS with err set when Redis cannot say. @locality the
- * thread that owns r. */
+/* The longest view key: "sl:sub:" + tag + a submission id (64) */
+#define SL__VIEW_KEY_MAX 96
+
+/* dst := bucket b's key of a family above (SL__VIEW_SEQ, ...): the family
+ * and b's tag (none when unbucketed). Cut to fit cap. */
+void sl__view_key(char *dst, size_t cap, const char *family, int bucket);
+
+/* dst := the view hash of submission sid, "sl:sub:<tag><sid>". Cut to fit
+ * cap. */
+void sl__view_sub_key(char *dst, size_t cap, const char *sid);
+
+/* The submission id in a view hash key (what sl__view_sub_key built), or
+ * NULL when key is not one. Points into key. */
+const char *sl__view_sub_sid(const char *key);
+
+/* 1 when bucket b's view marker is set, 0 when it is missing (a rebuild is
+ * due or under way), SL_EREDIS with err set when Redis cannot say. b: the
+ * bucket of the submission concerned (sl_rkey_bucket). @locality the thread
+ * that owns r. */
 struct sl_redis;
-int sl__view_marker(struct sl_redis *r, char *err, size_t errlen);
+int sl__view_marker(struct sl_redis *r, int bucket, char *err, size_t errlen);
 
 /* A question's view in Redis: the JSON of status st, whose state reads
  * label (malloc'd, NULL when out of memory). Defined by materialize, the

@@ -92,6 +92,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 #include "sluice/sl_tls.h"
 
 #include "apply_lua.h"
@@ -122,7 +123,7 @@ typedef struct {
   sl_tls *redis;                   /* one sl_redis per worker thread */
   sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
   atomic_int stop_watch;
-  sl_metric *m_rebuilds, *m_rebuilt, *m_rollbacks;
+  sl_metric *m_rebuilds, *m_rebuilt, *m_rollbacks, *m_repaired;
   sl_redis *watch_r; /* the watcher thread's connection (rebuild lock) */
   char owner[64];    /* this process in the rebuild lock */
   /* today's ranks of what an older materialize stored as 2..6 (queued,
@@ -139,8 +140,14 @@ static _Thread_local int replaying;
  * whether one returned a sequence that did not grow — Redis lost writes of
  * this rebuild (restarted from a snapshot older than them, failed over), so
  * it cannot mark the view complete (rebuild(), finish_lua). */
-static _Thread_local long long rebuild_seq;
+static _Thread_local long long rebuild_seq[SL_RKEY_MAX_BUCKETS]; /* per bucket */
 static _Thread_local int rebuild_lost;
+/* The buckets a rebuild repairs (1: lost): a replayed message of another
+ * bucket's submission is skipped (work_begin); NULL: every bucket. */
+static _Thread_local const unsigned char *rebuild_only;
+/* The question states a rebuild wrote back (its applies that changed the
+ * view): what Redis had lost */
+static _Thread_local long rebuild_written;
 
 static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t errlen) {
   sl_redis *r = sl_tls_get(M->redis, err, errlen);
@@ -150,8 +157,9 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
 /* Every apply increments this; a Redis that answers with a lower value than
  * one this process saw under the same marker lost writes. */
 #define VIEW_SEQ SL__VIEW_SEQ
-/* "<topic>:<partition>" -> the highest offset applied from it */
-#define VIEW_APPLIED "sl:view:applied"
+/* "<topic>:<partition>" -> the highest offset applied from it (per bucket:
+ * of its submissions' messages; a dead letter's in bucket 0's) */
+#define VIEW_APPLIED SL__VIEW_APPLIED
 
 /* Redis went back in time (restarted from an older snapshot, failed over to
  * a replica that lagged): writes this process saw applied are gone, while
@@ -167,30 +175,40 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
  * apply pipelined on the stage's asynchronous connection; the rebuild and
  * watcher threads: blocking ones), so what it reads can only grow, while
  * two threads' answers may arrive in either order. The watcher thread reads
- * the same two keys every tick, so an idle view is checked too. */
-static _Thread_local sl__view_seen view_seen;
+ * the same two keys every tick, so an idle view is checked too. Per bucket
+ * of the keyspace (lib/view.h): each has its marker and sequence. */
+static _Thread_local sl__view_seen view_seen[SL_RKEY_MAX_BUCKETS];
 
 /* Whether the answer (sequence seq under marker) means Redis lost writes
  * this thread saw; then the caller deletes the marker (if it is still the
  * one seen), which rebuilds the view. */
-static int went_back(mat *M, long long seq, const char *marker) {
+static int went_back(mat *M, int bucket, long long seq, const char *marker) {
   if (!marker) return 0; /* the view is missing already: the watcher rebuilds */
   long long mk = strtoll(marker, NULL, 10);
-  if (!sl__view_went_back(&view_seen, mk, seq)) return 0;
-  long long was_seq = view_seen.seq, was_mk = view_seen.marker;
-  view_seen = (sl__view_seen){0, 0};
-  sl_log(SL_LOG_ERROR, NULL,
-         "Redis went back in time (view sequence %lld under marker %lld, %lld under %lld seen "
-         "before): it lost writes (an older snapshot, a lagging replica); rebuilding the view",
-         seq, mk, was_seq, was_mk);
+  sl__view_seen *seen = &view_seen[bucket];
+  if (!sl__view_went_back(seen, mk, seq)) return 0;
+  long long was_seq = seen->seq, was_mk = seen->marker;
+  *seen = (sl__view_seen){0, 0};
+  if (sl_rkey_bucketed())
+    sl_log(SL_LOG_ERROR, NULL,
+           "Redis went back in time in bucket %d of the view (sequence %lld under marker %lld, "
+           "%lld under %lld seen before): it lost writes (a failover to a lagging replica, an "
+           "older snapshot); rebuilding that bucket",
+           bucket, seq, mk, was_seq, was_mk);
+  else
+    sl_log(SL_LOG_ERROR, NULL,
+           "Redis went back in time (view sequence %lld under marker %lld, %lld under %lld seen "
+           "before): it lost writes (an older snapshot, a lagging replica); rebuilding the view",
+           seq, mk, was_seq, was_mk);
   sl_metric_add(M->m_rollbacks, 1);
   return 1;
 }
 
-/* Deletes the view marker if it is still `marker` (blocking). */
-static void drop_marker(mat *M, const char *marker) {
-  char err[256];
-  const char *argv[] = {SL__VIEW_MARKER, marker};
+/* Deletes bucket's view marker if it is still `marker` (blocking). */
+static void drop_marker(mat *M, int bucket, const char *marker) {
+  char err[256], key[SL__VIEW_KEY_MAX];
+  sl__view_key(key, sizeof key, SL__VIEW_MARKER, bucket);
+  const char *argv[] = {key, marker};
   sl_redis *r = sl_tls_get(M->redis, err, sizeof err);
   redisReply *rep = r ? sl_redis_eval(r, &M->release, 1, 2, argv, NULL, err, sizeof err) : NULL;
   if (rep) freeReplyObject(rep);
@@ -314,7 +332,12 @@ typedef struct {
   const char *argv_fixed[24];
   char **owned; /* the HSET's strings */
   size_t nowned;
-  char hkey[96], q[24], r[24], ttl[32], member[96], acc[32], tp[200], off[32], qview[256], feed[32];
+  char hkey[SL__VIEW_KEY_MAX], q[24], r[24], ttl[32], member[96], acc[32], tp[200], off[32],
+      qview[256], feed[32];
+  /* the keys of the submission's bucket (lib/view.h) */
+  int bucket;
+  char k_pending[SL__VIEW_KEY_MAX], k_seq[SL__VIEW_KEY_MAX], k_marker[SL__VIEW_KEY_MAX],
+      k_applied[SL__VIEW_KEY_MAX], k_feed[SL__VIEW_KEY_MAX];
   char back_marker[32]; /* a marker to delete (went_back), or "" */
   char err[256];
 } work;
@@ -333,6 +356,15 @@ static void work_end(work *w) {
   if (w->st) sluice__v1__question_status__free_unpacked(w->st, NULL);
   if (w->sc) sluice__v1__submission_created__free_unpacked(w->sc, NULL);
   free(w->view);
+}
+
+/* The keys of w's bucket (lib/view.h). */
+static void view_keys(work *w) {
+  sl__view_key(w->k_pending, sizeof w->k_pending, SL__PENDING, w->bucket);
+  sl__view_key(w->k_seq, sizeof w->k_seq, VIEW_SEQ, w->bucket);
+  sl__view_key(w->k_marker, sizeof w->k_marker, SL__VIEW_MARKER, w->bucket);
+  sl__view_key(w->k_applied, sizeof w->k_applied, VIEW_APPLIED, w->bucket);
+  sl__view_key(w->k_feed, sizeof w->k_feed, SL__VIEW_FEED, w->bucket);
 }
 
 /* Reads the message: what is to be done. */
@@ -364,6 +396,14 @@ static void work_begin(work *w) {
     }
   }
   if (w->res->outcome == SL_OUTCOME_FAIL && m->rkt) w->kind = W_RECORD;
+  const char *sid = w->kind == W_SUBMISSION ? w->sc->submission_id
+                    : w->kind == W_STATUS   ? w->st->submission_id
+                                            : NULL;
+  w->bucket = sid ? sl_rkey_bucket(sid, strlen(sid)) : 0;
+  if (replaying && rebuild_only && !rebuild_only[w->bucket])
+    w->kind = W_DONE; /* a bucket this rebuild does not repair */
+  else
+    view_keys(w);
 }
 
 /* a, b and c one after the other into dst, cut to fit cap (as snprintf
@@ -390,7 +430,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   sl_fmt_ll(n, m ? (long long)m->partition : -1);
   join(w->tp, sizeof w->tp, m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-", ":", n);
   sl_fmt_ll(w->off, m ? (long long)m->offset : -1LL);
-  join(w->hkey, sizeof w->hkey, "sl:sub:", sid, "");
+  sl__view_sub_key(w->hkey, sizeof w->hkey, sid);
   sl_fmt_ll(w->q, (long long)qno);
   sl_fmt_ll(w->r, rank);
   sl_fmt_ll(w->ttl, (long long)M->mc->ttl_s);
@@ -398,10 +438,10 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   sl_fmt_ll(w->acc, (long long)accepted_ms);
   sl_fmt_ll(w->feed, (long long)(M->mc->feed_len > 0 ? M->mc->feed_len : 0));
   const char(*was)[16] = M->legacy_rank;
-  const char *argv[] = {
-      w->hkey, SL__PENDING, VIEW_SEQ, SL__VIEW_MARKER, VIEW_APPLIED, SL__VIEW_FEED, w->q,
-      w->r,    json,        w->ttl,   w->member,       w->acc,       w->tp,         w->off,
-      was[0],  was[1],      was[2],   was[3],          was[4],       w->feed};
+  const char *argv[] = {w->hkey,   w->k_pending, w->k_seq, w->k_marker, w->k_applied,
+                        w->k_feed, w->q,         w->r,     json,        w->ttl,
+                        w->member, w->acc,       w->tp,    w->off,      was[0],
+                        was[1],    was[2],       was[3],   was[4],      w->feed};
   memcpy(w->argv_fixed, argv, sizeof argv);
   w->script = &M->apply;
   w->nkeys = 6;
@@ -418,7 +458,7 @@ static int cmd_hset(work *w) {
     if (!w->argv) w->argv = w->argv_fixed;
     return SL_ENOMEM;
   }
-  snprintf(w->hkey, sizeof w->hkey, "sl:sub:%s", sc->submission_id);
+  sl__view_sub_key(w->hkey, sizeof w->hkey, sc->submission_id);
   snprintf(w->acc, sizeof w->acc, "%lld", (long long)sc->accepted_at_ms);
   snprintf(w->q, sizeof w->q, "%zu", sc->n_questions);
   size_t argc = 0;
@@ -485,7 +525,7 @@ static int work_next(work *w) {
     if (step > 0) return 0;
     snprintf(w->tp, sizeof w->tp, "%s:%d", rd_kafka_topic_name(w->m->rkt), (int)w->m->partition);
     snprintf(w->off, sizeof w->off, "%lld", (long long)w->m->offset);
-    w->argv_fixed[0] = VIEW_APPLIED;
+    w->argv_fixed[0] = w->k_applied;
     w->argv_fixed[1] = w->tp;
     w->argv_fixed[2] = w->off;
     w->script = &w->M->record;
@@ -518,14 +558,15 @@ static int work_reply(work *w, const redisReply *rep) {
   }
   int rc = (int)rep->element[0]->integer;
   if (replaying) { /* INCR: a sequence that does not grow lost writes */
-    if (rep->element[1]->integer <= rebuild_seq)
+    if (rep->element[1]->integer <= rebuild_seq[w->bucket])
       rebuild_lost = 1;
     else
-      rebuild_seq = rep->element[1]->integer;
+      rebuild_seq[w->bucket] = rep->element[1]->integer;
+    if (rc == 1) rebuild_written++;
   }
   const redisReply *mk = rep->elements > 2 ? rep->element[2] : NULL;
   const char *marker = mk && mk->type == REDIS_REPLY_STRING ? mk->str : NULL;
-  if (went_back(w->M, rep->element[1]->integer, marker))
+  if (went_back(w->M, w->bucket, rep->element[1]->integer, marker))
     snprintf(w->back_marker, sizeof w->back_marker, "%s", marker);
   w->napplied++;
   if (w->kind != W_STATUS) return 0;
@@ -564,7 +605,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
                    : sl_redis_argv(r, w.argc, w.argv, NULL, w.err, sizeof w.err);
     int go = work_reply(&w, rep);
     if (rep) freeReplyObject(rep);
-    if (w.back_marker[0]) drop_marker(w.M, w.back_marker);
+    if (w.back_marker[0]) drop_marker(w.M, w.bucket, w.back_marker);
     w.back_marker[0] = '\0';
     if (go) break;
   }
@@ -580,7 +621,7 @@ static void on_async_reply(redisReply *rep, void *ud) {
   work *w = ud;
   int go = work_reply(w, rep);
   if (w->back_marker[0]) { /* fire and forget, as the apply itself */
-    const char *argv[] = {SL__VIEW_MARKER, w->back_marker};
+    const char *argv[] = {w->k_marker, w->back_marker};
     sl_aredis_eval(sl_job_redis(w->job), NULL, NULL, &w->M->release, 1, 2, argv, NULL);
     w->back_marker[0] = '\0';
   }
@@ -653,22 +694,24 @@ static int keep_lease(mat *M, int64_t *renewed) {
   return held ? 0 : -1;
 }
 
-/* Ends a rebuild in one step: marks the view complete (KEYS[2] := ARGV[2],
- * the rebuild's epoch) only if everything was replayed (ARGV[4] == '1'),
- * the lock KEYS[1] is still this rebuild's (ARGV[1]) and the view's write
- * sequence KEYS[3] is above the highest one the rebuild saw (ARGV[3]):
- * Redis kept every write of the rebuild. Otherwise a marker older than the
- * rebuild — one restored with an older snapshot, claiming a view that lost
- * writes — is deleted, so that the view is rebuilt again. Returns 1 when
- * marked. */
+/* Ends a rebuild of one bucket in one step: marks it complete (KEYS[1],
+ * its marker, := ARGV[2], the rebuild's epoch) only if everything was
+ * replayed (ARGV[4] == '1'), the lock KEYS[3] is still this rebuild's
+ * (ARGV[1]) and the bucket's write sequence KEYS[2] is above the highest
+ * one the rebuild saw (ARGV[3]): Redis kept every write of the rebuild.
+ * Otherwise a marker older than the rebuild — one restored with an older
+ * snapshot, claiming a view that lost writes — is deleted, so that the
+ * bucket is rebuilt again. With buckets the lock lies in another slot: it
+ * is not passed (no KEYS[3]) and the caller checked it just before.
+ * Returns 1 when marked. */
 static const char finish_lua[] =
-    "if ARGV[4] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] and\n"
-    "   redis.call('INCR', KEYS[3]) > tonumber(ARGV[3]) then\n"
-    "  redis.call('SET', KEYS[2], ARGV[2])\n"
+    "if ARGV[4] == '1' and (#KEYS < 3 or redis.call('GET', KEYS[3]) == ARGV[1]) and\n"
+    "   redis.call('INCR', KEYS[2]) > tonumber(ARGV[3]) then\n"
+    "  redis.call('SET', KEYS[1], ARGV[2])\n"
     "  return 1\n"
     "end\n"
-    "local mk = redis.call('GET', KEYS[2])\n"
-    "if mk and tonumber(mk) < tonumber(ARGV[2]) then redis.call('DEL', KEYS[2]) end\n"
+    "local mk = redis.call('GET', KEYS[1])\n"
+    "if mk and tonumber(mk) < tonumber(ARGV[2]) then redis.call('DEL', KEYS[1]) end\n"
     "return 0\n";
 
 static void sleep_ms(int64_t ms) {
@@ -773,15 +816,18 @@ static int replay_topic(mat *M, rd_kafka_t *rk, const char *topic, long *applied
 
 /* Replays `submissions`, then `results`, each from the beginning to the end
  * it has now: every question exists (awaiting_upload) before its statuses
- * land, as it did live. base: the view sequence the rebuild raised it to
- * (its applies must return more, rebuild_seq). Returns 0 when everything up
- * to those ends was applied and Redis lost none of it that the rebuild
- * could see. */
-static int rebuild(mat *M, long long base) {
+ * land, as it did live. base: the view sequence the rebuild raised the
+ * lost buckets' to (its applies must return more, rebuild_seq); lost: the
+ * buckets to repair (a message of another bucket's submission is skipped).
+ * Returns 0 when everything up to those ends was applied and Redis lost
+ * none of it that the rebuild could see. */
+static int rebuild(mat *M, long long base, const unsigned char *lost) {
   char err[512];
   replaying = 1;
-  rebuild_seq = base;
+  for (int b = 0; b < sl_rkey_buckets(); b++) rebuild_seq[b] = base;
+  rebuild_only = sl_rkey_bucketed() ? lost : NULL;
   rebuild_lost = 0;
+  rebuild_written = 0;
   rd_kafka_t *rk = NULL;
   int rc = sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, "sluice-materialize-rebuild",
                                  "sluice-materialize-rebuild", NULL, err, sizeof err, NULL, NULL,
@@ -794,12 +840,57 @@ static int rebuild(mat *M, long long base) {
   int64_t renewed = sl_now_ms();
   rc = replay_topic(M, rk, M->cc->topic_submissions, &applied, &renewed);
   if (rc == 0) rc = replay_topic(M, rk, M->cc->topic_results, &applied, &renewed);
-  sl_log(rc ? SL_LOG_ERROR : SL_LOG_INFO, NULL, "rebuild: %ld message(s) replayed%s", applied,
-         rc ? " before giving up" : "; the view is complete");
+  sl_log(rc ? SL_LOG_ERROR : SL_LOG_INFO, NULL,
+         "rebuild: %ld message(s) replayed, %ld question state(s) written back (repaired)%s",
+         applied, rebuild_written, rc ? " before giving up" : "; the view is complete");
   sl_metric_add(M->m_rebuilt, (uint64_t)applied);
+  sl_metric_add(M->m_repaired, (uint64_t)rebuild_written);
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   return rc;
+}
+
+/* The highest offset applied from partition field ("<topic>:<partition>")
+ * over the buckets (-1: none); SL_EREDIS when Redis does not answer. */
+static int applied_max(mat *M, const char *field, long long *applied) {
+  char err[256], key[SL__VIEW_KEY_MAX];
+  *applied = -1;
+  for (int b = 0; b < sl_rkey_buckets(); b++) {
+    sl__view_key(key, sizeof key, VIEW_APPLIED, b);
+    const char *hg[] = {"HGET", key, field};
+    redisReply *a = cmd(M, 3, hg, err, sizeof err);
+    if (!a) return SL_EREDIS;
+    long long v = a->type == REDIS_REPLY_STRING ? strtoll(a->str, NULL, 10) : -1;
+    freeReplyObject(a);
+    if (v > *applied) *applied = v;
+  }
+  return 0;
+}
+
+/* The buckets' markers (marks[b], "" when missing) and whether the view
+ * can be compared with the committed offsets: a marker is set and offsets
+ * were recorded. */
+static int start_marks(mat *M, char (*marks)[32]) {
+  char err[256], key[SL__VIEW_KEY_MAX];
+  int marked = 0;
+  long long recorded = 0;
+  for (int b = 0; b < sl_rkey_buckets(); b++) {
+    sl__view_key(key, sizeof key, SL__VIEW_MARKER, b);
+    const char *get[] = {"GET", key};
+    redisReply *mk = cmd(M, 2, get, err, sizeof err);
+    marks[b][0] = '\0';
+    if (mk && mk->type == REDIS_REPLY_STRING) {
+      snprintf(marks[b], sizeof marks[b], "%s", mk->str);
+      marked = 1;
+    }
+    if (mk) freeReplyObject(mk);
+    sl__view_key(key, sizeof key, VIEW_APPLIED, b);
+    const char *hl[] = {"HLEN", key};
+    redisReply *n = cmd(M, 2, hl, err, sizeof err);
+    if (n && n->type == REDIS_REPLY_INTEGER) recorded += n->integer;
+    if (n) freeReplyObject(n);
+  }
+  return marked && recorded > 0;
 }
 
 /* At start: is Redis behind what the group committed? A view restored from
@@ -812,18 +903,18 @@ static int rebuild(mat *M, long long base) {
  * rebuilt). Nothing to compare (no marker, no offsets recorded yet: a new
  * Redis, or the first start of this version): nothing is done. Runs before
  * the stage consumes, so the live consumer cannot record newer offsets
- * first. Returns 1 when behind. */
+ * first. Returns 1 when behind.
+ * With buckets each bucket records the offsets of its own submissions'
+ * messages, so the highest over the buckets is compared, and behind drops
+ * every bucket's marker (which bucket lost them is not known). Its blind
+ * spot: a bucket that lost writes while another holds the partition's
+ * newest message; a loss while materialize runs is seen per bucket by
+ * went_back() (watch()). */
 static int behind_committed(mat *M) {
   char err[512];
-  const char *get[] = {"GET", SL__VIEW_MARKER};
-  redisReply *mk = cmd(M, 2, get, err, sizeof err);
-  const char *hl[] = {"HLEN", VIEW_APPLIED};
-  redisReply *n = cmd(M, 2, hl, err, sizeof err);
-  int comparable =
-      mk && mk->type == REDIS_REPLY_STRING && n && n->type == REDIS_REPLY_INTEGER && n->integer > 0;
-  if (n) freeReplyObject(n);
-  if (!comparable) {
-    if (mk) freeReplyObject(mk);
+  char(*marks)[32] = calloc((size_t)sl_rkey_buckets(), sizeof *marks);
+  if (!marks || !start_marks(M, marks)) {
+    free(marks);
     return 0;
   }
   rd_kafka_t *rk = NULL;
@@ -834,7 +925,7 @@ static int behind_committed(mat *M) {
   if (sl_kafka_consumer_new(&rk, M->cc->kafka_brokers, group, "sluice-materialize-check", NULL, err,
                             sizeof err, NULL, NULL, NULL, NULL) != 0) {
     sl_log(SL_LOG_WARN, NULL, "start check of the view: %s (skipped)", err);
-    freeReplyObject(mk);
+    free(marks);
     return 0;
   }
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(32);
@@ -859,11 +950,9 @@ static int behind_committed(mat *M) {
     if (tp->err || tp->offset < 1) continue; /* nothing committed there */
     char field[200];
     snprintf(field, sizeof field, "%s:%d", tp->topic, (int)tp->partition);
-    const char *hg[] = {"HGET", VIEW_APPLIED, field};
-    redisReply *a = cmd(M, 3, hg, err, sizeof err);
-    if (!a) break; /* Redis unavailable: the watcher checks the marker anyway */
-    long long applied = a->type == REDIS_REPLY_STRING ? strtoll(a->str, NULL, 10) : -1;
-    freeReplyObject(a);
+    long long applied;
+    if (applied_max(M, field, &applied) != 0)
+      break; /* Redis unavailable: the watcher checks the marker anyway */
     if (applied < tp->offset - 1) {
       behind = 1;
       sl_log(SL_LOG_ERROR, NULL,
@@ -875,103 +964,184 @@ static int behind_committed(mat *M) {
   }
   if (behind) {
     sl_metric_add(M->m_rollbacks, 1);
-    drop_marker(M, mk->str);
+    for (int b = 0; b < sl_rkey_buckets(); b++)
+      if (marks[b][0]) drop_marker(M, b, marks[b]);
   }
-  freeReplyObject(mk);
+  free(marks);
   rd_kafka_topic_partition_list_destroy(l);
   rd_kafka_destroy(rk);
   return behind;
 }
 
+/* One look at every bucket's marker and sequence: a bucket whose sequence
+ * went back has its marker dropped (went_back(); rebuilt on a later look).
+ * Sets lost[b] when bucket b's marker is missing; returns how many are. */
+static int watch_buckets(mat *M, sl_redis *r, unsigned char *lost) {
+  int n = 0;
+  for (int b = 0; b < sl_rkey_buckets() && !atomic_load(&M->stop_watch); b++) {
+    char err[256], mkey[SL__VIEW_KEY_MAX], skey[SL__VIEW_KEY_MAX];
+    sl__view_key(mkey, sizeof mkey, MARKER, b);
+    sl__view_key(skey, sizeof skey, VIEW_SEQ, b);
+    const char *get[] = {"MGET", mkey, skey};
+    redisReply *rep = sl_redis_argv(r, 3, get, NULL, err, sizeof err);
+    lost[b] = 0;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+      const redisReply *mk = rep->element[0], *seq = rep->element[1];
+      lost[b] = mk->type != REDIS_REPLY_STRING;
+      if (!lost[b] && seq->type == REDIS_REPLY_STRING && /* an idle view is checked too */
+          went_back(M, b, strtoll(seq->str, NULL, 10), mk->str))
+        drop_marker(M, b, mk->str);
+    }
+    if (rep) freeReplyObject(rep);
+    n += lost[b];
+  }
+  return n;
+}
+
+/* Redis's own clock (ms) into epoch, or this host's when it does not say. */
+static void redis_time(sl_redis *r, char *epoch, size_t cap) {
+  char err[256];
+  const char *tm[] = {"TIME"};
+  redisReply *rep = sl_redis_argv(r, 1, tm, NULL, err, sizeof err);
+  if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+      rep->element[0]->type == REDIS_REPLY_STRING && rep->element[1]->type == REDIS_REPLY_STRING)
+    snprintf(epoch, cap, "%lld",
+             strtoll(rep->element[0]->str, NULL, 10) * 1000 +
+                 strtoll(rep->element[1]->str, NULL, 10) / 1000);
+  else
+    snprintf(epoch, cap, "%lld", (long long)sl_now_ms());
+  if (rep) freeReplyObject(rep);
+}
+
+/* Marks the rebuilt buckets (finish_lua): complete, and only if Redis kept
+ * the rebuild's writes. Returns how many were marked. */
+static int finish_buckets(mat *M, sl_redis *r, const unsigned char *lost, const char *epoch,
+                          int complete) {
+  char err[256];
+  if (complete && sl_rkey_bucketed()) { /* the lock lies in another slot: checked first */
+    const char *get[] = {"GET", REBUILD_LOCK};
+    redisReply *rep = sl_redis_argv(r, 2, get, NULL, err, sizeof err);
+    complete = rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, M->owner) == 0;
+    if (rep) freeReplyObject(rep);
+  }
+  int marked = 0, failed = 0;
+  for (int b = 0; b < sl_rkey_buckets(); b++) {
+    if (!lost[b]) continue;
+    char seen[32], mkey[SL__VIEW_KEY_MAX], skey[SL__VIEW_KEY_MAX];
+    snprintf(seen, sizeof seen, "%lld", rebuild_seq[b]);
+    sl__view_key(mkey, sizeof mkey, MARKER, b);
+    sl__view_key(skey, sizeof skey, VIEW_SEQ, b);
+    int nkeys = sl_rkey_bucketed() ? 2 : 3, n = 0;
+    const char *fin[7];
+    fin[n++] = mkey;
+    fin[n++] = skey;
+    if (nkeys == 3) fin[n++] = REBUILD_LOCK;
+    fin[n++] = M->owner;
+    fin[n++] = epoch;
+    fin[n++] = seen;
+    fin[n++] = complete ? "1" : "0";
+    redisReply *rep = sl_redis_eval(r, &M->finish, nkeys, n, fin, NULL, err, sizeof err);
+    if (!rep) {
+      sl_log(SL_LOG_ERROR, NULL, "rebuild: the view could not be marked: %s; rebuilding again",
+             err);
+      failed = 1;
+    } else if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 1) {
+      marked++;
+    } else if (complete) {
+      failed = 1;
+    }
+    if (rep) freeReplyObject(rep);
+  }
+  if (complete && failed)
+    sl_log(SL_LOG_ERROR, NULL,
+           "rebuild: not marked complete: Redis lost the lock or writes of this rebuild while "
+           "it ran (emptied, or restored from an older snapshot); rebuilding again");
+  return marked;
+}
+
+/* The watcher holds the rebuild lock: rebuilds the lost buckets (every
+ * bucket unbucketed) and marks them. */
+static void rebuild_lost_buckets(mat *M, sl_redis *r, const unsigned char *lost, int nlost) {
+  char err[256];
+  if (sl_rkey_bucketed())
+    sl_log(SL_LOG_WARN, NULL,
+           "the view marker is missing in %d of %d bucket(s) (a new or emptied Redis, a shard "
+           "that lost its data or failed over): rebuilding the view from the topics in those "
+           "buckets",
+           nlost, sl_rkey_buckets());
+  else
+    sl_log(SL_LOG_WARN, NULL,
+           "the view marker %s is missing (a new or emptied Redis): "
+           "rebuilding the view from the topics",
+           MARKER);
+  sl_metric_add(M->m_rebuilds, 1);
+  /* the marker's value is Redis's own clock (ms) when the rebuild started:
+   * a later rebuild always sets a larger one (went_back()) */
+  char epoch[32];
+  redis_time(r, epoch, sizeof epoch);
+  /* versions in the rebuilt view (apply_lua.h) start above any of the
+   * lost one: its sequence is at most the previous marker × 1000 plus its
+   * applies, fewer than 1000 a millisecond */
+  char base[40];
+  snprintf(base, sizeof base, "%s000", epoch);
+  /* without the raised base the rebuild's first apply would look like a
+   * loss (rebuild_seq): start when Redis answers */
+  int raised = 1;
+  for (int b = 0; b < sl_rkey_buckets() && raised; b++) {
+    if (!lost[b]) continue;
+    char skey[SL__VIEW_KEY_MAX];
+    sl__view_key(skey, sizeof skey, VIEW_SEQ, b);
+    const char *raise[] = {skey, base};
+    redisReply *rep = sl_redis_eval(r, &M->raise, 1, 2, raise, NULL, err, sizeof err);
+    raised = rep && rep->type != REDIS_REPLY_ERROR;
+    if (!raised)
+      sl_log(SL_LOG_WARN, NULL, "rebuild: not started, Redis did not answer: %s",
+             rep ? rep->str : err);
+    if (rep) freeReplyObject(rep);
+  }
+  int complete = raised && rebuild(M, strtoll(base, NULL, 10), lost) == 0;
+  /* marked only now, and only if Redis kept what the rebuild wrote: a crash
+   * mid-rebuild rebuilds again on restart, and so does a Redis that lost
+   * the rebuild's writes (emptied or restored from an older snapshot while
+   * it ran) */
+  int marked = finish_buckets(M, r, lost, epoch, complete);
+  if (sl_rkey_bucketed())
+    sl_log(marked == nlost ? SL_LOG_INFO : SL_LOG_WARN, NULL,
+           "rebuild: %d of %d lost bucket(s) marked complete", marked, nlost);
+  const char *rel[] = {"EVAL", sl_claim_release_lua, "1", REBUILD_LOCK, M->owner};
+  redisReply *rep = sl_redis_argv(r, 5, rel, NULL, err, sizeof err);
+  if (rep) freeReplyObject(rep);
+}
+
 static void *watch(void *arg) {
   mat *M = arg;
   sl_redis *r = NULL;
-  if (sl_redis_new(&r, M->cc->redis_url) != 0) return NULL;
+  unsigned char *lost = calloc((size_t)sl_rkey_buckets(), 1);
+  if (!lost || sl_redis_new(&r, M->cc->redis_url) != 0) {
+    free(lost);
+    return NULL;
+  }
   M->watch_r = r;
   while (!atomic_load(&M->stop_watch)) {
     char err[256];
-    const char *get[] = {"MGET", MARKER, VIEW_SEQ};
-    redisReply *rep = sl_redis_argv(r, 3, get, NULL, err, sizeof err);
-    int missing = 0;
-    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-      const redisReply *mk = rep->element[0], *seq = rep->element[1];
-      missing = mk->type != REDIS_REPLY_STRING;
-      if (!missing && seq->type == REDIS_REPLY_STRING && /* an idle view is checked too */
-          went_back(M, strtoll(seq->str, NULL, 10), mk->str))
-        drop_marker(M, mk->str);
-    }
-    if (rep) freeReplyObject(rep);
+    int nlost = watch_buckets(M, r, lost);
     int locked = 0;
-    if (missing) {
+    if (nlost) {
       char lease[32];
       snprintf(lease, sizeof lease, "%d", REBUILD_LEASE_MS);
       const char *take[] = {"SET", REBUILD_LOCK, M->owner, "NX", "PX", lease};
-      rep = sl_redis_argv(r, 6, take, NULL, err, sizeof err);
+      redisReply *rep = sl_redis_argv(r, 6, take, NULL, err, sizeof err);
       locked = rep && rep->type == REDIS_REPLY_STATUS;
       if (rep) freeReplyObject(rep);
       if (!locked)
         sl_log(SL_LOG_DEBUG, NULL, "the view marker is missing; another replica rebuilds");
     }
-    if (locked) {
-      sl_log(SL_LOG_WARN, NULL,
-             "the view marker %s is missing (a new or emptied Redis): "
-             "rebuilding the view from the topics",
-             MARKER);
-      sl_metric_add(M->m_rebuilds, 1);
-      /* the marker's value is Redis's own clock (ms) when the rebuild
-       * started: a later rebuild always sets a larger one (went_back()) */
-      char epoch[32];
-      const char *tm[] = {"TIME"};
-      rep = sl_redis_argv(r, 1, tm, NULL, err, sizeof err);
-      if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-          rep->element[0]->type == REDIS_REPLY_STRING &&
-          rep->element[1]->type == REDIS_REPLY_STRING)
-        snprintf(epoch, sizeof epoch, "%lld",
-                 strtoll(rep->element[0]->str, NULL, 10) * 1000 +
-                     strtoll(rep->element[1]->str, NULL, 10) / 1000);
-      else
-        snprintf(epoch, sizeof epoch, "%lld", (long long)sl_now_ms());
-      if (rep) freeReplyObject(rep);
-      /* versions in the rebuilt view (apply_lua.h) start above any of the
-       * lost one: its sequence is at most the previous marker × 1000 plus
-       * its applies, fewer than 1000 a millisecond */
-      char base[40];
-      snprintf(base, sizeof base, "%s000", epoch);
-      const char *raise[] = {VIEW_SEQ, base};
-      rep = sl_redis_eval(r, &M->raise, 1, 2, raise, NULL, err, sizeof err);
-      /* without the raised base the rebuild's first apply would look like a
-       * loss (rebuild_seq): start when Redis answers */
-      int raised = rep && rep->type != REDIS_REPLY_ERROR;
-      if (!raised)
-        sl_log(SL_LOG_WARN, NULL, "rebuild: not started, Redis did not answer: %s",
-               rep ? rep->str : err);
-      if (rep) freeReplyObject(rep);
-      int complete = raised && rebuild(M, strtoll(base, NULL, 10)) == 0;
-      /* marked only now, and only if Redis kept what the rebuild wrote: a
-       * crash mid-rebuild rebuilds again on restart, and so does a Redis
-       * that lost the rebuild's writes (emptied or restored from an older
-       * snapshot while it ran) */
-      char seen[32];
-      snprintf(seen, sizeof seen, "%lld", rebuild_seq);
-      const char *fin[] = {REBUILD_LOCK,        MARKER, VIEW_SEQ, M->owner, epoch, seen,
-                           complete ? "1" : "0"};
-      rep = sl_redis_eval(r, &M->finish, 3, 7, fin, NULL, err, sizeof err);
-      if (!rep)
-        sl_log(SL_LOG_ERROR, NULL, "rebuild: the view could not be marked: %s; rebuilding again",
-               err);
-      else if (complete && !(rep->type == REDIS_REPLY_INTEGER && rep->integer == 1))
-        sl_log(SL_LOG_ERROR, NULL,
-               "rebuild: not marked complete: Redis lost the lock or writes of this rebuild while "
-               "it ran (emptied, or restored from an older snapshot); rebuilding again");
-      if (rep) freeReplyObject(rep);
-      const char *rel[] = {"EVAL", sl_claim_release_lua, "1", REBUILD_LOCK, M->owner};
-      rep = sl_redis_argv(r, 5, rel, NULL, err, sizeof err);
-      if (rep) freeReplyObject(rep);
-    }
+    if (locked) rebuild_lost_buckets(M, r, lost, nlost);
     for (int64_t t = 0; t < M->mc->watch_interval_ms && !atomic_load(&M->stop_watch); t += 100)
       sleep_ms(100);
   }
   sl_redis_free(r);
+  free(lost);
   return NULL;
 }
 
@@ -1008,6 +1178,10 @@ static int materialize_main(int argc, char **argv) {
                          "Times materialize found the Redis view gone and replayed the topics");
   M.m_rebuilt = sl_metrics_counter("sluice_view_rebuild_messages_total", NULL,
                                    "Messages replayed into Redis by view rebuilds");
+  M.m_repaired = sl_metrics_counter(
+      "sluice_view_repaired_total", NULL,
+      "Question states view rebuilds wrote back (applies that changed the view): what Redis had "
+      "lost, in the buckets rebuilt");
   M.m_rollbacks = sl_metrics_counter(
       "sluice_view_rollbacks_total", NULL,
       "Times materialize found Redis behind writes it had seen (an older snapshot, a lagging "

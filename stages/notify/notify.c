@@ -59,6 +59,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "lib/process.h"
 #include "lib/stage.h"
+#include "lib/view.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -464,7 +465,7 @@ static void start(void *ud, sl_job *job) {
   size_t vl;
   d->replay = rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR &&
               rd_kafka_header_get_last(h, SL_HDR_REPLAY_ID, &v, &vl) == RD_KAFKA_RESP_ERR_NO_ERROR;
-  snprintf(d->hkey, sizeof d->hkey, "sl:sub:%s", d->sid);
+  sl__view_sub_key(d->hkey, sizeof d->hkey, d->sid);
   const char *argv[] = {"HGETALL", d->hkey};
   if (sl_aredis_argv(sl_job_redis(job), on_view, d, 2, argv, NULL) != 0) {
     sl_result_set(res, SL_OUTCOME_RETRY, "redis", "redis: not connected");

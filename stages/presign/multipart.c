@@ -43,6 +43,7 @@
 #include "multipart.h"
 #include "lib/auth.h"
 #include "lib/s3event.h"
+#include "lib/view.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -620,8 +621,8 @@ int sl__mpu_handle(sl__mpu *m, sl_http_req *req) {
       return 1;
     }
   }
-  char hkey[64], spec[32], rank[32];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", o->sid);
+  char hkey[SL__VIEW_KEY_MAX], spec[32], rank[32];
+  sl__view_sub_key(hkey, sizeof hkey, o->sid);
   snprintf(spec, sizeof spec, "spec%u", o->qno);
   snprintf(rank, sizeof rank, "r%u", o->qno);
   const char *argv[] = {"HMGET", hkey, "token", spec, rank, "user"};

@@ -76,6 +76,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 #include "lib/auth.h"
 
 typedef struct {
@@ -188,10 +189,13 @@ typedef struct {
   uv_loop_t *loop;
   sl_aredis *feed; /* XREAD of SL__VIEW_FEED (blocks: a connection of its own) */
   uv_timer_t feed_timer, hb_timer, probe_timer;
-  int probing;      /* a PING of the readiness probe is on its way */
-  sl_admin *admin;  /* /readyz follows whether R->ar is up */
-  char feed_id[64]; /* the last entry read; "": take the newest first */
-  int feed_lost;    /* the feed failed: every stream catches up */
+  int probing;          /* a PING of the readiness probe is on its way */
+  sl_admin *admin;      /* /readyz follows whether R->ar is up */
+  char (*feed_ids)[64]; /* per bucket: the last entry read; "": take the newest first */
+  int feed_b;           /* the bucket the feed reader is at */
+  int feed_ready;       /* buckets whose last entry is known: all of them, the feed is read */
+  size_t feed_got;      /* entries read in this round of the buckets */
+  int feed_lost;        /* the feed failed: every stream catches up */
   int stopping;
 } results;
 
@@ -433,7 +437,7 @@ static int fresh_304(results *R, sl_http_req *req, const char *sid, const char *
   snprintf(q.sid, sizeof q.sid, "%s", sid);
   snprintf(q.user, sizeof q.user, "%s", user);
   vslot *e = vcache_slot(R, sid);
-  if (e && strcmp(e->sid, sid) == 0 && R->feed_id[0] && !R->feed_lost &&
+  if (e && strcmp(e->sid, sid) == 0 && R->feed_ready == sl_rkey_buckets() && !R->feed_lost &&
       uv_now(R->loop) - e->filled_ms < VCACHE_TTL_MS) {
     char acc[32];
     snprintf(acc, sizeof acc, "%lld", (long long)e->accepted_ms);
@@ -445,8 +449,8 @@ static int fresh_304(results *R, sl_http_req *req, const char *sid, const char *
   if (!p) return 0;
   *p = q;
   p->gen = e ? e->gen : 0;
-  char hkey[96];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  char hkey[SL__VIEW_KEY_MAX];
+  sl__view_sub_key(hkey, sizeof hkey, sid);
   const char *argv[] = {"HMGET", hkey, "v", "user", "token", "accepted_at_ms"};
   if (sl_aredis_argv(R->ar, on_poll304, p, 6, argv, NULL) == 0) return 1;
   free(p);
@@ -623,8 +627,8 @@ static void lookup_view(lookup *lk) {
     lookup_free(lk);
     return;
   }
-  char hkey[96];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", lk->sid);
+  char hkey[SL__VIEW_KEY_MAX];
+  sl__view_sub_key(hkey, sizeof hkey, lk->sid);
   const char *argv[] = {"HGETALL", hkey};
   if (ar_cmd(R, on_view, lk, 2, argv) != 0) {
     unavailable(R, lk->req, "results are unavailable; retry later");
@@ -691,7 +695,9 @@ static void on_view(redisReply *rep, void *ud) {
     not_found(lk, 0);
     return;
   }
-  const char *argv[] = {"EXISTS", SL__VIEW_MARKER};
+  char mkey[SL__VIEW_KEY_MAX]; /* the marker of the submission's bucket */
+  sl__view_key(mkey, sizeof mkey, SL__VIEW_MARKER, sl_rkey_bucket(lk->sid, strlen(lk->sid)));
+  const char *argv[] = {"EXISTS", mkey};
   if (ar_cmd(R, on_marker, lk, 2, argv) != 0) on_marker(NULL, lk);
 }
 
@@ -804,6 +810,9 @@ static void submission_reply(results *R, sl_http_req *req, const char *sid, redi
  * comment goes to every stream each results.heartbeat_ms. */
 
 #define SSE_MAX_QUEUED 65536 /* bytes a slow reader may fall behind: then closed */
+/* redis.buckets > 0: a round of the buckets' feeds that brought nothing
+ * waits this long before the next (docs/architecture.md, "Results") */
+#define FEED_POLL_MS 50
 
 struct sse {
   results *R;
@@ -982,8 +991,8 @@ static void sse_refresh(results *R, const char *sid, long long version) {
     }
   if (!any) return;
   refresh *rf = malloc(sizeof *rf);
-  char hkey[96];
-  snprintf(hkey, sizeof hkey, "sl:sub:%s", sid);
+  char hkey[SL__VIEW_KEY_MAX];
+  sl__view_sub_key(hkey, sizeof hkey, sid);
   const char *argv[] = {"HGETALL", hkey};
   if (rf) {
     *rf = (refresh){.R = R, .version = version};
@@ -999,74 +1008,114 @@ static void feed_read(results *R);
 
 static void on_feed_retry(uv_timer_t *t) { feed_read(t->data); }
 
-/* The answer to XREAD (or, with R->feed_id empty, to XREVRANGE for the
- * newest id). NULL: the connection failed; catch up once it is back. */
+/* The feed failed (NULL answer, an error, not sent): every bucket's newest
+ * id is taken again, then every stream catches up from the hashes. */
+static void feed_reset(results *R) {
+  for (int b = 0; b < sl_rkey_buckets(); b++) R->feed_ids[b][0] = '\0';
+  R->feed_b = 0;
+  R->feed_ready = 0;
+  R->feed_got = 0;
+  R->feed_lost = 1;
+  vcache_clear(R);
+  uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
+}
+
+/* After an answer of bucket R->feed_b: the next read. Unbucketed, the one
+ * feed is read again at once (its XREAD blocks). Bucketed, the buckets are
+ * read in turn without blocking (XREAD BLOCK takes streams of one slot
+ * only), and a round of them that brought nothing waits FEED_POLL_MS. */
+static void feed_next(results *R) {
+  if (!sl_rkey_bucketed()) {
+    feed_read(R);
+    return;
+  }
+  R->feed_b = (R->feed_b + 1) % sl_rkey_buckets();
+  if (R->feed_b != 0 || R->feed_ready < sl_rkey_buckets()) {
+    feed_read(R);
+    return;
+  }
+  size_t got = R->feed_got;
+  R->feed_got = 0;
+  if (got)
+    feed_read(R);
+  else
+    uv_timer_start(&R->feed_timer, on_feed_retry, FEED_POLL_MS, 0);
+}
+
+/* Every open stream catches up from its hash: what came while the feed
+ * was not read. */
+static void feed_catch_up(results *R) {
+  R->feed_lost = 0;
+  R->gen++;
+  /* a refresh may close any stream of its submission: after each, the
+   * bucket is scanned again for a stream this round has not refreshed */
+  for (size_t b = 0; b < SSE_BUCKETS; b++)
+    for (sse *s = R->streams[b]; s;) {
+      if (s->gen == R->gen) {
+        s = s->next;
+        continue;
+      }
+      sse_refresh(R, s->sid, -1);
+      s = R->streams[b];
+    }
+}
+
+/* The answer to XREAD of bucket R->feed_b's feed (or, with its id empty,
+ * to XREVRANGE for the newest id). NULL: the connection failed; catch up
+ * once it is back. */
 static void on_feed(redisReply *rep, void *ud) {
   results *R = ud;
   if (R->stopping) return;
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
-    R->feed_id[0] = '\0';
-    R->feed_lost = 1;
-    vcache_clear(R);
-    uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
+    if (rep) sl_log(SL_LOG_DEBUG, NULL, "change feed: %s", rep->str);
+    feed_reset(R);
     return;
   }
-  if (!R->feed_id[0]) { /* XREVRANGE feed + - COUNT 1 */
-    snprintf(R->feed_id, sizeof R->feed_id, "%s",
+  char *id = R->feed_ids[R->feed_b];
+  if (!id[0]) { /* XREVRANGE feed + - COUNT 1 */
+    snprintf(id, sizeof R->feed_ids[0], "%s",
              rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->elements == 2
                  ? rep->element[0]->element[0]->str
                  : "0-0");
-    if (R->feed_lost) { /* what came while the feed was not read: from the hashes */
-      R->feed_lost = 0;
-      R->gen++;
-      /* a refresh may close any stream of its submission: after each, the
-       * bucket is scanned again for a stream this round has not refreshed */
-      for (size_t b = 0; b < SSE_BUCKETS; b++)
-        for (sse *s = R->streams[b]; s;) {
-          if (s->gen == R->gen) {
-            s = s->next;
-            continue;
-          }
-          sse_refresh(R, s->sid, -1);
-          s = R->streams[b];
-        }
-    }
-    feed_read(R);
+    if (++R->feed_ready == sl_rkey_buckets() && R->feed_lost) feed_catch_up(R);
+    feed_next(R);
     return;
   }
-  /* XREAD: [[key, [[id, [k, "sl:sub:<sid>", v, "<version>"]], ...]]] or nil */
+  /* XREAD: [[key, [[id, [k, "sl:sub:<tag><sid>", v, "<version>"]], ...]]] or nil */
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->elements == 2) {
     const redisReply *entries = rep->element[0]->element[1];
+    R->feed_got += entries->elements;
     for (size_t i = 0; i < entries->elements; i++) {
       const redisReply *e = entries->element[i];
       if (e->elements != 2 || e->element[1]->elements != 4) continue;
-      snprintf(R->feed_id, sizeof R->feed_id, "%s", e->element[0]->str);
-      const char *k = e->element[1]->element[1]->str, *v = e->element[1]->element[3]->str;
-      if (strncmp(k, "sl:sub:", 7) != 0) continue;
-      vcache_drop(R, k + 7);
-      if (R->nstreams > 0) sse_refresh(R, k + 7, strtoll(v, NULL, 10));
+      snprintf(id, sizeof R->feed_ids[0], "%s", e->element[0]->str);
+      const char *v = e->element[1]->element[3]->str;
+      const char *sid = sl__view_sub_sid(e->element[1]->element[1]->str);
+      if (!sid) continue;
+      vcache_drop(R, sid);
+      if (R->nstreams > 0) sse_refresh(R, sid, strtoll(v, NULL, 10));
     }
   }
-  feed_read(R);
+  feed_next(R);
 }
 
 static void feed_read(results *R) {
   if (R->stopping) return;
   int rc;
-  if (!R->feed_id[0]) {
-    const char *argv[] = {"XREVRANGE", SL__VIEW_FEED, "+", "-", "COUNT", "1"};
+  char key[SL__VIEW_KEY_MAX];
+  const char *id = R->feed_ids[R->feed_b];
+  sl__view_key(key, sizeof key, SL__VIEW_FEED, R->feed_b);
+  if (!id[0]) {
+    const char *argv[] = {"XREVRANGE", key, "+", "-", "COUNT", "1"};
     rc = sl_aredis_argv(R->feed, on_feed, R, 6, argv, NULL);
-  } else {
-    const char *argv[] = {"XREAD", "COUNT",   "512",         "BLOCK",
-                          "1000",  "STREAMS", SL__VIEW_FEED, R->feed_id};
+  } else if (!sl_rkey_bucketed()) {
+    const char *argv[] = {"XREAD", "COUNT", "512", "BLOCK", "1000", "STREAMS", key, id};
     rc = sl_aredis_argv(R->feed, on_feed, R, 8, argv, NULL);
+  } else {
+    const char *argv[] = {"XREAD", "COUNT", "512", "STREAMS", key, id};
+    rc = sl_aredis_argv(R->feed, on_feed, R, 6, argv, NULL);
   }
-  if (rc != 0) { /* not connected: try again shortly */
-    R->feed_id[0] = '\0';
-    R->feed_lost = 1;
-    vcache_clear(R);
-    uv_timer_start(&R->feed_timer, on_feed_retry, 500, 0);
-  }
+  if (rc != 0) feed_reset(R); /* not connected: try again shortly */
 }
 
 static void on_heartbeat(uv_timer_t *t) {
@@ -1316,6 +1365,8 @@ static int results_main(int argc, char **argv) {
   R.loop = &loop;
   char aerr[256] = "";
   rc = sl__auth_new(&R.auth, &ac, aerr, sizeof aerr);
+  R.feed_ids = calloc((size_t)sl_rkey_buckets(), sizeof *R.feed_ids);
+  if (rc == 0 && !R.feed_ids) rc = SL_ENOMEM;
   if (rc == 0) rc = sl_aredis_new(&R.feed, &loop, cc.redis_url);
   if (rc == 0) rc = sl_aredis_new(&R.ar, &loop, cc.redis_url);
   sl_redis_script_init(&R.apikey, SL__APIKEY_LOOKUP_LUA);
@@ -1366,6 +1417,7 @@ static int results_main(int argc, char **argv) {
   sl__auth_free(R.auth);
   json_decref(R.stages);
   free(R.vcache);
+  free(R.feed_ids);
   sl__stage_finish(&cc, own, sizeof own / sizeof own[0], admin);
   return rc ? 1 : 0;
 }

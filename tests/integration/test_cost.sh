@@ -73,9 +73,9 @@ check "sluicectl status --json: provider_cost of stt/openai is the metric ($stt_
 read -r p o < <(kcat -C -b "$B" -t results -o beginning -e -q -f '%p %o %k\n' 2>/dev/null |
   awk -v k="$SID/1" '$3 == k {p = $1; o = $2} END {print p, o}')
 kcat -C -b "$B" -t results -p "$p" -o "$o" -c 1 -e -q -f '%s' >"$work/done.bin" 2>/dev/null
-seq0=$(redis-cli -u "$SLUICE_REDIS_URL" GET sl:view:seq)
+seq0=$(view_seq)
 kcat -P -b "$B" -t results -p "$p" -k "$SID/1" "$work/done.bin"
-applied() { test "$(redis-cli -u "$SLUICE_REDIS_URL" GET sl:view:seq)" -gt "$seq0"; }
+applied() { test "$(view_seq)" -gt "$seq0"; }
 check "the redelivered DONE status reached materialize's apply" wait_for 30 applied
 v2=$(view_of "$SID" "$TOKEN")
 check "the cost is unchanged after the redelivery ($(jq -c .cost <<<"$v") -> $(jq -c .cost <<<"$v2"))" \

@@ -25,7 +25,7 @@ check "answer 1 graded" wait_for 90 one_done
 
 harness_up
 printf '%s\t%s\n' "$SID/99" '{"permanent":true}' | kcat -P -b "$B" -t hforge.in -K $'\t'
-forged() { redis-cli -p "$DEVSTACK_REDIS_PORT" HEXISTS "sl:sub:$SID" q99 | grep -qx 1; }
+forged() { redis-cli -p "$DEVSTACK_REDIS_PORT" HEXISTS "$(sub_key "$SID")" q99 | grep -qx 1; }
 check "the FAILED status for question 99 reached the view's hash" wait_for 30 forged
 harness_down
 v=$(view_of "$SID" "$TOKEN")

@@ -66,6 +66,6 @@ check "stt answered it from its idempotency store" \
   wait_for 30 grep -q "\"$sid\",\"question\":\"2\",\"msg\":\"already processed" "$STAGES_DIR/stt.log"
 check "answer 2 still transcribed once ($(transcribed 2))" test "$(transcribed 2)" = 1
 check "the sweep no longer looks for this submission" \
-  test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" ZRANGE sl:pending 0 -1 | grep -c "^$sid/" || true)" = 0
+  test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" ZRANGE "$("$SLUICECTL" keys "$sid" | awk '$1 == "pending" {print $2}')" 0 -1 | grep -c "^$sid/" || true)" = 0
 
 finish

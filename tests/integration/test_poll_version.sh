@@ -32,7 +32,7 @@ check "the view is there" wait_for 30 seen
 
 code=$(get); e1=$(etag_of)
 check "the ETag names a version ($e1)" grep -qE '^"[0-9]+-[0-9]+-[0-9a-f]{8}"$' <<<"$e1"
-v=$(RC HGET "sl:sub:$SID" v)
+v=$(RC HGET "$(sub_key "$SID")" v)
 check "  the hash's version ($v)" test "${e1:1:${#v}+1}" = "$v-"
 rm -f "$work/b"
 code=$(get -H "If-None-Match: $e1")
@@ -89,10 +89,10 @@ check "the new ETag -> 304" test "$(get -H "If-None-Match: $e2")" = 304
 
 # a late FAILED for question 1 (the runtime's dead-letter hook, through
 # sluice-harness): lower than done, so the apply ignores it
-v2=$(RC HGET "sl:sub:$SID" v)
+v2=$(RC HGET "$(sub_key "$SID")" v)
 late_failed "$SID/1"
 check "  question 1 is still done" jqe '.questions[0].state == "done"' "$(view_of "$SID" "$TOKEN")"
-check "  the version did not move ($v2 -> $(RC HGET "sl:sub:$SID" v))" test "$(RC HGET "sl:sub:$SID" v)" = "$v2"
+check "  the version did not move ($v2 -> $(RC HGET "$(sub_key "$SID")" v))" test "$(RC HGET "$(sub_key "$SID")" v)" = "$v2"
 check "  the ETag still gets 304" test "$(get -H "If-None-Match: $e2")" = 304
 
 # the 304 path's version cache is kept current by the change feed: once a

@@ -59,7 +59,7 @@ check "the view holds them" test "$(cut -d' ' -f1 "$work/before" | sort -u | wc 
 said() { cat "$STAGES_DIR"/materialize*.log | grep -c 'rebuild: .* replayed' || true; }
 said0=$(said)
 RC FLUSHALL >/dev/null
-redis_wait_key "sl:sub:$sid_x" || fail "the rebuild did not replay $sid_x"
+redis_wait_key "$(sub_key "$sid_x")" || fail "the rebuild did not replay $sid_x"
 redis_kill
 said1=$(said)
 log "the rebuild replayed $sid_x: Redis SIGKILLed"
@@ -67,7 +67,7 @@ check "the rebuild had not ended when Redis was killed ($said0 -> $said1 ended)"
 redis_start_from "$work/old.rdb"
 log "Redis restarted from the snapshot taken before $sid_x"
 check "the rebuild ended in the restored Redis" wait_for 60 sh -c "test \$(cat '$STAGES_DIR'/materialize*.log | grep -c 'rebuild: .* replayed') -gt $said0"
-back() { test "$(RC EXISTS "sl:sub:$sid_x")" = 1; }
+back() { test "$(RC EXISTS "$(sub_key "$sid_x")")" = 1; }
 check "the submission created after the snapshot is back" wait_for 60 back
 check "the view is marked complete again" wait_for 60 view_is_marked
 settled() { view_is_marked && test "$(RC EXISTS sl:lock:view-rebuild)" = 0; }

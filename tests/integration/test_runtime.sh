@@ -63,9 +63,9 @@ check "dead letter names stage, class, attempts, origin and replay topic" jqe \
 check "permanent: one provider call, no retry" test "$(calls "$k2")" = 1
 # the FAILED status reached the results topic; materialize shows it
 stages_up
-wait_for 20 sh -c "redis-cli -u '$SLUICE_REDIS_URL' HGET sl:sub:$sid q1 | grep -q failed" || true
+wait_for 20 sh -c "redis-cli -u '$SLUICE_REDIS_URL' HGET $(sub_key $sid) q1 | grep -q failed" || true
 check "the question shows failed with the reason" jqe '.state == "failed" and .error.class == "provider_rejected"' \
-  "$(RC HGET "sl:sub:$sid" q1)"
+  "$(RC HGET "$(sub_key "$sid")" q1)"
 RC SET "harness:heal:$k2" 1 >/dev/null
 "$SLUICECTL" dlq replay --submission "$sid" --rate 50 --actor test >/dev/null 2>&1 || fail "replay failed"
 wait_count 20 1 outputs "$k2" || true

@@ -160,7 +160,7 @@ get "$SA" "$TA" >/dev/null
 check "alice's question 1 is still awaiting her upload" \
   jq -e '.questions[] | select(.no == 1) | .state == "awaiting_upload"' "$work/g.json"
 check "alice's submission still belongs to alice" \
-  test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" hget "sl:sub:$SA" user)" = alice
+  test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" hget "$(sub_key "$SA")" user)" = alice
 
 # ---- the full flow, then no secret in any log ------------------------------------
 url=$(jq -r '.questions[0].url' "$work/a.json")

@@ -58,7 +58,7 @@ events "$work/s1" >"$work/e1"
 log "events: $(awk '{print $1, $2}' "$work/e1" | tr '\n' ',')"
 check "  ids strictly increasing" test "$(awk 'NR>1 && $1 <= prev {b=1} {prev=$1} END {print b+0}' "$work/e1")" = 0
 check "  each id the question's version in the view" \
-  test "$(tail -1 "$work/e1" | awk '{print $1}')" = "$(RC HGET "sl:sub:$SID" v1)"
+  test "$(tail -1 "$work/e1" | awk '{print $1}')" = "$(RC HGET "$(sub_key "$SID")" v1)"
 check "  more than the start and the end of answer 1 ($(wc -l <"$work/e1") events)" test "$(wc -l <"$work/e1")" -ge 4
 
 # a late FAILED for question 1: ignored by the apply, no event

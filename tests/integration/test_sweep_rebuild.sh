@@ -48,9 +48,9 @@ found() { metric sluice_ingest_sweep_events_total "" "$ADMIN_INGEST"; }
 found0=$(found)
 
 RC FLUSHALL >/dev/null
-redis_wait_key "sl:sub:$sid" || fail "the rebuild did not replay $sid"
+redis_wait_key "$(sub_key "$sid")" || fail "the rebuild did not replay $sid"
 kill -STOP "$mpid"
-state=$(RC HGET "sl:sub:$sid" r1)
+state=$(RC HGET "$(sub_key "$sid")" r1)
 log "the rebuild replayed $sid (rank $state): materialize stopped (SIGSTOP) for 6 s"
 check "the rebuild was between its phases (the question looks unuploaded: rank $state)" test "$state" = 1
 sleep 6
@@ -73,7 +73,7 @@ SLUICE_API_KEY=$("$SLUICECTL" apikey add --user "$TEST_NAME" --label "after the 
 KEY_AUTH=(-H "Authorization: Bearer $SLUICE_API_KEY")
 new_submission "$work/a.wav" || fail "presign did not create the second submission"
 sid2=$SID token2=$TOKEN
-recorded() { test "$(RC HGET "sl:sub:$sid2" r1)" = 1; }
+recorded() { test "$(RC HGET "$(sub_key "$sid2")" r1)" = 1; }
 check "the second submission is recorded" wait_for 30 recorded
 redis_snapshot "$work/old.rdb"
 put_answer 0 "$work/a.wav"

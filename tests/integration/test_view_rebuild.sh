@@ -97,8 +97,7 @@ check "the first submission is still graded" done_view
 check "materialize logged why it rebuilt again" sh -c "cat '$STAGES_DIR'/materialize*.log | grep -q 'Redis went back in time'"
 
 # ---- the same with materialize down: a fresh process notices it at start ----
-wait_for 60 sh -c "redis-cli -p $DEVSTACK_REDIS_PORT EXISTS sl:view:epoch | grep -qx 1" ||
-  fail "the view was not marked complete again"
+wait_for 60 view_is_marked || fail "the view was not marked complete again"
 redis-cli -p "$DEVSTACK_REDIS_PORT" SAVE >/dev/null
 cp "$RDIR/dump.rdb" "$work/old2.rdb"
 # presign reconnects to the restarted Redis within 500 ms (test_aredis), and
@@ -125,8 +124,7 @@ check "materialize said Redis is behind the committed offsets" \
 
 
 # ---- a dead letter last on a partition is no reason to rebuild ----
-wait_for 60 sh -c "redis-cli -p $DEVSTACK_REDIS_PORT EXISTS sl:view:epoch | grep -qx 1" ||
-  fail "the view was not marked complete again"
+wait_for 60 view_is_marked || fail "the view was not marked complete again"
 bad="not-a-status-$(date +%s%N)"
 printf 'not-a-key\t%s\n' "$bad" | kcat -P -b "$SLUICE_KAFKA_BROKERS" -t results -K $'\t' -p 0
 wait_for 30 sh -c "'$SLUICECTL' dlq list --json --class bad_message --since 2m 2>/dev/null | grep -q '\"stage\":\"materialize\"'" ||

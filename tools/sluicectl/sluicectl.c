@@ -160,6 +160,7 @@ static const command commands[] = {
      0, 0, sc_status, ""},
     {"submission", NULL, B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_REDIS) | B(O_JSON), 1, 1,
      sc_submission, "ID (a submission id)"},
+    {"keys", NULL, B(O_HELP) | B(O_JSON), 0, 1, sc_keys, "[ID] (a submission id)"},
     {"submit", NULL,
      B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON) | B(O_MP_THRESHOLD) |
          B(O_PART_SIZE) | B(O_API_KEY),
@@ -187,6 +188,7 @@ static void usage(FILE *f) {
           "       sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch] [--interval S]\n"
           "                        [--json]\n"
           "       sluicectl submission ID [--redis URL] [--json]\n"
+          "       sluicectl keys [ID] [--json]\n"
           "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
           "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
           "                        [--api-key KEY]\n"
@@ -208,6 +210,8 @@ static void usage(FILE *f) {
           "  (SLUICECTL_ADMIN; default 127.0.0.1:9180..9185, the ports tools/stages uses);\n"
           "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
           "  --interval seconds (2).\n"
+          "keys: the Redis keys of submission ID's view and of its bucket (all buckets'\n"
+          "  without ID) under SLUICE_REDIS_BUCKETS; connects to nothing.\n"
           "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
           "  http://127.0.0.1:8080); --wait gives up polling after S seconds (600);\n"
           "  files of at least --multipart-threshold bytes (16777216) go up in parts of\n"

@@ -12,6 +12,7 @@
  *   status.c     status: per stage group members, lag, oldest age, rates,
  *                breaker; per provider limiter use
  *   submission.c submission ID: one submission across topics and Redis
+ *   keys.c       keys [ID]: the view's Redis keys under the current settings
  *   submit.c     submit FILE...: presign, upload, poll, print
  *   multipart.c  submit's multipart upload of a large file (resumable)
  *   http.c       libcurl GET/POST/PUT and /metrics parsing, Redis via sl_redis
@@ -278,6 +279,8 @@ void sc_http_trust(void *curl, const char *url);
 /* ---- status.c / submission.c / submit.c ---- */
 int sc_status(const sc_opts *o);
 int sc_submission(const sc_opts *o);
+/* keys.c */
+int sc_keys(const sc_opts *o);
 int sc_submit(const sc_opts *o);
 int sc_apikey_add(const sc_opts *o);
 int sc_apikey_list(const sc_opts *o);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "sluicectl.h"
+#include "lib/view.h"
 #include "sluice/sl_pipeline.h"
 
 typedef enum { T_RAW, T_SUBMISSION, T_UPLOAD, T_TRANSCRIPT, T_STATUS, T_DEAD, T_JSON } kind_t;
@@ -202,7 +203,7 @@ static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
   sl_redis *c = sc_redis_connect(o->redis_url);
   if (!c) return json_string("Redis unreachable");
   char key[300];
-  snprintf(key, sizeof key, "sl:sub:%s", sid);
+  sl__view_sub_key(key, sizeof key, sid);
   redisReply *r = sc_redis(c, 2, "HGETALL", key);
   json_t *v = json_object();
   if (r && r->type == REDIS_REPLY_ARRAY) {
@@ -335,7 +336,9 @@ int sc_submission(const sc_opts *o) {
                    : "-",
              json_string_value(json_object_get(ev, "summary")));
     }
-    printf("\nRedis sl:sub:%s: ", sid);
+    char key[SL__VIEW_KEY_MAX];
+    sl__view_sub_key(key, sizeof key, sid);
+    printf("\nRedis %s: ", key);
     if (json_is_string(view)) {
       printf("%s\n", json_string_value(view));
     } else if (!in_redis) {
