@@ -663,7 +663,12 @@ int sl_kafka_consumer_new(
   }
   /* bounded prefetch: memory follows in-flight work, not the backlog;
    * a member that dies (SIGKILL) loses its partitions after the session
-   * timeout */
+   * timeout. socket.timeout.ms 10 s, not librdkafka's 60: a leader that
+   * stops answering without closing its connections (a hung or SIGSTOPped
+   * broker) holds its partitions' fetches until the request times out, and
+   * only then does the consumer look up their new leaders; at 60 s,
+   * materialize recorded submissions a minute late and ingest dead-lettered
+   * their answers as unknown (test_kafka_nodes) */
   sl_kafka_group_opts g = {"roundrobin", 10000, 2000, 0, 0, NULL};
   if (group && group->assignment && group->assignment[0]) g.assignment = group->assignment;
   if (group && group->session_timeout_ms > 0) g.session_timeout_ms = group->session_timeout_ms;
@@ -674,6 +679,7 @@ int sl_kafka_consumer_new(
   snprintf(fmin, sizeof fmin, "%lld", (long long)(group ? group->fetch_min_bytes : 0));
   snprintf(fwait, sizeof fwait, "%lld", (long long)(group ? group->fetch_wait_ms : 0));
   if (set(c, "queued.max.messages.kbytes", "8192", err, errlen) ||
+      set(c, "socket.timeout.ms", "10000", err, errlen) ||
       set(c, "partition.assignment.strategy", g.assignment, err, errlen) ||
       set(c, "session.timeout.ms", st, err, errlen) ||
       set(c, "heartbeat.interval.ms", hb, err, errlen) ||

@@ -271,7 +271,10 @@ static void test_consumer_properties(void **state) {
                                         {"fetch.min.bytes", "65536"},
                                         {"fetch.wait.max.ms", "150"},
                                         /* Sluice's own settings are still in place */
-                                        {"enable.auto.commit", "false"}};
+                                        {"enable.auto.commit", "false"},
+                                        /* a fetch from a stopped leader is given up
+                                         * after 10 s, not 60 (test_kafka_nodes) */
+                                        {"socket.timeout.ms", "10000"}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     char v[64];
     size_t n = sizeof v;
