@@ -114,7 +114,7 @@ sup=$!
 at_exit "kill $sup 2>/dev/null || true"
 
 espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
-LOAD_S=${KAFKA_NODES_LOAD_S:-200}
+LOAD_S=${KAFKA_NODES_LOAD_S:-230} # the faults take 150-200 s (a restart 20-60 s on a busy machine)
 "$LOADGEN" --presign "$PRESIGN_URL/v1/submissions" --audio "$work/a.wav" \
   --redis "127.0.0.1:$DEVSTACK_REDIS_PORT" --rate 2 --duration "$LOAD_S" \
   --mean-questions 3 --max-questions 6 --drain-timeout 150 --seed 42 \
