@@ -403,10 +403,21 @@ int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, 
   return rc;
 }
 
+/* max.in.flight.requests.per.connection=1: librdkafka 2.0.2 (Debian 12's)
+ * lets the idempotent producer send a partition's next batch to the new
+ * leader while an earlier one that the old leader refused
+ * (NOT_LEADER_FOR_PARTITION, not persisted) waits for its retry; the
+ * broker answers OUT_OF_ORDER_SEQUENCE_NUMBER and librdkafka raises a fatal
+ * error ("sequence desynchronization", fixed by 2.3.0, PR #4438 and its
+ * family), which stops the stage. Seen in test_kafka_nodes when a killed
+ * broker came back and took its leaderships back; with one request in
+ * flight per broker a partition has one batch in flight and the retry goes
+ * first. A request still carries every partition's batch for that broker. */
 int sl_kafka_conf_durable(rd_kafka_conf_t *c, const char *const *extra, char *err, size_t errlen) {
   if (!c) return SL_EINVAL;
   if (set(c, "enable.idempotence", "true", err, errlen) || set(c, "acks", "all", err, errlen) ||
-      set(c, "linger.ms", "2", err, errlen) || set(c, "message.timeout.ms", "30000", err, errlen))
+      set(c, "linger.ms", "2", err, errlen) || set(c, "message.timeout.ms", "30000", err, errlen) ||
+      set(c, "max.in.flight.requests.per.connection", "1", err, errlen))
     return SL_ECONFIG;
   for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2)
     if (set(c, extra[i], extra[i + 1], err, errlen)) return SL_ECONFIG;
@@ -668,7 +679,12 @@ int sl_kafka_consumer_new(
   }
   /* bounded prefetch: memory follows in-flight work, not the backlog;
    * a member that dies (SIGKILL) loses its partitions after the session
-   * timeout */
+   * timeout. socket.timeout.ms 10 s, not librdkafka's 60: a leader that
+   * stops answering without closing its connections (a hung or SIGSTOPped
+   * broker) holds its partitions' fetches until the request times out, and
+   * only then does the consumer look up their new leaders; at 60 s,
+   * materialize recorded submissions a minute late and ingest dead-lettered
+   * their answers as unknown (test_kafka_nodes) */
   sl_kafka_group_opts g = {"roundrobin", 10000, 2000, 0, 0, NULL};
   if (group && group->assignment && group->assignment[0]) g.assignment = group->assignment;
   if (group && group->session_timeout_ms > 0) g.session_timeout_ms = group->session_timeout_ms;
@@ -679,6 +695,7 @@ int sl_kafka_consumer_new(
   snprintf(fmin, sizeof fmin, "%lld", (long long)(group ? group->fetch_min_bytes : 0));
   snprintf(fwait, sizeof fwait, "%lld", (long long)(group ? group->fetch_wait_ms : 0));
   if (set(c, "queued.max.messages.kbytes", "8192", err, errlen) ||
+      set(c, "socket.timeout.ms", "10000", err, errlen) ||
       set(c, "partition.assignment.strategy", g.assignment, err, errlen) ||
       set(c, "session.timeout.ms", st, err, errlen) ||
       set(c, "heartbeat.interval.ms", hb, err, errlen) ||

@@ -205,7 +205,15 @@ def check_common(docs):
             check(words[:3] == ["sluicectl", "topics", "ensure"], f"topics Job line {line!r}")
             cfg = [words[i + 1] for i, w in enumerate(words) if w == "--config"]
             topics[words[-1]] = {"configs": cfg,
-                                 "partitions": int(words[words.index("--partitions") + 1])}
+                                 "partitions": int(words[words.index("--partitions") + 1]),
+                                 "replication": int(words[words.index("--replication") + 1])}
+        # replicated topics take writes (acks=all) only once two replicas have
+        # them: min.insync.replicas 2 wherever the replication is 3 or more
+        # (the chart's default; values-all.yaml sets it in topics.config)
+        for name, t in topics.items():
+            if t["replication"] >= 3:
+                check("min.insync.replicas=2" in t["configs"],
+                      f"topic {name!r} (replication {t['replication']}) without min.insync.replicas=2: {t['configs']}")
         # compaction would keep a late lower status over DONE: a rebuilt view
         # must see every status (docs/architecture.md, "Delivery guarantees")
         for t in pipeline_of(docs)["topics"]:

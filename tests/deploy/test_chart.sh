@@ -160,6 +160,8 @@ refuse "KEDA may scale stt past the partitions" "may run 20 replicas" \
 refuse "materialize HPA past the results topic's partitions" "only 4 partitions" \
   --set stages.materialize.hpa.enabled=true --set stages.materialize.hpa.maxReplicas=6 \
   --set topics.overrides.results.partitions=4
+refuse "min.insync.replicas above the replication" "no write with acks=all could ever succeed" \
+  --set topics.minInsyncReplicas=4
 refuse "HPA and KEDA on one stage" "either hpa or keda" \
   --set stages.grade.hpa.enabled=true --set stages.grade.keda.enabled=true
 refuse "KEDA on actionable lag without a Prometheus to ask" "set keda.prometheus.serverAddress" \

@@ -161,6 +161,14 @@ static void test_conf_durable(void **state) {
   n = sizeof v;
   assert_int_equal(rd_kafka_conf_get(c, "message.timeout.ms", v, &n), RD_KAFKA_CONF_OK);
   assert_string_equal(v, "30000");
+  /* one produce request in flight per broker: librdkafka 2.0.2's idempotent
+   * producer desynchronises its sequence numbers across a leader change with
+   * more (the fatal error of librdkafka PR #4438's family, seen in
+   * test_kafka_nodes) */
+  n = sizeof v;
+  assert_int_equal(rd_kafka_conf_get(c, "max.in.flight.requests.per.connection", v, &n),
+                   RD_KAFKA_CONF_OK);
+  assert_string_equal(v, "1");
   const char *const bad[] = {"no.such.property", "1", NULL};
   assert_int_equal(sl_kafka_conf_durable(c, bad, err, sizeof err), SL_ECONFIG);
   assert_non_null(strstr(err, "no.such.property"));
@@ -263,7 +271,10 @@ static void test_consumer_properties(void **state) {
                                         {"fetch.min.bytes", "65536"},
                                         {"fetch.wait.max.ms", "150"},
                                         /* Sluice's own settings are still in place */
-                                        {"enable.auto.commit", "false"}};
+                                        {"enable.auto.commit", "false"},
+                                        /* a fetch from a stopped leader is given up
+                                         * after 10 s, not 60 (test_kafka_nodes) */
+                                        {"socket.timeout.ms", "10000"}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     char v[64];
     size_t n = sizeof v;

@@ -129,7 +129,9 @@ int sl_kafka_props_split(sl_kafka_props_kind kind, const char *spec, char *buf, 
 /* The settings every Sluice producer writes with, applied to c:
  * enable.idempotence=true and acks=all (a message counts as written only
  * once every in-sync replica has it, and a retry never duplicates it),
- * linger.ms=2, message.timeout.ms=30000; then extra (NULL-terminated
+ * linger.ms=2, message.timeout.ms=30000, max.in.flight.requests.per.connection=1
+ * (librdkafka 2.0.2's sequence desynchronisation across a leader change,
+ * sl_kafka.c); then extra (NULL-terminated
  * name/value pairs of librdkafka properties, may be NULL) over them. For a
  * program that makes its own producer around c, with a delivery callback of
  * its own (sluicectl, the benches); sl_kafka_producer_new uses it too.
