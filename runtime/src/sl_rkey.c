@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int nbuckets;                                      /* 0: no tags */
+static int nbuckets;                                    /* 0: no tags */
 static char tags[SL_RKEY_MAX_BUCKETS][SL_RKEY_TAG_MAX]; /* "{b-s}" */
 
 int sl_rkey_setup(int buckets) {
@@ -57,4 +57,6 @@ const char *sl_rkey_tag(int bucket) {
   return tags[bucket];
 }
 
-const char *sl_rkey_tag_of(const char *sid, size_t len) { return sl_rkey_tag(sl_rkey_bucket(sid, len)); }
+const char *sl_rkey_tag_of(const char *sid, size_t len) {
+  return sl_rkey_tag(sl_rkey_bucket(sid, len));
+}

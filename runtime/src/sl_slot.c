@@ -26,7 +26,8 @@ int sl_slot_of(const char *k, size_t len) {
     size_t close = open + 1;
     while (close < len && k[close] != '}') close++;
     /* a tag needs at least one byte between the braces */
-    if (close < len && close > open + 1) return sl_slot_crc16(k + open + 1, close - open - 1) & 16383;
+    if (close < len && close > open + 1)
+      return sl_slot_crc16(k + open + 1, close - open - 1) & 16383;
   }
   return sl_slot_crc16(k, len) & 16383;
 }
