@@ -37,6 +37,37 @@ FAILURES=0
 
 "$ROOT/tools/devstack" up >/dev/null
 eval "$("$ROOT/tools/devstack" env)"
+
+# SLUICE_TEST_REDIS_CLUSTER1=1: the test's Redis is a Redis Cluster of one
+# node that owns every slot, on BASE+199 (the lane's Redis stays as it is),
+# and the stages run with redis.buckets (SLUICE_REDIS_BUCKETS, default 8).
+# Such a node refuses a script or a multi-key command whose keys are in
+# different slots (CROSSSLOT), as a real cluster does, while a client
+# without slot routing still talks to it (no MOVED: it holds every slot).
+# The tests test_cluster1_* run a test this way (tests/CMakeLists.txt).
+cluster1_up() {
+  local port=$((BASE + 199)) dir=$DEVSTACK_DIR/cluster1-$TEST_NAME
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$dir" && mkdir -p "$dir"
+  trap 'redis-cli -p '"$port"' shutdown nosave >/dev/null 2>&1' EXIT
+  redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+    --cluster-config-file "$dir/nodes.conf" --save '' --appendonly no --dir "$dir" \
+    --logfile "$dir/redis.log" --daemonize yes >/dev/null
+  wait_for 10 sh -c "redis-cli -p $port ping 2>/dev/null | grep -q PONG" ||
+    { echo "cluster1: redis-server on $port did not start" >&2; exit 1; }
+  redis-cli -p "$port" cluster addslotsrange 0 16383 >/dev/null
+  wait_for 10 sh -c "redis-cli -p $port cluster info | grep -q cluster_state:ok" ||
+    { echo "cluster1: no cluster_state:ok on $port" >&2; exit 1; }
+  export SLUICE_REDIS_URL=redis://127.0.0.1:$port DEVSTACK_REDIS_PORT=$port
+  export SLUICE_REDIS_BUCKETS=${SLUICE_REDIS_BUCKETS:-8}
+  CLUSTER1_PORT=$port CLUSTER1_DIR=$dir
+  trap 'redis-cli -p "$CLUSTER1_PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$CLUSTER1_DIR"' EXIT
+}
+if [[ ${SLUICE_TEST_REDIS_CLUSTER1:-} == 1 ]]; then
+  cluster1_up
+  printf '[%s] on a one-node Redis Cluster (port %s), redis.buckets %s\n' "$TEST_NAME" \
+    "$CLUSTER1_PORT" "$SLUICE_REDIS_BUCKETS"
+fi
 "$ROOT/tools/stages" down >/dev/null 2>&1 || true # leftovers of an interrupted run
 rm -rf "$STAGES_DIR"
 # what an earlier test on this stack left on the stages' inputs (a request
@@ -58,6 +89,8 @@ export SLUICE_PRESIGN_RATE_PER_ADDRESS=${SLUICE_PRESIGN_RATE_PER_ADDRESS:-100000
 # Whatever happens, stop what this test started. Tests add their own
 # clean-up with at_exit instead of replacing the trap.
 EXIT_HOOKS=('"$ROOT/tools/stages" down >/dev/null 2>&1 || true')
+[[ -n ${CLUSTER1_PORT:-} ]] &&
+  EXIT_HOOKS+=('redis-cli -p "$CLUSTER1_PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$CLUSTER1_DIR"')
 at_exit() { EXIT_HOOKS+=("$1"); }
 run_exit_hooks() { # keeps the test's exit status; hooks may fail harmlessly
   local rc=$? h
@@ -68,6 +101,11 @@ run_exit_hooks() { # keeps the test's exit status; hooks may fail harmlessly
 trap run_exit_hooks EXIT
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
+# pause_key PROVIDER: the provider's pause key as the runtime names it (with
+# SLUICE_REDIS_BUCKETS, the Redis Cluster form; tools/limiter-probe asks
+# sl_limiter_keys)
+LIMITER_PROBE=${LIMITER_PROBE:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/limiter_probe}
+pause_key() { "$LIMITER_PROBE" --provider "$1" --print-keys | sed -n 2p; }
 # RC ARGS... : redis-cli on the stack's Redis
 RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }
@@ -257,6 +295,11 @@ stages_down() {
 
 finish() {
   stages_down || true
+  if [[ -n ${CLUSTER1_PORT:-} ]]; then # the stages fail open: Redis's own count tells
+    local cross
+    cross=$(redis-cli -p "$CLUSTER1_PORT" INFO errorstats | tr -d '\r' | grep CROSSSLOT || true)
+    if [[ -n $cross ]]; then fail "the cluster refused commands whose keys crossed slots: $cross"; fi
+  fi
   for s in $("$SLUICE_BIN" pipeline --json | jq -r '.stages[].name'); do
     [[ -f $STAGES_DIR/$s.log ]] || continue # not started by this test
     grep -q '"msg":"stopped"' "$STAGES_DIR/$s.log" ||
