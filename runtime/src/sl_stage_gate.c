@@ -708,6 +708,7 @@ static int sdel_front(sl_gate *G, int bucket) {
 
 /* Forgets the first d ended counts (sent). */
 static void sdel_drop(sl_gate *G, int d) {
+  if (d <= 0) return; /* G->sdel may not be there yet */
   memmove(G->sdel, G->sdel + d, (size_t)(G->sdel_n - d) * sizeof G->sdel[0]);
   memmove(G->sdel_bucket, G->sdel_bucket + d, (size_t)(G->sdel_n - d) * sizeof G->sdel_bucket[0]);
   G->sdel_n -= d;
