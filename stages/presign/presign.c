@@ -694,7 +694,8 @@ static void rate_undo(caller *c) {
 
 static void on_rate(redisReply *r, void *ud) {
   caller *c = ud;
-  if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 0 && c->rl_i + 1 < c->rl_n) {
+  if (sl_rkey_bucketed() && r && r->type == REDIS_REPLY_INTEGER && r->integer == 0 &&
+      c->rl_i + 1 < c->rl_n) {
     c->rl_i++; /* one window at a time: the next one */
     if (rate_send(c) == 0) return;
     r = NULL;
