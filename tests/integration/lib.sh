@@ -38,7 +38,8 @@ FAILURES=0
 "$ROOT/tools/devstack" up >/dev/null
 eval "$("$ROOT/tools/devstack" env)"
 
-# SLUICE_TEST_REDIS_CLUSTER1=1: the test's Redis is a Redis Cluster of one
+# TEST_REDIS_CLUSTER1=1 (not SLUICE_*: the stages refuse an unknown SLUICE_*
+# variable): the test's Redis is a Redis Cluster of one
 # node that owns every slot, on BASE+199 (the lane's Redis stays as it is),
 # and the stages run with redis.buckets (SLUICE_REDIS_BUCKETS, default 8).
 # Such a node refuses a script or a multi-key command whose keys are in
@@ -63,7 +64,7 @@ cluster1_up() {
   CLUSTER1_PORT=$port CLUSTER1_DIR=$dir
   trap 'redis-cli -p "$CLUSTER1_PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$CLUSTER1_DIR"' EXIT
 }
-if [[ ${SLUICE_TEST_REDIS_CLUSTER1:-} == 1 ]]; then
+if [[ ${TEST_REDIS_CLUSTER1:-} == 1 ]]; then
   cluster1_up
   printf '[%s] on a one-node Redis Cluster (port %s), redis.buckets %s\n' "$TEST_NAME" \
     "$CLUSTER1_PORT" "$SLUICE_REDIS_BUCKETS"
@@ -106,6 +107,11 @@ log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
 # sl_limiter_keys)
 LIMITER_PROBE=${LIMITER_PROBE:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/limiter_probe}
 pause_key() { "$LIMITER_PROBE" --provider "$1" --print-keys | sed -n 2p; }
+# the API-key store's names (stages/lib/auth.h: the tag {ak} with
+# SLUICE_REDIS_BUCKETS): apikey_record DIGEST, APIKEY_MARKER
+APIKEY_TAG=$([[ ${SLUICE_REDIS_BUCKETS:-0} -gt 0 ]] && echo '{ak}' || true)
+APIKEY_MARKER=sl:apikeys:${APIKEY_TAG}epoch
+apikey_record() { printf 'sl:apikey:%s%s' "$APIKEY_TAG" "$1"; }
 # RC ARGS... : redis-cli on the stack's Redis
 RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }

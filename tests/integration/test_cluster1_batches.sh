@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The stage runtime's Redis keys on a Redis Cluster (docs/architecture.md,
 # "Redis: shard by submission"): one sluice-harness replica on a one-node
-# cluster that owns every slot (lib.sh, SLUICE_TEST_REDIS_CLUSTER1), with
+# cluster that owns every slot (lib.sh, TEST_REDIS_CLUSTER1), with
 # redis.buckets 8. Such a node refuses a script whose keys are in two slots
 # (CROSSSLOT), as every primary of a real cluster does.
 #
@@ -16,7 +16,7 @@
 # uncounted (a refused script fails open: it would count as uncounted) and
 # no CROSSSLOT in Redis's own error counts; the keys carry their
 # submission's tag (one slot per input's keys) and none is left behind.
-export SLUICE_TEST_REDIS_CLUSTER1=1
+export TEST_REDIS_CLUSTER1=1
 source "$(dirname "$0")/lib.sh"
 export HARNESS_STAGE=hbatch
 harness_topics 2 1s
