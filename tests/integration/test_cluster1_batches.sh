@@ -12,6 +12,7 @@
 # 1.2 s, the lease is 1.5 s: renewed every 0.5 s), the stores (with the
 # claims' release and the counts' deletion), and the shared limiter split
 # into 2 buckets (provider.limit_buckets: the pause read on its own).
+# A pause (a 429's) still holds the calls with the limiter split in two.
 # Each input must be called once and answered once, with no start left
 # uncounted (a refused script fails open: it would count as uncounted) and
 # no CROSSSLOT in Redis's own error counts; the keys carry their
@@ -72,5 +73,18 @@ check "no claim left behind ($left)" test "$left" = 0
 left=$(RC --scan --pattern 'sl:starts:*hbatch*' | grep -c . || true)
 check "no start count left behind ($left)" test "$left" = 0
 check "the limiter took from one of 2 buckets" grep -q 'limiter bucket [01] of 2' "$STAGES_DIR/harness.log"
+
+# with 2 limiter buckets on a cluster the take script does not read the
+# pause (another slot): the gate reads it first, so a 429's pause (set here
+# as a replica's would) still holds the calls
+RC SET "$(pause_key harness-provider)" 1 PX 3000 >/dev/null
+t0=$(date +%s%3N)
+sid=$(cat /proc/sys/kernel/random/uuid)
+keys=("$sid/1" "$sid/2")
+for k in "${keys[@]}"; do printf '%s\t%s\n' "$k" '{}'; done |
+  kcat -P -b "$SLUICE_KAFKA_BROKERS" -t hbatch.in -K $'\t'
+check "the inputs sent during the pause are answered" wait_for 30 answered
+held=$(($(date +%s%3N) - t0))
+check "  ... after the pause (${held} ms, the pause 3000)" test "$held" -ge 2500
 harness_down
 finish
