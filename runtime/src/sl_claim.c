@@ -5,6 +5,12 @@
  * Each script is one atomic step on the Redis server, so a claim, the check
  * for stored outputs and the owner check of a release or renewal cannot
  * interleave with another replica's.
+ *
+ * Redis Cluster: a script's keys must share a slot, and a cluster routes
+ * it by its KEYS alone, so every key a script touches is in KEYS (none is
+ * built inside a script) and a slot where a key is "none" holds a
+ * placeholder of the batch's slot: "" on one Redis, the batch's bare tag
+ * ("{3-17}") with redis.buckets. A real key always begins with "sl:".
  */
 #include "sluice/sl_claim.h"
 
@@ -35,7 +41,7 @@ const char sl_claim_take_lua[] =
     "      code, v = 2, tostring(t)\n"
     "    end\n"
     "  end\n"
-    "  if code == 0 and tk ~= '' then\n"
+    "  if code == 0 and string.sub(tk, 1, 3) == 'sl:' then\n"
     "    local c = redis.call('INCR', tk)\n"
     "    if c == 1 then redis.call('EXPIRE', tk, ARGV[2]) end\n"
     "    v = tostring(c)\n"
@@ -75,7 +81,7 @@ const char sl_claim_store_lua[] =
     "for i = 1, #KEYS / 3 do\n"
     "  local owner, ck, tk = ARGV[2 * i + 1], KEYS[3 * i - 1], KEYS[3 * i]\n"
     "  redis.call('SET', KEYS[3 * i - 2], ARGV[2 * i], 'EX', ARGV[1])\n"
-    "  if tk ~= '' then redis.call('DEL', tk) end\n"
+    "  if string.sub(tk, 1, 3) == 'sl:' then redis.call('DEL', tk) end\n"
     "  if owner == '' then\n"
     "    out[i] = -1\n"
     "  elseif redis.call('GET', ck) == owner then\n"

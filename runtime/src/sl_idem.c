@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_idem.c — idempotency store records and keys (see sl_idem.h).
+ *
+ * A key's bucket tag (sl_rkey.h) goes right after "sl:<kind>:", before any
+ * part a user or an operator chose (stage, group, message key), so that it
+ * is the key's first '{' and so its hash tag whatever those contain.
  */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include "sluice/sl_idem.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_rkey.h"
 #include "sluice.pb-c.h"
 
 #include <stdint.h>
@@ -21,16 +26,23 @@ static int put(char **at, const char *end, const char *s, size_t max) {
   return 0;
 }
 
-/* "sl:<kind>:<stage>:<key>:<digest, 32 at most>", built by hand: the
+/* the tag to use: the caller's, or (NULL) the one of key's submission */
+static const char *tag_for(const char *tag, const char *key) {
+  if (tag) return tag;
+  return sl_rkey_bucketed() ? sl_rkey_tag(sl_rkey_bucket_of_key(key ? key : "")) : "";
+}
+
+/* "sl:<kind>:<tag><stage>:<key>:<digest, 32 at most>", built by hand: the
  * runtime makes a few per message, and snprintf was ~3% of a stage's CPU */
-static int key_of(char *buf, size_t len, const char *kind, const char *stage, const char *key,
-                  const char *digest) {
+static int key_of(char *buf, size_t len, const char *kind, const char *tag, const char *stage,
+                  const char *key, const char *digest) {
   if (!buf || !len) return SL_ETOOBIG;
   char *at = buf;
   const char *end = buf + len; /* room for the NUL is kept by put() */
   int rc = put(&at, end, "sl:", 3);
   if (!rc) rc = put(&at, end, kind, SIZE_MAX);
   if (!rc) rc = put(&at, end, ":", 1);
+  if (!rc) rc = put(&at, end, tag_for(tag, key), SL_RKEY_TAG_MAX);
   if (!rc) rc = put(&at, end, stage, SIZE_MAX);
   if (!rc) rc = put(&at, end, ":", 1);
   if (!rc) rc = put(&at, end, key, SIZE_MAX);
@@ -40,13 +52,14 @@ static int key_of(char *buf, size_t len, const char *kind, const char *stage, co
   return rc;
 }
 
-int sl_idem_key(char *buf, size_t len, const char *stage, const char *key, const char *digest) {
-  return key_of(buf, len, "idem", stage, key, digest);
+int sl_idem_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
+                const char *digest) {
+  return key_of(buf, len, "idem", tag, stage, key, digest);
 }
 
-int sl_idem_claim_key(char *buf, size_t len, const char *stage, const char *key,
+int sl_idem_claim_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
                       const char *digest) {
-  return key_of(buf, len, "claim", stage, key, digest);
+  return key_of(buf, len, "claim", tag, stage, key, digest);
 }
 
 /* the decimal digits of v (may be negative) at *at, if they fit before end */
@@ -64,12 +77,13 @@ static int put_int(char **at, const char *end, int64_t v) {
   return 0;
 }
 
-int sl_idem_starts_key(char *buf, size_t len, const char *group, const char *topic,
+int sl_idem_starts_key(char *buf, size_t len, const char *tag, const char *group, const char *topic,
                        int32_t partition, int64_t offset) {
   if (!buf || !len) return SL_ETOOBIG;
   char *at = buf;
   const char *end = buf + len;
   int rc = put(&at, end, "sl:starts:", 10);
+  if (!rc) rc = put(&at, end, tag ? tag : "", SL_RKEY_TAG_MAX);
   if (!rc) rc = put(&at, end, group, SIZE_MAX);
   if (!rc) rc = put(&at, end, ":", 1);
   if (!rc) rc = put(&at, end, topic, SIZE_MAX);

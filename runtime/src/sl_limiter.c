@@ -22,10 +22,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_rkey.h"
+#include "sluice/sl_slot.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* clang-format off */
 const char sl_limiter_lua[] =
@@ -39,8 +42,10 @@ const char sl_limiter_lua[] =
     "if not cost or cost ~= cost or cost <= 0 or cost == math.huge then\n"
     "  return redis.error_reply('ERR sl_limiter: cost must be a number > 0')\n"
     "end\n"
-    "local paused = redis.call('PTTL', KEYS[2])\n"
-    "if paused > 0 then return paused end\n"
+    "if KEYS[2] then\n"
+    "  local paused = redis.call('PTTL', KEYS[2])\n"
+    "  if paused > 0 then return paused end\n"
+    "end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000\n"
     "local interval = 1000 / rate\n"
@@ -57,7 +62,7 @@ const char sl_limiter_lua[] =
     "redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', string.format('%.0f', ttl))\n"
     "return 0\n";
 
-const char sl_limiter_lua_sha1[] = "5b13b0006e5eae35a501cff46908014d5a358642";
+const char sl_limiter_lua_sha1[] = "42171b606957cf032d2544ecbc7bead18bfdd751";
 
 const char sl_limiter_pause_lua[] =
     "local ms = tonumber(ARGV[1])\n"
@@ -86,9 +91,14 @@ static int provider_ok(const char *p) {
   return 1;
 }
 
-static int key_(char *out, size_t len, const char *prefix, const char *provider) {
+/* prefix, then provider and ":<bucket>" (bucket >= 0), in braces when the
+ * keyspace is bucketed (redis.buckets > 0: a Redis Cluster) */
+static int key_(char *out, size_t len, const char *prefix, const char *provider, int bucket) {
   if (!out) return 0;
-  int n = snprintf(out, len, "%s%s", prefix, provider);
+  const char *o = sl_rkey_bucketed() ? "{" : "", *c = sl_rkey_bucketed() ? "}" : "";
+  char b[16] = "";
+  if (bucket >= 0) snprintf(b, sizeof b, ":%d", bucket);
+  int n = snprintf(out, len, "%s%s%s%s%s", prefix, o, provider, b, c);
   if (n < 0 || (size_t)n >= len) {
     if (len) out[0] = '\0';
     return SL_ETOOBIG;
@@ -96,12 +106,31 @@ static int key_(char *out, size_t len, const char *prefix, const char *provider)
   return 0;
 }
 
+int sl_limiter_keys_of(const char *provider, int bucket, int buckets, char *limit_key,
+                       size_t limit_len, char *pause_key, size_t pause_len) {
+  if (!provider_ok(provider) || buckets < 1 || buckets > SL_LIMITER_MAX_BUCKETS || bucket < 0 ||
+      bucket >= buckets)
+    return SL_EINVAL;
+  int rc = key_(limit_key, limit_len, SL_LIMITER_KEY_PREFIX, provider, buckets > 1 ? bucket : -1);
+  if (rc == 0) rc = key_(pause_key, pause_len, SL_LIMITER_PAUSE_PREFIX, provider, -1);
+  return rc;
+}
+
 int sl_limiter_keys(const char *provider, char *limit_key, size_t limit_len, char *pause_key,
                     size_t pause_len) {
-  if (!provider_ok(provider)) return SL_EINVAL;
-  int rc = key_(limit_key, limit_len, SL_LIMITER_KEY_PREFIX, provider);
-  if (rc == 0) rc = key_(pause_key, pause_len, SL_LIMITER_PAUSE_PREFIX, provider);
-  return rc;
+  return sl_limiter_keys_of(provider, 0, 1, limit_key, limit_len, pause_key, pause_len);
+}
+
+int sl_limiter_pause_in_take(int buckets) { return buckets <= 1 || !sl_rkey_bucketed(); }
+
+int sl_limiter_replica_bucket(int buckets) {
+  if (buckets <= 1) return 0;
+  char id[96] = "";
+  if (gethostname(id, 64) != 0) id[0] = '\0';
+  id[64] = '\0';
+  size_t n = strlen(id);
+  snprintf(id + n, sizeof id - n, ":%ld", (long)getpid());
+  return (int)(sl_slot_crc16(id, strlen(id)) % (unsigned)buckets);
 }
 
 static int fmt_num(char *buf, size_t len, double v) {
@@ -109,30 +138,43 @@ static int fmt_num(char *buf, size_t len, double v) {
   return n < 0 || (size_t)n >= len ? SL_ETOOBIG : 0;
 }
 
-int sl_limiter_prepare_take(sl_limiter_cmd *cmd, const char *provider, double rate, double burst,
-                            double cost) {
+void sl_limiter_share(double rate, double burst, int buckets, double *rate_k, double *burst_k) {
+  if (buckets < 1) buckets = 1;
+  *rate_k = rate / buckets;
+  *burst_k = burst / buckets >= 1 ? burst / buckets : 1;
+}
+
+int sl_limiter_prepare_take_of(sl_limiter_cmd *cmd, const char *provider, int bucket, int buckets,
+                               double rate, double burst, double cost) {
   if (!cmd) return SL_EINVAL;
   memset(cmd, 0, sizeof *cmd);
   if (!isfinite(rate) || rate <= 0 || !isfinite(burst) || burst < 1 || !isfinite(cost) || cost <= 0)
     return SL_EINVAL;
-  int rc = sl_limiter_keys(provider, cmd->limit_key, sizeof cmd->limit_key, cmd->pause_key,
-                           sizeof cmd->pause_key);
+  int rc = sl_limiter_keys_of(provider, bucket, buckets, cmd->limit_key, sizeof cmd->limit_key,
+                              cmd->pause_key, sizeof cmd->pause_key);
   if (rc) return rc;
+  sl_limiter_share(rate, burst, buckets, &rate, &burst);
   if (fmt_num(cmd->arg[0], sizeof cmd->arg[0], rate) ||
       fmt_num(cmd->arg[1], sizeof cmd->arg[1], burst) ||
       fmt_num(cmd->arg[2], sizeof cmd->arg[2], cost))
     return SL_EINVAL;
+  int with_pause = sl_limiter_pause_in_take(buckets), a = 0;
   cmd->script = sl_limiter_lua;
-  cmd->argv[0] = "EVALSHA";
-  cmd->argv[1] = sl_limiter_lua_sha1;
-  cmd->argv[2] = "2";
-  cmd->argv[3] = cmd->limit_key;
-  cmd->argv[4] = cmd->pause_key;
-  cmd->argv[5] = cmd->arg[0];
-  cmd->argv[6] = cmd->arg[1];
-  cmd->argv[7] = cmd->arg[2];
-  cmd->argc = 8;
+  cmd->argv[a++] = "EVALSHA";
+  cmd->argv[a++] = sl_limiter_lua_sha1;
+  cmd->argv[a++] = with_pause ? "2" : "1";
+  cmd->argv[a++] = cmd->limit_key;
+  if (with_pause) cmd->argv[a++] = cmd->pause_key;
+  cmd->argv[a++] = cmd->arg[0];
+  cmd->argv[a++] = cmd->arg[1];
+  cmd->argv[a++] = cmd->arg[2];
+  cmd->argc = a;
   return 0;
+}
+
+int sl_limiter_prepare_take(sl_limiter_cmd *cmd, const char *provider, double rate, double burst,
+                            double cost) {
+  return sl_limiter_prepare_take_of(cmd, provider, 0, 1, rate, burst, cost);
 }
 
 int sl_limiter_prepare_pause(sl_limiter_cmd *cmd, const char *provider, int64_t ms) {
@@ -201,22 +243,44 @@ static int run(sl_redis *r, sl_limiter_cmd *cmd, int64_t *out, char *err, size_t
   return SL_EREDIS;
 }
 
-int sl_limiter_take(sl_redis *r, const char *provider, double rate, double burst, double cost,
-                    int64_t *wait_ms, char *err, size_t errlen) {
+/* The pause's PTTL when it is not read by the take script (> 0: paused). */
+static int paused(sl_redis *r, const sl_limiter_cmd *cmd, int64_t *ms, char *err, size_t errlen) {
+  const char *argv[] = {"PTTL", cmd->pause_key};
+  redisReply *rep = sl_redis_argv(r, 2, argv, NULL, err, errlen);
+  if (!rep) return SL_EREDIS;
+  int rc = rep->type == REDIS_REPLY_INTEGER ? 0 : SL_EREDIS;
+  if (rc) snprintf(err, errlen, "sl_limiter: unexpected PTTL reply (type %d)", rep->type);
+  *ms = rc == 0 && rep->integer > 0 ? rep->integer : 0;
+  freeReplyObject(rep);
+  return rc;
+}
+
+int sl_limiter_take_of(sl_redis *r, const char *provider, int bucket, int buckets, double rate,
+                       double burst, double cost, int64_t *wait_ms, char *err, size_t errlen) {
   char dummy[256];
   if (!err || errlen == 0) {
     err = dummy;
     errlen = sizeof dummy;
   }
   err[0] = '\0';
-  if (wait_ms) *wait_ms = 0;
+  int64_t w = 0;
+  if (!wait_ms) wait_ms = &w;
+  *wait_ms = 0;
   sl_limiter_cmd cmd;
-  int rc = sl_limiter_prepare_take(&cmd, provider, rate, burst, cost);
+  int rc = sl_limiter_prepare_take_of(&cmd, provider, bucket, buckets, rate, burst, cost);
   if (!r || rc) {
     snprintf(err, errlen, "sl_limiter: invalid arguments");
     return SL_EINVAL;
   }
+  if (!sl_limiter_pause_in_take(buckets) &&
+      ((rc = paused(r, &cmd, wait_ms, err, errlen)) != 0 || *wait_ms > 0))
+    return rc;
   return run(r, &cmd, wait_ms, err, errlen);
+}
+
+int sl_limiter_take(sl_redis *r, const char *provider, double rate, double burst, double cost,
+                    int64_t *wait_ms, char *err, size_t errlen) {
+  return sl_limiter_take_of(r, provider, 0, 1, rate, burst, cost, wait_ms, err, errlen);
 }
 
 int sl_limiter_pause(sl_redis *r, const char *provider, int64_t ms, char *err, size_t errlen) {

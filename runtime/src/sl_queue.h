@@ -44,6 +44,24 @@ static inline sl_qlink *sl_queue_pop(sl_queue *q) {
   return l;
 }
 
+/* The first element for which take(l, ud) is 1, taken out; the others stay
+ * in their order (NULL: none). */
+static inline sl_qlink *sl_queue_pop_first(sl_queue *q, int (*take)(sl_qlink *, void *), void *ud) {
+  sl_qlink *prev = NULL;
+  for (sl_qlink *l = q->head; l; prev = l, l = l->next) {
+    if (!take(l, ud)) continue;
+    if (prev)
+      prev->next = l->next;
+    else
+      q->head = l->next;
+    if (q->tail == l) q->tail = prev;
+    l->next = NULL;
+    q->len--;
+    return l;
+  }
+  return NULL;
+}
+
 /* Empties q without touching its elements. */
 static inline void sl_queue_forget(sl_queue *q) {
   q->head = q->tail = NULL;

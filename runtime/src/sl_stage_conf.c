@@ -132,6 +132,17 @@ const sl_conf_entry sl_common_conf_table[] = {
      "provider calls per second shared by all replicas (0: unlimited)", 0},
     {"provider.burst", SL_CONF_DOUBLE, "10", C(provider_burst),
      "calls that may go out at once before the rate applies", 0},
+    {"provider.limit_buckets", SL_CONF_INT, "1", C(provider_limit_buckets),
+     "split the shared rate limit into this many limits (1-1024) of provider.rate/K and "
+     "provider.burst/K (at least 1) each, one Redis key each, every replica taking from one "
+     "(provider.limit_bucket): spreads a hot limiter key (with redis.buckets over a Redis "
+     "Cluster's primaries), at the cost of each replica seeing only its bucket's share of the "
+     "rate; run a multiple of K replicas",
+     0},
+    {"provider.limit_bucket", SL_CONF_INT, "-1", C(provider_limit_bucket),
+     "this replica's limiter bucket, modulo provider.limit_buckets (for example a "
+     "StatefulSet's ordinal); -1: a hash of the host name and process id",
+     0},
     {"breaker.failure_ratio", SL_CONF_DOUBLE, "0.5", C(breaker_failure_ratio),
      "share of failed provider calls in the window that opens the breaker", 0},
     {"breaker.min_calls", SL_CONF_INT, "20", C(breaker_min_calls),

@@ -30,6 +30,7 @@
 #include "sluice/sl_idem.h"
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_rkey.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,15 +117,44 @@ static void on_limit_q(redisReply *r, void *ud) {
   limiter_try(G);
 }
 
+/* The pause, read for the limiter (its take script does not read it: a
+ * limit split into buckets of other slots): then the head tries again. */
+static void on_limit_pause(redisReply *r, void *ud) {
+  sl_gate *G = ud;
+  G->lq_busy = 0;
+  /* Redis unavailable: not paused (fail open) */
+  int64_t now = sl__mono_ms(), ttl = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+  G->pause_read_ms = now;
+  if (ttl > 0 && now + ttl > G->pause_until_ms) G->pause_until_ms = now + ttl;
+  limiter_try(G);
+}
+
+/* 1 when the head waits for the pause (read first when stale), 0 when it
+ * may ask the limiter. Only for a take script without the pause key. */
+static int limiter_paused(sl_gate *G) {
+  int64_t now = sl__mono_ms();
+  if (!G->pause_read_ms || now - G->pause_read_ms >= SL_PAUSE_FRESH_MS) {
+    const char *argv[] = {"PTTL", G->pause_key};
+    G->lq_busy = 1;
+    if (sl_aredis_argv(G->R->redis, on_limit_pause, G, 2, argv, NULL) == 0) return 1;
+    G->lq_busy = 0; /* Redis unavailable: on to the limiter (which fails open too) */
+    return 0;
+  }
+  if (G->pause_until_ms <= now) return 0;
+  gate_waits(G, G->pause_until_ms - now);
+  uv_timer_start(&G->lq_timer, on_lq_timer, (uint64_t)(G->pause_until_ms - now), 0);
+  return 1;
+}
+
 static void limiter_try(sl_gate *G) {
   const sl_jobs *R = G->R;
   if (G->lq_busy || !G->lq.head || R->closing) return;
-  char rate[32], burst[32];
-  snprintf(rate, sizeof rate, "%.17g", R->cc->provider_rate);
-  snprintf(burst, sizeof burst, "%.17g", R->cc->provider_burst >= 1 ? R->cc->provider_burst : 1);
-  const char *argv[] = {G->limit_key, G->pause_key, rate, burst, "1"};
+  if (!G->pause_in_take && limiter_paused(G)) return;
+  const char *argv[] = {G->limit_key, G->pause_key, G->limit_rate, G->limit_burst, "1"};
+  if (!G->pause_in_take) argv[1] = G->limit_rate, argv[2] = G->limit_burst, argv[3] = "1";
+  int nk = G->pause_in_take ? 2 : 1;
   G->lq_busy = 1;
-  if (sl_aredis_eval(R->redis, on_limit_q, G, &G->s_limit, 2, 5, argv, NULL) != 0) {
+  if (sl_aredis_eval(R->redis, on_limit_q, G, &G->s_limit, nk, nk + 3, argv, NULL) != 0) {
     G->lq_busy = 0; /* Redis unavailable: fail open for the head */
     job *j = sl__job_pop(&G->lq);
     if (j) sl__gate_claim(j);
@@ -292,7 +322,9 @@ int sl__gate_looks_up(const job *j) { return lookup_in_claim(j) || counts_with_l
 /* ---- the claim: one paid call per input across replicas (sl_claim.h) ---- */
 
 static void claim_key(const job *j, char *buf, size_t len) {
-  if (sl_idem_claim_key(buf, len, j->R->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
+  if (sl_idem_claim_key(buf, len, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest) != 0 &&
+      len)
+    buf[0] = '\0';
 }
 
 static void claim_release(job *j) {
@@ -413,23 +445,28 @@ typedef struct {
 
 static void claims_take(sl_gate *G, job_batch *b, claim_args *a) {
   job *j;
+  int bucket = -1; /* the first one's: one slot a script */
   b->n = 0;
-  while (b->n < SL_CLAIM_BATCH && (j = sl__job_pop(&G->cq)) != NULL) {
+  while (b->n < SL_CLAIM_BATCH && (j = sl__job_pop_bucket(&G->cq, bucket)) != NULL) {
     if (sl__job_stale(j)) { /* its partition went away while it waited */
       sl__job_to(j, SL_JOB_RELEASED);
       continue;
     }
+    bucket = j->bucket;
     claim_key(j, a->keys[b->n][0], sizeof a->keys[b->n][0]);
     sl__idem_key(j, a->keys[b->n][1], sizeof a->keys[b->n][1]);
-    a->keys[b->n][2][0] = '\0'; /* its start is counted with the claim, once */
-    if (!j->starts && G->R->cc->max_starts > 0)
-      sl__starts_key(j, a->keys[b->n][2], sizeof a->keys[b->n][2]);
+    /* its start is counted with the claim, once; else a placeholder of its slot */
+    snprintf(a->keys[b->n][2], sizeof a->keys[b->n][2], "%s", sl_rkey_tag(bucket));
+    if (!j->starts && G->R->cc->max_starts > 0 &&
+        (sl__starts_key(j, a->keys[b->n][2], sizeof a->keys[b->n][2]), !a->keys[b->n][2][0]))
+      snprintf(a->keys[b->n][2], sizeof a->keys[b->n][2], "%s", sl_rkey_tag(bucket));
     claim_tag(j, a->tags[b->n], sizeof a->tags[b->n]);
     b->jobs[b->n++] = j;
   }
 }
 
-/* Sends the claims waiting in G->cq, SL_CLAIM_BATCH to a script. */
+/* Sends the claims waiting in G->cq, SL_CLAIM_BATCH of one bucket to a
+ * script. */
 static void claims_flush(sl_gate *G) {
   char lease[32], starts_ttl[32];
   snprintf(lease, sizeof lease, "%lld", (long long)G->R->cc->claim_lease_ms);
@@ -551,31 +588,23 @@ static void on_renewed(redisReply *r, void *ud) {
   free(b);
 }
 
-/* Sends one renewal script for up to RENEW_BATCH claims from *from on;
- * *from moves past them. 0 sent (or none left), -1 no memory. */
-static int renew_some(sl_gate *G, job **from, char (*keys)[2][256], const char **argv,
+/* Sends one renewal script for the claims of js[0..n) (n <= RENEW_BATCH,
+ * one bucket). 0 sent, -1 no memory. */
+static int renew_some(sl_gate *G, job *const *js, int n, char (*keys)[2][256], const char **argv,
                       const char *lease) {
   renew_batch *b = malloc(sizeof *b);
   if (!b) return -1;
   b->G = G;
   b->sent_ms = sl__mono_ms();
-  b->n = 0;
+  b->n = n;
   const char *owners[RENEW_BATCH];
-  job *j = *from;
-  for (; j && b->n < RENEW_BATCH; j = j->all_next)
-    if (j->claimed) {
-      claim_key(j, keys[b->n][0], sizeof keys[b->n][0]);
-      sl__idem_key(j, keys[b->n][1], sizeof keys[b->n][1]);
-      owners[b->n] = j->owner;
-      b->e[b->n].seq = j->owner_seq;
-      b->e[b->n].i = b->n;
-      b->n++;
-    }
-  *from = j;
-  int n = b->n;
-  if (!n) {
-    free(b);
-    return 0;
+  for (int i = 0; i < n; i++) {
+    const job *j = js[i];
+    claim_key(j, keys[i][0], sizeof keys[i][0]);
+    sl__idem_key(j, keys[i][1], sizeof keys[i][1]);
+    owners[i] = j->owner;
+    b->e[i].seq = j->owner_seq;
+    b->e[i].i = i;
   }
   char nk[16];
   snprintf(nk, sizeof nk, "%d", 2 * n);
@@ -593,16 +622,36 @@ static int renew_some(sl_gate *G, job **from, char (*keys)[2][256], const char *
   return 0;
 }
 
-/* Renews the claims of every job holding one (one script per batch). */
+/* by Redis bucket, then by owner sequence (a stable order) */
+static int bucket_cmp(const void *a, const void *b) {
+  const job *x = *(job *const *)a, *y = *(job *const *)b;
+  if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+  return x->owner_seq < y->owner_seq ? -1 : x->owner_seq > y->owner_seq;
+}
+
+/* Renews the claims of every job holding one: one script per batch of up
+ * to RENEW_BATCH claims of one bucket (one slot of a Redis Cluster). */
 static void on_claim_renew(uv_timer_t *t) {
   sl_gate *G = t->data;
+  size_t n = 0;
+  for (job *j = G->R->all; j; j = j->all_next) n += j->claimed != 0;
+  if (!n) return;
   char(*keys)[2][256] = malloc(RENEW_BATCH * sizeof *keys);
   const char **argv = malloc((3 + 3 * RENEW_BATCH + 1) * sizeof *argv);
+  job **js = malloc(n * sizeof *js);
   char lease[32];
   snprintf(lease, sizeof lease, "%lld", (long long)G->R->cc->claim_lease_ms);
-  job *j = G->R->all; /* no memory: next time (the leases outlast two missed renewals) */
-  while (keys && argv && j && renew_some(G, &j, keys, argv, lease) == 0) {
+  size_t k = 0;
+  for (job *j = G->R->all; js && j; j = j->all_next)
+    if (j->claimed) js[k++] = j;
+  if (js && sl_rkey_bucketed()) qsort(js, n, sizeof *js, bucket_cmp);
+  /* no memory: next time (the leases outlast two missed renewals) */
+  for (size_t i = 0, e; keys && argv && js && i < n; i = e) {
+    for (e = i + 1; e < n && e - i < RENEW_BATCH && js[e]->bucket == js[i]->bucket; e++) {
+    }
+    if (renew_some(G, js + i, (int)(e - i), keys, argv, lease) != 0) break;
   }
+  free(js);
   free(keys);
   free(argv);
 }
@@ -639,14 +688,44 @@ static void on_counted(redisReply *r, void *ud) {
   if (!G->R->closing) solo_kick(G);
 }
 
-/* Deletes the counts of the inputs that ended (one DEL). */
-static void starts_del_flush(sl_gate *G) {
-  if (!G->sdel_n) return;
+/* Moves the ended counts of bucket to the front of G->sdel, both parts in
+ * their order; returns how many there are. */
+static int sdel_front(sl_gate *G, int bucket) {
+  char(*tmp)[256] = G->sdel + SL_STARTS_DEL_MAX; /* the second half: scratch */
+  int tb[SL_STARTS_DEL_MAX], d = 0, r;
+  for (int i = 0; i < G->sdel_n; i++)
+    if (G->sdel_bucket[i] == bucket) memcpy(tmp[d++], G->sdel[i], sizeof tmp[0]);
+  r = d;
+  for (int i = 0; i < G->sdel_n; i++)
+    if (G->sdel_bucket[i] != bucket) {
+      tb[r] = G->sdel_bucket[i];
+      memcpy(tmp[r++], G->sdel[i], sizeof tmp[0]);
+    }
+  memcpy(G->sdel, tmp, (size_t)G->sdel_n * sizeof tmp[0]);
+  for (int i = 0; i < G->sdel_n; i++) G->sdel_bucket[i] = i < d ? bucket : tb[i];
+  return d;
+}
+
+/* Forgets the first d ended counts (sent). */
+static void sdel_drop(sl_gate *G, int d) {
+  if (d <= 0) return; /* G->sdel may not be there yet */
+  memmove(G->sdel, G->sdel + d, (size_t)(G->sdel_n - d) * sizeof G->sdel[0]);
+  memmove(G->sdel_bucket, G->sdel_bucket + d, (size_t)(G->sdel_n - d) * sizeof G->sdel_bucket[0]);
+  G->sdel_n -= d;
+}
+
+/* Deletes the first d counts of inputs that ended (one DEL: one bucket). */
+static void starts_del_send(sl_gate *G, int d) {
   const char *argv[1 + SL_STARTS_DEL_MAX];
   argv[0] = "DEL";
-  for (int i = 0; i < G->sdel_n; i++) argv[1 + i] = G->sdel[i];
-  if (sl_aredis_argv(G->R->redis, on_counted, G, 1 + G->sdel_n, argv, NULL) == 0) G->counting++;
-  G->sdel_n = 0;
+  for (int i = 0; i < d; i++) argv[1 + i] = G->sdel[i];
+  if (d && sl_aredis_argv(G->R->redis, on_counted, G, 1 + d, argv, NULL) == 0) G->counting++;
+  sdel_drop(G, d);
+}
+
+/* Deletes the counts of the inputs that ended (one DEL per bucket). */
+static void starts_del_flush(sl_gate *G) {
+  while (G->sdel_n > 0) starts_del_send(G, sdel_front(G, G->sdel_bucket[0]));
 }
 
 /* Takes j's start back (it did not run): its count is one less, so what
@@ -674,10 +753,11 @@ static void starts_end(job *j) {
   j->starts = 0;
   G->counted--;
   solo_kick(G);
-  if (!G->sdel && !(G->sdel = malloc(SL_STARTS_DEL_MAX * sizeof *G->sdel)))
+  if (!G->sdel && !(G->sdel = malloc(2 * SL_STARTS_DEL_MAX * sizeof *G->sdel)))
     return; /* no memory: the count stays until its TTL */
   sl__starts_key(j, G->sdel[G->sdel_n], sizeof G->sdel[0]);
   if (!G->sdel[G->sdel_n][0]) return;
+  G->sdel_bucket[G->sdel_n] = j->bucket;
   if (++G->sdel_n >= SL_STARTS_DEL_MAX) {
     starts_del_flush(G);
     return;
@@ -819,16 +899,19 @@ static void run_uncounted(job *j) {
   call_now(j);
 }
 
-/* Takes up to SL_CLAIM_BATCH counts from G->tq into b with their keys. */
-static void starts_take(sl_gate *G, job_batch *b, char (*keys)[256]) {
+/* Takes up to SL_CLAIM_BATCH counts of one bucket from G->tq into b with
+ * their keys; *bucket becomes theirs (-1: none taken). */
+static void starts_take(sl_gate *G, job_batch *b, char (*keys)[256], int *bucket) {
   job *j;
   b->n = 0;
-  while (b->n < SL_CLAIM_BATCH && (j = sl__job_pop(&G->tq)) != NULL) {
+  *bucket = -1;
+  while (b->n < SL_CLAIM_BATCH && (j = sl__job_pop_bucket(&G->tq, *bucket)) != NULL) {
     sl__starts_key(j, keys[b->n], 256);
     if (!keys[b->n][0]) { /* no key for it: uncounted */
       run_uncounted(j);
       continue;
     }
+    *bucket = j->bucket;
     b->jobs[b->n++] = j;
   }
 }
@@ -847,16 +930,21 @@ static void starts_flush(sl_gate *G) {
       return;
     }
     sb->G = G;
-    starts_take(G, &sb->b, keys);
+    int bucket;
+    starts_take(G, &sb->b, keys, &bucket);
     int n = sb->b.n;
     if (!n) {
       free(sb);
       continue;
     }
-    /* the counts of the inputs that ended go first, in the same script
-     * when they fit (an input taken again after it ended counts from 0) */
-    if (G->sdel_n > SL__REDIS_SCRIPT_MAX_ARGS - 2 - n) starts_del_flush(G);
-    int d = G->sdel_n;
+    /* the counts of the inputs of this bucket that ended go first, in the
+     * same script when they fit (an input taken again after it ended
+     * counts from 0); those of other buckets wait for their own */
+    int d = G->sdel_n ? sdel_front(G, bucket) : 0;
+    if (d > SL__REDIS_SCRIPT_MAX_ARGS - 2 - n) {
+      starts_del_send(G, d);
+      d = 0;
+    }
     const char *argv[SL__REDIS_SCRIPT_MAX_ARGS];
     for (int i = 0; i < n; i++) argv[i] = keys[i];
     for (int i = 0; i < d; i++) argv[n + i] = G->sdel[i];
@@ -864,10 +952,10 @@ static void starts_flush(sl_gate *G) {
     argv[n + d] = ttl;
     argv[n + d + 1] = nk;
     sb->dels = d > 0;
-    G->sdel_n = 0;
     if (sb->dels) G->counting++;
-    if (sl_aredis_eval(G->R->redis, on_starts, sb, &G->s_starts, n + d, n + d + 2, argv, NULL) != 0)
-      on_starts(NULL, sb); /* Redis unavailable: each one runs uncounted */
+    int rc = sl_aredis_eval(G->R->redis, on_starts, sb, &G->s_starts, n + d, n + d + 2, argv, NULL);
+    sdel_drop(G, d);                  /* sent (copied) or lost with Redis */
+    if (rc != 0) on_starts(NULL, sb); /* Redis unavailable: each one runs uncounted */
   }
   starts_del_flush(G); /* no count to send them with */
 }
@@ -1230,6 +1318,38 @@ static void owner_prefix(sl_gate *G) {
   snprintf(G->owner, sizeof G->owner, "%.39s:%ld:%.16s", host, (long)getpid(), rnd);
 }
 
+/* The limiter's keys and share: bucket (provider.limit_bucket, or this
+ * process's hash) of provider.limit_buckets, named for redis.buckets
+ * (sl_limiter.h). */
+static int limiter_setup(sl_gate *G, char *err, size_t errlen) {
+  const sl_common_conf *cc = G->R->cc;
+  const char *p = G->R->o->provider ? G->R->o->provider : "-";
+  int64_t k = cc->provider_limit_buckets;
+  if (k < 1 || k > SL_LIMITER_MAX_BUCKETS) {
+    snprintf(err, errlen, "provider.limit_buckets %lld is not between 1 and %d", (long long)k,
+             SL_LIMITER_MAX_BUCKETS);
+    return SL_ECONFIG;
+  }
+  int b = cc->provider_limit_bucket >= 0 ? (int)(cc->provider_limit_bucket % k)
+                                         : sl_limiter_replica_bucket((int)k);
+  if (sl_limiter_keys_of(p, b, (int)k, G->limit_key, sizeof G->limit_key, G->pause_key,
+                         sizeof G->pause_key) != 0) {
+    /* not a limiter name ([A-Za-z0-9._-], 64 at most): the plain names */
+    snprintf(G->limit_key, sizeof G->limit_key, "sl:limit:%s", p);
+    snprintf(G->pause_key, sizeof G->pause_key, "sl:pause:%s", p);
+  }
+  G->pause_in_take = sl_limiter_pause_in_take((int)k);
+  double rate, burst;
+  sl_limiter_share(cc->provider_rate, cc->provider_burst >= 1 ? cc->provider_burst : 1, (int)k,
+                   &rate, &burst);
+  snprintf(G->limit_rate, sizeof G->limit_rate, "%.17g", rate);
+  snprintf(G->limit_burst, sizeof G->limit_burst, "%.17g", burst);
+  if (G->R->o->provider && cc->provider_rate > 0 && k > 1)
+    sl_log(SL_LOG_INFO, NULL, "provider %s: limiter bucket %d of %lld (%s calls/s, burst %s)", p, b,
+           (long long)k, G->limit_rate, G->limit_burst);
+  return 0;
+}
+
 static void gate_timer(sl_gate *G, uv_timer_t *t) {
   uv_timer_init(G->R->uv, t);
   t->data = G;
@@ -1247,15 +1367,15 @@ int sl__gate_init(sl_gate *G, sl_jobs *R, char *err, size_t errlen) {
   sl_redis_script_init(&G->s_claim_end, sl_claim_end_lua);
   sl_redis_script_init(&G->s_starts, sl_claim_starts_lua);
   sl_redis_script_init(&G->s_lookup, sl_claim_lookup_lua);
-  snprintf(G->limit_key, sizeof G->limit_key, "sl:limit:%s", o->provider ? o->provider : "-");
-  snprintf(G->pause_key, sizeof G->pause_key, "sl:pause:%s", o->provider ? o->provider : "-");
+  int rc = limiter_setup(G, err, errlen);
+  if (rc) return rc;
   gate_metrics(G);
   owner_prefix(G);
   if (o->provider) {
     provider_metrics(G);
     sl_breaker_opts bo = {R->cc->breaker_failure_ratio, (unsigned)R->cc->breaker_min_calls,
                           R->cc->breaker_window_ms, R->cc->breaker_probe_interval_ms};
-    int rc = sl_breaker_new(&G->breaker, &bo);
+    rc = sl_breaker_new(&G->breaker, &bo);
     if (rc) {
       snprintf(err, errlen, "breaker settings: %s", sl_strerror(rc));
       return rc;

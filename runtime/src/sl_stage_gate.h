@@ -26,6 +26,10 @@ typedef struct sl_gate {
   sl_jobs *R;
   sl_breaker *breaker; /* NULL without a provider */
   char limit_key[160], pause_key[160];
+  /* this replica's share of the limit (provider.limit_buckets), and whether
+   * the take script reads the pause itself (else limiter_try reads it) */
+  char limit_rate[32], limit_burst[32];
+  int pause_in_take;
   /* the Lua scripts the gate runs, by SHA-1 (sl_redis_script) */
   sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts, s_lookup;
   /* jobs held while the breaker is open (breaker.hold), in order */
@@ -50,10 +54,12 @@ typedef struct sl_gate {
   uint64_t owner_seq;
   uv_timer_t claim_timer;
   /* claims and start counts to send at the end of this turn of the loop,
-   * up to SL_CLAIM_BATCH a script; the count keys of inputs that ended, to
-   * delete (one DEL, up to SL_STARTS_DEL_MAX keys) */
+   * up to SL_CLAIM_BATCH of one Redis bucket a script; the count keys of
+   * inputs that ended, to delete (one DEL per bucket, up to
+   * SL_STARTS_DEL_MAX keys in all) */
   sl_queue cq, tq;
-  char (*sdel)[256];
+  char (*sdel)[256];                  /* 2 * SL_STARTS_DEL_MAX: the second half is scratch */
+  int sdel_bucket[SL_STARTS_DEL_MAX]; /* the Redis bucket of each (sl_rkey) */
   int sdel_n;
   uv_idle_t batch_idle;
   /* solo runs: calls running; Redis commands of the start count not

@@ -9,6 +9,7 @@
 #include "sl_stage_job.h"
 #include "sluice/sl_idem.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_rkey.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@ job *sl__job_new(sl_jobs *R, rd_kafka_message_t *m) {
   size_t kn = m->key ? (m->key_len < sizeof j->key ? m->key_len : sizeof j->key - 1) : 0;
   memcpy(j->key, m->key ? m->key : "", kn); /* a C string: ends at its first NUL */
   j->key[kn] = '\0';
+  j->bucket = sl_rkey_bucket_of_key(j->key);
   j->all_next = R->all;
   if (R->all) R->all->all_prev = j;
   R->all = j;
@@ -47,6 +49,13 @@ job *sl__job_new(sl_jobs *R, rd_kafka_message_t *m) {
   sl_metric_gauge_add(R->m_inflight, 1);
   sl__job_bytes(j, (int64_t)m->len);
   return j;
+}
+
+static int in_bucket(sl_qlink *l, void *ud) { return sl__job_of(l)->bucket == *(const int *)ud; }
+
+job *sl__job_pop_bucket(sl_queue *q, int bucket) {
+  if (bucket < 0) return sl__job_pop(q);
+  return sl__job_of(sl_queue_pop_first(q, in_bucket, &bucket));
 }
 
 void sl__job_bytes(job *j, int64_t delta) {
@@ -141,7 +150,8 @@ int64_t sl_message_first_failure_ms(const rd_kafka_message_t *m) {
 }
 
 void sl__idem_key(const job *j, char *buf, size_t len) {
-  if (sl_idem_key(buf, len, j->R->o->stage, j->key, j->digest) != 0 && len) buf[0] = '\0';
+  if (sl_idem_key(buf, len, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest) != 0 && len)
+    buf[0] = '\0';
 }
 
 /* ---- shared small pieces ---- */

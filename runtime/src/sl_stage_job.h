@@ -95,6 +95,7 @@ struct sl_job {
   uint64_t epoch; /* p->ring.epoch when taken */
   int64_t offset;
   char key[128];
+  int bucket;               /* its submission's Redis bucket (sl_rkey: the key up to '/') */
   char digest[65];          /* SHA-256 of the payload (idempotent stages) */
   int64_t bytes;            /* counted in R->bytes: its message, plus what the stage holds for it */
   sl_qlink link;            /* the one queue it waits in, if any */
@@ -193,5 +194,10 @@ redisReply **sl__batch_reply(const job_batch *b, const redisReply *r, size_t per
 /* the job of a queue's link */
 static inline job *sl__job_of(sl_qlink *l) { return l ? SL_QUEUE_ITEM(l, job, link) : NULL; }
 static inline job *sl__job_pop(sl_queue *q) { return sl__job_of(sl_queue_pop(q)); }
+/* The first job of q in Redis bucket `bucket` (sl_rkey), taken out, the
+ * others left in their order; bucket < 0: the first job. A batch of Redis
+ * keys holds one bucket's (one Redis Cluster slot): with redis.buckets = 0
+ * every job is in bucket 0. */
+job *sl__job_pop_bucket(sl_queue *q, int bucket);
 
 #endif

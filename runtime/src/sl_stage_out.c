@@ -9,6 +9,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_idem.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_rkey.h"
 #include "sluice.pb-c.h"
 
 #include <stdio.h>
@@ -288,29 +289,35 @@ typedef struct {
   size_t n;
 } store_args;
 
-/* Takes up to SL_STORE_BATCH jobs from X->sq into b with their arguments;
- * one that cannot be stored is produced as it is. */
+/* Takes up to SL_STORE_BATCH jobs of one Redis bucket (one slot of a
+ * cluster) from X->sq into b with their arguments; one that cannot be
+ * stored is produced as it is. A key that is none is the bucket's bare tag
+ * (sl_claim.h). */
 static void stores_take(sl_output *X, job_batch *b, store_args *e) {
   job *j;
+  int bucket = -1; /* the first one's */
   b->n = 0;
-  while (b->n < SL_STORE_BATCH && (j = sl__job_pop(&X->sq)) != NULL) {
+  while (b->n < SL_STORE_BATCH && (j = sl__job_pop_bucket(&X->sq, bucket)) != NULL) {
     int i = b->n;
+    bucket = j->bucket;
     sl__idem_key(j, e[i].k, sizeof e[i].k);
     if (!e[i].k[0] || sl_idem_pack(&j->out, sl_now_ms(), &e[i].buf, &e[i].n) != 0) {
       unstored(j); /* cannot be stored: produced as it is */
       continue;
     }
-    if (!j->claimed ||
-        sl_idem_claim_key(e[i].ck, sizeof e[i].ck, j->R->o->stage, j->key, j->digest))
-      e[i].ck[0] = '\0'; /* stored only; a claim is released on its own after */
+    if (!j->claimed || sl_idem_claim_key(e[i].ck, sizeof e[i].ck, sl_rkey_tag(j->bucket),
+                                         j->R->o->stage, j->key, j->digest))
+      snprintf(e[i].ck, sizeof e[i].ck, "%s", sl_rkey_tag(bucket)); /* stored only; a claim
+                                                                     * is released after */
     /* its run is over once its outputs are stored: its start count goes too */
-    e[i].tk[0] = '\0';
+    snprintf(e[i].tk, sizeof e[i].tk, "%s", sl_rkey_tag(bucket));
     if (j->starts > 0) sl__starts_key(j, e[i].tk, sizeof e[i].tk);
     b->jobs[b->n++] = j;
   }
 }
 
-/* Sends the stores waiting in X->sq, SL_STORE_BATCH to a script: each job's
+/* Sends the stores waiting in X->sq, SL_STORE_BATCH of one bucket to a
+ * script: each job's
  * outputs (and, holding the input's claim, its release in the same script,
  * after the store); each job is produced once its store answered. */
 static void stores_flush(sl_output *X) {
@@ -329,7 +336,7 @@ static void stores_flush(sl_output *X) {
     const char *argv[5 * SL_STORE_BATCH + 1];
     size_t lens[5 * SL_STORE_BATCH + 1];
     for (int i = 0; i < n; i++) {
-      const char *owner = e[i].ck[0] ? b->jobs[i]->owner : "";
+      const char *owner = strncmp(e[i].ck, "sl:", 3) == 0 ? b->jobs[i]->owner : "";
       argv[3 * i] = e[i].k;
       argv[3 * i + 1] = e[i].ck;
       argv[3 * i + 2] = e[i].tk;

@@ -6,6 +6,7 @@
  */
 #include "sl_stage_part.h"
 #include "sluice/sl_idem.h"
+#include "sluice/sl_rkey.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,8 @@ void sl__part_release_parked(part *p) {
 
 void sl__starts_key(const job *j, char *buf, size_t len) {
   const part *p = j->p;
-  if ((!p || sl_idem_starts_key(buf, len, p->gname, p->id.topic, p->id.partition, j->offset)) &&
+  if ((!p || sl_idem_starts_key(buf, len, sl_rkey_tag(j->bucket), p->gname, p->id.topic,
+                                p->id.partition, j->offset)) &&
       len)
     buf[0] = '\0';
 }

@@ -26,6 +26,7 @@
 
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
+#include "sluice/sl_rkey.h"
 
 #define A(f) offsetof(sl__auth_conf, f)
 const sl_conf_entry sl__auth_table[] = {
@@ -264,7 +265,7 @@ int sl__apikey_rkey(const char *key, char out[80]) {
     if (!((key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f'))) return SL_EAUTH;
   char h[65];
   sl_sha256_hex(key, SL__APIKEY_LEN, h);
-  snprintf(out, 80, "sl:apikey:%s", h);
+  sl__apikey_rkey_of(h, out);
   return 0;
 }
 

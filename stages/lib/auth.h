@@ -25,8 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "sluice/sl_conf.h"
 #include "sluice/sl_http.h"
+#include "sluice/sl_rkey.h"
 
 #define SL__USER_MAX 128  /* bytes of a user id, without the NUL */
 #define SL__APIKEY_LEN 68 /* "slk_" + 64 hex */
@@ -79,9 +82,35 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
  * of the API-key topic (stages/presign/keystore.h); missing after Redis lost
  * its data, and until then an unknown key is "not known yet" (503
  * auth_unavailable), not "revoked" (401). Outside sl:apikey:* so that the
- * SCANs of sluicectl apikey never take it for a key. */
-#define SL__APIKEY_MARKER "sl:apikeys:epoch"
-#define SL__APIKEY_LOCK "sl:lock:apikey-rebuild"
+ * SCANs of sluicectl apikey never take it for a key.
+ *
+ * Redis Cluster (redis.buckets > 0): a lookup reads a record and the marker
+ * in one script, and the rebuild's end deletes the lock and sets the marker
+ * in one, so the records, the marker and the lock share the hash tag
+ * SL__APIKEY_TAG: sl:apikey:{ak}<hex>, sl:apikeys:{ak}epoch,
+ * sl:lock:{ak}apikey-rebuild. One slot holds every API key: the marker
+ * then speaks for exactly the records it sits beside (a primary that lost
+ * its data lost both), and sluicectl's SCAN has one node to ask. The
+ * lookups are few (presign caches them, keycache.h). With redis.buckets = 0
+ * the names are the plain ones. The names follow sl_rkey_setup. */
+#define SL__APIKEY_TAG "{ak}"
+#define SL__APIKEY_MARKER (sl__apikey_marker())
+#define SL__APIKEY_LOCK (sl__apikey_lock())
+static inline const char *sl__apikey_marker(void) {
+  return sl_rkey_bucketed() ? "sl:apikeys:" SL__APIKEY_TAG "epoch" : "sl:apikeys:epoch";
+}
+static inline const char *sl__apikey_lock(void) {
+  return sl_rkey_bucketed() ? "sl:lock:" SL__APIKEY_TAG "apikey-rebuild" : "sl:lock:apikey-rebuild";
+}
+/* "sl:apikey:", then SL__APIKEY_TAG when bucketed: what precedes the hex
+ * digest in a record's key (its length: where the digest begins). */
+static inline const char *sl__apikey_prefix(void) {
+  return sl_rkey_bucketed() ? "sl:apikey:" SL__APIKEY_TAG : "sl:apikey:";
+}
+/* The record's key from the key's digest (64 hex digits). */
+static inline void sl__apikey_rkey_of(const char *hex, char out[80]) {
+  snprintf(out, 80, "%s%.64s", sl__apikey_prefix(), hex);
+}
 
 /* The lookup of an API key (KEYS: its record, SL__APIKEY_MARKER): its user
  * (a string), else 1 when the store is complete (unknown or revoked: 401)
@@ -96,8 +125,9 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
   "the API-key store is being rebuilt after a storage loss; retry later (the key was not "         \
   "refused)"
 
-/* Redis key holding an API key's record: "sl:apikey:<sha256 hex>". 0, or
- * SL_EAUTH when key is not shaped like an API key. */
+/* Redis key holding an API key's record: "sl:apikey:<sha256 hex>" (with
+ * SL__APIKEY_TAG after the prefix when bucketed). 0, or SL_EAUTH when key
+ * is not shaped like an API key. */
 int sl__apikey_rkey(const char *key, char out[80]);
 
 /* 1 when u is 1..SL__USER_MAX bytes of printable ASCII without spaces. */

@@ -68,6 +68,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/auth.h"
 #include "lib/callback.h"
 #include "lib/webhook_sig.h"
 #include "sluice.pb-c.h"
@@ -426,7 +427,7 @@ static void on_view(redisReply *rep, void *ud) {
   if (keyid && strlen(keyid) == 64) { /* signed with that key's secret */
     snprintf(d->keyid, sizeof d->keyid, "%s", keyid);
     char rkey[80];
-    snprintf(rkey, sizeof rkey, "sl:apikey:%s", d->keyid);
+    sl__apikey_rkey_of(d->keyid, rkey);
     const char *argv[] = {"HMGET", rkey, "whsec", "whsec_prev"};
     if (sl_aredis_argv(sl_job_redis(d->job), on_secrets, d, 4, argv, NULL) != 0) {
       sl_result_set(d->res, SL_OUTCOME_RETRY, "redis", "redis: not connected");

@@ -100,7 +100,7 @@ static int apply(sl__keystore *k, const rd_kafka_message_t *m) {
   hex[64] = '\0';
   for (int i = 0; i < 64; i++)
     if (!((hex[i] >= '0' && hex[i] <= '9') || (hex[i] >= 'a' && hex[i] <= 'f'))) return 0;
-  snprintf(rkey, sizeof rkey, "sl:apikey:%s", hex);
+  sl__apikey_rkey_of(hex, rkey);
   redisReply *r;
   if (!m->payload) { /* a revocation: gone, and every cache told */
     const char *del[] = {"DEL", rkey};

@@ -62,6 +62,7 @@
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_jsonw.h"
+#include "sluice/sl_rkey.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_kafka.h"
@@ -174,10 +175,11 @@ typedef struct {
   sl__mpu *mpu;   /* the multipart endpoints (multipart.c) */
   sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
-  sl__keycache *keys;     /* or NULL (presign.apikey_cache_ms 0) */
-  sl__keystore *store;    /* rebuilds the API-key store after a Redis loss */
-  sl_redis_script apikey; /* apikey_lua */
-  sl_redis_script rate;   /* rate_lua, run by its SHA-1 */
+  sl__keycache *keys;        /* or NULL (presign.apikey_cache_ms 0) */
+  sl__keystore *store;       /* rebuilds the API-key store after a Redis loss */
+  sl_redis_script apikey;    /* apikey_lua */
+  sl_redis_script rate;      /* rate_lua, run by its SHA-1 */
+  sl_redis_script rate_undo; /* rate_undo_lua */
   sl_metric *m_unauth, *m_limited;
   sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
@@ -190,6 +192,11 @@ typedef struct {
   char user[SL__USER_MAX + 1];
   char rkey[80]; /* an API key's record */
   uint64_t mark; /* sl__keycache_mark when its HGET was sent */
+  /* its rate windows (user, address): checked and counted by one script,
+   * or with redis.buckets (a Redis Cluster: two slots) one at a time, the
+   * first one's count taken back when the second refuses */
+  char rl_key[2][SL__USER_MAX + 16], rl_lim[2][24];
+  int rl_n, rl_i;
 } caller;
 
 /* An Idempotency-Key being served: Redis key sl:idem:presign:<sha256(user\0key)>
@@ -667,7 +674,7 @@ static void proceed(caller *c) {
   const char *ikey = sl_http_req_header(c->req, "Idempotency-Key");
   /* the API key's digest (its record sl:apikey:<digest>): notify signs the
    * submission's deliveries with that key's webhook secret */
-  const char *keyid = c->rkey[0] ? c->rkey + 10 : "";
+  const char *keyid = c->rkey[0] ? c->rkey + strlen(sl__apikey_prefix()) : "";
   if (ikey)
     create_idempotent(c->ps, c->req, ikey, c->user, keyid);
   else
@@ -675,8 +682,25 @@ static void proceed(caller *c) {
   free(c);
 }
 
+static int rate_send(caller *c);
+
+/* Takes back the counts of the windows before c->rl_i (one script each). */
+static void rate_undo(caller *c) {
+  for (int i = 0; i < c->rl_i; i++) {
+    const char *argv[] = {c->rl_key[i]};
+    sl_aredis_eval(c->ps->redis, NULL, NULL, &c->ps->rate_undo, 1, 1, argv, NULL);
+  }
+}
+
 static void on_rate(redisReply *r, void *ud) {
   caller *c = ud;
+  if (sl_rkey_bucketed() && r && r->type == REDIS_REPLY_INTEGER && r->integer == 0 &&
+      c->rl_i + 1 < c->rl_n) {
+    c->rl_i++; /* one window at a time: the next one */
+    if (rate_send(c) == 0) return;
+    r = NULL;
+  }
+  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer > 0) rate_undo(c);
   if (!r || r->type != REDIS_REPLY_INTEGER) {
     sl_http_respond_error(c->req, 503, "unavailable", "rate limiter unavailable; retry later",
                           "Retry-After: 2\r\n");
@@ -707,7 +731,10 @@ static void client_address(presign *ps, sl_http_req *req, char *out, size_t len)
 /* One fixed one-minute window per user and per address. Every window is
  * checked first and counted only when all allow the request, so a refused
  * request uses up nothing. Returns the ms until the first exhausted window
- * ends, or 0 (counted). */
+ * ends, or 0 (counted). With redis.buckets (a Redis Cluster, where the
+ * user's and the address's keys are in different slots) it runs once per
+ * window, in turn, and a refusal takes back the counts made before it
+ * (rate_undo_lua): a refused request uses up nothing once that is in. */
 static const char rate_lua[] =
     "for i, k in ipairs(KEYS) do\n"
     "  if tonumber(redis.call('GET', k) or '0') >= tonumber(ARGV[i]) then\n"
@@ -720,32 +747,42 @@ static const char rate_lua[] =
     "  if redis.call('INCR', k) == 1 then redis.call('PEXPIRE', k, 60000) end\n"
     "end\n"
     "return 0\n";
+/* a count taken back (a later window refused); a window gone meanwhile
+ * stays gone */
+static const char rate_undo_lua[] =
+    "if redis.call('DECR', KEYS[1]) < 0 then redis.call('DEL', KEYS[1]) end\n"
+    "return 0\n";
+
+/* Sends the rate script for c's windows: all of them, or (bucketed) the
+ * one at c->rl_i. */
+static int rate_send(caller *c) {
+  const char *argv[4];
+  int one = sl_rkey_bucketed(), from = one ? c->rl_i : 0, nk = one ? 1 : c->rl_n, argc = 0;
+  for (int i = 0; i < nk; i++) argv[argc++] = c->rl_key[from + i];
+  for (int i = 0; i < nk; i++) argv[argc++] = c->rl_lim[from + i];
+  return sl_aredis_eval(c->ps->redis, on_rate, c, &c->ps->rate, nk, argc, argv, NULL);
+}
 
 static void authed(caller *c) {
   presign *ps = c->ps;
-  char ukey[SL__USER_MAX + 16], akey[96], addr[64], ul[24], al[24];
-  const char *argv[4];
-  const char *keys[2], *lims[2];
+  char addr[64];
   int nk = 0;
   if (ps->pc->rate_per_user > 0) {
-    snprintf(ukey, sizeof ukey, "sl:rl:u:%s", c->user);
-    snprintf(ul, sizeof ul, "%lld", (long long)ps->pc->rate_per_user);
-    keys[nk] = ukey, lims[nk++] = ul;
+    snprintf(c->rl_key[nk], sizeof c->rl_key[nk], "sl:rl:u:%s", c->user);
+    snprintf(c->rl_lim[nk++], sizeof c->rl_lim[0], "%lld", (long long)ps->pc->rate_per_user);
   }
   if (ps->pc->rate_per_address > 0) {
     client_address(ps, c->req, addr, sizeof addr);
-    snprintf(akey, sizeof akey, "sl:rl:a:%s", addr);
-    snprintf(al, sizeof al, "%lld", (long long)ps->pc->rate_per_address);
-    keys[nk] = akey, lims[nk++] = al;
+    snprintf(c->rl_key[nk], sizeof c->rl_key[nk], "sl:rl:a:%s", addr);
+    snprintf(c->rl_lim[nk++], sizeof c->rl_lim[0], "%lld", (long long)ps->pc->rate_per_address);
   }
   if (nk == 0) {
     proceed(c);
     return;
   }
-  int argc = 0;
-  for (int i = 0; i < nk; i++) argv[argc++] = keys[i];
-  for (int i = 0; i < nk; i++) argv[argc++] = lims[i];
-  if (sl_aredis_eval(ps->redis, on_rate, c, &ps->rate, nk, argc, argv, NULL) != 0) {
+  c->rl_n = nk;
+  c->rl_i = 0;
+  if (rate_send(c) != 0) {
     sl_http_respond_error(c->req, 503, "unavailable", "rate limiter unavailable; retry later",
                           "Retry-After: 2\r\n");
     free(c);
@@ -1087,6 +1124,7 @@ static int presign_main(int argc, char **argv) {
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
+  sl_redis_script_init(&ps.rate_undo, rate_undo_lua);
   sl_redis_script_init(&ps.apikey, apikey_lua);
   count_requests(&ps);
   char err[512] = "";

@@ -35,8 +35,14 @@ admin() { echo "http://127.0.0.1:$("$ROOT/tools/stages" port "$@")"; }
 ADMIN_INGEST=$(admin ingest)
 FAILURES=0
 
-# SLUICE_TEST_REDIS_CLUSTER1=1: the test runs against Redis in cluster mode
-# on one node that owns every slot (tools/devstack DEVSTACK_REDIS_CLUSTER1):
+# TEST_REDIS_CLUSTER1 (not SLUICE_*: a stage refuses a SLUICE_ variable it
+# does not know) runs a test against Redis in cluster mode on one node that
+# owns every slot, in one of two ways:
+#  - TEST_REDIS_CLUSTER1=lane: the lane's own Redis (tools/devstack
+#    DEVSTACK_REDIS_CLUSTER1), for tests that stop and restart it;
+#  - TEST_REDIS_CLUSTER1=1: a node of the test's own on BASE+199 (cluster1_up
+#    below), the lane's Redis left as it is.
+# Such a node
 # it refuses with CROSSSLOT a script or command whose keys lie in different
 # slots, as a Redis Cluster does, while every client still talks to it as to
 # one Redis; and the stages run with redis.buckets (SLUICE_REDIS_BUCKETS, 8
@@ -53,9 +59,7 @@ redis_mode() {
   wait_for 20 sh -c "! kill -0 $pid 2>/dev/null"
 }
 EXIT_LAST=()
-# (not passed on: a stage refuses a SLUICE_ variable it does not know)
-export -n SLUICE_TEST_REDIS_CLUSTER1 2>/dev/null || true
-if [[ ${SLUICE_TEST_REDIS_CLUSTER1:-0} == 1 ]]; then
+if [[ ${TEST_REDIS_CLUSTER1:-} == lane ]]; then
   export DEVSTACK_REDIS_CLUSTER1=1 SLUICE_REDIS_BUCKETS=${SLUICE_REDIS_BUCKETS:-8}
   redis_mode
   EXIT_LAST+=('DEVSTACK_REDIS_CLUSTER1=0 redis_mode; DEVSTACK_REDIS_CLUSTER1=0 "$ROOT/tools/devstack" up >/dev/null 2>&1')
@@ -63,6 +67,32 @@ fi
 
 "$ROOT/tools/devstack" up >/dev/null
 eval "$("$ROOT/tools/devstack" env)"
+
+# TEST_REDIS_CLUSTER1=1: the test's Redis is a one-node cluster on BASE+199
+# (tests/integration/test_cluster1_*), SLUICE_REDIS_BUCKETS 8 unless set
+cluster1_up() {
+  local port=$((BASE + 199)) dir=$DEVSTACK_DIR/cluster1-$TEST_NAME
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$dir" && mkdir -p "$dir"
+  trap 'redis-cli -p '"$port"' shutdown nosave >/dev/null 2>&1' EXIT
+  redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+    --cluster-config-file "$dir/nodes.conf" --save '' --appendonly no --dir "$dir" \
+    --logfile "$dir/redis.log" --daemonize yes >/dev/null
+  wait_for 10 sh -c "redis-cli -p $port ping 2>/dev/null | grep -q PONG" ||
+    { echo "cluster1: redis-server on $port did not start" >&2; exit 1; }
+  redis-cli -p "$port" cluster addslotsrange 0 16383 >/dev/null
+  wait_for 10 sh -c "redis-cli -p $port cluster info | grep -q cluster_state:ok" ||
+    { echo "cluster1: no cluster_state:ok on $port" >&2; exit 1; }
+  export SLUICE_REDIS_URL=redis://127.0.0.1:$port DEVSTACK_REDIS_PORT=$port
+  export SLUICE_REDIS_BUCKETS=${SLUICE_REDIS_BUCKETS:-8}
+  CLUSTER1_PORT=$port CLUSTER1_DIR=$dir
+  trap 'redis-cli -p "$CLUSTER1_PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$CLUSTER1_DIR"' EXIT
+}
+if [[ ${TEST_REDIS_CLUSTER1:-} == 1 ]]; then
+  cluster1_up
+  printf '[%s] on a one-node Redis Cluster (port %s), redis.buckets %s\n' "$TEST_NAME" \
+    "$CLUSTER1_PORT" "$SLUICE_REDIS_BUCKETS"
+fi
 "$ROOT/tools/stages" down >/dev/null 2>&1 || true # leftovers of an interrupted run
 rm -rf "$STAGES_DIR"
 # what an earlier test on this stack left on the stages' inputs (a request
@@ -84,6 +114,8 @@ export SLUICE_PRESIGN_RATE_PER_ADDRESS=${SLUICE_PRESIGN_RATE_PER_ADDRESS:-100000
 # Whatever happens, stop what this test started. Tests add their own
 # clean-up with at_exit instead of replacing the trap.
 EXIT_HOOKS=('"$ROOT/tools/stages" down >/dev/null 2>&1 || true')
+[[ -n ${CLUSTER1_PORT:-} ]] &&
+  EXIT_HOOKS+=('redis-cli -p "$CLUSTER1_PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$CLUSTER1_DIR"')
 at_exit() { EXIT_HOOKS+=("$1"); }
 run_exit_hooks() { # keeps the test's exit status; hooks may fail harmlessly
   local rc=$? h
@@ -94,6 +126,16 @@ run_exit_hooks() { # keeps the test's exit status; hooks may fail harmlessly
 trap run_exit_hooks EXIT
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*"; }
+# pause_key PROVIDER: the provider's pause key as the runtime names it (with
+# SLUICE_REDIS_BUCKETS, the Redis Cluster form; tools/limiter-probe asks
+# sl_limiter_keys)
+LIMITER_PROBE=${LIMITER_PROBE:-$(dirname "$(dirname "$SLUICE_BIN")")/tools/limiter_probe}
+pause_key() { "$LIMITER_PROBE" --provider "$1" --print-keys | sed -n 2p; }
+# the API-key store's names (stages/lib/auth.h: the tag {ak} with
+# SLUICE_REDIS_BUCKETS): apikey_record DIGEST, APIKEY_MARKER
+APIKEY_TAG=$([[ ${SLUICE_REDIS_BUCKETS:-0} -gt 0 ]] && echo '{ak}' || true)
+APIKEY_MARKER=sl:apikeys:${APIKEY_TAG}epoch
+apikey_record() { printf 'sl:apikey:%s%s' "$APIKEY_TAG" "$1"; }
 # RC ARGS... : redis-cli on the stack's Redis
 RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
 fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }
@@ -320,7 +362,7 @@ finish() {
     fail "a forbidden job transition in stage logs:"
     grep -h "defect: a job moved" "$STAGES_DIR"/*.log | head -10 >&2
   fi
-  if [[ ${DEVSTACK_REDIS_CLUSTER1:-0} == 1 ]]; then # the stages fail open: Redis's own count tells
+  if [[ -n ${TEST_REDIS_CLUSTER1:-} ]]; then # the stages fail open: Redis's own count tells
     local cross
     cross=$(redis-cli -p "$DEVSTACK_REDIS_PORT" INFO errorstats | tr -d '\r' | grep CROSSSLOT || true)
     [[ -z $cross ]] || fail "the cluster refused commands whose keys crossed slots: $cross"

@@ -57,7 +57,7 @@ hgets() { RC INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_hget:calls=\([0
 newkey() { "$SLUICECTL" apikey add --user "$1" --label test_apikey_cache 2>/dev/null; }
 revocations() { metric sluice_apikey_revocations_total '' "$ADMIN"; }
 subscriptions() { grep -c 'API-key cache on' "$STAGES_DIR/presign.log"; }
-record() { printf 'sl:apikey:%s' "$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)"; }
+record() { apikey_record "$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)"; }
 
 start_presign 600000
 

@@ -80,7 +80,7 @@ served_again() {
     tail -n +"$((n0 + 1))" "$work/polls" | grep -q '^B-create 201' &&
     tail -n +"$((n0 + 1))" "$work/polls" | grep -qE '^A-read (404|503 view_rebuilding)'
 }
-marked() { test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" EXISTS sl:apikeys:epoch)" = 1; }
+marked() { test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" EXISTS "$APIKEY_MARKER")" = 1; }
 wait_for 40 marked || fail "the API-key store was not rebuilt (marked) within 40 s of the loss"
 wait_for 20 served_again || fail "the keys were not served again after the rebuild"
 sleep 0.5

@@ -108,7 +108,7 @@ export SLUICE_STAGE_CLAIM_LEASE_MS=3000
 SLUICE_STAGE_WORKERS=2 replica_up "$h3"
 harness_send 10 '{"sleep_ms":12000}'
 sid2=$SID keys=("${KEYS[@]}")
-claims() { RC --scan --pattern "sl:claim:hclaim:$sid2/*" | wc -l; }
+claims() { RC --scan --pattern "sl:claim:*hclaim:$sid2/*" | wc -l; }
 check "the first replica claimed every input" wait_for 30 at_least 10 claims
 replica_up "$h4"
 met2() { grep -q 'another replica is calling' "$STAGES_DIR/hclaim-$h4.log"; }
@@ -120,11 +120,11 @@ check "the second replica met the first one's claims" wait_for 30 met2
 h3_pid=${pids[0]} h4_pid=${pids[1]}
 kill -STOP "$h3_pid"
 lost_at=$(date +%s%3N)
-RC --scan --pattern "sl:claim:hclaim:$sid2/*" | while read -r k; do RC DEL "$k" >/dev/null; done
+RC --scan --pattern "sl:claim:*hclaim:$sid2/*" | while read -r k; do RC DEL "$k" >/dev/null; done
 # a claim's value is its owner, "<host>:<pid>:<random>:<seq>"
 taken() {
   local k
-  for k in $(RC --scan --pattern "sl:claim:hclaim:$sid2/*"); do
+  for k in $(RC --scan --pattern "sl:claim:*hclaim:$sid2/*"); do
     [[ $(RC GET "$k") == *":$h4_pid:"* ]] && return 0
   done
   return 1

@@ -27,6 +27,7 @@
 #     the gauge follows 2 more retry copies; Kafka killed again: SIGTERM
 #     stops the harness cleanly within 15 s.
 source "$(dirname "$0")/lib.sh"
+PAUSE_KEY=$(pause_key harness-provider)
 B=$SLUICE_KAFKA_BROKERS
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
@@ -37,8 +38,9 @@ export SLUICE_STAGE_MAX_IN_FLIGHT=4 SLUICE_STAGE_PREFETCH=0 SLUICE_STAGE_WORKERS
 export SLUICE_STAGE_LAG_INTERVAL_MS=1000 SLUICE_STAGE_CLAIM_LEASE_MS=0
 export SLUICE_BREAKER_MIN_CALLS=4 SLUICE_BREAKER_PROBE_INTERVAL_MS=10000
 harness_topics 2 1s 1h
-RC DEL sl:pause:harness-provider harness:outage >/dev/null
-at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL sl:pause:harness-provider harness:outage >/dev/null 2>&1; true'
+RC DEL "$PAUSE_KEY" >/dev/null
+RC DEL harness:outage >/dev/null # one key a command: a cluster refuses two slots
+at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL "$PAUSE_KEY" >/dev/null 2>&1; redis-cli -u "$SLUICE_REDIS_URL" DEL harness:outage >/dev/null 2>&1; true'
 
 # what `sluicectl status` knows of the harness: a pipeline with it as a stage
 # (only sluicectl reads it; the harness runs with the built-in one)
@@ -126,7 +128,7 @@ wait_for 10 actionable_is 0 || true
 check "retry copies waiting for their delay are not actionable ($(actionable))" actionable_is 0
 
 # ---- a provider 429 pause in effect: more replicas would wait as well -------------
-RC SET sl:pause:harness-provider 1 PX 12000 >/dev/null
+RC SET "$PAUSE_KEY" 1 PX 12000 >/dev/null
 produce 3 p '{}'
 wait_for 10 agree 3 3 || true
 check "during the provider's pause the gauge says 3 waiting ($(cat "$work/agree"))" agree 3 3

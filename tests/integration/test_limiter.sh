@@ -7,6 +7,10 @@
 #    pause key, and the keys' expiry;
 #  - two limiter_probe processes sharing one limit (20/s, burst 1) for 10 s:
 #    together they get rate x seconds + burst grants (+-10%), neither starves;
+#  - the same limit split into 2 buckets (provider.limit_buckets), one probe
+#    on each, at the same time: together still ~rate x seconds (each bucket
+#    10/s), while a probe alone on one bucket of another provider gets only
+#    its bucket's half (the cost of buckets);
 #  - sl_limiter_pause 2000 ms stops the grants for ~2 s, and a shorter pause
 #    never shortens a longer one.
 # The probe is tools/limiter-probe (binary from $LIMITER_PROBE, default next
@@ -32,18 +36,26 @@ probe() { # probe NAME ARGS... : runs the probe, stdout/stderr in $work/NAME.{ou
 # --- the script contract, by hand ---------------------------------------------
 take_lua=$("$PROBE" --print-script take)
 pause_lua=$("$PROBE" --print-script pause)
-take() { rcli EVAL "$take_lua" 2 "sl:limit:$1" "sl:pause:$1" "$2" "$3" "$4"; }
+# the keys of provider $1 as the runtime names them (SLUICE_REDIS_BUCKETS:
+# tagged for a Redis Cluster)
+lk() { "$PROBE" --provider "$1" --print-keys | sed -n 1p; }
+pk() { "$PROBE" --provider "$1" --print-keys | sed -n 2p; }
+# names P: LK and PK, provider P's keys (asked once: the takes below are timed)
+names() { LK=$(lk "$1") PK=$(pk "$1"); }
+take() { rcli EVAL "$take_lua" 2 "$LK" "$PK" "$2" "$3" "$4"; }
 
 p=c1-$run
+names "$p"
 got="$(take "$p" 1 3 1) $(take "$p" 1 3 1) $(take "$p" 1 3 1)"
 check "burst 3 from an empty bucket: three grants ($got)" test "$got" = "0 0 0"
 w=$(take "$p" 1 3 1)
 check "the 4th at 1/s waits ~1000 ms ($w)" between "$w" 900 1000
-ttl=$(rcli PTTL "sl:limit:$p")
+ttl=$(rcli PTTL "$LK")
 check "limit key expires when the bucket is full again (PTTL $ttl, ~3000)" between "$ttl" 2000 3000
-check "a refused request took nothing (PTTL still <= 3000)" test "$(rcli PTTL "sl:limit:$p")" -le 3000
+check "a refused request took nothing (PTTL still <= 3000)" test "$(rcli PTTL "$LK")" -le 3000
 
 p=c2-$run
+names "$p"
 got=$(take "$p" 1 3 5)
 check "cost 5 > burst 3 goes when the bucket is full ($got)" test "$got" = 0
 w=$(take "$p" 1 3 1)
@@ -52,6 +64,7 @@ w=$(take "$p" 1 3 5)
 check "and another cost-5 request waits until the bucket is full (~5000 ms: $w)" between "$w" 4900 5000
 
 p=c3-$run
+names "$p"
 got=$(take "$p" 20 2 0.5)
 check "fractional cost is accepted ($got)" test "$got" = 0
 for args in "0 1 1" "-1 1 1" "x 1 1" "1 0.5 1" "1 1 0" "1 1 nan" "1 inf 1"; do
@@ -61,18 +74,20 @@ for args in "0 1 1" "-1 1 1" "x 1 1" "1 0.5 1" "1 1 0" "1 1 nan" "1 inf 1"; do
 done
 
 p=c4-$run
-rcli SET "sl:pause:$p" 1 PX 1500 >/dev/null
+names "$p"
+rcli SET "$PK" 1 PX 1500 >/dev/null
 w=$(take "$p" 100 10 1)
 check "while the pause key exists the reply is its PTTL ($w)" between "$w" 1000 1500
-check "a paused request records nothing" test "$(rcli EXISTS "sl:limit:$p")" = 0
+check "a paused request records nothing" test "$(rcli EXISTS "$LK")" = 0
 p=c5-$run
-rcli SET "sl:pause:$p" 1 >/dev/null
+names "$p"
+rcli SET "$PK" 1 >/dev/null
 check "a pause key without a TTL is ignored" test "$(take "$p" 100 10 1)" = 0
-got=$(rcli EVAL "$pause_lua" 1 "sl:pause:$p" 800)
+got=$(rcli EVAL "$pause_lua" 1 "$PK" 800)
 check "the pause script gives a TTL-less pause key one ($got)" test "$got" = 800
-got=$(rcli EVAL "$pause_lua" 1 "sl:pause:$p" 100)
+got=$(rcli EVAL "$pause_lua" 1 "$PK" 100)
 check "the pause script never shortens ($got)" between "$got" 500 800
-check "the pause script rejects 0 ms" grep -q "ERR sl_limiter" <<<"$(rcli EVAL "$pause_lua" 1 "sl:pause:$p" 0)"
+check "the pause script rejects 0 ms" grep -q "ERR sl_limiter" <<<"$(rcli EVAL "$pause_lua" 1 "$PK" 0)"
 
 # --- two replicas share one limit -----------------------------------------------
 p=share-$run
@@ -96,7 +111,31 @@ check "probe a got a fair share ($ga of $total, >= 25%)" test $((ga * 4)) -ge "$
 check "probe b got a fair share ($gb of $total, >= 25%)" test $((gb * 4)) -ge "$total"
 check "the probes slept on refusals instead of spinning (a: $wa waits)" test "$wa" -le $((ga * 3 + 50))
 sleep 0.2
-check "an idle limiter's key vanishes" test "$(rcli EXISTS "sl:limit:$p")" = 0
+check "an idle limiter's key vanishes" test "$(rcli EXISTS "$(lk "$p")")" = 0
+
+# --- a limit split into buckets keeps the aggregate rate -------------------------
+p=split-$run q=lone-$run
+probe k0 --provider "$p" --rate 20 --burst 1 --seconds 10 --buckets 2 --bucket 0 &
+p0=$!
+probe k1 --provider "$p" --rate 20 --burst 1 --seconds 10 --buckets 2 --bucket 1 &
+p1=$!
+probe lone --provider "$q" --rate 20 --burst 1 --seconds 10 --buckets 2 --bucket 1 &
+pl=$!
+rc0=0 rc1=0 rcl=0
+wait "$p0" || rc0=$?
+wait "$p1" || rc1=$?
+wait "$pl" || rcl=$?
+log "bucket 0: $(cat "$work/k0.out")  bucket 1: $(cat "$work/k1.out")  alone: $(cat "$work/lone.out")"
+check "the bucket probes exited 0 (rc $rc0 $rc1 $rcl)" test "$rc0$rc1$rcl" = 000
+g0=$(jq -r '.granted // 0' "$work/k0.out" 2>/dev/null || echo 0)
+g1=$(jq -r '.granted // 0' "$work/k1.out" 2>/dev/null || echo 0)
+gl=$(jq -r '.granted // 0' "$work/lone.out" 2>/dev/null || echo 0)
+total=$((g0 + g1))
+want=$((20 * 10 + 2)) # a burst of 1 per bucket
+check "2 buckets together: $total grants, within 10% of $want" between "$total" $((want * 9 / 10)) $((want * 11 / 10))
+check "bucket 0 its half ($g0, ~101)" between "$g0" 91 111
+check "bucket 1 its half ($g1, ~101)" between "$g1" 91 111
+check "a replica alone on one bucket gets only that half ($gl, ~101)" between "$gl" 91 111
 
 # --- a pause stops every replica ------------------------------------------------
 p=pause-$run
@@ -108,10 +147,10 @@ rcp=0
 probe pause --provider "$p" --pause 2000 || rcp=$?
 t1=$(ms_now)
 check "limiter_probe --pause succeeded ($(cat "$work/pause.out"))" test "$rcp" = 0
-ttl=$(rcli PTTL "sl:pause:$p")
+ttl=$(rcli PTTL "$(pk "$p")")
 check "the pause key holds ~2000 ms (PTTL $ttl)" between "$ttl" 1500 2000
 probe shorter --provider "$p" --pause 300 || fail "limiter_probe --pause 300 failed"
-ttl=$(rcli PTTL "sl:pause:$p")
+ttl=$(rcli PTTL "$(pk "$p")")
 check "a shorter pause does not shorten it (PTTL $ttl)" test "$ttl" -gt 1000
 rcpp=0
 wait "$pp" || rcpp=$?

@@ -14,13 +14,14 @@
 # in sluice-delay-ms) is handled about 1 s after it is read, not in 9
 # minutes, with the default cap (10 min) in force.
 source "$(dirname "$0")/lib.sh"
+PAUSE_KEY=$(pause_key harness-provider)
 B=$SLUICE_KAFKA_BROKERS
 run=$(date +%s%N | tail -c 9)
 export HARNESS_STAGE=hra SLUICE_RETRY_TIERS=1s,2s SLUICE_PROVIDER_MAX_RETRY_AFTER_MS=4000
 # one partition per topic: both retry copies share the 2s tier's partition
 harness_topics 1 1s 2s
-RC DEL sl:pause:harness-provider >/dev/null
-at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL sl:pause:harness-provider >/dev/null 2>&1; true'
+RC DEL "$PAUSE_KEY" >/dev/null
+at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL "$PAUSE_KEY" >/dev/null 2>&1; true'
 
 harness_up
 
@@ -29,9 +30,9 @@ k1="ra-$run/1" k2="ra-$run/2"
 t0=$(date +%s%N)
 printf '%s\t%s\n' "$k1" '{"transient":1,"retry_after_ms":86400000,"throttle":true}' |
   kcat -P -b "$B" -t hra.in -K $'\t'
-wait_for 20 sh -c "test \"\$(redis-cli -u '$SLUICE_REDIS_URL' PTTL sl:pause:harness-provider)\" -gt 0" ||
+wait_for 20 sh -c "test \"\$(redis-cli -u '$SLUICE_REDIS_URL' PTTL $PAUSE_KEY)\" -gt 0" ||
   fail "no pause was set after the 429"
-pttl=$(RC PTTL sl:pause:harness-provider)
+pttl=$(RC PTTL "$PAUSE_KEY")
 check "the shared pause is capped at 4 s ($pttl ms left)" test "$pttl" -le 4000
 # behind it on the 2s tier: a 503 that asks for 1.5 s (the first tier that
 # covers it is 2s)

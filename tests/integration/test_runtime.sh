@@ -17,6 +17,7 @@
 #      answered at once (claims read the store, so a stage skips its own
 #      lookup until the gate would hold a message: then it looks first)
 source "$(dirname "$0")/lib.sh"
+PAUSE_KEY=$(pause_key harness-provider)
 [[ -x $HARNESS ]] || { fail "no harness binary at $HARNESS"; finish; }
 B=$SLUICE_KAFKA_BROKERS
 run=$(date +%s%N | tail -c 9)   # keys unique to this run
@@ -165,8 +166,8 @@ printf '%s\t{}\n' "$k9" | kcat -P -b "$B" -t harness.in -K $'\t'
 wait_count 20 1 outputs "$k9" || true
 check "pause: the first input answered ($(outputs "$k9") output, $(calls "$k9") call)" \
   test "$(outputs "$k9"),$(calls "$k9")" = 1,1
-RC SET sl:pause:harness-provider 1 PX 6000 >/dev/null # what a replica's 429 sets
-at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL sl:pause:harness-provider >/dev/null 2>&1; true'
+RC SET "$PAUSE_KEY" 1 PX 6000 >/dev/null # what a replica's 429 sets
+at_exit 'redis-cli -u "$SLUICE_REDIS_URL" DEL "$PAUSE_KEY" >/dev/null 2>&1; true'
 sleep 0.3 # the stage reads the pause key at most every 100 ms
 t9=$(date +%s%N)
 printf '%s\t{}\n%s\t{}\n' "$k9b" "$k9" | kcat -P -b "$B" -t harness.in -K $'\t'

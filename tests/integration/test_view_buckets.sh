@@ -13,7 +13,7 @@
 # marker (its sequence lower, a submission's hash gone: a replica that lagged
 # took over): materialize notices it from that bucket's sequence and repairs
 # that bucket alone too.
-export SLUICE_TEST_REDIS_CLUSTER1=${SLUICE_TEST_REDIS_CLUSTER1:-1}
+export TEST_REDIS_CLUSTER1=${TEST_REDIS_CLUSTER1:-lane}
 source "$(dirname "$0")/lib.sh"
 [[ ${SLUICE_REDIS_BUCKETS:-0} -gt 1 ]] || {
   log "needs SLUICE_REDIS_BUCKETS > 1 (got ${SLUICE_REDIS_BUCKETS:-0})"

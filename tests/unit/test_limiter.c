@@ -23,6 +23,8 @@
 
 #include "sluice/sl_err.h"
 #include "sluice/sl_limiter.h"
+#include "sluice/sl_rkey.h"
+#include "sluice/sl_slot.h"
 
 static void sha1_hex(const char *s, char out[41]) {
   unsigned char d[SHA_DIGEST_LENGTH];
@@ -186,8 +188,79 @@ static void test_sync_helpers_check_arguments(void **state) {
   sl_redis_free(r);
 }
 
+/* Limiter buckets (provider.limit_buckets) and Redis Cluster names
+ * (redis.buckets): K keys of rate/K and burst/K; with redis.buckets the
+ * provider is the hash tag, so that the take script's keys share a slot
+ * (K = 1), or each bucket has its own slot and the script leaves the pause
+ * out (K > 1). Unbucketed, K = 1 is today's command byte for byte. */
+static void test_buckets(void **state) {
+  (void)state;
+  sl_limiter_cmd c;
+  char lk[SL_LIMITER_KEY_MAX], pk[SL_LIMITER_KEY_MAX];
+  assert_int_equal(sl_rkey_setup(0), 0);
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 0, 1, 20, 1, 2.5), 0);
+  assert_int_equal(c.argc, 8);
+  assert_string_equal(c.argv[3], "sl:limit:llm");
+  assert_string_equal(c.argv[4], "sl:pause:llm");
+  /* K = 4, one Redis: plain names, the pause still read by the script */
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 3, 4, 20, 10, 1), 0);
+  assert_int_equal(c.argc, 8);
+  assert_string_equal(c.argv[2], "2");
+  assert_string_equal(c.argv[3], "sl:limit:llm:3");
+  assert_string_equal(c.argv[4], "sl:pause:llm");
+  assert_true(strtod(c.argv[5], NULL) == 5);   /* 20 / 4 */
+  assert_true(strtod(c.argv[6], NULL) == 2.5); /* 10 / 4 */
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 0, 4, 20, 2, 1), 0);
+  assert_true(strtod(c.argv[6], NULL) == 1); /* burst at least 1 */
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 4, 4, 20, 2, 1), SL_EINVAL);
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 0, 0, 20, 2, 1), SL_EINVAL);
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", -1, 4, 20, 2, 1), SL_EINVAL);
+  /* a cluster, K = 1: the provider is the tag, both keys in one slot */
+  assert_int_equal(sl_rkey_setup(8), 0);
+  assert_int_equal(sl_limiter_keys("llm", lk, sizeof lk, pk, sizeof pk), 0);
+  assert_string_equal(lk, "sl:limit:{llm}");
+  assert_string_equal(pk, "sl:pause:{llm}");
+  assert_int_equal(sl_slot_of(lk, strlen(lk)), sl_slot_of(pk, strlen(pk)));
+  assert_int_equal(sl_limiter_pause_in_take(1), 1);
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 0, 1, 20, 1, 1), 0);
+  assert_int_equal(c.argc, 8);
+  /* K = 4: a slot per bucket, and the script without the pause key */
+  int slots[4];
+  for (int k = 0; k < 4; k++) {
+    assert_int_equal(sl_limiter_keys_of("llm", k, 4, lk, sizeof lk, pk, sizeof pk), 0);
+    char want[32];
+    snprintf(want, sizeof want, "sl:limit:{llm:%d}", k);
+    assert_string_equal(lk, want);
+    assert_string_equal(pk, "sl:pause:{llm}"); /* one pause per provider */
+    slots[k] = sl_slot_of(lk, strlen(lk));
+  }
+  assert_true(slots[0] != slots[1] || slots[1] != slots[2] || slots[2] != slots[3]);
+  assert_int_equal(sl_limiter_pause_in_take(4), 0);
+  assert_int_equal(sl_limiter_prepare_take_of(&c, "llm", 2, 4, 20, 8, 1), 0);
+  assert_int_equal(c.argc, 7);
+  assert_string_equal(c.argv[2], "1");
+  assert_string_equal(c.argv[3], "sl:limit:{llm:2}");
+  assert_true(strtod(c.argv[4], NULL) == 5);
+  assert_true(strtod(c.argv[5], NULL) == 2);
+  assert_string_equal(c.argv[6], "1");
+  /* the longest provider and bucket fit the key buffer */
+  char longest[SL_LIMITER_PROVIDER_MAX + 1];
+  memset(longest, 'x', SL_LIMITER_PROVIDER_MAX);
+  longest[SL_LIMITER_PROVIDER_MAX] = '\0';
+  assert_int_equal(sl_limiter_prepare_take_of(&c, longest, SL_LIMITER_MAX_BUCKETS - 1,
+                                              SL_LIMITER_MAX_BUCKETS, 20, 1, 1),
+                   0);
+  assert_int_equal(sl_rkey_setup(0), 0);
+  /* a replica's bucket is in range and stable */
+  int b = sl_limiter_replica_bucket(7);
+  assert_true(b >= 0 && b < 7);
+  assert_int_equal(sl_limiter_replica_bucket(7), b);
+  assert_int_equal(sl_limiter_replica_bucket(1), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_buckets),
       cmocka_unit_test(test_sha1_constants_match_scripts),
       cmocka_unit_test(test_keys),
       cmocka_unit_test(test_prepare_take),

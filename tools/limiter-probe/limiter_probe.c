@@ -15,7 +15,14 @@
  *       sl_limiter_pause(); prints {"paused_ms":MS}.
  *   limiter_probe --print-script take|pause
  *       Prints the Lua script text (to EVAL it by hand with redis-cli).
+ *   limiter_probe --provider NAME --print-keys
+ *       Prints the limit key and the pause key, one line each.
+ *   --buckets K --bucket B (with a take loop or --print-keys): the limit is
+ *       split in K buckets (provider.limit_buckets) and this probe takes
+ *       from bucket B (rate/K, burst/K).
  *
+ * The key names follow SLUICE_REDIS_BUCKETS (redis.buckets, as the stages
+ * read it): > 0, the names a Redis Cluster needs (sl_limiter.h).
  * --redis defaults to $SLUICE_REDIS_URL, then redis://127.0.0.1:6379.
  * SIGINT/SIGTERM end the loop early; the JSON line is still printed.
  * Single-threaded; all buffers are fixed-size.
@@ -33,6 +40,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -68,15 +76,22 @@ static void usage(FILE *f) {
   fputs("usage: limiter_probe [--redis URL] --provider NAME --rate R --burst B --seconds S\n"
         "                     [--cost C] [--trace FILE]\n"
         "       limiter_probe [--redis URL] --provider NAME --pause MS\n"
-        "       limiter_probe --print-script take|pause\n",
+        "       limiter_probe --print-script take|pause\n"
+        "       limiter_probe --provider NAME [--buckets K --bucket B] --print-keys\n"
+        "       (a take loop also takes [--buckets K --bucket B])\n",
         f);
 }
 
 int main(int argc, char **argv) {
   const char *url = getenv("SLUICE_REDIS_URL");
   const char *provider = NULL, *trace_path = NULL;
-  double rate = 0, burst = 1, cost = 1, seconds = 0, pause = 0;
-  int have_pause = 0;
+  double rate = 0, burst = 1, cost = 1, seconds = 0, pause = 0, buckets = 1, bucket = 0;
+  int have_pause = 0, print_keys = 0;
+  const char *rb = getenv("SLUICE_REDIS_BUCKETS");
+  if (sl_rkey_setup(rb && *rb ? atoi(rb) : 0) != 0) {
+    fprintf(stderr, "limiter_probe: SLUICE_REDIS_BUCKETS %s is out of range\n", rb);
+    return 2;
+  }
   if (!url || !*url) url = "redis://127.0.0.1:6379";
 
   for (int i = 1; i < argc; i++) {
@@ -84,6 +99,10 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;
+    }
+    if (strcmp(a, "--print-keys") == 0) {
+      print_keys = 1;
+      continue;
     }
     if (i + 1 >= argc) {
       fprintf(stderr, "limiter_probe: %s needs a value\n", a);
@@ -104,6 +123,10 @@ int main(int argc, char **argv) {
       bad = parse_double(v, &burst);
     else if (strcmp(a, "--cost") == 0)
       bad = parse_double(v, &cost);
+    else if (strcmp(a, "--buckets") == 0)
+      bad = parse_double(v, &buckets);
+    else if (strcmp(a, "--bucket") == 0)
+      bad = parse_double(v, &bucket);
     else if (strcmp(a, "--seconds") == 0)
       bad = parse_double(v, &seconds);
     else if (strcmp(a, "--pause") == 0) {
@@ -126,6 +149,15 @@ int main(int argc, char **argv) {
       fprintf(stderr, "limiter_probe: bad value for %s: %s\n", a, v);
       return 2;
     }
+  }
+  if (print_keys) {
+    char lk[SL_LIMITER_KEY_MAX], pk[SL_LIMITER_KEY_MAX];
+    if (sl_limiter_keys_of(provider, (int)bucket, (int)buckets, lk, sizeof lk, pk, sizeof pk)) {
+      usage(stderr);
+      return 2;
+    }
+    printf("%s\n%s\n", lk, pk);
+    return 0;
   }
   if (!provider || (!have_pause && (rate <= 0 || seconds <= 0 || burst < 1 || cost <= 0)) ||
       (have_pause && (pause < 1 || pause > (double)INT64_MAX / 2))) {
@@ -171,7 +203,8 @@ int main(int argc, char **argv) {
     int64_t now = clock_ms(CLOCK_MONOTONIC);
     if (stop_flag || now >= deadline) break;
     int64_t wait = 0;
-    rc = sl_limiter_take(r, provider, rate, burst, cost, &wait, err, sizeof err);
+    rc = sl_limiter_take_of(r, provider, (int)bucket, (int)buckets, rate, burst, cost, &wait, err,
+                            sizeof err);
     if (rc) {
       if (errors++ < 5) fprintf(stderr, "limiter_probe: take: %s (%s)\n", err, sl_err_name(rc));
       if (rc == SL_EINVAL) break;

@@ -81,7 +81,7 @@ int sc_apikey_add(const sc_opts *o) {
     return SC_EXIT_FAIL;
   }
   sl_sha256_hex(key, strlen(key), h);
-  snprintf(rkey, sizeof rkey, "sl:apikey:%s", h);
+  sl__apikey_rkey_of(h, rkey);
   snprintf(created, sizeof created, "%lld", (long long)sl_now_ms());
   /* the key's record in Kafka first: what the store is rebuilt from */
   json_t *rec =
@@ -144,7 +144,7 @@ int sc_apikey_add(const sc_opts *o) {
 static int scan(sl_redis *c, const char *prefix, int (*fn)(sl_redis *, const char *, void *),
                 void *arg) {
   char cursor[32] = "0", match[96];
-  snprintf(match, sizeof match, "sl:apikey:%s*", prefix);
+  snprintf(match, sizeof match, "%s%s*", sl__apikey_prefix(), prefix);
   do {
     char rerr[256] = "";
     const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500"};
@@ -179,7 +179,7 @@ static int list_one(sl_redis *c, const char *rkey, void *arg) {
   for (int i = 0; i < 3; i++)
     f[i] = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
   char id[13];
-  snprintf(id, sizeof id, "%.12s", rkey + 10);
+  snprintf(id, sizeof id, "%.12s", rkey + strlen(sl__apikey_prefix()));
   json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I}", "id", id, "user", f[0], "label", f[1],
                                        "created_ms", (json_int_t)strtoll(f[2], NULL, 10)));
   freeReplyObject(r);
@@ -281,7 +281,7 @@ int sc_apikey_rotate_secret(const sc_opts *o) {
                             "webhook_secret_previous", f[3]);
     char *rec_s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
     json_decref(rec);
-    if (!rec_s || publish(o, found + 10, rec_s) != 0) rc = SC_EXIT_FAIL;
+    if (!rec_s || publish(o, found + strlen(sl__apikey_prefix()), rec_s) != 0) rc = SC_EXIT_FAIL;
     if (rec_s) OPENSSL_cleanse(rec_s, strlen(rec_s));
     free(rec_s);
     if (rc == SC_EXIT_OK) {
@@ -302,7 +302,7 @@ int sc_apikey_rotate_secret(const sc_opts *o) {
     fprintf(stderr,
             "sluicectl: new webhook signing secret of key %.12s (shown only now); the previous "
             "one still signs beside it until the next rotation\n",
-            found + 10);
+            found + strlen(sl__apikey_prefix()));
   }
   OPENSSL_cleanse(whsec, sizeof whsec);
   return rc;
@@ -352,7 +352,8 @@ int sc_apikey_revoke(const sc_opts *o) {
   match_t m = {.n = 0};
   int rc = find_one(c, prefix, m.found);
   /* the tombstone first: a rebuild must not bring the key back */
-  if (rc == SC_EXIT_OK && publish(o, m.found + 10, NULL) != 0) rc = SC_EXIT_FAIL;
+  if (rc == SC_EXIT_OK && publish(o, m.found + strlen(sl__apikey_prefix()), NULL) != 0)
+    rc = SC_EXIT_FAIL;
   if (rc == SC_EXIT_OK) {
     char rerr[256] = "";
     /* deleted and announced at once: presign's cache drops the key when the
@@ -367,7 +368,7 @@ int sc_apikey_revoke(const sc_opts *o) {
       /* 0: the key was already gone: a rebuild of the store replayed the
        * tombstone written above (and told the caches), or another revoke
        * won: revoked all the same */
-      printf("revoked %.12s\n", m.found + 10);
+      printf("revoked %.12s\n", m.found + strlen(sl__apikey_prefix()));
     }
     freeReplyObject(r);
   }

@@ -35,6 +35,7 @@
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
+#include "sluice/sl_rkey.h"
 #include "sluice/sl_stage.h"
 
 enum {
@@ -359,6 +360,12 @@ int main(int argc, char **argv) {
   sl_conf_set_known_env(any_env);
   if (sl_conf_load(&cb, 1, NULL, NULL, 0, cerr, sizeof cerr) != 0) {
     fprintf(stderr, "sluicectl: %s\n", cerr);
+    sl_conf_release(&cb, 1);
+    return SC_EXIT_USAGE;
+  }
+  if (sl_rkey_setup((int)cc.redis_buckets) != 0) { /* the API keys' names follow it */
+    fprintf(stderr, "sluicectl: redis.buckets %lld is not between 0 and %d\n",
+            (long long)cc.redis_buckets, SL_RKEY_MAX_BUCKETS);
     sl_conf_release(&cb, 1);
     return SC_EXIT_USAGE;
   }

@@ -45,7 +45,9 @@
  *   loop together: SL_CLAIM_BATCH at most); tag i is "<topic>/<partition>/
  *   <offset>" of input i's message; starts key i is sl_idem_starts_key's
  *   for an input whose start is to be counted with its claim (the count of
- *   stage.max_starts, as sl_claim_starts_lua counts), else "". Reply: a
+ *   stage.max_starts, as sl_claim_starts_lua counts), else a key that
+ *   does not begin with "sl:" ("" or the batch's bare bucket tag, see
+ *   below). Reply: a
  *   flat array of N pairs {code, value}, in the order of the inputs:
  *     1, outputs   the outputs are stored already: reuse them, no call
  *     0, starts    claimed (or already ours: the lease is extended; or an
@@ -73,7 +75,8 @@
  *        ... <stored key N> <claim key N> <starts key N> <ttl s>
  *        <outputs 1> <owner 1> ... <outputs N> <owner N>
  *   stores each input's outputs (SET EX), deletes its start count (a
- *   starts key "" for none: its run is over once its outputs are stored),
+ *   starts key not beginning with "sl:" for none: its run is over once its
+ *   outputs are stored),
  *   then deletes its claim when it is still the owner's: one round trip
  *   where calls end, the outputs always stored before the claim goes (a
  *   waiting replica finds them). An empty owner stores only (an input not
@@ -98,6 +101,18 @@
  *   stage whose inputs run as soon as they are looked up (no provider gate
  *   between): {1, outputs} the outputs are stored (nothing counted), or
  *   {0, starts} as sl_claim_starts_lua counts.
+ *
+ * ---- Redis Cluster (redis.buckets > 0) -----------------------------------
+ * A cluster runs a script only when its keys share a slot, and routes it by
+ * its KEYS. The keys of one input carry its submission's bucket tag
+ * (sl_idem.h), so they share a slot; a batch of several inputs (take,
+ * renew, store, starts, and the DEL of ended counts) holds the inputs of
+ * one bucket only (the runtime splits a turn's batch by bucket; with
+ * redis.buckets = 0 every input is in bucket 0 and a batch is as before),
+ * and a key that is "none" is the bucket's bare tag ("{3-17}"), a name no
+ * script reads or writes, in the batch's slot ("" has slot 0). Every key a
+ * script touches is in its KEYS; none of them mixes an input's key with a
+ * global one.
  */
 #ifndef SLUICE_SL_CLAIM_H
 #define SLUICE_SL_CLAIM_H

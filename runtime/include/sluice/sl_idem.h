@@ -13,6 +13,13 @@
  * (stage.max_starts, sl_claim_starts_lua). The Redis conversation itself is
  * the runtime's.
  *
+ * Redis Cluster (redis.buckets > 0, sl_rkey.h): each key carries the bucket
+ * tag of its input's submission (the message key up to its first '/') right
+ * after "sl:<kind>:", e.g. sl:idem:{3-17}stt:<sid>/<q>:<digest32>, so that
+ * an input's stored, claim and starts keys share a slot and one script may
+ * touch them together. With redis.buckets = 0 the tag is "" and the names
+ * are exactly the ones above.
+ *
  * Pure. @locality any thread.
  */
 #ifndef SLUICE_SL_IDEM_H
@@ -24,15 +31,20 @@
 #include <stdint.h>
 
 /* The store's and the claim's key for (stage, message key, input digest
- * in hex). Returns 0 or SL_ETOOBIG (buf too small: nothing usable). */
-int sl_idem_key(char *buf, size_t len, const char *stage, const char *key, const char *digest);
-int sl_idem_claim_key(char *buf, size_t len, const char *stage, const char *key,
+ * in hex): "sl:<idem|claim>:<tag><stage>:<key>:<digest32>". tag is the
+ * bucket tag of key's submission when the caller knows it (sl_rkey_tag:
+ * "" unbucketed), or NULL to have it worked out from key here (a CRC16).
+ * Returns 0 or SL_ETOOBIG (buf too small: nothing usable). */
+int sl_idem_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
+                const char *digest);
+int sl_idem_claim_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
                       const char *digest);
 
 /* The start count's key of the input at (topic, partition, offset) read by
- * consumer group group: "sl:starts:<group>:<topic>:<partition>:<offset>".
+ * consumer group group, with the bucket tag of the input's submission (NULL
+ * or "": none): "sl:starts:<tag><group>:<topic>:<partition>:<offset>".
  * Returns 0 or SL_ETOOBIG (buf too small: nothing usable). */
-int sl_idem_starts_key(char *buf, size_t len, const char *group, const char *topic,
+int sl_idem_starts_key(char *buf, size_t len, const char *tag, const char *group, const char *topic,
                        int32_t partition, int64_t offset);
 
 /* Packs ob's outputs with their store time. *out is malloc'd (the caller

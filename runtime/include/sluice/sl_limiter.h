@@ -16,14 +16,29 @@
  *                         limiter vanishes
  *   sl:pause:<provider>   exists while the provider is paused; PX = pause
  * <provider> is 1..SL_LIMITER_PROVIDER_MAX characters of [A-Za-z0-9._-].
- * (For Redis Cluster both keys would need one hash slot, e.g. a {provider}
- * hash tag; Sluice runs one Redis, so the names stay plain.)
+ *
+ * Limiter buckets (provider.limit_buckets = K > 1): one provider's limit is
+ * split into K limits of rate/K and burst/K (at least 1) each, under
+ * sl:limit:<provider>:<k>, and each replica takes from one of them (its
+ * bucket, sl_limiter_replica_bucket): K keys share what one hot key took,
+ * at the cost of each replica seeing only its bucket's 1/K of the rate (a
+ * bucket whose replicas are idle is not lent to the others). The pause
+ * stays one key per provider.
+ *
+ * Redis Cluster (redis.buckets > 0, sl_rkey.h): the names carry the
+ * provider as hash tag, sl:limit:{<provider>} and sl:pause:{<provider>},
+ * so that the take script's two keys share a slot; with K > 1 each bucket
+ * is a tag of its own, sl:limit:{<provider>:<k>} (K slots, spread over the
+ * primaries), and the take script does not read the pause (another slot):
+ * the caller reads it first (sl_limiter_pause_in_take). With redis.buckets
+ * = 0 the names are the plain ones above.
  *
  * ---- Script contract: sl_limiter_lua (take) ----------------------------
  *   EVAL sl_limiter_lua 2 <limit key> <pause key> <rate> <burst> <cost>
  *   (or EVALSHA sl_limiter_lua_sha1 with the same arguments)
  *   KEYS[1]  limit key, KEYS[2] pause key (build them with
- *            sl_limiter_prepare_take() or sl_limiter_keys())
+ *            sl_limiter_prepare_take() or sl_limiter_keys()); the pause
+ *            key may be left out (1 key: the caller read the pause)
  *   ARGV[1]  rate, tokens per second (number > 0; fractions allowed)
  *   ARGV[2]  burst, the most tokens at once (number >= 1)
  *   ARGV[3]  cost of this request in tokens (number > 0; e.g. audio seconds
@@ -67,7 +82,8 @@
 #include "sluice/sl_redis.h"
 
 #define SL_LIMITER_PROVIDER_MAX 64
-#define SL_LIMITER_KEY_MAX 80 /* fits "sl:limit:" + provider + NUL */
+#define SL_LIMITER_KEY_MAX 96 /* fits "sl:limit:{" + provider + ":<bucket>}" + NUL */
+#define SL_LIMITER_MAX_BUCKETS 1024
 #define SL_LIMITER_KEY_PREFIX "sl:limit:"
 #define SL_LIMITER_PAUSE_PREFIX "sl:pause:"
 #define SL_LIMITER_PAUSE_MAX_MS 3600000 /* longer pauses are clamped to one hour */
@@ -85,6 +101,25 @@ extern const char sl_limiter_pause_lua_sha1[];
  * Returns 0, SL_EINVAL (bad provider name) or SL_ETOOBIG (buffer too small). */
 int sl_limiter_keys(const char *provider, char *limit_key, size_t limit_len, char *pause_key,
                     size_t pause_len);
+/* The same for bucket `bucket` (0 .. buckets-1) of a limit split into
+ * `buckets` (1 .. SL_LIMITER_MAX_BUCKETS; 1: sl_limiter_keys). The names
+ * follow redis.buckets (sl_rkey_setup first). */
+int sl_limiter_keys_of(const char *provider, int bucket, int buckets, char *limit_key,
+                       size_t limit_len, char *pause_key, size_t pause_len);
+
+/* 1 when the take script of a limit split into `buckets` reads the pause
+ * itself (its keys share a slot, or there is no cluster); 0: the caller
+ * reads the pause key (PTTL) before it takes. */
+int sl_limiter_pause_in_take(int buckets);
+
+/* This process's bucket of a limit split into `buckets`: a hash of its host
+ * name and process id, modulo buckets (replicas have no index of their
+ * own; provider.limit_bucket overrides it). */
+int sl_limiter_replica_bucket(int buckets);
+
+/* One bucket's share of a limit split into `buckets`: rate/buckets, and
+ * burst/buckets but at least 1. */
+void sl_limiter_share(double rate, double burst, int buckets, double *rate_k, double *burst_k);
 
 /* A ready-to-send command: argv[0..argc) point into the struct itself (and
  * at the static script text), so do not copy the struct after preparing it;
@@ -102,6 +137,11 @@ typedef struct {
  * provider; rate not > 0; burst not >= 1; cost not > 0; NaN/inf). */
 int sl_limiter_prepare_take(sl_limiter_cmd *cmd, const char *provider, double rate, double burst,
                             double cost);
+/* The same from bucket `bucket` of the limit split into `buckets`: rate
+ * and burst are the provider's whole limit (the bucket takes its share,
+ * sl_limiter_share). Without the pause key when !sl_limiter_pause_in_take. */
+int sl_limiter_prepare_take_of(sl_limiter_cmd *cmd, const char *provider, int bucket, int buckets,
+                               double rate, double burst, double cost);
 
 /* EVALSHA of the pause script. ms is clamped to SL_LIMITER_PAUSE_MAX_MS.
  * Returns 0 or SL_EINVAL (bad provider, ms < 1). */
@@ -126,6 +166,10 @@ int sl_limiter_parse_reply(const redisReply *rep, int64_t *out, char *err, size_
  * not be asked (err says why). Tries EVALSHA first, EVAL on NOSCRIPT. */
 int sl_limiter_take(sl_redis *r, const char *provider, double rate, double burst, double cost,
                     int64_t *wait_ms, char *err, size_t errlen);
+/* The same from bucket `bucket` of the limit split into `buckets` (reading
+ * the pause first when the script does not: *wait_ms its PTTL). */
+int sl_limiter_take_of(sl_redis *r, const char *provider, int bucket, int buckets, double rate,
+                       double burst, double cost, int64_t *wait_ms, char *err, size_t errlen);
 
 /* A 429 with Retry-After: pauses the provider for ms (clamped to
  * SL_LIMITER_PAUSE_MAX_MS) for every replica, extending but never shortening

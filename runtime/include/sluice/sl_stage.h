@@ -124,6 +124,8 @@ typedef struct {
   int64_t idempotency_ttl_s;
   double provider_rate;
   double provider_burst;
+  int64_t provider_limit_buckets; /* sl_limiter buckets (K) */
+  int64_t provider_limit_bucket;  /* this replica's (mod K); -1: sl_limiter_replica_bucket */
   double breaker_failure_ratio;
   int64_t breaker_min_calls;
   int64_t breaker_window_ms;
