@@ -52,7 +52,7 @@ FAILURES=0
 # DEVSTACK_REDIS_CLUSTER1 asks (tools/devstack up starts it again).
 redis_mode() {
   local want=${DEVSTACK_REDIS_CLUSTER1:-0} have pid
-  have=$(redis-cli -p "$DEVSTACK_REDIS_PORT" info cluster 2>/dev/null | tr -d '\r' | sed -n 's/^cluster_enabled://p')
+  have=$(redis-cli -c -p "$DEVSTACK_REDIS_PORT" info cluster 2>/dev/null | tr -d '\r' | sed -n 's/^cluster_enabled://p')
   [[ -n $have && $have != "$want" ]] || return 0
   pid=$(cat "$DEVSTACK_DIR/redis.pid")
   kill -TERM "$pid"
@@ -137,7 +137,17 @@ APIKEY_TAG=$([[ ${SLUICE_REDIS_BUCKETS:-0} -gt 0 ]] && echo '{ak}' || true)
 APIKEY_MARKER=sl:apikeys:${APIKEY_TAG}epoch
 apikey_record() { printf 'sl:apikey:%s%s' "$APIKEY_TAG" "$1"; }
 # RC ARGS... : redis-cli on the stack's Redis
-RC() { redis-cli -u "$SLUICE_REDIS_URL" "$@"; }
+# (on a Redis Cluster, redis+cluster://host:port,...: -c on the first seed,
+# following the redirects)
+RC() {
+  if [[ $SLUICE_REDIS_URL == redis+cluster://* ]]; then
+    local seed=${SLUICE_REDIS_URL#redis+cluster://}
+    seed=${seed%%,*}
+    redis-cli -c -h "${seed%:*}" -p "${seed##*:}" "$@"
+  else
+    redis-cli -u "$SLUICE_REDIS_URL" "$@"
+  fi
+}
 fail() { printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2; FAILURES=$((FAILURES + 1)); }
 check() { # check DESCRIPTION COMMAND... : records a failure instead of exiting
   local what=$1; shift
@@ -235,7 +245,7 @@ view_of() { curl -sS -H "Authorization: Bearer $2" "$RESULTS_URL/v1/submissions/
 # Redis (one redis-cli asks every millisecond: a fault can land within a few
 # ms of a step of the stages), or fails after SECONDS (60)
 redis_wait_key() {
-  timeout "${2:-60}" redis-cli -p "$DEVSTACK_REDIS_PORT" -r 100000000 -i 0.001 EXISTS "$1" | grep -m1 -qx 1
+  timeout "${2:-60}" redis-cli -c -p "$DEVSTACK_REDIS_PORT" -r 100000000 -i 0.001 EXISTS "$1" | grep -m1 -qx 1
   return "${PIPESTATUS[1]}"
 }
 
@@ -250,7 +260,7 @@ view_keys() { "$SLUICECTL" keys | awk -v n="$1" '$2 == n {print $3}'; }
 view_seq() {
   local k v s=0
   for k in $(view_keys seq); do
-    v=$(redis-cli -p "$DEVSTACK_REDIS_PORT" GET "$k")
+    v=$(redis-cli -c -p "$DEVSTACK_REDIS_PORT" GET "$k")
     s=$((s + ${v:-0}))
   done
   echo "$s"
@@ -261,7 +271,7 @@ view_seq() {
 view_is_marked() {
   local k
   for k in $(view_keys marker); do
-    test "$(redis-cli -p "$DEVSTACK_REDIS_PORT" EXISTS "$k")" = 1 || return 1
+    test "$(redis-cli -c -p "$DEVSTACK_REDIS_PORT" EXISTS "$k")" = 1 || return 1
   done
 }
 
@@ -364,7 +374,7 @@ finish() {
   fi
   if [[ -n ${TEST_REDIS_CLUSTER1:-} ]]; then # the stages fail open: Redis's own count tells
     local cross
-    cross=$(redis-cli -p "$DEVSTACK_REDIS_PORT" INFO errorstats | tr -d '\r' | grep CROSSSLOT || true)
+    cross=$(redis-cli -c -p "$DEVSTACK_REDIS_PORT" INFO errorstats | tr -d '\r' | grep CROSSSLOT || true)
     [[ -z $cross ]] || fail "the cluster refused commands whose keys crossed slots: $cross"
   fi
   if ((FAILURES)); then
