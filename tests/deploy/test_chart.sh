@@ -162,6 +162,21 @@ refuse "materialize HPA past the results topic's partitions" "only 4 partitions"
   --set topics.overrides.results.partitions=4
 refuse "min.insync.replicas above the replication" "no write with acks=all could ever succeed" \
   --set topics.minInsyncReplicas=4
+refuse "a Redis Cluster URL without redis.buckets" "set redis.buckets" \
+  --set 'redis.url=redis+cluster://r0:6379\,r1:6380'
+refuse "redis.buckets above 1024 (schema)" "maximum" \
+  --set 'redis.url=redis+cluster://r0:6379' --set redis.buckets=2000
+# a Redis Cluster: the URL and the buckets reach every stage, and the
+# NetworkPolicies let the stages reach every seed's port
+if tmpl --set 'redis.url=redis+cluster://r0:6379\,r1:6380' --set redis.buckets=16 \
+  >"$WORK/rcluster.yaml" 2>"$WORK/err" &&
+  [[ $(grep -c '^ *redis.url = redis+cluster://r0:6379,r1:6380$' "$WORK/rcluster.yaml") -ge 8 &&
+    $(grep -c '^ *redis.buckets = 16$' "$WORK/rcluster.yaml") -ge 8 &&
+    $(grep -c 'port: 6380$' "$WORK/rcluster.yaml") -ge 8 ]]; then
+  ok "a Redis Cluster URL with redis.buckets 16: every stage's config has both, and egress to both seed ports"
+else
+  bad "a Redis Cluster render: $(cat "$WORK/err")"
+fi
 refuse "HPA and KEDA on one stage" "either hpa or keda" \
   --set stages.grade.hpa.enabled=true --set stages.grade.keda.enabled=true
 refuse "KEDA on actionable lag without a Prometheus to ask" "set keda.prometheus.serverAddress" \

@@ -76,6 +76,12 @@ redis.tls_ca_file = /etc/sluice-tls/redis/{{ $v.redis.tls.caKey }}
 {{- end }}
 {{- if not $v.redis.existingSecret }}
 redis.url = {{ required "redis.url is required" $v.redis.url }}
+{{- if and (regexMatch "^rediss?\\+cluster://" $v.redis.url) (not (int $v.redis.buckets)) }}
+{{- fail "redis.url names a Redis Cluster: set redis.buckets (4 or more per primary, 16 for three) so that every script's keys share a slot" }}
+{{- end }}
+{{- end }}
+{{- if int $v.redis.buckets }}
+redis.buckets = {{ int $v.redis.buckets }}
 {{- end }}
 pipeline.file = /etc/sluice/pipeline.json
 log.level = {{ $v.logLevel }}
