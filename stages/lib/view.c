@@ -18,7 +18,7 @@
 /* a, b and c one after the other into dst, cut to fit cap (as snprintf
  * would), without printf: materialize builds keys on every apply, where
  * printf was a tenth of its CPU (bench/cost) */
-static void join3(char *dst, size_t cap, const char *a, const char *b, const char *c) {
+void sl__view_join3(char *dst, size_t cap, const char *a, const char *b, const char *c) {
   size_t at = 0;
   const char *part[] = {a, b, c};
   if (cap == 0) return;
@@ -32,11 +32,11 @@ static void join3(char *dst, size_t cap, const char *a, const char *b, const cha
 }
 
 void sl__view_key(char *dst, size_t cap, const char *family, int bucket) {
-  join3(dst, cap, family, sl_rkey_tag(bucket), "");
+  sl__view_join3(dst, cap, family, sl_rkey_tag(bucket), "");
 }
 
 void sl__view_sub_key(char *dst, size_t cap, const char *sid) {
-  join3(dst, cap, SUB_PREFIX, sl_rkey_tag_of(sid, strlen(sid)), sid);
+  sl__view_join3(dst, cap, SUB_PREFIX, sl_rkey_tag_of(sid, strlen(sid)), sid);
 }
 
 const char *sl__view_sub_sid(const char *key) {

@@ -71,6 +71,10 @@ void sl__view_key(char *dst, size_t cap, const char *family, int bucket);
  * cap. */
 void sl__view_sub_key(char *dst, size_t cap, const char *sid);
 
+/* a, b and c one after the other into dst, cut to fit cap (as snprintf
+ * would; without its cost on materialize's hot path) */
+void sl__view_join3(char *dst, size_t cap, const char *a, const char *b, const char *c);
+
 /* The submission id in a view hash key (what sl__view_sub_key built), or
  * NULL when key is not one. Points into key. */
 const char *sl__view_sub_sid(const char *key);

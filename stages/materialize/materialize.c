@@ -406,20 +406,6 @@ static void work_begin(work *w) {
     view_keys(w);
 }
 
-/* a, b and c one after the other into dst, cut to fit cap (as snprintf
- * would) */
-static void join(char *dst, size_t cap, const char *a, const char *b, const char *c) {
-  size_t at = 0;
-  const char *part[] = {a, b, c};
-  for (int i = 0; i < 3; i++) {
-    size_t l = strlen(part[i]);
-    if (l > cap - 1 - at) l = cap - 1 - at;
-    memcpy(dst + at, part[i], l);
-    at += l;
-  }
-  dst[at] = '\0';
-}
-
 /* The apply script for question qno of sid, to rank with view json. */
 static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const char *json,
                       int64_t accepted_ms) {
@@ -428,13 +414,13 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   /* without printf: it was a tenth of materialize's CPU per apply */
   char n[21];
   sl_fmt_ll(n, m ? (long long)m->partition : -1);
-  join(w->tp, sizeof w->tp, m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-", ":", n);
+  sl__view_join3(w->tp, sizeof w->tp, m && m->rkt ? rd_kafka_topic_name(m->rkt) : "-", ":", n);
   sl_fmt_ll(w->off, m ? (long long)m->offset : -1LL);
   sl__view_sub_key(w->hkey, sizeof w->hkey, sid);
   sl_fmt_ll(w->q, (long long)qno);
   sl_fmt_ll(w->r, rank);
   sl_fmt_ll(w->ttl, (long long)M->mc->ttl_s);
-  join(w->member, sizeof w->member, sid, "/", w->q);
+  sl__view_join3(w->member, sizeof w->member, sid, "/", w->q);
   sl_fmt_ll(w->acc, (long long)accepted_ms);
   sl_fmt_ll(w->feed, (long long)(M->mc->feed_len > 0 ? M->mc->feed_len : 0));
   const char(*was)[16] = M->legacy_rank;

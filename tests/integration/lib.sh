@@ -202,6 +202,24 @@ fake_up() {
   export SLUICE_STT_OPENAI_BASE_URL=http://$FAKE SLUICE_GRADE_OPENAI_BASE_URL=http://$FAKE
 }
 
+# load_done_once RC SUMMARY MIN: the checks of a load test's end: the load
+# generator (pipeline_loadgen) exited RC, uploaded more than MIN answers,
+# and every one ended done exactly once (its SUMMARY JSON)
+load_done_once() {
+  log "load: $2"
+  check "the load generator finished (exit $1)" test "$1" = 0
+  check "answers were uploaded (more than $3)" jqe ".uploaded > $3" "$2"
+  check "0 lost, 0 failed, 0 duplicated, every upload done" \
+    jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$2"
+}
+# provider_calls BEFORE AFTER ENDPOINT: the fake provider's answered calls
+# (200) on ENDPOINT (transcriptions: stt; chat: grade) between two of its
+# /stats answers
+provider_calls() {
+  jq -n --argjson b "$1" --argjson a "$2" --arg e "$3" \
+    '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)'
+}
+
 # new_submission FILE... : creates a submission of one audio/wav answer per
 # file (prompt "Question <n>?"); sets SUB_REPLY (presign's answer), SID and TOKEN
 new_submission() {

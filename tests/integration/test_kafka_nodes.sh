@@ -182,11 +182,7 @@ rc=0
 wait "$lg" || rc=$?
 kill "$sup" 2>/dev/null || true
 summary=$(cat "$work/summary.json")
-log "load: $summary"
-check "the load generator finished (exit $rc)" test "$rc" = 0
-check "answers were uploaded" jqe '.uploaded > 300' "$summary"
-check "0 lost, 0 failed, 0 duplicated, every upload done" \
-  jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$summary"
+load_done_once "$rc" "$summary" 300
 check "no upload failed" jqe '.upload_errors == 0' "$summary"
 # a create whose partition's leader is gone is answered 503 with Retry-After
 # once presign.kafka_timeout_ms (5 s) has passed, until Kafka moves the

@@ -133,11 +133,7 @@ wait "$lg" || rc=$?
 touch "$work/stop"
 wait "$watcher" 2>/dev/null || true
 summary=$(cat "$work/summary.json")
-log "load: $summary"
-check "the load generator finished (exit $rc)" test "$rc" = 0
-check "answers were uploaded" jqe '.uploaded > 100' "$summary"
-check "0 lost, 0 failed, 0 duplicated, every upload done" \
-  jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$summary"
+load_done_once "$rc" "$summary" 100
 
 # the view never went backwards: per question, each rank read is >= the last
 rounds=$(tail -n 1 "$work/ranks" 2>/dev/null | cut -d' ' -f1)
@@ -152,8 +148,7 @@ q=$(jq '.uploaded' <<<"$summary")
 declare -A ep_stage=([transcriptions]=stt [chat]=grade)
 for ep in transcriptions chat; do
   s=${ep_stage[$ep]}
-  calls=$(jq -n --argjson b "$before" --argjson a "$after" --arg e "$ep" \
-    '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)')
+  calls=$(provider_calls "$before" "$after" "$ep")
   ratio=$(jq -n "$calls / $q")
   log "$s: $calls provider calls for $q questions = $ratio per question"
   check "$s: between 1 and $MAX_CALLS calls per question ($calls for $q)" \

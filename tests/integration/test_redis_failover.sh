@@ -117,11 +117,7 @@ wait "$lg" || rc=$?
 touch "$work/stop"
 wait "$poller" 2>/dev/null || true
 summary=$(cat "$work/summary.json")
-log "load: $summary"
-check "the load generator finished (exit $rc)" test "$rc" = 0
-check "answers were uploaded" jqe '.uploaded > 100' "$summary"
-check "0 lost, 0 failed, 0 duplicated, every upload done" \
-  jqe '.lost == 0 and .failed == 0 and .duplicated == 0 and .done == .uploaded' "$summary"
+load_done_once "$rc" "$summary" 100
 
 codes=$(sort "$work/codes" | uniq -c | awk '{printf "%s x %s, ", $2, $1}')
 log "the poller's answers: ${codes%, }"
@@ -143,8 +139,7 @@ q=$(jq '.uploaded + 12' <<<"$summary")
 declare -A ep_stage=([transcriptions]=stt [chat]=grade)
 for ep in transcriptions chat; do
   s=${ep_stage[$ep]}
-  calls=$(jq -n --argjson b "$before" --argjson a "$after" --arg e "$ep" \
-    '($a.by_endpoint[$e]["200"] // 0) - ($b.by_endpoint[$e]["200"] // 0)')
+  calls=$(provider_calls "$before" "$after" "$ep")
   log "$s: $calls provider calls for about $q questions"
   check "$s: at most 1.02 calls per question ($calls for $q)" jq -n -e "$calls <= $q * 1.02" >/dev/null
 done
