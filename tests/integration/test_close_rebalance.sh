@@ -17,14 +17,19 @@
 # r2 is SIGTERMed at 3 s, inside that window: its input group's close
 # waits for the join while the retry group's assignment arrives.
 # Checks: r2 exits within 30 s, logged a clean stop, and no assignment was
-# served inside a close (the stage warns when one is).
+# served inside a close (the stage warns when one is). Then kcat exits on
+# SIGTERM and the group is left without members: the lane's next test runs
+# materialize in this group, and a member left over held partitions of
+# `submissions` there (a CI run's next test never saw its submission). kcat
+# never commits (enable.auto.commit=false): it must not move the group's
+# offsets past messages materialize did not apply.
 source "$(dirname "$0")/lib.sh"
 export SLUICE_KAFKA_SESSION_TIMEOUT_MS=6000
 "$ROOT/tools/stages" up --replicas materialize=3 >/dev/null || { fail "stages did not start"; finish; }
 pid_of() { cat "$STAGES_DIR/$1.pid"; }
 r1=$(pid_of materialize) r2=$(pid_of materialize.2) r3=$(pid_of materialize.3)
 kcat -b "$SLUICE_KAFKA_BROKERS" -G sluice-materialize -X partition.assignment.strategy=cooperative-sticky \
-  -X session.timeout.ms=30000 -o end -q results submissions >/dev/null 2>"$STAGES_DIR/kcat.log" &
+  -X session.timeout.ms=30000 -X enable.auto.commit=false -o end -q results submissions >/dev/null 2>"$STAGES_DIR/kcat.log" &
 kc=$!
 at_exit "kill -CONT $kc 2>/dev/null; kill $kc 2>/dev/null || true"
 # kcat's join settles: every replica has logged the rebalance it caused
@@ -47,4 +52,18 @@ served=$(grep -c 'was served while the consumer closed' "$STAGES_DIR/materialize
 check "no assignment was served inside a consumer close ($served)" test "$served" = 0
 grep -E 'assigned|revok|closing|stopped' "$STAGES_DIR/materialize.2.log" | tail -n 8 |
   jq -r '"  " + .ts + " " + .msg' >&2 || true
+# kcat leaves the group on SIGTERM, and the group is left empty: a member
+# still there would hold partitions of the lane's next test's materialize
+kill -TERM "$kc" 2>/dev/null || true
+t0=$SECONDS
+kc_gone() { ! kill -0 "$kc" 2>/dev/null; }
+check "kcat exited on SIGTERM" wait_for 20 kc_gone
+log "kcat took $((SECONDS - t0)) s to exit"
+kill -KILL "$kc" 2>/dev/null || true
+# r1 and r2 stopped, r3's session (6 s) over, kcat gone: no member is left
+mat_members() {
+  "$SLUICECTL" status --json | jq -r '[.stages[] | select(.group == "sluice-materialize") | .members] | add // 0'
+}
+no_members() { [[ $(mat_members) == 0 ]]; }
+check "the input group sluice-materialize is left without members" wait_for 40 no_members
 finish
