@@ -49,12 +49,23 @@ rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void 
 }
 
 int sl_kafka_fatal(rd_kafka_t *rk, const char *who) {
-  static int said; /* once per process: every later report says the same */
+  static rd_kafka_t *said; /* once per producer: every later report says the same */
   char why[512];
   if (!rk || !rd_kafka_fatal_error(rk, why, sizeof why)) return 0;
-  if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
-    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error (noticed by %s): %s; stopping",
+  if (__atomic_exchange_n(&said, rk, __ATOMIC_SEQ_CST) != rk)
+    sl_log(SL_LOG_ERROR, NULL, "kafka producer fatal error (noticed by %s): %s",
            who ? who : "a sender", why);
+  return 1;
+}
+
+int sl_kafka_renew_due(sl_kafka_renewals *r, int64_t now_ms) {
+  if (!r) return 0;
+  if (r->n == 0 || now_ms - r->window_start_ms >= SL_KAFKA_RENEW_WINDOW_MS) {
+    r->window_start_ms = now_ms;
+    r->n = 0;
+  }
+  if (r->n >= SL_KAFKA_RENEW_MAX) return 0;
+  r->n++;
   return 1;
 }
 
@@ -795,6 +806,48 @@ static int attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop, int consum
   ku->poll.data = ku;
   uv_poll_start(&ku->poll, UV_READABLE, on_readable);
   *out = ku;
+  return 0;
+}
+
+int sl_kafka_producer_renew(rd_kafka_t **rk, sl_kafka_uv **ku, uv_loop_t *loop, const char *brokers,
+                            const char *client_id, const char *const *extra, rd_kafka_t **retired,
+                            char *err, size_t errlen) {
+  if (!rk || !*rk || (ku && !loop)) return SL_EINVAL;
+  static sl_metric *m_renewals;
+  if (!m_renewals)
+    m_renewals = sl_metrics_counter("sluice_kafka_producer_renewals_total", NULL,
+                                    "producers replaced after a fatal error (sl_kafka_fatal)");
+  rd_kafka_t *fresh = NULL, *old = *rk;
+  int rc = sl_kafka_producer_new(&fresh, brokers, client_id, extra, err, errlen);
+  sl_kafka_uv *nku = NULL;
+  if (rc == 0 && ku && (rc = sl_kafka_uv_attach(&nku, fresh, loop)) != 0) {
+    snprintf(err, errlen, "polling the new producer: %s", sl_strerror(rc));
+    rd_kafka_destroy(fresh);
+  }
+  if (rc) return rc;
+  if (ku) {
+    sl_kafka_uv_detach(*ku);
+    *ku = nku;
+  }
+  *rk = fresh; /* the reports below see the new producer */
+  int before = rd_kafka_outq_len(old);
+  rd_kafka_purge(old, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  for (int i = 0; i < 50 && rd_kafka_outq_len(old) > 0; i++) rd_kafka_poll(old, 100);
+  int left = rd_kafka_outq_len(old);
+  if (left > 0)
+    sl_log(SL_LOG_ERROR, NULL,
+           "the failed producer still holds %d message(s) or event(s) 5 s after the purge; "
+           "their delivery reports are lost with it",
+           left);
+  if (retired)
+    *retired = old;
+  else
+    rd_kafka_destroy(old);
+  sl_metric_add(m_renewals, 1);
+  sl_log(SL_LOG_WARN, NULL,
+         "kafka producer %s renewed after its fatal error: the %d message(s) and event(s) it "
+         "held went back to their senders as failed",
+         client_id ? client_id : "sluice", before);
   return 0;
 }
 

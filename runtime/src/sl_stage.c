@@ -101,6 +101,15 @@ typedef struct loop_t {
   uv_timer_t drain_timer; /* takes what waits, once below the limits */
   int64_t stop_deadline;
   sl_metric *m_waiting, *m_oldest, *m_oldest_waiting, *m_pause_msgs, *m_pause_bytes;
+  /* the producer's settings, kept for a renewal (renew_producer) */
+  char client[128], props[1024];
+  const char *pkv[2 * 16 + 1];
+  uv_timer_t renew_timer;
+  sl_kafka_renewals renewals;
+  /* producers replaced while a job on the pool still held one (its
+   * processor may emit through it): destroyed once none does */
+  rd_kafka_t *retired[SL_KAFKA_RENEW_MAX * 2];
+  int nretired;
 } loop_t;
 
 static loop_t *loop_of(const sl_jobs *R) {
@@ -534,6 +543,68 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     uv_timer_start(&g->revoke_timer, on_revoke_timer, (uint64_t)L->R.cc->revoke_wait_ms, 0);
 }
 
+/* ---- a producer that failed for good ---- */
+
+/* Is rk held by a job whose processor runs on the pool (and may emit
+ * through it at any moment)? */
+static int held_on_pool(const loop_t *L, const rd_kafka_t *rk) {
+  for (const job *j = L->R.all; j; j = j->all_next)
+    if (j->state == SL_JOB_POOL && j->out.producer == rk) return 1;
+  return 0;
+}
+
+/* Destroys the retired producers no job on the pool holds any more. */
+static void destroy_retired(loop_t *L, int all) {
+  for (int i = 0; i < L->nretired;) {
+    if (all || !held_on_pool(L, L->retired[i])) {
+      rd_kafka_destroy(L->retired[i]);
+      L->retired[i] = L->retired[--L->nretired];
+    } else {
+      i++;
+    }
+  }
+}
+
+/* From renew_timer: a new producer in the failed one's place (librdkafka
+ * 2.0.2's fatal "sequence desynchronization" after a broker died,
+ * confluentinc/librdkafka#4438, is the case seen). The old one's messages
+ * come back to their jobs as failed deliveries, and each job produces its
+ * whole set again through the new one after its 1 s backoff: nothing was
+ * committed for them. Only when renewals come too often (a broker that
+ * refuses every producer) does the stage stop as before: no offset counts
+ * as done, and the process exits non-zero. */
+static void renew_now(uv_timer_t *t) {
+  loop_t *L = t->data;
+  if (L->R.closing || L->X.fatal || !sl_kafka_fatal(L->R.producer, L->R.o->stage)) return;
+  char err[512] = "";
+  rd_kafka_t *old = NULL;
+  int rc = SL_EKAFKA;
+  if (L->nretired >= (int)(sizeof L->retired / sizeof L->retired[0]))
+    snprintf(err, sizeof err, "%d failed producers are still held by running work", L->nretired);
+  else if (!sl_kafka_renew_due(&L->renewals, sl__mono_ms()))
+    snprintf(err, sizeof err, "renewed %d times within %d s already", SL_KAFKA_RENEW_MAX,
+             SL_KAFKA_RENEW_WINDOW_MS / 1000);
+  else
+    rc = sl_kafka_producer_renew(&L->R.producer, &L->pku, &L->uv, L->R.cc->kafka_brokers, L->client,
+                                 L->pkv, &old, err, sizeof err);
+  if (rc) {
+    sl_log(SL_LOG_ERROR, NULL, "kafka producer not renewed (%s): stopping", err);
+    L->X.fatal = 1;
+    *L->R.stop = 1;
+    return;
+  }
+  for (job *j = L->R.all; j; j = j->all_next) /* on this thread: safe to move */
+    if (j->out.producer == old && j->state != SL_JOB_POOL) j->out.producer = L->R.producer;
+  L->retired[L->nretired++] = old;
+  destroy_retired(L, 0);
+}
+
+static void renew_producer(sl_jobs *R) {
+  loop_t *L = loop_of(R);
+  if (!uv_is_active((uv_handle_t *)&L->renew_timer))
+    uv_timer_start(&L->renew_timer, renew_now, 0, 0);
+}
+
 /* ---- the tick: commits, metrics, stop ---- */
 
 static void begin_stop(loop_t *L);
@@ -554,6 +625,7 @@ static void on_tick(uv_timer_t *t) {
   sl_metric_set(L->m_oldest, sl__parts_oldest(&L->P, 0, now) / 1000);
   sl_metric_set(L->m_oldest_waiting, sl__parts_oldest(&L->P, 1, now) / 1000);
   flow(L); /* work let go unfinished (a revoke) resumes fetching too */
+  if (L->nretired) destroy_retired(L, 0);
   if (*L->R.stop && !L->R.stopping) begin_stop(L);
   if (L->R.stopping && (L->active == 0 || now >= L->stop_deadline)) {
     if (L->active)
@@ -616,7 +688,8 @@ static loop_t *loop_new(const sl_stage_opts *o, volatile sig_atomic_t *stop, int
                    .rp = &L->rp,
                    .tier_topic = (const char(*)[160])L->tier_topic,
                    .tier_label = (const char(*)[16])L->tier_label,
-                   .handover = handover};
+                   .handover = handover,
+                   .renew_producer = renew_producer};
   L->prefetch =
       cc->prefetch >= 0 ? cc->prefetch : (cc->max_in_flight / 4 > 4 ? cc->max_in_flight / 4 : 4);
   /* taken: the running ones and the prefetch; fetching resumes when half
@@ -663,6 +736,8 @@ static int modules_init(loop_t *L, char *err, size_t errlen) {
   L->tick.data = L;
   uv_timer_init(&L->uv, &L->drain_timer);
   L->drain_timer.data = L;
+  uv_timer_init(&L->uv, &L->renew_timer);
+  L->renew_timer.data = L;
   return sl__gate_init(&L->G, &L->R, err, errlen);
 }
 
@@ -670,13 +745,11 @@ static int modules_init(loop_t *L, char *err, size_t errlen) {
  * and the lag thread. */
 static int clients_open(loop_t *L, char *err, size_t errlen) {
   const sl_common_conf *cc = L->R.cc;
-  char props[1024], client[128];
-  const char *pkv[2 * 16 + 1];
-  snprintf(client, sizeof client, "sluice-%s", L->R.o->stage);
-  int rc = sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, cc->kafka_producer_properties, props,
-                                sizeof props, pkv, 16, err, errlen);
+  snprintf(L->client, sizeof L->client, "sluice-%s", L->R.o->stage);
+  int rc = sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, cc->kafka_producer_properties, L->props,
+                                sizeof L->props, L->pkv, 16, err, errlen);
   if (rc == 0)
-    rc = sl_kafka_producer_new(&L->R.producer, cc->kafka_brokers, client, pkv, err, errlen);
+    rc = sl_kafka_producer_new(&L->R.producer, cc->kafka_brokers, L->client, L->pkv, err, errlen);
   if (rc == 0) rc = sl_aredis_new(&L->R.redis, &L->uv, cc->redis_url);
   if (rc == 0) rc = sl_aredis_set_timeout(L->R.redis, cc->redis_command_timeout_ms);
   if (rc == 0 && L->R.o->start) rc = sl_httpc_new(&L->R.http, &L->uv);
@@ -757,6 +830,7 @@ static void loop_free(loop_t *L) {
   uv_run(&L->uv, UV_RUN_DEFAULT);
   uv_loop_close(&L->uv);
   sl__groups_free(&L->S);
+  destroy_retired(L, 1); /* the pool is idle now */
   if (L->R.producer) rd_kafka_destroy(L->R.producer);
   free(L);
   sl_log_batch(0); /* the lines still collected go out */

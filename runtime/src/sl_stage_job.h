@@ -79,6 +79,9 @@ typedef struct sl_jobs {
   struct sl_work *work;
   /* the loop's: acts on j's new state (j->state; from: the one before) */
   void (*handover)(job *j, sl_job_state from);
+  /* the loop's: the producer failed for good (sl_kafka_fatal); renews it
+   * from a timer of its own (never inside a delivery report), or stops */
+  void (*renew_producer)(struct sl_jobs *R);
   /* the registry (this file's) */
   job *all;         /* every live job, for shutdown and renewals */
   int64_t inflight; /* jobs taken and not freed (parked included) */

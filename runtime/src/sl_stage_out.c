@@ -76,10 +76,8 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     j->produce_err = 0;
     sl_log(SL_LOG_WARN, j->key, "delivery failed: %s; producing again in 1 s", rd_kafka_err2str(e));
     sl_output *X = out_of(j);
-    if (!X->fatal && sl_kafka_fatal(j->R->producer, j->R->o->stage)) {
-      X->fatal = 1;
-      *j->R->stop = 1;
-    }
+    if (!X->fatal && sl_kafka_fatal(j->R->producer, j->R->o->stage) && j->R->renew_producer)
+      j->R->renew_producer(j->R); /* the retry goes out through the new one */
     sl__job_after(j, 1000, on_backoff, produce);
     return;
   }

@@ -19,7 +19,7 @@
 /* The outbox's state (this file's; embedded in the loop's). */
 typedef struct sl_output {
   sl_jobs *R;
-  int fatal;               /* the producer failed for good: no offset counts as done */
+  int fatal; /* the producer failed for good and cannot be renewed: no offset counts as done */
   sl_redis_script s_store; /* sl_claim_store_lua */
   /* stores to send at the end of this turn of the loop, SL_STORE_BATCH a script */
   sl_queue sq;

@@ -57,7 +57,8 @@ struct sl__sweep {
   sl_redis *redis;
   sl_s3_conn *storage; /* the sweep thread's */
   rd_kafka_t *producer;
-  rd_kafka_t *reader; /* ingest's input group, read but never joined */
+  sl_kafka_renewals renewals; /* of the producer (renew_if_failed) */
+  rd_kafka_t *reader;         /* ingest's input group, read but never joined */
   pthread_t thread;
   atomic_int stop;
   int refused;         /* deliveries Kafka refused this round (the sweep thread only) */
@@ -71,9 +72,9 @@ struct sl__sweep {
 static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   sl__sweep *s = ctx;
   if (err) {
-    /* a producer that failed for good writes nothing more: stop the
-     * process (as every stage does) so that it restarts with a new one */
-    if (sl_kafka_fatal(s->producer, "ingest sweep")) sl__stop = 1;
+    /* a producer that failed for good writes nothing more: renewed after
+     * the round (renew_if_failed) */
+    sl_kafka_fatal(s->producer, "ingest sweep");
     s->refused++;
     sl_log(SL_LOG_WARN, NULL, "sweep: an event was not written: %s", rd_kafka_err2str(err));
   }
@@ -329,6 +330,27 @@ static int round_bucket(sl__sweep *s, int64_t now, int64_t *upto) {
   return end;
 }
 
+/* After a round: a producer that failed for good is replaced by a new one
+ * (sl_kafka_producer_renew; what it did not write stays in the pending set
+ * and is written again when next due). Renewals too often, or one that
+ * fails, stop the process as every stage does. On the sweep thread, which
+ * polls its producer itself. */
+static void renew_if_failed(sl__sweep *s) {
+  if (!sl_kafka_fatal(s->producer, "ingest sweep")) return;
+  char err[512] = "";
+  int rc = SL_EKAFKA;
+  if (!sl_kafka_renew_due(&s->renewals, sl_now_ms()))
+    snprintf(err, sizeof err, "renewed %d times within %d s already", SL_KAFKA_RENEW_MAX,
+             SL_KAFKA_RENEW_WINDOW_MS / 1000);
+  else
+    rc = sl_kafka_producer_renew(&s->producer, NULL, NULL, s->cc->kafka_brokers,
+                                 "sluice-ingest-sweep", NULL, NULL, err, sizeof err);
+  if (rc) {
+    sl_log(SL_LOG_ERROR, NULL, "sweep: kafka producer not renewed (%s): stopping", err);
+    sl__stop = 1;
+  }
+}
+
 static void round_once(sl__sweep *s) {
   if (!lock_round(s)) return;
   int64_t now = sl_now_ms(), upto = -1;
@@ -342,6 +364,7 @@ static void round_once(sl__sweep *s) {
   rd_kafka_flush(s->producer, 30000);
   if (s->refused) /* their members stay in the set: written again when next due */
     sl_log(SL_LOG_WARN, NULL, "sweep: %d event(s) not written; written again when due", s->refused);
+  renew_if_failed(s);
 }
 
 static void *run(void *arg) {

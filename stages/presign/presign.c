@@ -154,6 +154,11 @@ typedef struct {
   sl_sigv4 *sig;
   rd_kafka_t *producer;
   rd_kafka_topic_t *topics[2]; /* kept known to it (sl_kafka_prefetch) */
+  /* its settings, kept for a renewal after a fatal error (renew_producer) */
+  char timeout[32];
+  const char *extra[5];
+  sl_kafka_renewals renewals;
+  uv_timer_t renew_timer;
   uv_loop_t *loop;
   sl_http_server *srv;
   sl_kafka_uv *ku;
@@ -162,7 +167,7 @@ typedef struct {
   char *types[MAX_TYPES];
   size_t ntypes;
   sl_metric *m_created, *m_rejected, *m_unavailable;
-  int fatal; /* the producer failed for good */
+  int fatal; /* the producer failed for good and could not be renewed */
   int shutting_down;
   size_t inflight; /* creates handed to Kafka, not yet answered */
   int holders;     /* route modules (multipart, webhook) still using the
@@ -298,15 +303,45 @@ static void release_rest(uv_timer_t *t) {
 
 static void on_stop_timer(uv_timer_t *t) { shutdown_loop(t->data); }
 
-/* The producer failed for good (noticed by a create or by the webhook):
- * answer what is in flight, stop taking requests and exit non-zero so the
- * process is restarted with a fresh producer. From a timer: shutting down
- * flushes the producer, which must not happen inside a delivery report. */
-static void on_fatal(void *ud) {
-  presign *ps = ud;
-  if (ps->fatal) return;
+static int prefetch_topics(presign *ps, char *err, size_t errlen);
+
+/* From renew_timer: a new producer in place of the one that failed for
+ * good (librdkafka 2.0.2's fatal "sequence desynchronization" after a
+ * broker died, confluentinc/librdkafka#4438, is the case seen). The creates
+ * and storage events the old one held are answered 503 (their senders
+ * retry; one it may have written is at worst a submission never uploaded
+ * to, which expires), the webhook writes through the new one at once.
+ * Only when renewals come too often does presign stop as before: it
+ * answers what is in flight, takes nothing more and exits non-zero. */
+static void renew_now(uv_timer_t *t) {
+  presign *ps = t->data;
+  if (ps->fatal || ps->released || !sl_kafka_fatal(ps->producer, "presign")) return;
+  char err[512] = "";
+  int rc = SL_EKAFKA;
+  if (!sl_kafka_renew_due(&ps->renewals, (int64_t)uv_now(ps->loop))) {
+    snprintf(err, sizeof err, "renewed %d times within %d s already", SL_KAFKA_RENEW_MAX,
+             SL_KAFKA_RENEW_WINDOW_MS / 1000);
+  } else {
+    sl_kafka_prefetch_release(ps->topics, 2); /* the old producer's handles */
+    rc = sl_kafka_producer_renew(&ps->producer, &ps->ku, ps->loop, ps->cc->kafka_brokers,
+                                 "sluice-presign", ps->extra, NULL, err, sizeof err);
+  }
+  if (rc == 0) {
+    if (prefetch_topics(ps, err, sizeof err) != 0)
+      sl_log(SL_LOG_WARN, NULL, "renewed producer: %s (the first create looks them up)", err);
+    return;
+  }
+  sl_log(SL_LOG_ERROR, NULL, "kafka producer not renewed (%s): stopping", err);
   ps->fatal = 1;
   if (!ps->shutting_down) uv_timer_start(&ps->stop_timer, on_stop_timer, 0, 0);
+}
+
+/* The producer failed for good (noticed by a create or by the webhook):
+ * renewed from a timer, never inside the delivery report that noticed. */
+static void on_fatal(void *ud) {
+  presign *ps = ud;
+  if (ps->fatal || ps->shutting_down || uv_is_active((uv_handle_t *)&ps->renew_timer)) return;
+  uv_timer_start(&ps->renew_timer, renew_now, 0, 0);
 }
 
 /* A create is answered (with its Idempotency-Key record stored, or not):
@@ -907,6 +942,7 @@ static void shutdown_loop(presign *ps) {
   if (ps->shutting_down) return;
   ps->shutting_down = 1;
   uv_close((uv_handle_t *)&ps->stop_timer, NULL);
+  uv_close((uv_handle_t *)&ps->renew_timer, NULL); /* what is in flight gets its 503 */
   /* no new requests; those taken are answered (test_presign_drain) */
   sl_http_server_drain(ps->srv);
   ps->srv = NULL;
@@ -959,15 +995,16 @@ static void count_requests(presign *ps) {
  * call, which callbacks they may name, storage's signer and the producer. */
 static int open_clients(presign *ps, const sl__auth_conf *ac, const sl__callback_conf *cbc,
                         char *err, size_t errlen) {
-  char *save = NULL, timeout[32];
+  char *save = NULL;
   ps->types_buf = strdup(ps->pc->content_types);
   for (char *t = ps->types_buf ? strtok_r(ps->types_buf, ", ", &save) : NULL;
        t && ps->ntypes < MAX_TYPES; t = strtok_r(NULL, ", ", &save))
     ps->types[ps->ntypes++] = t;
   /* the 503 must come within kafka_timeout_ms, librdkafka's 1 s scan included */
-  snprintf(timeout, sizeof timeout, "%lld",
+  snprintf(ps->timeout, sizeof ps->timeout, "%lld",
            (long long)sl_kafka_message_timeout_for(ps->pc->kafka_timeout_ms));
-  const char *extra[] = {"message.timeout.ms", timeout, "linger.ms", "0", NULL};
+  const char *extra[] = {"message.timeout.ms", ps->timeout, "linger.ms", "0", NULL};
+  memcpy(ps->extra, extra, sizeof extra);
   int rc = sl__auth_new(&ps->auth, ac, err, errlen);
   if (rc == 0) rc = sl__callback_policy_new(&ps->callbacks, cbc, err, errlen);
   if (rc == 0) rc = check_settings(ps->pc, err, errlen);
@@ -976,8 +1013,8 @@ static int open_clients(presign *ps, const sl__auth_conf *ac, const sl__callback
     rc = sl_sigv4_new(&ps->sig, ps->s3->access_key, ps->s3->secret_key, ps->s3->region, "s3");
   if (rc && !err[0]) snprintf(err, errlen, "s3 settings: %s", sl_strerror(rc));
   if (rc == 0)
-    rc = sl_kafka_producer_new(&ps->producer, ps->cc->kafka_brokers, "sluice-presign", extra, err,
-                               errlen);
+    rc = sl_kafka_producer_new(&ps->producer, ps->cc->kafka_brokers, "sluice-presign", ps->extra,
+                               err, errlen);
   return rc;
 }
 
@@ -1021,7 +1058,8 @@ static int open_routes(presign *ps, const sl__webhook_conf *wc, char *err, size_
     if (rc) snprintf(err, errlen, "multipart endpoints: %s", sl_strerror(rc));
   }
   if (rc == 0)
-    rc = sl__webhook_new(&ps->hook, wc, ps->cc, ps->producer, ps->redis, on_fatal, ps, err, errlen);
+    rc =
+        sl__webhook_new(&ps->hook, wc, ps->cc, &ps->producer, ps->redis, on_fatal, ps, err, errlen);
   return rc;
 }
 
@@ -1043,16 +1081,22 @@ static int open_server(presign *ps, const sl_http_conf *hc, char *err, size_t er
   return rc;
 }
 
+/* The topics it writes to, known to the producer before the first create
+ * (else up to 1 s); err says why not. */
+static int prefetch_topics(presign *ps, char *err, size_t errlen) {
+  const char *topics[] = {ps->cc->topic_submissions, ps->cc->topic_storage_events};
+  int rc = sl_kafka_prefetch(ps->producer, topics, ps->hook ? 2 : 1, ps->topics);
+  if (rc) snprintf(err, errlen, "kafka topics: %s", sl_strerror(rc));
+  return rc;
+}
+
 /* Everything on presign's loop, in order; the first failure stops it. */
 static int open_on_loop(presign *ps, const sl__webhook_conf *wc, const sl_http_conf *hc, char *err,
                         size_t errlen) {
   int rc = sl_kafka_uv_attach(&ps->ku, ps->producer, ps->loop);
   if (rc == 0) rc = open_redis(ps, err, errlen);
   if (rc == 0) rc = open_routes(ps, wc, err, errlen);
-  /* the topics it writes to, known before the first create (else up to 1 s) */
-  const char *topics[] = {ps->cc->topic_submissions, ps->cc->topic_storage_events};
-  if (rc == 0 && (rc = sl_kafka_prefetch(ps->producer, topics, ps->hook ? 2 : 1, ps->topics)) != 0)
-    snprintf(err, errlen, "kafka topics: %s", sl_strerror(rc));
+  if (rc == 0) rc = prefetch_topics(ps, err, errlen);
   if (rc == 0) rc = open_server(ps, hc, err, errlen);
   return rc;
 }
@@ -1081,6 +1125,7 @@ static void abandon(presign *ps, const char *err) {
   ps->released = 1;
   uv_close((uv_handle_t *)&ps->release_timer, NULL);
   uv_close((uv_handle_t *)&ps->stop_timer, NULL);
+  uv_close((uv_handle_t *)&ps->renew_timer, NULL);
   sl_kafka_uv_detach(ps->ku);
   sl_aredis_free(ps->redis);
   sl__keycache_free(ps->keys);
@@ -1136,6 +1181,8 @@ static int presign_main(int argc, char **argv) {
   ps.release_timer.data = &ps;
   uv_timer_init(&loop, &ps.stop_timer);
   ps.stop_timer.data = &ps;
+  uv_timer_init(&loop, &ps.renew_timer);
+  ps.renew_timer.data = &ps;
   if (rc == 0) rc = open_on_loop(&ps, &wc, &hc, err, sizeof err);
   if (rc == 0)
     serve(&ps, admin);

@@ -84,7 +84,7 @@ const size_t sl__webhook_table_len = sizeof sl__webhook_table / sizeof sl__webho
 struct sl__webhook {
   const sl__webhook_conf *c;
   const sl_common_conf *cc;
-  rd_kafka_t *producer; /* presign's, lent */
+  rd_kafka_t *const *producer; /* presign's, lent: the current one (it renews it) */
   void (*on_fatal)(void *ud);
   void *fatal_ud;
   sl_aredis *redis; /* presign's, lent: the replay cache */
@@ -297,7 +297,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   delivery *d = ctx;
   sl__webhook *w = d->w;
   if (err) {
-    if (sl_kafka_fatal(w->producer, "presign webhook") && w->on_fatal) w->on_fatal(w->fatal_ud);
+    if (sl_kafka_fatal(*w->producer, "presign webhook") && w->on_fatal) w->on_fatal(w->fatal_ud);
     sl_log(SL_LOG_WARN, NULL, "webhook: event %s not stored: kafka: %s", d->label,
            rd_kafka_err2str(err));
     sl_metric_add(w->m_unavailable, 1);
@@ -322,7 +322,7 @@ static void produce(delivery *d) {
   const char *body = sl_http_req_body(d->req, &blen);
   const void *v = d->payload ? d->payload : body;
   size_t vl = d->payload ? d->plen : blen;
-  rd_kafka_resp_err_t e = sl_kafka_send(w->producer, w->cc->topic_storage_events, NULL, 0,
+  rd_kafka_resp_err_t e = sl_kafka_send(*w->producer, w->cc->topic_storage_events, NULL, 0,
                                         (void *)v, vl, RD_KAFKA_MSG_F_COPY, on_delivery, d);
   if (e) {
     sl_metric_add(w->m_unavailable, 1);
@@ -496,7 +496,7 @@ int sl__webhook_handle(sl__webhook *w, sl_http_req *req) {
 }
 
 int sl__webhook_new(sl__webhook **out, const sl__webhook_conf *c, const sl_common_conf *cc,
-                    rd_kafka_t *producer, sl_aredis *redis, void (*on_fatal)(void *ud),
+                    rd_kafka_t *const *producer, sl_aredis *redis, void (*on_fatal)(void *ud),
                     void *fatal_ud, char *err, size_t errlen) {
   *out = NULL;
   if (!c->secret || !c->secret[0]) return 0;

@@ -31,14 +31,15 @@ extern const size_t sl__webhook_table_len;
 typedef struct sl__webhook sl__webhook;
 
 /* Creates the endpoint's state when c->secret is set: it writes to
- * cc->topic_storage_events with presign's producer and keeps its replay
- * cache in presign's Redis (both lent, with their replies and delivery
- * reports on presign's loop; on_fatal(fatal_ud) when the producer failed
- * for good). With no secret *out is NULL and returns 0: the route then
+ * cc->topic_storage_events with presign's producer (*producer: the one
+ * presign holds now, which it replaces after a fatal error) and keeps its
+ * replay cache in presign's Redis (both lent, with their replies and
+ * delivery reports on presign's loop; on_fatal(fatal_ud) when the producer
+ * failed for good). With no secret *out is NULL and returns 0: the route then
  * answers 404. c, cc, producer and redis are borrowed and must outlive it
  * (until done runs, see sl__webhook_free). */
 int sl__webhook_new(sl__webhook **out, const sl__webhook_conf *c, const sl_common_conf *cc,
-                    rd_kafka_t *producer, sl_aredis *redis, void (*on_fatal)(void *ud),
+                    rd_kafka_t *const *producer, sl_aredis *redis, void (*on_fatal)(void *ud),
                     void *fatal_ud, char *err, size_t errlen);
 
 /* Serves req when its path is /v1/storage-events: returns 1 (answered now

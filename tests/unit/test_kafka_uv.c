@@ -12,7 +12,9 @@
  * certain — it waits until the main queue holds events before attaching —
  * and then expects the delivery report of a timed-out message on the loop.
  *
- * Also: what sl_kafka_prefetch holds and refuses.
+ * Also: what sl_kafka_prefetch holds and refuses; sl_kafka_producer_renew
+ * hands the old producer's messages back as failed deliveries, with the
+ * new producer already in place, and sl_kafka_renew_due bounds renewals.
  *
  * Real librdkafka against a refused loopback port (nothing listens on
  * 127.0.0.1:1); no broker is needed.
@@ -136,10 +138,90 @@ static void test_prefetch_holds_the_topics(void **state) {
   rd_kafka_destroy(rk);
 }
 
+/* what a report sees of the producer in place when it runs */
+static rd_kafka_t **current;
+static rd_kafka_t *seen_current;
+static void on_dr_current(rd_kafka_resp_err_t err, void *ctx) {
+  on_dr(err, ctx);
+  seen_current = *current;
+}
+
+static void test_renew_fails_back_what_the_old_one_held(void **state) {
+  (void)state;
+  reports = 0;
+  const char *extra[] = {"message.timeout.ms", "60000", "linger.ms", "0", NULL};
+  rd_kafka_t *rk = NULL, *old = NULL;
+  char err[512] = "";
+  assert_int_equal(sl_kafka_producer_new(&rk, "127.0.0.1:1", "test-renew", extra, err, sizeof err),
+                   0);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  sl_kafka_uv *ku = NULL, *ku0;
+  assert_int_equal(sl_kafka_uv_attach(&ku, rk, &loop), 0);
+  ku0 = ku;
+  static int marker;
+  char x[] = "x";
+  current = &rk;
+  /* two messages no broker will ever take (nothing listens there) */
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(
+        sl_kafka_send(rk, "t", NULL, 0, x, 1, RD_KAFKA_MSG_F_COPY, on_dr_current, &marker),
+        RD_KAFKA_RESP_ERR_NO_ERROR);
+  old = rk;
+  assert_int_equal(sl_kafka_producer_renew(NULL, &ku, &loop, "127.0.0.1:1", "test-renew", extra,
+                                           NULL, err, sizeof err),
+                   SL_EINVAL);
+  assert_int_equal(sl_kafka_producer_renew(&rk, &ku, NULL, "127.0.0.1:1", "test-renew", extra, NULL,
+                                           err, sizeof err),
+                   SL_EINVAL);
+  assert_ptr_equal(rk, old);
+  assert_int_equal(reports, 0);
+  /* renewed: both reports ran inside, as failures, seeing the new producer */
+  assert_int_equal(sl_kafka_producer_renew(&rk, &ku, &loop, "127.0.0.1:1", "test-renew", extra,
+                                           NULL, err, sizeof err),
+                   0);
+  assert_ptr_not_equal(rk, old);
+  assert_ptr_not_equal(ku, ku0);
+  assert_int_equal(reports, 2);
+  assert_int_not_equal(last_err, RD_KAFKA_RESP_ERR_NO_ERROR);
+  assert_ptr_equal(last_ctx, &marker);
+  assert_ptr_equal(seen_current, rk);
+  /* the new one works as the old did: its own message, its own report */
+  assert_int_equal(
+      sl_kafka_send(rk, "t", NULL, 0, x, 1, RD_KAFKA_MSG_F_COPY, on_dr_current, &marker),
+      RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_t *kept = NULL;
+  assert_int_equal(sl_kafka_producer_renew(&rk, &ku, &loop, "127.0.0.1:1", "test-renew", extra,
+                                           &kept, err, sizeof err),
+                   0);
+  assert_int_equal(reports, 3);
+  assert_non_null(kept); /* handed back, not destroyed: still usable here */
+  assert_int_equal(rd_kafka_outq_len(kept), 0);
+  rd_kafka_destroy(kept);
+  sl_kafka_uv_detach(ku);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  rd_kafka_destroy(rk);
+}
+
+static void test_renewals_are_bounded(void **state) {
+  (void)state;
+  sl_kafka_renewals r = {0};
+  assert_int_equal(sl_kafka_renew_due(NULL, 0), 0);
+  int64_t t = 1000000;
+  for (int i = 0; i < SL_KAFKA_RENEW_MAX; i++) assert_int_equal(sl_kafka_renew_due(&r, t + i), 1);
+  assert_int_equal(sl_kafka_renew_due(&r, t + 10), 0); /* one more within the window */
+  assert_int_equal(sl_kafka_renew_due(&r, t + SL_KAFKA_RENEW_WINDOW_MS - 1), 0);
+  assert_int_equal(sl_kafka_renew_due(&r, t + SL_KAFKA_RENEW_WINDOW_MS), 1); /* a new window */
+  assert_int_equal(r.n, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_events_queued_before_attach_are_served),
       cmocka_unit_test(test_prefetch_holds_the_topics),
+      cmocka_unit_test(test_renew_fails_back_what_the_old_one_held),
+      cmocka_unit_test(test_renewals_are_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

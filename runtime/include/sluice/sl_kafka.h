@@ -12,6 +12,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 /* Transport security of every Kafka client of the process (producers,
@@ -82,12 +83,47 @@ rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void 
                                   void *value, size_t len, int msgflags, sl_kafka_sent_fn cb,
                                   void *ctx);
 
-/* The fatal error of an idempotent producer, once per process: when rk has
- * one, logs it (once) with who noticed it and returns 1 (the producer can
- * write nothing more: the caller stops without committing or answering
- * success, and the process exits non-zero to be restarted); else 0. The
+/* The fatal error of an idempotent producer: when rk has one, logs it (once
+ * per producer) with who noticed it and returns 1 (the producer can write
+ * nothing more: the caller commits nothing and answers no success through
+ * it, and renews it with sl_kafka_producer_renew, or stops); else 0. The
  * same decision everywhere a producer is used. */
 int sl_kafka_fatal(rd_kafka_t *rk, const char *who);
+
+typedef struct sl_kafka_uv sl_kafka_uv; /* below: sl_kafka_uv_attach */
+
+/* Replaces *rk, a producer that failed for good (sl_kafka_fatal; for
+ * example librdkafka 2.0.2's "sequence desynchronization" after a timed-out
+ * request to a broker that died, confluentinc/librdkafka#4438, fixed in
+ * 2.3.0), by a new one from sl_kafka_producer_new(brokers, client_id,
+ * extra) served on loop in *ku's place (ku may be NULL: the caller polls).
+ * *rk and *ku change before the old producer's messages are purged and
+ * their delivery reports served here, each with an error (the sender
+ * produces it again through *rk, or answers that it failed): a report that
+ * looks at *rk sees the new producer. The old one is then destroyed, or
+ * handed to the caller in *retired (non-NULL: a thread may still hold it;
+ * the caller destroys it once none does); a report still missing after
+ * 5 s is lost with it (logged). A new producer
+ * has a new idempotence identity: what the old one may have written is
+ * written again (a duplicate, which every consumer here absorbs).
+ * Returns 0, or the error of creating the new one (*rk unchanged).
+ * Counted in sluice_kafka_producer_renewals_total. @locality the loop
+ * thread, never inside a librdkafka callback (a delivery report). */
+int sl_kafka_producer_renew(rd_kafka_t **rk, sl_kafka_uv **ku, uv_loop_t *loop, const char *brokers,
+                            const char *client_id, const char *const *extra, rd_kafka_t **retired,
+                            char *err, size_t errlen);
+
+/* How often a process renews its producers: sl_kafka_renew_due says whether
+ * one more renewal fits in SL_KAFKA_RENEW_MAX per SL_KAFKA_RENEW_WINDOW_MS
+ * (and counts it). A producer that fails again and again (a broker that
+ * refuses it for good) is not renewed for ever: the caller stops instead. */
+#define SL_KAFKA_RENEW_MAX 5
+#define SL_KAFKA_RENEW_WINDOW_MS 60000
+typedef struct {
+  int64_t window_start_ms;
+  int n;
+} sl_kafka_renewals;
+int sl_kafka_renew_due(sl_kafka_renewals *r, int64_t now_ms);
 
 /* The message.timeout.ms that makes a delivery report arrive within
  * answer_within_ms: librdkafka looks for timed-out messages once a second,
@@ -234,7 +270,6 @@ int sl_kafka_group_oldest(rd_kafka_t *rk, const char *topic, int timeout_ms, int
  * to a pipe whenever its queue has events, a uv_poll_t wakes and calls
  * rd_kafka_poll(rk, 0). No timer, no busy loop. The handle is closed by
  * sl_kafka_uv_detach (NULL-safe). @locality loop thread only. */
-typedef struct sl_kafka_uv sl_kafka_uv;
 int sl_kafka_uv_attach(sl_kafka_uv **out, rd_kafka_t *rk, uv_loop_t *loop);
 
 /* The same for a consumer: when its queue has events, ready(ud) is called
