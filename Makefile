@@ -4,7 +4,7 @@
 #               pipeline end to end on synthesized spoken answers
 #   make test   set up everything and run the unit and integration tests
 #               (AddressSanitizer + UndefinedBehaviorSanitizer build)
-# Others: make bootstrap | build | unit | test-browser | image | test-image | deb | test-deb | bench-presign | bench-api | bench-poll | bench-sse | bench-sse-delay | bench-cost | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
+# Others: make bootstrap | build | unit | test-browser | image | test-image | deb | test-deb | bench-presign | bench-api | bench-poll | bench-sse | bench-sse-delay | bench-cost | bench-cluster | bench-stt | fuzz | fuzz-merge | stack-up | stack-down | clean
 
 BUILD     ?= build
 SAN_BUILD ?= build-san
@@ -12,7 +12,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_GEN ?= -G Ninja
 
-.PHONY: all bootstrap build build-san demo test test-browser test-nodes test-image image deb test-deb test-k8s unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-sse-delay bench-cost bench-stt fuzz fuzz-merge
+.PHONY: all bootstrap build build-san demo test test-browser test-nodes test-image image deb test-deb test-k8s unit stack-up stack-down clean bench bench-quick bench-presign bench-api bench-poll bench-sse bench-sse-delay bench-cost bench-cluster bench-stt fuzz fuzz-merge
 
 all: build
 
@@ -37,8 +37,8 @@ test: bootstrap build build-san
 test-browser: bootstrap build-san
 	tools/test $(SAN_BUILD) -L browser
 
-# Kafka broker faults on a three-node cluster (tests/integration/test_kafka_nodes.sh),
-# outside `make test` until librdkafka #4438's fatal producer error is handled in process
+# Kafka broker faults on a three-node cluster (tests/integration/test_kafka_nodes.sh)
+# alone; `make test` runs it too
 test-nodes: bootstrap build-san
 	tools/test $(SAN_BUILD) -L nodes
 
@@ -120,6 +120,12 @@ bench-sse-delay: build
 # the same run (about 10 minutes); results go to docs/benchmarks-history.md.
 bench-cost: build
 	BUILD=$(BUILD) bench/cost/run
+
+# One Redis against a three-primary Redis Cluster in the same run: the
+# pipeline's questions per second and materialize's applies per second with
+# their CPU (about 12 minutes); results go to docs/benchmarks-history.md.
+bench-cluster: build
+	BUILD=$(BUILD) bench/cluster/run
 
 # Offline speech recognition: word error rate, CPU per second of audio, memory
 # and questions/s of PocketSphinx beside Whisper tiny.en and base on the 24
