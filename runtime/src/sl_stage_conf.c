@@ -189,7 +189,7 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"kafka.producer_properties", SL_CONF_STR, "", C(kafka_producer_properties),
      "extra librdkafka properties of the stage's producer, name=value,... (for example "
      "compression.type=zstd); enable.idempotence, acks and transactional.id are Sluice's and "
-     "refused",
+     "refused; presign's message.timeout.ms and linger.ms are its own (presign.kafka_timeout_ms)",
      0},
     {"kafka.consumer_properties", SL_CONF_STR, "", C(kafka_consumer_properties),
      "extra librdkafka properties of the stage's consumers, name=value,... (for example "

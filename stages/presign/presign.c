@@ -155,8 +155,8 @@ typedef struct {
   rd_kafka_t *producer;
   rd_kafka_topic_t *topics[2]; /* kept known to it (sl_kafka_prefetch) */
   /* its settings, kept for a renewal after a fatal error (renew_producer) */
-  char timeout[32];
-  const char *extra[5];
+  char timeout[32], props[1024];
+  const char *extra[2 * 16 + 5];
   sl_kafka_renewals renewals;
   uv_timer_t renew_timer;
   uv_loop_t *loop;
@@ -1003,9 +1003,15 @@ static int open_clients(presign *ps, const sl__auth_conf *ac, const sl__callback
   /* the 503 must come within kafka_timeout_ms, librdkafka's 1 s scan included */
   snprintf(ps->timeout, sizeof ps->timeout, "%lld",
            (long long)sl_kafka_message_timeout_for(ps->pc->kafka_timeout_ms));
-  const char *extra[] = {"message.timeout.ms", ps->timeout, "linger.ms", "0", NULL};
-  memcpy(ps->extra, extra, sizeof extra);
-  int rc = sl__auth_new(&ps->auth, ac, err, errlen);
+  /* kafka.producer_properties as every stage takes them, then presign's
+   * own two, which the 503's timing rests on (set last: they win) */
+  int rc = sl_kafka_props_split(SL_KAFKA_PRODUCER_PROPS, ps->cc->kafka_producer_properties,
+                                ps->props, sizeof ps->props, ps->extra, 16, err, errlen);
+  size_t n = 0;
+  while (rc == 0 && ps->extra[n]) n++;
+  const char *own[] = {"message.timeout.ms", ps->timeout, "linger.ms", "0", NULL};
+  if (rc == 0) memcpy(ps->extra + n, own, sizeof own);
+  if (rc == 0) rc = sl__auth_new(&ps->auth, ac, err, errlen);
   if (rc == 0) rc = sl__callback_policy_new(&ps->callbacks, cbc, err, errlen);
   if (rc == 0) rc = check_settings(ps->pc, err, errlen);
   if (rc == 0) rc = sl_s3_target_init(&ps->target, ps->s3);
