@@ -5,6 +5,12 @@
 # with the image of deploy/Dockerfile, against the dev stack's Kafka, Redis and
 # Versity Gateway listening on the cluster's own network (the node's bridge
 # address), and the fake provider as the stt and grade stages' OpenAI endpoint.
+# The dev stack is the production shape (K8S_STACK=nodes, the default): a
+# three-node Kafka (topics with replication 3 and min.insync.replicas 2,
+# the chart's topics.minInsyncReplicas) and a Redis Cluster of three
+# primaries with one replica each (redis.url redis+cluster://<six seeds>,
+# redis.buckets 16, the NetworkPolicy open to every seed's port);
+# K8S_STACK=single runs it against one broker and one Redis instead.
 # Everything goes through the cluster's Services (their ClusterIPs, routed by
 # kube-proxy's iptables rules on this host).
 #   1. `helm install --wait`: every Deployment becomes available; the topics
@@ -32,7 +38,8 @@
 # ($SLUICE_CACHE/k8s/sluice-image.tar: `tools/image save FILE`), helm
 # (tools/bootstrap) and BUILD's host tools (sluicectl, the fake provider,
 # pipeline_loadgen). `make test-k8s` builds what is missing and runs this.
-# Knobs: K8S_LOAD_SECONDS (150), K8S_RATE (submissions/s, 1), K8S_MAX_CALLS.
+# Knobs: K8S_LOAD_SECONDS (150), K8S_RATE (submissions/s, 1), K8S_MAX_CALLS,
+# K8S_STACK (nodes | single).
 set -euo pipefail
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd -- "$HERE/../.." && pwd -P)
@@ -53,6 +60,14 @@ export DEVSTACK_DIR=$CACHE/k8s/devstack DEVSTACK_KAFKA_PORT=25092 DEVSTACK_REDIS
 export DEVSTACK_S3_PORT=25070 DEVSTACK_STT=pocketsphinx DEVSTACK_CORS_ORIGINS=http://127.0.0.1:25080
 FAKE_PORT=25062
 SLUICECTL=$BUILD/tools/sluicectl
+STACK=${K8S_STACK:-nodes}
+case $STACK in
+# Kafka nodes on 25092/25095/25098 (controllers +1), Redis nodes 25379..25384
+# (buses 25385..25390); the topics made by sluicectl with replication 3
+nodes) export DEVSTACK_KAFKA_NODES=3 DEVSTACK_REDIS_CLUSTER=1 SLUICECTL ;;
+single) ;;
+*) echo "test_k8s: K8S_STACK is nodes or single, not $STACK" >&2; exit 2 ;;
+esac
 LOADGEN=$BUILD/bench/pipeline_loadgen
 FAKEPROVIDER=$BUILD/tools/sluice-fakeprovider
 
@@ -96,11 +111,19 @@ NODE_IP=$K8S_NODE_IP
 export DEVSTACK_HOST=$NODE_IP
 "$ROOT/tools/devstack" up >/dev/null
 eval "$("$ROOT/tools/devstack" env)"
+if [[ $STACK == nodes ]]; then
+  # every node a seed: the chart's NetworkPolicy opens the seeds' ports, and
+  # a replica that takes over serves from its own port
+  seeds=()
+  for i in 0 1 2 3 4 5; do seeds+=("$NODE_IP:$((DEVSTACK_REDIS_PORT + i))"); done
+  SLUICE_REDIS_URL=redis+cluster://$(IFS=,; echo "${seeds[*]}")
+  export SLUICE_REDIS_URL
+fi
 SOCK=$CACHE/k8s/cluster/containerd/containerd.sock
 ctr --address "$SOCK" -n k8s.io images import "$ARCHIVE" >/dev/null
 # the "new" image of the upgrade: the same bytes under another tag
 ctr --address "$SOCK" -n k8s.io images tag "docker.io/library/$IMAGE" "docker.io/library/${IMAGE%%:*}:upgraded" >/dev/null
-log "cluster, dev stack and image ready in $((SECONDS - t0)) s"
+log "cluster, dev stack ($STACK: Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL) and image ready in $((SECONDS - t0)) s"
 
 # fake_stats: the fake provider's counters; calls_between BEFORE AFTER ENDPOINT:
 # the successful calls to ENDPOINT (transcriptions, chat) between two of them
@@ -132,13 +155,15 @@ kubectl create namespace "$NS" >/dev/null
 kubectl -n "$NS" create secret generic sluice-s3 --from-literal=access-key="$SLUICE_S3_ACCESS_KEY" \
   --from-literal=secret-key="$SLUICE_S3_SECRET_KEY" >/dev/null
 small='{requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 512Mi}}'
+replication=1 min_isr=1
+[[ $STACK == nodes ]] && replication=3 min_isr=2
 {
   cat <<EOF
 image: {repository: ${IMAGE%%:*}, tag: ${IMAGE#*:}, pullPolicy: Never}
 kafka: {brokers: "$SLUICE_KAFKA_BROKERS"}
-redis: {url: "$SLUICE_REDIS_URL"}
+redis: {url: "$SLUICE_REDIS_URL", buckets: ${SLUICE_REDIS_BUCKETS:-0}}
 s3: {endpoint: "$SLUICE_S3_ENDPOINT", region: "$SLUICE_S3_REGION", bucket: "$SLUICE_S3_BUCKET", pathStyle: true}
-topics: {partitions: 12, replication: 1}
+topics: {partitions: 12, replication: $replication, minInsyncReplicas: $min_isr}
 stt: {plugin: openai, openai: {base_url: "http://$NODE_IP:$FAKE_PORT", model: whisper-1}}
 grade: {plugin: openai, openai: {base_url: "http://$NODE_IP:$FAKE_PORT", model: gpt-4o-mini}}
 stages:
@@ -160,6 +185,11 @@ else
 fi
 check "the topics hook Job re-created dlq.audit (12 partitions)" \
   bash -c 'kcat -b "$1" -L -t dlq.audit -J 2>/dev/null | jq -e ".topics[0].partitions | length == 12" >/dev/null' _ "$SLUICE_KAFKA_BROKERS"
+if [[ $STACK == nodes ]]; then
+  check "every topic has three replicas, all in sync (three brokers)" \
+    bash -c 'kcat -b "$1" -m 10 -L -J 2>/dev/null | jq -e "[.topics[] | select(.topic | startswith(\"__\") | not) |
+      .partitions[]] | length > 0 and all(.replicas | length == 3) and all(.isrs | length == 3)" >/dev/null' _ "$SLUICE_KAFKA_BROKERS"
+fi
 check "the hook Job succeeded and was deleted (hook-succeeded policy)" \
   bash -c '[[ -z $(kubectl -n "$1" get jobs -o name) ]] &&
     kubectl -n "$1" get events --field-selector involvedObject.kind=Job -o json |
