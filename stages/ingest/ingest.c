@@ -14,13 +14,12 @@
  * Materialize may lag presign by a moment, so an unknown submission is
  * looked up again in place every RECHECK_MS for ingest.submission_recheck_s
  * after the upload (sl_result.again_in_ms: no retry copy, no tier's 5 s), then
- * retried until ingest.submission_wait_s after the first failure, then
- * dead-lettered; while materialize rebuilds a lost view (its marker
- * SL__VIEW_MARKER is missing) it is retried as view_rebuilding, without limit
- * but the time budget.
- * Anything unparseable is dead-lettered at once with the reason. An event
- * of several records is first split into single-record events (fan_out),
- * so each record succeeds, retries or fails on its own.
+ * retried until ingest.submission_wait_s after ingest's first failure
+ * (however late the event came), then dead-lettered; while materialize rebuilds a lost view (its
+ * marker SL__VIEW_MARKER is missing) it is retried as view_rebuilding, without limit but the time
+ * budget. Anything unparseable is dead-lettered at once with the reason. An event of several
+ * records is first split into single-record events (fan_out), so each record succeeds, retries or
+ * fails on its own.
  *
  * An event is a claim, not proof (it may come through the webhook, or be
  * forged by anyone who can write to the topic), so before anything is
@@ -304,16 +303,27 @@ static void submission_missing(const ingest *in, sl_redis *redis, const rd_kafka
                   rerr[0] ? ": " : "", rerr);
     return;
   }
-  /* the wait is measured from the first failure (a retry copy carries
-   * it), not from the copy's own timestamp */
-  int64_t ts_ms = sl_message_first_failure_ms(m);
-  if (ts_ms <= 0) ts_ms = rd_kafka_message_timestamp(m, NULL);
-  double age = ts_ms > 0 ? (double)(sl_now_ms() - ts_ms) / 1000.0 : 1e9;
-  if (age < in->ic->submission_wait_s) {
+  /* The wait is measured from ingest's first failure, which a retry copy
+   * carries: never from the event's timestamp, which is the upload's and
+   * may be long past when the event arrives (a broker that held the
+   * gateway's event and materialize's submissions for a minute; ingest's
+   * sweep writing an event the gateway lost), so that such an event would
+   * be dead-lettered at its first look (test_late_event). Before the first
+   * retry copy, a fresh upload is looked up again in place. */
+  int64_t now = sl_now_ms(), first = sl_message_first_failure_ms(m);
+  if (first <= 0) {
+    int64_t ts_ms = rd_kafka_message_timestamp(m, NULL);
+    double since_upload = ts_ms > 0 ? (double)(now - ts_ms) / 1000.0 : 1e9;
     sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",
-                  "submission %s not recorded yet (%.1f s after upload)", rec->sid, age);
-    if (age < in->ic->submission_recheck_s) res->again_in_ms = RECHECK_MS;
-  } else
+                  "submission %s not recorded yet (%.1f s after upload)", rec->sid, since_upload);
+    if (since_upload < in->ic->submission_recheck_s) res->again_in_ms = RECHECK_MS;
+    return;
+  }
+  double age = (double)(now - first) / 1000.0;
+  if (age < in->ic->submission_wait_s)
+    sl_result_set(res, SL_OUTCOME_RETRY, "unknown_submission",
+                  "submission %s not recorded yet (%.1f s after the first look)", rec->sid, age);
+  else
     sl_result_set(res, SL_OUTCOME_FAIL, "unknown_submission",
                   "object %s names submission %s, which does not exist", rec->key, rec->sid);
 }
