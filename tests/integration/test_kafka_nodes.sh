@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Kafka faults on a three-node cluster, under load. A stack of its own
-# (tools/devstack with DEVSTACK_KAFKA_NODES=3 on ports BASE+700..+713:
-# brokers +700/+703/+706, their controllers +1, Redis +710, gateways +711
-# and +713), every topic with replication 3 and min.insync.replicas 2. A
+# Kafka faults on a three-node cluster, under load. A stack of its own in
+# production's shape (tools/devstack with DEVSTACK_KAFKA_NODES=3 and
+# DEVSTACK_REDIS_CLUSTER=1 on ports BASE+700..+724: brokers +700/+703/+706,
+# their controllers +1; a Redis Cluster of three primaries with a replica
+# each on +710..+715, buses +716..+721, 16 buckets; gateways +722 and +724),
+# every topic with replication 3 and min.insync.replicas 2. A
 # steady load (pipeline_loadgen, 2 submissions/s) over the fake provider
 # while, one after the other,
 #   1. the broker that leads the most partitions is SIGKILLed and restarted
@@ -24,13 +26,13 @@
 source "$(dirname "$0")/lane.sh" # this test's lane (tools/test runs two)
 BASE=${SLUICE_TEST_PORT_BASE:-18080}
 _dir=${DEVSTACK_DIR:-${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "$0")/../.." && pwd -P)}/build-san/test-stack}
-export DEVSTACK_DIR=$_dir-kafka3 DEVSTACK_KAFKA_NODES=3
+export DEVSTACK_DIR=$_dir-kafka3 DEVSTACK_KAFKA_NODES=3 DEVSTACK_REDIS_CLUSTER=1
 # 4 partitions a topic (one replica of each stage): a restarted broker
 # recovers half as many logs as with the default 12 before it serves
 export DEVSTACK_PARTITIONS=4
 export DEVSTACK_KAFKA_PORT=$((BASE + 700)) # nodes +700, +703, +706; controllers +1
-export DEVSTACK_REDIS_PORT=$((BASE + 710))
-export DEVSTACK_S3_PORT=$((BASE + 711)) # the derived objects' gateway +713
+export DEVSTACK_REDIS_PORT=$((BASE + 710)) # six nodes +710..+715, their buses +716..+721
+export DEVSTACK_S3_PORT=$((BASE + 722))    # the derived objects' gateway +724
 ROOT0=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "$0")/../.." && pwd -P)}
 "$ROOT0/tools/devstack" down --wipe >/dev/null 2>&1 || true # a previous run's leftovers
 t_stack=$SECONDS
@@ -116,7 +118,7 @@ at_exit "kill $sup 2>/dev/null || true"
 espeak-ng -s 140 -w "$work/a.wav" "On weekends I usually go hiking in the mountains with my friends."
 LOAD_S=${KAFKA_NODES_LOAD_S:-230} # the faults take 150-200 s (a restart 20-60 s on a busy machine)
 "$LOADGEN" --presign "$PRESIGN_URL/v1/submissions" --audio "$work/a.wav" \
-  --redis "127.0.0.1:$DEVSTACK_REDIS_PORT" --rate 2 --duration "$LOAD_S" \
+  --redis "$SLUICE_REDIS_URL" --rate 2 --duration "$LOAD_S" \
   --mean-questions 3 --max-questions 6 --drain-timeout 150 --seed 42 \
   --out "$work/questions.jsonl" >"$work/summary.json" 2>"$work/loadgen.log" &
 lg=$!

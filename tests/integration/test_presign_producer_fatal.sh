@@ -21,8 +21,8 @@ source "$(dirname "$0")/lib.sh"
 mkdir -p "$STAGES_DIR"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-port=$((BASE + 68))
-admin_port=$((BASE + 69))
+port=$((BASE + 74))
+admin_port=$((BASE + 75))
 topic=presign-fatal.submissions # kept, as the lane's other topics (made with this size limit)
 "$SLUICECTL" topics ensure --partitions 1 --config max.message.bytes=1200 "$topic" >/dev/null ||
   { fail "could not create $topic"; finish; }
