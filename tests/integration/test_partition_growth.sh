@@ -16,8 +16,25 @@
 #    message lands on one (producers) and the stage's group commits on one
 #    (consumers) is measured, and must be within kafka.metadata_refresh_ms
 #    (SLUICE_KAFKA_METADATA_REFRESH_MS, 10 s) plus GROWTH_SLACK_S (20 s).
+# The stack is its own, in production's shape (tools/devstack with
+# DEVSTACK_KAFKA_NODES=3 and DEVSTACK_REDIS_CLUSTER=1 on ports
+# BASE+780..+804: brokers +780/+783/+786, their controllers +1; a Redis
+# Cluster of three primaries with a replica each on +790..+795, buses
+# +796..+801, 16 buckets; gateways +802 and +804; topics with replication
+# 3 and min.insync.replicas 2), so a grown topic's new partitions get their
+# three replicas too.
 # Knobs: GROWTH_SECONDS (90), GROWTH_RATE (submissions/s, 3).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lane.sh" # this test's lane (tools/test runs two)
+BASE=${SLUICE_TEST_PORT_BASE:-18080}
+_dir=${DEVSTACK_DIR:-${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "$0")/../.." && pwd -P)}/build-san/test-stack}
+export DEVSTACK_DIR=$_dir-growth DEVSTACK_KAFKA_NODES=3 DEVSTACK_REDIS_CLUSTER=1
+export DEVSTACK_KAFKA_PORT=$((BASE + 780)) # nodes +780, +783, +786; controllers +1
+export DEVSTACK_REDIS_PORT=$((BASE + 790)) # six nodes +790..+795, their buses +796..+801
+export DEVSTACK_S3_PORT=$((BASE + 802))    # the derived objects' gateway +804
+ROOT0=${SLUICE_SOURCE_DIR:-$(cd -- "$(dirname -- "$0")/../.." && pwd -P)}
+"$ROOT0/tools/devstack" down --wipe >/dev/null 2>&1 || true # a previous run's leftovers
+source "$(dirname "$0")/lib.sh" # brings the clustered stack up (topics with sluicectl)
+at_exit '"$ROOT/tools/devstack" down --wipe >/dev/null 2>&1 || true'
 mkdir -p "$STAGES_DIR"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
@@ -37,7 +54,8 @@ jq --arg s "$STT_IN" --arg g "$GRADE_IN" '
   .topics |= map(.name |= rn) | .stages |= map(.inputs |= map(rn) | .outputs |= map(rn))' \
   "$ROOT/pipeline.json" >"$work/pipeline.json"
 export SLUICE_PIPELINE_FILE=$work/pipeline.json
-"$SLUICECTL" topics ensure --partitions 12 "$STT_IN" "$GRADE_IN" >/dev/null ||
+"$SLUICECTL" topics ensure --partitions 12 --replication 3 --config min.insync.replicas=2 \
+  "$STT_IN" "$GRADE_IN" >/dev/null ||
   { fail "could not create $STT_IN and $GRADE_IN"; finish; }
 
 fake_up 1000 1000 200 # ms: stt, grading, jitter
@@ -66,11 +84,17 @@ repeat
   end
 until cur == "0"
 return out'
+# each primary scans its own keys (a script reads only its node's slots)
+mapfile -t primaries < <(redis-cli -p "$DEVSTACK_REDIS_PORT" cluster nodes |
+  awk '$3 ~ /master/ {split($2, a, "[:@]"); print a[2]}')
+check "three Redis primaries to watch (${primaries[*]})" test "${#primaries[@]}" = 3
 (
   round=0
   while [[ ! -e $work/stop ]]; do
     round=$((round + 1))
-    RC EVAL "$RANKS" 0 "$start_ms" 2>/dev/null | sed "s/^/$round /" >>"$work/ranks"
+    for p in "${primaries[@]}"; do
+      redis-cli -p "$p" EVAL "$RANKS" 0 "$start_ms" 2>/dev/null | sed "s/^/$round /" >>"$work/ranks"
+    done
     sleep 0.5
   done
 ) &
@@ -78,7 +102,7 @@ watcher=$!
 at_exit 'touch "$work/stop" 2>/dev/null; wait "$watcher" 2>/dev/null; true'
 
 "$LOADGEN" --presign "$PRESIGN_URL/v1/submissions" --audio "$work/a.wav" \
-  --redis "127.0.0.1:$DEVSTACK_REDIS_PORT" --rate "$RATE" --duration "$SECS" \
+  --redis "$SLUICE_REDIS_URL" --rate "$RATE" --duration "$SECS" \
   --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 17 \
   >"$work/summary.json" 2>"$work/loadgen.log" &
 lg=$!
@@ -99,6 +123,10 @@ grow_ms=$(($(date +%s%N) / 1000000))
 check "both topics grew from 12 to 24 partitions ($(tr '\n' ' ' <"$work/grow.out"))" \
   test "$(grep -c '^grew .* from 12 to 24 partitions$' "$work/grow.out")" = 2
 log "grew $STT_IN and $GRADE_IN to 24 partitions while answers flowed"
+rf3() { kcat -b "$SLUICE_KAFKA_BROKERS" -m 10 -L -t "$1" -J 2>/dev/null |
+  jq -e '.topics[0].partitions | length == 24 and all(.replicas | length == 3)' >/dev/null; }
+check "every partition of both grown topics, the new ones too, has three replicas" \
+  wait_for 10 bash -c "$(declare -f rf3); rf3 $STT_IN && rf3 $GRADE_IN"
 
 # how long until the new partitions carry traffic, producer side and group side
 declare -A used=()
