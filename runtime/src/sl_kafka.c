@@ -36,15 +36,32 @@ static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque
 rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key, size_t keylen,
                                   void *value, size_t len, int msgflags, sl_kafka_sent_fn cb,
                                   void *ctx) {
+  return sl_kafka_send_traced(rk, topic, key, keylen, value, len, msgflags, NULL, cb, ctx);
+}
+
+rd_kafka_resp_err_t sl_kafka_send_traced(rd_kafka_t *rk, const char *topic, const void *key,
+                                         size_t keylen, void *value, size_t len, int msgflags,
+                                         const char *traceparent, sl_kafka_sent_fn cb, void *ctx) {
   if (!rk || !topic || !cb) return RD_KAFKA_RESP_ERR__INVALID_ARG;
   sl_kafka_ticket *t = malloc(sizeof *t);
   if (!t) return RD_KAFKA_RESP_ERR__QUEUE_FULL;
   *t = (sl_kafka_ticket){cb, ctx, 1};
+  rd_kafka_headers_t *hs = NULL;
+  if (traceparent && *traceparent) {
+    hs = rd_kafka_headers_new(1);
+    rd_kafka_header_add(hs, "traceparent", -1, traceparent, -1);
+  }
   rd_kafka_resp_err_t e =
-      rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? keylen : 0),
-                        RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(msgflags),
-                        RD_KAFKA_V_OPAQUE(t), RD_KAFKA_V_END);
-  if (e) free(t);
+      hs ? rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? keylen : 0),
+                             RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(msgflags),
+                             RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_OPAQUE(t), RD_KAFKA_V_END)
+         : rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? keylen : 0),
+                             RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(msgflags),
+                             RD_KAFKA_V_OPAQUE(t), RD_KAFKA_V_END);
+  if (e) {
+    if (hs) rd_kafka_headers_destroy(hs);
+    free(t);
+  }
   return e;
 }
 

@@ -124,6 +124,15 @@ static const char *utc_second(time_t t) {
   return s;
 }
 
+static _Thread_local char trace_id[33];
+
+void sl_log_trace(const char *id, char *prev) {
+  if (prev) memcpy(prev, trace_id, sizeof trace_id);
+  size_t n = id ? strnlen(id, 32) : 0;
+  memcpy(trace_id, id ? id : "", n);
+  trace_id[n] = '\0';
+}
+
 void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
   if (!sl_log_enabled(lvl)) return;
   char line[4096], msg[2048];
@@ -156,6 +165,11 @@ void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
       sl_json_escape(line, sizeof line, &p, slash + 1);
       append(line, sizeof line, &p, "\"");
     }
+  }
+  if (trace_id[0]) {
+    append(line, sizeof line, &p, ",\"trace_id\":\"");
+    sl_json_escape(line, sizeof line, &p, trace_id);
+    append(line, sizeof line, &p, "\"");
   }
   va_list ap;
   va_start(ap, fmt);

@@ -81,6 +81,31 @@ const sl_conf_entry sl_common_conf_table[] = {
      "tiers (empty: the built-in one, the repository's pipeline.json)",
      0},
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
+    {"trace.endpoint", SL_CONF_STR, "", C(trace_endpoint),
+     "the OpenTelemetry collector spans are sent to, OTLP over HTTP with JSON bodies "
+     "(http://host:4318; POSTs to its /v1/traces). Empty: no spans are recorded, but trace "
+     "context is still read from and written to every message, so a trace stays whole",
+     0},
+    {"trace.sample_ratio", SL_CONF_DOUBLE, "1", C(trace_sample_ratio),
+     "the share of new traces (a create without a traceparent, a storage event) that is "
+     "recorded, 0-1; a trace that arrives keeps its own decision (parent-based)",
+     0},
+    {"trace.queue_spans", SL_CONF_INT, "4096", C(trace_queue_spans),
+     "finished spans waiting for export at most; past it they are dropped and counted "
+     "(sluice_trace_spans_dropped_total): the pipeline never waits for the collector",
+     0},
+    {"trace.batch_spans", SL_CONF_INT, "512", C(trace_batch_spans),
+     "spans sent in one request at most", 0},
+    {"trace.flush_ms", SL_CONF_INT, "1000", C(trace_flush_ms),
+     "a batch of spans goes out at least this often", 0},
+    {"trace.timeout_ms", SL_CONF_INT, "2000", C(trace_timeout_ms),
+     "the deadline of one export request; spans of a request that did not get through are "
+     "dropped and counted",
+     0},
+    {"trace.propagate", SL_CONF_BOOL, "true", C(trace_propagate),
+     "what the stage writes carries the trace context (traceparent, tracestate headers); "
+     "false cuts every trace at this stage (for tests of the tracing)",
+     0},
     {"log.batch", SL_CONF_BOOL, "true", C(log_batch),
      "a consuming stage writes its debug and info lines in batches, at most "
      "SL_LOG_BATCH_MS (100 ms) late (one write for many lines: a line per message written "

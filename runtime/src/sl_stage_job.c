@@ -29,6 +29,162 @@ int64_t sl__mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- its trace ---- */
+
+/* the phases of a job's span, by state: its child spans */
+enum { PH_QUEUED, PH_PARKED, PH_GATED, PH_RUNNING, PH_PRODUCING, PH_END };
+static const char *const phase_name[] = {"queued", "parked", "gated", "running", "producing"};
+
+static int phase_of(sl_job_state s) {
+  switch (s) {
+  case SL_JOB_PARKED:
+    return PH_PARKED;
+  case SL_JOB_LOOKUP:
+  case SL_JOB_GATE:
+  case SL_JOB_CLAIM:
+    return PH_GATED;
+  case SL_JOB_CALL:
+  case SL_JOB_POOL:
+    return PH_RUNNING;
+  case SL_JOB_OUTCOME:
+  case SL_JOB_STORED:
+  case SL_JOB_REUSE:
+    return PH_PRODUCING;
+  case SL_JOB_FINISHED:
+  case SL_JOB_RELEASED:
+  case SL_JOB_DROPPED:
+    return PH_END;
+  default:
+    return PH_QUEUED;
+  }
+}
+
+/* j's context: a child of its message's (traceparent, tracestate), else a
+ * new trace */
+static void trace_begin(job *j, const rd_kafka_message_t *m) {
+  char tp[64], ts[SL_TRACE_STATE_MAX];
+  const char *h = sl__hdr(m, SL_TRACE_HDR, tp, sizeof tp);
+  sl_trace_ctx in;
+  if (h && sl_trace_parse(h, strlen(h), &in) == 0) {
+    const char *st = sl__hdr(m, SL_TRACE_STATE_HDR, ts, sizeof ts);
+    sl_trace_set_state(&in, st, st ? strlen(st) : 0);
+    memcpy(j->parent_span, in.span_id, 8);
+    j->has_parent = 1;
+    sl_trace_child(&in, &j->tc);
+  } else {
+    sl_trace_root(&j->tc);
+  }
+  sl_trace_id_hex(&j->tc, j->trace_hex);
+  j->taken_ns = sl_trace_now_ns();
+  j->seg[0].phase = PH_QUEUED;
+  j->seg[0].at_ns = j->taken_ns;
+  j->nseg = 1;
+}
+
+void sl__job_trace_adopt(job *j, const char *traceparent) {
+  sl_trace_ctx in;
+  if (j->has_parent || !traceparent || sl_trace_parse(traceparent, strlen(traceparent), &in))
+    return;
+  memcpy(j->tc.trace_id, in.trace_id, 16);
+  j->tc.flags = in.flags;
+  memcpy(j->parent_span, in.span_id, 8);
+  j->has_parent = 1;
+  sl_trace_id_hex(&j->tc, j->trace_hex);
+}
+
+void sl__job_trace_headers(const job *j, rd_kafka_headers_t *hs) {
+  if (!j->R->cc->trace_propagate) return;
+  char tp[SL_TRACEPARENT_LEN + 1];
+  sl_trace_format(&j->tc, tp);
+  rd_kafka_header_add(hs, SL_TRACE_HDR, -1, tp, SL_TRACEPARENT_LEN);
+  if (j->tc.state[0]) rd_kafka_header_add(hs, SL_TRACE_STATE_HDR, -1, j->tc.state, -1);
+}
+
+static const char *outcome_word(const job *j, sl_job_state end) {
+  if (end != SL_JOB_FINISHED) return end == SL_JOB_RELEASED ? "released" : "dropped";
+  if (j->uncommitted) return "uncommitted";
+  if (j->rejected) return "failed";
+  return j->res.outcome == SL_OUTCOME_DONE    ? (j->stored ? "reused" : "done")
+         : j->res.outcome == SL_OUTCOME_RETRY ? "retry"
+                                              : "failed";
+}
+
+/* the process span's messaging attributes (OpenTelemetry's conventions) */
+static void process_attrs(const job *j, sl_span *s) {
+  const rd_kafka_message_t *m = j->m;
+  const char *topic = m && m->rkt ? rd_kafka_topic_name(m->rkt) : "";
+  char group[96];
+  int tier = -1; /* the retry tier it was read from */
+  for (int t = 0; t < j->R->rp->ntiers && tier < 0; t++)
+    if (strcmp(topic, j->R->tier_topic[t]) == 0) tier = t;
+  snprintf(group, sizeof group, "sluice-%s%s", j->R->o->stage, tier >= 0 ? "-retry" : "");
+  sl_span_str(s, "messaging.system", "kafka");
+  sl_span_str(s, "messaging.operation.type", "process");
+  sl_span_str(s, "messaging.destination.name", topic);
+  sl_span_int(s, "messaging.destination.partition.id", m ? m->partition : -1);
+  sl_span_int(s, "messaging.kafka.offset", j->offset);
+  sl_span_str(s, "messaging.consumer.group.name", group);
+  sl_span_str(s, "messaging.kafka.message.key", j->key);
+  sl_span_str(s, "sluice.stage", j->R->o->stage);
+  sl_span_int(s, "sluice.attempt", (int64_t)j->attempts + 1);
+  if (tier >= 0) sl_span_str(s, "sluice.retry_tier", j->R->tier_label[tier]);
+}
+
+/* j's spans, at its end: the process span and one child per phase */
+static void trace_end(job *j, sl_job_state end) {
+  if (!sl_trace_enabled() || !sl_trace_sampled(&j->tc)) return;
+  int64_t now = sl_trace_now_ns();
+  const char *word = outcome_word(j, end);
+  sl_span s;
+  char name[200];
+  const char *topic = j->m && j->m->rkt ? rd_kafka_topic_name(j->m->rkt) : "?";
+  snprintf(name, sizeof name, "process %s", topic);
+  sl_span_begin(&s, &j->tc, j->has_parent ? j->parent_span : NULL, name, SL_SPAN_CONSUMER,
+                j->taken_ns);
+  process_attrs(j, &s);
+  sl_span_str(&s, "sluice.outcome", word);
+  if (strcmp(word, "done") && strcmp(word, "reused")) {
+    sl_span_str(&s, "error.type", j->res.error_class[0] ? j->res.error_class : word);
+    sl_span_error(&s, j->res.error_message);
+  }
+  sl_span_end(&s, now);
+  for (unsigned i = 0; i < j->nseg; i++) {
+    int ph = j->seg[i].phase;
+    int64_t to = i + 1 < j->nseg ? j->seg[i + 1].at_ns : now;
+    sl_trace_ctx c;
+    if (sl_trace_child(&j->tc, &c)) return;
+    const char *pname = phase_name[ph];
+    if (ph == PH_RUNNING && j->R->o->provider) {
+      snprintf(name, sizeof name, "call %s", j->R->o->provider);
+      pname = name;
+    }
+    sl_span_begin(&s, &c, j->tc.span_id, pname, SL_SPAN_INTERNAL, j->seg[i].at_ns);
+    if (ph == PH_RUNNING) {
+      if (j->R->o->provider) {
+        s.kind = SL_SPAN_CLIENT;
+        sl_span_str(&s, "sluice.provider", j->R->o->provider);
+        sl_span_real(&s, "sluice.cost_units", j->res.cost_units);
+      }
+      sl_span_str(&s, "sluice.outcome", word);
+      if (j->res.outcome != SL_OUTCOME_DONE) {
+        sl_span_str(&s, "sluice.retry_class", j->res.error_class);
+        sl_span_error(&s, j->res.error_message);
+      }
+    }
+    sl_span_end(&s, to);
+  }
+}
+
+/* j enters state to: a new phase starts a segment */
+static void trace_to(job *j, sl_job_state to) {
+  int ph = phase_of(to);
+  if (ph == PH_END || j->nseg == 0 || j->seg[j->nseg - 1].phase == ph || j->nseg >= SL_JOB_SEGMENTS)
+    return;
+  j->seg[j->nseg].phase = (unsigned char)ph;
+  j->seg[j->nseg].at_ns = sl_trace_now_ns();
+  j->nseg++;
+}
+
 /* ---- the registry ---- */
 
 job *sl__job_new(sl_jobs *R, rd_kafka_message_t *m) {
@@ -48,6 +204,7 @@ job *sl__job_new(sl_jobs *R, rd_kafka_message_t *m) {
   R->inflight++;
   sl_metric_gauge_add(R->m_inflight, 1);
   sl__job_bytes(j, (int64_t)m->len);
+  trace_begin(j, m);
   return j;
 }
 
@@ -86,7 +243,12 @@ void sl__job_to(job *j, sl_job_state to) {
     sl_log(SL_LOG_ERROR, j->key, "defect: a job moved from %s to %s, which sl_jobstate forbids",
            sl_job_state_name(from), sl_job_state_name(to));
   j->state = to;
+  trace_to(j, to);
+  if (sl_job_terminal(to)) trace_end(j, to);
+  char prev[33]; /* its lines carry its trace id */
+  sl_log_trace(j->trace_hex, prev);
   j->R->handover(j, from);
+  sl_log_trace(prev, NULL);
 }
 
 /* ---- its timer ---- */
@@ -175,6 +337,7 @@ const rd_kafka_message_t *sl_job_message(const job *j) { return j->m; }
 sl_outbox *sl_job_outbox(job *j) { return &j->out; }
 sl_result *sl_job_result(job *j) { return &j->res; }
 const char *sl_job_key(const job *j) { return j->key; }
+const char *sl_job_trace_id(const job *j) { return j->trace_hex; }
 sl_httpc *sl_job_http(job *j) { return j->R->http; }
 sl_aredis *sl_job_redis(job *j) { return j->R->redis; }
 uv_loop_t *sl_job_loop(job *j) { return j->R->uv; }

@@ -46,10 +46,15 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_retry.h"
 #include "sluice/sl_stage.h"
+#include "sluice/sl_trace.h"
 
 #include <signal.h>
 #include <stdatomic.h>
 #include <uv.h>
+
+/* the phases a job's span records (a run again adds more; past this
+ * many, the last phase runs on to the end) */
+#define SL_JOB_SEGMENTS 12
 
 typedef struct sl_job job;
 typedef struct sl_part part; /* sl_stage_part.h */
@@ -144,6 +149,17 @@ struct sl_job {
   int stored;      /* outputs came from the idempotency store */
   int store_reply; /* its store script's answer: 1 stored (claim and count went with it),
                     * 2 stored and its claim released there, 0 not stored */
+  /* ---- the trace's (sl_stage_job.c): its span, and where its time went ---- */
+  sl_trace_ctx tc;        /* its span: a child of its message's context, or of a new trace */
+  uint8_t parent_span[8]; /* the span it is a child of (its message's context) */
+  int has_parent;         /* its message carried a context (or one was adopted) */
+  char trace_hex[33];     /* tc's trace id, for its log lines */
+  int64_t taken_ns;       /* unix ns when it was taken */
+  unsigned nseg;          /* its phases so far: queued, parked, gated, running, producing */
+  struct {
+    unsigned char phase;
+    int64_t at_ns;
+  } seg[SL_JOB_SEGMENTS];
 };
 
 /* Takes m into a new job (NEW, counted in the registry with m's bytes);
@@ -154,6 +170,13 @@ job *sl__job_new(sl_jobs *R, rd_kafka_message_t *m);
  * else the move is logged as a defect and made all the same), and the
  * loop's hand-over acts on it. j may be freed on return. */
 void sl__job_to(job *j, sl_job_state to);
+
+/* j's message carried no trace context and its processor named the trace
+ * it belongs to (sl_result.traceparent): j's span joins it. Before its
+ * outputs are produced (they carry j's context). */
+void sl__job_trace_adopt(job *j, const char *traceparent);
+/* The headers an output of j carries its context in, added to hs. */
+void sl__job_trace_headers(const job *j, rd_kafka_headers_t *hs);
 
 /* Frees a job in a terminal state: out of the registry, its timer, its
  * outputs and its message. */

@@ -120,10 +120,10 @@ static void produce(job *j) {
   j->outstanding = (int)n;
   for (size_t i = 0; i < n; i++) {
     sl_out *it = &j->out.items[i];
-    rd_kafka_headers_t *hs = NULL;
-    if (it->retry_copy) { /* a retry-tier copy carries the retry headers */
+    rd_kafka_headers_t *hs = rd_kafka_headers_new(it->retry_copy ? 10 : 2);
+    sl__job_trace_headers(j, hs); /* every output carries j's trace context */
+    if (it->retry_copy) {         /* a retry-tier copy carries the retry headers */
       char b[5][32], origin[160];
-      hs = rd_kafka_headers_new(8);
       rd_kafka_header_add(hs, SL_HDR_ORIGIN_TOPIC, -1,
                           sl_message_origin(j->m, origin, sizeof origin), -1);
       snprintf(b[0], 32, "%u", j->attempts + 1);
@@ -204,6 +204,9 @@ static void add_dead_letter(job *j) {
                                                              : dl.topic);
   const char *subject = j->key[0] ? j->key : j->res.subject;
   dl.subject_key = (char *)subject;
+  char tp[SL_TRACEPARENT_LEN + 1];
+  sl_trace_format(&j->tc, tp); /* a replay links to this attempt's span */
+  dl.traceparent = tp;
   char key[128];
   if (subject[0])
     snprintf(key, sizeof key, "%s", subject);
@@ -436,6 +439,8 @@ static int again(job *j) {
 
 void sl__out_outcome(job *j) {
   sl_output *X = out_of(j);
+  if (j->res.traceparent[0]) /* its message had no context; the processor found its trace */
+    sl__job_trace_adopt(j, j->res.traceparent);
   if (j->res.outcome == SL_OUTCOME_DONE && j->out.failed) {
     /* the processor's outputs are incomplete (an add failed: outbox full,
      * topic or key too long, no memory): storing or producing the rest and

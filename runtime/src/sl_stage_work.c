@@ -5,6 +5,7 @@
  * the worker reads only the job's message, outbox, result and claim_lost.
  */
 #include "sl_stage_work.h"
+#include "sluice/sl_log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +30,11 @@ static void work_cb(uv_work_t *w) {
     return;
   }
   sl_inline_mark mk;
+  sl_log_trace(j->trace_hex, NULL); /* the worker's lines carry the job's trace id */
   sl_inline_begin(&mk);
   j->R->o->process(j->R->o->ud, j->m, &j->out, &j->res);
   j->ran_ns = sl_inline_end(&mk);
+  sl_log_trace(NULL, NULL);
 }
 
 static void after_work_cb(uv_work_t *w, int status) {

@@ -58,6 +58,7 @@
 #include "sluice.pb-c.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_trace.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_rkey.h"
 #include "sluice/sl_s3.h"
@@ -433,6 +434,16 @@ static void ingest_record(ingest *in, const rd_kafka_message_t *m, json_t *r, si
   int64_t accepted = 0;
   json_t *spec = question_spec(in, redis, m, &rec, hkey, &accepted, res);
   if (!spec) return;
+  const char *tp = json_string_value(json_object_get(spec, "tp"));
+  if (tp && strlen(tp) == SL_TRACEPARENT_LEN) {
+    /* the event came without one: its span, and from here its log lines,
+     * join the question's trace */
+    snprintf(res->traceparent, sizeof res->traceparent, "%s", tp);
+    char id[33];
+    memcpy(id, tp + 3, 32);
+    id[32] = '\0';
+    sl_log_trace(id, NULL);
+  }
   json_int_t declared = json_integer_value(json_object_get(spec, "size"));
   const char *ct = json_string_value(json_object_get(spec, "content_type"));
   const char *prompt = json_string_value(json_object_get(spec, "prompt"));

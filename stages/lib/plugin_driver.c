@@ -19,6 +19,7 @@
 
 #include "sluice/sl_err.h"
 #include "sluice/sl_httpc.h"
+#include "sluice/sl_log.h"
 #include "sluice/sl_tls.h"
 
 /* SYNC: the object of msg fetched on this worker into *data (NULL when the
@@ -134,7 +135,7 @@ static void job_finish(plugin_job *c, const char *stored) {
 }
 
 /* the new object stored (or not) */
-static void on_stored(const sl_httpc_response *r, void *ud) {
+static void on_stored_in(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
   if (r->status == 200) {
     job_finish(c, c->stored);
@@ -145,6 +146,14 @@ static void on_stored(const sl_httpc_response *r, void *ud) {
   sl__storage_fault(sl_job_result(c->job), r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status,
                     c->stored, why);
   job_end(c);
+}
+
+/* the callback's log lines carry the job's trace id */
+static void on_stored(const sl_httpc_response *r, void *ud) {
+  char prev[33];
+  sl_log_trace(sl_job_trace_id(((plugin_job *)ud)->job), prev);
+  on_stored_in(r, ud);
+  sl_log_trace(prev, NULL);
 }
 
 /* PUTs the plugin's new object where ops->store_key says, then finishes.
@@ -195,10 +204,18 @@ static void after_run(plugin_job *c) {
   }
 }
 
-static void on_plugin_done(sl_plugin_result *pr, void *ud) {
+static void on_plugin_done_in(sl_plugin_result *pr, void *ud) {
   plugin_job *c = ud;
   c->pr = *pr; /* ours now: cleared with the job */
   after_run(c);
+}
+
+/* the callback's log lines carry the job's trace id */
+static void on_plugin_done(sl_plugin_result *pr, void *ud) {
+  char prev[33];
+  sl_log_trace(sl_job_trace_id(((plugin_job *)ud)->job), prev);
+  on_plugin_done_in(pr, ud);
+  sl_log_trace(prev, NULL);
 }
 
 /* SYNC: on a worker thread */
@@ -219,7 +236,7 @@ static void pool_run(uv_work_t *w) {
 }
 
 /* SYNC: back on the loop */
-static void pool_ran(uv_work_t *w, int status) {
+static void pool_ran_in(uv_work_t *w, int status) {
   plugin_job *c = w->data;
   if (c->ran) {
     after_run(c);
@@ -228,6 +245,14 @@ static void pool_ran(uv_work_t *w, int status) {
   sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, c->why_class ? c->why_class : "internal",
                 "%s", status == UV_ECANCELED ? "cancelled before it ran" : c->why);
   job_end(c);
+}
+
+/* the callback's log lines carry the job's trace id */
+static void pool_ran(uv_work_t *w, int status) {
+  char prev[33];
+  sl_log_trace(sl_job_trace_id(((plugin_job *)w->data)->job), prev);
+  pool_ran_in(w, status);
+  sl_log_trace(prev, NULL);
 }
 
 static void run_plugin(plugin_job *c) {
@@ -246,7 +271,7 @@ static void run_plugin(plugin_job *c) {
 }
 
 /* the object arrived (or did not) on the loop */
-static void on_object(const sl_httpc_response *r, void *ud) {
+static void on_object_in(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
   sl_job *job = c->job;
   sl_result *res = sl_job_result(job);
@@ -273,6 +298,14 @@ static void on_object(const sl_httpc_response *r, void *ud) {
     sl__storage_fault(res, r->status ? SL_ESTORAGE : SL_EUNAVAIL, r->status, k, why);
   }
   job_end(c);
+}
+
+/* the callback's log lines carry the job's trace id */
+static void on_object(const sl_httpc_response *r, void *ud) {
+  char prev[33];
+  sl_log_trace(sl_job_trace_id(((plugin_job *)ud)->job), prev);
+  on_object_in(r, ud);
+  sl_log_trace(prev, NULL);
 }
 
 static void fetch_async(plugin_job *c) {

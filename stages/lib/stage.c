@@ -16,6 +16,7 @@
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_trace.h"
 
 #define SL__STAGES_MAX 32
 
@@ -156,6 +157,26 @@ int sl__stage_start(const sl__stage_desc *d, const char *stage, int argc, char *
     sl__stage_finish(cc, own, nown, NULL);
     return 1002;
   }
+  char service[80];
+  snprintf(service, sizeof service, "sluice-%s", stage);
+  sl_trace_conf tc = {.endpoint = cc->trace_endpoint,
+                      .service = service,
+                      .sample_ratio = cc->trace_sample_ratio,
+                      .queue_spans = (int)cc->trace_queue_spans,
+                      .batch_spans = (int)cc->trace_batch_spans,
+                      .flush_ms = (int)cc->trace_flush_ms,
+                      .timeout_ms = (int)cc->trace_timeout_ms};
+  if (cc->trace_queue_spans > 1000000 || cc->trace_batch_spans > 1000000 ||
+      cc->trace_flush_ms > 60000 || cc->trace_timeout_ms > 60000 || sl_trace_start(&tc) != 0) {
+    sl_log(SL_LOG_ERROR, NULL,
+           "trace settings: sample_ratio must be 0-1, queue_spans 1-1000000 and at least "
+           "batch_spans, flush_ms and timeout_ms 10-60000, the endpoint a URL");
+    sl__stage_finish(cc, own, nown, NULL);
+    return 1002;
+  }
+  if (tc.endpoint && *tc.endpoint)
+    sl_log(SL_LOG_INFO, NULL, "tracing: spans to %s as %s, %.3g of new traces sampled", tc.endpoint,
+           service, tc.sample_ratio);
   sl__install_signals();
   const char *listen = cc->admin_listen && *cc->admin_listen ? cc->admin_listen : d->admin;
   rc = sl_admin_start(admin, listen);
@@ -169,6 +190,7 @@ int sl__stage_start(const sl__stage_desc *d, const char *stage, int argc, char *
 }
 
 void sl__stage_finish(sl_common_conf *cc, const sl_conf_bind *own, size_t nown, sl_admin *admin) {
+  sl_trace_stop(); /* what is queued goes out, within trace.timeout_ms */
   sl_admin_stop(admin);
   sl_common_release(cc);
   sl_conf_bind c = {sl_common_conf_table, sl_common_conf_table_len, cc};

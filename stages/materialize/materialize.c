@@ -8,7 +8,8 @@
  *   submission's callback_url, only when it named one: notify reads it),
  *   apikey (the digest of the API key that created it, when one did: notify
  *   signs with that key's webhook secret)
- *   spec<no>  JSON {content_type,size,prompt,key} — what presign issued
+ *   spec<no>  JSON {content_type,size,prompt,key,tp} — what presign issued
+ *             (tp: the question's trace context, when presign gave one)
  *   q<no>     JSON view of the question (state, transcript, grade, error)
  *   r<no>     rank of the state stored in q<no>
  *   v<no>, v  the view's write sequence when q<no> last changed, and when
@@ -470,6 +471,8 @@ static int cmd_hset(work *w) {
     const Sluice__V1__QuestionSpec *q = sc->questions[i];
     json_t *j = json_pack("{s:s,s:I,s:s,s:s}", "content_type", q->content_type, "size",
                           (json_int_t)q->size, "prompt", q->prompt, "key", q->object_key);
+    if (j && q->traceparent && q->traceparent[0]) /* ingest joins the question's trace */
+      json_object_set_new(j, "tp", json_string(q->traceparent));
     char field[32];
     snprintf(field, sizeof field, "spec%u", q->no);
     w->owned[w->nowned++] = strdup(field);

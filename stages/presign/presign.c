@@ -67,6 +67,7 @@
 #include "sluice/sl_id.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_trace.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
@@ -216,13 +217,88 @@ typedef struct {
   char keyid[65]; /* the API key's digest, "" for a JWT */
 } idem;
 
+/* A create's traces: each question's (presign's span in it) is a child of
+ * the create's traceparent when it came with one, else a trace of its own. */
+typedef struct {
+  sl_trace_ctx client; /* the create's own traceparent */
+  int has_client;
+  sl_trace_ctx *qctx; /* n of them */
+  unsigned *qno;
+  char *tps; /* their traceparents, SL_TRACEPARENT_LEN + 1 bytes each */
+  size_t n;
+  int64_t start_ns;
+} create_trace;
+
+/* 0, or SL_ENOMEM */
+static int create_trace_begin(create_trace *t, sl_http_req *req, size_t n) {
+  memset(t, 0, sizeof *t);
+  t->start_ns = sl_trace_now_ns();
+  const char *tph = sl_http_req_header(req, "traceparent");
+  t->has_client = tph && sl_trace_parse(tph, strlen(tph), &t->client) == 0;
+  if (t->has_client) {
+    const char *tsh = sl_http_req_header(req, "tracestate");
+    sl_trace_set_state(&t->client, tsh, tsh ? strlen(tsh) : 0);
+  }
+  t->qctx = calloc(n ? n : 1, sizeof *t->qctx);
+  t->qno = calloc(n ? n : 1, sizeof *t->qno);
+  t->tps = calloc(n ? n : 1, SL_TRACEPARENT_LEN + 1);
+  t->n = n;
+  return t->qctx && t->qno && t->tps ? 0 : SL_ENOMEM;
+}
+
+/* question i's (number no) context: its traceparent, and its trace id in id */
+static const char *create_trace_question(create_trace *t, size_t i, unsigned no, char id[33]) {
+  char *tp = t->tps + (SL_TRACEPARENT_LEN + 1) * i;
+  id[0] = '\0';
+  t->qno[i] = no;
+  if ((t->has_client ? sl_trace_child(&t->client, &t->qctx[i]) : sl_trace_root(&t->qctx[i])) == 0) {
+    sl_trace_format(&t->qctx[i], tp);
+    sl_trace_id_hex(&t->qctx[i], id);
+  }
+  return tp;
+}
+
+static void create_trace_free(create_trace *t) {
+  free(t->qctx);
+  free(t->qno);
+  free(t->tps);
+  memset(t, 0, sizeof *t);
+}
+
 typedef struct {
   presign *ps;
   sl_http_req *req;
   char *body; /* the 201 reply, sent once Kafka acknowledges */
   char sid[37];
-  idem *ik; /* or NULL */
+  idem *ik;        /* or NULL */
+  create_trace tr; /* its questions' traces, for their spans once Kafka has answered */
 } pending;
+
+/* each question's span of the create: its trace's first (or a child of the
+ * client's span), ended when Kafka answered */
+static void create_spans(const pending *p, int status) {
+  const create_trace *t = &p->tr;
+  if (!sl_trace_enabled()) return;
+  int64_t now = sl_trace_now_ns();
+  for (size_t i = 0; i < t->n; i++) {
+    sl_span s;
+    sl_span_begin(&s, &t->qctx[i], t->has_client ? t->client.span_id : NULL, "POST /v1/submissions",
+                  SL_SPAN_SERVER, t->start_ns);
+    sl_span_str(&s, "http.request.method", "POST");
+    sl_span_str(&s, "http.route", "/v1/submissions");
+    sl_span_int(&s, "http.response.status_code", status);
+    sl_span_str(&s, "sluice.submission", p->sid);
+    sl_span_int(&s, "sluice.question", t->qno[i]);
+    if (status >= 500) sl_span_error(&s, "the submission could not be stored");
+    sl_span_end(&s, now);
+  }
+}
+
+static void pending_free(pending *p) {
+  free(p->body);
+  create_trace_free(&p->tr);
+  free(p);
+}
 
 static const char *ext_for(const char *ct) {
   static const char *map[][2] = {
@@ -255,8 +331,7 @@ static void on_idem_stored(redisReply *r, void *ud) {
   sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
                   strlen(p->body));
   free(p->ik);
-  free(p->body);
-  free(p);
+  pending_free(p);
   create_done(ps);
 }
 
@@ -355,6 +430,7 @@ static void create_done(presign *ps) {
 static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   pending *p = ctx;
   presign *ps = p->ps;
+  create_spans(p, err ? 503 : 201);
   if (err && sl_kafka_fatal(ps->producer, "presign")) on_fatal(ps);
   if (err) {
     sl_metric_add(ps->m_unavailable, 1);
@@ -369,8 +445,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
     sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
                     strlen(p->body));
   }
-  free(p->body);
-  free(p);
+  pending_free(p);
   create_done(ps);
 }
 
@@ -449,12 +524,13 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
 }
 
 /* Question q's upload: its object key (into okey, 128 bytes), its
- * presigned PUT appended to the 201 body w (the i-th), and its spec for
+ * presigned PUT appended to the 201 body w (the i-th, with its trace id),
+ * and its spec for
  * SubmissionCreated (pointing into q and okey). 0, or -1 when signing
  * failed. */
 static int sign_question(const presign *ps, const sl__question_req *q, const char *sid, time_t now,
-                         const char *expires, size_t i, char *okey, Sluice__V1__QuestionSpec *spec,
-                         sl_jsonw *w) {
+                         const char *expires, size_t i, char *okey, const char *trace_id,
+                         Sluice__V1__QuestionSpec *spec, sl_jsonw *w) {
   snprintf(okey, 128, "submissions/%s/q%02u.%s", sid, q->no, ext_for(q->content_type));
   char path[512], url[4096], len[24];
   snprintf(len, sizeof len, "%lld", (long long)q->size);
@@ -480,8 +556,47 @@ static int sign_question(const presign *ps, const sl__question_req *q, const cha
   if (q->sha256_b64[0]) sl_jsonw_kstr(w, ",\"x-amz-checksum-sha256\":", q->sha256_b64);
   sl_jsonw_kstr(w, "},\"object_key\":", okey);
   sl_jsonw_kstr(w, ",\"expires_at\":", expires);
+  if (*trace_id) sl_jsonw_kstr(w, ",\"trace_id\":", trace_id);
   sl_jsonw_raw(w, "}");
   return 0;
+}
+
+/* Sends sc (the 201 body in w, the traces in tr: the pending create's from
+ * here) to Kafka: 1 when the create now waits for the delivery report (the
+ * pending record owns ik), 0 when it was answered. */
+static int send_created(presign *ps, sl_http_req *req, idem *ik,
+                        const Sluice__V1__SubmissionCreated *sc, sl_jsonw *w, create_trace *tr) {
+  size_t plen = sluice__v1__submission_created__get_packed_size(sc);
+  uint8_t *payload = malloc(plen ? plen : 1);
+  pending *p = calloc(1, sizeof *p);
+  if (!payload || !p || w->oom) {
+    free(payload);
+    free(p);
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return 0;
+  }
+  sluice__v1__submission_created__pack(sc, payload);
+  p->ps = ps;
+  p->req = req;
+  p->body = sl_jsonw_take(w);
+  p->ik = ik;
+  snprintf(p->sid, sizeof p->sid, "%s", sc->submission_id);
+  p->tr = *tr;
+  memset(tr, 0, sizeof *tr);
+  /* the submission is recorded in its first question's trace */
+  rd_kafka_resp_err_t e =
+      sl_kafka_send_traced(ps->producer, ps->cc->topic_submissions, p->sid, 36, payload, plen,
+                           RD_KAFKA_MSG_F_FREE, sc->n_questions ? p->tr.tps : NULL, on_delivery, p);
+  if (e) {
+    free(payload);
+    pending_free(p);
+    sl_metric_add(ps->m_unavailable, 1);
+    sl_http_respond_error(req, 503, "unavailable", "the submission queue is full; retry later",
+                          "Retry-After: 2\r\n");
+    return 0;
+  }
+  ps->inflight++;
+  return 1;
 }
 
 /* Validates, signs and produces. Returns 0 when the request now waits for
@@ -506,6 +621,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sl_jsonw w = {.initial = 16384};
   Sluice__V1__QuestionSpec *specs = NULL, **specp = NULL;
   char *keys = NULL, code[64], msg[512];
+  create_trace tr = {0};
   if (!qr) {
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
     return 1;
@@ -534,7 +650,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   specs = calloc(n, sizeof *specs);
   specp = calloc(n, sizeof *specp);
   keys = calloc(n, 128);
-  if (!specs || !specp || !keys) {
+  if (!specs || !specp || !keys || create_trace_begin(&tr, req, n) != 0) {
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
     goto out;
   }
@@ -549,11 +665,14 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sl_jsonw_raw(&w, ",\"questions\":[");
   for (size_t i = 0; i < n; i++) {
     char *okey = keys + 128 * i;
-    if (sign_question(ps, &qr[i], sid, now, expires, i, okey, &specs[i], &w) != 0) {
+    char trace_id[33];
+    const char *tp = create_trace_question(&tr, i, qr[i].no, trace_id);
+    if (sign_question(ps, &qr[i], sid, now, expires, i, okey, trace_id, &specs[i], &w) != 0) {
       sl_http_respond_error(req, 500, "internal", "signing failed", NULL);
       goto out;
     }
     specp[i] = &specs[i];
+    specs[i].traceparent = (char *)tp;
   }
   sl_jsonw_raw(&w, "]}");
 
@@ -567,34 +686,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sc.user_id = (char *)user;
   sc.apikey_id = (char *)keyid;
   sc.callback_url = (char *)(callback ? callback : "");
-  size_t plen = sluice__v1__submission_created__get_packed_size(&sc);
-  uint8_t *payload = malloc(plen ? plen : 1);
-  pending *p = calloc(1, sizeof *p);
-  if (!payload || !p || w.oom) {
-    free(payload);
-    free(p);
-    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
-    goto out;
-  }
-  sluice__v1__submission_created__pack(&sc, payload);
-  p->ps = ps;
-  p->req = req;
-  p->body = sl_jsonw_take(&w);
-  p->ik = ik;
-  memcpy(p->sid, sid, sizeof sid);
-  rd_kafka_resp_err_t e = sl_kafka_send(ps->producer, ps->cc->topic_submissions, sid, 36, payload,
-                                        plen, RD_KAFKA_MSG_F_FREE, on_delivery, p);
-  if (e) {
-    free(payload);
-    free(p->body);
-    free(p);
-    sl_metric_add(ps->m_unavailable, 1);
-    sl_http_respond_error(req, 503, "unavailable", "the submission queue is full; retry later",
-                          "Retry-After: 2\r\n");
-  } else {
-    handed = 1;
-    ps->inflight++;
-  }
+  handed = send_created(ps, req, ik, &sc, &w, &tr);
 out:
   sl_jsonw_free(&w);
   json_decref(root);
@@ -602,6 +694,7 @@ out:
   free(specp);
   free(keys);
   free(qr);
+  create_trace_free(&tr);
   return handed ? 0 : 1;
 }
 

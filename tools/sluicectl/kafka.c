@@ -274,14 +274,21 @@ int sc_producer_open(const sc_opts *o, sc_producer *p) {
 
 int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen, const void *val,
                size_t vlen, const char *hdr_name, const char *hdr_val, sc_delivery *d) {
+  return sc_produce_traced(p, topic, key, klen, val, vlen, hdr_name, hdr_val, NULL, d);
+}
+
+int sc_produce_traced(sc_producer *p, const char *topic, const void *key, size_t klen,
+                      const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
+                      const char *traceparent, sc_delivery *d) {
   memset(d, 0, sizeof *d);
   d->partition = -1;
   d->offset = -1;
   for (int tries = 0;; tries++) {
     rd_kafka_resp_err_t e;
-    if (hdr_name) {
-      rd_kafka_headers_t *h = rd_kafka_headers_new(1);
-      rd_kafka_header_add(h, hdr_name, -1, hdr_val, -1);
+    if (hdr_name || traceparent) {
+      rd_kafka_headers_t *h = rd_kafka_headers_new(2);
+      if (hdr_name) rd_kafka_header_add(h, hdr_name, -1, hdr_val, -1);
+      if (traceparent) rd_kafka_header_add(h, "traceparent", -1, traceparent, -1);
       e = rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, klen),
                             RD_KAFKA_V_VALUE((void *)val, vlen),
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),

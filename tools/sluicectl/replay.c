@@ -12,7 +12,9 @@
  * 5. unless --dry-run: produce each dead letter's original key and payload
  *    (byte for byte) to its replay topic with the single header
  *    SL_HDR_REPLAY_ID (sl_stage.h, "sluice-replay-id"): <audit id> — none
- *    of the retry headers, so the stage gives it a fresh time budget — at
+ *    of the retry headers, so the stage gives it a fresh time budget — and
+ *    a traceparent of a new trace whose first span, "dlq replay", links to
+ *    the failed attempt's (DeadLetter.traceparent), at
  *    --rate messages per second (token bucket; the wait for a token is
  *    spent serving delivery reports), with an idempotent producer, and
  *    wait for every delivery report;
@@ -31,6 +33,30 @@
 
 #include "sluicectl.h"
 #include "sluice/sl_id.h"
+#include "sluice/sl_trace.h"
+
+/* A replay starts a trace of its own, recorded when the dead letter's was
+ * (its "dlq replay" span links to the failed attempt's span): its
+ * traceparent in tp, or NULL when the dead letter carries none. */
+static const char *replay_trace(const Sluice__V1__DeadLetter *d, const char *id,
+                                char tp[SL_TRACEPARENT_LEN + 1]) {
+  sl_trace_ctx orig, c;
+  if (!d->traceparent || sl_trace_parse(d->traceparent, strlen(d->traceparent), &orig) != 0 ||
+      sl_trace_root(&c) != 0)
+    return NULL;
+  c.flags = orig.flags;
+  sl_span s;
+  sl_span_begin(&s, &c, NULL, "dlq replay", SL_SPAN_PRODUCER, 0);
+  sl_span_str(&s, "sluice.replay_id", id);
+  sl_span_str(&s, "sluice.stage", d->stage);
+  sl_span_str(&s, "messaging.destination.name", d->replay_topic);
+  sl_span_str(&s, "messaging.kafka.message.key", d->subject_key);
+  sl_span_str(&s, "error.type", d->error_class);
+  sl_span_link(&s, &orig);
+  sl_span_end(&s, 0);
+  sl_trace_format(&c, tp);
+  return tp;
+}
 
 typedef struct {
   const sc_dead_letter *dl;
@@ -284,8 +310,10 @@ int sc_dlq_replay(const sc_opts *o) {
     if (rd_kafka_fatal_error(p.rk, fatal, sizeof fatal)) break;
     const Sluice__V1__DeadLetter *d = e->dl->d;
     e->produced = 1;
-    if (sc_produce(&p, d->replay_topic, d->key.data, d->key.len, d->payload.data, d->payload.len,
-                   SL_HDR_REPLAY_ID, id, &e->dr))
+    char tp[SL_TRACEPARENT_LEN + 1];
+    const char *tph = replay_trace(d, id, tp);
+    if (sc_produce_traced(&p, d->replay_topic, d->key.data, d->key.len, d->payload.data,
+                          d->payload.len, SL_HDR_REPLAY_ID, id, tph, &e->dr))
       snprintf(e->reason, sizeof e->reason, "%s", rd_kafka_err2str(e->dr.err));
     rd_kafka_poll(p.rk, 0);
     sc_progress_update(&prog, p.delivered);

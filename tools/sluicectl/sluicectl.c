@@ -32,6 +32,7 @@
 
 #include "sluicectl.h"
 #include "sluice/sl_conf.h"
+#include "sluice/sl_trace.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_pipeline.h"
 #include "sluice/sl_redis.h"
@@ -547,7 +548,21 @@ int main(int argc, char **argv) {
   o.pipeline = pipeline;
   o.topic = (seen & B(O_TOPIC)) ? val[O_TOPIC] : sl_pipeline_dlq(pipeline);
   o.audit_topic = (seen & B(O_AUDIT_TOPIC)) ? val[O_AUDIT_TOPIC] : sl_pipeline_dlq_audit(pipeline);
+  /* a replay records its span ("dlq replay", linked to the dead letter's
+   * trace) where the stages send theirs */
+  sl_trace_conf tc = {.endpoint = cc.trace_endpoint,
+                      .service = "sluicectl",
+                      .sample_ratio = 1,
+                      .queue_spans = 4096,
+                      .batch_spans = 512,
+                      .flush_ms = 1000,
+                      .timeout_ms = (int)(cc.trace_timeout_ms > 0 && cc.trace_timeout_ms <= 60000
+                                              ? cc.trace_timeout_ms
+                                              : 2000)};
+  if (sl_trace_start(&tc) != 0)
+    fprintf(stderr, "sluicectl: trace.endpoint: not a URL (no spans)\n");
   rc = cmd->run(&o);
+  sl_trace_stop(); /* what was recorded goes out */
   sl_kafka_security_reset();
   sl_redis_security_reset();
 out:

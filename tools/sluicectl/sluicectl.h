@@ -175,6 +175,10 @@ int sc_producer_open(const sc_opts *o, sc_producer *p);
  * be NULL. 0 on success, else the error is in d->err. */
 int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen, const void *val,
                size_t vlen, const char *hdr_name, const char *hdr_val, sc_delivery *d);
+/* the same, with a traceparent header too (NULL: none) */
+int sc_produce_traced(sc_producer *p, const char *topic, const void *key, size_t klen,
+                      const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
+                      const char *traceparent, sc_delivery *d);
 /* serves delivery reports until every produced message has one, or the
  * deadline passes; returns the number still pending */
 size_t sc_producer_wait(sc_producer *p, int timeout_ms, sc_progress *prog);

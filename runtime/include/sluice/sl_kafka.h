@@ -82,6 +82,11 @@ typedef struct {
 rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void *key, size_t keylen,
                                   void *value, size_t len, int msgflags, sl_kafka_sent_fn cb,
                                   void *ctx);
+/* The same, the message carrying traceparent (W3C trace context, NULL or
+ * "": none) in its header of that name. */
+rd_kafka_resp_err_t sl_kafka_send_traced(rd_kafka_t *rk, const char *topic, const void *key,
+                                         size_t keylen, void *value, size_t len, int msgflags,
+                                         const char *traceparent, sl_kafka_sent_fn cb, void *ctx);
 
 /* The fatal error of an idempotent producer: when rk has one, logs it (once
  * per producer) with who noticed it and returns 1 (the producer can write

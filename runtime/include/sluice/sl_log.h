@@ -26,6 +26,12 @@ int sl_log_enabled(sl_log_level lvl);
 void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The trace id (32 hex digits) every line of this thread carries as
+ * "trace_id" from now on (the message it is working on); NULL or "" for
+ * none. Returns the one it replaces, in prev (33 bytes, "" for none), so a
+ * caller can put it back. */
+void sl_log_trace(const char *trace_id, char *prev);
+
 /* Batching: with ms > 0, debug and info lines are collected (64 KiB at
  * most) and written together, at the latest with the first line logged ms
  * after the last write, with any warn or error line (which goes out at

@@ -144,6 +144,10 @@ typedef struct {
   int64_t max_starts;                /* starts without finishing before an input is poison */
   int64_t max_retry_after_ms;        /* a provider's Retry-After is cut to this */
   int64_t lag_interval_ms;           /* how often the lag gauges are queried (0: never) */
+  char *trace_endpoint;              /* OTLP/HTTP collector ("": no spans) */
+  double trace_sample_ratio;         /* of new traces */
+  int64_t trace_queue_spans, trace_batch_spans, trace_flush_ms, trace_timeout_ms;
+  int trace_propagate; /* outputs carry the trace context */
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];
@@ -250,6 +254,10 @@ typedef struct {
   char subject[128];       /* "<submission>/<question>" when the input's key does
                               not say (storage events): names the dead letter
                               and gets the FAILED status */
+  char traceparent[56];    /* the trace the input belongs to when its message
+                              carried none (storage events: ingest finds the
+                              question's in its submission): the stage's span
+                              for it, and what it writes, join that trace */
 } sl_result;
 
 /* Convenience: fills res (keeping the provider fields) and returns o. */
@@ -274,6 +282,9 @@ const rd_kafka_message_t *sl_job_message(const sl_job *job);
 sl_outbox *sl_job_outbox(sl_job *job);
 sl_result *sl_job_result(sl_job *job);
 const char *sl_job_key(const sl_job *job);
+/* The job's trace id (32 hex digits): a callback of the job's sets it for
+ * its log lines (sl_log_trace). */
+const char *sl_job_trace_id(const sl_job *job);
 /* The stage's HTTP client (curl multi on the loop). */
 struct sl_httpc *sl_job_http(sl_job *job);
 /* The stage's asynchronous Redis connection (the one its idempotency store
