@@ -90,7 +90,7 @@ const sl_conf_entry sl_common_conf_table[] = {
      "the share of new traces (a create without a traceparent, a storage event) that is "
      "recorded, 0-1; a trace that arrives keeps its own decision (parent-based)",
      0},
-    {"trace.queue_spans", SL_CONF_INT, "4096", C(trace_queue_spans),
+    {"trace.queue_spans", SL_CONF_INT, "2048", C(trace_queue_spans),
      "finished spans waiting for export at most; past it they are dropped and counted "
      "(sluice_trace_spans_dropped_total): the pipeline never waits for the collector",
      0},

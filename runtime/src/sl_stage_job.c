@@ -31,7 +31,10 @@ int64_t sl__mono_ms(void) {
 
 /* ---- its trace ---- */
 
-/* the phases of a job's span, by state: its child spans */
+/* the phases of a job's span, by state: its child spans (those that took
+ * SL_PHASE_SPAN_MIN_NS or more: where time goes; every phase's time is on
+ * the job's span as sluice.<phase>_ms) */
+#define SL_PHASE_SPAN_MIN_NS 1000000
 enum { PH_QUEUED, PH_PARKED, PH_GATED, PH_RUNNING, PH_PRODUCING, PH_END };
 static const char *const phase_name[] = {"queued", "parked", "gated", "running", "producing"};
 
@@ -119,7 +122,6 @@ static void process_attrs(const job *j, sl_span *s) {
     if (strcmp(topic, j->R->tier_topic[t]) == 0) tier = t;
   snprintf(group, sizeof group, "sluice-%s%s", j->R->o->stage, tier >= 0 ? "-retry" : "");
   sl_span_str(s, "messaging.system", "kafka");
-  sl_span_str(s, "messaging.operation.type", "process");
   sl_span_str(s, "messaging.destination.name", topic);
   sl_span_int(s, "messaging.destination.partition.id", m ? m->partition : -1);
   sl_span_int(s, "messaging.kafka.offset", j->offset);
@@ -147,21 +149,34 @@ static void trace_end(job *j, sl_job_state end) {
     sl_span_str(&s, "error.type", j->res.error_class[0] ? j->res.error_class : word);
     sl_span_error(&s, j->res.error_message);
   }
+  /* where its time went, per phase, on the span itself */
+  double ms[PH_END] = {0};
+  for (unsigned i = 0; i < j->nseg; i++)
+    ms[j->seg[i].phase] +=
+        (double)((i + 1 < j->nseg ? j->seg[i + 1].at_ns : now) - j->seg[i].at_ns) / 1e6;
+  for (int ph = 0; ph < PH_END; ph++) {
+    char key[32];
+    snprintf(key, sizeof key, "sluice.%s_ms", phase_name[ph]);
+    if (ms[ph] > 0) sl_span_real(&s, key, ms[ph]);
+  }
   sl_span_end(&s, now);
   for (unsigned i = 0; i < j->nseg; i++) {
     int ph = j->seg[i].phase;
     int64_t to = i + 1 < j->nseg ? j->seg[i + 1].at_ns : now;
+    int call = ph == PH_RUNNING && j->R->o->provider;
+    /* a child span for each phase that took a while, and every provider call */
+    if (!call && to - j->seg[i].at_ns < SL_PHASE_SPAN_MIN_NS) continue;
     sl_trace_ctx c;
     if (sl_trace_child(&j->tc, &c)) return;
     const char *pname = phase_name[ph];
-    if (ph == PH_RUNNING && j->R->o->provider) {
+    if (call) {
       snprintf(name, sizeof name, "call %s", j->R->o->provider);
       pname = name;
     }
-    sl_span_begin(&s, &c, j->tc.span_id, pname, SL_SPAN_INTERNAL, j->seg[i].at_ns);
+    sl_span_begin(&s, &c, j->tc.span_id, pname, call ? SL_SPAN_CLIENT : SL_SPAN_INTERNAL,
+                  j->seg[i].at_ns);
     if (ph == PH_RUNNING) {
-      if (j->R->o->provider) {
-        s.kind = SL_SPAN_CLIENT;
+      if (call) {
         sl_span_str(&s, "sluice.provider", j->R->o->provider);
         sl_span_real(&s, "sluice.cost_units", j->res.cost_units);
       }

@@ -353,8 +353,8 @@ static void *export_main(void *arg) {
       } else {
         sl_metric_add(E.m_dropped_failed, k);
         if (failures++ == 0) /* once per outage; the metric counts the rest */
-          sl_log(SL_LOG_WARN, NULL, "tracing: %zu span(s) not taken by %s (HTTP %ld): dropped",
-                 k, E.url, status);
+          sl_log(SL_LOG_WARN, NULL, "tracing: %zu span(s) not taken by %s (HTTP %ld): dropped", k,
+                 E.url, status);
       }
     }
     if (stop && (!more || sl_trace_now_ns() > E.stop_by_ns)) break;
@@ -372,8 +372,8 @@ int sl_trace_start(const sl_trace_conf *c) {
   if (!c->endpoint || !*c->endpoint || E.running) return 0;
   size_t n = strlen(c->endpoint);
   while (n && c->endpoint[n - 1] == '/') n--;
-  if (n == 0 || snprintf(E.url, sizeof E.url, "%.*s/v1/traces", (int)n, c->endpoint) >=
-                    (int)sizeof E.url)
+  if (n == 0 ||
+      snprintf(E.url, sizeof E.url, "%.*s/v1/traces", (int)n, c->endpoint) >= (int)sizeof E.url)
     return SL_EINVAL;
   snprintf(E.service, sizeof E.service, "%s", c->service ? c->service : "sluice");
   E.cap = (size_t)c->queue_spans;

@@ -108,6 +108,25 @@ netpol "stt with a provider plugin" notify,stt -- --set stt.plugin=openai
 netpol "grade with a provider plugin, ingest named external" notify,grade,ingest -- \
   --set grade.plugin=openai --set 'networkPolicy.egress.external.stages={ingest}'
 netpol "every option" notify,stt,grade,materialize legacy -- -f "$HERE/values-all.yaml"
+
+# --- 2c. tracing: with tracing.endpoint every stage's settings name the
+# collector and the ratio, and every stage's NetworkPolicy lets it reach
+# the collector's port; without it, neither
+if tmpl --set tracing.endpoint=http://collector.obs:4318 --set tracing.sampleRatio=0.05 \
+  >"$WORK/tr.yaml" 2>"$WORK/err"; then
+  stages=$(grep -c '^kind: Deployment' "$WORK/tr.yaml")
+  confs=$(grep -c '^ *trace.endpoint = http://collector.obs:4318$' "$WORK/tr.yaml")
+  ratios=$(grep -c '^ *trace.sample_ratio = 0.05$' "$WORK/tr.yaml")
+  pols=$(grep -c '^ *- port: 4318$' "$WORK/tr.yaml")
+  none=$(tmpl | grep -c 'trace\.\|port: 4318' || true)
+  if ((confs == stages && ratios == stages && pols == stages && none == 0)); then
+    ok "tracing: $stages stages' settings name the collector and their policies its port; none without"
+  else
+    bad "tracing: $stages Deployments, $confs trace.endpoint, $ratios trace.sample_ratio, $pols policies with port 4318, $none without tracing.endpoint"
+  fi
+else
+  bad "helm template with tracing: $(<"$WORK/err")"
+fi
 netpol "a legacy rule to every address (the metadata excepted)" notify legacy -- \
   --set 'networkPolicy.egress.rules[0].ports[0].port=8443'
 netpol "a legacy rule to 0.0.0.0/0 and ::/0 (the metadata excepted)" notify legacy -- \

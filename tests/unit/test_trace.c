@@ -87,8 +87,12 @@ static int sampled_of(int n) {
 }
 
 static void set_ratio(double r) {
-  sl_trace_conf tc = {.endpoint = "", .sample_ratio = r, .queue_spans = 8, .batch_spans = 4,
-                      .flush_ms = 100, .timeout_ms = 100};
+  sl_trace_conf tc = {.endpoint = "",
+                      .sample_ratio = r,
+                      .queue_spans = 8,
+                      .batch_spans = 4,
+                      .flush_ms = 100,
+                      .timeout_ms = 100};
   assert_int_equal(sl_trace_start(&tc), 0);
 }
 
@@ -101,8 +105,12 @@ static void test_sampling(void **state) {
   set_ratio(0.25);
   int k = sampled_of(4000); /* binomial(4000, 0.25): mean 1000, sd 27 */
   assert_in_range(k, 850, 1150);
-  sl_trace_conf bad = {.endpoint = "", .sample_ratio = 1.5, .queue_spans = 8, .batch_spans = 4,
-                       .flush_ms = 100, .timeout_ms = 100};
+  sl_trace_conf bad = {.endpoint = "",
+                       .sample_ratio = 1.5,
+                       .queue_spans = 8,
+                       .batch_spans = 4,
+                       .flush_ms = 100,
+                       .timeout_ms = 100};
   assert_int_equal(sl_trace_start(&bad), SL_EINVAL);
   assert_false(sl_trace_enabled());
 }
@@ -130,8 +138,9 @@ static void test_otlp_json(void **state) {
   assert_non_null(j);
   json_t *rs = json_array_get(json_object_get(j, "resourceSpans"), 0);
   json_t *svc = json_array_get(json_object_get(json_object_get(rs, "resource"), "attributes"), 0);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(svc, "value"), "stringValue")),
-                      "sluice-stt");
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(svc, "value"), "stringValue")),
+      "sluice-stt");
   json_t *spans = json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
   assert_int_equal(json_array_size(spans), 2);
   json_t *a = json_array_get(spans, 0);
@@ -143,17 +152,17 @@ static void test_otlp_json(void **state) {
   assert_string_equal(json_string_value(json_object_get(a, "endTimeUnixNano")), "2000");
   json_t *attrs = json_object_get(a, "attributes");
   assert_int_equal(json_array_size(attrs), 3);
-  assert_string_equal(
-      json_string_value(json_object_get(json_object_get(json_array_get(attrs, 1), "value"), "intValue")),
-      "42");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_array_get(attrs, 1), "value"), "intValue")),
+                      "42");
   assert_true(json_real_value(json_object_get(json_object_get(json_array_get(attrs, 2), "value"),
                                               "doubleValue")) == 4.5);
   json_t *st = json_object_get(a, "status");
   assert_int_equal(json_integer_value(json_object_get(st, "code")), SL_SPAN_ERROR);
   assert_string_equal(json_string_value(json_object_get(st, "message")), "provider said \"no\"");
-  assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(a, "links"), 0),
-                                                        "spanId")),
-                      "00f067aa0ba902b7");
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(json_object_get(a, "links"), 0), "spanId")),
+      "00f067aa0ba902b7");
   json_t *b = json_array_get(spans, 1);
   assert_null(json_object_get(b, "parentSpanId"));
   assert_int_equal(json_array_size(json_object_get(b, "attributes")), SL_SPAN_ATTRS);
@@ -189,8 +198,13 @@ static void test_exporter_never_blocks(void **state) {
   assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/", ntohs(a.sin_port));
-  sl_trace_conf tc = {.endpoint = url, .service = "t", .sample_ratio = 1, .queue_spans = 8,
-                      .batch_spans = 4, .flush_ms = 60000, .timeout_ms = 3000};
+  sl_trace_conf tc = {.endpoint = url,
+                      .service = "t",
+                      .sample_ratio = 1,
+                      .queue_spans = 8,
+                      .batch_spans = 4,
+                      .flush_ms = 60000,
+                      .timeout_ms = 3000};
   assert_int_equal(sl_trace_start(&tc), 0);
   assert_true(sl_trace_enabled());
   sl_trace_ctx c;
@@ -200,7 +214,8 @@ static void test_exporter_never_blocks(void **state) {
     sl_span_begin(&s, &c, NULL, "x", SL_SPAN_INTERNAL, 0);
     assert_int_equal(sl_span_end(&s, 0), 0);
   }
-  for (int i = 0; i < 200 && sl__trace_queued() > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+  for (int i = 0; i < 200 && sl__trace_queued() > 0; i++)
+    nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
   assert_int_equal(sl__trace_queued(), 0);
   double t0 = mono_s();
   int dropped = 0;

@@ -85,6 +85,10 @@ redis.buckets = {{ int $v.redis.buckets }}
 {{- end }}
 pipeline.file = /etc/sluice/pipeline.json
 log.level = {{ $v.logLevel }}
+{{- if $v.tracing.endpoint }}
+trace.endpoint = {{ $v.tracing.endpoint }}
+trace.sample_ratio = {{ include "sluice.confValue" $v.tracing.sampleRatio }}
+{{- end }}
 admin.listen = 0.0.0.0:{{ $v.adminPort }}
 stage.drain_timeout_s = {{ include "sluice.drainSeconds" . }}
 retry.budget_s = {{ include "sluice.confValue" $v.retry.budgetSeconds }}

@@ -233,7 +233,7 @@ sluice-{{ . }}-retry
 {{- $dnsTo := include "sluice.npPeers" (dict "peers" (default (append $anywhere (dict "namespaceSelector" dict)) $eg.dns.to) "md" $md) | fromJsonArray -}}
 {{- $dnsPorts := include "sluice.npPorts" (dict "ports" $eg.dns.ports "protocols" (list "UDP" "TCP")) | fromJsonArray -}}
 {{- $rules = append $rules (dict "to" $dnsTo "ports" $dnsPorts) -}}
-{{- range $svc := list (list "kafka" .kafkaPorts) (list "redis" .redisPorts) (list "storage" .storagePorts) -}}
+{{- range $svc := list (list "kafka" .kafkaPorts) (list "redis" .redisPorts) (list "storage" .storagePorts) (list "tracing" (default (list) .tracePorts)) -}}
 {{- $ports := index $svc 1 -}}
 {{- if $ports -}}
 {{- $to := default $eg.cluster (index $eg (index $svc 0)).to -}}

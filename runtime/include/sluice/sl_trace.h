@@ -41,7 +41,7 @@
 typedef struct {
   uint8_t trace_id[16];
   uint8_t span_id[8];
-  uint8_t flags; /* bit 0: sampled */
+  uint8_t flags;                  /* bit 0: sampled */
   char state[SL_TRACE_STATE_MAX]; /* tracestate as received ("" none) */
 } sl_trace_ctx;
 
@@ -71,12 +71,12 @@ int sl_trace_enabled(void);
 
 enum { SL_SPAN_INTERNAL = 1, SL_SPAN_SERVER, SL_SPAN_CLIENT, SL_SPAN_PRODUCER, SL_SPAN_CONSUMER };
 enum { SL_SPAN_UNSET = 0, SL_SPAN_OK = 1, SL_SPAN_ERROR = 2 };
-#define SL_SPAN_ATTRS 14
+#define SL_SPAN_ATTRS 18
 
 typedef struct {
   char key[40];
   int type; /* 's' string, 'i' int, 'd' double */
-  char s[112];
+  char s[96];
   int64_t i;
   double d;
 } sl_span_attr;
@@ -89,9 +89,9 @@ typedef struct {
   int has_link;
   int sampled;
   char name[64];
-  int kind;               /* SL_SPAN_* */
+  int kind;                 /* SL_SPAN_* */
   int64_t start_ns, end_ns; /* unix time */
-  int status;             /* SL_SPAN_UNSET, _OK, _ERROR */
+  int status;               /* SL_SPAN_UNSET, _OK, _ERROR */
   char status_msg[112];
   int nattr;
   sl_span_attr attr[SL_SPAN_ATTRS];
