@@ -27,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_http.h"
+#include "sluice/sl_trace.h"
 #include "sl_http_internal.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
@@ -88,6 +89,7 @@ struct sl_http_req {
   const char *path, *query;
   size_t nh;
   const char *hname[MAX_HEADERS], *hval[MAX_HEADERS];
+  int64_t start_ns; /* when it was handed to the handler (its span's start) */
 };
 
 struct sl_http_server {
@@ -474,6 +476,7 @@ static void drive(conn *c) {
       sl_http_respond(&c->req, 204, NULL, cors[0] ? cors : NULL, NULL, 0);
       return;
     }
+    if (c->srv->lim.trace_requests) c->req.start_ns = sl_trace_now_ns();
     c->srv->fn(&c->req, c->srv->ud);
   } else if (c->pending_len > c->srv->lim.max_header + c->srv->lim.max_body) {
     c->error_status = 413;
@@ -664,10 +667,31 @@ int sl_http_req_peer(const sl_http_req *req, char *buf, size_t len) {
   return rc == 0 ? 0 : SL_EINVAL;
 }
 
+/* req's server span, when it came with a sampled traceparent and the server
+ * traces requests (sl_http_limits.trace_requests) */
+static void trace_request(const conn *c, const sl_http_req *req, int status, int stream) {
+  const char *tp = c->srv->lim.trace_requests ? sl_http_req_header(req, "traceparent") : NULL;
+  sl_trace_ctx parent, own;
+  if (!tp || !sl_trace_enabled() || sl_trace_parse(tp, strlen(tp), &parent) != 0 ||
+      !sl_trace_sampled(&parent) || sl_trace_child(&parent, &own) != 0)
+    return;
+  char name[48];
+  snprintf(name, sizeof name, "HTTP %s", req->method);
+  sl_span s;
+  sl_span_begin(&s, &own, parent.span_id, name, SL_SPAN_SERVER, req->start_ns);
+  sl_span_str(&s, "http.request.method", req->method);
+  sl_span_str(&s, "url.path", req->path ? req->path : "");
+  sl_span_int(&s, "http.response.status_code", status);
+  if (stream) sl_span_str(&s, "sluice.stream", "started");
+  if (status >= 500) sl_span_error(&s, reason(status));
+  sl_span_end(&s, 0);
+}
+
 int sl_http_respond(sl_http_req *req, int status, const char *ctype, const char *extra,
                     const void *body, size_t len) {
   if (!req || !req->c) return SL_EINVAL;
   conn *c = req->c;
+  trace_request(c, req, status, 0);
   req->c = NULL;
   if (c->closing) {
     c->busy = 0;
@@ -797,6 +821,7 @@ int sl_http_stream_start(sl_http_req *req, int status, const char *ctype, const 
                          sl_http_stream **out) {
   if (!req || !req->c || !out || req->c->srv->detached) return SL_EINVAL;
   conn *c = req->c;
+  trace_request(c, req, status, 1);
   if (c->closing) {
     req->c = NULL;
     c->busy = 0;
@@ -934,6 +959,7 @@ static void set_limits(sl_http_server *srv, const sl_http_limits *lim) {
     srv->lim.first_byte_timeout_ms = srv->lim.idle_timeout_ms;
   srv->lim.write_timeout_ms = lim && lim->write_timeout_ms ? lim->write_timeout_ms : 30000;
   srv->lim.max_per_address = lim ? lim->max_per_address : 0;
+  srv->lim.trace_requests = lim ? lim->trace_requests : 0;
   srv->m_refused_max =
       sl_metrics_counter("sluice_http_refused_total", "reason=\"max_connections\"",
                          "connections refused on arrival: over max_connections (503) or over "

@@ -31,9 +31,10 @@ int64_t sl__mono_ms(void) {
 
 /* ---- its trace ---- */
 
-/* the phases of a job's span, by state: its child spans (those that took
- * SL_PHASE_SPAN_MIN_NS or more: where time goes; every phase's time is on
- * the job's span as sluice.<phase>_ms) */
+/* the phases of a job's span, by state: every phase's time is on the job's
+ * span as sluice.<phase>_ms; parked, gated and running (a provider's: its
+ * call) are child spans too when they took SL_PHASE_SPAN_MIN_NS or more:
+ * one span per message when nothing waited (tracing's cost, bench/cost) */
 #define SL_PHASE_SPAN_MIN_NS 1000000
 enum { PH_QUEUED, PH_PARKED, PH_GATED, PH_RUNNING, PH_PRODUCING, PH_END };
 static const char *const phase_name[] = {"queued", "parked", "gated", "running", "producing"};
@@ -164,8 +165,11 @@ static void trace_end(job *j, sl_job_state end) {
     int ph = j->seg[i].phase;
     int64_t to = i + 1 < j->nseg ? j->seg[i + 1].at_ns : now;
     int call = ph == PH_RUNNING && j->R->o->provider;
-    /* a child span for each phase that took a while, and every provider call */
-    if (!call && to - j->seg[i].at_ns < SL_PHASE_SPAN_MIN_NS) continue;
+    /* a child span for each wait or run that took a while; waiting for a
+     * slot and for Kafka's acknowledgement are on the job's span alone
+     * (a backlog makes them long for every message) */
+    if (ph == PH_QUEUED || ph == PH_PRODUCING || to - j->seg[i].at_ns < SL_PHASE_SPAN_MIN_NS)
+      continue;
     sl_trace_ctx c;
     if (sl_trace_child(&j->tc, &c)) return;
     const char *pname = phase_name[ph];
@@ -353,6 +357,18 @@ sl_outbox *sl_job_outbox(job *j) { return &j->out; }
 sl_result *sl_job_result(job *j) { return &j->res; }
 const char *sl_job_key(const job *j) { return j->key; }
 const char *sl_job_trace_id(const job *j) { return j->trace_hex; }
+
+void sl_job_span(const job *j, const char *name, int64_t start_ns, int http_status,
+                 const char *err) {
+  if (!sl_trace_enabled() || !sl_trace_sampled(&j->tc)) return;
+  sl_trace_ctx c;
+  if (sl_trace_child(&j->tc, &c)) return;
+  sl_span s;
+  sl_span_begin(&s, &c, j->tc.span_id, name, SL_SPAN_CLIENT, start_ns);
+  if (http_status) sl_span_int(&s, "http.response.status_code", http_status);
+  if (err) sl_span_error(&s, err);
+  sl_span_end(&s, 0);
+}
 sl_httpc *sl_job_http(job *j) { return j->R->http; }
 sl_aredis *sl_job_redis(job *j) { return j->R->redis; }
 uv_loop_t *sl_job_loop(job *j) { return j->R->uv; }

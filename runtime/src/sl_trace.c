@@ -14,6 +14,7 @@
 #include "sluice/sl_metrics.h"
 
 #include <curl/curl.h>
+#include <stddef.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -274,6 +275,13 @@ static struct {
 
 int sl_trace_enabled(void) { return E.running; }
 
+/* a span's fields and the attributes it has (not all SL_SPAN_ATTRS slots:
+ * a span is ~3 KB, its used part a few hundred bytes) */
+static void span_copy(sl_span *to, const sl_span *from) {
+  int n = from->nattr < 0 ? 0 : from->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : from->nattr;
+  memcpy(to, from, offsetof(sl_span, attr) + (size_t)n * sizeof(sl_span_attr));
+}
+
 size_t sl__trace_queued(void) {
   pthread_mutex_lock(&E.mu);
   size_t n = E.n;
@@ -289,7 +297,7 @@ int sl_span_end(sl_span *s, int64_t end_ns) {
   if (E.n == E.cap) {
     rc = SL_EUNAVAIL;
   } else {
-    E.ring[(E.head + E.n) % E.cap] = *s;
+    span_copy(&E.ring[(E.head + E.n) % E.cap], s);
     if (++E.n >= E.batch_cap) pthread_cond_signal(&E.cv);
   }
   pthread_mutex_unlock(&E.mu);
@@ -336,7 +344,7 @@ static void *export_main(void *arg) {
       pthread_cond_timedwait(&E.cv, &E.mu, &dl);
     }
     size_t k = E.n < E.batch_cap ? E.n : E.batch_cap;
-    for (size_t i = 0; i < k; i++) E.batch[i] = E.ring[(E.head + i) % E.cap];
+    for (size_t i = 0; i < k; i++) span_copy(&E.batch[i], &E.ring[(E.head + i) % E.cap]);
     E.head = (E.head + k) % E.cap;
     E.n -= k;
     int stop = E.stop, more = E.n > 0;

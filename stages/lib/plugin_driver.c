@@ -20,6 +20,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_trace.h"
 #include "sluice/sl_tls.h"
 
 /* SYNC: the object of msg fetched on this worker into *data (NULL when the
@@ -110,6 +111,7 @@ typedef struct {
   const char *why_class;  /* SYNC: the retry class when it did not */
   char why[512];
   char stored[1200]; /* the key pr.object is stored as */
+  int64_t io_ns; /* when its storage GET or PUT went out (its span's start) */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
@@ -137,6 +139,8 @@ static void job_finish(plugin_job *c, const char *stored) {
 /* the new object stored (or not) */
 static void on_stored_in(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
+  sl_job_span(c->job, "storage PUT", c->io_ns, (int)r->status,
+              r->status == 200 ? NULL : r->status ? "HTTP error" : r->error);
   if (r->status == 200) {
     job_finish(c, c->stored);
     return;
@@ -180,6 +184,7 @@ static void store_async(plugin_job *c) {
                         .timeout_ms = o->timeout_ms,
                         .max_response = 65536,
                         .ca_file = t->ca_file};
+  c->io_ns = sl_trace_now_ns();
   if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_stored, c);
   if (rc) {
     sl_result_set(res, SL_OUTCOME_RETRY, "storage", "storing %s: %s", c->stored, sl_strerror(rc));
@@ -274,6 +279,8 @@ static void run_plugin(plugin_job *c) {
 static void on_object_in(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
   sl_job *job = c->job;
+  sl_job_span(job, "storage GET", c->io_ns, (int)r->status,
+              r->status == 200 ? NULL : r->status ? "HTTP error" : r->error);
   sl_result *res = sl_job_result(job);
   const char *k = c->object_key;
   if (r->status == 200) {
@@ -318,6 +325,7 @@ static void fetch_async(plugin_job *c) {
                         .timeout_ms = o->timeout_ms,
                         .max_response = o->max_bytes,
                         .ca_file = t->ca_file};
+  c->io_ns = sl_trace_now_ns();
   if (rc == 0) rc = sl_httpc_send(sl_job_http(c->job), &q, on_object, c);
   if (rc) {
     sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, "storage", "fetching %s: %s",

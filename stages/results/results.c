@@ -1374,7 +1374,8 @@ static int results_main(int argc, char **argv) {
     rc = sl_aredis_set_timeout(R.ar, rconf.redis_timeout_ms > 0 ? rconf.redis_timeout_ms
                                                                 : cc.redis_command_timeout_ms);
   sl_http_limits lim = {.max_connections =
-                            rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0};
+                            rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0,
+                        .trace_requests = 1}; /* a poll or stream in a client's trace */
   sl_http_limits_from_conf(&lim, &hc);
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)

@@ -11,7 +11,8 @@
 #    its first seconds) shows both attempts, the second a child of the
 #    first (the retry copy carries the trace);
 #  - a create sent with a traceparent lands in the client's trace: its root
-#    is presign's span, a child of the client's span;
+#    is presign's span, a child of the client's span; a poll of results
+#    sent with it is a span there too;
 #  - a dead-lettered answer (bytes that are no audio: preflight refuses
 #    them) replayed with `sluicectl dlq replay`: the replay's trace starts
 #    with sluicectl's "dlq replay" span, which links to the dead letter's
@@ -111,6 +112,12 @@ check "the retried question shows both stt attempts ($(grep -m1 '^broken\|stt' "
 retried=$(jq '[.data[0].spans[] | select(.operationName | startswith("process stt.")) | .tags[] | select(.key == "sluice.outcome") | .value] | sort | join(",")' "$work/r.json")
 check "  ... the first said retry, the last done ($retried)" jqe 'test("retry") and test("done")' "$retried"
 check "the client's trace holds the question, under the client's span" journey c "$CT" --client-span "$CS"
+# the client polls within its trace: results' span of the request joins it
+curl -fsS -H "Authorization: Bearer $C_TOK" -H "traceparent: 00-$CT-$(openssl rand -hex 8)-01" \
+  "$RESULTS_URL/v1/submissions/$C_SID" >/dev/null || fail "poll C"
+polled() { jqe 'any(.data[0].spans[]; .operationName == "HTTP GET" and any(.tags[]; .key == "http.response.status_code" and .value == 200))' \
+  "$(curl -fsS "$JQ/api/traces/$CT")"; }
+check "a poll sent with the client's traceparent is a span of results in the client's trace" wait_for 10 polled
 
 # ---- the replay links to the dead letter's trace --------------------------------
 wait_for 30 trace_has "$D_TRACE" "$work/d.json" 4 || true

@@ -15,7 +15,7 @@
 # that could not go out were dropped and counted
 # (sluice_trace_spans_dropped_total, summed over the stages), never
 # waited for.
-# Knobs: TRACE_LOAD_SECONDS (25 per run), TRACE_LOAD_RATE (submissions/s, 3).
+# Knobs: TRACE_LOAD_SECONDS (20 per run), TRACE_LOAD_RATE (submissions/s, 3).
 export DEVSTACK_JAEGER=1
 source "$(dirname "$0")/lib.sh"
 at_exit '"$ROOT/tools/devstack" jaeger-stop >/dev/null 2>&1 || true'
@@ -24,7 +24,7 @@ JPID=$(cat "$("$ROOT/tools/devstack" pidfiles jaeger)")
 at_exit "kill -CONT $JPID 2>/dev/null || true"
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
-SECS=${TRACE_LOAD_SECONDS:-25}
+SECS=${TRACE_LOAD_SECONDS:-20}
 RATE=${TRACE_LOAD_RATE:-3}
 LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
 [[ -x $LOADGEN ]] || { fail "no $LOADGEN"; finish; }

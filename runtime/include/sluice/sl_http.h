@@ -49,6 +49,11 @@ typedef struct {
   size_t max_per_address;         /* connections open at once from one client
                                      address; beyond it a new one gets 429 JSON
                                      and is closed. default 0: no cap */
+  int trace_requests;             /* a request carrying a sampled W3C traceparent
+                                     gets a server span in that trace (a child
+                                     of the client's span) from its arrival to
+                                     its response, or to the start of its
+                                     stream (sl_trace.h). default 0 */
 } sl_http_limits;
 
 /* The settings an operator tunes (http.*, one table for every stage that

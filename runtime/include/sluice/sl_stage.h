@@ -285,6 +285,13 @@ const char *sl_job_key(const sl_job *job);
 /* The job's trace id (32 hex digits): a callback of the job's sets it for
  * its log lines (sl_log_trace). */
 const char *sl_job_trace_id(const sl_job *job);
+/* A span of the job's trace, a child of the job's span (recorded when its
+ * trace is): an I/O of the processor's own, e.g. "storage GET", from
+ * start_ns (sl_trace_now_ns() when it went out) to now; http_status (0:
+ * none) and err (NULL: it went well) on it. Loop thread, or the worker
+ * running the job. */
+void sl_job_span(const sl_job *job, const char *name, int64_t start_ns, int http_status,
+                 const char *err);
 /* The stage's HTTP client (curl multi on the loop). */
 struct sl_httpc *sl_job_http(sl_job *job);
 /* The stage's asynchronous Redis connection (the one its idempotency store

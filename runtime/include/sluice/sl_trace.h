@@ -94,7 +94,7 @@ typedef struct {
   int status;               /* SL_SPAN_UNSET, _OK, _ERROR */
   char status_msg[112];
   int nattr;
-  sl_span_attr attr[SL_SPAN_ATTRS];
+  sl_span_attr attr[SL_SPAN_ATTRS]; /* last: a copy takes only the nattr used */
 } sl_span;
 
 /* s: a span of ctx's trace with ctx's span id, child of parent (NULL: a
