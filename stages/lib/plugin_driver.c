@@ -111,7 +111,7 @@ typedef struct {
   const char *why_class;  /* SYNC: the retry class when it did not */
   char why[512];
   char stored[1200]; /* the key pr.object is stored as */
-  int64_t io_ns; /* when its storage GET or PUT went out (its span's start) */
+  int64_t io_ns;     /* when its storage GET or PUT went out (its span's start) */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
@@ -140,7 +140,9 @@ static void job_finish(plugin_job *c, const char *stored) {
 static void on_stored_in(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
   sl_job_span(c->job, "storage PUT", c->io_ns, (int)r->status,
-              r->status == 200 ? NULL : r->status ? "HTTP error" : r->error);
+              r->status == 200 ? NULL
+              : r->status      ? "HTTP error"
+                               : r->error);
   if (r->status == 200) {
     job_finish(c, c->stored);
     return;
@@ -280,7 +282,9 @@ static void on_object_in(const sl_httpc_response *r, void *ud) {
   plugin_job *c = ud;
   sl_job *job = c->job;
   sl_job_span(job, "storage GET", c->io_ns, (int)r->status,
-              r->status == 200 ? NULL : r->status ? "HTTP error" : r->error);
+              r->status == 200 ? NULL
+              : r->status      ? "HTTP error"
+                               : r->error);
   sl_result *res = sl_job_result(job);
   const char *k = c->object_key;
   if (r->status == 200) {

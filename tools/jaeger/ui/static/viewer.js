@@ -70,7 +70,9 @@ function drawTrace(t) {
     bar.style.background = color(svc);
     if ((s.tags || []).some((x) => x.key === "error" && x.value === true)) bar.classList.add("error");
     const dur = el("span", "dur", ms(s.duration));
-    dur.style.left = `calc(${Math.min(left + (s.duration / span) * 100, 92)}% + 4px)`;
+    const end = left + (s.duration / span) * 100;
+    if (end > 85) dur.style.right = `calc(${100 - left}% + 4px)`; // before the bar, near the end
+    else dur.style.left = `calc(${end}% + 4px)`;
     lane.append(bar, dur);
     row.append(name, lane);
     row.addEventListener("click", () => {
