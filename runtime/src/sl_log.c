@@ -166,17 +166,16 @@ void sl_log(sl_log_level lvl, const char *key, const char *fmt, ...) {
       append(line, sizeof line, &p, "\"");
     }
   }
-  if (trace_id[0]) {
-    append(line, sizeof line, &p, ",\"trace_id\":\"");
-    sl_json_escape(line, sizeof line, &p, trace_id);
-    append(line, sizeof line, &p, "\"");
-  }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   append(line, sizeof line, &p, ",\"msg\":\"");
   sl_json_escape(line, sizeof line, &p, msg);
+  if (trace_id[0]) { /* after msg: lines keep their shape for readers that grep them */
+    append(line, sizeof line, &p, "\",\"trace_id\":\"");
+    sl_json_escape(line, sizeof line, &p, trace_id);
+  }
   if (p + 3 >= sizeof line) p = sizeof line - 4;
   memcpy(line + p, "\"}\n", 3);
   p += 3;

@@ -654,6 +654,19 @@ static void test_log_line(void **state) {
                                 "\"msg\":\"graded 42\"}\n"));
     if (round == 0) sleep_ms(1100); /* the next line is in another second */
   }
+  /* a traced message's lines end with its trace id, after msg (readers that
+   * grep '"question":"7","msg":"…' keep working); put back, none */
+  char prev[33];
+  sl_log_trace("4bf92f3577b34da6a3ce929d0e0e4736", prev);
+  assert_string_equal(prev, "");
+  sl_log(SL_LOG_WARN, "sub-1/7", "graded %d", 43);
+  drain_pipe(p[0], buf, sizeof buf);
+  assert_non_null(strstr(buf, "\"question\":\"7\",\"msg\":\"graded 43\","
+                              "\"trace_id\":\"4bf92f3577b34da6a3ce929d0e0e4736\"}\n"));
+  sl_log_trace(prev, NULL);
+  sl_log(SL_LOG_WARN, "sub-1/7", "graded %d", 44);
+  drain_pipe(p[0], buf, sizeof buf);
+  assert_null(strstr(buf, "trace_id"));
   stderr_back(saved, p);
 }
 
