@@ -82,6 +82,15 @@ agree() {
   echo "gauge $gm+$gr status $sm+$sr" >"$work/agree"
   [[ $gm == "$1" && $sm == "$1" && $gr == "$2" && $sr == "$2" ]]
 }
+# check_agree SECS MAIN RETRY DESCRIPTION: gauge and sluicectl agree, MAIN
+# on the input and RETRY on the tiers, at some moment within SECS, read
+# together (the message shows the last reading). The state moves on
+# (a pause expires, a probe takes a message): never a second reading
+check_agree() {
+  local ok=no
+  wait_for "$1" agree "$2" "$3" && ok=yes
+  check "$4 ($(cat "$work/agree"))" test "$ok" = yes
+}
 main_agrees() { # records what it read in $work/main
   local g s
   g=$(gauge_lag "$MAIN") s=$(status_lag "$MAIN")
@@ -116,31 +125,23 @@ t_blk=$SECONDS
 sleep 2 # paused now: nothing more is fetched
 produce 6 a '{}'
 retry_copies 3 r
-wait_for 15 agree 10 3 || true
-check "paused: the gauge equals sluicectl status, input 10 and retry tier 3 ($(cat "$work/agree"))" agree 10 3
+check_agree 15 10 3 "paused: the gauge equals sluicectl status, input 10 and retry tier 3"
 check "  ... and the stage is still paused (in flight $(in_flight))" in_flight_is 4
 produce 5 b '{}'
-wait_for 15 agree 15 3 || true
-check "paused, 5 more: the gauge keeps rising with sluicectl status, 15 + 3 ($(cat "$work/agree"))" agree 15 3
-wait_for 10 actionable_is 18 || true
-check "all of it is actionable: breaker closed, no limit ($(actionable))" actionable_is 18
+check_agree 15 15 3 "paused, 5 more: the gauge keeps rising with sluicectl status, 15 + 3"
+check "all of it is actionable: breaker closed, no limit ($(actionable))" wait_for 10 actionable_is 18
 check "  ... still paused (the calls take 40 s; $((SECONDS - t_blk)) s so far)" test $((SECONDS - t_blk)) -lt 38
 
 # ---- drained: only the retry copies wait, for their delay ---------------------
-wait_for 60 agree 0 3 || true
-check "drained: input 0, the 3 retry copies still wait ($(cat "$work/agree"))" agree 0 3
-wait_for 10 actionable_is 0 || true
-check "retry copies waiting for their delay are not actionable ($(actionable))" actionable_is 0
+check_agree 60 0 3 "drained: input 0, the 3 retry copies still wait"
+check "retry copies waiting for their delay are not actionable ($(actionable))" wait_for 10 actionable_is 0
 
 # ---- a provider 429 pause in effect: more replicas would wait as well -------------
 RC SET "$PAUSE_KEY" 1 PX 12000 >/dev/null
 produce 3 p '{}'
-wait_for 10 agree 3 3 || true
-check "during the provider's pause the gauge says 3 waiting ($(cat "$work/agree"))" agree 3 3
-wait_for 5 actionable_is 0 || true
-check "  ... none of it actionable ($(actionable))" actionable_is 0
-wait_for 30 agree 0 3 || true
-check "after the pause they are done ($(cat "$work/agree"))" agree 0 3
+check_agree 10 3 3 "during the provider's pause the gauge says 3 waiting"
+check "  ... none of it actionable ($(actionable))" wait_for 5 actionable_is 0
+check_agree 30 0 3 "after the pause they are done"
 
 # ---- the breaker open: held messages are not actionable ------------------------
 # (one probe per 10 s: the held messages stay on the input meanwhile)
@@ -197,11 +198,11 @@ sums_agree() { # the sum over both replicas equals sluicectl, with work waiting
   echo "gauges $gm+$gr status $sm+$sr" >"$work/agree"
   [[ $gm -gt 0 && $gm == "$sm" && $gr == "$sr" ]]
 }
-wait_for 20 sums_agree || true
-check "two replicas: their gauges add up to sluicectl status ($(cat "$work/agree"))" sums_agree
+ok=no
+wait_for 20 sums_agree && ok=yes # read together; the slow calls move on
+check "two replicas: their gauges add up to sluicectl status ($(cat "$work/agree"))" test "$ok" = yes
 check "  ... while the slow calls run ($((SECONDS - t_two)) s of 30)" test $((SECONDS - t_two)) -lt 28
-wait_for 90 agree 0 3 || true
-check "two replicas drained: input 0, the 3 retry copies still wait ($(cat "$work/agree"))" agree 0 3
+check_agree 90 0 3 "two replicas drained: input 0, the 3 retry copies still wait"
 kill -TERM "$h2"
 rc2=0
 wait "$h2" || rc2=$?
@@ -226,8 +227,7 @@ answers_again() { grep -q 'consumer lag: Kafka answers again' "$STAGES_DIR/harne
 wait_for 60 answers_again || true
 check "Kafka back: the lag queries are answered again ($((SECONDS - t_up)) s) ..." answers_again
 retry_copies 2 back
-wait_for 30 agree 0 5 || true
-check "  ... and the gauge moves with sluicectl status again ($(cat "$work/agree"))" agree 0 5
+check_agree 30 0 5 "  ... and the gauge moves with sluicectl status again"
 check "  ... the harness ran through the outage" kill -0 "$hpid"
 # down again, for a stop while the queries time out
 fails0=$(lag_fails)
