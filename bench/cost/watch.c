@@ -6,8 +6,13 @@
  *
  * It reads the group's committed offsets on the given topics every 5 ms
  * (OffsetFetch with a consumer of that group that never joins it, as
- * sluicectl does) and the process's CPU time from /proc/<pid>/stat (utime +
- * stime of all its threads). "Finished" means committed: the consumer
+ * sluicectl does) and the process's CPU time: in nanoseconds per thread from
+ * /proc/<pid>/task/<tid>/schedstat (the window's CPU: what each thread ran
+ * between its ends, a thread begun meanwhile all of its time), and in
+ * clock ticks from /proc/<pid>/stat (utime + stime, exited threads
+ * included: the whole run, and the window's when a thread ended inside
+ * it, "window_cpu_precise": false). A window of a second is then measured
+ * to a microsecond, not to a tick (10 ms, 1% of it). "Finished" means committed: the consumer
  * commits an offset only once the outputs of everything before it are
  * acknowledged. The window is steady state: from the first commit that
  * passes --from of the backlog (default 10%) to the first that passes --to
@@ -30,6 +35,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <librdkafka/rdkafka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +65,52 @@ static double cpu_of(long pid) {
   if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
     return -1;
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* the threads of a process and the ns each has run (schedstat's first field) */
+#define MAX_TASKS 512
+typedef struct {
+  int n;
+  long tid[MAX_TASKS];
+  unsigned long long ns[MAX_TASKS];
+} tasks;
+
+static int tasks_of(long pid, tasks *t) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/task", pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  t->n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && t->n < MAX_TASKS) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char p[320];
+    snprintf(p, sizeof p, "/proc/%ld/task/%.20s/schedstat", pid, e->d_name);
+    FILE *f = fopen(p, "r");
+    if (!f) continue; /* it ended just now */
+    unsigned long long ns = 0;
+    if (fscanf(f, "%llu", &ns) == 1) {
+      t->tid[t->n] = atol(e->d_name);
+      t->ns[t->n++] = ns;
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return 0;
+}
+
+/* seconds the threads ran from a to b; -1 when a thread of a ended (its
+ * time inside the window is not in b) */
+static double tasks_ran(const tasks *a, const tasks *b) {
+  unsigned long long sum = 0;
+  int seen = 0;
+  for (int j = 0; j < b->n; j++) {
+    unsigned long long before = 0;
+    for (int i = 0; i < a->n; i++)
+      if (a->tid[i] == b->tid[j]) before = a->ns[i], seen++;
+    sum += b->ns[j] >= before ? b->ns[j] - before : 0;
+  }
+  return seen == a->n ? (double)sum / 1e9 : -1;
 }
 
 /* Peak resident set of pid in kB (VmHWM), or 0. */
@@ -212,6 +264,7 @@ int main(int argc, char **argv) {
 
   double t_begin = sl_bench_now_s(), t_first = 0, t0 = 0, t1 = 0, t_end = 0;
   double cpu0 = 0, cpu1 = 0;
+  static tasks tk0, tk1, tk;
   int64_t c0 = 0, c1 = 0, last = c_start;
   int complete = 0;
   struct timespec nap = {0, 5 * 1000000L};
@@ -219,14 +272,14 @@ int main(int argc, char **argv) {
     int64_t now = committed(rk, l, base);
     if (now > last) { /* a commit landed: sample right now */
       double t = sl_bench_now_s(), cpu = cpu_of(pid);
-      if (cpu < 0) die("the measured process is gone");
+      if (cpu < 0 || tasks_of(pid, &tk)) die("the measured process is gone");
       if (!t_first) t_first = t;
       if (!t0 && now >= at0) {
-        t0 = t, cpu0 = cpu, c0 = now;
+        t0 = t, cpu0 = cpu, c0 = now, tk0 = tk;
         for (int i = 0; i < nothers; i++) others[i].at0 = cpu_of(others[i].pid);
       }
       if (t0 && !t1 && now >= at1) {
-        t1 = t, cpu1 = cpu, c1 = now;
+        t1 = t, cpu1 = cpu, c1 = now, tk1 = tk;
         for (int i = 0; i < nothers; i++) others[i].at1 = cpu_of(others[i].pid);
       }
       last = now;
@@ -239,11 +292,13 @@ int main(int argc, char **argv) {
     nanosleep(&nap, NULL);
   }
   double cpu_total = cpu_of(pid);
+  double precise = t1 > t0 ? tasks_ran(&tk0, &tk1) : -1;
   printf("{\"complete\":%s,\"backlog\":%lld,\"committed\":%lld,\"window_messages\":%lld,"
-         "\"window_s\":%.4f,\"window_cpu_s\":%.3f,\"run_s\":%.3f,\"process_cpu_s\":%.3f,"
-         "\"peak_rss_kb\":%ld,\"others_cpu_s\":{",
+         "\"window_s\":%.4f,\"window_cpu_s\":%.6f,\"window_cpu_precise\":%s,\"run_s\":%.3f,"
+         "\"process_cpu_s\":%.3f,\"peak_rss_kb\":%ld,\"others_cpu_s\":{",
          complete ? "true" : "false", (long long)backlog, (long long)(last - c_start),
-         (long long)(c1 - c0), t1 - t0, cpu1 - cpu0, complete ? t_end - t_first : 0.0, cpu_total,
+         (long long)(c1 - c0), t1 - t0, precise >= 0 ? precise : cpu1 - cpu0,
+         precise >= 0 ? "true" : "false", complete ? t_end - t_first : 0.0, cpu_total,
          peak_rss_kb(pid));
   for (int i = 0; i < nothers; i++)
     printf("%s\"%s\":%.3f", i ? "," : "", others[i].name,

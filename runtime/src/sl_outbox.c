@@ -5,6 +5,7 @@
  * Pure except sl_outbox_emit_now, which produces at once, fire and forget.
  */
 #include "sluice/sl_err.h"
+#include "sluice/sl_trace.h"
 #include "sluice/sl_stage.h"
 
 #include <protobuf-c/protobuf-c.h>
@@ -84,6 +85,15 @@ sl_outcome sl_result_set(sl_result *res, sl_outcome o, const char *cls, const ch
   vsnprintf(res->error_message, sizeof res->error_message, fmt, ap);
   va_end(ap);
   return o;
+}
+
+void sl_result_step(sl_result *res, const char *name, int64_t start_ns, int status) {
+  if (res->nsteps < 0 || res->nsteps >= SL_RESULT_STEPS) return;
+  res->step[res->nsteps].name = name;
+  res->step[res->nsteps].start_ns = start_ns;
+  res->step[res->nsteps].end_ns = sl_trace_now_ns();
+  res->step[res->nsteps].status = status;
+  res->nsteps++;
 }
 
 int sl_key_parse(const char *key, size_t len, char sid[64], unsigned *qno) {

@@ -82,7 +82,7 @@ const sl_conf_entry sl_common_conf_table[] = {
      0},
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
     {"trace.endpoint", SL_CONF_STR, "", C(trace_endpoint),
-     "the OpenTelemetry collector spans are sent to, OTLP over HTTP with JSON bodies "
+     "the OpenTelemetry collector spans are sent to, OTLP over HTTP with protobuf bodies "
      "(http://host:4318; POSTs to its /v1/traces). Empty: no spans are recorded, but trace "
      "context is still read from and written to every message, so a trace stays whole",
      0},

@@ -32,12 +32,20 @@ int64_t sl__mono_ms(void) {
 /* ---- its trace ---- */
 
 /* the phases of a job's span, by state: every phase's time is on the job's
- * span as sluice.<phase>_ms; parked, gated and running (a provider's: its
- * call) are child spans too when they took SL_PHASE_SPAN_MIN_NS or more:
- * one span per message when nothing waited (tracing's cost, bench/cost) */
-#define SL_PHASE_SPAN_MIN_NS 1000000
+ * span as sluice.<phase>_ms. A provider's call that took
+ * SL_PHASE_SPAN_MIN_NS or more is a child span ("call <provider>"); so are
+ * parked, gated and a run without a provider when they took that long and
+ * at least 1/SL_PHASE_SPAN_SHARE of the message's time in the stage: where
+ * its time went. One span per message when nothing waited (a span costs a
+ * few µs: bench/cost), and under a backlog, where waiting for a slot is
+ * most of every message's time, the short gates between stay attributes. */
+#define SL_PHASE_SPAN_MIN_NS 10000000
+#define SL_PHASE_SPAN_SHARE 10
 enum { PH_QUEUED, PH_PARKED, PH_GATED, PH_RUNNING, PH_PRODUCING, PH_END };
 static const char *const phase_name[] = {"queued", "parked", "gated", "running", "producing"};
+/* span attribute keys are kept as pointers (sl_trace.h): literals */
+static const char *const phase_key[] = {"sluice.queued_ms", "sluice.parked_ms", "sluice.gated_ms",
+                                        "sluice.running_ms", "sluice.producing_ms"};
 
 static int phase_of(sl_job_state s) {
   switch (s) {
@@ -128,12 +136,29 @@ static void process_attrs(const job *j, sl_span *s) {
   sl_span_int(s, "messaging.kafka.offset", j->offset);
   sl_span_str(s, "messaging.consumer.group.name", group);
   sl_span_str(s, "messaging.kafka.message.key", j->key);
-  sl_span_str(s, "sluice.stage", j->R->o->stage);
   sl_span_int(s, "sluice.attempt", (int64_t)j->attempts + 1);
   if (tier >= 0) sl_span_str(s, "sluice.retry_tier", j->R->tier_label[tier]);
 }
 
-/* j's spans, at its end: the process span and one child per phase */
+/* the timed steps its last run recorded (sl_result_step): client spans,
+ * children of j's */
+static void trace_steps(const job *j) {
+  for (int i = 0; i < j->res.nsteps && i < SL_RESULT_STEPS; i++) {
+    sl_trace_ctx c;
+    if (sl_trace_child(&j->tc, &c)) return;
+    sl_span s;
+    sl_span_begin(&s, &c, j->tc.span_id, j->res.step[i].name, SL_SPAN_CLIENT,
+                  j->res.step[i].start_ns);
+    if (j->res.step[i].status)
+      sl_span_int(&s, "http.response.status_code", j->res.step[i].status);
+    else
+      sl_span_error(&s, "no answer");
+    sl_span_end(&s, j->res.step[i].end_ns);
+  }
+}
+
+/* j's spans, at its end: the process span, its steps and one child per
+ * phase that took a while */
 static void trace_end(job *j, sl_job_state end) {
   if (!sl_trace_enabled() || !sl_trace_sampled(&j->tc)) return;
   int64_t now = sl_trace_now_ns();
@@ -155,12 +180,10 @@ static void trace_end(job *j, sl_job_state end) {
   for (unsigned i = 0; i < j->nseg; i++)
     ms[j->seg[i].phase] +=
         (double)((i + 1 < j->nseg ? j->seg[i + 1].at_ns : now) - j->seg[i].at_ns) / 1e6;
-  for (int ph = 0; ph < PH_END; ph++) {
-    char key[32];
-    snprintf(key, sizeof key, "sluice.%s_ms", phase_name[ph]);
-    if (ms[ph] > 0) sl_span_real(&s, key, ms[ph]);
-  }
+  for (int ph = 0; ph < PH_END; ph++)
+    if (ms[ph] > 0) sl_span_real(&s, phase_key[ph], ms[ph]);
   sl_span_end(&s, now);
+  trace_steps(j);
   for (unsigned i = 0; i < j->nseg; i++) {
     int ph = j->seg[i].phase;
     int64_t to = i + 1 < j->nseg ? j->seg[i + 1].at_ns : now;
@@ -168,7 +191,9 @@ static void trace_end(job *j, sl_job_state end) {
     /* a child span for each wait or run that took a while; waiting for a
      * slot and for Kafka's acknowledgement are on the job's span alone
      * (a backlog makes them long for every message) */
-    if (ph == PH_QUEUED || ph == PH_PRODUCING || to - j->seg[i].at_ns < SL_PHASE_SPAN_MIN_NS)
+    int64_t took = to - j->seg[i].at_ns;
+    if (ph == PH_QUEUED || ph == PH_PRODUCING || took < SL_PHASE_SPAN_MIN_NS ||
+        (!call && took * SL_PHASE_SPAN_SHARE < now - j->taken_ns))
       continue;
     sl_trace_ctx c;
     if (sl_trace_child(&j->tc, &c)) return;

@@ -57,6 +57,7 @@ void sl__work_call(job *j) {
   j->out.producer = j->R->producer;
   j->res.outcome = SL_OUTCOME_DONE;
   j->res.again_in_ms = 0;
+  j->res.nsteps = 0;
   j->res.cost_units = 0;
   j->res.cost_before = j->cost_before;
   j->call_ns = uv_hrtime();

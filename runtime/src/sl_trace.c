@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_trace.c — see sl_trace.h. The exporter is a ring of span copies under
- * one mutex and one thread that takes up to a batch out, writes it as
- * OTLP/JSON (sl_jsonw) and POSTs it with libcurl (blocking, on its own
- * thread, with a deadline). Callers only ever take the mutex to copy one
- * span in: the thread never holds it while it writes or sends.
+ * one mutex and one thread. The thread marks up to a batch at the ring's
+ * head as taken, encodes them where they lie as OTLP/protobuf (protobuf-c,
+ * proto/otlp_trace.proto) without the mutex, POSTs the body with libcurl
+ * (blocking, on its own thread, with a deadline) and only then gives the
+ * slots back. The ring has room for trace.queue_spans waiting beside the
+ * batch taken; callers take the mutex only to copy one span in.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_trace.h"
 #include "sluice/sl_err.h"
-#include "sluice/sl_jsonw.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 
+#include "otlp_trace.pb-c.h"
+
 #include <curl/curl.h>
-#include <stddef.h>
 #include <openssl/rand.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,18 +97,40 @@ void sl_span_id_hex(const uint8_t id[8], char out[17]) { to_hex(id, 8, out); }
 
 static double ratio = 1.0;
 
+/* n random bytes (n <= 64): from this thread's buffer, refilled by one
+ * RAND_bytes (OpenSSL's DRBG) per 512 bytes: an id per message without a
+ * lock or a system call each; a fork's child refills before its first */
+static _Thread_local size_t rand_left;
+static void rand_forget(void) { rand_left = 0; } /* a fork's child: its own ids */
+static void rand_once(void) { pthread_atfork(NULL, NULL, rand_forget); }
+
+static int random_bytes(uint8_t *out, size_t n) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  static _Thread_local uint8_t buf[512];
+  size_t left = rand_left;
+  if (left < n) {
+    pthread_once(&once, rand_once);
+    if (RAND_bytes(buf, (int)sizeof buf) != 1) return SL_ECRYPTO;
+    left = sizeof buf;
+  }
+  memcpy(out, buf + sizeof buf - left, n);
+  memset(buf + sizeof buf - left, 0, n); /* an id is never handed out twice */
+  rand_left = left - n;
+  return 0;
+}
+
 static int new_span_id(uint8_t id[8]) {
-  do {
-    if (RAND_bytes(id, 8) != 1) return SL_ECRYPTO;
-  } while (all_zero(id, 8));
+  do
+    if (random_bytes(id, 8)) return SL_ECRYPTO;
+  while (all_zero(id, 8));
   return 0;
 }
 
 int sl_trace_root(sl_trace_ctx *out) {
   memset(out, 0, sizeof *out);
-  do {
-    if (RAND_bytes(out->trace_id, 16) != 1) return SL_ECRYPTO;
-  } while (all_zero(out->trace_id, 16));
+  do
+    if (random_bytes(out->trace_id, 16)) return SL_ECRYPTO;
+  while (all_zero(out->trace_id, 16));
   /* the trace id's last 8 bytes against ratio * 2^64: every process that
    * looks at this trace would decide the same */
   uint64_t r = 0;
@@ -128,6 +153,14 @@ int64_t sl_trace_now_ns(void) {
 
 /* ---- spans ---- */
 
+/* src into dst[cap], cut to fit, NUL-terminated; its length */
+static size_t copy_cut(char *dst, size_t cap, const char *src) {
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+  return n;
+}
+
 void sl_span_begin(sl_span *s, const sl_trace_ctx *ctx, const uint8_t *parent_span,
                    const char *name, int kind, int64_t start_ns) {
   s->has_parent = parent_span != NULL;
@@ -136,41 +169,49 @@ void sl_span_begin(sl_span *s, const sl_trace_ctx *ctx, const uint8_t *parent_sp
   memcpy(s->span_id, ctx->span_id, 8);
   if (parent_span) memcpy(s->parent_id, parent_span, 8);
   s->sampled = sl_trace_sampled(ctx);
-  snprintf(s->name, sizeof s->name, "%s", name);
+  copy_cut(s->name, sizeof s->name, name);
   s->kind = kind;
   s->start_ns = start_ns ? start_ns : sl_trace_now_ns();
   s->end_ns = 0;
   s->status = SL_SPAN_UNSET;
   s->status_msg[0] = '\0';
   s->nattr = 0;
+  s->ntext = 0;
 }
 
 static sl_span_attr *attr(sl_span *s, const char *key, int type) {
   if (s->nattr >= SL_SPAN_ATTRS) return NULL;
   sl_span_attr *a = &s->attr[s->nattr++];
-  snprintf(a->key, sizeof a->key, "%s", key);
+  a->key = key;
   a->type = type;
   return a;
 }
 
 void sl_span_str(sl_span *s, const char *key, const char *v) {
+  if (s->ntext >= SL_SPAN_TEXT) return; /* no room for even its NUL */
   sl_span_attr *a = attr(s, key, 's');
-  if (a) snprintf(a->s, sizeof a->s, "%s", v ? v : "");
+  if (!a) return;
+  size_t room = SL_SPAN_TEXT - s->ntext;
+  a->off = s->ntext;
+  s->ntext +=
+      (unsigned)copy_cut(s->text + a->off,
+                         room < SL_SPAN_VALUE_MAX + 1 ? room : SL_SPAN_VALUE_MAX + 1, v ? v : "") +
+      1;
 }
 
 void sl_span_int(sl_span *s, const char *key, int64_t v) {
   sl_span_attr *a = attr(s, key, 'i');
-  if (a) a->i = v;
+  if (a) a->v.i = v;
 }
 
 void sl_span_real(sl_span *s, const char *key, double v) {
   sl_span_attr *a = attr(s, key, 'd');
-  if (a) a->d = v;
+  if (a) a->v.d = v;
 }
 
 void sl_span_error(sl_span *s, const char *msg) {
   s->status = SL_SPAN_ERROR;
-  snprintf(s->status_msg, sizeof s->status_msg, "%s", msg ? msg : "");
+  copy_cut(s->status_msg, sizeof s->status_msg, msg ? msg : "");
 }
 
 void sl_span_link(sl_span *s, const sl_trace_ctx *other) {
@@ -179,80 +220,152 @@ void sl_span_link(sl_span *s, const sl_trace_ctx *other) {
   s->has_link = 1;
 }
 
-/* ---- OTLP/JSON ---- */
+/* ---- OTLP/protobuf ---- */
 
-static void kv_key(sl_jsonw *w, const char *key) {
-  sl_jsonw_raw(w, "{\"key\":");
-  sl_jsonw_str(w, key);
+/* what a body is built from, kept between bodies: the structs of the span
+ * being packed (they point into it: nothing is copied), the packed spans
+ * and the body */
+struct sl__otlp_enc {
+  size_t cap; /* spans per body at most */
+  Sluice__Otlp__Span sp;
+  Sluice__Otlp__KeyValue kv[SL_SPAN_ATTRS], *kvp[SL_SPAN_ATTRS];
+  Sluice__Otlp__AnyValue av[SL_SPAN_ATTRS];
+  Sluice__Otlp__Span__Link lk, *lkp;
+  Sluice__Otlp__Status st;
+  ProtobufCBinaryData *packed; /* cap of them: each span's bytes in spans */
+  size_t *off;                 /* where each starts in spans */
+  uint8_t *spans, *out;
+  size_t spans_cap, out_cap;
+};
+
+void sl__otlp_enc_free(sl__otlp_enc *e) {
+  if (!e) return;
+  free(e->packed), free(e->off), free(e->spans), free(e->out);
+  free(e);
 }
 
-/* key (raw text before the value), then n bytes as a quoted hex string */
-static void kv_hex(sl_jsonw *w, const char *key, const uint8_t *b, size_t n) {
-  char hex[33], q[2] = "\"";
-  to_hex(b, n, hex);
-  sl_jsonw_raw(w, key);
-  sl_jsonw_raw(w, q);
-  sl_jsonw_raw(w, hex);
-  sl_jsonw_raw(w, q);
+sl__otlp_enc *sl__otlp_enc_new(size_t cap) {
+  sl__otlp_enc *e = calloc(1, sizeof *e);
+  if (!e || cap == 0) return free(e), NULL;
+  e->cap = cap;
+  e->packed = calloc(cap, sizeof *e->packed);
+  e->off = calloc(cap, sizeof *e->off);
+  if (!e->packed || !e->off) return sl__otlp_enc_free(e), NULL;
+  return e;
 }
 
-/* key, then v as a quoted decimal (OTLP/JSON writes 64-bit integers so) */
-static void kv_i64(sl_jsonw *w, const char *key, int64_t v) {
-  char num[21];
-  sl_fmt_ll(num, (long long)v);
-  sl_jsonw_raw(w, key);
-  sl_jsonw_raw(w, "\"");
-  sl_jsonw_raw(w, num);
-  sl_jsonw_raw(w, "\"");
+/* protobuf-c's string fields are char *: it only reads them */
+static char *unconst(const char *s) { return (char *)(uintptr_t)s; }
+static ProtobufCBinaryData bin(const uint8_t *b, size_t n) {
+  return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)b};
 }
 
-static void span_attrs(sl_jsonw *w, const sl_span *s) {
-  sl_jsonw_raw(w, ",\"attributes\":[");
-  for (int a = 0; a < s->nattr; a++) {
-    const sl_span_attr *at = &s->attr[a];
-    if (a) sl_jsonw_raw(w, ",");
-    kv_key(w, at->key);
-    if (at->type == 's')
-      sl_jsonw_kstr(w, ",\"value\":{\"stringValue\":", at->s);
-    else if (at->type == 'i')
-      kv_i64(w, ",\"value\":{\"intValue\":", at->i);
-    else
-      sl_jsonw_kreal(w, ",\"value\":{\"doubleValue\":", at->d);
-    sl_jsonw_raw(w, "}}");
+/* e's Span structs for s */
+static void pb_span(sl__otlp_enc *e, const sl_span *s) {
+  static const Sluice__Otlp__Span span0 = SLUICE__OTLP__SPAN__INIT;
+  static const Sluice__Otlp__KeyValue kv0 = SLUICE__OTLP__KEY_VALUE__INIT;
+  static const Sluice__Otlp__AnyValue av0 = SLUICE__OTLP__ANY_VALUE__INIT;
+  static const Sluice__Otlp__Span__Link lk0 = SLUICE__OTLP__SPAN__LINK__INIT;
+  static const Sluice__Otlp__Status st0 = SLUICE__OTLP__STATUS__INIT;
+  Sluice__Otlp__Span *o = &e->sp;
+  *o = span0;
+  o->trace_id = bin(s->trace_id, 16);
+  o->span_id = bin(s->span_id, 8);
+  if (s->has_parent) o->parent_span_id = bin(s->parent_id, 8);
+  o->name = unconst(s->name);
+  o->kind = (Sluice__Otlp__Span__SpanKind)s->kind;
+  o->start_time_unix_nano = (uint64_t)s->start_ns;
+  o->end_time_unix_nano = (uint64_t)s->end_ns;
+  o->flags = s->sampled ? 1 : 0;
+  int n = s->nattr < 0 ? 0 : s->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : s->nattr;
+  for (int k = 0; k < n; k++) {
+    const sl_span_attr *a = &s->attr[k];
+    e->kv[k] = kv0, e->av[k] = av0;
+    e->kv[k].key = unconst(a->key);
+    e->kv[k].value = &e->av[k];
+    e->kvp[k] = &e->kv[k];
+    if (a->type == 's') {
+      e->av[k].value_case = SLUICE__OTLP__ANY_VALUE__VALUE_STRING_VALUE;
+      e->av[k].string_value = unconst(a->off < s->ntext ? s->text + a->off : "");
+    } else if (a->type == 'i') {
+      e->av[k].value_case = SLUICE__OTLP__ANY_VALUE__VALUE_INT_VALUE;
+      e->av[k].int_value = a->v.i;
+    } else {
+      e->av[k].value_case = SLUICE__OTLP__ANY_VALUE__VALUE_DOUBLE_VALUE;
+      e->av[k].double_value = a->v.d;
+    }
   }
-  sl_jsonw_raw(w, "]");
+  o->n_attributes = (size_t)n;
+  o->attributes = e->kvp;
+  if (s->has_link) {
+    e->lk = lk0;
+    e->lk.trace_id = bin(s->link_trace, 16);
+    e->lk.span_id = bin(s->link_span, 8);
+    e->lkp = &e->lk;
+    o->n_links = 1;
+    o->links = &e->lkp;
+  }
+  if (s->status != SL_SPAN_UNSET) {
+    e->st = st0;
+    e->st.code = (Sluice__Otlp__Status__StatusCode)s->status;
+    e->st.message = unconst(s->status_msg);
+    o->status = &e->st;
+  }
 }
 
-char *sl__trace_otlp_json(const sl_span *spans, size_t n, const char *service) {
-  sl_jsonw w = {.initial = 4096 + n * 768};
-  sl_jsonw_raw(&w, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
-  kv_key(&w, "service.name");
-  sl_jsonw_kstr(&w, ",\"value\":{\"stringValue\":", service);
-  sl_jsonw_raw(&w, "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"sluice\"},\"spans\":[");
+/* buf grown to hold need bytes */
+static int room(uint8_t **buf, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 65536;
+  while (c < need) c *= 2;
+  uint8_t *b = realloc(*buf, c);
+  if (!b) return SL_ENOMEM;
+  *buf = b, *cap = c;
+  return 0;
+}
+
+/* the body for n spans of ring (cap slots) from head into e->out: its
+ * length, or 0 without memory */
+static size_t pb_encode(sl__otlp_enc *e, const sl_span *ring, size_t cap, size_t head, size_t n,
+                        const char *service) {
+  if (n > e->cap) n = e->cap;
+  size_t used = 0;
   for (size_t i = 0; i < n; i++) {
-    const sl_span *s = &spans[i];
-    kv_hex(&w, i ? ",{\"traceId\":" : "{\"traceId\":", s->trace_id, 16);
-    kv_hex(&w, ",\"spanId\":", s->span_id, 8);
-    if (s->has_parent) kv_hex(&w, ",\"parentSpanId\":", s->parent_id, 8);
-    sl_jsonw_kstr(&w, ",\"name\":", s->name);
-    sl_jsonw_kint(&w, ",\"kind\":", s->kind);
-    kv_i64(&w, ",\"startTimeUnixNano\":", s->start_ns);
-    kv_i64(&w, ",\"endTimeUnixNano\":", s->end_ns);
-    span_attrs(&w, s);
-    if (s->has_link) {
-      kv_hex(&w, ",\"links\":[{\"traceId\":", s->link_trace, 16);
-      kv_hex(&w, ",\"spanId\":", s->link_span, 8);
-      sl_jsonw_raw(&w, "}]");
-    }
-    if (s->status != SL_SPAN_UNSET) {
-      sl_jsonw_kint(&w, ",\"status\":{\"code\":", s->status);
-      if (s->status_msg[0]) sl_jsonw_kstr(&w, ",\"message\":", s->status_msg);
-      sl_jsonw_raw(&w, "}");
-    }
-    sl_jsonw_raw(&w, "}");
+    pb_span(e, &ring[(head + i) % cap]);
+    size_t len = sluice__otlp__span__get_packed_size(&e->sp);
+    if (room(&e->spans, &e->spans_cap, used + len)) return 0;
+    e->off[i] = used;
+    e->packed[i].len = sluice__otlp__span__pack(&e->sp, e->spans + used);
+    used += e->packed[i].len;
   }
-  sl_jsonw_raw(&w, "]}]}]}");
-  return sl_jsonw_take(&w);
+  for (size_t i = 0; i < n; i++) e->packed[i].data = e->spans + e->off[i];
+  Sluice__Otlp__AnyValue svc_v = SLUICE__OTLP__ANY_VALUE__INIT;
+  svc_v.value_case = SLUICE__OTLP__ANY_VALUE__VALUE_STRING_VALUE;
+  svc_v.string_value = unconst(service);
+  Sluice__Otlp__KeyValue svc = SLUICE__OTLP__KEY_VALUE__INIT, *svcp = &svc;
+  svc.key = unconst("service.name");
+  svc.value = &svc_v;
+  Sluice__Otlp__Resource res = SLUICE__OTLP__RESOURCE__INIT;
+  res.n_attributes = 1, res.attributes = &svcp;
+  Sluice__Otlp__InstrumentationScope scope = SLUICE__OTLP__INSTRUMENTATION_SCOPE__INIT;
+  scope.name = unconst("sluice");
+  Sluice__Otlp__ScopeSpans ss = SLUICE__OTLP__SCOPE_SPANS__INIT, *ssp = &ss;
+  ss.scope = &scope, ss.n_spans = n, ss.spans = e->packed;
+  Sluice__Otlp__ResourceSpans rs = SLUICE__OTLP__RESOURCE_SPANS__INIT, *rsp = &rs;
+  rs.resource = &res, rs.n_scope_spans = 1, rs.scope_spans = &ssp;
+  Sluice__Otlp__ExportTraceServiceRequest req = SLUICE__OTLP__EXPORT_TRACE_SERVICE_REQUEST__INIT;
+  req.n_resource_spans = 1, req.resource_spans = &rsp;
+  size_t len = sluice__otlp__export_trace_service_request__get_packed_size(&req);
+  if (room(&e->out, &e->out_cap, len)) return 0;
+  return sluice__otlp__export_trace_service_request__pack(&req, e->out);
+}
+
+int sl__otlp_encode(sl__otlp_enc *e, const sl_span *spans, size_t n, const char *service,
+                    const uint8_t **out, size_t *len) {
+  if (n > e->cap) return SL_EINVAL;
+  *len = pb_encode(e, spans, n ? n : 1, 0, n, service);
+  *out = e->out;
+  return *len ? 0 : SL_ENOMEM;
 }
 
 /* ---- the exporter ---- */
@@ -262,10 +375,10 @@ static struct {
   pthread_cond_t cv;
   pthread_t thread;
   int running, stop;
-  sl_span *ring; /* queue_spans of them */
-  size_t cap, head, n;
-  sl_span *batch; /* the thread's: batch_spans of them */
-  size_t batch_cap;
+  sl_span *ring;       /* queue_spans + batch_spans of them */
+  size_t cap, head, n; /* n spans from head, the first `taken` being sent */
+  size_t taken, queue_cap, batch_cap;
+  sl__otlp_enc *enc; /* the thread's */
   int flush_ms, timeout_ms;
   int64_t stop_by_ns; /* sl_trace_stop: what is still queued after this is dropped */
   char url[512];
@@ -275,16 +388,9 @@ static struct {
 
 int sl_trace_enabled(void) { return E.running; }
 
-/* a span's fields and the attributes it has (not all SL_SPAN_ATTRS slots:
- * a span is ~3 KB, its used part a few hundred bytes) */
-static void span_copy(sl_span *to, const sl_span *from) {
-  int n = from->nattr < 0 ? 0 : from->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : from->nattr;
-  memcpy(to, from, offsetof(sl_span, attr) + (size_t)n * sizeof(sl_span_attr));
-}
-
 size_t sl__trace_queued(void) {
   pthread_mutex_lock(&E.mu);
-  size_t n = E.n;
+  size_t n = E.n - E.taken;
   pthread_mutex_unlock(&E.mu);
   return n;
 }
@@ -294,11 +400,15 @@ int sl_span_end(sl_span *s, int64_t end_ns) {
   if (!s->sampled || !E.running) return 0;
   int rc = 0;
   pthread_mutex_lock(&E.mu);
-  if (E.n == E.cap) {
+  if (E.n - E.taken >= E.queue_cap) {
     rc = SL_EUNAVAIL;
-  } else {
-    span_copy(&E.ring[(E.head + E.n) % E.cap], s);
-    if (++E.n >= E.batch_cap) pthread_cond_signal(&E.cv);
+  } else { /* the fields, the attributes used, the text used */
+    sl_span *to = &E.ring[(E.head + E.n) % E.cap];
+    int na = s->nattr < 0 ? 0 : s->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : s->nattr;
+    unsigned nt = s->ntext > SL_SPAN_TEXT ? SL_SPAN_TEXT : s->ntext;
+    memcpy(to, s, offsetof(sl_span, attr) + (size_t)na * sizeof(sl_span_attr));
+    memcpy(to->text, s->text, nt);
+    if (++E.n - E.taken == E.batch_cap) pthread_cond_signal(&E.cv); /* a batch is ready */
   }
   pthread_mutex_unlock(&E.mu);
   if (rc) sl_metric_add(E.m_dropped_full, 1);
@@ -311,27 +421,43 @@ static size_t discard(void *p, size_t size, size_t n, void *ud) {
 }
 
 /* One POST of body; 0 when the collector took it (2xx). */
-static int post(CURL *h, const char *body, long *status) {
-  struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-  if (!hdr) return SL_ENOMEM;
+static int post(CURL *h, struct curl_slist *hdr, const uint8_t *body, size_t len, long *status) {
   curl_easy_setopt(h, CURLOPT_URL, E.url);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)E.timeout_ms);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)E.timeout_ms);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
   CURLcode rc = curl_easy_perform(h);
-  curl_slist_free_all(hdr);
   *status = 0;
   if (rc != CURLE_OK) return SL_EHTTP;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
   return *status >= 200 && *status < 300 ? 0 : SL_EHTTP;
 }
 
+/* k spans sent (or not): counted, an outage logged once */
+static void sent(size_t k, int rc, long status, int64_t *failures) {
+  if (rc == 0) {
+    sl_metric_add(E.m_exported, k);
+    if (*failures) sl_log(SL_LOG_INFO, NULL, "tracing: the collector takes spans again");
+    *failures = 0;
+    return;
+  }
+  sl_metric_add(E.m_dropped_failed, k);
+  if ((*failures)++ == 0) /* once per outage; the metric counts the rest */
+    sl_log(SL_LOG_WARN, NULL, "tracing: %zu span(s) not taken by %s (HTTP %ld): dropped", k, E.url,
+           status);
+}
+
 static void *export_main(void *arg) {
   (void)arg;
   CURL *h = curl_easy_init();
+  /* protobuf; no "Expect: 100-continue" round trip before a large body */
+  struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/x-protobuf");
+  struct curl_slist *h2 = hdr ? curl_slist_append(hdr, "Expect:") : NULL;
+  if (h2) hdr = h2;
   int64_t failures = 0;
   for (;;) {
     pthread_mutex_lock(&E.mu);
@@ -344,29 +470,25 @@ static void *export_main(void *arg) {
       pthread_cond_timedwait(&E.cv, &E.mu, &dl);
     }
     size_t k = E.n < E.batch_cap ? E.n : E.batch_cap;
-    for (size_t i = 0; i < k; i++) span_copy(&E.batch[i], &E.ring[(E.head + i) % E.cap]);
-    E.head = (E.head + k) % E.cap;
-    E.n -= k;
-    int stop = E.stop, more = E.n > 0;
+    E.taken = k; /* theirs until sent: callers write past them */
+    size_t head = E.head;
+    int stop = E.stop;
     pthread_mutex_unlock(&E.mu);
     if (k) {
-      char *body = sl__trace_otlp_json(E.batch, k, E.service);
+      size_t len = pb_encode(E.enc, E.ring, E.cap, head, k, E.service);
       long status = 0;
-      int rc = body && h ? post(h, body, &status) : SL_ENOMEM;
-      free(body);
-      if (rc == 0) {
-        sl_metric_add(E.m_exported, k);
-        if (failures) sl_log(SL_LOG_INFO, NULL, "tracing: the collector takes spans again");
-        failures = 0;
-      } else {
-        sl_metric_add(E.m_dropped_failed, k);
-        if (failures++ == 0) /* once per outage; the metric counts the rest */
-          sl_log(SL_LOG_WARN, NULL, "tracing: %zu span(s) not taken by %s (HTTP %ld): dropped", k,
-                 E.url, status);
-      }
+      int rc = len && h && hdr ? post(h, hdr, E.enc->out, len, &status) : SL_ENOMEM;
+      sent(k, rc, status, &failures);
     }
+    pthread_mutex_lock(&E.mu);
+    E.head = (E.head + k) % E.cap;
+    E.n -= k;
+    E.taken = 0;
+    int more = E.n > 0;
+    pthread_mutex_unlock(&E.mu);
     if (stop && (!more || sl_trace_now_ns() > E.stop_by_ns)) break;
   }
+  curl_slist_free_all(hdr);
   curl_easy_cleanup(h);
   return NULL;
 }
@@ -384,15 +506,18 @@ int sl_trace_start(const sl_trace_conf *c) {
       snprintf(E.url, sizeof E.url, "%.*s/v1/traces", (int)n, c->endpoint) >= (int)sizeof E.url)
     return SL_EINVAL;
   snprintf(E.service, sizeof E.service, "%s", c->service ? c->service : "sluice");
-  E.cap = (size_t)c->queue_spans;
+  E.queue_cap = (size_t)c->queue_spans;
   E.batch_cap = (size_t)c->batch_spans;
+  E.cap = E.queue_cap + E.batch_cap;
   E.flush_ms = c->flush_ms;
   E.timeout_ms = c->timeout_ms;
   E.ring = calloc(E.cap, sizeof *E.ring);
-  E.batch = calloc(E.batch_cap, sizeof *E.batch);
-  if (!E.ring || !E.batch) {
-    free(E.ring), free(E.batch);
-    E.ring = E.batch = NULL;
+  E.enc = sl__otlp_enc_new(E.batch_cap);
+  if (!E.ring || !E.enc) {
+    free(E.ring);
+    E.ring = NULL;
+    sl__otlp_enc_free(E.enc);
+    E.enc = NULL;
     return SL_ENOMEM;
   }
   E.m_exported = sl_metrics_counter("sluice_trace_spans_exported_total", NULL,
@@ -406,10 +531,12 @@ int sl_trace_start(const sl_trace_conf *c) {
       "spans dropped: the export queue was full (trace.queue_spans), or the collector "
       "did not take them");
   E.stop = 0;
-  E.head = E.n = 0;
+  E.head = E.n = E.taken = 0;
   if (pthread_create(&E.thread, NULL, export_main, NULL) != 0) {
-    free(E.ring), free(E.batch);
-    E.ring = E.batch = NULL;
+    free(E.ring);
+    E.ring = NULL;
+    sl__otlp_enc_free(E.enc);
+    E.enc = NULL;
     return SL_ENOMEM;
   }
   E.running = 1;
@@ -426,7 +553,9 @@ void sl_trace_stop(void) {
   pthread_join(E.thread, NULL);
   E.running = 0;
   if (E.n) sl_metric_add(E.m_dropped_failed, E.n);
-  free(E.ring), free(E.batch);
-  E.ring = E.batch = NULL;
-  E.n = E.head = 0;
+  free(E.ring);
+  E.ring = NULL;
+  sl__otlp_enc_free(E.enc);
+  E.enc = NULL;
+  E.n = E.head = E.taken = 0;
 }

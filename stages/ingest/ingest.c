@@ -144,8 +144,10 @@ static int verify_object(ingest *in, const sl__s3rec *rec, int64_t declared, con
   char err[512];
   long status = 0;
   sl_s3_conn *conn = sl_tls_get(in->objects.conns, err, sizeof err);
+  int64_t t0 = sl_trace_now_ns();
   int rc = conn ? sl_s3_head(conn, &in->objects.target, rec->key, head, &status, err, sizeof err)
                 : SL_ESTORAGE;
+  sl_result_step(res, "storage HEAD", t0, (int)status);
   if (rc == SL_ENOTFOUND) {
     sl_result_set(res, SL_OUTCOME_FAIL, "object_missing",
                   "object %s does not exist in bucket %s (HEAD: 404)", rec->key, rec->bucket);

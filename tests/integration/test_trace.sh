@@ -6,7 +6,8 @@
 #  - a submission of two questions: one trace per question (presign's 201
 #    names it), with the spans of presign, ingest, preflight, stt, grade,
 #    materialize and notify, each stage's span a child of the one before,
-#    the provider calls children of stt's and grade's spans;
+#    the provider calls children of stt's and grade's spans, ingest's HEAD
+#    and stt's GET of the answer children of theirs;
 #  - a question whose stt call failed (the fake provider answers 503 for
 #    its first seconds) shows both attempts, the second a child of the
 #    first (the retry copy carries the trace);
@@ -105,6 +106,17 @@ for i in 0 1; do
   check "question $((i + 1)): one trace through every stage ($(grep -c '^ok' "$work/m$i.check") ok; $(grep -m1 '^broken' "$work/m$i.check"))" \
     journey "m$i" "$id"
 done
+# storage_under FILE STAGE-SPAN OP: a span OP is a child of the named process span
+storage_under() {
+  jq -e --arg p "$2" --arg op "$3" '(.data[0].spans | map(select(.operationName == $p)) | map(.spanID)) as $ids
+    | any(.data[0].spans[]; .operationName == $op
+          and any(.references[]; .refType == "CHILD_OF" and (.spanID as $s | $ids | index($s) != null)))' \
+    "$1" >/dev/null 2>&1
+}
+check "ingest's HEAD of the answer is a span under its own" \
+  storage_under "$work/m0.json" "process storage-events" "storage HEAD"
+check "stt's GET of the answer is a span under its own" \
+  storage_under "$work/m0.json" "process stt.requests" "storage GET"
 check "the two questions have traces of their own" \
   test "$(jq -r '[.questions[].trace_id] | unique | length' <<<"$M_REPLY")" = 2
 check "the retried question shows both stt attempts ($(grep -m1 '^broken\|stt' "$work/r.check" 2>/dev/null))" \

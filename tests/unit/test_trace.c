@@ -2,7 +2,8 @@
 /*
  * test_trace.c — unit tests for sl_trace: traceparent parsing (W3C's
  * valid and invalid forms) and formatting, parent-based sampling by ratio,
- * children of a context, the OTLP/JSON body (read back with jansson), and
+ * children of a context, the OTLP/protobuf body (read back with protobuf-c),
+ * string values bounded by the span's text, and
  * the exporter against a collector that accepts a connection and never
  * answers: submitting never blocks, a full queue drops and counts, what the
  * collector did not take is counted as failed.
@@ -19,8 +20,9 @@
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_trace.h"
 
+#include "otlp_trace.pb-c.h"
+
 #include <arpa/inet.h>
-#include <jansson.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,7 +117,7 @@ static void test_sampling(void **state) {
   assert_false(sl_trace_enabled());
 }
 
-static void test_otlp_json(void **state) {
+static void test_otlp_pb(void **state) {
   (void)state;
   sl_trace_ctx p, c;
   assert_int_equal(sl_trace_parse(TP, strlen(TP), &p), 0);
@@ -125,49 +127,95 @@ static void test_otlp_json(void **state) {
   sl_span_str(&s[0], "messaging.system", "kafka");
   sl_span_int(&s[0], "messaging.kafka.offset", 42);
   sl_span_real(&s[0], "sluice.cost_units", 4.5);
+  char longv[600];
+  memset(longv, 'v', sizeof longv - 1);
+  longv[sizeof longv - 1] = '\0';
+  sl_span_str(&s[0], "long", longv); /* cut to SL_SPAN_VALUE_MAX */
   sl_span_error(&s[0], "provider said \"no\"");
   sl_span_link(&s[0], &p);
   s[0].end_ns = 2000;
   sl_span_begin(&s[1], &p, NULL, "root", SL_SPAN_SERVER, 3000);
   for (int i = 0; i < SL_SPAN_ATTRS + 3; i++) sl_span_int(&s[1], "n", i); /* extra dropped */
   s[1].end_ns = 4000;
-  char *body = sl__trace_otlp_json(s, 2, "sluice-stt");
-  assert_non_null(body);
-  json_error_t e;
-  json_t *j = json_loads(body, 0, &e);
-  assert_non_null(j);
-  json_t *rs = json_array_get(json_object_get(j, "resourceSpans"), 0);
-  json_t *svc = json_array_get(json_object_get(json_object_get(rs, "resource"), "attributes"), 0);
-  assert_string_equal(
-      json_string_value(json_object_get(json_object_get(svc, "value"), "stringValue")),
-      "sluice-stt");
-  json_t *spans = json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
-  assert_int_equal(json_array_size(spans), 2);
-  json_t *a = json_array_get(spans, 0);
-  assert_string_equal(json_string_value(json_object_get(a, "traceId")),
-                      "4bf92f3577b34da6a3ce929d0e0e4736");
-  assert_string_equal(json_string_value(json_object_get(a, "parentSpanId")), "00f067aa0ba902b7");
-  assert_int_equal(json_integer_value(json_object_get(a, "kind")), SL_SPAN_CONSUMER);
-  assert_string_equal(json_string_value(json_object_get(a, "startTimeUnixNano")), "1000");
-  assert_string_equal(json_string_value(json_object_get(a, "endTimeUnixNano")), "2000");
-  json_t *attrs = json_object_get(a, "attributes");
-  assert_int_equal(json_array_size(attrs), 3);
-  assert_string_equal(json_string_value(json_object_get(
-                          json_object_get(json_array_get(attrs, 1), "value"), "intValue")),
-                      "42");
-  assert_true(json_real_value(json_object_get(json_object_get(json_array_get(attrs, 2), "value"),
-                                              "doubleValue")) == 4.5);
-  json_t *st = json_object_get(a, "status");
-  assert_int_equal(json_integer_value(json_object_get(st, "code")), SL_SPAN_ERROR);
-  assert_string_equal(json_string_value(json_object_get(st, "message")), "provider said \"no\"");
-  assert_string_equal(
-      json_string_value(json_object_get(json_array_get(json_object_get(a, "links"), 0), "spanId")),
-      "00f067aa0ba902b7");
-  json_t *b = json_array_get(spans, 1);
-  assert_null(json_object_get(b, "parentSpanId"));
-  assert_int_equal(json_array_size(json_object_get(b, "attributes")), SL_SPAN_ATTRS);
-  json_decref(j);
-  free(body);
+  sl__otlp_enc *enc = sl__otlp_enc_new(2);
+  assert_non_null(enc);
+  const uint8_t *body = NULL;
+  size_t len = 0;
+  assert_int_equal(sl__otlp_encode(enc, s, 3, "sluice-stt", &body, &len), SL_EINVAL);
+  assert_int_equal(sl__otlp_encode(enc, s, 2, "sluice-stt", &body, &len), 0);
+  assert_true(len > 0);
+  /* read back as a collector would */
+  Sluice__Otlp__ExportTraceServiceRequest *req =
+      sluice__otlp__export_trace_service_request__unpack(NULL, len, body);
+  assert_non_null(req);
+  assert_int_equal(req->n_resource_spans, 1);
+  Sluice__Otlp__ResourceSpans *rs = req->resource_spans[0];
+  assert_int_equal(rs->resource->n_attributes, 1);
+  assert_string_equal(rs->resource->attributes[0]->key, "service.name");
+  assert_string_equal(rs->resource->attributes[0]->value->string_value, "sluice-stt");
+  assert_int_equal(rs->n_scope_spans, 1);
+  /* our ScopeSpans carries each span packed (the same bytes on the wire as
+   * OTLP's repeated Span): read each as OTLP's Span */
+  assert_int_equal(rs->scope_spans[0]->n_spans, 2);
+  Sluice__Otlp__Span *a = sluice__otlp__span__unpack(NULL, rs->scope_spans[0]->spans[0].len,
+                                                     rs->scope_spans[0]->spans[0].data);
+  assert_non_null(a);
+  assert_int_equal(a->trace_id.len, 16);
+  assert_memory_equal(a->trace_id.data, p.trace_id, 16);
+  assert_memory_equal(a->span_id.data, c.span_id, 8);
+  assert_int_equal(a->parent_span_id.len, 8);
+  assert_memory_equal(a->parent_span_id.data, p.span_id, 8);
+  assert_string_equal(a->name, "process stt.requests");
+  assert_int_equal(a->kind, SL_SPAN_CONSUMER);
+  assert_int_equal(a->start_time_unix_nano, 1000);
+  assert_int_equal(a->end_time_unix_nano, 2000);
+  assert_int_equal(a->flags, 1);
+  assert_int_equal(a->n_attributes, 4);
+  assert_string_equal(a->attributes[0]->key, "messaging.system");
+  assert_string_equal(a->attributes[0]->value->string_value, "kafka");
+  assert_int_equal(a->attributes[1]->value->value_case, SLUICE__OTLP__ANY_VALUE__VALUE_INT_VALUE);
+  assert_int_equal(a->attributes[1]->value->int_value, 42);
+  assert_true(a->attributes[2]->value->double_value == 4.5);
+  assert_int_equal(strlen(a->attributes[3]->value->string_value), SL_SPAN_VALUE_MAX);
+  assert_non_null(a->status);
+  assert_int_equal(a->status->code, SL_SPAN_ERROR);
+  assert_string_equal(a->status->message, "provider said \"no\"");
+  assert_int_equal(a->n_links, 1);
+  assert_memory_equal(a->links[0]->span_id.data, p.span_id, 8);
+  Sluice__Otlp__Span *b = sluice__otlp__span__unpack(NULL, rs->scope_spans[0]->spans[1].len,
+                                                     rs->scope_spans[0]->spans[1].data);
+  assert_non_null(b);
+  assert_int_equal(b->parent_span_id.len, 0);
+  assert_null(b->status);
+  assert_int_equal(b->n_attributes, SL_SPAN_ATTRS);
+  assert_int_equal(b->attributes[SL_SPAN_ATTRS - 1]->value->int_value, SL_SPAN_ATTRS - 1);
+  sluice__otlp__span__free_unpacked(a, NULL);
+  sluice__otlp__span__free_unpacked(b, NULL);
+  sluice__otlp__export_trace_service_request__free_unpacked(req, NULL);
+  sl__otlp_enc_free(enc);
+}
+
+/* string values past the span's text are dropped, never written past it */
+static void test_span_text_bound(void **state) {
+  (void)state;
+  sl_trace_ctx c;
+  assert_int_equal(sl_trace_root(&c), 0);
+  sl_span s;
+  sl_span_begin(&s, &c, NULL, "x", SL_SPAN_INTERNAL, 1);
+  char v[SL_SPAN_VALUE_MAX + 50];
+  memset(v, 'a', sizeof v - 1);
+  v[sizeof v - 1] = '\0';
+  sl_span_str(&s, "short", "ab");
+  for (int i = 0; i < SL_SPAN_ATTRS; i++) sl_span_str(&s, "k", v);
+  /* "ab", then values cut to the maximum while they fit, then one cut to
+   * what was left, then none */
+  int whole = (SL_SPAN_TEXT - 3) / (SL_SPAN_VALUE_MAX + 1);
+  assert_int_equal(s.nattr, 1 + whole + 1);
+  assert_int_equal(s.ntext, SL_SPAN_TEXT);
+  assert_string_equal(s.text + s.attr[0].off, "ab");
+  assert_int_equal(strlen(s.text + s.attr[1].off), SL_SPAN_VALUE_MAX);
+  assert_int_equal(strlen(s.text + s.attr[whole + 1].off),
+                   SL_SPAN_TEXT - 3 - whole * (SL_SPAN_VALUE_MAX + 1) - 1);
 }
 
 static uint64_t counter(const char *name) {
@@ -236,11 +284,9 @@ static void test_exporter_never_blocks(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_format),
-      cmocka_unit_test(test_child),
-      cmocka_unit_test(test_sampling),
-      cmocka_unit_test(test_otlp_json),
-      cmocka_unit_test(test_exporter_never_blocks),
+      cmocka_unit_test(test_parse_format),    cmocka_unit_test(test_child),
+      cmocka_unit_test(test_sampling),        cmocka_unit_test(test_otlp_pb),
+      cmocka_unit_test(test_span_text_bound), cmocka_unit_test(test_exporter_never_blocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -226,43 +226,57 @@ typedef enum { SL_OUTCOME_DONE = 0, SL_OUTCOME_RETRY, SL_OUTCOME_FAIL } sl_outco
 
 #define SL_AGAIN_MAX_MS 1000 /* sl_result.again_in_ms is cut to this */
 #define SL_AGAIN_MAX 100     /* runs again in place per message, then the tiers */
+#define SL_RESULT_STEPS 4    /* timed steps a run records at most (sl_result_step) */
 
 typedef struct {
   sl_outcome outcome;
-  char error_class[48];    /* short machine word: "bad_event", "storage", ... */
-  char error_message[512]; /* human sentence */
-  int provider_called;     /* the external provider was called (breaker input) */
-  int provider_throttled;  /* it answered 429: pause it for every replica */
-  int64_t retry_after_ms;  /* it asked to wait this long (Retry-After), or 0 */
-  int64_t again_in_ms;     /* RETRY only: what it lacks is expected within moments
-                              (another stage's write): run it again in this process
-                              after this many ms (at most SL_AGAIN_MAX_MS, at most
-                              SL_AGAIN_MAX times per message) instead of a retry
-                              copy that waits a whole tier. Its offset stays
-                              uncommitted meanwhile: a crash or a lost partition
-                              hands it on as it was. 0 (the runtime resets it
-                              before each run): the retry tiers */
-  double cost_units;       /* what this attempt's provider call cost (the
-                              plugin's cost_units), whatever its outcome: the
-                              stage sets it; counted in
-                              sluice_provider_cost_units_total */
-  double cost_before;      /* what the earlier attempts of this input cost
-                              (SL_HDR_COST of a retry copy, else 0): the
-                              runtime sets it before process()/start(); a
-                              stage's final status reports cost_before +
-                              cost_units */
-  char subject[128];       /* "<submission>/<question>" when the input's key does
-                              not say (storage events): names the dead letter
-                              and gets the FAILED status */
-  char traceparent[56];    /* the trace the input belongs to when its message
-                              carried none (storage events: ingest finds the
-                              question's in its submission): the stage's span
-                              for it, and what it writes, join that trace */
+  char error_class[48];       /* short machine word: "bad_event", "storage", ... */
+  char error_message[512];    /* human sentence */
+  int provider_called;        /* the external provider was called (breaker input) */
+  int provider_throttled;     /* it answered 429: pause it for every replica */
+  int64_t retry_after_ms;     /* it asked to wait this long (Retry-After), or 0 */
+  int64_t again_in_ms;        /* RETRY only: what it lacks is expected within moments
+                                 (another stage's write): run it again in this process
+                                 after this many ms (at most SL_AGAIN_MAX_MS, at most
+                                 SL_AGAIN_MAX times per message) instead of a retry
+                                 copy that waits a whole tier. Its offset stays
+                                 uncommitted meanwhile: a crash or a lost partition
+                                 hands it on as it was. 0 (the runtime resets it
+                                 before each run): the retry tiers */
+  double cost_units;          /* what this attempt's provider call cost (the
+                                 plugin's cost_units), whatever its outcome: the
+                                 stage sets it; counted in
+                                 sluice_provider_cost_units_total */
+  double cost_before;         /* what the earlier attempts of this input cost
+                                 (SL_HDR_COST of a retry copy, else 0): the
+                                 runtime sets it before process()/start(); a
+                                 stage's final status reports cost_before +
+                                 cost_units */
+  char subject[128];          /* "<submission>/<question>" when the input's key does
+                                 not say (storage events): names the dead letter
+                                 and gets the FAILED status */
+  char traceparent[56];       /* the trace the input belongs to when its message
+                                 carried none (storage events: ingest finds the
+                                 question's in its submission): the stage's span
+                                 for it, and what it writes, join that trace */
+  struct {                    /* timed steps of this run (sl_result_step): child
+                                 spans of the stage's span for the input when its
+                                 trace is recorded; reset before each run */
+    const char *name;         /* a literal: "storage HEAD" */
+    int64_t start_ns, end_ns; /* unix time (sl_trace_now_ns) */
+    int status;               /* the HTTP status it got, or 0 (none: failed) */
+  } step[SL_RESULT_STEPS];
+  int nsteps;
 } sl_result;
 
 /* Convenience: fills res (keeping the provider fields) and returns o. */
 sl_outcome sl_result_set(sl_result *res, sl_outcome o, const char *cls, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Records a timed step of this run that began at start_ns (sl_trace_now_ns)
+ * and ends now, e.g. a storage request and its HTTP status (0: none); past
+ * SL_RESULT_STEPS they are dropped. name: a literal. */
+void sl_result_step(sl_result *res, const char *name, int64_t start_ns, int status);
 
 /* Called on a worker thread (or on the loop thread once its runs proved
  * short: sl_inline.h); must describe outputs in out and the outcome in res

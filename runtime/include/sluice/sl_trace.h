@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_trace.h — W3C trace context (traceparent, tracestate) and spans
- * exported to an OpenTelemetry collector as OTLP/HTTP JSON.
+ * exported to an OpenTelemetry collector over OTLP/HTTP (protobuf).
  *
  * A context names one span of one trace: the span id a child takes as its
  * parent. Messages carry theirs in the `traceparent` and `tracestate`
@@ -15,7 +15,7 @@
  * that every process decides alike. A context that is not sampled is still
  * passed on: the trace stays one trace, only its spans are not recorded.
  *
- * Export never holds up the caller: sl_trace_submit copies a finished span
+ * Export never holds up the caller: sl_span_end copies a finished span
  * into a bounded queue (trace.queue_spans) or, when it is full, drops and
  * counts it (sluice_trace_spans_dropped_total{reason="queue_full"}); one
  * background thread sends batches (trace.batch_spans, at least every
@@ -23,9 +23,14 @@
  * collector did not take (reason="export_failed"). A collector stopped or
  * frozen costs the pipeline nothing but those spans.
  *
- * @locality the context functions are pure (ids from OpenSSL's RAND_bytes);
- * sl_trace_submit may be called from any thread; sl_trace_start and
- * sl_trace_stop once each, from the main thread.
+ * A span costs its caller a copy into the queue and nothing else: keys are
+ * pointers (literals), string values are copied into the span's own text,
+ * and the exporter encodes spans where they wait in the queue
+ * (bench/cost/trace_bench measures each part).
+ *
+ * @locality the context functions are pure (ids from OpenSSL's RAND_bytes,
+ * taken 512 bytes at a time into a per-thread buffer); sl_span_end may be called from any thread;
+ * sl_trace_start and sl_trace_stop once each, from the main thread.
  */
 #ifndef SLUICE_SL_TRACE_H
 #define SLUICE_SL_TRACE_H
@@ -72,16 +77,21 @@ int sl_trace_enabled(void);
 enum { SL_SPAN_INTERNAL = 1, SL_SPAN_SERVER, SL_SPAN_CLIENT, SL_SPAN_PRODUCER, SL_SPAN_CONSUMER };
 enum { SL_SPAN_UNSET = 0, SL_SPAN_OK = 1, SL_SPAN_ERROR = 2 };
 #define SL_SPAN_ATTRS 18
+#define SL_SPAN_TEXT 1024     /* the string values' bytes in a span, NULs included */
+#define SL_SPAN_VALUE_MAX 255 /* one string value's bytes at most: longer ones are cut */
 
 typedef struct {
-  char key[40];
-  int type; /* 's' string, 'i' int, 'd' double */
-  char s[96];
-  int64_t i;
-  double d;
+  const char *key; /* not copied: a string that lives as long as the process (a literal) */
+  int type;        /* 's' string, 'i' int, 'd' double */
+  unsigned off;    /* 's': its value, NUL-terminated, at the span's text + off */
+  union {
+    int64_t i;
+    double d;
+  } v;
 } sl_span_attr;
 
-/* A finished span, as handed to sl_trace_submit (which copies it). */
+/* A span being built, and a finished one as sl_span_end queues it (a copy
+ * of the fields, the attributes used and the text used). */
 typedef struct {
   uint8_t trace_id[16], span_id[8], parent_id[8];
   int has_parent;
@@ -94,14 +104,17 @@ typedef struct {
   int status;               /* SL_SPAN_UNSET, _OK, _ERROR */
   char status_msg[112];
   int nattr;
-  sl_span_attr attr[SL_SPAN_ATTRS]; /* last: a copy takes only the nattr used */
+  unsigned ntext;
+  sl_span_attr attr[SL_SPAN_ATTRS];
+  char text[SL_SPAN_TEXT]; /* last: a copy takes only the ntext used */
 } sl_span;
 
 /* s: a span of ctx's trace with ctx's span id, child of parent (NULL: a
  * root), named name, started at start_ns (0: now). */
 void sl_span_begin(sl_span *s, const sl_trace_ctx *ctx, const uint8_t *parent_span,
                    const char *name, int kind, int64_t start_ns);
-/* attributes past SL_SPAN_ATTRS are dropped; strings cut to fit */
+/* key: a literal (kept as a pointer). Attributes past SL_SPAN_ATTRS are
+ * dropped; string values cut to SL_SPAN_VALUE_MAX and to the text left. */
 void sl_span_str(sl_span *s, const char *key, const char *v);
 void sl_span_int(sl_span *s, const char *key, int64_t v);
 void sl_span_real(sl_span *s, const char *key, double v);
@@ -132,9 +145,16 @@ int sl_trace_start(const sl_trace_conf *c);
 /* Sends what is queued (within one timeout) and stops the thread. */
 void sl_trace_stop(void);
 
-/* The OTLP/JSON body for spans (for the exporter and its tests): the
- * caller's (free()), NULL without memory. */
-char *sl__trace_otlp_json(const sl_span *spans, size_t n, const char *service);
+/* The exporter's encoder (for its tests and bench/cost/trace_bench): the
+ * OTLP/protobuf body (ExportTraceServiceRequest) of up to cap spans, its
+ * buffers kept from one body to the next. sl__otlp_encode: *out is e's,
+ * good until the next call; 0, SL_EINVAL (n > cap) or SL_ENOMEM. One
+ * thread at a time. */
+typedef struct sl__otlp_enc sl__otlp_enc;
+sl__otlp_enc *sl__otlp_enc_new(size_t cap);
+void sl__otlp_enc_free(sl__otlp_enc *e);
+int sl__otlp_encode(sl__otlp_enc *e, const sl_span *spans, size_t n, const char *service,
+                    const uint8_t **out, size_t *len);
 /* spans waiting in the queue now (for tests) */
 size_t sl__trace_queued(void);
 
