@@ -12,9 +12,8 @@
 #include <pthread.h>
 #include <string.h>
 
-static const char hexd[] = "0123456789abcdef";
-
-static void to_hex(const unsigned char *in, size_t n, char *out) {
+void sl_hex(const uint8_t *in, size_t n, char *out) {
+  static const char hexd[] = "0123456789abcdef";
   for (size_t i = 0; i < n; i++) {
     out[2 * i] = hexd[in[i] >> 4];
     out[2 * i + 1] = hexd[in[i] & 15];
@@ -30,7 +29,7 @@ int sl_uuid7(int64_t ms, char out[37]) {
   b[6] = (unsigned char)(0x70 | (b[6] & 0x0f));
   b[8] = (unsigned char)(0x80 | (b[8] & 0x3f));
   char hex[33];
-  to_hex(b, 16, hex);
+  sl_hex(b, 16, hex);
   memcpy(out, hex, 8);
   out[8] = '-';
   memcpy(out + 9, hex + 8, 4);
@@ -48,7 +47,7 @@ int sl_random_hex(size_t nbytes, char *out, size_t outlen) {
   unsigned char b[64];
   if (!out || nbytes > sizeof b || outlen < 2 * nbytes + 1) return SL_EINVAL;
   if (RAND_bytes(b, (int)nbytes) != 1) return SL_ECRYPTO;
-  to_hex(b, nbytes, out);
+  sl_hex(b, nbytes, out);
   return 0;
 }
 
@@ -86,7 +85,7 @@ int sl_sha256_hex(const void *data, size_t len, char out[65]) {
   if (!sha256_md || !ctx || EVP_DigestInit_ex2(ctx, sha256_md, NULL) != 1 ||
       EVP_DigestUpdate(ctx, data, len) != 1 || EVP_DigestFinal_ex(ctx, d, NULL) != 1)
     SHA256(data, len, d); /* callers count on a digest: the slow way then */
-  to_hex(d, sizeof d, out);
+  sl_hex(d, sizeof d, out);
   return 0;
 }
 

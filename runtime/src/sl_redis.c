@@ -24,6 +24,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_redis.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_id.h"
 #include "sluice/sl_metrics.h"
 #include "sluice/sl_tls.h"
 
@@ -828,12 +829,7 @@ int sl_redis_script_init(sl_redis_script *s, const char *text) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   if (!EVP_Digest(text, strlen(text), md, &n, EVP_sha1(), NULL) || n != 20) return SL_EINVAL;
-  static const char hex[] = "0123456789abcdef";
-  for (unsigned int i = 0; i < n; i++) {
-    s->sha1[2 * i] = hex[md[i] >> 4];
-    s->sha1[2 * i + 1] = hex[md[i] & 15];
-  }
-  s->sha1[40] = '\0';
+  sl_hex(md, n, s->sha1);
   s->text = text;
   return 0;
 }

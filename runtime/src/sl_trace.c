@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_trace.h"
 #include "sluice/sl_err.h"
+#include "sluice/sl_id.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
 
@@ -74,26 +75,17 @@ void sl_trace_set_state(sl_trace_ctx *c, const char *state, size_t len) {
   c->state[len] = '\0';
 }
 
-static void to_hex(const uint8_t *b, size_t n, char *out) {
-  static const char d[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = d[b[i] >> 4];
-    out[2 * i + 1] = d[b[i] & 15];
-  }
-  out[2 * n] = '\0';
-}
-
 void sl_trace_format(const sl_trace_ctx *c, char out[SL_TRACEPARENT_LEN + 1]) {
   memcpy(out, "00-", 3);
-  to_hex(c->trace_id, 16, out + 3);
+  sl_hex(c->trace_id, 16, out + 3);
   out[35] = '-';
-  to_hex(c->span_id, 8, out + 36);
+  sl_hex(c->span_id, 8, out + 36);
   out[52] = '-';
-  to_hex(&c->flags, 1, out + 53);
+  sl_hex(&c->flags, 1, out + 53);
 }
 
-void sl_trace_id_hex(const sl_trace_ctx *c, char out[33]) { to_hex(c->trace_id, 16, out); }
-void sl_span_id_hex(const uint8_t id[8], char out[17]) { to_hex(id, 8, out); }
+void sl_trace_id_hex(const sl_trace_ctx *c, char out[33]) { sl_hex(c->trace_id, 16, out); }
+void sl_span_id_hex(const uint8_t id[8], char out[17]) { sl_hex(id, 8, out); }
 
 static double ratio = 1.0;
 

@@ -437,13 +437,13 @@ static void ingest_record(ingest *in, const rd_kafka_message_t *m, json_t *r, si
   json_t *spec = question_spec(in, redis, m, &rec, hkey, &accepted, res);
   if (!spec) return;
   const char *tp = json_string_value(json_object_get(spec, "tp"));
-  if (tp && strlen(tp) == SL_TRACEPARENT_LEN) {
+  sl_trace_ctx qtc;
+  if (tp && sl_trace_parse(tp, strlen(tp), &qtc) == 0) {
     /* the event came without one: its span, and from here its log lines,
      * join the question's trace */
-    snprintf(res->traceparent, sizeof res->traceparent, "%s", tp);
+    sl_trace_format(&qtc, res->traceparent);
     char id[33];
-    memcpy(id, tp + 3, 32);
-    id[32] = '\0';
+    sl_trace_id_hex(&qtc, id);
     sl_log_trace(id, NULL);
   }
   json_int_t declared = json_integer_value(json_object_get(spec, "size"));

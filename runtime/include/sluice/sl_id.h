@@ -2,13 +2,17 @@
 /*
  * sl_id.h — identifiers and digests: UUIDv7 submission ids (RFC 9562: 48-bit
  * unix-ms timestamp, version 7, variant 10, 74 random bits from OpenSSL's
- * CSPRNG), random bearer tokens, and SHA-256 hex digests. Thread-safe.
+ * CSPRNG), random bearer tokens, SHA-256 hex digests, and bytes as hex.
+ * Thread-safe.
  */
 #ifndef SLUICE_SL_ID_H
 #define SLUICE_SL_ID_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* n bytes as lowercase hex into out (2*n chars + NUL). */
+void sl_hex(const uint8_t *in, size_t n, char *out);
 
 /* Writes a lowercase canonical UUIDv7 (36 chars + NUL) for time ms. */
 int sl_uuid7(int64_t unix_ms, char out[37]);
