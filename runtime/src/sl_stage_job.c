@@ -140,21 +140,24 @@ static void process_attrs(const job *j, sl_span *s) {
   if (tier >= 0) sl_span_str(s, "sluice.retry_tier", j->R->tier_label[tier]);
 }
 
-/* the timed steps its last run recorded (sl_result_step): client spans,
- * children of j's */
+/* a client span of j's, from start_ns to end_ns (0: now): a storage
+ * request and its HTTP status (0: none), or err */
+static void client_span(const job *j, const char *name, int64_t start_ns, int64_t end_ns,
+                        int http_status, const char *err) {
+  sl_trace_ctx c;
+  if (sl_trace_child(&j->tc, &c)) return;
+  sl_span s;
+  sl_span_begin(&s, &c, j->tc.span_id, name, SL_SPAN_CLIENT, start_ns);
+  if (http_status) sl_span_int(&s, "http.response.status_code", http_status);
+  if (err) sl_span_error(&s, err);
+  sl_span_end(&s, end_ns);
+}
+
+/* the timed steps its last run recorded (sl_result_step), children of j's */
 static void trace_steps(const job *j) {
-  for (int i = 0; i < j->res.nsteps && i < SL_RESULT_STEPS; i++) {
-    sl_trace_ctx c;
-    if (sl_trace_child(&j->tc, &c)) return;
-    sl_span s;
-    sl_span_begin(&s, &c, j->tc.span_id, j->res.step[i].name, SL_SPAN_CLIENT,
-                  j->res.step[i].start_ns);
-    if (j->res.step[i].status)
-      sl_span_int(&s, "http.response.status_code", j->res.step[i].status);
-    else
-      sl_span_error(&s, "no answer");
-    sl_span_end(&s, j->res.step[i].end_ns);
-  }
+  for (int i = 0; i < j->res.nsteps && i < SL_RESULT_STEPS; i++)
+    client_span(j, j->res.step[i].name, j->res.step[i].start_ns, j->res.step[i].end_ns,
+                j->res.step[i].status, j->res.step[i].status ? NULL : "no answer");
 }
 
 /* j's spans, at its end: the process span, its steps and one child per
@@ -385,14 +388,8 @@ const char *sl_job_trace_id(const job *j) { return j->trace_hex; }
 
 void sl_job_span(const job *j, const char *name, int64_t start_ns, int http_status,
                  const char *err) {
-  if (!sl_trace_enabled() || !sl_trace_sampled(&j->tc)) return;
-  sl_trace_ctx c;
-  if (sl_trace_child(&j->tc, &c)) return;
-  sl_span s;
-  sl_span_begin(&s, &c, j->tc.span_id, name, SL_SPAN_CLIENT, start_ns);
-  if (http_status) sl_span_int(&s, "http.response.status_code", http_status);
-  if (err) sl_span_error(&s, err);
-  sl_span_end(&s, 0);
+  if (sl_trace_enabled() && sl_trace_sampled(&j->tc))
+    client_span(j, name, start_ns, 0, http_status, err);
 }
 sl_httpc *sl_job_http(job *j) { return j->R->http; }
 sl_aredis *sl_job_redis(job *j) { return j->R->redis; }

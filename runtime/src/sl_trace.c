@@ -105,8 +105,7 @@ static int random_bytes(uint8_t *out, size_t n) {
     if (RAND_bytes(buf, (int)sizeof buf) != 1) return SL_ECRYPTO;
     left = sizeof buf;
   }
-  memcpy(out, buf + sizeof buf - left, n);
-  memset(buf + sizeof buf - left, 0, n); /* an id is never handed out twice */
+  memcpy(out, buf + sizeof buf - left, n); /* each byte handed out once: left shrinks */
   rand_left = left - n;
   return 0;
 }
@@ -144,6 +143,11 @@ int64_t sl_trace_now_ns(void) {
 }
 
 /* ---- spans ---- */
+
+/* the attributes s holds (nattr, within the array whatever it says) */
+static int attrs_of(const sl_span *s) {
+  return s->nattr < 0 ? 0 : s->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : s->nattr;
+}
 
 /* src into dst[cap], cut to fit, NUL-terminated; its length */
 static size_t copy_cut(char *dst, size_t cap, const char *src) {
@@ -269,7 +273,7 @@ static void pb_span(sl__otlp_enc *e, const sl_span *s) {
   o->start_time_unix_nano = (uint64_t)s->start_ns;
   o->end_time_unix_nano = (uint64_t)s->end_ns;
   o->flags = s->sampled ? 1 : 0;
-  int n = s->nattr < 0 ? 0 : s->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : s->nattr;
+  int n = attrs_of(s);
   for (int k = 0; k < n; k++) {
     const sl_span_attr *a = &s->attr[k];
     e->kv[k] = kv0, e->av[k] = av0;
@@ -396,7 +400,7 @@ int sl_span_end(sl_span *s, int64_t end_ns) {
     rc = SL_EUNAVAIL;
   } else { /* the fields, the attributes used, the text used */
     sl_span *to = &E.ring[(E.head + E.n) % E.cap];
-    int na = s->nattr < 0 ? 0 : s->nattr > SL_SPAN_ATTRS ? SL_SPAN_ATTRS : s->nattr;
+    int na = attrs_of(s);
     unsigned nt = s->ntext > SL_SPAN_TEXT ? SL_SPAN_TEXT : s->ntext;
     memcpy(to, s, offsetof(sl_span, attr) + (size_t)na * sizeof(sl_span_attr));
     memcpy(to->text, s->text, nt);
