@@ -439,6 +439,8 @@ static void job_headers(loop_t *L, job *j) {
   const rd_kafka_message_t *m = j->m;
   j->attempts = (unsigned)sl__hdr_i64(m, SL_HDR_ATTEMPT);
   j->cost_before = sl__hdr_cost(m);
+  char tenant[SL_TENANT_MAX + 2]; /* one byte more: a longer one is refused, not cut */
+  sl__job_tenant(j, sl__hdr(m, SL_HDR_TENANT, tenant, sizeof tenant));
   j->first_failure_ms = sl__hdr_i64(m, SL_HDR_FIRST_FAILURE);
   j->not_before_ms = sl__hdr_i64(m, SL_HDR_NOT_BEFORE);
   if (j->p->retry_tier >= 0) {

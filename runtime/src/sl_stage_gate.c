@@ -1131,6 +1131,26 @@ void sl__gate_outcome(job *j) {
     claim_release(j);
 }
 
+/* KEYS: a tenant's cost of the day (sl_tenant.h); ARGV: units, its TTL (s) */
+static const char tenant_cost_lua[] =
+    "redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])\n"
+    "if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end\n"
+    "return 0\n";
+
+/* What j's call cost, counted against its tenant's day (presign refuses
+ * the tenant's creates once it reaches cost_per_day). Sent and not waited
+ * for: a count lost with Redis errs toward the tenant. */
+static void tenant_spent(job *j) {
+  char key[SL_TENANT_KEY_MAX], units[32], ttl[24];
+  if (!j->tenant[0] || !(j->res.cost_units > 0) ||
+      sl_tenant_day_key(j->tenant, sl_now_ms(), "cost", key))
+    return;
+  snprintf(units, sizeof units, "%.17g", j->res.cost_units);
+  snprintf(ttl, sizeof ttl, "%d", SL_TENANT_DAY_TTL_S);
+  const char *a[] = {key, units, ttl};
+  sl_aredis_eval(j->R->redis, NULL, NULL, &gate_of(j)->s_tenant_cost, 1, 3, a, NULL);
+}
+
 /* A provider call's outcome: the breaker, the metrics, a 429's pause. */
 static void provider_outcome(job *j) {
   sl_gate *G = gate_of(j);
@@ -1144,6 +1164,7 @@ static void provider_outcome(job *j) {
                 1);
   sl_histogram_observe(G->h_call, (double)(uv_hrtime() - j->call_ns) / 1e9);
   sl_metric_add_real(G->m_cost, j->res.cost_units);
+  tenant_spent(j);
   sl_breaker_state st = sl_breaker_get_state(G->breaker);
   if ((int64_t)st != (int64_t)sl_metric_value(G->m_breaker_state) && st == SL_BREAKER_OPEN)
     sl_log(SL_LOG_WARN, NULL, "provider %s: circuit breaker opened", R->o->provider);
@@ -1367,6 +1388,7 @@ int sl__gate_init(sl_gate *G, sl_jobs *R, char *err, size_t errlen) {
   sl_redis_script_init(&G->s_claim_end, sl_claim_end_lua);
   sl_redis_script_init(&G->s_starts, sl_claim_starts_lua);
   sl_redis_script_init(&G->s_lookup, sl_claim_lookup_lua);
+  sl_redis_script_init(&G->s_tenant_cost, tenant_cost_lua);
   int rc = limiter_setup(G, err, errlen);
   if (rc) return rc;
   gate_metrics(G);

@@ -31,7 +31,8 @@ typedef struct sl_gate {
   char limit_rate[32], limit_burst[32];
   int pause_in_take;
   /* the Lua scripts the gate runs, by SHA-1 (sl_redis_script) */
-  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts, s_lookup;
+  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts, s_lookup,
+      s_tenant_cost;
   /* jobs held while the breaker is open (breaker.hold), in order */
   sl_queue bq;
   uv_timer_t bq_timer;

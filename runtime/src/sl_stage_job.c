@@ -222,6 +222,17 @@ static void trace_end(job *j, sl_job_state end) {
   }
 }
 
+void sl__job_tenant(job *j, const char *t) {
+  size_t n = t ? strlen(t) : 0;
+  if (n && sl_tenant_valid(t, n)) {
+    memmove(j->tenant, t, n + 1);
+    return;
+  }
+  if (n)
+    sl_log(SL_LOG_WARN, j->key, "tenant %.40s... is not valid: its work counts as no tenant's", t);
+  j->tenant[0] = '\0';
+}
+
 /* j enters state to: a new phase starts a segment */
 static void trace_to(job *j, sl_job_state to) {
   int ph = phase_of(to);

@@ -110,8 +110,9 @@ struct sl_job {
   uv_timer_t *timer;        /* its one timer (sl__job_after) */
   job *all_prev, *all_next; /* R->all */
   /* ---- the loop's (sl_stage.c): from its headers ---- */
-  unsigned attempts;  /* failed attempts before this one */
-  double cost_before; /* provider cost of those attempts (SL_HDR_COST) */
+  unsigned attempts;              /* failed attempts before this one */
+  double cost_before;             /* provider cost of those attempts (SL_HDR_COST) */
+  char tenant[SL_TENANT_MAX + 1]; /* SL_HDR_TENANT, or one its processor found; "" */
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t started_ms;
@@ -194,6 +195,10 @@ void sl__job_timer_release(job *j);
 const char *sl__hdr(const rd_kafka_message_t *m, const char *name, char *buf, size_t len);
 int64_t sl__hdr_i64(const rd_kafka_message_t *m, const char *name);
 double sl__hdr_cost(const rd_kafka_message_t *m);
+
+/* Sets j's tenant to t (a header's value or a processor's finding; NULL:
+ * none): kept when valid (sl_tenant_valid), else "" with a warning. */
+void sl__job_tenant(job *j, const char *t);
 
 /* j's idempotency store key (sl_idem_key), or "" */
 void sl__idem_key(const job *j, char *buf, size_t len);

@@ -122,7 +122,8 @@ static void produce(job *j) {
     sl_out *it = &j->out.items[i];
     rd_kafka_headers_t *hs = rd_kafka_headers_new(it->retry_copy ? 10 : 2);
     sl__job_trace_headers(j, hs); /* every output carries j's trace context */
-    if (it->retry_copy) {         /* a retry-tier copy carries the retry headers */
+    if (j->tenant[0]) rd_kafka_header_add(hs, SL_HDR_TENANT, -1, j->tenant, -1); /* and tenant */
+    if (it->retry_copy) { /* a retry-tier copy carries the retry headers */
       char b[5][32], origin[160];
       rd_kafka_header_add(hs, SL_HDR_ORIGIN_TOPIC, -1,
                           sl_message_origin(j->m, origin, sizeof origin), -1);
@@ -207,6 +208,7 @@ static void add_dead_letter(job *j) {
   char tp[SL_TRACEPARENT_LEN + 1];
   sl_trace_format(&j->tc, tp); /* a replay links to this attempt's span */
   dl.traceparent = tp;
+  dl.tenant = j->tenant; /* a replay counts against the same tenant */
   char key[128];
   if (subject[0])
     snprintf(key, sizeof key, "%s", subject);
@@ -441,6 +443,7 @@ void sl__out_outcome(job *j) {
   sl_output *X = out_of(j);
   if (j->res.traceparent[0]) /* its message had no context; the processor found its trace */
     sl__job_trace_adopt(j, j->res.traceparent);
+  if (!j->tenant[0] && j->res.tenant[0]) sl__job_tenant(j, j->res.tenant);
   if (j->res.outcome == SL_OUTCOME_DONE && j->out.failed) {
     /* the processor's outputs are incomplete (an add failed: outbox full,
      * topic or key too long, no memory): storing or producing the rest and

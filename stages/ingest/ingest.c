@@ -446,6 +446,9 @@ static void ingest_record(ingest *in, const rd_kafka_message_t *m, json_t *r, si
     sl_trace_id_hex(&qtc, id);
     sl_log_trace(id, NULL);
   }
+  const char *tn = json_string_value(json_object_get(spec, "tn"));
+  if (tn) /* the event came without one: what ingest writes counts against it */
+    snprintf(res->tenant, sizeof res->tenant, "%s", tn);
   json_int_t declared = json_integer_value(json_object_get(spec, "size"));
   const char *ct = json_string_value(json_object_get(spec, "content_type"));
   const char *prompt = json_string_value(json_object_get(spec, "prompt"));

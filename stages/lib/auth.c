@@ -40,6 +40,10 @@ const sl_conf_entry sl__auth_table[] = {
      "required \"aud\" of JWTs, string or one of an array (empty: not checked)", 0},
     {"auth.jwt_user_claim", SL_CONF_STR, "sub", A(jwt_user_claim), "the JWT claim naming the user",
      0},
+    {"auth.jwt_tenant_claim", SL_CONF_STR, "", A(jwt_tenant_claim),
+     "the JWT claim naming the tenant whose quotas, budget and share a submission counts "
+     "against (empty: the user is the tenant; an API key's tenant is its user)",
+     0},
     {"auth.jwt_leeway_s", SL_CONF_INT, "60", A(jwt_leeway_s),
      "clock skew allowed on exp, nbf and iat, seconds", 0},
     {"auth.jwt_max_lifetime_s", SL_CONF_INT, "86400", A(jwt_max_lifetime_s),
@@ -53,6 +57,11 @@ struct sl__auth {
   size_t rsa_len;
 };
 
+/* auth.jwt_tenant_claim is set (NULL or empty: the user is the tenant) */
+static int tenant_claim(const sl__auth_conf *c) {
+  return c->jwt_tenant_claim && c->jwt_tenant_claim[0];
+}
+
 int sl__auth_new(sl__auth **out, const sl__auth_conf *c, char *err, size_t errlen) {
   *out = NULL;
   sl__auth *a = calloc(1, sizeof *a);
@@ -64,10 +73,12 @@ int sl__auth_new(sl__auth **out, const sl__auth_conf *c, char *err, size_t errle
     free(a);
     return SL_ECONFIG;
   }
-  if (!sl__user_valid(c->jwt_user_claim) || c->jwt_leeway_s < 0 || c->jwt_leeway_s > 3600 ||
-      c->jwt_max_lifetime_s < 60) {
+  if (!sl__user_valid(c->jwt_user_claim) ||
+      (tenant_claim(c) && !sl__user_valid(c->jwt_tenant_claim)) || c->jwt_leeway_s < 0 ||
+      c->jwt_leeway_s > 3600 || c->jwt_max_lifetime_s < 60) {
     snprintf(err, errlen,
-             "auth.jwt_user_claim must be a claim name, auth.jwt_leeway_s "
+             "auth.jwt_user_claim (and auth.jwt_tenant_claim when set) must be a claim name, "
+             "auth.jwt_leeway_s "
              "0..3600 and auth.jwt_max_lifetime_s at least 60");
     free(a);
     return SL_ECONFIG;
@@ -200,8 +211,8 @@ static jwt_alg_t header_alg(const char *jwt) {
 }
 
 int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL__USER_MAX + 1],
-                 char *why, size_t whylen) {
-  user[0] = '\0';
+                 char tenant[SL__USER_MAX + 1], char *why, size_t whylen) {
+  user[0] = tenant[0] = '\0';
   if (strlen(jwt) > 8192) return fail(why, whylen, "token too long");
   jwt_t *j = NULL;
   /* 1. the header only: which algorithm does it claim? (libjwt reports
@@ -233,6 +244,7 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
       hiat = int_claim(j, "iat", &iat);
   long leeway = (long)a->c->jwt_leeway_s;
   const char *u = jwt_get_grant(j, a->c->jwt_user_claim);
+  const char *t = tenant_claim(a->c) ? jwt_get_grant(j, a->c->jwt_tenant_claim) : u;
   if (hexp != 1) {
     fail(why, whylen, "JWT has no integer exp");
   } else if (hnbf < 0 || hiat < 0) {
@@ -251,8 +263,12 @@ int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL
   } else if (!u || !sl__user_valid(u)) {
     fail(why, whylen, "JWT claim %s must name the user (1..%d printable characters)",
          a->c->jwt_user_claim, SL__USER_MAX);
+  } else if (!t || !sl__user_valid(t)) {
+    fail(why, whylen, "JWT claim %s must name the tenant (1..%d printable characters)",
+         a->c->jwt_tenant_claim, SL__USER_MAX);
   } else {
     snprintf(user, SL__USER_MAX + 1, "%s", u);
+    snprintf(tenant, SL__USER_MAX + 1, "%s", t);
     rc = 0;
   }
   jwt_free(j);

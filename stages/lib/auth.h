@@ -40,6 +40,7 @@ typedef struct {
   char *jwt_issuer;
   char *jwt_audience;
   char *jwt_user_claim;
+  char *jwt_tenant_claim;
   int64_t jwt_leeway_s;
   int64_t jwt_max_lifetime_s;
 } sl__auth_conf;
@@ -68,10 +69,12 @@ const char *sl__auth_bearer(const sl_http_req *req, sl__cred_kind *kind);
  * (HS256 or RS256 only; "none" and every other alg are refused, and so is
  * an alg whose key is not configured), exp (required), nbf, iat no later
  * than now (with leeway), lifetime at most jwt_max_lifetime_s, iss and aud
- * when configured. The user claim must be a valid user id. 0 with user set,
- * or SL_EAUTH with why set (safe to show the caller: never the token). */
+ * when configured. The user claim must be a valid user id, and so must the
+ * tenant claim when auth.jwt_tenant_claim names one (else the tenant is the
+ * user: sl_tenant.h). 0 with user and tenant set, or SL_EAUTH with why set
+ * (safe to show the caller: never the token). */
 int sl__auth_jwt(const sl__auth *a, const char *jwt, int64_t now_s, char user[SL__USER_MAX + 1],
-                 char *why, size_t whylen);
+                 char tenant[SL__USER_MAX + 1], char *why, size_t whylen);
 
 /* Where `sluicectl apikey revoke` publishes the Redis key of each record it
  * deletes (in the same script), so that presign's cache drops it at once

@@ -438,7 +438,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
 /* HSET of the submission's meta and its questions' specs, in one command. */
 static int cmd_hset(work *w) {
   const Sluice__V1__SubmissionCreated *sc = w->sc;
-  size_t cap = 14 + 2 * sc->n_questions;
+  size_t cap = 16 + 2 * sc->n_questions;
   w->argv = calloc(cap, sizeof *w->argv);
   w->owned = calloc(2 * sc->n_questions + 1, sizeof *w->owned);
   if (!w->argv || !w->owned) {
@@ -459,6 +459,10 @@ static int cmd_hset(work *w) {
   w->argv[argc++] = sc->results_token_sha256;
   w->argv[argc++] = "user";
   w->argv[argc++] = sc->user_id;
+  if (sc->tenant && sc->tenant[0]) {
+    w->argv[argc++] = "tenant";
+    w->argv[argc++] = sc->tenant;
+  }
   if (sc->callback_url && sc->callback_url[0]) {
     w->argv[argc++] = "callback";
     w->argv[argc++] = sc->callback_url;
@@ -473,6 +477,8 @@ static int cmd_hset(work *w) {
                           (json_int_t)q->size, "prompt", q->prompt, "key", q->object_key);
     if (j && q->traceparent && q->traceparent[0]) /* ingest joins the question's trace */
       json_object_set_new(j, "tp", json_string(q->traceparent));
+    if (j && sc->tenant && sc->tenant[0]) /* and tags the answer with its tenant */
+      json_object_set_new(j, "tn", json_string(sc->tenant));
     char field[32];
     snprintf(field, sizeof field, "spec%u", q->no);
     w->owned[w->nowned++] = strdup(field);

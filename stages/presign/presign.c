@@ -72,6 +72,7 @@
 #include "sluice/sl_s3.h"
 #include "sluice/sl_static.h"
 #include "keycache.h"
+#include "quota.h"
 #include "keystore.h"
 #include "multipart.h"
 #include "request.h"
@@ -186,16 +187,25 @@ typedef struct {
   sl_redis_script apikey;    /* apikey_lua */
   sl_redis_script rate;      /* rate_lua, run by its SHA-1 */
   sl_redis_script rate_undo; /* rate_undo_lua */
-  sl_metric *m_unauth, *m_limited;
+  sl_metric *m_unauth, *m_limited, *m_quota;
   sl__webhook *hook;              /* POST /v1/storage-events (webhook.c), or NULL when off */
   sl__callback_policy *callbacks; /* which callback_url a create may name */
 } presign;
+
+/* Who creates (fixed once authenticated) and what the create was counted
+ * as against the tenant's day (quota.h). */
+typedef struct {
+  char user[SL__USER_MAX + 1];
+  char tenant[SL_TENANT_MAX + 1];
+  char keyid[65];          /* the API key's digest, "" for a JWT */
+  sl__quota_verdict quota; /* ok once its answers are counted */
+} creator;
 
 /* A create on its way through authentication and the rate limits. */
 typedef struct {
   presign *ps;
   sl_http_req *req;
-  char user[SL__USER_MAX + 1];
+  creator who;
   char rkey[80]; /* an API key's record */
   uint64_t mark; /* sl__keycache_mark when its HGET was sent */
   /* its rate windows (user, address): checked and counted by one script,
@@ -213,8 +223,7 @@ typedef struct {
   sl_http_req *req;
   char rkey[96];
   char body_hash[65];
-  char user[SL__USER_MAX + 1];
-  char keyid[65]; /* the API key's digest, "" for a JWT */
+  creator who;
 } idem;
 
 /* A create's traces: each question's (presign's span in it) is a child of
@@ -270,8 +279,9 @@ typedef struct {
   sl_http_req *req;
   char *body; /* the 201 reply, sent once Kafka acknowledges */
   char sid[37];
-  idem *ik;        /* or NULL */
-  create_trace tr; /* its questions' traces, for their spans once Kafka has answered */
+  idem *ik;                /* or NULL */
+  create_trace tr;         /* its questions' traces, for their spans once Kafka has answered */
+  sl__quota_verdict quota; /* taken back when Kafka refuses it */
 } pending;
 
 /* each question's span of the create: its trace's first (or a child of the
@@ -435,6 +445,7 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   if (err) {
     sl_metric_add(ps->m_unavailable, 1);
     sl_log(SL_LOG_WARN, p->sid, "submission not accepted: kafka: %s", rd_kafka_err2str(err));
+    sl__quota_undo(ps->redis, &p->quota);
     sl_http_respond_error(p->req, 503, "unavailable",
                           "the submission could not be stored; retry later", "Retry-After: 2\r\n");
     idem_release(p->ik);
@@ -467,17 +478,19 @@ static void iso8601(time_t t, char out[32]) {
   strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          const char *keyid, int callback_resolved);
+/* create_checked's steps done already */
+enum { CALLBACK_RESOLVED = 1 };
 
-/* A create whose callback_url host is being resolved (callback.h): it owns
- * ik and counts as in flight until it goes on or is refused. */
+static int create_checked(presign *ps, sl_http_req *req, idem *ik, const creator *who, int done);
+
+/* A create waiting for its callback_url host to be resolved (callback.h)
+ * or for its quota (quota.h): it owns ik and counts as in flight until it
+ * goes on or is refused. */
 typedef struct {
   presign *ps;
   sl_http_req *req;
   idem *ik;
-  char user[SL__USER_MAX + 1];
-  char keyid[65];
+  creator who;
 } resolving_create;
 
 static void on_callback_resolved(void *ud, int rc, const char *pin, const char *why) {
@@ -487,7 +500,7 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
   if (rc) {
     bad(ps, rcr->req, 422, "callback_url_refused", "%s", why);
     idem_release(rcr->ik);
-  } else if (create_checked(ps, rcr->req, rcr->ik, rcr->user, rcr->keyid, 1) != 0) {
+  } else if (create_checked(ps, rcr->req, rcr->ik, &rcr->who, CALLBACK_RESOLVED) != 0) {
     idem_release(rcr->ik);
   }
   free(rcr);
@@ -497,8 +510,8 @@ static void on_callback_resolved(void *ud, int rc, const char *pin, const char *
 /* The create's callback_url against the policy: 1 when answered (refused,
  * or no resolution could start), -1 when the create goes on once the host
  * is resolved and its addresses checked (the resolution then owns ik). */
-static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          const char *keyid, const char *url) {
+static int check_callback(presign *ps, sl_http_req *req, idem *ik, const creator *who,
+                          const char *url) {
   sl__callback_target t;
   char why[320];
   if (sl__callback_check_url(ps->callbacks, url, &t, why, sizeof why) != 0) {
@@ -510,9 +523,7 @@ static int check_callback(presign *ps, sl_http_req *req, idem *ik, const char *u
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
     return 1;
   }
-  *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik};
-  snprintf(rcr->user, sizeof rcr->user, "%s", user);
-  snprintf(rcr->keyid, sizeof rcr->keyid, "%s", keyid);
+  *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik, .who = *who};
   if (sl__callback_resolve(ps->loop, ps->callbacks, &t, on_callback_resolved, rcr) != 0) {
     free(rcr);
     sl_http_respond_error(req, 503, "unavailable", "name resolution unavailable; retry later",
@@ -565,7 +576,8 @@ static int sign_question(const presign *ps, const sl__question_req *q, const cha
  * here) to Kafka: 1 when the create now waits for the delivery report (the
  * pending record owns ik), 0 when it was answered. */
 static int send_created(presign *ps, sl_http_req *req, idem *ik,
-                        const Sluice__V1__SubmissionCreated *sc, sl_jsonw *w, create_trace *tr) {
+                        const Sluice__V1__SubmissionCreated *sc, sl_jsonw *w, create_trace *tr,
+                        const sl__quota_verdict *quota) {
   size_t plen = sluice__v1__submission_created__get_packed_size(sc);
   uint8_t *payload = malloc(plen ? plen : 1);
   pending *p = calloc(1, sizeof *p);
@@ -580,6 +592,7 @@ static int send_created(presign *ps, sl_http_req *req, idem *ik,
   p->req = req;
   p->body = sl_jsonw_take(w);
   p->ik = ik;
+  p->quota = *quota;
   snprintf(p->sid, sizeof p->sid, "%s", sc->submission_id);
   p->tr = *tr;
   memset(tr, 0, sizeof *tr);
@@ -602,12 +615,54 @@ static int send_created(presign *ps, sl_http_req *req, idem *ik,
 /* Validates, signs and produces. Returns 0 when the request now waits for
  * Kafka (the pending record owns ik) or for its callback host's name, or 1
  * when it was answered already. */
-static int create(presign *ps, sl_http_req *req, idem *ik, const char *user, const char *keyid) {
-  return create_checked(ps, req, ik, user, keyid, 0);
+static int create(presign *ps, sl_http_req *req, idem *ik, const creator *who) {
+  return create_checked(ps, req, ik, who, 0);
 }
 
-static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *user,
-                          const char *keyid, int callback_resolved) {
+static void on_quota(void *ud, const sl__quota_verdict *v) {
+  resolving_create *rcr = ud;
+  presign *ps = rcr->ps;
+  if (v->unavailable) {
+    sl_http_respond_error(rcr->req, 503, "unavailable", "quota store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    idem_release(rcr->ik);
+  } else if (!v->ok) {
+    char hdr[64];
+    snprintf(hdr, sizeof hdr, "Retry-After: %lld\r\n", (long long)v->retry_after_s);
+    sl_metric_add(ps->m_quota, 1);
+    sl_log(SL_LOG_INFO, NULL, "quota exceeded: tenant %s", rcr->who.tenant);
+    sl_http_respond_error(rcr->req, 429, "quota_exceeded", v->message, hdr);
+    idem_release(rcr->ik);
+  } else {
+    rcr->who.quota = *v;
+    if (create_checked(ps, rcr->req, rcr->ik, &rcr->who, CALLBACK_RESOLVED) != 0)
+      idem_release(rcr->ik);
+  }
+  free(rcr);
+  create_done(ps);
+}
+
+/* The tenant's quotas for n answers: 1 when answered (no check could
+ * start), -1 when the create goes on once they are counted (the check then
+ * owns ik). */
+static int check_quota(presign *ps, sl_http_req *req, idem *ik, const creator *who, size_t n) {
+  resolving_create *rcr = calloc(1, sizeof *rcr);
+  if (!rcr) {
+    sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
+    return 1;
+  }
+  *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik, .who = *who};
+  if (sl__quota_check(ps->redis, who->tenant, (long)n, sl_now_ms(), on_quota, rcr) != 0) {
+    free(rcr);
+    sl_http_respond_error(req, 503, "unavailable", "quota store unavailable; retry later",
+                          "Retry-After: 2\r\n");
+    return 1;
+  }
+  ps->inflight++;
+  return -1;
+}
+
+static int create_checked(presign *ps, sl_http_req *req, idem *ik, const creator *who, int done) {
   int handed = 0;
   size_t blen, n = 0;
   const char *body = sl_http_req_body(req, &blen);
@@ -634,8 +689,9 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
     return 1;
   }
   const char *callback = json_string_value(json_object_get(root, "callback_url"));
-  if (callback && !callback_resolved) {
-    int c = check_callback(ps, req, ik, user, keyid, callback);
+  if ((callback && !(done & CALLBACK_RESOLVED)) || !who->quota.ok) {
+    int c = callback && !(done & CALLBACK_RESOLVED) ? check_callback(ps, req, ik, who, callback)
+                                                    : check_quota(ps, req, ik, who, n);
     json_decref(root);
     free(qr);
     return c < 0 ? 0 : 1;
@@ -643,7 +699,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   char sid[37], token[65], token_hash[65];
   int64_t now_ms = sl_now_ms();
   if (sl_uuid7(now_ms, sid) || sl_random_hex(24, token, sizeof token) ||
-      sl__results_token_hash(sid, user, token, token_hash)) {
+      sl__results_token_hash(sid, who->user, token, token_hash)) {
     sl_http_respond_error(req, 500, "internal", "random source failed", NULL);
     goto out;
   }
@@ -683,11 +739,13 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const char *u
   sc.questions = specp;
   sc.n_questions = n;
   sc.results_token_sha256 = token_hash;
-  sc.user_id = (char *)user;
-  sc.apikey_id = (char *)keyid;
+  sc.user_id = (char *)who->user;
+  sc.tenant = (char *)who->tenant;
+  sc.apikey_id = (char *)who->keyid;
   sc.callback_url = (char *)(callback ? callback : "");
-  handed = send_created(ps, req, ik, &sc, &w, &tr);
+  handed = send_created(ps, req, ik, &sc, &w, &tr, &who->quota);
 out:
+  if (!handed) sl__quota_undo(ps->redis, &who->quota); /* answered with an error */
   sl_jsonw_free(&w);
   json_decref(root);
   free(specs);
@@ -731,7 +789,7 @@ static void on_idem_claim(redisReply *r, void *ud) {
                           "Retry-After: 2\r\n");
     free(ik);
   } else if (r->type == REDIS_REPLY_STATUS) { /* claimed: create it */
-    if (create(ik->ps, ik->req, ik, ik->user, ik->keyid) != 0) idem_release(ik);
+    if (create(ik->ps, ik->req, ik, &ik->who) != 0) idem_release(ik);
   } else { /* someone has the key: look at what they left */
     const char *argv[] = {"GET", ik->rkey};
     if (sl_aredis_argv(ik->ps->redis, on_idem_existing, ik, 2, argv, NULL) != 0) {
@@ -743,8 +801,7 @@ static void on_idem_claim(redisReply *r, void *ud) {
 }
 
 /* A create with an Idempotency-Key: claim it, or answer from the record. */
-static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const char *user,
-                              const char *keyid) {
+static void create_idempotent(presign *ps, sl_http_req *req, const char *key, const creator *who) {
   size_t kl = strlen(key);
   int ok = kl >= 1 && kl <= 255;
   for (size_t i = 0; ok && i < kl; i++) ok = key[i] > 0x20 && key[i] < 0x7f;
@@ -760,20 +817,19 @@ static void create_idempotent(presign *ps, sl_http_req *req, const char *key, co
   }
   ik->ps = ps;
   ik->req = req;
-  snprintf(ik->user, sizeof ik->user, "%s", user);
-  snprintf(ik->keyid, sizeof ik->keyid, "%s", keyid);
+  ik->who = *who;
   char kh[65];
   size_t blen;
   const char *body = sl_http_req_body(req, &blen);
   /* the record is the user's own: another user's identical key is another record */
-  size_t ul = strlen(user);
+  size_t ul = strlen(who->user);
   char *scoped = malloc(ul + 1 + kl);
   if (!scoped) {
     sl_http_respond_error(req, 500, "internal", "out of memory", NULL);
     free(ik);
     return;
   }
-  memcpy(scoped, user, ul + 1);
+  memcpy(scoped, who->user, ul + 1);
   memcpy(scoped + ul + 1, key, kl);
   sl_sha256_hex(scoped, ul + 1 + kl, kh);
   free(scoped);
@@ -802,11 +858,14 @@ static void proceed(caller *c) {
   const char *ikey = sl_http_req_header(c->req, "Idempotency-Key");
   /* the API key's digest (its record sl:apikey:<digest>): notify signs the
    * submission's deliveries with that key's webhook secret */
-  const char *keyid = c->rkey[0] ? c->rkey + strlen(sl__apikey_prefix()) : "";
+  snprintf(c->who.keyid, sizeof c->who.keyid, "%s",
+           c->rkey[0] ? c->rkey + strlen(sl__apikey_prefix()) : "");
+  if (!c->who.tenant[0]) /* an API key's tenant is its user */
+    snprintf(c->who.tenant, sizeof c->who.tenant, "%s", c->who.user);
   if (ikey)
-    create_idempotent(c->ps, c->req, ikey, c->user, keyid);
+    create_idempotent(c->ps, c->req, ikey, &c->who);
   else
-    create(c->ps, c->req, NULL, c->user, keyid);
+    create(c->ps, c->req, NULL, &c->who);
   free(c);
 }
 
@@ -841,7 +900,7 @@ static void on_rate(redisReply *r, void *ud) {
     snprintf(hdr, sizeof hdr, "Retry-After: %lld\r\n", s);
     snprintf(msg, sizeof msg, "too many submissions from this user or address; retry in %lld s", s);
     sl_metric_add(c->ps->m_limited, 1);
-    sl_log(SL_LOG_INFO, NULL, "rate limited: user %s", c->user);
+    sl_log(SL_LOG_INFO, NULL, "rate limited: user %s", c->who.user);
     sl_http_respond_error(c->req, 429, "rate_limited", msg, hdr);
     free(c);
     return;
@@ -896,7 +955,7 @@ static void authed(caller *c) {
   char addr[64];
   int nk = 0;
   if (ps->pc->rate_per_user > 0) {
-    snprintf(c->rl_key[nk], sizeof c->rl_key[nk], "sl:rl:u:%s", c->user);
+    snprintf(c->rl_key[nk], sizeof c->rl_key[nk], "sl:rl:u:%s", c->who.user);
     snprintf(c->rl_lim[nk++], sizeof c->rl_lim[0], "%lld", (long long)ps->pc->rate_per_user);
   }
   if (ps->pc->rate_per_address > 0) {
@@ -932,11 +991,12 @@ static void on_apikey(redisReply *r, void *ud) {
                           "Retry-After: 2\r\n");
     free(c);
   } else if (r->type != REDIS_REPLY_STRING || r->len > SL__USER_MAX ||
-             (snprintf(c->user, sizeof c->user, "%s", r->str), !sl__user_valid(c->user))) {
+             (snprintf(c->who.user, sizeof c->who.user, "%s", r->str),
+              !sl__user_valid(c->who.user))) {
     unauthorized(c->ps, c->req, "invalid_credentials", "unknown or revoked API key");
     free(c);
   } else {
-    sl__keycache_put(c->ps->keys, c->rkey, c->user, c->mark);
+    sl__keycache_put(c->ps->keys, c->rkey, c->who.user, c->mark);
     authed(c);
   }
 }
@@ -963,7 +1023,8 @@ static void begin_create(presign *ps, sl_http_req *req) {
   c->req = req;
   if (kind == SL__CRED_JWT) {
     char why[160];
-    if (sl__auth_jwt(ps->auth, cred, sl_now_ms() / 1000, c->user, why, sizeof why) != 0) {
+    if (sl__auth_jwt(ps->auth, cred, sl_now_ms() / 1000, c->who.user, c->who.tenant, why,
+                     sizeof why) != 0) {
       unauthorized(ps, req, "invalid_credentials", why);
       free(c);
       return;
@@ -977,7 +1038,7 @@ static void begin_create(presign *ps, sl_http_req *req) {
     free(c);
     return;
   }
-  if (sl__keycache_get(ps->keys, c->rkey, c->user)) {
+  if (sl__keycache_get(ps->keys, c->rkey, c->who.user)) {
     authed(c);
     return;
   }
@@ -1082,6 +1143,7 @@ static void count_requests(presign *ps) {
   ps->m_unauth =
       sl_metrics_counter("sluice_submissions_total", "outcome=\"unauthenticated\"", help);
   ps->m_limited = sl_metrics_counter("sluice_submissions_total", "outcome=\"rate_limited\"", help);
+  ps->m_quota = sl_metrics_counter("sluice_submissions_total", "outcome=\"quota_exceeded\"", help);
 }
 
 /* What presign needs before its loop: the accepted content types, who may
@@ -1268,6 +1330,7 @@ static int presign_main(int argc, char **argv) {
   if (rc) return rc;
   presign ps = {.cc = &cc, .pc = &pc, .s3 = &s3};
   sl_redis_script_init(&ps.rate, rate_lua);
+  sl__quota_init();
   sl_redis_script_init(&ps.rate_undo, rate_undo_lua);
   sl_redis_script_init(&ps.apikey, apikey_lua);
   count_requests(&ps);

@@ -589,8 +589,8 @@ static void authorized_view(results *R, sl_http_req *req, const char *sid, int m
   }
   lk->cred = cred;
   if (kind == SL__CRED_JWT) {
-    char why[160];
-    if (sl__auth_jwt(R->auth, cred, sl_now_ms() / 1000, lk->user, why, sizeof why) != 0) {
+    char why[160], tenant[SL__USER_MAX + 1]; /* reading is not counted against a tenant */
+    if (sl__auth_jwt(R->auth, cred, sl_now_ms() / 1000, lk->user, tenant, why, sizeof why) != 0) {
       unauthorized(R, req, "invalid_credentials", why);
       lookup_free(lk);
       return;

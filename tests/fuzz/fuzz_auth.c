@@ -89,10 +89,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *secrets[] = {hook_secret, ""};
   switch (data[0] % 5) {
   case 0: {
-    char user[SL__USER_MAX + 1], why[160];
-    int rc = sl__auth_jwt(auth, s, 1800000000, user, why, sizeof why);
+    char user[SL__USER_MAX + 1], tenant[SL__USER_MAX + 1], why[160];
+    int rc = sl__auth_jwt(auth, s, 1800000000, user, tenant, why, sizeof why);
     CHECK(rc == SL_EAUTH); /* nothing made without the keys verifies */
-    CHECK(user[0] == '\0' && strlen(why) < sizeof why);
+    CHECK(user[0] == '\0' && tenant[0] == '\0' && strlen(why) < sizeof why);
     break;
   }
   case 1: {

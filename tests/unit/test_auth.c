@@ -82,16 +82,19 @@ static sl__auth_conf conf(void) {
                      .jwt_issuer = (char *)"https://login.example",
                      .jwt_audience = (char *)"sluice",
                      .jwt_user_claim = (char *)"sub",
+                     .jwt_tenant_claim = (char *)"",
                      .jwt_leeway_s = 60,
                      .jwt_max_lifetime_s = 86400};
   return c;
 }
 
+static char tenant[SL__USER_MAX + 1]; /* the last verify's */
+
 static int verify(const sl__auth_conf *c, const char *tok, char user[SL__USER_MAX + 1]) {
   sl__auth *a = NULL;
   char err[256], why[160];
   assert_int_equal(sl__auth_new(&a, c, err, sizeof err), 0);
-  int rc = sl__auth_jwt(a, tok, NOW, user, why, sizeof why);
+  int rc = sl__auth_jwt(a, tok, NOW, user, tenant, why, sizeof why);
   if (rc != 0) print_message("refused: %s\n", why);
   sl__auth_free(a);
   return rc;
@@ -118,6 +121,33 @@ static void jwt_accepts_valid_tokens(void **st) {
        "hs");
   assert_int_equal(verify(&c, tok, user), 0);
   assert_string_equal(user, "bob@example.com");
+  assert_string_equal(tenant, "bob@example.com"); /* no tenant claim: the user */
+}
+
+/* auth.jwt_tenant_claim names the tenant; a token without it (or with one
+ * that is not an id) is refused, not counted as the user's */
+static void jwt_tenant_claim(void **st) {
+  (void)st;
+  sl__auth_conf c = conf();
+  c.jwt_tenant_claim = (char *)"org";
+  char tok[4096], user[SL__USER_MAX + 1];
+  make(tok, "HS256", CLAIMS(",\"org\":\"school-7\""), "hs");
+  assert_int_equal(verify(&c, tok, user), 0);
+  assert_string_equal(user, "alice");
+  assert_string_equal(tenant, "school-7");
+  make(tok, "HS256", CLAIMS(""), "hs");
+  assert_int_equal(verify(&c, tok, user), SL_EAUTH);
+  assert_string_equal(tenant, "");
+  make(tok, "HS256", CLAIMS(",\"org\":\"two words\""), "hs");
+  assert_int_equal(verify(&c, tok, user), SL_EAUTH);
+  make(tok, "HS256", CLAIMS(",\"org\":7"), "hs");
+  assert_int_equal(verify(&c, tok, user), SL_EAUTH);
+  /* a claim name that is not one is a configuration error */
+  sl__auth *a = NULL;
+  char err[256];
+  c.jwt_tenant_claim = (char *)"has space";
+  assert_int_equal(sl__auth_new(&a, &c, err, sizeof err), SL_ECONFIG);
+  assert_null(a);
 }
 
 static void jwt_refuses_forgeries(void **st) {
@@ -278,9 +308,9 @@ static int teardown(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(jwt_accepts_valid_tokens), cmocka_unit_test(jwt_refuses_forgeries),
-      cmocka_unit_test(jwt_checks_claims),        cmocka_unit_test(config_is_checked),
-      cmocka_unit_test(api_keys_users_tokens),
+      cmocka_unit_test(jwt_accepts_valid_tokens), cmocka_unit_test(jwt_tenant_claim),
+      cmocka_unit_test(jwt_refuses_forgeries),    cmocka_unit_test(jwt_checks_claims),
+      cmocka_unit_test(config_is_checked),        cmocka_unit_test(api_keys_users_tokens),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

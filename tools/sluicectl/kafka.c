@@ -274,21 +274,24 @@ int sc_producer_open(const sc_opts *o, sc_producer *p) {
 
 int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen, const void *val,
                size_t vlen, const char *hdr_name, const char *hdr_val, sc_delivery *d) {
-  return sc_produce_traced(p, topic, key, klen, val, vlen, hdr_name, hdr_val, NULL, d);
+  const char *hdrs[2 * SC_HEADERS_MAX] = {hdr_name, hdr_val};
+  return sc_produce_headers(p, topic, key, klen, val, vlen, hdrs, d);
 }
 
-int sc_produce_traced(sc_producer *p, const char *topic, const void *key, size_t klen,
-                      const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
-                      const char *traceparent, sc_delivery *d) {
+int sc_produce_headers(sc_producer *p, const char *topic, const void *key, size_t klen,
+                       const void *val, size_t vlen, const char *const hdrs[2 * SC_HEADERS_MAX],
+                       sc_delivery *d) {
+  int nh = 0;
+  while (nh < SC_HEADERS_MAX && hdrs[2 * nh]) nh++;
   memset(d, 0, sizeof *d);
   d->partition = -1;
   d->offset = -1;
   for (int tries = 0;; tries++) {
     rd_kafka_resp_err_t e;
-    if (hdr_name || traceparent) {
-      rd_kafka_headers_t *h = rd_kafka_headers_new(2);
-      if (hdr_name) rd_kafka_header_add(h, hdr_name, -1, hdr_val, -1);
-      if (traceparent) rd_kafka_header_add(h, "traceparent", -1, traceparent, -1);
+    if (nh) {
+      rd_kafka_headers_t *h = rd_kafka_headers_new((size_t)nh);
+      for (int i = 0; i < nh; i++)
+        if (hdrs[2 * i + 1]) rd_kafka_header_add(h, hdrs[2 * i], -1, hdrs[2 * i + 1], -1);
       e = rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, klen),
                             RD_KAFKA_V_VALUE((void *)val, vlen),
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),

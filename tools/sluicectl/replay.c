@@ -312,8 +312,13 @@ int sc_dlq_replay(const sc_opts *o) {
     e->produced = 1;
     char tp[SL_TRACEPARENT_LEN + 1];
     const char *tph = replay_trace(d, id, tp);
-    if (sc_produce_traced(&p, d->replay_topic, d->key.data, d->key.len, d->payload.data,
-                          d->payload.len, SL_HDR_REPLAY_ID, id, tph, &e->dr))
+    /* the replay counts against the tenant the failed input did */
+    const char *hdrs[2 * SC_HEADERS_MAX] = {
+        SL_HDR_REPLAY_ID, id,
+        SL_TRACE_HDR,     tph,
+        SL_HDR_TENANT,    d->tenant && d->tenant[0] ? d->tenant : NULL};
+    if (sc_produce_headers(&p, d->replay_topic, d->key.data, d->key.len, d->payload.data,
+                           d->payload.len, hdrs, &e->dr))
       snprintf(e->reason, sizeof e->reason, "%s", rd_kafka_err2str(e->dr.err));
     rd_kafka_poll(p.rk, 0);
     sc_progress_update(&prog, p.delivered);

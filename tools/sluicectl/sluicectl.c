@@ -79,6 +79,9 @@ enum {
   O_USER,
   O_LABEL,
   O_API_KEY,
+  O_WEIGHT,
+  O_ANSWERS_PER_DAY,
+  O_COST_PER_DAY,
   O_HELP,
   O_COUNT
 };
@@ -127,6 +130,9 @@ static const struct {
     [O_USER] = {"--user", 1},
     [O_LABEL] = {"--label", 1},
     [O_API_KEY] = {"--api-key", 1},
+    [O_WEIGHT] = {"--weight", 1},
+    [O_ANSWERS_PER_DAY] = {"--answers-per-day", 1},
+    [O_COST_PER_DAY] = {"--cost-per-day", 1},
 };
 
 #define B(x) (1ull << (x))
@@ -171,6 +177,10 @@ static const command commands[] = {
      B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT) | B(O_USER) | B(O_LABEL) | B(O_JSON), 0,
      0, sc_apikey_add, ""},
     {"apikey", "list", B(O_HELP) | B(O_REDIS) | B(O_JSON), 0, 0, sc_apikey_list, ""},
+    {"tenant", "set",
+     B(O_HELP) | B(O_REDIS) | B(O_WEIGHT) | B(O_ANSWERS_PER_DAY) | B(O_COST_PER_DAY), 1, 1,
+     sc_tenant_set, "TENANT"},
+    {"tenant", "show", B(O_HELP) | B(O_REDIS) | B(O_JSON), 1, 1, sc_tenant_show, "TENANT"},
     {"apikey", "revoke", B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT), 1, 1,
      sc_apikey_revoke, "KEY-OR-ID"},
     {"apikey", "rotate-secret", B(O_HELP) | B(O_REDIS) | B(O_BROKERS) | B(O_TIMEOUT), 1, 1,
@@ -199,6 +209,9 @@ static void usage(FILE *f) {
           "       sluicectl apikey list [--redis URL] [--json]\n"
           "       sluicectl apikey revoke KEY-OR-ID [--redis URL] [--brokers B]\n"
           "       sluicectl apikey rotate-secret KEY-OR-ID [--redis URL] [--brokers B]\n"
+          "       sluicectl tenant set TENANT [--weight W] [--answers-per-day N]\n"
+          "                                   [--cost-per-day UNITS] [--redis URL]\n"
+          "       sluicectl tenant show TENANT [--redis URL] [--json]\n"
           "FILTERS: --stage S  --class C  --submission ID  --since T  --until T  --limit N\n"
           "  on the dead letter's stage, error class, key prefix <ID>/ and last failure time;\n"
           "  T is an RFC3339 time (2026-11-29T12:00:00Z) or a duration ago (90s, 15m, 2h, 3d);\n"
@@ -225,6 +238,10 @@ static void usage(FILE *f) {
           "  presign rebuilds the key store from after Redis lost it. add also prints the\n"
           "  key's webhook signing secret once (stderr; --json: webhook_secret);\n"
           "  rotate-secret prints a new one (the previous one keeps signing beside it).\n"
+          "tenant: set changes a tenant's settings in Redis, read by presign at every create\n"
+          "  (no restart): its weight (1), answers it may create per UTC day and provider\n"
+          "  cost units it may spend per UTC day; \"none\" removes a limit. A create past\n"
+          "  either is refused with 429 quota_exceeded. show prints them and today's use.\n"
           "transport security comes from the stages' variables: SLUICE_KAFKA_SECURITY_PROTOCOL,\n"
           "  SLUICE_KAFKA_SASL_*, SLUICE_KAFKA_SSL_*, SLUICE_REDIS_PASSWORD, SLUICE_REDIS_TLS_*,\n"
           "  SLUICE_S3_CA_FILE (see docs/configuration.md).\n"
@@ -530,6 +547,9 @@ int main(int argc, char **argv) {
   if (seen & B(O_API_KEY)) o.api_key = val[O_API_KEY];
   if (seen & B(O_USER)) o.user = val[O_USER];
   if (seen & B(O_LABEL)) o.label = val[O_LABEL];
+  if (seen & B(O_WEIGHT)) o.weight = val[O_WEIGHT];
+  if (seen & B(O_ANSWERS_PER_DAY)) o.answers_per_day = val[O_ANSWERS_PER_DAY];
+  if (seen & B(O_COST_PER_DAY)) o.cost_per_day = val[O_COST_PER_DAY];
   if (o.nprompts > o.nargs && cmd->run == sc_submit) {
     rc = usage_error("%s --prompt options for fewer files%s", "more", "");
     goto out;

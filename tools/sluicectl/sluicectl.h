@@ -88,6 +88,8 @@ typedef struct {
   const char *api_key;  /* --api-key, SLUICE_API_KEY */
   /* apikey */
   const char *user, *label;
+  /* tenant set: as given, NULL when absent */
+  const char *weight, *answers_per_day, *cost_per_day;
   /* positional arguments after the command words */
   char **args;
   int nargs;
@@ -175,10 +177,12 @@ int sc_producer_open(const sc_opts *o, sc_producer *p);
  * be NULL. 0 on success, else the error is in d->err. */
 int sc_produce(sc_producer *p, const char *topic, const void *key, size_t klen, const void *val,
                size_t vlen, const char *hdr_name, const char *hdr_val, sc_delivery *d);
-/* the same, with a traceparent header too (NULL: none) */
-int sc_produce_traced(sc_producer *p, const char *topic, const void *key, size_t klen,
-                      const void *val, size_t vlen, const char *hdr_name, const char *hdr_val,
-                      const char *traceparent, sc_delivery *d);
+#define SC_HEADERS_MAX 4
+/* the same with up to SC_HEADERS_MAX headers: names and values in turn,
+ * a NULL name ends them early and a NULL value leaves its header out */
+int sc_produce_headers(sc_producer *p, const char *topic, const void *key, size_t klen,
+                       const void *val, size_t vlen, const char *const hdrs[2 * SC_HEADERS_MAX],
+                       sc_delivery *d);
 /* serves delivery reports until every produced message has one, or the
  * deadline passes; returns the number still pending */
 size_t sc_producer_wait(sc_producer *p, int timeout_ms, sc_progress *prog);
@@ -290,6 +294,9 @@ int sc_apikey_add(const sc_opts *o);
 int sc_apikey_list(const sc_opts *o);
 int sc_apikey_revoke(const sc_opts *o);
 int sc_apikey_rotate_secret(const sc_opts *o);
+/* tenant.c */
+int sc_tenant_set(const sc_opts *o);
+int sc_tenant_show(const sc_opts *o);
 
 /* ---- multipart.c ---- */
 #define SC_MIN_PART_SIZE ((int64_t)5 << 20) /* S3: every part but the last */

@@ -56,6 +56,7 @@
 #include "sluice/sl_admin.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_retry.h"
+#include "sluice/sl_tenant.h"
 
 #define SL_OUTBOX_MAX 32
 
@@ -267,6 +268,9 @@ typedef struct {
     int status;               /* the HTTP status it got, or 0 (none: failed) */
   } step[SL_RESULT_STEPS];
   int nsteps;
+  /* whose work the input is when its message did not say (SL_HDR_TENANT;
+   * ingest finds it in the submission): what the stage writes carries it */
+  char tenant[SL_TENANT_MAX + 1];
 } sl_result;
 
 /* Convenience: fills res (keeping the provider fields) and returns o. */
