@@ -3,7 +3,8 @@
  *
  * Open loop: every 1/R s (by the clock, not after the previous answer) a
  * client creates a submission of n questions (n drawn from a truncated
- * geometric distribution with the given mean, 1..max), then PUTs each answer
+ * geometric distribution with the given mean, 1..max; --questions N: always
+ * N), then PUTs each answer
  * to storage through its presigned URL, as a browser would. With --then
  * RATE:SECONDS a second phase at another rate follows the first (a load
  * that rises and falls, for autoscaling). Creates and
@@ -306,7 +307,7 @@ int main(int argc, char **argv) {
     snprintf(auth_header, sizeof auth_header, "Authorization: Bearer %s", api_key);
   const char *url = NULL, *audio_path = NULL, *redis_addr = "127.0.0.1:6379", *out = NULL;
   double rate = 6.7, duration = 60, mean = 3.4, drain_timeout = 600;
-  int maxq = 15;
+  int maxq = 15, fixedq = 0;
   int seed_i = 1, arg = 1;
   const sl_bench_opt opts[] = {
       {"--presign", SL_BENCH_STR, &url, NULL},
@@ -317,6 +318,7 @@ int main(int argc, char **argv) {
       {"--duration", SL_BENCH_DBL, &duration, NULL},
       {"--mean-questions", SL_BENCH_DBL, &mean, NULL},
       {"--max-questions", SL_BENCH_INT, &maxq, NULL},
+      {"--questions", SL_BENCH_INT, &fixedq, NULL},
       {"--drain-timeout", SL_BENCH_DBL, &drain_timeout, NULL},
       {"--seed", SL_BENCH_INT, &seed_i, NULL},
       {"--then", SL_BENCH_FN, NULL, opt_then},
@@ -324,9 +326,10 @@ int main(int argc, char **argv) {
   if (sl_bench_opts("loadgen", argc, argv, &arg, opts, sizeof opts / sizeof opts[0]) != 0) return 2;
   unsigned seed = (unsigned)seed_i;
   if (arg != argc || !url || !audio_path || rate <= 0 || duration <= 0 || mean < 1 || maxq < 1 ||
-      maxq > MAXQ) {
+      maxq > MAXQ || fixedq < 0 || fixedq > MAXQ) {
     fprintf(stderr, "usage: pipeline-loadgen --presign URL/v1/submissions --audio FILE "
                     "[--rate R] [--duration S] [--mean-questions M] [--max-questions N<=30] "
+                    "[--questions N<=30] "
                     "[--then RATE:SECONDS] [--redis HOST:PORT|URL] [--drain-timeout S] [--seed N] "
                     "[--out FILE.jsonl]\n");
     return 2;
@@ -379,7 +382,7 @@ int main(int argc, char **argv) {
     while (nsubs < cap && sched_of(nsubs, n1, rate, duration, rate2) <= t) {
       sub *s = &subs[nsubs];
       s->sched = sched_of(nsubs++, n1, rate, duration, rate2);
-      s->n = draw_n(mean, maxq);
+      s->n = fixedq ? fixedq : draw_n(mean, maxq);
       start_create(s, url);
     }
     if (t >= next_progress) {

@@ -25,11 +25,11 @@
 
 /* What a check found. */
 typedef struct {
-  int ok;                              /* counted: the create may go on */
-  int unavailable;                     /* Redis did not answer */
-  int64_t retry_after_s;               /* refused: when the quota refills */
-  char message[320];                   /* refused: why, for the client */
-  char counted[SL_TENANT_KEY_MAX];     /* ok: the counter n was added to */
+  int ok;                          /* counted: the create may go on */
+  int unavailable;                 /* Redis did not answer */
+  int64_t retry_after_s;           /* refused: when the quota refills */
+  char message[320];               /* refused: why, for the client */
+  char counted[SL_TENANT_KEY_MAX]; /* ok: the counter n was added to */
   long n;
 } sl__quota_verdict;
 

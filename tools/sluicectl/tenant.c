@@ -76,8 +76,9 @@ int sc_tenant_set(const sc_opts *o) {
   int rc = 0;
   for (size_t i = 0; i < sizeof s / sizeof s[0] && rc == 0; i++) {
     if (!s[i].val) continue;
-    redisReply *r = strcmp(s[i].val, "none") == 0 ? sc_redis(c, 3, "HDEL", key, s[i].field)
-                                                  : sc_redis(c, 4, "HSET", key, s[i].field, s[i].val);
+    redisReply *r = strcmp(s[i].val, "none") == 0
+                        ? sc_redis(c, 3, "HDEL", key, s[i].field)
+                        : sc_redis(c, 4, "HSET", key, s[i].field, s[i].val);
     if (!r || r->type == REDIS_REPLY_ERROR) {
       fprintf(stderr, "sluicectl: redis %s: %s\n", sc_redis_shown(o->redis_url),
               r ? r->str : "no answer");
@@ -114,12 +115,11 @@ int sc_tenant_show(const sc_opts *o) {
     const char *w = str_of(h->element[0]), *lim = str_of(h->element[1]),
                *bud = str_of(h->element[2]), *used = str_of(a), *spent = str_of(s);
     if (o->json) {
-      json_t *j = json_pack("{s:s,s:f,s:o,s:o,s:I,s:f}", "tenant", o->args[0], "weight",
-                            w ? atof(w) : 1.0, "answers_per_day",
-                            lim ? json_integer(atoll(lim)) : json_null(), "cost_per_day",
-                            bud ? json_real(atof(bud)) : json_null(), "answers_today",
-                            (json_int_t)(used ? atoll(used) : 0), "cost_today",
-                            spent ? atof(spent) : 0.0);
+      json_t *j =
+          json_pack("{s:s,s:f,s:o,s:o,s:I,s:f}", "tenant", o->args[0], "weight", w ? atof(w) : 1.0,
+                    "answers_per_day", lim ? json_integer(atoll(lim)) : json_null(), "cost_per_day",
+                    bud ? json_real(atof(bud)) : json_null(), "answers_today",
+                    (json_int_t)(used ? atoll(used) : 0), "cost_today", spent ? atof(spent) : 0.0);
       char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
       if (t) printf("%s\n", t);
       free(t);
