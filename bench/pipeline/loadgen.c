@@ -376,8 +376,9 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_REALTIME, &wall);
   t0_unix_ms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
   double next_progress = 10;
-  /* ---- load ---- */
-  while (now_s() < total && nsubs < cap) {
+  /* ---- load ---- (until every submission of the schedule has started:
+   * one whose time came while the loop was busy starts late, not never) */
+  while (nsubs < cap) {
     double t = now_s();
     while (nsubs < cap && sched_of(nsubs, n1, rate, duration, rate2) <= t) {
       sub *s = &subs[nsubs];

@@ -21,6 +21,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_limiter.h"
+#include "sl_limiter_lua.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_rkey.h"
 #include "sluice/sl_slot.h"
@@ -32,35 +33,12 @@
 
 /* clang-format off */
 const char sl_limiter_lua[] =
-    "local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-    "if not rate or rate ~= rate or rate <= 0 or rate == math.huge then\n"
-    "  return redis.error_reply('ERR sl_limiter: rate must be a number > 0')\n"
-    "end\n"
-    "if not burst or burst ~= burst or burst < 1 or burst == math.huge then\n"
-    "  return redis.error_reply('ERR sl_limiter: burst must be a number >= 1')\n"
-    "end\n"
-    "if not cost or cost ~= cost or cost <= 0 or cost == math.huge then\n"
-    "  return redis.error_reply('ERR sl_limiter: cost must be a number > 0')\n"
-    "end\n"
+    SL__LIMITER_ARGS_LUA
     "if KEYS[2] then\n"
     "  local paused = redis.call('PTTL', KEYS[2])\n"
     "  if paused > 0 then return paused end\n"
     "end\n"
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000\n"
-    "local interval = 1000 / rate\n"
-    "local tat = tonumber(redis.call('GET', KEYS[1])) or now\n"
-    "if tat < now then tat = now end\n"
-    "local fit = cost\n"
-    "if fit > burst then fit = burst end\n"
-    "local wait = tat + interval * (fit - burst) - now\n"
-    "if wait > 0 then\n"
-    "  return math.max(1, math.min(math.ceil(wait), 1e15))\n"
-    "end\n"
-    "tat = tat + interval * cost\n"
-    "local ttl = math.max(1, math.min(math.ceil(tat - now), 1e15))\n"
-    "redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', string.format('%.0f', ttl))\n"
-    "return 0\n";
+    SL__LIMITER_GCRA_LUA;
 
 const char sl_limiter_lua_sha1[] = "42171b606957cf032d2544ecbc7bead18bfdd751";
 

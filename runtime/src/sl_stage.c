@@ -443,6 +443,9 @@ static void job_headers(loop_t *L, job *j) {
   sl__job_tenant(j, sl__hdr(m, SL_HDR_TENANT, tenant, sizeof tenant));
   j->first_failure_ms = sl__hdr_i64(m, SL_HDR_FIRST_FAILURE);
   j->not_before_ms = sl__hdr_i64(m, SL_HDR_NOT_BEFORE);
+  char cls[16];
+  j->was_deferred = j->p->retry_tier >= 0 && sl__hdr(m, SL_HDR_ERROR_CLASS, cls, sizeof cls) &&
+                    strcmp(cls, "deferred") == 0;
   if (j->p->retry_tier >= 0) {
     /* the header is the sending replica's clock: never wait longer than
      * the delay it chose (or, without one, this tier's delay or the

@@ -168,6 +168,11 @@ const sl_conf_entry sl_common_conf_table[] = {
      "this replica's limiter bucket, modulo provider.limit_buckets (for example a "
      "StatefulSet's ordinal); -1: a hash of the host name and process id",
      0},
+    {"provider.tenant_hold", SL_CONF_INT, "0", C(provider_tenant_hold),
+     "with provider.rate: the calls of one tenant a replica keeps waiting at the limiter; "
+     "more are deferred through a retry tier (not an attempt) so that the stage reads on to "
+     "other tenants' work; 0: two seconds of the replica's share of the rate",
+     0},
     {"breaker.failure_ratio", SL_CONF_DOUBLE, "0.5", C(breaker_failure_ratio),
      "share of failed provider calls in the window that opens the breaker", 0},
     {"breaker.min_calls", SL_CONF_INT, "20", C(breaker_min_calls),

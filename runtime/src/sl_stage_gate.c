@@ -5,8 +5,11 @@
  *
  *   breaker  while the provider's breaker is open, jobs are held in order
  *            (breaker.hold) or sent to a retry tier; one probe per interval;
- *   limiter  with provider.rate, jobs queue in order and only the head asks
- *            the shared Redis limiter, so a backlog costs one call per grant;
+ *   limiter  with provider.rate, jobs queue in one line per tenant and one
+ *            take at a time asks the shared Redis limiter which tenant's
+ *            head goes (sl_stage_fair.h, sl_fair.h), so a backlog costs one
+ *            call per grant; a tenant with a full line is deferred through
+ *            a retry tier (no attempt);
  *   pause    without a rate, a provider's 429 pause (a Redis key every
  *            replica reads) holds the call;
  *   claim    an idempotent stage claims the input in Redis with a lease
@@ -32,6 +35,7 @@
 #include "sluice/sl_log.h"
 #include "sluice/sl_rkey.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +48,7 @@
 #define SL_PAUSE_FRESH_MS 100
 
 static void gate_limits(job *j);
+static void defer(job *j, int64_t due_ms);
 static void claim_try(job *j);
 static void call_now(job *j);
 static void call_go(job *j);
@@ -98,22 +103,30 @@ static void limiter_try(sl_gate *G);
 
 static void on_lq_timer(uv_timer_t *t) { limiter_try(t->data); }
 
-/* The head's answer: go (or Redis unavailable: fail open), or wait. */
+/* The fair take's answer (sl_fair.h): the head of the tenant it picked
+ * goes (Redis unavailable: any head, fail open), or all wait: for the limit
+ * (the provider is the bottleneck) or while the tenants waiting here are
+ * ahead of one waiting elsewhere. */
 static void on_limit_q(redisReply *r, void *ud) {
   sl_gate *G = ud;
   job *j;
   G->lq_busy = 0;
   if (G->R->closing) {
-    while ((j = sl__job_pop(&G->lq)) != NULL) sl__job_to(j, SL_JOB_DROPPED);
+    while ((j = sl__fair_pop_any(&G->fl)) != NULL) sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
-  int64_t wait = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
-  if (wait > 0) {
-    gate_waits(G, wait);
-    uv_timer_start(&G->lq_timer, on_lq_timer, (uint64_t)wait, 0);
+  int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER;
+  long long code = ok ? r->element[0]->integer : -1, v = ok ? r->element[1]->integer : 0;
+  if ((code == 1 || code == 2) && v > 0) {
+    if (code == 1) gate_waits(G, v);
+    uv_timer_start(&G->lq_timer, on_lq_timer, (uint64_t)v, 0);
     return;
   }
-  if ((j = sl__job_pop(&G->lq)) != NULL) sl__gate_claim(j);
+  if (code != 0 && r && r->type == REDIS_REPLY_ERROR)
+    sl_log(SL_LOG_WARN, NULL, "fair take: %s (going on without the limiter)", r->str);
+  j = code == 0 ? sl__fair_pop(&G->fl, (int)v - 1) : sl__fair_pop_any(&G->fl);
+  if (j) sl__gate_claim(j);
   limiter_try(G);
 }
 
@@ -148,17 +161,30 @@ static int limiter_paused(sl_gate *G) {
 
 static void limiter_try(sl_gate *G) {
   const sl_jobs *R = G->R;
-  if (G->lq_busy || !G->lq.head || R->closing) return;
+  if (G->lq_busy || !G->fl.waiting || R->closing) return;
   if (!G->pause_in_take && limiter_paused(G)) return;
-  const char *argv[] = {G->limit_key, G->pause_key, G->limit_rate, G->limit_burst, "1"};
-  if (!G->pause_in_take) argv[1] = G->limit_rate, argv[2] = G->limit_burst, argv[3] = "1";
-  int nk = G->pause_in_take ? 2 : 1;
+  const char *argv[4 + 4 + 2 * SL_FAIR_CANDIDATES];
+  char n[8];
+  int k = 0;
+  argv[k++] = G->limit_key;
+  argv[k++] = G->fair_u;
+  argv[k++] = G->fair_s;
+  if (G->pause_in_take) argv[k++] = G->pause_key;
+  int nk = k;
+  argv[k++] = G->limit_rate;
+  argv[k++] = G->limit_burst;
+  argv[k++] = "1";
+  int named = sl__fair_candidates(&G->fl, argv + k + 1);
+  if (named == 0) return; /* every line is empty */
+  snprintf(n, sizeof n, "%d", named);
+  argv[k++] = n;
+  k += 2 * named;
   G->lq_busy = 1;
-  if (sl_aredis_eval(R->redis, on_limit_q, G, &G->s_limit, nk, nk + 3, argv, NULL) != 0) {
-    G->lq_busy = 0; /* Redis unavailable: fail open for the head */
-    job *j = sl__job_pop(&G->lq);
+  if (sl_aredis_eval(R->redis, on_limit_q, G, &G->s_fair, nk, k, argv, NULL) != 0) {
+    G->lq_busy = 0; /* Redis unavailable: fail open for one */
+    job *j = sl__fair_pop_any(&G->fl);
     if (j) sl__gate_claim(j);
-    if (G->lq.head) uv_timer_start(&G->lq_timer, on_lq_timer, 10, 0);
+    if (G->fl.waiting) uv_timer_start(&G->lq_timer, on_lq_timer, 10, 0);
   }
 }
 
@@ -277,15 +303,41 @@ static void on_pause(redisReply *r, void *ud) {
   while ((j = sl__job_pop(&G->pq)) != NULL) pause_decide(j);
 }
 
+/* j's tenant holds enough waiting jobs here: j leaves through a retry tier
+ * until due_ms, uncounted as an attempt, and its slot goes to what the
+ * stage reads behind it (sl_stage_fair.h) */
+static void defer(job *j, int64_t due_ms) {
+  sl_gate *G = gate_of(j);
+  sl__fair_deferred(&G->fl, j);
+  memset(&j->res, 0, sizeof j->res);
+  sl_result_set(&j->res, SL_OUTCOME_RETRY, "deferred",
+                "tenant %s has %lld calls waiting here already; back in %lld ms",
+                j->tenant[0] ? j->tenant : "(none)", (long long)G->fl.hold,
+                (long long)(due_ms - sl_now_ms()));
+  j->deferred = 1;
+  j->not_before_ms = due_ms;
+  sl__job_to(j, SL_JOB_OUTCOME);
+}
+
 /* The rest of the gate, once the breaker let the job through. */
 static void gate_limits(job *j) {
   sl_gate *G = gate_of(j);
   sl_admit_in in = admit_in(j);
   switch (sl_admit_limits(&in)) {
-  case SL_ADMIT_LIMITER: /* queue behind the limiter */
-    sl_queue_push(&G->lq, &j->link);
+  case SL_ADMIT_LIMITER: { /* in its tenant's line at the limiter, or deferred */
+    int64_t due = 0;
+    int rc = sl__fair_push(&G->fl, j, &due);
+    if (rc > 0) {
+      defer(j, due);
+      return;
+    }
+    if (rc < 0) { /* no memory for its line: on without the limiter */
+      sl__gate_claim(j);
+      return;
+    }
     limiter_try(G);
     return;
+  }
   case SL_ADMIT_PAUSE_ASK: {
     sl_queue_push(&G->pq, &j->link);
     if (G->pq_busy) return; /* the answer on its way decides for it too */
@@ -1225,7 +1277,10 @@ static void release_stale(sl_queue *q, int keep_head) {
 void sl__gate_release_partition(sl_gate *G) {
   release_stale(&G->bq, 0);
   held_count(G);
-  release_stale(&G->lq, G->lq_busy);
+  sl_queue stale = {NULL, NULL, 0};
+  sl__fair_split(&G->fl, stale_link, &stale);
+  job *j;
+  while ((j = sl__job_pop(&stale)) != NULL) sl__job_to(j, SL_JOB_RELEASED);
 }
 
 int64_t sl__gate_held(const sl_gate *G) { return G->bq.len; }
@@ -1256,7 +1311,7 @@ void sl__gate_stop(sl_gate *G) {
 void sl__gate_close(sl_gate *G) {
   if (!G || !G->R) return;
   /* their jobs are dropped by the loop's last walk */
-  sl_queue_forget(&G->lq);
+  sl__fair_close(&G->fl);
   sl_queue_forget(&G->pq);
   sl_queue_forget(&G->cq);
   sl_queue_forget(&G->tq);
@@ -1365,6 +1420,14 @@ static int limiter_setup(sl_gate *G, char *err, size_t errlen) {
                    &rate, &burst);
   snprintf(G->limit_rate, sizeof G->limit_rate, "%.17g", rate);
   snprintf(G->limit_burst, sizeof G->limit_burst, "%.17g", burst);
+  if (sl_fair_keys(G->limit_key, G->fair_u, G->fair_s) != 0) { /* the plain names' */
+    snprintf(G->fair_u, sizeof G->fair_u, "sl:fair:u:%s", p);
+    snprintf(G->fair_s, sizeof G->fair_s, "sl:fair:s:%s", p);
+  }
+  /* a tenant's line holds 2 s of this replica's share (provider.tenant_hold) */
+  int64_t hold = cc->provider_tenant_hold > 0 ? cc->provider_tenant_hold
+                                              : (int64_t)ceil(2 * (rate > 0 ? rate : 1));
+  sl__fair_init(&G->fl, G->R, hold, rate > 0 ? 1000 / rate : 1000);
   if (G->R->o->provider && cc->provider_rate > 0 && k > 1)
     sl_log(SL_LOG_INFO, NULL, "provider %s: limiter bucket %d of %lld (%s calls/s, burst %s)", p, b,
            (long long)k, G->limit_rate, G->limit_burst);
@@ -1381,7 +1444,7 @@ int sl__gate_init(sl_gate *G, sl_jobs *R, char *err, size_t errlen) {
   memset(G, 0, sizeof *G);
   G->R = R;
   R->gate = G;
-  sl_redis_script_init(&G->s_limit, sl_limiter_lua);
+  sl_redis_script_init(&G->s_fair, sl_fair_take_lua);
   sl_redis_script_init(&G->s_pause, sl_limiter_pause_lua);
   sl_redis_script_init(&G->s_claim_take, sl_claim_take_lua);
   sl_redis_script_init(&G->s_claim_release, sl_claim_release_lua);

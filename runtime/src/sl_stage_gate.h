@@ -12,6 +12,7 @@
 #ifndef SLUICE_SL_STAGE_GATE_H
 #define SLUICE_SL_STAGE_GATE_H
 
+#include "sl_stage_fair.h"
 #include "sl_stage_part.h"
 #include "sluice/sl_breaker.h"
 #include "sluice/sl_redis.h"
@@ -31,14 +32,17 @@ typedef struct sl_gate {
   char limit_rate[32], limit_burst[32];
   int pause_in_take;
   /* the Lua scripts the gate runs, by SHA-1 (sl_redis_script) */
-  sl_redis_script s_limit, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts, s_lookup,
+  sl_redis_script s_fair, s_pause, s_claim_take, s_claim_release, s_claim_end, s_starts, s_lookup,
       s_tenant_cost;
   /* jobs held while the breaker is open (breaker.hold), in order */
   sl_queue bq;
   uv_timer_t bq_timer;
-  /* jobs waiting for the shared limiter, in order: only the head asks
-   * Redis, so a backlog costs one limiter call per grant */
-  sl_queue lq;
+  /* jobs waiting for the shared limiter, one line per tenant: one take
+   * at a time names the tenants waiting and the fair take script picks
+   * whose head goes (sl_fair.h), so a backlog costs one limiter call per
+   * grant; fair_u, fair_s are the script's keys beside limit_key */
+  sl_fair_lines fl;
+  char fair_u[SL_FAIR_KEY_MAX], fair_s[SL_FAIR_KEY_MAX];
   int lq_busy;
   uv_timer_t lq_timer;
   /* without a rate, the provider's pause (a 429's Retry-After, set by any

@@ -127,7 +127,7 @@ static void produce(job *j) {
       char b[5][32], origin[160];
       rd_kafka_header_add(hs, SL_HDR_ORIGIN_TOPIC, -1,
                           sl_message_origin(j->m, origin, sizeof origin), -1);
-      snprintf(b[0], 32, "%u", j->attempts + 1);
+      snprintf(b[0], 32, "%u", j->attempts + !j->deferred); /* a deferral is no attempt */
       snprintf(b[1], 32, "%lld", (long long)j->first_failure_ms);
       snprintf(b[2], 32, "%lld", (long long)j->not_before_ms);
       rd_kafka_header_add(hs, SL_HDR_ATTEMPT, -1, b[0], -1);
@@ -224,12 +224,34 @@ static void add_dead_letter(job *j) {
          j->res.error_class, j->res.error_message);
 }
 
+/* Deferred by the gate (its tenant's line was full): a copy in the first
+ * retry tier whose delay reaches its due time (the last one else), with
+ * its attempts and first failure as they were: no attempt, no budget. */
+static void to_defer(job *j) {
+  const sl_jobs *R = j->R;
+  int64_t now = sl_now_ms(), delay = j->not_before_ms > now ? j->not_before_ms - now : 0;
+  int t = 0;
+  while (t + 1 < R->rp->ntiers && R->rp->tier_ms[t] < delay) t++;
+  if (delay > R->rp->tier_ms[t]) delay = R->rp->tier_ms[t], j->not_before_ms = now + delay;
+  j->retry_delay_ms = delay;
+  sl_outbox_clear(&j->out);
+  if (sl_outbox_add(&j->out, R->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)
+    j->out.items[j->out.n - 1].retry_copy = 1;
+  sl_metric_add(out_of(j)->m_deferred, 1);
+  sl_log(SL_LOG_DEBUG, j->key, "deferred %lld ms via %s: %s", (long long)delay, R->tier_topic[t],
+         j->res.error_message);
+}
+
 /* Transient failure: to the next retry tier, or the dead-letter topic when
  * the budget from the first failure is spent. */
 static void to_retry(job *j) {
   sl_output *X = out_of(j);
   const sl_jobs *R = j->R;
   int64_t now = sl_now_ms();
+  if (j->deferred) {
+    to_defer(j);
+    return;
+  }
   if (!j->first_failure_ms) j->first_failure_ms = now;
   sl_outbox_clear(&j->out);
   int t = sl_retry_plan(R->rp, j->attempts, j->first_failure_ms, now, j->res.retry_after_ms,
@@ -487,6 +509,7 @@ void sl__out_init(sl_output *X, sl_jobs *R) {
   X->m_done = sl__metric("sluice_messages_total", stage, "outcome=\"done\"", h_out, 0);
   X->m_retried = sl__metric("sluice_messages_total", stage, "outcome=\"retried\"", h_out, 0);
   X->m_dead = sl__metric("sluice_messages_total", stage, "outcome=\"dead_lettered\"", h_out, 0);
+  X->m_deferred = sl__metric("sluice_messages_total", stage, "outcome=\"deferred\"", h_out, 0);
   X->m_again = sl__metric("sluice_reruns_total", stage, NULL,
                           "Transient failures run again in place, a moment later, instead of "
                           "through a retry tier (what they lacked was expected within moments)",

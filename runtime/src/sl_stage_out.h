@@ -24,7 +24,7 @@ typedef struct sl_output {
   /* stores to send at the end of this turn of the loop, SL_STORE_BATCH a script */
   sl_queue sq;
   uv_idle_t store_idle;
-  sl_metric *m_done, *m_retried, *m_dead, *m_again, *m_idem_hits;
+  sl_metric *m_done, *m_retried, *m_dead, *m_deferred, *m_again, *m_idem_hits;
   sl_metric *m_tier[SL_RETRY_TIERS_MAX];
 } sl_output;
 

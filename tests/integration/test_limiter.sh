@@ -89,6 +89,37 @@ got=$(rcli EVAL "$pause_lua" 1 "$PK" 100)
 check "the pause script never shortens ($got)" between "$got" 500 800
 check "the pause script rejects 0 ms" grep -q "ERR sl_limiter" <<<"$(rcli EVAL "$pause_lua" 1 "$PK" 0)"
 
+# --- the fair take (sl_fair.h), by hand ---------------------------------------
+fair_lua=$("$PROBE" --print-script fair)
+# fair P RATE BURST TENANT WEIGHT...: one take of provider P's limit naming
+# the tenants; prints the reply's two numbers
+fair() {
+  local p=$1 rate=$2 burst=$3 u s
+  shift 3
+  u=${LK/sl:limit:/sl:fair:u:} s=${LK/sl:limit:/sl:fair:s:}
+  rcli EVAL "$fair_lua" 3 "$LK" "$u" "$s" "$rate" "$burst" 1 $(($# / 2)) "$@" | tr '\n' ' '
+}
+p=f1-$run
+names "$p"
+out=""
+for i in $(seq 1 8); do out+=$(fair "$p" 1000 100 A 1 B 3 | awk '{print $2}'); done
+check "naming A (weight 1) and B (weight 3): B gets 6 of 8 tokens ($out)" \
+  test "$(tr -cd 2 <<<"$out" | wc -c)" = 6
+p=f2-$run
+names "$p"
+# A takes one, B (on another replica) joins at A's usage and takes one, A
+# takes three more: A is then more than the slack (1) ahead of B
+for t in A B A A A; do fair "$p" 1000 100 "$t" 1 >/dev/null; done
+got=$(fair "$p" 1000 100 A 1)
+check "A, ahead of B (waiting elsewhere) by more than the slack, is told to wait ($got)" \
+  grep -Eq '^2 [0-9]+ $' <<<"$got"
+got=$(fair "$p" 1000 100 B 1)
+check "B, behind, gets the token ($got)" test "$got" = "0 1 "
+out=$(rcli EVAL "$fair_lua" 3 "$LK" "${LK/sl:limit:/sl:fair:u:}" "${LK/sl:limit:/sl:fair:s:}" 1000 100 1 2 A 1)
+check "n that does not match the tenants given -> error reply ($out)" grep -q "ERR sl_fair" <<<"$out"
+got=$(fair "$p" 1000 100 C nan)
+check "a weight that is not a number counts as 1 ($got)" test "$got" = "0 1 "
+
 # --- two replicas share one limit -----------------------------------------------
 p=share-$run
 probe a --provider "$p" --rate 20 --burst 1 --seconds 10 &

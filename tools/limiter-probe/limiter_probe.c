@@ -13,8 +13,9 @@
  *       per line. Exits 1 if any Redis error happened.
  *   limiter_probe --redis URL --provider NAME --pause MS
  *       sl_limiter_pause(); prints {"paused_ms":MS}.
- *   limiter_probe --print-script take|pause
- *       Prints the Lua script text (to EVAL it by hand with redis-cli).
+ *   limiter_probe --print-script take|pause|fair
+ *       Prints the Lua script text (to EVAL it by hand with redis-cli; fair:
+ *       the fair take, sl_fair.h).
  *   limiter_probe --provider NAME --print-keys
  *       Prints the limit key and the pause key, one line each.
  *   --buckets K --bucket B (with a take loop or --print-keys): the limit is
@@ -38,6 +39,7 @@
 #include <time.h>
 
 #include "sluice/sl_err.h"
+#include "sluice/sl_fair.h"
 #include "sluice/sl_limiter.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_rkey.h"
@@ -76,7 +78,7 @@ static void usage(FILE *f) {
   fputs("usage: limiter_probe [--redis URL] --provider NAME --rate R --burst B --seconds S\n"
         "                     [--cost C] [--trace FILE]\n"
         "       limiter_probe [--redis URL] --provider NAME --pause MS\n"
-        "       limiter_probe --print-script take|pause\n"
+        "       limiter_probe --print-script take|pause|fair\n"
         "       limiter_probe --provider NAME [--buckets K --bucket B] --print-keys\n"
         "       (a take loop also takes [--buckets K --bucket B])\n",
         f);
@@ -137,6 +139,8 @@ int main(int argc, char **argv) {
         fputs(sl_limiter_lua, stdout);
       else if (strcmp(v, "pause") == 0)
         fputs(sl_limiter_pause_lua, stdout);
+      else if (strcmp(v, "fair") == 0)
+        fputs(sl_fair_take_lua, stdout);
       else
         bad = 1;
       if (!bad) return 0;

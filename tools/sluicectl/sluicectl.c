@@ -80,6 +80,7 @@ enum {
   O_LABEL,
   O_API_KEY,
   O_WEIGHT,
+  O_TENANTS,
   O_ANSWERS_PER_DAY,
   O_COST_PER_DAY,
   O_HELP,
@@ -131,6 +132,7 @@ static const struct {
     [O_LABEL] = {"--label", 1},
     [O_API_KEY] = {"--api-key", 1},
     [O_WEIGHT] = {"--weight", 1},
+    [O_TENANTS] = {"--tenants", 0},
     [O_ANSWERS_PER_DAY] = {"--answers-per-day", 1},
     [O_COST_PER_DAY] = {"--cost-per-day", 1},
 };
@@ -164,7 +166,7 @@ static const command commands[] = {
     /* one-word commands (name NULL) */
     {"status", NULL,
      B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_ADMIN) | B(O_REDIS) | B(O_WATCH) |
-         B(O_INTERVAL) | B(O_JSON),
+         B(O_INTERVAL) | B(O_JSON) | B(O_TENANTS),
      0, 0, sc_status, ""},
     {"submission", NULL, B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_REDIS) | B(O_JSON), 1, 1,
      sc_submission, "ID (a submission id)"},
@@ -198,7 +200,7 @@ static void usage(FILE *f) {
           "                               [--config KEY=VALUE]... TOPIC...\n"
           "       sluicectl topics list [--all] [--json]\n"
           "       sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch] [--interval S]\n"
-          "                        [--json]\n"
+          "                        [--json] [--tenants]\n"
           "       sluicectl submission ID [--redis URL] [--json]\n"
           "       sluicectl keys [ID] [--json]\n"
           "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
@@ -224,7 +226,8 @@ static void usage(FILE *f) {
           "status: --admin the stages' admin endpoints, repeatable or comma-separated\n"
           "  (SLUICECTL_ADMIN; default 127.0.0.1:9180..9185, the ports tools/stages uses);\n"
           "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
-          "  --interval seconds (2).\n"
+          "  --interval seconds (2); --tenants adds each provider stage's tenants: calls\n"
+          "  waiting at its limiter, granted and deferred (summed over replicas).\n"
           "keys: the Redis keys of submission ID's view and of its bucket (all buckets'\n"
           "  without ID) under SLUICE_REDIS_BUCKETS; connects to nothing.\n"
           "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"
@@ -533,6 +536,7 @@ int main(int argc, char **argv) {
   o.submission = val[O_SUBMISSION];
   o.json = !!(seen & B(O_JSON));
   o.all = !!(seen & B(O_ALL));
+  o.tenants = !!(seen & B(O_TENANTS));
   o.dry_run = !!(seen & B(O_DRY_RUN));
   o.yes = !!(seen & B(O_YES));
   o.actor = val[O_ACTOR];

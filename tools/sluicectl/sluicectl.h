@@ -60,6 +60,7 @@ typedef struct {
   long limit;                 /* 0: no limit */
   /* output */
   int json, all;
+  int tenants; /* status --tenants */
   /* replay */
   double rate; /* messages per second */
   int dry_run, yes;

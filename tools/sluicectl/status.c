@@ -43,6 +43,7 @@
 #define MAX_PROVIDERS 16
 #define MAX_BREAKERS 8
 #define MAX_COSTS 16
+#define MAX_TENANT_ROWS 128
 
 typedef struct {
   char topic[160];
@@ -95,6 +96,12 @@ typedef struct {
   double units, per_min; /* per_min: -1 until there are two samples */
 } cost_t;
 
+/* a provider stage's tenant (sluice_tenant_* metrics, replicas summed) */
+typedef struct {
+  char stage[64], tenant[SL_TENANT_MAX + 1];
+  double waiting, calls, deferred;
+} tenant_t;
+
 typedef struct {
   stage_t st[SL_PIPELINE_MAX_STAGES]; /* the stages that read topics */
   int nst;
@@ -104,6 +111,8 @@ typedef struct {
   int nprov;
   cost_t cost[MAX_COSTS];
   int ncost;
+  tenant_t ten[MAX_TENANT_ROWS];
+  int nten;
   int redis_ok;
   char redis_err[128];
   int64_t at_ms;
@@ -337,6 +346,34 @@ static cost_t *cost_named(snapshot *s, const char *stage, const char *plugin) {
   return c;
 }
 
+static tenant_t *tenant_named(snapshot *s, const char *stage, const char *tenant) {
+  for (int i = 0; i < s->nten; i++)
+    if (strcmp(s->ten[i].stage, stage) == 0 && strcmp(s->ten[i].tenant, tenant) == 0)
+      return &s->ten[i];
+  if (s->nten == MAX_TENANT_ROWS) return NULL;
+  tenant_t *t = &s->ten[s->nten++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->stage, sizeof t->stage, "%s", stage);
+  snprintf(t->tenant, sizeof t->tenant, "%s", tenant);
+  return t;
+}
+
+/* a sluice_tenant_* sample into its row */
+static void tenant_sample(snapshot *s, const sc_sample *m, const char *stage) {
+  char ten[SL_TENANT_MAX + 1] = "";
+  if (strncmp(m->name, "sluice_tenant_", 14) != 0 ||
+      sc_label(m->labels, "tenant", ten, sizeof ten) != 0)
+    return;
+  tenant_t *t = tenant_named(s, stage, ten);
+  if (!t) return;
+  if (strcmp(m->name, "sluice_tenant_waiting") == 0)
+    t->waiting += m->value;
+  else if (strcmp(m->name, "sluice_tenant_calls_total") == 0)
+    t->calls += m->value;
+  else if (strcmp(m->name, "sluice_tenant_deferred_total") == 0)
+    t->deferred += m->value;
+}
+
 static void scrape(const sc_opts *o, snapshot *s) {
   for (int a = 0; a < o->nadmins; a++) {
     proc_t *pr = &s->procs[s->nprocs++];
@@ -394,6 +431,8 @@ static void scrape(const sc_opts *o, snapshot *s) {
           sc_label(m->labels, "plugin", plug, sizeof plug);
           cost_t *c = cost_named(s, stg, plug);
           if (c) c->units += m->value;
+        } else if (o->tenants && strncmp(m->name, "sluice_tenant_", 14) == 0) {
+          tenant_sample(s, m, stg);
         } else if (strcmp(m->name, "sluice_limiter_waits_total") == 0) {
           provider_t *p = provider_named(s, prov);
           if (p) {
@@ -550,6 +589,15 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
   json_t *root = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o}", "at", at, "brokers", o->brokers, "stages",
                            stages, "processes", procs, "providers", provs, "provider_cost", costs);
   json_object_set_new(root, "redis", s->redis_ok ? json_string("ok") : json_string(s->redis_err));
+  if (o->tenants) {
+    json_t *ts = json_array();
+    for (int i = 0; i < s->nten; i++)
+      json_array_append_new(
+          ts, json_pack("{s:s,s:s,s:I,s:I,s:I}", "stage", s->ten[i].stage, "tenant",
+                        s->ten[i].tenant, "waiting", (json_int_t)s->ten[i].waiting, "calls",
+                        (json_int_t)s->ten[i].calls, "deferred", (json_int_t)s->ten[i].deferred));
+    json_object_set_new(root, "tenants", ts);
+  }
   return root;
 }
 
@@ -617,6 +665,14 @@ static void print_table(const sc_opts *o, const snapshot *s) {
     printf("%-12s %-16s %16.3f %14s\n", c->stage, c->plugin, c->units, pm);
   }
   if (s->ncost == 0) printf("(no provider cost seen: no provider stage scraped)\n");
+  if (o->tenants) {
+    printf("\n%-12s %-32s %10s %12s %10s\n", "TENANT: STAGE", "TENANT", "WAITING", "CALLS",
+           "DEFERRED");
+    for (int i = 0; i < s->nten; i++)
+      printf("%-12s %-32s %10.0f %12.0f %10.0f\n", s->ten[i].stage, s->ten[i].tenant,
+             s->ten[i].waiting, s->ten[i].calls, s->ten[i].deferred);
+    if (s->nten == 0) printf("(no tenant seen at a provider's limiter)\n");
+  }
   printf("\n%-28s %-12s %-4s %s\n", "ADMIN ENDPOINT", "PROCESS", "UP", "READY");
   for (int i = 0; i < s->nprocs; i++)
     printf("%-28s %-12s %-4s %s\n", s->procs[i].endpoint, s->procs[i].stage,

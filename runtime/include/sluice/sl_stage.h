@@ -127,6 +127,7 @@ typedef struct {
   double provider_burst;
   int64_t provider_limit_buckets; /* sl_limiter buckets (K) */
   int64_t provider_limit_bucket;  /* this replica's (mod K); -1: sl_limiter_replica_bucket */
+  int64_t provider_tenant_hold;   /* jobs of one tenant waiting at the limiter; 0: 2 s' worth */
   double breaker_failure_ratio;
   int64_t breaker_min_calls;
   int64_t breaker_window_ms;

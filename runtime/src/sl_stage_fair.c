@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sl_stage_fair.c — the gate's lines per tenant (see sl_stage_fair.h): a
+ * uthash table of lines, each an sl_queue of jobs with its weight, the
+ * calls granted here per weight (who is named first) and the due time of
+ * its next deferral.
+ */
+#include "sl_stage_fair.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_tenant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+struct sl_fair_line {
+  char id[SL_TENANT_MAX + 1];
+  sl_queue q;
+  double weight;        /* as last read; 1 when not set */
+  double used;          /* calls granted here / weight */
+  int64_t weight_ms;    /* monotonic, when last asked for; 0: never */
+  int reading;          /* its weight's HGET is out */
+  int64_t deferred_out; /* its deferrals sent here and not seen back (estimate, >= 0) */
+  sl_metric *m_waiting, *m_calls, *m_deferred;
+  UT_hash_handle hh;
+};
+
+/* a label value with \, " and newline escaped (Prometheus text format) */
+static void label_value(const char *v, char *out, size_t len) {
+  size_t o = 0;
+  for (; *v && o + 3 < len; v++) {
+    if (*v == '\\' || *v == '"') out[o++] = '\\';
+    out[o++] = *v;
+  }
+  out[o] = '\0';
+}
+
+/* l's series: its own for the first SL_FAIR_LABELS tenants, else "other" */
+static void line_metrics(sl_fair_lines *F, sl_fair_line *l) {
+  char v[2 * SL_TENANT_MAX + 8], lab[2 * SL_TENANT_MAX + 96];
+  const char *stage = F->R->o->stage;
+  if (F->labels < SL_FAIR_LABELS) {
+    F->labels++;
+    label_value(l->id[0] ? l->id : "-", v, sizeof v);
+  } else {
+    snprintf(v, sizeof v, "other");
+  }
+  snprintf(lab, sizeof lab, "stage=\"%s\",tenant=\"%s\"", stage, v);
+  l->m_waiting = sl_metrics_gauge("sluice_tenant_waiting", lab,
+                                  "Jobs waiting at the provider's shared limiter, by tenant "
+                                  "(the first 16 tenants a process sees; later ones: other)");
+  l->m_calls = sl_metrics_counter("sluice_tenant_calls_total", lab,
+                                  "Provider calls the shared limiter granted, by tenant");
+  l->m_deferred =
+      sl_metrics_counter("sluice_tenant_deferred_total", lab,
+                         "Jobs deferred through a retry tier because their tenant's line was full");
+}
+
+void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms) {
+  memset(F, 0, sizeof *F);
+  F->R = R;
+  F->hold = hold >= 1 ? hold : 1;
+  F->slot_ms = slot_ms > 0 ? slot_ms : 1;
+  if (R->o->provider) { /* the series exist before a tenant is seen: "other", at 0 */
+    sl_fair_line other = {.weight = 1};
+    int labels = F->labels;
+    F->labels = SL_FAIR_LABELS;
+    line_metrics(F, &other);
+    F->labels = labels;
+  }
+}
+
+void sl__fair_close(sl_fair_lines *F) {
+  if (!F || F->closed) return;
+  F->closed = 1;
+  sl_fair_line *l, *t;
+  HASH_ITER(hh, F->map, l, t) {
+    HASH_DEL(F->map, l);
+    sl_queue_forget(&l->q);
+    free(l);
+  }
+  F->nlines = 0;
+  F->waiting = 0;
+}
+
+/* drops lines without jobs or a read out, when there are too many (the
+ * last candidates named go too: a take answered after this pops nothing) */
+static void evict(sl_fair_lines *F) {
+  sl_fair_line *l, *t;
+  HASH_ITER(hh, F->map, l, t) {
+    if (F->nlines < SL_FAIR_LINES_MAX) return;
+    if (l->q.len || l->reading) continue;
+    HASH_DEL(F->map, l);
+    free(l);
+    F->nlines--;
+    F->nnamed = 0;
+  }
+}
+
+static sl_fair_line *line_of(sl_fair_lines *F, const char *id) {
+  sl_fair_line *l;
+  size_t n = strlen(id);
+  HASH_FIND(hh, F->map, id, n, l);
+  if (l) return l;
+  if (F->nlines >= SL_FAIR_LINES_MAX) evict(F);
+  if (F->nlines >= SL_FAIR_LINES_MAX || !(l = calloc(1, sizeof *l))) return NULL;
+  memcpy(l->id, id, n + 1);
+  l->weight = 1;
+  line_metrics(F, l);
+  HASH_ADD(hh, F->map, id, n, l);
+  F->nlines++;
+  return l;
+}
+
+int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms) {
+  sl_fair_line *l = line_of(F, j->tenant);
+  if (!l) return -1;
+  if (j->was_deferred && l->deferred_out > 0) l->deferred_out--; /* one came back */
+  if (l->q.len >= F->hold) {
+    /* behind what the line holds and the deferrals still out, one token's
+     * interval apart: due about when the limiter could take it */
+    l->deferred_out++;
+    *due_ms = sl_now_ms() + (int64_t)ceil((double)(l->q.len + l->deferred_out) * F->slot_ms);
+    return 1;
+  }
+  sl_queue_push(&l->q, &j->link);
+  F->waiting++;
+  sl_metric_gauge_add(l->m_waiting, 1);
+  return 0;
+}
+
+/* a weight as read: a number > 0, else 1 */
+static double weight_of(const redisReply *r) {
+  if (!r || r->type != REDIS_REPLY_STRING) return 1;
+  char *end;
+  double w = strtod(r->str, &end);
+  return end != r->str && *end == '\0' && isfinite(w) && w > 0 ? w : 1;
+}
+
+typedef struct {
+  sl_fair_lines *F;
+  char id[SL_TENANT_MAX + 1];
+} weight_read;
+
+static void on_weight(redisReply *r, void *ud) {
+  weight_read *w = ud;
+  sl_fair_line *l = NULL;
+  if (!w->F->closed) HASH_FIND(hh, w->F->map, w->id, strlen(w->id), l);
+  if (l) {
+    l->reading = 0;
+    /* Redis unavailable: the weight stays as it was */
+    if (r && r->type != REDIS_REPLY_ERROR) l->weight = weight_of(r);
+  }
+  free(w);
+}
+
+/* l's weight asked for again when it is older than SL_FAIR_WEIGHT_MS */
+static void weight_refresh(sl_fair_lines *F, sl_fair_line *l) {
+  int64_t now = sl__mono_ms();
+  char key[SL_TENANT_KEY_MAX];
+  if (l->reading || (l->weight_ms && now - l->weight_ms < SL_FAIR_WEIGHT_MS) || !l->id[0] ||
+      sl_tenant_conf_key(l->id, key) != 0)
+    return;
+  weight_read *w = malloc(sizeof *w);
+  if (!w) return;
+  w->F = F;
+  memcpy(w->id, l->id, sizeof w->id);
+  l->weight_ms = now;
+  const char *argv[] = {"HGET", key, "weight"};
+  if (sl_aredis_argv(F->R->redis, on_weight, w, 3, argv, NULL) == 0)
+    l->reading = 1;
+  else
+    free(w);
+}
+
+int sl__fair_candidates(sl_fair_lines *F, const char **argv) {
+  F->nnamed = 0;
+  sl_fair_line *l, *t;
+  HASH_ITER(hh, F->map, l, t) {
+    if (!l->q.len) continue;
+    weight_refresh(F, l);
+    /* insertion into the named, least used first */
+    int i = F->nnamed < SL_FAIR_CANDIDATES ? F->nnamed++ : SL_FAIR_CANDIDATES;
+    while (i > 0 && F->named[i - 1]->used > l->used) {
+      if (i < SL_FAIR_CANDIDATES) F->named[i] = F->named[i - 1];
+      i--;
+    }
+    if (i < SL_FAIR_CANDIDATES) F->named[i] = l;
+  }
+  for (int i = 0; i < F->nnamed; i++) {
+    snprintf(F->weight_s[i], sizeof F->weight_s[i], "%.17g", F->named[i]->weight);
+    argv[2 * i] = F->named[i]->id;
+    argv[2 * i + 1] = F->weight_s[i];
+  }
+  return F->nnamed;
+}
+
+static job *line_pop(sl_fair_lines *F, sl_fair_line *l) {
+  job *j = sl__job_pop(&l->q);
+  if (!j) return NULL;
+  F->waiting--;
+  sl_metric_gauge_add(l->m_waiting, -1);
+  return j;
+}
+
+job *sl__fair_pop(sl_fair_lines *F, int i) {
+  if (i < 0 || i >= F->nnamed) return NULL;
+  sl_fair_line *l = F->named[i];
+  job *j = line_pop(F, l);
+  if (j) {
+    l->used += 1 / l->weight;
+    sl_metric_add(l->m_calls, 1);
+  }
+  return j;
+}
+
+job *sl__fair_pop_any(sl_fair_lines *F) {
+  sl_fair_line *l, *t;
+  HASH_ITER(hh, F->map, l, t) {
+    job *j = line_pop(F, l);
+    if (j) return j;
+  }
+  return NULL;
+}
+
+void sl__fair_split(sl_fair_lines *F, int (*take)(sl_qlink *, void *), sl_queue *out) {
+  sl_fair_line *l, *t;
+  HASH_ITER(hh, F->map, l, t) {
+    int64_t before = l->q.len;
+    sl_queue_split(&l->q, 0, take, NULL, out);
+    F->waiting -= before - l->q.len;
+    sl_metric_gauge_add(l->m_waiting, l->q.len - before);
+  }
+}
+
+void sl__fair_deferred(sl_fair_lines *F, const job *j) {
+  sl_fair_line *l;
+  HASH_FIND(hh, F->map, j->tenant, strlen(j->tenant), l);
+  if (l) sl_metric_add(l->m_deferred, 1);
+}

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sl_stage_fair.h — the provider gate's line at the shared limiter, one line
+ * per tenant (the jobs' SL_HDR_TENANT; "" for work of no tenant). Whose
+ * turn it is, across replicas, is the fair take script's (sl_fair.h): the
+ * gate names up to SL_FAIR_CANDIDATES tenants with jobs waiting here, the
+ * least served here first, with their weights, and pops the head of the one
+ * the script picked.
+ *
+ * A tenant may have `hold` jobs waiting in its line; a job that would be
+ * past it is deferred instead (the gate sends it through a retry tier
+ * without counting an attempt): its slot is not held by work that would
+ * wait anyway, so the stage reads on and reaches other tenants' work
+ * behind it in the partition. A deferred job is due one token's interval
+ * per job ahead of it: those in its tenant's line and the tenant's
+ * deferrals not back yet (counted out here, and in again when a copy marked
+ * deferred joins the line), so they come back about when the limiter can
+ * take them; a tenant getting less than the whole rate sees some come back
+ * early and go round again.
+ *
+ * Weights are each line's tenant's setting (`sluicectl tenant set`, the
+ * tenant's settings hash), read at most every SL_FAIR_WEIGHT_MS; 1 until
+ * read or when not set. Lines without jobs are kept for their weight and
+ * schedule, at most SL_FAIR_LINES_MAX; beyond that the empty ones go.
+ *
+ * Metrics, per stage and tenant: sluice_tenant_waiting (jobs in the line),
+ * sluice_tenant_calls_total (tokens granted), sluice_tenant_deferred_total.
+ * The first SL_FAIR_LABELS tenants this process sees have series of their
+ * own, every later one counts under tenant="other": bounded cardinality.
+ *
+ * Loop thread only.
+ */
+#ifndef SLUICE_SL_STAGE_FAIR_H
+#define SLUICE_SL_STAGE_FAIR_H
+
+#include "sl_stage_job.h"
+#include "sluice/sl_fair.h"
+
+#define SL_FAIR_WEIGHT_MS 2000 /* a line's weight is read again after this */
+#define SL_FAIR_LINES_MAX 4096 /* lines kept (with their weight) */
+#define SL_FAIR_LABELS 16      /* tenants with series of their own */
+
+typedef struct sl_fair_line sl_fair_line;
+
+typedef struct {
+  sl_jobs *R;
+  sl_fair_line *map; /* uthash by tenant */
+  int nlines;
+  int64_t waiting; /* jobs in every line */
+  int64_t hold;    /* jobs one tenant may have waiting here */
+  double slot_ms;  /* one token's interval: deferred jobs come back this far apart */
+  int labels;      /* tenants with series of their own so far */
+  int closed;
+  /* the last candidates named (sl__fair_candidates), for the pick */
+  sl_fair_line *named[SL_FAIR_CANDIDATES];
+  char weight_s[SL_FAIR_CANDIDATES][24];
+  int nnamed;
+} sl_fair_lines;
+
+/* Sets F up for R: hold jobs per tenant (>= 1), one token every slot_ms. */
+void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms);
+
+/* Frees the lines (their jobs are the loop's: dropped by its last walk). */
+void sl__fair_close(sl_fair_lines *F);
+
+/* j joins its tenant's line: 0, or 1 when the line holds `hold` already:
+ * j is not queued and should be deferred until *due_ms (unix ms). -1: no
+ * memory for a new line (j is not queued; the caller lets it through). */
+int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms);
+
+/* Names up to SL_FAIR_CANDIDATES tenants with jobs waiting, the least
+ * served here (per weight) first, into argv as tenant, weight pairs (the
+ * strings live in F until the next call). Returns how many (0: no job
+ * waits). */
+int sl__fair_candidates(sl_fair_lines *F, const char **argv);
+
+/* The head of the i-th tenant (0-based) of the last candidates, counted as
+ * granted; NULL when its line emptied meanwhile. */
+job *sl__fair_pop(sl_fair_lines *F, int i);
+
+/* The head of any line (Redis unavailable: fail open; closing). */
+job *sl__fair_pop_any(sl_fair_lines *F);
+
+/* Every job of the lines for which take(j) is 1 goes into out, in line
+ * order (a partition taken away). */
+void sl__fair_split(sl_fair_lines *F, int (*take)(sl_qlink *, void *), sl_queue *out);
+
+/* Counts j's deferral in its tenant's metrics. */
+void sl__fair_deferred(sl_fair_lines *F, const job *j);
+
+#endif
