@@ -76,9 +76,9 @@ static void on_quota(redisReply *r, void *ud) {
              "tenant %.64s has spent %s of its %s provider cost units for today (UTC); the "
              "budget refills in %lld s",
              c->tenant, str_at(r, 1), str_at(r, 2), (long long)v->retry_after_s);
-  } else {
+  } else { /* Redis unavailable: the create goes on, unchecked and uncounted */
     v->counted[0] = '\0';
-    v->unavailable = 1;
+    v->ok = v->unavailable = 1;
     if (r && r->type == REDIS_REPLY_ERROR) sl_log(SL_LOG_WARN, NULL, "quota script: %s", r->str);
   }
   c->cb(c->ud, v);

@@ -10,8 +10,10 @@
  * nothing; a create that fails after it was counted (Kafka refused it)
  * takes its count back (sl__quota_undo). The answers counter is kept for
  * every tenant, limited or not: it is the tenant's accepted answers of the
- * day. Without Redis the create is refused as unavailable (503), like the
- * rate limits.
+ * day. Without Redis the create goes on unchecked and uncounted (ok and
+ * unavailable both set): a create with a JWT and no rate limits needs no
+ * Redis, and quotas do not take that away; a tenant may pass its quota by
+ * what it creates while Redis does not answer.
  *
  * @locality loop thread only (sl_aredis).
  */
@@ -25,8 +27,8 @@
 
 /* What a check found. */
 typedef struct {
-  int ok;                          /* counted: the create may go on */
-  int unavailable;                 /* Redis did not answer */
+  int ok;                          /* the create may go on (counted unless unavailable) */
+  int unavailable;                 /* Redis did not answer: not checked */
   int64_t retry_after_s;           /* refused: when the quota refills */
   char message[320];               /* refused: why, for the client */
   char counted[SL_TENANT_KEY_MAX]; /* ok: the counter n was added to */
