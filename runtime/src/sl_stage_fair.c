@@ -2,8 +2,9 @@
 /*
  * sl_stage_fair.c — the gate's lines per tenant (see sl_stage_fair.h): a
  * uthash table of lines, each an sl_queue of jobs with its weight, the
- * calls granted here per weight (who is named first) and the due time of
- * its next deferral.
+ * calls granted here per weight (who is named first) and the last slot of
+ * its deferrals' schedule; the lines with jobs waiting are also on a
+ * circular list, so a take looks at those only.
  */
 #include "sl_stage_fair.h"
 #include "sluice/sl_log.h"
@@ -18,12 +19,15 @@
 struct sl_fair_line {
   char id[SL_TENANT_MAX + 1];
   sl_queue q;
-  double weight;        /* as last read; 1 when not set */
-  double used;          /* calls granted here / weight */
-  int64_t weight_ms;    /* monotonic, when last asked for; 0: never */
-  int reading;          /* its weight's HGET is out */
-  int64_t deferred_out; /* its deferrals sent here and not seen back (estimate, >= 0) */
-  sl_metric *m_waiting, *m_calls, *m_deferred;
+  double weight;                       /* as last read; 1 when not set */
+  double used;                         /* calls granted here / weight */
+  int64_t weight_ms;                   /* monotonic, when last asked for; 0: never */
+  int reading;                         /* its weight's HGET is out */
+  int64_t tail_ms;                     /* unix ms, the last slot given to a deferral */
+  int64_t sched_shown;                 /* in its m_scheduled */
+  sl_fair_line *busy_prev, *busy_next; /* on F->busy while it has jobs */
+  sl_metric *m_waiting, *m_calls, *m_deferred, *m_scheduled;
+  sl_fair_counts counts;
   UT_hash_handle hh;
 };
 
@@ -37,11 +41,12 @@ static void label_value(const char *v, char *out, size_t len) {
   out[o] = '\0';
 }
 
-/* l's series: its own for the first SL_FAIR_LABELS tenants, else "other" */
-static void line_metrics(sl_fair_lines *F, sl_fair_line *l) {
+/* l's series: its own for the first SL_FAIR_LABELS tenants, else (or
+ * when other is set) "other" */
+static void line_metrics(sl_fair_lines *F, sl_fair_line *l, int other) {
   char v[2 * SL_TENANT_MAX + 8], lab[2 * SL_TENANT_MAX + 96];
   const char *stage = F->R->o->stage;
-  if (F->labels < SL_FAIR_LABELS) {
+  if (!other && F->labels < SL_FAIR_LABELS) {
     F->labels++;
     label_value(l->id[0] ? l->id : "-", v, sizeof v);
   } else {
@@ -56,6 +61,28 @@ static void line_metrics(sl_fair_lines *F, sl_fair_line *l) {
   l->m_deferred =
       sl_metrics_counter("sluice_tenant_deferred_total", lab,
                          "Jobs deferred through a retry tier because their tenant's line was full");
+  l->m_scheduled = sl_metrics_gauge("sluice_tenant_scheduled", lab,
+                                    "Deferred jobs whose slot in their tenant's schedule is still "
+                                    "ahead (estimate; with sluice_tenant_waiting, the backlog)");
+  l->counts.calling =
+      sl_metrics_gauge("sluice_tenant_calling", lab, "Provider calls running, by tenant");
+  l->counts.cost = sl_metrics_counter_real("sluice_tenant_cost_units_total", lab,
+                                           "Provider cost units spent, by tenant");
+  static const char *help = "Provider-bound jobs ended, by tenant: done, or failed for good "
+                            "(tenant_budget_exhausted included)";
+  char lab2[sizeof lab + 24];
+  snprintf(lab2, sizeof lab2, "%s,outcome=\"done\"", lab);
+  l->counts.done = sl_metrics_counter("sluice_tenant_outcomes_total", lab2, help);
+  snprintf(lab2, sizeof lab2, "%s,outcome=\"failed\"", lab);
+  l->counts.failed = sl_metrics_counter("sluice_tenant_outcomes_total", lab2, help);
+}
+
+/* l's deferrals whose slot is ahead of now, shown (added: "other" is
+ * many lines' sum) */
+static void scheduled_set(sl_fair_line *l, int64_t now, double gap) {
+  int64_t ahead = l->tail_ms > now ? (int64_t)ceil((double)(l->tail_ms - now) / gap) : 0;
+  sl_metric_gauge_add(l->m_scheduled, ahead - l->sched_shown);
+  l->sched_shown = ahead;
 }
 
 void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms) {
@@ -65,10 +92,7 @@ void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms) {
   F->slot_ms = slot_ms > 0 ? slot_ms : 1;
   if (R->o->provider) { /* the series exist before a tenant is seen: "other", at 0 */
     sl_fair_line other = {.weight = 1};
-    int labels = F->labels;
-    F->labels = SL_FAIR_LABELS;
-    line_metrics(F, &other);
-    F->labels = labels;
+    line_metrics(F, &other, 1);
   }
 }
 
@@ -81,17 +105,52 @@ void sl__fair_close(sl_fair_lines *F) {
     sl_queue_forget(&l->q);
     free(l);
   }
+  F->busy = NULL;
+  F->busy_weight = 0;
   F->nlines = 0;
   F->waiting = 0;
 }
 
-/* drops lines without jobs or a read out, when there are too many (the
- * last candidates named go too: a take answered after this pops nothing) */
+/* l has jobs now: on the busy list */
+static void busy_join(sl_fair_lines *F, sl_fair_line *l) {
+  if (l->busy_next) return;
+  if (!F->busy) {
+    l->busy_prev = l->busy_next = l;
+    F->busy = l;
+  } else {
+    l->busy_next = F->busy;
+    l->busy_prev = F->busy->busy_prev;
+    l->busy_prev->busy_next = l;
+    F->busy->busy_prev = l;
+  }
+  F->busy_weight += l->weight;
+}
+
+/* l has no job any more: off the busy list */
+static void busy_leave(sl_fair_lines *F, sl_fair_line *l) {
+  if (!l->busy_next || l->q.len) return;
+  if (l->busy_next == l) {
+    F->busy = NULL;
+  } else {
+    l->busy_prev->busy_next = l->busy_next;
+    l->busy_next->busy_prev = l->busy_prev;
+    if (F->busy == l) F->busy = l->busy_next;
+  }
+  l->busy_next = l->busy_prev = NULL;
+  F->busy_weight -= l->weight;
+  if (!F->busy) F->busy_weight = 0; /* no drift from the sums */
+}
+
+/* drops lines without jobs, a read out or a schedule ahead, when there are
+ * too many (the last candidates named go too: a take answered after this
+ * pops nothing) */
 static void evict(sl_fair_lines *F) {
   sl_fair_line *l, *t;
+  int64_t now = sl_now_ms();
   HASH_ITER(hh, F->map, l, t) {
     if (F->nlines < SL_FAIR_LINES_MAX) return;
-    if (l->q.len || l->reading) continue;
+    if (l->q.len || l->reading || l->tail_ms > now) continue;
+    sl_metric_gauge_add(l->m_scheduled, -l->sched_shown);
     HASH_DEL(F->map, l);
     free(l);
     F->nlines--;
@@ -108,24 +167,39 @@ static sl_fair_line *line_of(sl_fair_lines *F, const char *id) {
   if (F->nlines >= SL_FAIR_LINES_MAX || !(l = calloc(1, sizeof *l))) return NULL;
   memcpy(l->id, id, n + 1);
   l->weight = 1;
-  line_metrics(F, l);
+  line_metrics(F, l, 0);
   HASH_ADD(hh, F->map, id, n, l);
   F->nlines++;
   return l;
 }
 
+/* the interval between l's calls here (ms): this replica's rate times l's
+ * share of the weights waiting here (l's counted when it is not yet) */
+static double interval_ms(const sl_fair_lines *F, const sl_fair_line *l) {
+  double sum = F->busy_weight + (l->busy_next ? 0 : l->weight);
+  return sum > l->weight ? F->slot_ms * sum / l->weight : F->slot_ms;
+}
+
 int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms) {
   sl_fair_line *l = line_of(F, j->tenant);
   if (!l) return -1;
-  if (j->was_deferred && l->deferred_out > 0) l->deferred_out--; /* one came back */
   if (l->q.len >= F->hold) {
-    /* behind what the line holds and the deferrals still out, one token's
-     * interval apart: due about when the limiter could take it */
-    l->deferred_out++;
-    *due_ms = sl_now_ms() + (int64_t)ceil((double)(l->q.len + l->deferred_out) * F->slot_ms);
+    int64_t now = sl_now_ms();
+    if (j->was_deferred && j->defer_due_ms > now) { /* early: its slot stays */
+      *due_ms = j->defer_due_ms;
+      return 1;
+    }
+    /* the next slot after the schedule's last and after what the line holds */
+    double gap = interval_ms(F, l);
+    int64_t after = now + (int64_t)ceil((double)l->q.len * gap);
+    if (l->tail_ms < after) l->tail_ms = after;
+    l->tail_ms += (int64_t)ceil(gap);
+    *due_ms = l->tail_ms;
+    scheduled_set(l, now, gap);
     return 1;
   }
   sl_queue_push(&l->q, &j->link);
+  busy_join(F, l);
   F->waiting++;
   sl_metric_gauge_add(l->m_waiting, 1);
   return 0;
@@ -151,7 +225,11 @@ static void on_weight(redisReply *r, void *ud) {
   if (l) {
     l->reading = 0;
     /* Redis unavailable: the weight stays as it was */
-    if (r && r->type != REDIS_REPLY_ERROR) l->weight = weight_of(r);
+    if (r && r->type != REDIS_REPLY_ERROR) {
+      double w2 = weight_of(r);
+      if (l->busy_next) w->F->busy_weight += w2 - l->weight;
+      l->weight = w2;
+    }
   }
   free(w);
 }
@@ -177,9 +255,8 @@ static void weight_refresh(sl_fair_lines *F, sl_fair_line *l) {
 
 int sl__fair_candidates(sl_fair_lines *F, const char **argv) {
   F->nnamed = 0;
-  sl_fair_line *l, *t;
-  HASH_ITER(hh, F->map, l, t) {
-    if (!l->q.len) continue;
+  sl_fair_line *l = F->busy;
+  for (int first = 1; l && (first || l != F->busy); l = l->busy_next, first = 0) {
     weight_refresh(F, l);
     /* insertion into the named, least used first */
     int i = F->nnamed < SL_FAIR_CANDIDATES ? F->nnamed++ : SL_FAIR_CANDIDATES;
@@ -200,6 +277,7 @@ int sl__fair_candidates(sl_fair_lines *F, const char **argv) {
 static job *line_pop(sl_fair_lines *F, sl_fair_line *l) {
   job *j = sl__job_pop(&l->q);
   if (!j) return NULL;
+  busy_leave(F, l);
   F->waiting--;
   sl_metric_gauge_add(l->m_waiting, -1);
   return j;
@@ -216,14 +294,7 @@ job *sl__fair_pop(sl_fair_lines *F, int i) {
   return j;
 }
 
-job *sl__fair_pop_any(sl_fair_lines *F) {
-  sl_fair_line *l, *t;
-  HASH_ITER(hh, F->map, l, t) {
-    job *j = line_pop(F, l);
-    if (j) return j;
-  }
-  return NULL;
-}
+job *sl__fair_pop_any(sl_fair_lines *F) { return F->busy ? line_pop(F, F->busy) : NULL; }
 
 void sl__fair_split(sl_fair_lines *F, int (*take)(sl_qlink *, void *), sl_queue *out) {
   sl_fair_line *l, *t;
@@ -232,6 +303,20 @@ void sl__fair_split(sl_fair_lines *F, int (*take)(sl_qlink *, void *), sl_queue 
     sl_queue_split(&l->q, 0, take, NULL, out);
     F->waiting -= before - l->q.len;
     sl_metric_gauge_add(l->m_waiting, l->q.len - before);
+    busy_leave(F, l);
+  }
+}
+
+const sl_fair_counts *sl__fair_counts(sl_fair_lines *F, const char *tenant) {
+  sl_fair_line *l = line_of(F, tenant);
+  return l ? &l->counts : NULL;
+}
+
+void sl__fair_tick(sl_fair_lines *F) {
+  sl_fair_line *l, *t;
+  int64_t now = sl_now_ms();
+  HASH_ITER(hh, F->map, l, t) {
+    if (l->sched_shown > 0) scheduled_set(l, now, interval_ms(F, l));
   }
 }
 

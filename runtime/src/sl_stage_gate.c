@@ -229,6 +229,24 @@ static void circuit_retry(job *j) {
   sl__job_to(j, SL_JOB_OUTCOME);
 }
 
+/* j's end (done, failed) in its tenant's series */
+static void tenant_outcome(job *j) {
+  const sl_fair_counts *c = sl__fair_counts(&gate_of(j)->fl, j->tenant);
+  if (c) sl_metric_add(j->res.outcome == SL_OUTCOME_DONE ? c->done : c->failed, 1);
+}
+
+/* j's tenant spent its cost budget for today: a dead letter of its own
+ * class, uncalled (sl_stage_budget.h) */
+static void budget_spent(job *j, double spent, double limit) {
+  memset(&j->res, 0, sizeof j->res);
+  sl_result_set(&j->res, SL_OUTCOME_FAIL, SL_BUDGET_CLASS,
+                "tenant %s spent %.6g of its %.6g provider cost units for today (cost_per_day; "
+                "sluicectl tenant set): not called; replay it once the budget allows",
+                j->tenant, spent, limit);
+  tenant_outcome(j);
+  sl__job_to(j, SL_JOB_OUTCOME);
+}
+
 void sl__gate_enter(job *j) {
   sl_gate *G = gate_of(j);
   const sl_jobs *R = j->R;
@@ -311,11 +329,11 @@ static void defer(job *j, int64_t due_ms) {
   sl__fair_deferred(&G->fl, j);
   memset(&j->res, 0, sizeof j->res);
   sl_result_set(&j->res, SL_OUTCOME_RETRY, "deferred",
-                "tenant %s has %lld calls waiting here already; back in %lld ms",
+                "tenant %s has %lld calls waiting here already; its slot is in %lld ms",
                 j->tenant[0] ? j->tenant : "(none)", (long long)G->fl.hold,
                 (long long)(due_ms - sl_now_ms()));
   j->deferred = 1;
-  j->not_before_ms = due_ms;
+  j->defer_due_ms = due_ms;
   sl__job_to(j, SL_JOB_OUTCOME);
 }
 
@@ -1096,6 +1114,7 @@ static void call_end(job *j) {
   sl_gate *G = gate_of(j);
   if (!j->in_call) return;
   j->in_call = 0;
+  sl_metric_gauge_add(j->m_calling, -1);
   G->calls--;
   if (G->solo == j) G->solo = NULL;
   solo_kick(G); /* on the next turn: not inside j's outcome */
@@ -1133,6 +1152,9 @@ static void call_now(job *j) {
 
 /* Counted in the calls a solo run waits for, then handed to the work. */
 static void call_go(job *j) {
+  const sl_fair_counts *c = sl__fair_counts(&gate_of(j)->fl, j->tenant);
+  j->m_calling = c ? c->calling : NULL;
+  sl_metric_gauge_add(j->m_calling, 1);
   j->in_call = 1;
   j->ran = 1;
   gate_of(j)->calls++;
@@ -1159,6 +1181,12 @@ void sl__gate_claim(job *j) {
     sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
+  double spent, limit;
+  if (j->R->o->provider && !j->claimed &&
+      sl__budget_over(&gate_of(j)->budgets, j->tenant, &spent, &limit)) {
+    budget_spent(j, spent, limit); /* the last step before the call */
+    return;
+  }
   if (claims_on(j) && !j->claimed) {
     claim_try(j); /* claim_try and call_now let go of a job whose partition went away */
     return;
@@ -1171,6 +1199,7 @@ void sl__gate_outcome(job *j) {
   call_end(j);
   if (R->closing) return;
   if (R->o->provider && j->res.provider_called) provider_outcome(j);
+  if (R->o->provider && j->res.outcome != SL_OUTCOME_RETRY) tenant_outcome(j);
   /* the claim: a dead letter holds it until it is written (then an end
    * mark); outputs to store release it with the store; else it goes now,
    * and the next claimant calls */
@@ -1194,9 +1223,12 @@ static const char tenant_cost_lua[] =
  * for: a count lost with Redis errs toward the tenant. */
 static void tenant_spent(job *j) {
   char key[SL_TENANT_KEY_MAX], units[32], ttl[24];
+  const sl_fair_counts *c = sl__fair_counts(&gate_of(j)->fl, j->tenant);
+  if (c) sl_metric_add_real(c->cost, j->res.cost_units);
   if (!j->tenant[0] || !(j->res.cost_units > 0) ||
       sl_tenant_day_key(j->tenant, sl_now_ms(), "cost", key))
     return;
+  sl__budget_spend(&gate_of(j)->budgets, j->tenant, j->res.cost_units);
   snprintf(units, sizeof units, "%.17g", j->res.cost_units);
   snprintf(ttl, sizeof ttl, "%d", SL_TENANT_DAY_TTL_S);
   const char *a[] = {key, units, ttl};
@@ -1308,10 +1340,19 @@ void sl__gate_stop(sl_gate *G) {
   }
 }
 
+void sl__gate_tick(sl_gate *G) {
+  int64_t now = sl__mono_ms();
+  if (now - G->tick_ms < 1000) return;
+  G->tick_ms = now;
+  sl__fair_tick(&G->fl);
+  sl__budget_tick(&G->budgets);
+}
+
 void sl__gate_close(sl_gate *G) {
   if (!G || !G->R) return;
   /* their jobs are dropped by the loop's last walk */
   sl__fair_close(&G->fl);
+  sl__budget_close(&G->budgets);
   sl_queue_forget(&G->pq);
   sl_queue_forget(&G->cq);
   sl_queue_forget(&G->tq);
@@ -1424,9 +1465,12 @@ static int limiter_setup(sl_gate *G, char *err, size_t errlen) {
     snprintf(G->fair_u, sizeof G->fair_u, "sl:fair:u:%s", p);
     snprintf(G->fair_s, sizeof G->fair_s, "sl:fair:s:%s", p);
   }
-  /* a tenant's line holds 2 s of this replica's share (provider.tenant_hold) */
+  /* a tenant's line holds 2 s of this replica's share, or 1.5 times the
+   * first retry tier's delay if longer (a deferral comes back no sooner
+   * than that: the line must last it), provider.tenant_hold */
+  double hold_s = fmax(2, 1.5 * (double)G->R->rp->tier_ms[0] / 1000);
   int64_t hold = cc->provider_tenant_hold > 0 ? cc->provider_tenant_hold
-                                              : (int64_t)ceil(2 * (rate > 0 ? rate : 1));
+                                              : (int64_t)ceil(hold_s * (rate > 0 ? rate : 1));
   sl__fair_init(&G->fl, G->R, hold, rate > 0 ? 1000 / rate : 1000);
   if (G->R->o->provider && cc->provider_rate > 0 && k > 1)
     sl_log(SL_LOG_INFO, NULL, "provider %s: limiter bucket %d of %lld (%s calls/s, burst %s)", p, b,
@@ -1452,6 +1496,7 @@ int sl__gate_init(sl_gate *G, sl_jobs *R, char *err, size_t errlen) {
   sl_redis_script_init(&G->s_starts, sl_claim_starts_lua);
   sl_redis_script_init(&G->s_lookup, sl_claim_lookup_lua);
   sl_redis_script_init(&G->s_tenant_cost, tenant_cost_lua);
+  sl__budget_init(&G->budgets, G->R);
   int rc = limiter_setup(G, err, errlen);
   if (rc) return rc;
   gate_metrics(G);

@@ -12,6 +12,7 @@
 #ifndef SLUICE_SL_STAGE_GATE_H
 #define SLUICE_SL_STAGE_GATE_H
 
+#include "sl_stage_budget.h"
 #include "sl_stage_fair.h"
 #include "sl_stage_part.h"
 #include "sluice/sl_breaker.h"
@@ -42,6 +43,8 @@ typedef struct sl_gate {
    * whose head goes (sl_fair.h), so a backlog costs one limiter call per
    * grant; fair_u, fair_s are the script's keys beside limit_key */
   sl_fair_lines fl;
+  sl_budgets budgets; /* each tenant's cost budget and spend, as last read */
+  int64_t tick_ms;    /* monotonic, the last per-tenant gauges' update */
   char fair_u[SL_FAIR_KEY_MAX], fair_s[SL_FAIR_KEY_MAX];
   int lq_busy;
   uv_timer_t lq_timer;
@@ -116,5 +119,9 @@ void sl__gate_stop(sl_gate *G);
 /* Closing: forgets its queues (the loop drops their jobs) and frees what it
  * holds. NULL-safe. */
 void sl__gate_close(sl_gate *G);
+
+/* The loop's tick (every 100 ms): the per-tenant gauges and budgets, once
+ * a second. */
+void sl__gate_tick(sl_gate *G);
 
 #endif

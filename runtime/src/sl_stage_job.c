@@ -228,8 +228,18 @@ void sl__job_tenant(job *j, const char *t) {
     memmove(j->tenant, t, n + 1);
     return;
   }
-  if (n)
-    sl_log(SL_LOG_WARN, j->key, "tenant %.40s... is not valid: its work counts as no tenant's", t);
+  static int64_t warned_ms, unsaid; /* loop thread: said at most once a minute */
+  int64_t now = sl__mono_ms();
+  if (n && warned_ms && now - warned_ms < 60000) {
+    unsaid++;
+  } else if (n) {
+    sl_log(SL_LOG_WARN, j->key,
+           "tenant %.40s... is not valid: its work counts as no tenant's (%lld more since the "
+           "last such line)",
+           t, (long long)unsaid);
+    warned_ms = now;
+    unsaid = 0;
+  }
   j->tenant[0] = '\0';
 }
 

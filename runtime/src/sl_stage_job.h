@@ -116,9 +116,10 @@ struct sl_job {
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t started_ms;
-  int keyed;        /* holds its key's slot (stage.per_key_order) */
-  int deferred;     /* the gate sends it through a retry tier until not_before_ms, no attempt */
-  int was_deferred; /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
+  int keyed;            /* holds its key's slot (stage.per_key_order) */
+  int deferred;         /* the gate sends it through a retry tier until not_before_ms, no attempt */
+  int was_deferred;     /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
+  int64_t defer_due_ms; /* a deferral's slot (SL_HDR_DEFER_DUE, unix ms): sl_stage_fair.h */
   /* ---- the gate's (sl_stage_gate.c) ---- */
   char owner[112];       /* its claim's owner id (sl_claim.h) */
   int claimed;           /* it holds the claim on its input */
@@ -133,6 +134,7 @@ struct sl_job {
   int ran;               /* process()/start() was called for it */
   int suspect_noted;     /* its earlier unfinished starts were logged */
   int in_call;           /* counted in the gate's calls: called, the outcome not in */
+  sl_metric *m_calling;  /* and in its tenant's running calls (sl_stage_fair.h) */
   int looked_up;         /* its idempotency lookup was made */
   /* ---- the work's (sl_stage_work.c) ---- */
   uv_work_t work;
@@ -199,7 +201,8 @@ int64_t sl__hdr_i64(const rd_kafka_message_t *m, const char *name);
 double sl__hdr_cost(const rd_kafka_message_t *m);
 
 /* Sets j's tenant to t (a header's value or a processor's finding; NULL:
- * none): kept when valid (sl_tenant_valid), else "" with a warning. */
+ * none): kept when valid (sl_tenant_valid), else "" with a warning (at
+ * most one a minute: a header is anyone's to write). Loop thread. */
 void sl__job_tenant(job *j, const char *t);
 
 /* j's idempotency store key (sl_idem_key), or "" */

@@ -12,7 +12,7 @@ SRC=$ROOT/runtime/src
 LAYERS=(
   "sl_queue"
   "sl_stage_job sl_stage_conf"
-  "sl_stage_part sl_stage_fair"
+  "sl_stage_part sl_stage_fair sl_stage_budget"
   "sl_stage_gate sl_stage_work sl_stage_out"
   "sl_stage_lag"
   "sl_stage_group"

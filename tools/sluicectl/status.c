@@ -30,6 +30,7 @@
 
 #include "sluice/sl_redis.h"
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -99,7 +100,7 @@ typedef struct {
 /* a provider stage's tenant (sluice_tenant_* metrics, replicas summed) */
 typedef struct {
   char stage[64], tenant[SL_TENANT_MAX + 1];
-  double waiting, calls, deferred;
+  double waiting, scheduled, calling, calls, deferred, done, failed, cost;
 } tenant_t;
 
 typedef struct {
@@ -366,12 +367,23 @@ static void tenant_sample(snapshot *s, const sc_sample *m, const char *stage) {
     return;
   tenant_t *t = tenant_named(s, stage, ten);
   if (!t) return;
-  if (strcmp(m->name, "sluice_tenant_waiting") == 0)
-    t->waiting += m->value;
-  else if (strcmp(m->name, "sluice_tenant_calls_total") == 0)
-    t->calls += m->value;
-  else if (strcmp(m->name, "sluice_tenant_deferred_total") == 0)
-    t->deferred += m->value;
+  static const struct {
+    const char *name;
+    size_t at;
+  } cols[] = {
+      {"sluice_tenant_waiting", offsetof(tenant_t, waiting)},
+      {"sluice_tenant_scheduled", offsetof(tenant_t, scheduled)},
+      {"sluice_tenant_calling", offsetof(tenant_t, calling)},
+      {"sluice_tenant_calls_total", offsetof(tenant_t, calls)},
+      {"sluice_tenant_deferred_total", offsetof(tenant_t, deferred)},
+      {"sluice_tenant_cost_units_total", offsetof(tenant_t, cost)},
+  };
+  char outcome[16];
+  for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+    if (strcmp(m->name, cols[i].name) == 0) *(double *)((char *)t + cols[i].at) += m->value;
+  if (strcmp(m->name, "sluice_tenant_outcomes_total") == 0 &&
+      sc_label(m->labels, "outcome", outcome, sizeof outcome) == 0)
+    *(strcmp(outcome, "done") == 0 ? &t->done : &t->failed) += m->value;
 }
 
 static void scrape(const sc_opts *o, snapshot *s) {
@@ -593,9 +605,13 @@ static json_t *to_json(const sc_opts *o, const snapshot *s) {
     json_t *ts = json_array();
     for (int i = 0; i < s->nten; i++)
       json_array_append_new(
-          ts, json_pack("{s:s,s:s,s:I,s:I,s:I}", "stage", s->ten[i].stage, "tenant",
-                        s->ten[i].tenant, "waiting", (json_int_t)s->ten[i].waiting, "calls",
-                        (json_int_t)s->ten[i].calls, "deferred", (json_int_t)s->ten[i].deferred));
+          ts,
+          json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "stage", s->ten[i].stage, "tenant",
+                    s->ten[i].tenant, "waiting", (json_int_t)s->ten[i].waiting, "scheduled",
+                    (json_int_t)s->ten[i].scheduled, "calling", (json_int_t)s->ten[i].calling,
+                    "calls", (json_int_t)s->ten[i].calls, "deferred",
+                    (json_int_t)s->ten[i].deferred, "done", (json_int_t)s->ten[i].done, "failed",
+                    (json_int_t)s->ten[i].failed, "cost_units", s->ten[i].cost));
     json_object_set_new(root, "tenants", ts);
   }
   return root;
@@ -666,11 +682,14 @@ static void print_table(const sc_opts *o, const snapshot *s) {
   }
   if (s->ncost == 0) printf("(no provider cost seen: no provider stage scraped)\n");
   if (o->tenants) {
-    printf("\n%-12s %-32s %10s %12s %10s\n", "TENANT: STAGE", "TENANT", "WAITING", "CALLS",
-           "DEFERRED");
-    for (int i = 0; i < s->nten; i++)
-      printf("%-12s %-32s %10.0f %12.0f %10.0f\n", s->ten[i].stage, s->ten[i].tenant,
-             s->ten[i].waiting, s->ten[i].calls, s->ten[i].deferred);
+    printf("\n%-12s %-24s %8s %9s %7s %9s %9s %9s %7s %12s\n", "TENANT: STAGE", "TENANT", "WAITING",
+           "SCHEDULED", "CALLING", "CALLS", "DEFERRED", "DONE", "FAILED", "COST");
+    for (int i = 0; i < s->nten; i++) {
+      const tenant_t *t = &s->ten[i];
+      printf("%-12s %-24s %8.0f %9.0f %7.0f %9.0f %9.0f %9.0f %7.0f %12.3f\n", t->stage, t->tenant,
+             t->waiting, t->scheduled, t->calling, t->calls, t->deferred, t->done, t->failed,
+             t->cost);
+    }
     if (s->nten == 0) printf("(no tenant seen at a provider's limiter)\n");
   }
   printf("\n%-28s %-12s %-4s %s\n", "ADMIN ENDPOINT", "PROCESS", "UP", "READY");
