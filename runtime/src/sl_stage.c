@@ -446,7 +446,6 @@ static void job_headers(loop_t *L, job *j) {
   char cls[16];
   j->was_deferred = j->p->retry_tier >= 0 && sl__hdr(m, SL_HDR_ERROR_CLASS, cls, sizeof cls) &&
                     strcmp(cls, "deferred") == 0;
-  j->defer_due_ms = j->was_deferred ? sl__hdr_i64(m, SL_HDR_DEFER_DUE) : 0;
   if (j->p->retry_tier >= 0) {
     /* the header is the sending replica's clock: never wait longer than
      * the delay it chose (or, without one, this tier's delay or the

@@ -2,9 +2,9 @@
 /*
  * sl_stage_fair.c — the gate's lines per tenant (see sl_stage_fair.h): a
  * uthash table of lines, each an sl_queue of jobs with its weight, the
- * calls granted here per weight (who is named first) and the last slot of
- * its deferrals' schedule; the lines with jobs waiting are also on a
- * circular list, so a take looks at those only.
+ * calls granted here per weight (who is named first) and its deferrals
+ * not back yet; the lines with jobs waiting are also on a circular list,
+ * so a take looks at those only.
  */
 #include "sl_stage_fair.h"
 #include "sluice/sl_log.h"
@@ -19,12 +19,11 @@
 struct sl_fair_line {
   char id[SL_TENANT_MAX + 1];
   sl_queue q;
-  double weight;                       /* as last read; 1 when not set */
-  double used;                         /* calls granted here / weight */
-  int64_t weight_ms;                   /* monotonic, when last asked for; 0: never */
-  int reading;                         /* its weight's HGET is out */
-  int64_t tail_ms;                     /* unix ms, the last slot given to a deferral */
-  int64_t sched_shown;                 /* in its m_scheduled */
+  double weight;        /* as last read; 1 when not set */
+  double used;          /* calls granted here / weight */
+  int64_t weight_ms;    /* monotonic, when last asked for; 0: never */
+  int reading;          /* its weight's HGET is out */
+  int64_t deferred_out; /* its deferrals sent here and not seen back (estimate, >= 0) */
   sl_fair_line *busy_prev, *busy_next; /* on F->busy while it has jobs */
   sl_metric *m_waiting, *m_calls, *m_deferred, *m_scheduled;
   sl_fair_counts counts;
@@ -62,8 +61,8 @@ static void line_metrics(sl_fair_lines *F, sl_fair_line *l, int other) {
       sl_metrics_counter("sluice_tenant_deferred_total", lab,
                          "Jobs deferred through a retry tier because their tenant's line was full");
   l->m_scheduled = sl_metrics_gauge("sluice_tenant_scheduled", lab,
-                                    "Deferred jobs whose slot in their tenant's schedule is still "
-                                    "ahead (estimate; with sluice_tenant_waiting, the backlog)");
+                                    "Deferred jobs sent through a retry tier and not back yet "
+                                    "(estimate; with sluice_tenant_waiting, the backlog)");
   l->counts.calling =
       sl_metrics_gauge("sluice_tenant_calling", lab, "Provider calls running, by tenant");
   l->counts.cost = sl_metrics_counter_real("sluice_tenant_cost_units_total", lab,
@@ -77,12 +76,10 @@ static void line_metrics(sl_fair_lines *F, sl_fair_line *l, int other) {
   l->counts.failed = sl_metrics_counter("sluice_tenant_outcomes_total", lab2, help);
 }
 
-/* l's deferrals whose slot is ahead of now, shown (added: "other" is
- * many lines' sum) */
-static void scheduled_set(sl_fair_line *l, int64_t now, double gap) {
-  int64_t ahead = l->tail_ms > now ? (int64_t)ceil((double)(l->tail_ms - now) / gap) : 0;
-  sl_metric_gauge_add(l->m_scheduled, ahead - l->sched_shown);
-  l->sched_shown = ahead;
+/* l's deferrals not back yet, shown (added: "other" is many lines' sum) */
+static void deferred_out_add(sl_fair_line *l, int64_t d) {
+  l->deferred_out += d;
+  sl_metric_gauge_add(l->m_scheduled, d);
 }
 
 void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms) {
@@ -141,16 +138,16 @@ static void busy_leave(sl_fair_lines *F, sl_fair_line *l) {
   if (!F->busy) F->busy_weight = 0; /* no drift from the sums */
 }
 
-/* drops lines without jobs, a read out or a schedule ahead, when there are
- * too many (the last candidates named go too: a take answered after this
- * pops nothing) */
+/* drops lines without jobs or a read out, when there are too many (the
+ * last candidates named go too: a take answered after this pops nothing;
+ * its deferrals out are forgotten: an estimate, and copies may come back
+ * to another replica) */
 static void evict(sl_fair_lines *F) {
   sl_fair_line *l, *t;
-  int64_t now = sl_now_ms();
   HASH_ITER(hh, F->map, l, t) {
     if (F->nlines < SL_FAIR_LINES_MAX) return;
-    if (l->q.len || l->reading || l->tail_ms > now) continue;
-    sl_metric_gauge_add(l->m_scheduled, -l->sched_shown);
+    if (l->q.len || l->reading) continue;
+    deferred_out_add(l, -l->deferred_out);
     HASH_DEL(F->map, l);
     free(l);
     F->nlines--;
@@ -173,29 +170,15 @@ static sl_fair_line *line_of(sl_fair_lines *F, const char *id) {
   return l;
 }
 
-/* the interval between l's calls here (ms): this replica's rate times l's
- * share of the weights waiting here (l's counted when it is not yet) */
-static double interval_ms(const sl_fair_lines *F, const sl_fair_line *l) {
-  double sum = F->busy_weight + (l->busy_next ? 0 : l->weight);
-  return sum > l->weight ? F->slot_ms * sum / l->weight : F->slot_ms;
-}
-
 int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms) {
   sl_fair_line *l = line_of(F, j->tenant);
   if (!l) return -1;
+  if (j->was_deferred && l->deferred_out > 0) deferred_out_add(l, -1); /* one came back */
   if (l->q.len >= F->hold) {
-    int64_t now = sl_now_ms();
-    if (j->was_deferred && j->defer_due_ms > now) { /* early: its slot stays */
-      *due_ms = j->defer_due_ms;
-      return 1;
-    }
-    /* the next slot after the schedule's last and after what the line holds */
-    double gap = interval_ms(F, l);
-    int64_t after = now + (int64_t)ceil((double)l->q.len * gap);
-    if (l->tail_ms < after) l->tail_ms = after;
-    l->tail_ms += (int64_t)ceil(gap);
-    *due_ms = l->tail_ms;
-    scheduled_set(l, now, gap);
+    /* behind what the line holds and the deferrals still out, one token's
+     * interval apart: due about when the limiter could take it */
+    deferred_out_add(l, 1);
+    *due_ms = sl_now_ms() + (int64_t)ceil((double)(l->q.len + l->deferred_out) * F->slot_ms);
     return 1;
   }
   sl_queue_push(&l->q, &j->link);
@@ -310,14 +293,6 @@ void sl__fair_split(sl_fair_lines *F, int (*take)(sl_qlink *, void *), sl_queue 
 const sl_fair_counts *sl__fair_counts(sl_fair_lines *F, const char *tenant) {
   sl_fair_line *l = line_of(F, tenant);
   return l ? &l->counts : NULL;
-}
-
-void sl__fair_tick(sl_fair_lines *F) {
-  sl_fair_line *l, *t;
-  int64_t now = sl_now_ms();
-  HASH_ITER(hh, F->map, l, t) {
-    if (l->sched_shown > 0) scheduled_set(l, now, interval_ms(F, l));
-  }
 }
 
 void sl__fair_deferred(sl_fair_lines *F, const job *j) {

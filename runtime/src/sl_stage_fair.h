@@ -11,18 +11,12 @@
  * past it is deferred instead (the gate sends it through a retry tier
  * without counting an attempt): its slot is not held by work that would
  * wait anyway, so the stage reads on and reaches other tenants' work
- * behind it in the partition. Each line keeps a schedule: a deferred job
- * gets the next slot after the line's last one (or after what the line
- * holds now), one slot per call the tenant is expected to get here, which
- * is this replica's rate times the tenant's weight over the weights of the
- * lines with jobs waiting (an estimate on the fast side: a copy back early
- * goes round again, one back late would leave its line empty). The copy
- * carries its slot (SL_HDR_DEFER_DUE) and keeps it when it comes back
- * early to a full line; one back on or after its slot to a full line gets
- * a new one at the end. Through the tiers it goes by the longest tier that
- * does not overshoot the slot, each hop a tier's whole delay, so that
- * every copy in a tier partition waits the same time and none waits
- * behind a later one (sl_stage_out.c, to_defer).
+ * behind it in the partition. A deferred job is due one token's interval
+ * per job ahead of it: those in its tenant's line and the tenant's
+ * deferrals not back yet (counted out here, and in again when a copy marked
+ * deferred joins the line), so they come back about when the limiter can
+ * take them; a tenant getting less than the whole rate sees some come back
+ * early and go round again.
  *
  * Weights are each line's tenant's setting (`sluicectl tenant set`, the
  * tenant's settings hash), read at most every SL_FAIR_WEIGHT_MS; 1 until
@@ -30,8 +24,8 @@
  * schedule, at most SL_FAIR_LINES_MAX; beyond that the empty ones go.
  *
  * Metrics, per stage and tenant: sluice_tenant_waiting (jobs in the line),
- * sluice_tenant_scheduled (deferred jobs whose slot is still ahead: with
- * waiting, the tenant's backlog here), sluice_tenant_calls_total (tokens
+ * sluice_tenant_scheduled (its deferrals not back yet, as counted here:
+ * with waiting, the tenant's backlog here), sluice_tenant_calls_total (tokens
  * granted), sluice_tenant_deferred_total; and those the gate counts with
  * sl__fair_counts: sluice_tenant_calling (calls running),
  * sluice_tenant_outcomes_total{outcome=done|failed} and
@@ -68,7 +62,7 @@ typedef struct {
   int nlines;
   int64_t waiting; /* jobs in every line */
   int64_t hold;    /* jobs one tenant may have waiting here */
-  double slot_ms;  /* one token's interval at this replica's rate */
+  double slot_ms;  /* one token's interval: deferred jobs come back this far apart */
   int labels;      /* tenants with series of their own so far */
   int closed;
   /* the last candidates named (sl__fair_candidates), for the pick */
@@ -84,9 +78,8 @@ void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms);
 void sl__fair_close(sl_fair_lines *F);
 
 /* j joins its tenant's line: 0, or 1 when the line holds `hold` already:
- * j is not queued and should be deferred until its slot *due_ms (unix ms;
- * j->defer_due_ms when it came back before it). -1: no memory for a new
- * line (j is not queued; the caller lets it through). */
+ * j is not queued and should be deferred until *due_ms (unix ms). -1: no
+ * memory for a new line (j is not queued; the caller lets it through). */
 int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms);
 
 /* Names up to SL_FAIR_CANDIDATES tenants with jobs waiting, the least
@@ -111,8 +104,5 @@ void sl__fair_deferred(sl_fair_lines *F, const job *j);
 
 /* tenant's series for the gate to count in (NULL: no room for its line). */
 const sl_fair_counts *sl__fair_counts(sl_fair_lines *F, const char *tenant);
-
-/* Brings the scheduled gauges up to date (the gate's, about once a second). */
-void sl__fair_tick(sl_fair_lines *F);
 
 #endif

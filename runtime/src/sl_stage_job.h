@@ -116,10 +116,9 @@ struct sl_job {
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t started_ms;
-  int keyed;            /* holds its key's slot (stage.per_key_order) */
-  int deferred;         /* the gate sends it through a retry tier until not_before_ms, no attempt */
-  int was_deferred;     /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
-  int64_t defer_due_ms; /* a deferral's slot (SL_HDR_DEFER_DUE, unix ms): sl_stage_fair.h */
+  int keyed;        /* holds its key's slot (stage.per_key_order) */
+  int deferred;     /* the gate sends it through a retry tier until not_before_ms, no attempt */
+  int was_deferred; /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
   /* ---- the gate's (sl_stage_gate.c) ---- */
   char owner[112];       /* its claim's owner id (sl_claim.h) */
   int claimed;           /* it holds the claim on its input */

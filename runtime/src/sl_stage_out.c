@@ -139,10 +139,6 @@ static void produce(job *j) {
       rd_kafka_header_add(hs, SL_HDR_ERROR_MESSAGE, -1, j->res.error_message, -1);
       snprintf(b[4], 32, "%.17g", j->cost_before + j->res.cost_units);
       rd_kafka_header_add(hs, SL_HDR_COST, -1, b[4], -1);
-      if (j->deferred) {
-        snprintf(b[4], 32, "%lld", (long long)j->defer_due_ms);
-        rd_kafka_header_add(hs, SL_HDR_DEFER_DUE, -1, b[4], -1);
-      }
     }
     rd_kafka_resp_err_t e;
     if (hs)
@@ -228,19 +224,15 @@ static void add_dead_letter(job *j) {
          j->res.error_class, j->res.error_message);
 }
 
-/* Deferred by the gate (its tenant's line was full): a copy in the longest
- * retry tier that does not overshoot its slot (the first one if all do),
- * for the tier's whole delay, so that every copy in a tier waits as long
- * as those before it (no copy waits behind a later one); with its attempts
- * and first failure as they were: no attempt, no budget. Its slot goes
- * with it (SL_HDR_DEFER_DUE): back early, it goes round again. */
+/* Deferred by the gate (its tenant's line was full): a copy in the first
+ * retry tier whose delay reaches its due time (the last one else), with
+ * its attempts and first failure as they were: no attempt, no budget. */
 static void to_defer(job *j) {
   const sl_jobs *R = j->R;
-  int64_t now = sl_now_ms(), want = j->defer_due_ms > now ? j->defer_due_ms - now : 0;
+  int64_t now = sl_now_ms(), delay = j->not_before_ms > now ? j->not_before_ms - now : 0;
   int t = 0;
-  while (t + 1 < R->rp->ntiers && R->rp->tier_ms[t + 1] <= want) t++;
-  int64_t delay = R->rp->tier_ms[t];
-  j->not_before_ms = now + delay;
+  while (t + 1 < R->rp->ntiers && R->rp->tier_ms[t] < delay) t++;
+  if (delay > R->rp->tier_ms[t]) delay = R->rp->tier_ms[t], j->not_before_ms = now + delay;
   j->retry_delay_ms = delay;
   sl_outbox_clear(&j->out);
   if (sl_outbox_add(&j->out, R->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)

@@ -622,10 +622,10 @@ static int create(presign *ps, sl_http_req *req, idem *ik, const creator *who) {
 static void on_quota(void *ud, const sl__quota_verdict *v) {
   resolving_create *rcr = ud;
   presign *ps = rcr->ps;
-  if (v->unavailable) /* on without it (quota.h) */
+  if (v->state == SL__QUOTA_UNCHECKED) /* on without it (quota.h) */
     sl_log(SL_LOG_WARN, NULL, "quota store unavailable: tenant %s's create not checked",
            rcr->who.tenant);
-  if (!v->ok) {
+  if (v->state == SL__QUOTA_REFUSED) {
     char hdr[64];
     snprintf(hdr, sizeof hdr, "Retry-After: %lld\r\n", (long long)v->retry_after_s);
     sl_metric_add(ps->m_quota, 1);
@@ -653,7 +653,7 @@ static int check_quota(presign *ps, sl_http_req *req, idem *ik, const creator *w
   *rcr = (resolving_create){.ps = ps, .req = req, .ik = ik, .who = *who};
   if (sl__quota_check(ps->redis, who->tenant, (long)n, sl_now_ms(), on_quota, rcr) != 0) {
     /* Redis not connected: on unchecked (quota.h) */
-    sl__quota_verdict v = {.ok = 1, .unavailable = 1};
+    sl__quota_verdict v = {.state = SL__QUOTA_UNCHECKED};
     ps->inflight++;
     on_quota(rcr, &v); /* it owns ik from here, as an answer would */
     return -1;
@@ -689,7 +689,7 @@ static int create_checked(presign *ps, sl_http_req *req, idem *ik, const creator
     return 1;
   }
   const char *callback = json_string_value(json_object_get(root, "callback_url"));
-  if ((callback && !(done & CALLBACK_RESOLVED)) || !who->quota.ok) {
+  if ((callback && !(done & CALLBACK_RESOLVED)) || who->quota.state == SL__QUOTA_UNASKED) {
     int c = callback && !(done & CALLBACK_RESOLVED) ? check_callback(ps, req, ik, who, callback)
                                                     : check_quota(ps, req, ik, who, n);
     json_decref(root);

@@ -62,23 +62,21 @@ static void on_quota(redisReply *r, void *ud) {
                        ? r->element[0]->integer
                        : -1;
   v->retry_after_s = (sl_tenant_day_left_ms(c->now_ms) + 999) / 1000;
-  if (code == 0) {
-    v->ok = 1;
-  } else if (code == 1) {
-    v->counted[0] = '\0';
+  v->state = code == 0                ? SL__QUOTA_COUNTED
+             : code == 1 || code == 2 ? SL__QUOTA_REFUSED
+                                      : SL__QUOTA_UNCHECKED;
+  if (v->state != SL__QUOTA_COUNTED) v->counted[0] = '\0';
+  if (code == 1) {
     snprintf(v->message, sizeof v->message,
              "tenant %.64s has %s of its %s answers for today (UTC) accepted; this submission "
              "has %ld; the quota refills in %lld s",
              c->tenant, str_at(r, 1), str_at(r, 2), v->n, (long long)v->retry_after_s);
   } else if (code == 2) {
-    v->counted[0] = '\0';
     snprintf(v->message, sizeof v->message,
              "tenant %.64s has spent %s of its %s provider cost units for today (UTC); the "
              "budget refills in %lld s",
              c->tenant, str_at(r, 1), str_at(r, 2), (long long)v->retry_after_s);
-  } else { /* Redis unavailable: the create goes on, unchecked and uncounted */
-    v->counted[0] = '\0';
-    v->ok = v->unavailable = 1;
+  } else if (code != 0) { /* Redis unavailable: the create goes on, unchecked and uncounted */
     if (r && r->type == REDIS_REPLY_ERROR) sl_log(SL_LOG_WARN, NULL, "quota script: %s", r->str);
   }
   c->cb(c->ud, v);
@@ -106,7 +104,7 @@ int sl__quota_check(sl_aredis *r, const char *tenant, long n, int64_t now_ms, sl
 }
 
 void sl__quota_undo(sl_aredis *r, const sl__quota_verdict *v) {
-  if (!v || !v->ok || !v->counted[0] || v->n < 1) return;
+  if (!v || v->state != SL__QUOTA_COUNTED || !v->counted[0] || v->n < 1) return;
   char nb[24];
   snprintf(nb, sizeof nb, "%ld", v->n);
   const char *argv[] = {v->counted, nb};

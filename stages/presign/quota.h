@@ -10,8 +10,8 @@
  * nothing; a create that fails after it was counted (Kafka refused it)
  * takes its count back (sl__quota_undo). The answers counter is kept for
  * every tenant, limited or not: it is the tenant's accepted answers of the
- * day. Without Redis the create goes on unchecked and uncounted (ok and
- * unavailable both set): a create with a JWT and no rate limits needs no
+ * day. Without Redis the create goes on unchecked and uncounted
+ * (SL__QUOTA_UNCHECKED): a create with a JWT and no rate limits needs no
  * Redis, and quotas do not take that away; a tenant may pass its quota by
  * what it creates while Redis does not answer.
  *
@@ -26,12 +26,18 @@
 #include "sluice/sl_tenant.h"
 
 /* What a check found. */
+typedef enum {
+  SL__QUOTA_UNASKED = 0, /* no check yet */
+  SL__QUOTA_COUNTED,     /* allowed, and its answers counted */
+  SL__QUOTA_UNCHECKED,   /* Redis did not answer: on, neither checked nor counted */
+  SL__QUOTA_REFUSED,     /* past a quota: 429 */
+} sl__quota_state;
+
 typedef struct {
-  int ok;                          /* the create may go on (counted unless unavailable) */
-  int unavailable;                 /* Redis did not answer: not checked */
+  sl__quota_state state;
   int64_t retry_after_s;           /* refused: when the quota refills */
   char message[320];               /* refused: why, for the client */
-  char counted[SL_TENANT_KEY_MAX]; /* ok: the counter n was added to */
+  char counted[SL_TENANT_KEY_MAX]; /* counted: the counter n was added to */
   long n;
 } sl__quota_verdict;
 

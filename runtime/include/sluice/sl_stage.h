@@ -67,8 +67,6 @@
 /* the delay the sender chose (ms): a reader never waits longer than this
  * from when it reads the copy, whatever the sender's clock wrote above */
 #define SL_HDR_DELAY "sluice-delay-ms"
-/* a deferred copy's slot in its tenant's schedule (unix ms; the gate's) */
-#define SL_HDR_DEFER_DUE "sluice-defer-due-ms"
 #define SL_HDR_ERROR_CLASS "sluice-error-class"
 #define SL_HDR_ERROR_MESSAGE "sluice-error-message"
 #define SL_HDR_REPLAY_ID "sluice-replay-id"
