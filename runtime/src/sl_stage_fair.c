@@ -103,7 +103,6 @@ void sl__fair_close(sl_fair_lines *F) {
     free(l);
   }
   F->busy = NULL;
-  F->busy_weight = 0;
   F->nlines = 0;
   F->waiting = 0;
 }
@@ -120,7 +119,6 @@ static void busy_join(sl_fair_lines *F, sl_fair_line *l) {
     l->busy_prev->busy_next = l;
     F->busy->busy_prev = l;
   }
-  F->busy_weight += l->weight;
 }
 
 /* l has no job any more: off the busy list */
@@ -134,8 +132,6 @@ static void busy_leave(sl_fair_lines *F, sl_fair_line *l) {
     if (F->busy == l) F->busy = l->busy_next;
   }
   l->busy_next = l->busy_prev = NULL;
-  F->busy_weight -= l->weight;
-  if (!F->busy) F->busy_weight = 0; /* no drift from the sums */
 }
 
 /* drops lines without jobs or a read out, when there are too many (the
@@ -208,11 +204,7 @@ static void on_weight(redisReply *r, void *ud) {
   if (l) {
     l->reading = 0;
     /* Redis unavailable: the weight stays as it was */
-    if (r && r->type != REDIS_REPLY_ERROR) {
-      double w2 = weight_of(r);
-      if (l->busy_next) w->F->busy_weight += w2 - l->weight;
-      l->weight = w2;
-    }
+    if (r && r->type != REDIS_REPLY_ERROR) l->weight = weight_of(r);
   }
   free(w);
 }

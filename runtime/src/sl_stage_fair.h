@@ -58,7 +58,6 @@ typedef struct {
   sl_jobs *R;
   sl_fair_line *map;  /* uthash by tenant */
   sl_fair_line *busy; /* the lines with jobs waiting (a circular list) */
-  double busy_weight; /* their weights' sum */
   int nlines;
   int64_t waiting; /* jobs in every line */
   int64_t hold;    /* jobs one tenant may have waiting here */
