@@ -42,17 +42,29 @@ if getent ahostsv6 localhost 2>/dev/null | grep -q '^::1 '; then
     >"$work/receiver6.log" 2>&1 &
   at_exit "kill $! 2>/dev/null || true"
 fi
-# the "proxy": counts the connections it accepts (one line each), answers nothing
+# the "proxy": counts the connections it accepts (one line each: who
+# connected, as ss(8) names the peer's process, and the first bytes it sent
+# within a second), answers nothing
 "$PY" -c '
-import socket, sys
+import socket, subprocess, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen(64)
 while True:
-    c, _ = s.accept()
+    c, peer = s.accept()
+    try:
+        who = subprocess.run(["ss", "-tnpH", "state", "established", "( sport = :%d )" % peer[1]],
+                             capture_output=True, text=True, timeout=5).stdout.strip().replace("\n", " | ")
+    except (OSError, subprocess.SubprocessError):
+        who = ""
+    c.settimeout(1.0)
+    try:
+        first = c.recv(200)
+    except OSError:
+        first = b""
     with open(sys.argv[2], "a") as f:
-        f.write("connection\n")
+        f.write("connection from port %d: %s; sent %r\n" % (peer[1], who or "?", first))
     c.close()
 ' "$PPORT" "$work/proxy.log" >"$work/proxy.err" 2>&1 &
 at_exit "kill $! 2>/dev/null || true"
@@ -120,6 +132,7 @@ check "the trailing-dot URL is sent for the host checked and pinned (Host: local
 check "no request names the trailing-dot host" test "$(received "/dot/$n" | jq -r .host | grep -c 'localhost\.' || true)" -eq 0
 check "the plain callback arrived directly" jqany ".delivery == \"$PLAIN_SID/1/failed\"" "$(received "/plain/$n")"
 log "connections to the proxy listener: $(proxied)"
+[[ $(proxied) == 0 ]] || sed 's/^/  /' "$work/proxy.log" >&2
 check "the proxy of the environment got 0 connections" test "$(proxied)" -eq 0
 
 # --- per-API-key signing secrets -------------------------------------------
