@@ -43,10 +43,11 @@ static void build(sl_span *s, const sl_trace_ctx *parent, long i) {
   sl_span_str(s, "sluice.stage", "grade");
   sl_span_int(s, "sluice.attempt", 1);
   sl_span_str(s, "sluice.outcome", "done");
-  sl_span_real(s, "sluice.queued_ms", 1.25 + (double)(i % 7));
-  sl_span_real(s, "sluice.gated_ms", 0.311);
-  sl_span_real(s, "sluice.running_ms", 0.052);
-  sl_span_real(s, "sluice.producing_ms", 2.5);
+  /* phase times as a stage measures them: nanoseconds apart, each its own */
+  sl_span_real(s, "sluice.queued_ms", 1.25 + (double)(i % 7919) * 1e-3);
+  sl_span_real(s, "sluice.gated_ms", 0.311 + (double)(i % 7907) * 1e-6);
+  sl_span_real(s, "sluice.running_ms", 0.052 + (double)(i % 7901) * 1e-6);
+  sl_span_real(s, "sluice.producing_ms", 2.5 + (double)(i % 7883) * 1e-4);
 }
 
 static double round_build(long n, const sl_trace_ctx *root) {

@@ -34,12 +34,15 @@ int64_t sl__mono_ms(void) {
 /* the phases of a job's span, by state: every phase's time is on the job's
  * span as sluice.<phase>_ms. A provider's call that took
  * SL_PHASE_SPAN_MIN_NS or more is a child span ("call <provider>"); so are
- * parked, gated and a run without a provider when they took that long and
- * at least 1/SL_PHASE_SPAN_SHARE of the message's time in the stage: where
- * its time went. One span per message when nothing waited (a span costs a
- * few µs: bench/cost), and under a backlog, where waiting for a slot is
- * most of every message's time, the short gates between stay attributes. */
+ * parked, gated and a run without a provider when they took
+ * SL_WAIT_SPAN_MIN_NS or more and at least 1/SL_PHASE_SPAN_SHARE of the
+ * message's time in the stage: where its time went, at the scale a person
+ * asking "why did this answer take 40 s" looks at. One span per message when
+ * nothing waited (a span costs a few µs: bench/cost), and under a backlog,
+ * where waiting for a slot is most of every message's time and Redis round
+ * trips queue for tens of ms, those short gates stay attributes. */
 #define SL_PHASE_SPAN_MIN_NS 10000000
+#define SL_WAIT_SPAN_MIN_NS 100000000
 #define SL_PHASE_SPAN_SHARE 10
 enum { PH_QUEUED, PH_PARKED, PH_GATED, PH_RUNNING, PH_PRODUCING, PH_END };
 static const char *const phase_name[] = {"queued", "parked", "gated", "running", "producing"};
@@ -121,23 +124,34 @@ static const char *outcome_word(const job *j, sl_job_state end) {
                                               : "failed";
 }
 
+/* topic's names (R->names), made the first time it is traced; NULL past
+ * the table (more topics than a stage reads: its own scratch is used) */
+static const struct sl__span_names *names_of(sl_jobs *R, const char *topic,
+                                             struct sl__span_names *scratch) {
+  for (int i = 0; i < R->nnames; i++)
+    if (R->names[i].topic == topic) return &R->names[i];
+  struct sl__span_names *n =
+      R->nnames < (int)(sizeof R->names / sizeof R->names[0]) ? &R->names[R->nnames++] : scratch;
+  n->topic = topic;
+  n->tier = -1; /* the retry tier it is, if one */
+  for (int t = 0; t < R->rp->ntiers && n->tier < 0; t++)
+    if (strcmp(topic, R->tier_topic[t]) == 0) n->tier = t;
+  snprintf(n->span, sizeof n->span, "process %s", topic);
+  snprintf(n->group, sizeof n->group, "sluice-%s%s", R->o->stage, n->tier >= 0 ? "-retry" : "");
+  return n;
+}
+
 /* the process span's messaging attributes (OpenTelemetry's conventions) */
-static void process_attrs(const job *j, sl_span *s) {
+static void process_attrs(const job *j, const struct sl__span_names *n, sl_span *s) {
   const rd_kafka_message_t *m = j->m;
-  const char *topic = m && m->rkt ? rd_kafka_topic_name(m->rkt) : "";
-  char group[96];
-  int tier = -1; /* the retry tier it was read from */
-  for (int t = 0; t < j->R->rp->ntiers && tier < 0; t++)
-    if (strcmp(topic, j->R->tier_topic[t]) == 0) tier = t;
-  snprintf(group, sizeof group, "sluice-%s%s", j->R->o->stage, tier >= 0 ? "-retry" : "");
   sl_span_str(s, "messaging.system", "kafka");
-  sl_span_str(s, "messaging.destination.name", topic);
+  sl_span_str(s, "messaging.destination.name", n->topic);
   sl_span_int(s, "messaging.destination.partition.id", m ? m->partition : -1);
   sl_span_int(s, "messaging.kafka.offset", j->offset);
-  sl_span_str(s, "messaging.consumer.group.name", group);
+  sl_span_str(s, "messaging.consumer.group.name", n->group);
   sl_span_str(s, "messaging.kafka.message.key", j->key);
   sl_span_int(s, "sluice.attempt", (int64_t)j->attempts + 1);
-  if (tier >= 0) sl_span_str(s, "sluice.retry_tier", j->R->tier_label[tier]);
+  if (n->tier >= 0) sl_span_str(s, "sluice.retry_tier", j->R->tier_label[n->tier]);
 }
 
 /* a client span of j's, from start_ns to end_ns (0: now): a storage
@@ -168,11 +182,12 @@ static void trace_end(job *j, sl_job_state end) {
   const char *word = outcome_word(j, end);
   sl_span s;
   char name[200];
-  const char *topic = j->m && j->m->rkt ? rd_kafka_topic_name(j->m->rkt) : "?";
-  snprintf(name, sizeof name, "process %s", topic);
-  sl_span_begin(&s, &j->tc, j->has_parent ? j->parent_span : NULL, name, SL_SPAN_CONSUMER,
+  struct sl__span_names scratch;
+  const struct sl__span_names *n =
+      names_of(j->R, j->m && j->m->rkt ? rd_kafka_topic_name(j->m->rkt) : "?", &scratch);
+  sl_span_begin(&s, &j->tc, j->has_parent ? j->parent_span : NULL, n->span, SL_SPAN_CONSUMER,
                 j->taken_ns);
-  process_attrs(j, &s);
+  process_attrs(j, n, &s);
   sl_span_str(&s, "sluice.outcome", word);
   if (strcmp(word, "done") && strcmp(word, "reused")) {
     sl_span_str(&s, "error.type", j->res.error_class[0] ? j->res.error_class : word);
@@ -196,7 +211,7 @@ static void trace_end(job *j, sl_job_state end) {
      * (a backlog makes them long for every message) */
     int64_t took = to - j->seg[i].at_ns;
     if (ph == PH_QUEUED || ph == PH_PRODUCING || took < SL_PHASE_SPAN_MIN_NS ||
-        (!call && took * SL_PHASE_SPAN_SHARE < now - j->taken_ns))
+        (!call && (took < SL_WAIT_SPAN_MIN_NS || took * SL_PHASE_SPAN_SHARE < now - j->taken_ns)))
       continue;
     sl_trace_ctx c;
     if (sl_trace_child(&j->tc, &c)) return;

@@ -92,6 +92,14 @@ typedef struct sl_jobs {
   int64_t inflight; /* jobs taken and not freed (parked included) */
   int64_t bytes;    /* what they hold (job.bytes summed): stage.max_bytes_in_flight */
   sl_metric *m_inflight, *m_bytes;
+  /* the loop's (sl_stage_job.c): each topic's process span name, consumer
+   * group and retry tier (-1: an input), made once when first traced */
+  struct sl__span_names {
+    const char *topic; /* rd_kafka_topic_name's: compared as a pointer */
+    int tier;
+    char span[176], group[96];
+  } names[SL_RETRY_TIERS_MAX + 4];
+  int nnames;
 } sl_jobs;
 
 struct sl_job {

@@ -7,6 +7,12 @@
  * (blocking, on its own thread, with a deadline) and only then gives the
  * slots back. The ring has room for trace.queue_spans waiting beside the
  * batch taken; callers take the mutex only to copy one span in.
+ * Each span is packed on its own and each of its attributes too (the same
+ * bytes on the wire as OTLP's nested messages); an attribute's packed bytes
+ * are kept in a small direct-mapped cache on the encoder, so that the ones
+ * every span of a stage repeats (system, topic, group, partition, attempt,
+ * outcome) are copied, not packed again by protobuf-c's generic packer,
+ * which is most of a span's cost (bench/cost/trace_bench).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_trace.h"
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 /* ---- context ---- */
@@ -218,16 +225,33 @@ void sl_span_link(sl_span *s, const sl_trace_ctx *other) {
 
 /* ---- OTLP/protobuf ---- */
 
+/* A KeyValue packed before, kept for the next span with the same key (a
+ * literal: compared as a pointer) and value: a direct-mapped cache of
+ * KV_CACHE of them, a new one replacing whatever was in its slot. */
+#define KV_CACHE 256
+#define KV_CACHE_STR 48     /* longer string values are packed every time */
+#define KV_CACHE_PACKED 128 /* so are KeyValues packed longer than this */
+typedef struct {
+  const char *key; /* NULL: an empty slot */
+  int type;
+  uint8_t slen, plen;
+  uint64_t bits; /* an int's or a double's */
+  char s[KV_CACHE_STR];
+  uint8_t packed[KV_CACHE_PACKED];
+} kv_cached;
+
 /* what a body is built from, kept between bodies: the structs of the span
- * being packed (they point into it: nothing is copied), the packed spans
- * and the body */
+ * being packed (they point into it: nothing is copied), its attributes'
+ * packed bytes (cached or in kvbuf), the packed spans and the body */
 struct sl__otlp_enc {
   size_t cap; /* spans per body at most */
-  Sluice__Otlp__Span sp;
-  Sluice__Otlp__KeyValue kv[SL_SPAN_ATTRS], *kvp[SL_SPAN_ATTRS];
-  Sluice__Otlp__AnyValue av[SL_SPAN_ATTRS];
+  Sluice__Otlp__PackedSpan sp;
+  ProtobufCBinaryData attrs[SL_SPAN_ATTRS];
   Sluice__Otlp__Span__Link lk, *lkp;
   Sluice__Otlp__Status st;
+  uint8_t *kvbuf; /* the span's attributes that were not cached, packed */
+  size_t kvbuf_cap;
+  kv_cached *kv;               /* KV_CACHE of them */
   ProtobufCBinaryData *packed; /* cap of them: each span's bytes in spans */
   size_t *off;                 /* where each starts in spans */
   uint8_t *spans, *out;
@@ -236,7 +260,7 @@ struct sl__otlp_enc {
 
 void sl__otlp_enc_free(sl__otlp_enc *e) {
   if (!e) return;
-  free(e->packed), free(e->off), free(e->spans), free(e->out);
+  free(e->packed), free(e->off), free(e->spans), free(e->out), free(e->kvbuf), free(e->kv);
   free(e);
 }
 
@@ -246,7 +270,8 @@ sl__otlp_enc *sl__otlp_enc_new(size_t cap) {
   e->cap = cap;
   e->packed = calloc(cap, sizeof *e->packed);
   e->off = calloc(cap, sizeof *e->off);
-  if (!e->packed || !e->off) return sl__otlp_enc_free(e), NULL;
+  e->kv = calloc(KV_CACHE, sizeof *e->kv);
+  if (!e->packed || !e->off || !e->kv) return sl__otlp_enc_free(e), NULL;
   return e;
 }
 
@@ -256,14 +281,96 @@ static ProtobufCBinaryData bin(const uint8_t *b, size_t n) {
   return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)b};
 }
 
-/* e's Span structs for s */
-static void pb_span(sl__otlp_enc *e, const sl_span *s) {
-  static const Sluice__Otlp__Span span0 = SLUICE__OTLP__SPAN__INIT;
+/* buf grown to hold need bytes */
+static int room(uint8_t **buf, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 65536;
+  while (c < need) c *= 2;
+  uint8_t *b = realloc(*buf, c);
+  if (!b) return SL_ENOMEM;
+  *buf = b, *cap = c;
+  return 0;
+}
+
+/* a's int or double value, as bits */
+static uint64_t bits_of(const sl_span_attr *a) {
+  uint64_t b = 0;
+  if (a->type == 'i') b = (uint64_t)a->v.i;
+  if (a->type == 'd') memcpy(&b, &a->v.d, sizeof b);
+  return b;
+}
+
+/* the slot of a's key and value (str: its string value, slen bytes) */
+static kv_cached *kv_slot(sl__otlp_enc *e, const sl_span_attr *a, const char *str, size_t slen) {
+  uint64_t h = (uint64_t)(uintptr_t)a->key * 0x9E3779B97F4A7C15u ^ (uint64_t)a->type;
+  if (a->type == 's')
+    for (size_t i = 0; i < slen; i++) h = (h ^ (uint8_t)str[i]) * 0x100000001B3u; /* FNV-1a */
+  else
+    h ^= bits_of(a) * 0xC2B2AE3D27D4EB4Fu;
+  h ^= h >> 29;
+  return &e->kv[(h * 0x9E3779B97F4A7C15u) >> 56]; /* KV_CACHE == 256 */
+}
+
+static int kv_same(const kv_cached *c, const sl_span_attr *a, const char *str, size_t slen) {
+  if (c->key != a->key || c->type != a->type) return 0;
+  if (a->type == 's') return c->slen == slen && memcmp(c->s, str, slen) == 0;
+  return c->bits == bits_of(a);
+}
+
+/* s's attribute k packed as a KeyValue at *used in e->kvbuf, copied from
+ * the cache or packed (and then kept in the cache when it fits); its
+ * length and offset in e->attrs[k] (kvbuf may still move: pb_span makes
+ * them pointers when the span's are all there). A copy even of a cached
+ * one: a later attribute of the same span may take its slot. 0, or
+ * SL_ENOMEM. */
+static int pb_attr(sl__otlp_enc *e, const sl_span *s, int k, size_t *used) {
   static const Sluice__Otlp__KeyValue kv0 = SLUICE__OTLP__KEY_VALUE__INIT;
   static const Sluice__Otlp__AnyValue av0 = SLUICE__OTLP__ANY_VALUE__INIT;
+  const sl_span_attr *a = &s->attr[k];
+  const char *str = a->type == 's' ? (a->off < s->ntext ? s->text + a->off : "") : NULL;
+  size_t slen = str ? strlen(str) : 0;
+  kv_cached *c = kv_slot(e, a, str, slen);
+  if (kv_same(c, a, str, slen)) {
+    if (room(&e->kvbuf, &e->kvbuf_cap, *used + c->plen)) return SL_ENOMEM;
+    memcpy(e->kvbuf + *used, c->packed, c->plen);
+    e->attrs[k] = (ProtobufCBinaryData){c->plen, (uint8_t *)(uintptr_t)*used};
+    *used += c->plen;
+    return 0;
+  }
+  Sluice__Otlp__KeyValue kv = kv0;
+  Sluice__Otlp__AnyValue av = av0;
+  kv.key = unconst(a->key);
+  kv.value = &av;
+  if (a->type == 's') {
+    av.value_case = SLUICE__OTLP__ANY_VALUE__VALUE_STRING_VALUE;
+    av.string_value = unconst(str);
+  } else if (a->type == 'i') {
+    av.value_case = SLUICE__OTLP__ANY_VALUE__VALUE_INT_VALUE;
+    av.int_value = a->v.i;
+  } else {
+    av.value_case = SLUICE__OTLP__ANY_VALUE__VALUE_DOUBLE_VALUE;
+    av.double_value = a->v.d;
+  }
+  size_t len = sluice__otlp__key_value__get_packed_size(&kv);
+  if (room(&e->kvbuf, &e->kvbuf_cap, *used + len)) return SL_ENOMEM;
+  sluice__otlp__key_value__pack(&kv, e->kvbuf + *used);
+  e->attrs[k] = (ProtobufCBinaryData){len, (uint8_t *)(uintptr_t)*used}; /* an offset for now */
+  if (len <= KV_CACHE_PACKED && slen <= KV_CACHE_STR) {
+    c->key = a->key, c->type = a->type, c->bits = bits_of(a), c->plen = (uint8_t)len;
+    c->slen = (uint8_t)slen;
+    if (str) memcpy(c->s, str, slen);
+    memcpy(c->packed, e->kvbuf + *used, len);
+  }
+  *used += len;
+  return 0;
+}
+
+/* e's PackedSpan struct for s; 0, or SL_ENOMEM */
+static int pb_span(sl__otlp_enc *e, const sl_span *s) {
+  static const Sluice__Otlp__PackedSpan span0 = SLUICE__OTLP__PACKED_SPAN__INIT;
   static const Sluice__Otlp__Span__Link lk0 = SLUICE__OTLP__SPAN__LINK__INIT;
   static const Sluice__Otlp__Status st0 = SLUICE__OTLP__STATUS__INIT;
-  Sluice__Otlp__Span *o = &e->sp;
+  Sluice__Otlp__PackedSpan *o = &e->sp;
   *o = span0;
   o->trace_id = bin(s->trace_id, 16);
   o->span_id = bin(s->span_id, 8);
@@ -274,25 +381,13 @@ static void pb_span(sl__otlp_enc *e, const sl_span *s) {
   o->end_time_unix_nano = (uint64_t)s->end_ns;
   o->flags = s->sampled ? 1 : 0;
   int n = attrs_of(s);
-  for (int k = 0; k < n; k++) {
-    const sl_span_attr *a = &s->attr[k];
-    e->kv[k] = kv0, e->av[k] = av0;
-    e->kv[k].key = unconst(a->key);
-    e->kv[k].value = &e->av[k];
-    e->kvp[k] = &e->kv[k];
-    if (a->type == 's') {
-      e->av[k].value_case = SLUICE__OTLP__ANY_VALUE__VALUE_STRING_VALUE;
-      e->av[k].string_value = unconst(a->off < s->ntext ? s->text + a->off : "");
-    } else if (a->type == 'i') {
-      e->av[k].value_case = SLUICE__OTLP__ANY_VALUE__VALUE_INT_VALUE;
-      e->av[k].int_value = a->v.i;
-    } else {
-      e->av[k].value_case = SLUICE__OTLP__ANY_VALUE__VALUE_DOUBLE_VALUE;
-      e->av[k].double_value = a->v.d;
-    }
-  }
+  size_t used = 0;
+  for (int k = 0; k < n; k++)
+    if (pb_attr(e, s, k, &used)) return SL_ENOMEM;
+  for (int k = 0; k < n; k++) /* kvbuf has stopped moving: offsets into pointers */
+    e->attrs[k].data = e->kvbuf + (size_t)(uintptr_t)e->attrs[k].data;
   o->n_attributes = (size_t)n;
-  o->attributes = e->kvp;
+  o->attributes = e->attrs;
   if (s->has_link) {
     e->lk = lk0;
     e->lk.trace_id = bin(s->link_trace, 16);
@@ -307,16 +402,6 @@ static void pb_span(sl__otlp_enc *e, const sl_span *s) {
     e->st.message = unconst(s->status_msg);
     o->status = &e->st;
   }
-}
-
-/* buf grown to hold need bytes */
-static int room(uint8_t **buf, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 65536;
-  while (c < need) c *= 2;
-  uint8_t *b = realloc(*buf, c);
-  if (!b) return SL_ENOMEM;
-  *buf = b, *cap = c;
   return 0;
 }
 
@@ -327,11 +412,11 @@ static size_t pb_encode(sl__otlp_enc *e, const sl_span *ring, size_t cap, size_t
   if (n > e->cap) n = e->cap;
   size_t used = 0;
   for (size_t i = 0; i < n; i++) {
-    pb_span(e, &ring[(head + i) % cap]);
-    size_t len = sluice__otlp__span__get_packed_size(&e->sp);
+    if (pb_span(e, &ring[(head + i) % cap])) return 0;
+    size_t len = sluice__otlp__packed_span__get_packed_size(&e->sp);
     if (room(&e->spans, &e->spans_cap, used + len)) return 0;
     e->off[i] = used;
-    e->packed[i].len = sluice__otlp__span__pack(&e->sp, e->spans + used);
+    e->packed[i].len = sluice__otlp__packed_span__pack(&e->sp, e->spans + used);
     used += e->packed[i].len;
   }
   for (size_t i = 0; i < n; i++) e->packed[i].data = e->spans + e->off[i];
@@ -449,6 +534,7 @@ static void sent(size_t k, int rc, long status, int64_t *failures) {
 
 static void *export_main(void *arg) {
   (void)arg;
+  prctl(PR_SET_NAME, "sluice-trace", 0, 0, 0); /* top -H, perf: the exporter's CPU apart */
   CURL *h = curl_easy_init();
   /* protobuf; no "Expect: 100-continue" round trip before a large body */
   struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/x-protobuf");

@@ -195,6 +195,73 @@ static void test_otlp_pb(void **state) {
   sl__otlp_enc_free(enc);
 }
 
+/* packed attributes kept between spans (sl_trace.c's cache) come back as
+ * they went in: over bodies of spans whose attributes repeat (a few
+ * topics, outcomes, partitions) and differ (offsets, keys, times), more of
+ * them than the cache has slots, every attribute read back equals its
+ * span's, in order */
+static void test_otlp_pb_repeats(void **state) {
+  (void)state;
+  static const char *topics[] = {"grade.requests", "grade.retry.1s", "grade.retry.5m"};
+  static const char *outcomes[] = {"done", "retry", "failed", "reused"};
+  enum { PER_BODY = 64, BODIES = 40 };
+  sl_trace_ctx root;
+  assert_int_equal(sl_trace_root(&root), 0);
+  sl__otlp_enc *enc = sl__otlp_enc_new(PER_BODY);
+  assert_non_null(enc);
+  sl_span *s = calloc(PER_BODY, sizeof *s);
+  assert_non_null(s);
+  for (int body = 0; body < BODIES; body++) {
+    for (int i = 0; i < PER_BODY; i++) {
+      long n = (long)body * PER_BODY + i;
+      char key[64];
+      snprintf(key, sizeof key, "sub-%ld/%ld", n / 15, n % 15 + 1);
+      sl_span_begin(&s[i], &root, NULL, "process x", SL_SPAN_CONSUMER, 1000 + n);
+      sl_span_str(&s[i], "messaging.destination.name", topics[n % 3]);
+      sl_span_int(&s[i], "messaging.destination.partition.id", n % 12);
+      sl_span_int(&s[i], "messaging.kafka.offset", n);
+      sl_span_str(&s[i], "messaging.kafka.message.key", key);
+      sl_span_str(&s[i], "sluice.outcome", outcomes[n % 4]);
+      sl_span_real(&s[i], "sluice.queued_ms", (double)(n % 5) * 0.5);
+      sl_span_real(&s[i], "sluice.running_ms", 0.001 * (double)n);
+      sl_span_int(&s[i], "sluice.attempt", 0); /* zero is written, not left out */
+      s[i].end_ns = 2000 + n;
+    }
+    const uint8_t *out = NULL;
+    size_t len = 0;
+    assert_int_equal(sl__otlp_encode(enc, s, PER_BODY, "sluice-grade", &out, &len), 0);
+    Sluice__Otlp__ExportTraceServiceRequest *req =
+        sluice__otlp__export_trace_service_request__unpack(NULL, len, out);
+    assert_non_null(req);
+    Sluice__Otlp__ScopeSpans *ss = req->resource_spans[0]->scope_spans[0];
+    assert_int_equal(ss->n_spans, PER_BODY);
+    for (int i = 0; i < PER_BODY; i++) {
+      Sluice__Otlp__Span *a = sluice__otlp__span__unpack(NULL, ss->spans[i].len, ss->spans[i].data);
+      assert_non_null(a);
+      assert_int_equal(a->n_attributes, (size_t)s[i].nattr);
+      for (int k = 0; k < s[i].nattr; k++) {
+        const sl_span_attr *want = &s[i].attr[k];
+        const Sluice__Otlp__KeyValue *got = a->attributes[k];
+        assert_string_equal(got->key, want->key);
+        if (want->type == 's') {
+          assert_int_equal(got->value->value_case, SLUICE__OTLP__ANY_VALUE__VALUE_STRING_VALUE);
+          assert_string_equal(got->value->string_value, s[i].text + want->off);
+        } else if (want->type == 'i') {
+          assert_int_equal(got->value->value_case, SLUICE__OTLP__ANY_VALUE__VALUE_INT_VALUE);
+          assert_int_equal(got->value->int_value, want->v.i);
+        } else {
+          assert_int_equal(got->value->value_case, SLUICE__OTLP__ANY_VALUE__VALUE_DOUBLE_VALUE);
+          assert_true(got->value->double_value == want->v.d);
+        }
+      }
+      sluice__otlp__span__free_unpacked(a, NULL);
+    }
+    sluice__otlp__export_trace_service_request__free_unpacked(req, NULL);
+  }
+  free(s);
+  sl__otlp_enc_free(enc);
+}
+
 /* string values past the span's text are dropped, never written past it */
 static void test_span_text_bound(void **state) {
   (void)state;
@@ -284,9 +351,13 @@ static void test_exporter_never_blocks(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_format),    cmocka_unit_test(test_child),
-      cmocka_unit_test(test_sampling),        cmocka_unit_test(test_otlp_pb),
-      cmocka_unit_test(test_span_text_bound), cmocka_unit_test(test_exporter_never_blocks),
+      cmocka_unit_test(test_parse_format),
+      cmocka_unit_test(test_child),
+      cmocka_unit_test(test_sampling),
+      cmocka_unit_test(test_otlp_pb),
+      cmocka_unit_test(test_otlp_pb_repeats),
+      cmocka_unit_test(test_span_text_bound),
+      cmocka_unit_test(test_exporter_never_blocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
