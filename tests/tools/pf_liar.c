@@ -12,11 +12,14 @@
  *   ...-sparse     makes the FLAC's file (sparse) 1 GiB long
  *   ...-grows      answers the first request honestly, then keeps growing
  *                  the FLAC's file (sparse, by 1 MiB every millisecond)
+ *   ...-pauses     says its one second held a million silent pauses
+ *   ...-nan        says the speaking time is not a number
  *   ...-honest     tells the truth (the control)
  * None of it is a real FLAC: the parent does not look inside.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +58,10 @@ int main(int argc, char **argv) {
       if (ftruncate(SL_PF_WIRE_FD_FLAC, (off_t)resp.flac_len) != 0) return 2;
     } else if (strcmp(how, "sparse") == 0) {
       if (ftruncate(SL_PF_WIRE_FD_FLAC, (off_t)1 << 30) != 0) return 2;
+    } else if (strcmp(how, "pauses") == 0) {
+      resp.timing = (sl_pf_timing){.speaking_s = 1, .pauses = 1000000, .runs = 1000001};
+    } else if (strcmp(how, "nan") == 0) {
+      resp.timing.speaking_s = nan("");
     }
     if (sl_pf_wire_write(STDOUT_FILENO, &resp, sizeof resp) != 0) return 2;
     pthread_t t;

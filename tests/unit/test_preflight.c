@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,73 @@ static void test_formats(void **state) {
     if (speech < ref_speech * 0.8 || speech > ref_speech * 1.2)
       fail_msg("%s holds %.2f s of speech, the WAV %.2f s", files[i], speech, ref_speech);
   }
+}
+
+/* pcm of segments: (seconds, amplitude) pairs, a 220 Hz tone each (0:
+ * digital silence with a little noise over it) */
+static sl_pf_audio segments(const double (*seg)[2], size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += (size_t)(seg[i][0] * SL_PF_RATE + 0.5);
+  sl_pf_audio a = {.n = total, .duration_s = (double)total / SL_PF_RATE};
+  a.pcm = calloc(total ? total : 1, sizeof *a.pcm);
+  assert_non_null(a.pcm);
+  size_t k = 0;
+  unsigned rnd = 12345;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < (size_t)(seg[i][0] * SL_PF_RATE + 0.5); j++, k++) {
+      rnd = rnd * 1103515245u + 12345u;
+      double noise = (double)((rnd >> 16) % 21) - 10.0; /* about -70 dBFS */
+      a.pcm[k] = (int16_t)(seg[i][1] * 32767.0 *
+                               sin(2 * 3.14159265358979 * 220.0 * (double)k / SL_PF_RATE) +
+                           noise);
+    }
+  return a;
+}
+
+static int near(double a, double b) { return fabs(a - b) < 0.021; } /* a frame */
+
+/* the timing of speech with pauses placed by hand: leading and trailing
+ * silence count nowhere, a gap under 250 ms belongs to its run, a click
+ * (40 ms) inside a pause is no speech and does not split it */
+static void test_timing(void **state) {
+  (void)state;
+  static const double seg[][2] = {
+      {0.50, 0}, {1.00, 0.3},                         /* speech starts at 0.5 s */
+      {0.40, 0}, {0.80, 0.3}, {0.10, 0}, {0.60, 0.3}, /* a pause of 0.4 s; a gap of 0.1 s */
+      {0.60, 0}, {0.04, 0.5}, {0.60, 0}, {0.50, 0.3}, /* a pause of 1.24 s with a click in it */
+      {0.24, 0}, {0.30, 0.3},                         /* a gap of 0.24 s: no pause */
+      {0.70, 0},                                      /* trailing silence */
+  };
+  sl_pf_audio a = segments(seg, sizeof seg / sizeof seg[0]);
+  assert_int_equal(sl_pf_analyse(&a, conf.silence_dbfs), 0);
+  const sl_pf_timing *t = &a.timing;
+  /* from 0.5 s to the end of the last tone: 6.38 s in all, less 0.5 and 0.7 */
+  if (!near(t->speaking_s, 6.38 - 0.5 - 0.7)) fail_msg("speaking_s %.3f", t->speaking_s);
+  assert_int_equal(t->pauses, 2);
+  assert_int_equal(t->runs, 3);
+  if (!near(t->pause_total_s, 0.40 + 1.24)) fail_msg("pause_total_s %.3f", t->pause_total_s);
+  if (!near(t->pause_longest_s, 1.24)) fail_msg("pause_longest_s %.3f", t->pause_longest_s);
+  if (!near(t->pause_mean_s, (0.40 + 1.24) / 2)) fail_msg("pause_mean_s %.3f", t->pause_mean_s);
+  if (!near(t->run_mean_s, (5.18 - 1.64) / 3)) fail_msg("run_mean_s %.3f", t->run_mean_s);
+  /* speech: the tones, not the gaps between them nor the click */
+  if (!near(a.speech_s, 1.0 + 0.8 + 0.6 + 0.5 + 0.3)) fail_msg("speech_s %.3f", a.speech_s);
+  sl_pf_audio_clear(&a);
+
+  /* one run, no pause; and no speech at all: all zero */
+  static const double one[][2] = {{0.3, 0}, {1.2, 0.3}, {0.3, 0}};
+  a = segments(one, 3);
+  assert_int_equal(sl_pf_analyse(&a, conf.silence_dbfs), 0);
+  assert_int_equal(a.timing.pauses, 0);
+  assert_int_equal(a.timing.runs, 1);
+  if (!near(a.timing.speaking_s, 1.2)) fail_msg("one run: speaking_s %.3f", a.timing.speaking_s);
+  if (!near(a.timing.run_mean_s, 1.2)) fail_msg("one run: run_mean_s %.3f", a.timing.run_mean_s);
+  sl_pf_audio_clear(&a);
+  static const double none[][2] = {{2.0, 0}};
+  a = segments(none, 1);
+  assert_int_equal(sl_pf_analyse(&a, conf.silence_dbfs), 0);
+  assert_int_equal(a.timing.runs, 0);
+  assert_true(a.timing.speaking_s == 0 && a.timing.run_mean_s == 0);
+  sl_pf_audio_clear(&a);
 }
 
 static void test_silence_is_no_speech(void **state) {
@@ -578,7 +646,8 @@ static void test_sandbox_deadline(void **state) {
  * process killed; the honest control passes. */
 static void test_sandbox_liars(void **state) {
   (void)state;
-  static const char *const how[] = {"honest", "overclaim", "overbound", "sparse", "grows"};
+  static const char *const how[] = {"honest", "overclaim", "overbound", "sparse",
+                                    "grows",  "pauses",    "nan"};
   sl_pf_conf c = conf;
   c.max_seconds = 10; /* a bound of 1.3 MB */
   for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {
@@ -718,6 +787,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_formats),
       cmocka_unit_test(test_silence_is_no_speech),
+      cmocka_unit_test(test_timing),
       cmocka_unit_test(test_not_audio),
       cmocka_unit_test(test_too_long),
       cmocka_unit_test(test_flac_round_trip),

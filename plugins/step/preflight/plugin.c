@@ -14,8 +14,10 @@
  *       no_speech          less than min_speech_seconds of speech;
  *       decode_limit       decoding outlasted decode_timeout_ms (wall
  *                          time): a file made to be slow is not retried;
- *   - else writes duration_s and speech_s into the UploadCompleted it
- *     passes on, and (normalize = true) stores a 16 kHz mono FLAC beside
+ *   - else writes duration_s, speech_s and the timing of the speech
+ *     (speaking_s, pauses, pause_total_s, pause_mean_s, pause_longest_s,
+ *     runs, run_mean_s: preflight.h, docs/grading.md) into the
+ *     UploadCompleted it passes on, and (normalize = true) stores a 16 kHz mono FLAC beside
  *     the original (derived/<key>.16k.flac) whose key goes in audio_key,
  *     which stt hands to its plugin instead of the original.
  * A recording in a recognised format whose codec has no decoder here
@@ -91,9 +93,23 @@ static const sl_plugin_conf_key conf[] = {
 };
 
 static const char *const reads[] = {SL_PLUGIN_READ_OBJECT, "object_key", NULL};
-static const char *const writes[] = {"audio_key", "duration_s", "speech_s", NULL};
+static const char *const writes[] = {
+    "audio_key",    "duration_s",      "speech_s", "speaking_s", "pauses", "pause_total_s",
+    "pause_mean_s", "pause_longest_s", "runs",     "run_mean_s", NULL};
 static const char *const classes[NCLASS] = {"undecodable_audio", "too_long", "no_speech",
                                             "unsupported_format", "decode_limit"};
+
+/* the timing of the speech into the output's fields of the same names */
+static int out_timing(const sl_plugin_host *h, sl_plugin_call *c, const sl_pf_timing *t) {
+  int rc = h->out_num(c, "speaking_s", t->speaking_s);
+  if (rc == 0) rc = h->out_num(c, "pauses", t->pauses);
+  if (rc == 0) rc = h->out_num(c, "pause_total_s", t->pause_total_s);
+  if (rc == 0) rc = h->out_num(c, "pause_mean_s", t->pause_mean_s);
+  if (rc == 0) rc = h->out_num(c, "pause_longest_s", t->pause_longest_s);
+  if (rc == 0) rc = h->out_num(c, "runs", t->runs);
+  if (rc == 0) rc = h->out_num(c, "run_mean_s", t->run_mean_s);
+  return rc;
+}
 
 static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, char *err,
                   size_t errlen) {
@@ -229,6 +245,7 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   }
   int orc = h->out_num(c, "duration_s", r.duration_s);
   if (orc == 0 && !r.undecoded) orc = h->out_num(c, "speech_s", r.speech_s);
+  if (orc == 0 && !r.undecoded) orc = out_timing(h, c, &r.timing);
   if (orc == 0 && r.flac)
     orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", r.flac, r.flac_len);
   if (r.undecoded) {
@@ -255,8 +272,10 @@ static const sl_plugin desc = {
     .name = "preflight",
     .version = "1.0.0",
     .description = "Audio preflight before paid calls: decodes WebM/Ogg Opus, MP3, FLAC, WAV "
-                   "and fails empty, silent or overlong answers, then stores a 16 kHz mono "
-                   "FLAC for STT. Decoders: GStreamer with Debian's plugins-base and -good "
+                   "and fails empty, silent or overlong answers, measures when the speech was "
+                   "(speaking time, silent pauses of 250 ms or more, runs: docs/grading.md), "
+                   "then stores a 16 kHz mono FLAC for STT. Decoders: GStreamer with Debian's "
+                   "plugins-base and -good "
                    "(LGPL-2.1+), which use libopus, libvorbis, libFLAC (BSD) and mpg123 "
                    "(LGPL-2.1); the FLAC is written with libFLAC (BSD). MP4/AAC is recognised "
                    "but not decoded: Debian has no AAC decoder under a permissive or LGPL "

@@ -571,8 +571,42 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* the speech runs in order, as frame ranges, into pauses and runs */
+typedef struct {
+  size_t first, last; /* the first run's start, the last one's end (frames) */
+  size_t pause_frames, longest;
+  uint32_t pauses, nruns;
+} timing_walk;
+
+#define PAUSE_MIN_FRAMES ((SL_PF_PAUSE_MIN_MS * SL_PF_RATE / 1000 + FRAME - 1) / FRAME)
+
+static void timing_add(timing_walk *w, size_t from, size_t to) {
+  if (w->nruns++ == 0) {
+    w->first = from;
+  } else if (from - w->last >= PAUSE_MIN_FRAMES) { /* the gap since the last run */
+    w->pauses++;
+    w->pause_frames += from - w->last;
+    if (from - w->last > w->longest) w->longest = from - w->last;
+  }
+  w->last = to;
+}
+
+static void timing_end(const timing_walk *w, sl_pf_timing *t) {
+  const double fs = (double)FRAME / SL_PF_RATE; /* a frame's seconds */
+  memset(t, 0, sizeof *t);
+  if (w->nruns == 0) return;
+  t->speaking_s = (double)(w->last - w->first) * fs;
+  t->pauses = w->pauses;
+  t->pause_total_s = (double)w->pause_frames * fs;
+  t->pause_mean_s = w->pauses ? t->pause_total_s / w->pauses : 0;
+  t->pause_longest_s = (double)w->longest * fs;
+  t->runs = w->pauses + 1;
+  t->run_mean_s = (t->speaking_s - t->pause_total_s) / t->runs;
+}
+
 int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs) {
   a->speech_s = 0;
+  memset(&a->timing, 0, sizeof a->timing);
   a->peak_dbfs = a->floor_dbfs = -100;
   size_t nf = a->n / FRAME;
   if (nf == 0) return 0;
@@ -597,15 +631,20 @@ int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs) {
   double thr = fmax(silence_dbfs, a->floor_dbfs + 10);
   thr = fmin(thr, fmax(silence_dbfs, -30));
   size_t run = 0, speech = 0;
+  timing_walk tw = {0};
   for (size_t f = 0; f <= nf; f++) {
     if (f < nf && e[f] >= thr) {
       run++;
       continue;
     }
-    if (run >= MIN_RUN) speech += run;
+    if (run >= MIN_RUN) {
+      speech += run;
+      timing_add(&tw, f - run, f);
+    }
     run = 0;
   }
   a->speech_s = (double)speech * FRAME / SL_PF_RATE;
+  timing_end(&tw, &a->timing);
   free(e);
   free(sorted);
   return 0;
@@ -715,6 +754,7 @@ int sl__pf_check_into(const void *data, size_t len, const sl_pf_conf *c, const s
   r->speech_s = a.speech_s;
   r->peak_dbfs = a.peak_dbfs;
   r->floor_dbfs = a.floor_dbfs;
+  r->timing = a.timing;
   if (r->rc == 0 && c->normalize && a.speech_s >= c->min_speech_s) {
     r->rc = flac_into(a.pcm, a.n, c->flac_level, sink, &r->flac, &r->flac_len);
     if (r->rc) snprintf(r->err, sizeof r->err, "encoding the FLAC failed");

@@ -23,6 +23,13 @@
  * Digital silence, room noise and a constant hum all measure 0 s of
  * speech; a quiet voice over a quiet room does not.
  *
+ * Timing (sl_pf_timing; definitions and references in docs/grading.md):
+ * the stretch from the first speech frame to the end of the last is the
+ * answer's speaking time; a gap between speech of SL_PF_PAUSE_MIN_MS or
+ * more inside it is a silent pause, a shorter one belongs to the run of
+ * speech around it; runs are the stretches between pauses. Leading and
+ * trailing silence count in none of them.
+ *
  * @locality Every function is reentrant: many threads may decode at once
  * (one GStreamer pipeline per call). sl_pf_init() once before the first
  * decode (it is idempotent and thread-safe).
@@ -34,6 +41,19 @@
 #include <stdint.h>
 
 #define SL_PF_RATE 16000
+#define SL_PF_PAUSE_MIN_MS 250 /* a silent pause: a gap in speech at least this long */
+
+/* When the speech was, from the speech frames (sl_pf_analyse); all 0
+ * without speech. */
+typedef struct {
+  double speaking_s;      /* first speech to the end of the last (pauses inside included) */
+  double pause_total_s;   /* the silent pauses inside it, summed */
+  double pause_mean_s;    /* pause_total_s / pauses (0 without pauses) */
+  double pause_longest_s; /* the longest */
+  double run_mean_s;      /* (speaking_s - pause_total_s) / runs */
+  uint32_t pauses;        /* silent pauses inside the speaking time */
+  uint32_t runs;          /* stretches of speech between them: pauses + 1 */
+} sl_pf_timing;
 
 typedef struct {
   double max_seconds;  /* decoding stops past this: SL_ETOOBIG */
@@ -55,18 +75,20 @@ typedef struct {
                     SL_ENOMEM / SL_EIO from measuring or encoding */
   int undecoded; /* rc == 0 from sl_pf_measure: timed, not decoded */
   double duration_s, speech_s, peak_dbfs, floor_dbfs;
+  sl_pf_timing timing;
   void *flac; /* malloc'd (normalize, decoded), owned by the result */
   size_t flac_len;
   char err[512]; /* why, when rc != 0 */
 } sl_pf_result;
 
 typedef struct {
-  int16_t *pcm;      /* 16 kHz mono, malloc'd; NULL when empty */
-  size_t n;          /* samples */
-  double duration_s; /* n / 16000 */
-  double speech_s;   /* after sl_pf_analyse */
-  double peak_dbfs;  /* loudest frame, after sl_pf_analyse */
-  double floor_dbfs; /* the noise floor, after sl_pf_analyse */
+  int16_t *pcm;        /* 16 kHz mono, malloc'd; NULL when empty */
+  size_t n;            /* samples */
+  double duration_s;   /* n / 16000 */
+  double speech_s;     /* after sl_pf_analyse */
+  double peak_dbfs;    /* loudest frame, after sl_pf_analyse */
+  double floor_dbfs;   /* the noise floor, after sl_pf_analyse */
+  sl_pf_timing timing; /* after sl_pf_analyse */
 } sl_pf_audio;
 
 /* gst_init, once per process. Returns 0 or SL_EPLUGIN with the reason. */
@@ -101,7 +123,7 @@ int sl_pf_measure(const void *data, size_t len, const sl_pf_conf *c, double *sec
 /* 1 when decodebin may plug the GStreamer element factory of that name. */
 int sl_pf_allowed(const char *factory);
 
-/* Fills speech_s, peak_dbfs and floor_dbfs. Returns 0 or SL_ENOMEM. */
+/* Fills speech_s, peak_dbfs, floor_dbfs and timing. Returns 0 or SL_ENOMEM. */
 int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs);
 
 /* Encodes 16 kHz mono PCM as FLAC at compression level `level` (libFLAC's

@@ -270,6 +270,20 @@ static int take_flac(sl_pf_sandbox *sb, uint64_t len, uint64_t most, sl_pf_resul
   return 0;
 }
 
+/* the measures a decoder reported are within what a recording can give:
+ * it handled a stranger's bytes, and its numbers go on into messages */
+static int measures_sane(const sl_pf_wire_resp *w) {
+  const sl_pf_timing *t = &w->timing;
+  double d = w->duration_s;
+  if (!(d >= 0 && d <= 1e7) || !(w->speech_s >= 0 && w->speech_s <= d + 1)) return 0;
+  const double s[] = {t->speaking_s, t->pause_total_s, t->pause_mean_s, t->pause_longest_s,
+                      t->run_mean_s};
+  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+    if (!(s[i] >= 0 && s[i] <= d + 1)) return 0; /* NaN fails too */
+  if ((double)t->pauses > d * 1000.0 / SL_PF_PAUSE_MIN_MS + 1) return 0;
+  return t->runs == (t->pauses ? t->pauses + 1 : t->runs) && t->runs <= t->pauses + 1;
+}
+
 /* One exchange with a running process. 0 with r filled; SL_ETIMEDOUT;
  * SL_EIO (*sent: whether the whole request had gone out); SL_EPARSE (a
  * response outside the wire's bounds); SL_ENOMEM. */
@@ -285,12 +299,14 @@ static int exchange(sl_pf_sandbox *sb, const void *data, size_t len, const sl_pf
   rc = xfer(sb->from, 0, &resp, sizeof resp, deadline);
   if (rc) return rc;
   if (resp.magic != SL_PF_WIRE_MAGIC || resp.size != sizeof resp) return SL_EPARSE;
+  if (!measures_sane(&resp)) return SL_EPARSE;
   r->rc = resp.rc;
   r->undecoded = resp.undecoded;
   r->duration_s = resp.duration_s;
   r->speech_s = resp.speech_s;
   r->peak_dbfs = resp.peak_dbfs;
   r->floor_dbfs = resp.floor_dbfs;
+  r->timing = resp.timing;
   resp.err[sizeof resp.err - 1] = '\0';
   snprintf(r->err, sizeof r->err, "%s", resp.err);
   if (resp.flac_len) rc = take_flac(sb, resp.flac_len, sl_pf_wire_flac_max(c), r);

@@ -107,6 +107,7 @@ typedef struct {
   uint32_t magic, size; /* SL_PF_WIRE_MAGIC, sizeof(sl_pf_wire_resp) */
   int32_t rc, undecoded;
   double duration_s, speech_s, peak_dbfs, floor_dbfs;
+  sl_pf_timing timing;
   uint64_t flac_len; /* the FLAC's bytes, in SL_PF_WIRE_FD_FLAC */
   char err[512];
 } sl_pf_wire_resp;
