@@ -29,7 +29,13 @@ for q in 1 2 3; do
   check "q$q has a level" jqe "$Q.grade.level | test(\"^(NL|NM|NH|IL|IM[123]|IH|AL)$\")" "$out"
   check "q$q has feedback" jqe "$Q.grade.feedback | length > 20" "$out"
   check "q$q audio duration recognised (2-10 s)" jqe "$Q.duration_s > 2 and $Q.duration_s < 10" "$out"
+  # preflight's timing reached the grader: fluency said over the speaking time (rubric v2)
+  check "q$q: each criterion shows its evidence, fluency over the speaking time preflight measured" \
+    jqe "($Q.grade.criteria | length) == 5 and all($Q.grade.criteria[]; (.comment | length) > 5) and
+      ($Q.grade.criteria[] | select(.name == \"fluency\") | .comment |
+        test(\"words per minute over [0-9.]+ s of speaking\"))" "$out"
 done
+log "q1 criteria: $(jq -c '.questions[0].grade.criteria' <<<"$out")"
 # synthetic speech is recognised roughly: ask for one topic word per answer
 topics=("weekends hiking mountains friends" "favorite food pizza delicious" "summer beach brother swam")
 for q in 1 2 3; do

@@ -86,6 +86,80 @@ static void test_worked_example(void **state) {
   assert_int_equal(count_sentences(r.feedback), 2);
 }
 
+/* rubric v2: the worked example's 50 words in a 40 s recording, with the
+ * timing preflight measured. Fluent: 24 s of speaking inside the 40 s (16 s
+ * of silence before and after, which v1 counts against the rate), 3 short
+ * pauses; hesitant: 38 s of speaking, 16 pauses of 1 s on average. Only
+ * fluency moves; a timing no recording gives is ignored (v1). */
+static void test_timed_fluency(void **state) {
+  (void)state;
+  sl_rubric_result v1, a, b, c;
+  grade_ok(EXAMPLE, 40.0, EXAMPLE_PROMPT, &v1);
+  const sl_rubric_timing fluent = {
+      .speech_s = 20, .speaking_s = 24, .pause_mean_s = 0.5, .pause_longest_s = 0.8, .pauses = 3};
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &fluent, &a), 0);
+  assert_int_equal(a.timed, 1);
+  NEAR(a.speech_rate_wpm, 125.0); /* 50 words / 24 s */
+  NEAR(a.articulation_wpm, 150.0);
+  NEAR(a.phonation_ratio, 20.0 / 24.0);
+  NEAR(a.words_per_run, 12.5);
+  NEAR(a.crit[SL_RUBRIC_FLUENCY], 100.0); /* every part full */
+  NEAR(v1.crit[SL_RUBRIC_FLUENCY], 50.0); /* 75 wpm over the whole 40 s */
+  for (int k = 1; k < SL_RUBRIC_NCRIT; k++) NEAR(a.crit[k], v1.crit[k]);
+  assert_true(a.score > v1.score);
+  assert_string_equal(a.evidence[SL_RUBRIC_FLUENCY],
+                      "125 words per minute over 24.0 s of speaking; 3 silent pauses of 0.25 s "
+                      "or more (mean 0.50 s, longest 0.80 s), 12.5 words between pauses; speech "
+                      "83% of the time");
+
+  const sl_rubric_timing hesitant = {
+      .speech_s = 22, .speaking_s = 38, .pause_mean_s = 1.0, .pause_longest_s = 2.4, .pauses = 16};
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &hesitant, &b), 0);
+  double rate = (50.0 / 38.0 * 60.0 - 40.0) / 70.0 * 100.0; /* 40 -> 0, 110 -> 100 */
+  double run = (50.0 / 17.0 - 2.0) / 6.0 * 100.0;           /* 2 -> 0, 8 -> 100 */
+  double pause = 100.0 - (1.0 - 0.6) / 1.4 * 100.0;         /* 0.6 -> 100, 2.0 -> 0 */
+  NEAR(b.fluency_part[0], rate);
+  NEAR(b.fluency_part[1], run);
+  NEAR(b.fluency_part[2], pause);
+  NEAR(b.crit[SL_RUBRIC_FLUENCY], 0.4 * rate + 0.3 * run + 0.3 * pause);
+  assert_true(b.score < a.score);
+  /* its weakest criterion, said by its pauses (they cost more than its rate) */
+  assert_non_null(strstr(b.feedback, "You stopped 16 times for a quarter second or more (1.0 s on "
+                                     "average), with 2.9 words between stops"));
+  assert_non_null(strstr(b.evidence[SL_RUBRIC_FLUENCY], "16 silent pauses of 0.25 s or more "
+                                                        "(mean 1.00 s, longest 2.40 s)"));
+  assert_string_equal(b.evidence[SL_RUBRIC_LENGTH], "50 words");
+  assert_string_equal(b.evidence[SL_RUBRIC_FILLERS],
+                      "3 fillers (um, uh, you know ...) in 50 words: 6.0 per 100 words");
+  assert_string_equal(b.evidence[SL_RUBRIC_RELEVANCE], "1 of the question's 4 key words used");
+
+  /* deterministic: the same input, the same bytes */
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &hesitant, &c), 0);
+  assert_memory_equal(&b, &c, sizeof b);
+
+  /* no pause at all: that part is full, and said so */
+  const sl_rubric_timing none = {.speech_s = 20, .speaking_s = 24};
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &none, &c), 0);
+  NEAR(c.fluency_part[2], 100.0);
+  assert_non_null(strstr(c.evidence[SL_RUBRIC_FLUENCY], "no silent pause"));
+
+  /* timings no 40 s recording gives: v1, as if none were given */
+  const sl_rubric_timing bad[] = {
+      {.speech_s = 20, .speaking_s = 0.0 / 0.0},                           /* NaN */
+      {.speech_s = 20, .speaking_s = 41},                                  /* longer than it */
+      {.speech_s = 30, .speaking_s = 24},                                  /* more speech */
+      {.speech_s = 20, .speaking_s = 24, .pause_mean_s = 2, .pauses = 13}, /* pauses > time */
+      {.speech_s = -1, .speaking_s = 24},
+      {.speech_s = 20, .speaking_s = 24, .pause_mean_s = 1, .pause_longest_s = 0.5, .pauses = 2},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &bad[i], &c), 0);
+    assert_int_equal(c.timed, 0);
+    assert_memory_equal(&c, &v1, sizeof c);
+  }
+  assert_non_null(strstr(v1.evidence[SL_RUBRIC_FLUENCY], "over the whole 40.0 s recording"));
+}
+
 static void test_empty(void **state) {
   (void)state;
   const char *empties[] = {"", "   ", " ... ' -- ''\n\t"};
@@ -391,6 +465,7 @@ int main(void) {
       cmocka_unit_test(test_invalid),
       cmocka_unit_test(test_levels),
       cmocka_unit_test(test_feedback),
+      cmocka_unit_test(test_timed_fluency),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

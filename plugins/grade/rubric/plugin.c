@@ -4,14 +4,18 @@
  *
  * The deterministic offline rubric (rubric.c, formula in docs/grading.md):
  * speaking rate, lexical variety, fillers, length and relevance to the
- * prompt, mapped to OPIc-style levels with per-criterion scores and feedback
- * sentences. Pure and fast, so SYNC (worker pool); the same transcript always
+ * prompt, mapped to OPIc-style levels with per-criterion scores, evidence
+ * (each criterion's comment) and feedback sentences; fluency from the
+ * answer's timing (upload.speaking_s, .pauses, ...) when preflight measured
+ * it (rubric v2). Pure and fast, so SYNC (worker pool); the same transcript always
  * gets the same grade, which makes redelivery harmless.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rubric.h"
+
 #include "sluice/sl_err.h"
 #include "sluice/sl_plugin.h"
 
@@ -36,12 +40,29 @@ static void destroy(void *v) {
   if (s) s->h->free(s);
 }
 
+/* when the speech was, as preflight wrote it into the answer (0s when it
+ * did not: the rubric then grades fluency without it); t, or NULL */
+static const sl_rubric_timing *timing_of(const sl_plugin_host *h, sl_plugin_call *c,
+                                         sl_rubric_timing *t) {
+  double pauses = 0;
+  memset(t, 0, sizeof *t);
+  if (!h->in_num || h->in_num(c, "upload.speaking_s", &t->speaking_s) != 0 || !(t->speaking_s > 0))
+    return NULL;
+  if (h->in_num(c, "upload.speech_s", &t->speech_s) || h->in_num(c, "upload.pauses", &pauses) ||
+      h->in_num(c, "upload.pause_mean_s", &t->pause_mean_s) ||
+      h->in_num(c, "upload.pause_longest_s", &t->pause_longest_s) || !(pauses >= 0) || pauses > 1e6)
+    return NULL;
+  t->pauses = (unsigned)pauses;
+  return t;
+}
+
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   const sl_plugin_host *h = ((state *)v)->h;
   sl_rubric_result r;
-  int rc = sl_rubric_grade(in->transcript ? in->transcript : "",
-                           in->duration_s > 0 ? in->duration_s : 0.001,
-                           in->prompt && *in->prompt ? in->prompt : NULL, &r);
+  sl_rubric_timing t;
+  int rc = sl_rubric_grade_timed(
+      in->transcript ? in->transcript : "", in->duration_s > 0 ? in->duration_s : 0.001,
+      in->prompt && *in->prompt ? in->prompt : NULL, timing_of(h, c, &t), &r);
   if (rc == SL_ETOOBIG) {
     h->complete(c, SL_PLUGIN_FAIL, 0, 0, "transcript_too_long",
                 "transcript longer than the rubric's 64 KiB limit");
@@ -60,7 +81,7 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   if (!orc) orc = h->out_num(c, "relevance", r.relevance);
   if (!orc) orc = h->out_str(c, "engine", "rubric");
   for (int i = 0; !orc && i < SL_RUBRIC_NCRIT; i++)
-    orc = h->out_criterion(c, sl_rubric_criterion_name(i), r.crit[i], NULL);
+    orc = h->out_criterion(c, sl_rubric_criterion_name(i), r.crit[i], r.evidence[i]);
   if (orc)
     h->complete(c, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "recording the grade failed");
   else
@@ -72,9 +93,11 @@ static const sl_plugin desc = {
     .struct_size = sizeof(sl_plugin),
     .kind = SL_PLUGIN_KIND_GRADE,
     .name = "rubric",
-    .version = "1.0.0",
+    .version = "2.0.0",
     .description = "Deterministic offline rubric: speech rate, lexical variety, fillers, "
-                   "length and relevance mapped to OPIc-style levels (docs/grading.md)",
+                   "length and relevance mapped to OPIc-style levels; fluency from when the "
+                   "words were spoken (speaking time, silent pauses, words between them) when "
+                   "preflight measured it; each criterion with its evidence (docs/grading.md)",
     .flags = SL_PLUGIN_SYNC,
     .conf = NULL,
     .nconf = 0,

@@ -68,6 +68,10 @@ static const point LENGTH_CURVE[] = {
 static const point RELEVANCE_CURVE[] = {{0.0, 0.0}, {0.5, 100.0}};
 
 static const double WEIGHTS[SL_RUBRIC_NCRIT] = {0.25, 0.20, 0.15, 0.20, 0.20};
+/* rubric v2's fluency (timed): words between silent pauses, the pauses' mean length */
+static const point RUN_CURVE[] = {{2.0, 0.0}, {8.0, 100.0}};
+static const point PAUSE_CURVE[] = {{0.6, 100.0}, {2.0, 0.0}};
+static const double FLUENCY_PARTS[3] = {0.4, 0.3, 0.3}; /* rate, run, pause */
 
 /* Clamp to the end values outside [first.x, last.x], interpolate inside. */
 static double curve(const point *p, size_t n, double x) {
@@ -327,6 +331,12 @@ static void fmt_fixed(char *buf, size_t cap, double v, int decimals) {
     snprintf(buf, cap, "%lld.%0*lld", r / scale[decimals], decimals, r % scale[decimals]);
 }
 
+/* timed fluency lost more to its pauses than to its rate */
+static int hesitant(const sl_rubric_result *r) {
+  double p = r->fluency_part[1] < r->fluency_part[2] ? r->fluency_part[1] : r->fluency_part[2];
+  return p < r->fluency_part[0];
+}
+
 /* Append one sentence (with a leading space unless first) about criterion c. */
 static void add_sentence(char *fb, size_t cap, int c, const sl_rubric_result *r) {
   char num[32];
@@ -334,7 +344,17 @@ static void add_sentence(char *fb, size_t cap, int c, const sl_rubric_result *r)
   int good = r->crit[c] >= GOOD_CRIT;
   switch (c) {
   case SL_RUBRIC_FLUENCY:
-    fmt_fixed(num, sizeof num, r->words_per_minute, 0);
+    if (r->timed && !good && hesitant(r)) {
+      char mean[32], wpr[32];
+      fmt_fixed(mean, sizeof mean, r->pause_mean_s, 1);
+      fmt_fixed(wpr, sizeof wpr, r->words_per_run, 1);
+      snprintf(s, sizeof s,
+               "You stopped %u times for a quarter second or more (%s s on average), with %s "
+               "words between stops; aim for longer stretches of speech between pauses.",
+               r->pauses, mean, wpr);
+      break;
+    }
+    fmt_fixed(num, sizeof num, r->timed ? r->speech_rate_wpm : r->words_per_minute, 0);
     if (good)
       snprintf(s, sizeof s, "Your pace of %s words per minute is within the 110-150 target.", num);
     else if (r->words_per_minute > 150.0)
@@ -425,10 +445,99 @@ static void write_feedback(sl_rubric_result *r) {
     add_sentence(r->feedback, sizeof r->feedback, SL_RUBRIC_LENGTH, r);
 }
 
+/* ---- rubric v2: timing and evidence --------------------------------------- */
+
+static int finite_nonneg(double v) { return v >= 0.0 && !isinf(v); } /* NaN fails */
+
+/* t is a timing a recording of duration_s can have (a frame, 20 ms, of slack) */
+static int timing_usable(const sl_rubric_timing *t, double duration_s) {
+  if (!t || !(t->speaking_s > 0.0) || !finite_nonneg(t->speaking_s) ||
+      !finite_nonneg(t->speech_s) || !finite_nonneg(t->pause_mean_s) ||
+      !finite_nonneg(t->pause_longest_s))
+    return 0;
+  if (t->speaking_s > duration_s + 0.02 || t->speech_s > t->speaking_s + 0.02) return 0;
+  if (t->pauses == 0) return 1;
+  return t->pause_longest_s + 0.02 >= t->pause_mean_s &&
+         t->pause_mean_s * t->pauses <= t->speaking_s + 0.02;
+}
+
+/* fluency from the timing (r->words > 0) */
+static void fluency_timed(sl_rubric_result *r, const sl_rubric_timing *t) {
+  r->timed = 1;
+  double wpm = (double)r->words / t->speaking_s * 60.0;
+  r->speech_rate_wpm = wpm < WPM_CAP ? wpm : WPM_CAP;
+  double awpm = t->speech_s > 0.0 ? (double)r->words / t->speech_s * 60.0 : WPM_CAP;
+  r->articulation_wpm = awpm < WPM_CAP ? awpm : WPM_CAP;
+  r->phonation_ratio = t->speech_s / t->speaking_s;
+  if (r->phonation_ratio > 1.0) r->phonation_ratio = 1.0;
+  r->pauses = t->pauses;
+  r->pause_mean_s = t->pauses ? t->pause_mean_s : 0.0;
+  r->pause_longest_s = t->pauses ? t->pause_longest_s : 0.0;
+  r->words_per_run = (double)r->words / (double)(t->pauses + 1u);
+  r->fluency_part[0] = curve(FLUENCY_CURVE, NPOINTS(FLUENCY_CURVE), r->speech_rate_wpm);
+  r->fluency_part[1] = curve(RUN_CURVE, NPOINTS(RUN_CURVE), r->words_per_run);
+  r->fluency_part[2] =
+      t->pauses ? curve(PAUSE_CURVE, NPOINTS(PAUSE_CURVE), r->pause_mean_s) : 100.0;
+  double f = 0.0;
+  for (int i = 0; i < 3; i++) f += FLUENCY_PARTS[i] * r->fluency_part[i];
+  r->crit[SL_RUBRIC_FLUENCY] = f;
+}
+
+/* each criterion's measure in plain words (r->words > 0) */
+static void write_evidence(sl_rubric_result *r, double duration_s, const sl_rubric_timing *t) {
+  char a[32], b[32], c[32], d[32], e[32];
+  if (r->timed) {
+    fmt_fixed(a, sizeof a, r->speech_rate_wpm, 0);
+    fmt_fixed(b, sizeof b, t->speaking_s, 1);
+    fmt_fixed(c, sizeof c, r->words_per_run, 1);
+    fmt_fixed(d, sizeof d, r->phonation_ratio * 100.0, 0);
+    if (r->pauses) {
+      fmt_fixed(e, sizeof e, r->pause_mean_s, 2);
+      char longest[32];
+      fmt_fixed(longest, sizeof longest, r->pause_longest_s, 2);
+      snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
+               "%s words per minute over %s s of speaking; %u silent pauses of 0.25 s or more "
+               "(mean %s s, longest %s s), %s words between pauses; speech %s%% of the time",
+               a, b, r->pauses, e, longest, c, d);
+    } else {
+      snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
+               "%s words per minute over %s s of speaking; no silent pause of 0.25 s or more; "
+               "speech %s%% of the time",
+               a, b, d);
+    }
+  } else {
+    fmt_fixed(a, sizeof a, r->words_per_minute, 0);
+    fmt_fixed(b, sizeof b, duration_s, 1);
+    snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
+             "%s words per minute over the whole %s s recording (when the speech was is not "
+             "known)",
+             a, b);
+  }
+  fmt_fixed(a, sizeof a, r->lexical_variety, 2);
+  snprintf(r->evidence[SL_RUBRIC_VARIETY], SL_RUBRIC_EVIDENCE,
+           "lexical variety %s: the share of different words in each 25-word stretch", a);
+  fmt_fixed(a, sizeof a, r->filler_rate, 1);
+  snprintf(r->evidence[SL_RUBRIC_FILLERS], SL_RUBRIC_EVIDENCE,
+           "%u fillers (um, uh, you know ...) in %u words: %s per 100 words", r->fillers, r->words,
+           a);
+  snprintf(r->evidence[SL_RUBRIC_LENGTH], SL_RUBRIC_EVIDENCE, "%u words", r->words);
+  if (r->prompt_terms)
+    snprintf(r->evidence[SL_RUBRIC_RELEVANCE], SL_RUBRIC_EVIDENCE,
+             "%u of the question's %u key words used", r->prompt_hits, r->prompt_terms);
+  else
+    snprintf(r->evidence[SL_RUBRIC_RELEVANCE], SL_RUBRIC_EVIDENCE,
+             "no key words to look for (no question, or none in it)");
+}
+
 /* ---- entry point -------------------------------------------------------- */
 
 int sl_rubric_grade(const char *transcript, double duration_s, const char *prompt,
                     sl_rubric_result *out) {
+  return sl_rubric_grade_timed(transcript, duration_s, prompt, NULL, out);
+}
+
+int sl_rubric_grade_timed(const char *transcript, double duration_s, const char *prompt,
+                          const sl_rubric_timing *timing, sl_rubric_result *out) {
   if (out != NULL) memset(out, 0, sizeof *out);
   if (transcript == NULL || out == NULL || !(duration_s > 0.0) || isinf(duration_s))
     return SL_EINVAL;
@@ -477,6 +586,7 @@ int sl_rubric_grade(const char *transcript, double duration_s, const char *promp
   r->filler_rate = (double)m.fillers * 100.0 / (double)m.words;
 
   r->crit[SL_RUBRIC_FLUENCY] = curve(FLUENCY_CURVE, NPOINTS(FLUENCY_CURVE), r->words_per_minute);
+  if (timing_usable(timing, duration_s)) fluency_timed(r, timing);
   r->crit[SL_RUBRIC_VARIETY] = curve(VARIETY_CURVE, NPOINTS(VARIETY_CURVE), r->lexical_variety);
   r->crit[SL_RUBRIC_FILLERS] = curve(FILLER_CURVE, NPOINTS(FILLER_CURVE), r->filler_rate);
   r->crit[SL_RUBRIC_LENGTH] = curve(LENGTH_CURVE, NPOINTS(LENGTH_CURVE), (double)m.words);
@@ -491,5 +601,6 @@ int sl_rubric_grade(const char *transcript, double duration_s, const char *promp
   memcpy(r->level, lv, strlen(lv) + 1);
 
   write_feedback(r);
+  write_evidence(r, duration_s, timing);
   return 0;
 }

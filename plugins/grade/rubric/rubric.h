@@ -3,8 +3,9 @@
  * rubric.h — deterministic rubric grader for spoken answers.
  *
  * Input is an offline speech-recognition transcript (lowercase, no
- * punctuation, may contain recognition errors), the audio's duration and an
- * optional prompt (the question that was asked). The grader measures five
+ * punctuation, may contain recognition errors), the audio's duration, an
+ * optional prompt (the question that was asked) and, optionally, when the
+ * speech was (sl_rubric_timing, from preflight). The grader measures five
  * things — speaking rate, lexical variety, filler use, length and relevance to
  * the prompt — maps each to a 0..100 criterion with a fixed piecewise-linear
  * curve, combines them with fixed weights, caps the result by a length ceiling
@@ -36,6 +37,24 @@ enum {
 /* Words are compared on at most this many bytes (longer ones are cut). */
 #define SL_RUBRIC_WORD_MAX 31u
 
+/* When the words were spoken, as the preflight step measured it
+ * (UploadCompleted's speech_s, speaking_s, pauses, pause_mean_s,
+ * pause_longest_s; docs/grading.md "Timing"). With it, fluency is rubric
+ * v2's: the speech rate over the speaking time, the words between silent
+ * pauses and the pauses' mean length; without it (NULL, speaking_s 0, or
+ * numbers no recording gives) it is v1's: words per minute of the whole
+ * recording. */
+typedef struct {
+  double speech_s;        /* phonation time: the speech frames' */
+  double speaking_s;      /* first speech to the end of the last */
+  double pause_mean_s;    /* the silent pauses' (250 ms or more) mean */
+  double pause_longest_s; /* and longest */
+  unsigned pauses;        /* how many, inside speaking_s */
+} sl_rubric_timing;
+
+/* Bytes of one criterion's evidence sentence, NUL included. */
+#define SL_RUBRIC_EVIDENCE 400u
+
 typedef struct {
   double score;            /* 0..100 overall, rounded to one decimal */
   char level[4];           /* "NL","NM","NH","IL","IM1","IM2","IM3","IH","AL" */
@@ -55,6 +74,18 @@ typedef struct {
   unsigned prompt_terms; /* distinct content words taken from the prompt */
   unsigned prompt_hits;  /* how many of them occur in the transcript */
   double weighted;       /* weighted criterion sum before the length cap */
+  /* Rubric v2: */
+  int timed;               /* 1: fluency from the timing (sl_rubric_timing) */
+  double speech_rate_wpm;  /* timed: words per minute of the speaking time */
+  double articulation_wpm; /* timed: words per minute of speech (phonation time) */
+  double phonation_ratio;  /* timed: speech_s / speaking_s */
+  double words_per_run;    /* timed: words / (pauses + 1) */
+  unsigned pauses;         /* timed: silent pauses, and their mean and longest: */
+  double pause_mean_s, pause_longest_s;
+  double fluency_part[3]; /* timed: fluency's parts, 0..100: rate, run, pause */
+  /* each criterion's measure in plain words, e.g. "9 silent pauses of
+   * 0.25 s or more in 42.0 s of speaking ..."; indexed SL_RUBRIC_* */
+  char evidence[SL_RUBRIC_NCRIT][SL_RUBRIC_EVIDENCE];
 } sl_rubric_result;
 
 /*
@@ -71,6 +102,12 @@ typedef struct {
  */
 int sl_rubric_grade(const char *transcript, double duration_s, const char *prompt,
                     sl_rubric_result *out);
+
+/* sl_rubric_grade with the timing of the speech (NULL: none): the same
+ * result but for fluency (and its feedback and evidence) when the timing
+ * is usable (out->timed). Same returns. */
+int sl_rubric_grade_timed(const char *transcript, double duration_s, const char *prompt,
+                          const sl_rubric_timing *timing, sl_rubric_result *out);
 
 /* Level for a (rounded) score: the highest level whose lower bound is <= score
  * (bounds 0, 20, 35, 45, 55, 62, 69, 76, 86). NaN maps to "NL". The returned
