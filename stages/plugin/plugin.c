@@ -37,23 +37,26 @@
 #include "sluice/sl_file.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_pbfield.h"
 
 #define SL_RUN_MAX_INPUT (512u << 20)
 #define MAX_SETS 64
 
 static int usage(FILE *f) {
-  fprintf(f,
-          "usage: sluice plugin run stt|grade|step NAME [--config FILE] [--set key=value]...\n"
-          "                         [--prompt TEXT] [--language LANG] [--object-out FILE] INPUT\n"
-          "       sluice plugin list [--set plugin.path=DIRS]\n"
-          "       sluice plugin doc\n\n"
-          "run: one plugin call through the stage's plugin host; prints the outcome as JSON.\n"
-          "  INPUT is an audio file (stt, and a step that reads \"@object\", such as\n"
-          "  step/preflight; --object-out saves the object it stores) or a transcript\n"
-          "  JSON (grade):\n"
-          "  {\"transcript\": \"...\", \"duration_s\": 30.5, \"prompt\": \"...\", "
-          "\"words\": [{\"word\": \"...\", \"start_s\": 0, \"end_s\": 0.4}]}\n"
-          "  exit 0 done, 3 retry, 4 failed, 2 usage/input error, 1 plugin not loadable\n");
+  fprintf(
+      f, "usage: sluice plugin run stt|grade|step NAME [--config FILE] [--set key=value]...\n"
+         "                         [--prompt TEXT] [--language LANG] [--object-out FILE] INPUT\n"
+         "       sluice plugin list [--set plugin.path=DIRS]\n"
+         "       sluice plugin doc\n\n"
+         "run: one plugin call through the stage's plugin host; prints the outcome as JSON.\n"
+         "  INPUT is an audio file (stt, and a step that reads \"@object\", such as\n"
+         "  step/preflight; --object-out saves the object it stores) or a transcript\n"
+         "  JSON (grade):\n"
+         "  {\"transcript\": \"...\", \"duration_s\": 30.5, \"prompt\": \"...\", "
+         "\"words\": [{\"word\": \"...\", \"start_s\": 0, \"end_s\": 0.4}],\n"
+         "   \"upload\": {\"speaking_s\": 28.1, \"pauses\": 6, ...}}  (the answer's numbers, e.g.\n"
+         "  preflight's timing: what a grader reads as upload.<name>)\n"
+         "  exit 0 done, 3 retry, 4 failed, 2 usage/input error, 1 plugin not loadable\n");
   return f == stdout ? 0 : 2;
 }
 
@@ -220,6 +223,7 @@ static int run_args_parse(int argc, char **argv, run_args *a) {
 typedef struct {
   sl_plugin_input in;
   Sluice__V1__UploadCompleted up;
+  Sluice__V1__Transcript tr; /* grade: the message a grader reads by name */
   char *data;
   size_t len;
   json_t *tj;
@@ -230,6 +234,35 @@ static void run_input_free(run_input *ri) {
   json_decref(ri->tj);
   free(ri->wbuf);
   free(ri->data);
+}
+
+/* ri's Transcript message, for a grader reading fields by name: its text,
+ * duration and prompt, and the upload's numbers the JSON's "upload" object
+ * names (e.g. preflight's timing: {"speaking_s": 5.2, "pauses": 2}). 0, or
+ * -1 with the reason in err. */
+static int grade_message(run_input *ri, char *err, size_t errlen) {
+  ri->tr = (Sluice__V1__Transcript)SLUICE__V1__TRANSCRIPT__INIT;
+  ri->tr.text = (char *)ri->in.transcript;
+  ri->tr.duration_s = ri->in.duration_s;
+  ri->tr.upload = &ri->up;
+  ri->up.submission_id = "plugin-run";
+  ri->up.question_no = 1;
+  ri->up.prompt = (char *)ri->in.prompt;
+  json_t *u = json_object_get(ri->tj, "upload");
+  if (u && !json_is_object(u)) {
+    snprintf(err, errlen, "\"upload\" must be an object of numbers");
+    return -1;
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach(u, k, v) {
+    if (!json_is_number(v) || sl_pbfield_set_num(&ri->up.base, k, json_number_value(v)) != 0) {
+      snprintf(err, errlen, "upload.%.64s: not a number field of UploadCompleted", k);
+      return -1;
+    }
+  }
+  ri->in.message = &ri->tr.base;
+  return 0;
 }
 
 /* INPUT read into ri: audio (stt, and a step as an upload of it), else a
@@ -269,7 +302,7 @@ static int run_input_read(const run_args *a, run_input *ri) {
             je.line);
     return 2;
   }
-  if (grade_input(ri->tj, in, &ri->wbuf, err, sizeof err)) {
+  if (grade_input(ri->tj, in, &ri->wbuf, err, sizeof err) || grade_message(ri, err, sizeof err)) {
     fprintf(stderr, "sluice plugin run: %s: %s\n", a->input, err);
     return 2;
   }

@@ -99,9 +99,9 @@ static void test_timed_fluency(void **state) {
       .speech_s = 20, .speaking_s = 24, .pause_mean_s = 0.5, .pause_longest_s = 0.8, .pauses = 3};
   assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &fluent, &a), 0);
   assert_int_equal(a.timed, 1);
-  NEAR(a.speech_rate_wpm, 125.0); /* 50 words / 24 s */
-  NEAR(a.articulation_wpm, 150.0);
-  NEAR(a.phonation_ratio, 20.0 / 24.0);
+  NEAR(a.speech_rate_wpm, 125.0);               /* 50 words / 24 s */
+  NEAR(a.articulation_wpm, 50.0 / 22.5 * 60.0); /* 24 s less 3 pauses of 0.5 s */
+  NEAR(a.phonation_ratio, 22.5 / 24.0);
   NEAR(a.words_per_run, 12.5);
   NEAR(a.crit[SL_RUBRIC_FLUENCY], 100.0); /* every part full */
   NEAR(v1.crit[SL_RUBRIC_FLUENCY], 50.0); /* 75 wpm over the whole 40 s */
@@ -109,8 +109,8 @@ static void test_timed_fluency(void **state) {
   assert_true(a.score > v1.score);
   assert_string_equal(a.evidence[SL_RUBRIC_FLUENCY],
                       "125 words per minute over 24.0 s of speaking; 3 silent pauses of 0.25 s "
-                      "or more (mean 0.50 s, longest 0.80 s), 12.5 words between pauses; speech "
-                      "83% of the time");
+                      "or more (mean 0.50 s, longest 0.80 s: 6% of the time), 12.5 words between "
+                      "pauses; 133 words per minute between them");
 
   const sl_rubric_timing hesitant = {
       .speech_s = 22, .speaking_s = 38, .pause_mean_s = 1.0, .pause_longest_s = 2.4, .pauses = 16};
@@ -126,8 +126,9 @@ static void test_timed_fluency(void **state) {
   /* its weakest criterion, said by its pauses (they cost more than its rate) */
   assert_non_null(strstr(b.feedback, "You stopped 16 times for a quarter second or more (1.0 s on "
                                      "average), with 2.9 words between stops"));
-  assert_non_null(strstr(b.evidence[SL_RUBRIC_FLUENCY], "16 silent pauses of 0.25 s or more "
-                                                        "(mean 1.00 s, longest 2.40 s)"));
+  assert_non_null(strstr(b.evidence[SL_RUBRIC_FLUENCY],
+                         "16 silent pauses of 0.25 s or more "
+                         "(mean 1.00 s, longest 2.40 s: 42% of the time)"));
   assert_string_equal(b.evidence[SL_RUBRIC_LENGTH], "50 words");
   assert_string_equal(b.evidence[SL_RUBRIC_FILLERS],
                       "3 fillers (um, uh, you know ...) in 50 words: 6.0 per 100 words");

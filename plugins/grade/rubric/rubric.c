@@ -348,10 +348,15 @@ static void add_sentence(char *fb, size_t cap, int c, const sl_rubric_result *r)
       char mean[32], wpr[32];
       fmt_fixed(mean, sizeof mean, r->pause_mean_s, 1);
       fmt_fixed(wpr, sizeof wpr, r->words_per_run, 1);
+      char times[32];
+      if (r->pauses == 1)
+        snprintf(times, sizeof times, "once");
+      else
+        snprintf(times, sizeof times, "%u times", r->pauses);
       snprintf(s, sizeof s,
-               "You stopped %u times for a quarter second or more (%s s on average), with %s "
+               "You stopped %s for a quarter second or more (%s s on average), with %s "
                "words between stops; aim for longer stretches of speech between pauses.",
-               r->pauses, mean, wpr);
+               times, mean, wpr);
       break;
     }
     fmt_fixed(num, sizeof num, r->timed ? r->speech_rate_wpm : r->words_per_minute, 0);
@@ -466,10 +471,12 @@ static void fluency_timed(sl_rubric_result *r, const sl_rubric_timing *t) {
   r->timed = 1;
   double wpm = (double)r->words / t->speaking_s * 60.0;
   r->speech_rate_wpm = wpm < WPM_CAP ? wpm : WPM_CAP;
-  double awpm = t->speech_s > 0.0 ? (double)r->words / t->speech_s * 60.0 : WPM_CAP;
+  /* phonation time as the fluency literature has it: the speaking time less
+   * its silent pauses (de Jong et al. 2013) */
+  double phonation = t->speaking_s - (double)t->pauses * t->pause_mean_s;
+  double awpm = phonation > 0.0 ? (double)r->words / phonation * 60.0 : WPM_CAP;
   r->articulation_wpm = awpm < WPM_CAP ? awpm : WPM_CAP;
-  r->phonation_ratio = t->speech_s / t->speaking_s;
-  if (r->phonation_ratio > 1.0) r->phonation_ratio = 1.0;
+  r->phonation_ratio = phonation > 0.0 ? phonation / t->speaking_s : 0.0;
   r->pauses = t->pauses;
   r->pause_mean_s = t->pauses ? t->pause_mean_s : 0.0;
   r->pause_longest_s = t->pauses ? t->pause_longest_s : 0.0;
@@ -490,20 +497,21 @@ static void write_evidence(sl_rubric_result *r, double duration_s, const sl_rubr
     fmt_fixed(a, sizeof a, r->speech_rate_wpm, 0);
     fmt_fixed(b, sizeof b, t->speaking_s, 1);
     fmt_fixed(c, sizeof c, r->words_per_run, 1);
-    fmt_fixed(d, sizeof d, r->phonation_ratio * 100.0, 0);
+    fmt_fixed(d, sizeof d, (1.0 - r->phonation_ratio) * 100.0, 0);
+    fmt_fixed(e, sizeof e, r->articulation_wpm, 0);
     if (r->pauses) {
-      fmt_fixed(e, sizeof e, r->pause_mean_s, 2);
-      char longest[32];
+      char mean[32], longest[32];
+      fmt_fixed(mean, sizeof mean, r->pause_mean_s, 2);
       fmt_fixed(longest, sizeof longest, r->pause_longest_s, 2);
       snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
-               "%s words per minute over %s s of speaking; %u silent pauses of 0.25 s or more "
-               "(mean %s s, longest %s s), %s words between pauses; speech %s%% of the time",
-               a, b, r->pauses, e, longest, c, d);
+               "%s words per minute over %s s of speaking; %u silent pause%s of 0.25 s or more "
+               "(mean %s s, longest %s s: %s%% of the time), %s words between pauses; %s words "
+               "per minute between them",
+               a, b, r->pauses, r->pauses == 1 ? "" : "s", mean, longest, d, c, e);
     } else {
       snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
-               "%s words per minute over %s s of speaking; no silent pause of 0.25 s or more; "
-               "speech %s%% of the time",
-               a, b, d);
+               "%s words per minute over %s s of speaking; no silent pause of 0.25 s or more", a,
+               b);
     }
   } else {
     fmt_fixed(a, sizeof a, r->words_per_minute, 0);

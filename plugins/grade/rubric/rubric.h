@@ -77,8 +77,9 @@ typedef struct {
   /* Rubric v2: */
   int timed;               /* 1: fluency from the timing (sl_rubric_timing) */
   double speech_rate_wpm;  /* timed: words per minute of the speaking time */
-  double articulation_wpm; /* timed: words per minute of speech (phonation time) */
-  double phonation_ratio;  /* timed: speech_s / speaking_s */
+  double articulation_wpm; /* timed: words per minute of phonation time (speaking_s
+                              less the silent pauses) */
+  double phonation_ratio;  /* timed: phonation time / speaking_s */
   double words_per_run;    /* timed: words / (pauses + 1) */
   unsigned pauses;         /* timed: silent pauses, and their mean and longest: */
   double pause_mean_s, pause_longest_s;
