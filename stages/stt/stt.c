@@ -165,7 +165,11 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, c
   Sluice__V1__Transcript t = SLUICE__V1__TRANSCRIPT__INIT;
   t.upload = up;
   t.text = (char *)text;
-  t.duration_s = pr->duration_s;
+  /* the answer's length: preflight's decoded one when it measured it (the
+   * plugin heard its FLAC, which holds the speech with the silence cut:
+   * what the provider billed, in cost_units), else the plugin's */
+  double duration = up->duration_s > 0 ? up->duration_s : pr->duration_s;
+  t.duration_s = duration;
   t.engine = pr->engine ? pr->engine : "";
   t.language = pr->language ? pr->language : "";
   t.cost_units = res->cost_before + res->cost_units; /* every attempt's */
@@ -187,14 +191,14 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, c
   Sluice__V1__QuestionStatus st =
       status_of(up, SLUICE__V1__QUESTION_STATE__GRADING, s->progress_next);
   st.transcript = (char *)text;
-  st.duration_s = pr->duration_s;
+  st.duration_s = duration;
   st.cost_units = t.cost_units;
   if (rc == 0) rc = sl_outbox_add_pb(out, s->cc->topic_results, key, &st.base);
   if (rc)
     sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing transcript: %s", sl_strerror(rc));
   else
-    sl_log(SL_LOG_INFO, key, "transcribed %.1f s of audio with %s in %lld ms: \"%.80s\"",
-           pr->duration_s, t.engine, (long long)pr->elapsed_ms, text);
+    sl_log(SL_LOG_INFO, key, "transcribed %.1f s of audio (of %.1f) with %s in %lld ms: \"%.80s\"",
+           pr->duration_s, duration, t.engine, (long long)pr->elapsed_ms, text);
   free(words);
   free(wp);
 }

@@ -86,7 +86,8 @@ for p in "${PLUGINS[@]}"; do
       check "$p: $f: the timing of its speech (speaking time within the audio, runs = pauses + 1)" \
         jqok '.fields.speaking_s > 1 and .fields.speaking_s <= .fields.duration_s and
         .fields.speech_s <= .fields.speaking_s + 0.02 and .fields.runs == .fields.pauses + 1 and
-        .fields.run_mean_s > 0 and .fields.pause_longest_s >= .fields.pause_mean_s' <<<"$OUT"
+        .fields.run_mean_s > 0 and .fields.pause_longest_s >= .fields.pause_mean_s and
+        .fields.audio_s >= .fields.speech_s and .fields.audio_s <= .fields.duration_s' <<<"$OUT"
       check "$p: $f stored as 16 kHz mono FLAC" test "$(soxi -r "$TMP/$f.out" 2>/dev/null)/$(soxi -c "$TMP/$f.out" 2>/dev/null)" = 16000/1
     done
     for f in noise.wav:undecodable_audio empty.wav:undecodable_audio long.wav:no_speech; do

@@ -271,6 +271,63 @@ static void test_timing(void **state) {
   sl_pf_audio_clear(&a);
 }
 
+/* a's samples as a 16 kHz mono 16-bit WAV (malloc'd, *len bytes) */
+static unsigned char *wav_of(const sl_pf_audio *a, size_t *len) {
+  uint32_t data = (uint32_t)(a->n * 2);
+  unsigned char *w = malloc(44 + data);
+  assert_non_null(w);
+  const uint32_t u32[] = {36 + data, 16, 0x00010001u, SL_PF_RATE, SL_PF_RATE * 2, 0x00100002u};
+  memcpy(w, "RIFF", 4), memcpy(w + 4, &u32[0], 4), memcpy(w + 8, "WAVEfmt ", 8);
+  memcpy(w + 16, &u32[1], 4), memcpy(w + 20, &u32[2], 4), memcpy(w + 24, &u32[3], 4);
+  memcpy(w + 28, &u32[4], 4), memcpy(w + 32, &u32[5], 4), memcpy(w + 36, "data", 4);
+  memcpy(w + 40, &data, 4), memcpy(w + 44, a->pcm, data);
+  *len = 44 + data;
+  return w;
+}
+
+/* the FLAC holds the speech: 2 s of silence before and after cut to 0.3 s,
+ * an inner silence of 1.6 s shortened to 1 s, one of 0.4 s kept; the same
+ * speech and pauses when the FLAC is measured again; trim off: all of it */
+static void test_trim(void **state) {
+  (void)state;
+  static const double seg[][2] = {{2.0, 0}, {1.0, 0.3}, {1.6, 0}, {0.5, 0.3},
+                                  {0.4, 0}, {0.5, 0.3}, {2.0, 0}};
+  sl_pf_audio a = segments(seg, sizeof seg / sizeof seg[0]);
+  size_t len;
+  unsigned char *wav = wav_of(&a, &len);
+  sl_pf_conf c = conf;
+  c.normalize = 1, c.trim = 1, c.keep_silence_ms = 300, c.max_silence_ms = 1000;
+  sl_pf_result r;
+  assert_int_equal(sl_pf_check(wav, len, &c, &r), 0);
+  if (!near(r.duration_s, 8.0)) fail_msg("duration_s %.3f", r.duration_s);
+  double want = 0.3 + 1.0 + 1.0 + 0.5 + 0.4 + 0.5 + 0.3;
+  if (fabs(r.flac_s - want) > 0.041) fail_msg("flac_s %.3f, not %.3f", r.flac_s, want);
+  assert_int_equal(r.timing.pauses, 2); /* measured on the whole recording */
+  if (!near(r.timing.pause_longest_s, 1.6)) fail_msg("longest %.3f", r.timing.pause_longest_s);
+  sl_pf_audio t;
+  char err[256] = "";
+  if (sl_pf_decode(r.flac, r.flac_len, &conf, &t, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(sl_pf_analyse(&t, conf.silence_dbfs), 0);
+  if (fabs(t.duration_s - r.flac_s) > 0.001) fail_msg("FLAC of %.3f s", t.duration_s);
+  if (fabs(t.speech_s - r.speech_s) > 0.041)
+    fail_msg("the FLAC's speech %.3f s, the recording's %.3f s", t.speech_s, r.speech_s);
+  assert_int_equal(t.timing.pauses, 2);
+  if (fabs(t.timing.pause_longest_s - 1.0) > 0.041)
+    fail_msg("the FLAC's longest pause %.3f s", t.timing.pause_longest_s);
+  sl_pf_audio_clear(&t);
+  sl_pf_result_clear(&r);
+  c.trim = 0;
+  assert_int_equal(sl_pf_check(wav, len, &c, &r), 0);
+  if (!near(r.flac_s, 8.0)) fail_msg("untrimmed flac_s %.3f", r.flac_s);
+  sl_pf_result_clear(&r);
+  c.trim = 1, c.max_silence_ms = 0; /* inner silences kept whole */
+  assert_int_equal(sl_pf_check(wav, len, &c, &r), 0);
+  if (fabs(r.flac_s - (want + 0.6)) > 0.041) fail_msg("inner kept: flac_s %.3f", r.flac_s);
+  sl_pf_result_clear(&r);
+  free(wav);
+  sl_pf_audio_clear(&a);
+}
+
 static void test_silence_is_no_speech(void **state) {
   (void)state;
   double speech, d = decoded_seconds("silence.wav", &speech);
@@ -788,6 +845,7 @@ int main(void) {
       cmocka_unit_test(test_formats),
       cmocka_unit_test(test_silence_is_no_speech),
       cmocka_unit_test(test_timing),
+      cmocka_unit_test(test_trim),
       cmocka_unit_test(test_not_audio),
       cmocka_unit_test(test_too_long),
       cmocka_unit_test(test_flac_round_trip),

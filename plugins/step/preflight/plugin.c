@@ -17,7 +17,9 @@
  *   - else writes duration_s, speech_s and the timing of the speech
  *     (speaking_s, pauses, pause_total_s, pause_mean_s, pause_longest_s,
  *     runs, run_mean_s: preflight.h, docs/grading.md) into the
- *     UploadCompleted it passes on, and (normalize = true) stores a 16 kHz mono FLAC beside
+ *     UploadCompleted it passes on, and (normalize = true) stores a 16 kHz mono FLAC of
+ *     the speech (trim_silence: the silence around it and the long ones
+ *     inside cut, its length in audio_s; STT providers bill per second) beside
  *     the original (derived/<key>.16k.flac) whose key goes in audio_key,
  *     which stt hands to its plugin instead of the original.
  * A recording in a recognised format whose codec has no decoder here
@@ -60,6 +62,18 @@ static const sl_plugin_conf_key conf[] = {
      "frames quieter than this (dBFS) are never speech", 0},
     {"normalize", SL_PLUGIN_CONF_BOOL, "true",
      "store a 16 kHz mono FLAC beside the original for the STT plugin (audio_key)", 0},
+    {"trim_silence", SL_PLUGIN_CONF_BOOL, "true",
+     "that FLAC holds the speech, not the silence around it (STT providers bill every second "
+     "sent): from keep_silence_ms before the first speech to keep_silence_ms after the last, "
+     "inner silences longer than max_silence_ms shortened to it; the timing is measured on "
+     "the whole recording",
+     0},
+    {"keep_silence_ms", SL_PLUGIN_CONF_INT, "150",
+     "silence kept before the first speech and after the last (0..5000)", 0},
+    {"max_silence_ms", SL_PLUGIN_CONF_INT, "400",
+     "an inner silence longer than this is shortened to it, its middle cut (0: inner silences "
+     "kept whole; else 200..10000)",
+     0},
     {"flac_level", SL_PLUGIN_CONF_INT, "5",
      "libFLAC compression level of that FLAC, 0 (least CPU) to 8 (fewest bytes to the STT "
      "provider); docs/benchmarks.md has both per level",
@@ -94,8 +108,8 @@ static const sl_plugin_conf_key conf[] = {
 
 static const char *const reads[] = {SL_PLUGIN_READ_OBJECT, "object_key", NULL};
 static const char *const writes[] = {
-    "audio_key",    "duration_s",      "speech_s", "speaking_s", "pauses", "pause_total_s",
-    "pause_mean_s", "pause_longest_s", "runs",     "run_mean_s", NULL};
+    "audio_key",    "duration_s",      "speech_s", "speaking_s", "pauses",  "pause_total_s",
+    "pause_mean_s", "pause_longest_s", "runs",     "run_mean_s", "audio_s", NULL};
 static const char *const classes[NCLASS] = {"undecodable_audio", "too_long", "no_speech",
                                             "unsupported_format", "decode_limit"};
 
@@ -129,6 +143,12 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
     snprintf(err, errlen, "step.preflight.flac_level must be 0..8");
     return SL_ECONFIG;
   }
+  int64_t keep = h->conf_int(c, "keep_silence_ms"), most = h->conf_int(c, "max_silence_ms");
+  if (keep < 0 || keep > 5000 || (most != 0 && (most < 200 || most > 10000))) {
+    snprintf(err, errlen,
+             "step.preflight: keep_silence_ms must be 0..5000, max_silence_ms 0 or 200..10000");
+    return SL_ECONFIG;
+  }
   int rc = sl_pf_init(err, errlen);
   if (rc) return rc;
   state *s = h->alloc(sizeof *s);
@@ -152,6 +172,9 @@ static int create(const sl_plugin_host *h, const sl_plugin_conf *c, void **out, 
   s->pc.normalize = h->conf_bool(c, "normalize");
   s->pass_undecoded = s->pc.measure_undecoded = h->conf_bool(c, "pass_undecoded");
   s->pc.flac_level = (int)level;
+  s->pc.trim = h->conf_bool(c, "trim_silence");
+  s->pc.keep_silence_ms = (int)keep;
+  s->pc.max_silence_ms = (int)most;
   if (h->conf_bool(c, "sandbox")) {
     sl_pf_sandbox_conf sc = {.path = h->conf_str(c, "sandbox_path"),
                              .memory_mb = (long)h->conf_int(c, "sandbox_memory_mb")};
@@ -248,6 +271,7 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   if (orc == 0 && !r.undecoded) orc = out_timing(h, c, &r.timing);
   if (orc == 0 && r.flac)
     orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", r.flac, r.flac_len);
+  if (orc == 0 && r.flac) orc = h->out_num(c, "audio_s", r.flac_s);
   if (r.undecoded) {
     h->counter_add(s->passed, 1);
     h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on undecoded (%s, %.1f s timed from its frames)",

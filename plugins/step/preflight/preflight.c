@@ -608,14 +608,21 @@ int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs) {
   a->speech_s = 0;
   memset(&a->timing, 0, sizeof a->timing);
   a->peak_dbfs = a->floor_dbfs = -100;
+  free(a->speech);
+  a->speech = NULL;
+  a->nframes = 0;
   size_t nf = a->n / FRAME;
   if (nf == 0) return 0;
   double *e = malloc(nf * sizeof *e), *sorted = malloc(nf * sizeof *sorted);
-  if (!e || !sorted) {
+  a->speech = calloc(nf, 1);
+  if (!e || !sorted || !a->speech) {
     free(e);
     free(sorted);
+    free(a->speech);
+    a->speech = NULL;
     return SL_ENOMEM;
   }
+  a->nframes = nf;
   for (size_t f = 0; f < nf; f++) {
     double sum = 0;
     for (size_t i = 0; i < FRAME; i++) {
@@ -640,6 +647,7 @@ int sl_pf_analyse(sl_pf_audio *a, double silence_dbfs) {
     if (run >= MIN_RUN) {
       speech += run;
       timing_add(&tw, f - run, f);
+      memset(a->speech + (f - run), 1, run);
     }
     run = 0;
   }
@@ -726,7 +734,48 @@ int sl_pf_flac(const int16_t *pcm, size_t n, int level, void **out, size_t *outl
 void sl_pf_audio_clear(sl_pf_audio *a) {
   if (!a) return;
   free(a->pcm);
+  free(a->speech);
   memset(a, 0, sizeof *a);
+}
+
+/* ---- the speech alone ---------------------------------------------------------- */
+
+/* a's samples of frames [from, to) appended to out at *n */
+static void take_frames(const sl_pf_audio *a, size_t from, size_t to, int16_t *out, size_t *n) {
+  memcpy(out + *n, a->pcm + from * FRAME, (to - from) * FRAME * sizeof *out);
+  *n += (to - from) * FRAME;
+}
+
+/* a's speech (c->trim, sl_pf_conf): *pcm a new buffer of *n samples, or a's
+ * own when it has no speech frame. 0 or SL_ENOMEM. */
+static int trimmed(const sl_pf_audio *a, const sl_pf_conf *c, int16_t **pcm, size_t *n) {
+  size_t nf = a->nframes, first = 0, last = 0; /* speech frames [first, last) */
+  while (first < nf && !a->speech[first]) first++;
+  if (first == nf) return 0;
+  for (size_t f = first; f < nf; f++)
+    if (a->speech[f]) last = f + 1;
+  size_t keep = c->keep_silence_ms > 0 ? (size_t)c->keep_silence_ms / 20 : 0;
+  size_t most = c->max_silence_ms > 0 ? (size_t)c->max_silence_ms / 20 : 0; /* 0: any */
+  size_t from = first > keep ? first - keep : 0, to = last + keep < nf ? last + keep : nf;
+  int16_t *out = malloc((to - from) * FRAME * sizeof *out + 1);
+  if (!out) return SL_ENOMEM;
+  size_t got = 0, at = from; /* frames [from, at) are written */
+  for (size_t f = first; f < last;) {
+    if (a->speech[f]) {
+      f++;
+      continue;
+    }
+    size_t g = f; /* a silence inside [first, last): frames [g, f) */
+    while (f < last && !a->speech[f]) f++;
+    if (most && f - g > most) { /* its first half of `most` and its last */
+      take_frames(a, at, g + most / 2, out, &got);
+      at = f - (most - most / 2);
+    }
+  }
+  take_frames(a, at, to, out, &got);
+  *pcm = out;
+  *n = got;
+  return 0;
 }
 
 /* ---- the whole check ----------------------------------------------------------- */
@@ -756,8 +805,16 @@ int sl__pf_check_into(const void *data, size_t len, const sl_pf_conf *c, const s
   r->floor_dbfs = a.floor_dbfs;
   r->timing = a.timing;
   if (r->rc == 0 && c->normalize && a.speech_s >= c->min_speech_s) {
-    r->rc = flac_into(a.pcm, a.n, c->flac_level, sink, &r->flac, &r->flac_len);
-    if (r->rc) snprintf(r->err, sizeof r->err, "encoding the FLAC failed");
+    int16_t *pcm = a.pcm;
+    size_t n = a.n;
+    if (c->trim && (r->rc = trimmed(&a, c, &pcm, &n)) != 0)
+      snprintf(r->err, sizeof r->err, "out of memory cutting the silence");
+    if (r->rc == 0) r->rc = flac_into(pcm, n, c->flac_level, sink, &r->flac, &r->flac_len);
+    if (r->rc == 0)
+      r->flac_s = (double)n / SL_PF_RATE;
+    else if (!r->err[0])
+      snprintf(r->err, sizeof r->err, "encoding the FLAC failed");
+    if (pcm != a.pcm) free(pcm);
   }
   sl_pf_audio_clear(&a);
   return r->rc;

@@ -30,6 +30,11 @@
  * speech around it; runs are the stretches between pauses. Leading and
  * trailing silence count in none of them.
  *
+ * The FLAC (sl_pf_check, normalize) holds the whole recording, or with
+ * trim its speech: from keep_silence_ms before the first speech frame to
+ * keep_silence_ms after the last, each inner silence longer than
+ * max_silence_ms shortened to it by cutting its middle (flac_s: its length).
+ *
  * @locality Every function is reentrant: many threads may decode at once
  * (one GStreamer pipeline per call). sl_pf_init() once before the first
  * decode (it is idempotent and thread-safe).
@@ -66,6 +71,13 @@ typedef struct {
   double min_speech_s;   /* when there is at least this much speech */
   int flac_level;        /* its libFLAC level, 0..SL_PF_FLAC_LEVEL_MAX */
   int measure_undecoded; /* time a codec with no decoder (pass_undecoded) */
+  /* the FLAC holds the speech (STT providers bill every second sent): from
+   * keep_silence_ms before the first speech frame to keep_silence_ms after
+   * the last, an inner silence longer than max_silence_ms shortened to it
+   * (its middle cut; 0: kept whole). trim 0: the whole recording. */
+  int trim;
+  int keep_silence_ms;
+  int max_silence_ms;
 } sl_pf_conf;
 
 /* The whole check of one answer, as sl_pf_check (in this process) and the
@@ -76,7 +88,8 @@ typedef struct {
   int undecoded; /* rc == 0 from sl_pf_measure: timed, not decoded */
   double duration_s, speech_s, peak_dbfs, floor_dbfs;
   sl_pf_timing timing;
-  void *flac; /* malloc'd (normalize, decoded), owned by the result */
+  double flac_s; /* the audio the FLAC holds, seconds (trim: less than duration_s) */
+  void *flac;    /* malloc'd (normalize, decoded), owned by the result */
   size_t flac_len;
   char err[512]; /* why, when rc != 0 */
 } sl_pf_result;
@@ -89,6 +102,8 @@ typedef struct {
   double peak_dbfs;    /* loudest frame, after sl_pf_analyse */
   double floor_dbfs;   /* the noise floor, after sl_pf_analyse */
   sl_pf_timing timing; /* after sl_pf_analyse */
+  uint8_t *speech;     /* after sl_pf_analyse: 1 per 20 ms frame that is speech (malloc'd) */
+  size_t nframes;
 } sl_pf_audio;
 
 /* gst_init, once per process. Returns 0 or SL_EPLUGIN with the reason. */

@@ -275,7 +275,9 @@ static int take_flac(sl_pf_sandbox *sb, uint64_t len, uint64_t most, sl_pf_resul
 static int measures_sane(const sl_pf_wire_resp *w) {
   const sl_pf_timing *t = &w->timing;
   double d = w->duration_s;
-  if (!(d >= 0 && d <= 1e7) || !(w->speech_s >= 0 && w->speech_s <= d + 1)) return 0;
+  if (!(d >= 0 && d <= 1e7) || !(w->speech_s >= 0 && w->speech_s <= d + 1) ||
+      !(w->flac_s >= 0 && w->flac_s <= d + 1))
+    return 0;
   const double s[] = {t->speaking_s, t->pause_total_s, t->pause_mean_s, t->pause_longest_s,
                       t->run_mean_s};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
@@ -307,6 +309,7 @@ static int exchange(sl_pf_sandbox *sb, const void *data, size_t len, const sl_pf
   r->peak_dbfs = resp.peak_dbfs;
   r->floor_dbfs = resp.floor_dbfs;
   r->timing = resp.timing;
+  r->flac_s = resp.flac_s;
   resp.err[sizeof resp.err - 1] = '\0';
   snprintf(r->err, sizeof r->err, "%s", resp.err);
   if (resp.flac_len) rc = take_flac(sb, resp.flac_len, sl_pf_wire_flac_max(c), r);
