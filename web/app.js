@@ -433,6 +433,14 @@ function renderView(view) {
       body.append(el('p', { class: 'score' }, 'Score ', el('strong', { text: String(Math.round(g.score)) }),
                      `/100 · level ${g.level}`),
                   el('p', { text: g.feedback || '' }));
+      if (Array.isArray(g.criteria) && g.criteria.length) { // each criterion with its evidence
+        body.append(el('table', { class: 'criteria' },
+          el('caption', { text: 'Criteria' }),
+          ...g.criteria.map((c) => el('tr', {},
+            el('th', { scope: 'row', text: String(c.name || '') }),
+            el('td', { class: 'num', text: String(Math.round(Number(c.score) || 0)) }),
+            el('td', { text: String(c.comment || '') })))));
+      }
       if (v.transcript) body.append(el('p', { class: 'transcript', text: `“${v.transcript}”` }));
       if (!poll.announced.has(q.no)) {
         poll.announced.add(q.no);

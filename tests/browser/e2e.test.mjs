@@ -147,6 +147,11 @@ test('record three answers with the fake microphone and see three grades', { tim
     for (const s of scores) assert.ok(Number(s) >= 0 && Number(s) <= 100, `score ${s}`);
     const transcripts = await page.locator('#result-list .transcript').allTextContents();
     assert.equal(transcripts.filter((t) => t.replace(/[“”]/g, '').trim().length > 0).length, 3, 'three transcripts');
+    // each answer's criteria with their evidence; fluency from the timing preflight measured
+    const fluency = await page.locator('#result-list .criteria tr', { hasText: 'fluency' }).allTextContents();
+    assert.equal(fluency.length, 3, 'a fluency row per answer');
+    for (const f of fluency) assert.match(f, /words per minute over [0-9.]+ s of speaking/);
+    assert.equal(await page.locator('#result-list .criteria tr').count(), 15, 'five criteria per answer');
     const announced = await page.locator('#announcer p').allTextContents();
     assert.equal(announced.filter((t) => /^Question \d graded: \d+ out of 100/.test(t)).length, 3, announced.join(' | '));
     assert.ok(polls.length >= 1, `polled ${polls.length} times`);

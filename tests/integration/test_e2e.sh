@@ -36,6 +36,11 @@ for q in 1 2 3; do
         test(\"words per minute over [0-9.]+ s of speaking\"))" "$out"
 done
 log "q1 criteria: $(jq -c '.questions[0].grade.criteria' <<<"$out")"
+"$SLUICECTL" submission "$(jq -r .submission_id <<<"$out")" >"$work/sub.txt" 2>&1 || true
+check "sluicectl submission lists each question's grade with its criteria and their evidence" \
+  bash -c "grep -q '^Grades:' '$work/sub.txt' && test \$(grep -Ec '^  q[123] (NL|NM|NH|IL|IM[123]|IH|AL) [0-9.]+ [(]rubric[)]' '$work/sub.txt') -eq 3 &&
+    test \$(grep -Ec '^     fluency .* words per minute over [0-9.]+ s of speaking' '$work/sub.txt') -eq 3"
+sed -n '/^Grades:/,$p' "$work/sub.txt" | head -8 >&2
 # synthetic speech is recognised roughly: ask for one topic word per answer
 topics=("weekends hiking mountains friends" "favorite food pizza delicious" "summer beach brother swam")
 for q in 1 2 3; do

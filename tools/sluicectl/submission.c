@@ -198,6 +198,34 @@ static json_t *view_cost(json_t *view) {
   return json_pack("{s:o,s:f}", "questions", qs, "total", total);
 }
 
+/* o's string member k, or "?" */
+static const char *str_of(json_t *o, const char *k) {
+  const char *s = json_string_value(json_object_get(o, k));
+  return s ? s : "?";
+}
+
+/* each graded question of the view: its level, score and every criterion
+ * with its evidence (the grader's comment), in question order */
+static void print_grades(json_t *view) {
+  int any = 0;
+  for (int no = 1; no <= 999; no++) {
+    char k[8];
+    snprintf(k, sizeof k, "q%d", no);
+    json_t *q = json_object_get(view, k), *g = json_object_get(q, "grade");
+    if (!json_is_object(g)) continue;
+    if (!any++) printf("\nGrades:\n");
+    printf("  q%d %s %.1f (%s)\n", no, str_of(g, "level"),
+           json_number_value(json_object_get(g, "score")), str_of(g, "engine"));
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(g, "criteria"), i, c) {
+      const char *why = json_string_value(json_object_get(c, "comment"));
+      printf("     %-10s %5.1f  %s\n", str_of(c, "name"),
+             json_number_value(json_object_get(c, "score")), why ? why : "");
+    }
+  }
+}
+
 static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
   *found = 0;
   sl_redis *c = sc_redis_connect(o->redis_url);
@@ -365,6 +393,7 @@ int sc_submission(const sc_opts *o) {
       }
       printf(" total %.3f\n", json_number_value(json_object_get(c, "total")));
       json_decref(c);
+      print_grades(view);
     }
     if (rc) fprintf(stderr, "sluicectl: nothing known about submission %s\n", sid);
   }
