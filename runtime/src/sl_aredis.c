@@ -66,6 +66,7 @@
 #include <errno.h>
 #include <hiredis/async.h>
 #include <limits.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1229,4 +1230,11 @@ static int cl_subscribe(sl_aredis *r, const char *channel, sl_aredis_msg_cb on_m
   cl->sub = link_new(r, cl->m.node[0].host, cl->m.node[0].port);
   if (!cl->sub) return SL_ENOMEM;
   return sl_aredis_subscribe(cl->sub, channel, on_msg, on_state, ud);
+}
+
+double sl_aredis_reply_num(const redisReply *r, double fallback) {
+  if (!r || r->type != REDIS_REPLY_STRING) return fallback;
+  char *end;
+  double v = strtod(r->str, &end);
+  return end != r->str && *end == '\0' && isfinite(v) && v >= 0 ? v : fallback;
 }

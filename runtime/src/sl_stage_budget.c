@@ -8,7 +8,6 @@
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_tenant.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
@@ -46,13 +45,6 @@ void sl__budget_close(sl_budgets *B) {
 }
 
 /* a number as Redis gave it: >= 0, else fallback */
-static double units_of(const redisReply *r, double fallback) {
-  if (!r || r->type != REDIS_REPLY_STRING) return fallback;
-  char *end;
-  double v = strtod(r->str, &end);
-  return end != r->str && *end == '\0' && isfinite(v) && v >= 0 ? v : fallback;
-}
-
 typedef struct {
   sl_budgets *B;
   char id[SL_TENANT_MAX + 1];
@@ -66,8 +58,8 @@ static void on_read(redisReply *r, void *ud) {
     b->reading = 0;
     /* Redis unavailable: as it was */
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-      b->limit = units_of(r->element[0], -1);
-      b->spent = units_of(r->element[1], 0);
+      b->limit = sl_aredis_reply_num(r->element[0], -1);
+      b->spent = sl_aredis_reply_num(r->element[1], 0);
       b->known = 1;
     }
   }

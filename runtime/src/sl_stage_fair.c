@@ -186,10 +186,8 @@ int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms) {
 
 /* a weight as read: a number > 0, else 1 */
 static double weight_of(const redisReply *r) {
-  if (!r || r->type != REDIS_REPLY_STRING) return 1;
-  char *end;
-  double w = strtod(r->str, &end);
-  return end != r->str && *end == '\0' && isfinite(w) && w > 0 ? w : 1;
+  double w = sl_aredis_reply_num(r, 1);
+  return w > 0 ? w : 1; /* not set, not a number or 0: equal */
 }
 
 typedef struct {

@@ -69,6 +69,11 @@ int sl_aredis_argv(sl_aredis *r, sl_aredis_cb cb, void *ud, int argc, const char
 
 int sl_aredis_connected(const sl_aredis *r);
 
+/* A reply that is a string holding a whole finite number >= 0 (what a
+ * HGET or GET of a number gives): that number, else fallback (nil, an
+ * error, a timeout's NULL, anything else). */
+double sl_aredis_reply_num(const redisReply *r, double fallback);
+
 /* A message published on a subscriber's channel: msg is len bytes (not
  * NUL-terminated), valid during the call. */
 typedef void (*sl_aredis_msg_cb)(const char *msg, size_t len, void *ud);
