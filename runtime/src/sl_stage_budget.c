@@ -44,7 +44,6 @@ void sl__budget_close(sl_budgets *B) {
   B->n = 0;
 }
 
-/* a number as Redis gave it: >= 0, else fallback */
 typedef struct {
   sl_budgets *B;
   char id[SL_TENANT_MAX + 1];
