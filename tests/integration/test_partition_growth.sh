@@ -15,7 +15,10 @@
 #  - the new partitions carry traffic: how long after the growth the first
 #    message lands on one (producers) and the stage's group commits on one
 #    (consumers) is measured, and must be within kafka.metadata_refresh_ms
-#    (SLUICE_KAFKA_METADATA_REFRESH_MS, 10 s) plus GROWTH_SLACK_S (20 s).
+#    (SLUICE_KAFKA_METADATA_REFRESH_MS, 10 s) plus GROWTH_SLACK_S (50 s):
+#    alone it takes 1-2 s, beside the other lane's test in CI 25-33 s (by
+#    the messages' own timestamps); without the setting librdkafka waits
+#    its default 5 minutes, five times the limit.
 # The stack is its own, in production's shape (tools/devstack with
 # DEVSTACK_KAFKA_NODES=3 and DEVSTACK_REDIS_CLUSTER=1 on ports
 # BASE+780..+804: brokers +780/+783/+786, their controllers +1; a Redis
@@ -42,7 +45,7 @@ SECS=${GROWTH_SECONDS:-90}
 RATE=${GROWTH_RATE:-3}
 MAX_CALLS=${GROWTH_MAX_CALLS:-1.02}
 REFRESH_MS=${SLUICE_KAFKA_METADATA_REFRESH_MS:-10000}
-SLACK_S=${GROWTH_SLACK_S:-20}
+SLACK_S=${GROWTH_SLACK_S:-50}
 LOADGEN=$(dirname "$(dirname "$SLUICE_BIN")")/bench/pipeline_loadgen
 [[ -x $LOADGEN ]] || { fail "no $LOADGEN"; finish; }
 

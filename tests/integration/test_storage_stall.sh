@@ -51,7 +51,9 @@ for _ in $(seq $N); do files+=("$work/a.wav"); done
 before=$(events) # the stack's topics outlive a test
 kill -STOP "$INGEST_PID" "$PF_PID"
 log "ingest and preflight stopped (SIGSTOP)"
-"$ROOT/tools/submit" "${files[@]}" >"$work/out.json" 2>"$work/submit.log" &
+# well inside ctest's 600 s, so that a hang fails with the questions' states
+SUBMIT_TIMEOUT=${STALL_SUBMIT_TIMEOUT:-300} "$ROOT/tools/submit" "${files[@]}" >"$work/out.json" \
+  2>"$work/submit.log" &
 submit=$!
 at_exit "kill $submit 2>/dev/null; true"
 wait_for 60 at_least $((before + N)) events ||
@@ -81,7 +83,11 @@ stalled preflight "$PF_PID" "$PF" GETs # 1 worker
 kill -CONT "$GW_PID"
 log "gateway resumed (SIGCONT)"
 if ! wait "$submit"; then
-  cat "$work/submit.log" >&2
+  tail -n 5 "$work/submit.log" >&2
+  for s in ingest preflight stt grade; do
+    echo "--- $s (warnings and errors)" >&2
+    grep -E '"level":"(warn|error)"' "$STAGES_DIR/$s.log" | tail -n 8 >&2
+  done
   fail "the submission did not finish"
 fi
 out=$(cat "$work/out.json")
