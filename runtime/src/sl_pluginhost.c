@@ -586,6 +586,8 @@ static int h_out_num(sl_plugin_call *call, const char *field, double v) {
   if (rc) return rc;
   sl_plugin_result *r = &call->res;
   double *dst = strcmp(field, "duration_s") == 0         ? &r->duration_s
+                : strcmp(field, "segments") == 0         ? &r->segments
+                : strcmp(field, "segment_pauses") == 0   ? &r->segment_pauses
                 : strcmp(field, "cost_units") == 0       ? &r->cost_units
                 : strcmp(field, "score") == 0            ? &r->score
                 : strcmp(field, "words_per_minute") == 0 ? &r->words_per_minute

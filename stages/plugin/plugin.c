@@ -114,6 +114,10 @@ static json_t *result_json(const sl_plugin *d, int sync, const sl_plugin_result 
     if (r->text) json_object_set_new(o, "text", json_string(r->text));
     if (r->language) json_object_set_new(o, "language", json_string(r->language));
     json_object_set_new(o, "duration_s", json_real(r->duration_s));
+    if (r->segments >= 1) {
+      json_object_set_new(o, "segments", json_real(r->segments));
+      json_object_set_new(o, "segment_pauses", json_real(r->segment_pauses));
+    }
     json_t *w = json_array();
     for (size_t i = 0; i < r->nwords; i++)
       json_array_append_new(w, json_pack("{s:s,s:f,s:f}", "word", r->words[i].word, "start_s",

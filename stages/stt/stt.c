@@ -173,6 +173,13 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, c
   t.engine = pr->engine ? pr->engine : "";
   t.language = pr->language ? pr->language : "";
   t.cost_units = res->cost_before + res->cost_units; /* every attempt's */
+  /* counts a plugin reported, bounded (a count can be no more than the
+   * words a transcript may hold) */
+  if (pr->segments >= 1 && pr->segments <= SL_PLUGIN_MAX_WORDS) {
+    t.segments = (uint32_t)pr->segments;
+    if (pr->segment_pauses >= 0 && pr->segment_pauses < pr->segments)
+      t.segment_pauses = (uint32_t)pr->segment_pauses;
+  }
   size_t nw = pr->nwords;
   Sluice__V1__Word *words = calloc(nw ? nw : 1, sizeof *words);
   Sluice__V1__Word **wp = calloc(nw ? nw : 1, sizeof *wp);

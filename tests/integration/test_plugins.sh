@@ -233,7 +233,7 @@ if printf '%s\n' "${PLUGINS[@]}" | grep -q '^grade/openai/'; then
   P=$((BASE + 57)) U=http://127.0.0.1:$((BASE + 57))
   fake_case $P --set fakeprovider.bad_reply_rate=1
   run grade openai "$TMP/t-good.json" --set grade.openai.base_url=$U --set grade.openai.max_regenerations=2
-  check "grade/openai: every reply violates the schema -> failed invalid_model_reply" outcome 4 failed invalid_model_reply
+  check "grade/openai: every reply violates the schema -> failed invalid_grade" outcome 4 failed invalid_grade
   check "grade/openai: the last reply attached (raw_reply) and the attempts named" \
     jqok '(.raw_reply | length) > 0 and (.reason | test("after 3 attempts")) and .cost_units > 0' <<<"$OUT"
   check "grade/openai: 1 request + 2 regenerations reached the provider" \

@@ -47,6 +47,19 @@ if [[ -s $TMP/demo/result.json ]]; then
   check "demo answers: each graded with a level" jqok \
     '[.questions[] | select(.no <= 3) | .state == "done" and (.grade.level | length) > 1] | all' \
     <"$TMP/demo/result.json"
+  # preflight's pauses set against Whisper's segments (issue 45): each
+  # answer's fluency evidence splits its pauses, and the sentence ends of
+  # the demo's answers hold pauses between segments
+  log "fluency evidence: $(jq -c '[.questions[] | select(.no <= 3) | .grade.criteria[]
+    | select(.name == "fluency") | .comment | capture("(?<split>[0-9]+ between[^;]*)").split]' \
+    "$TMP/demo/result.json")"
+  check "demo answers: pauses split between and inside Whisper's segments" jqok \
+    '[.questions[] | select(.no <= 3) | .grade.criteria[] | select(.name == "fluency") | .comment
+      | test("[0-9]+ between the transcript.s [0-9]+ segments?, [0-9]+ inside")] | length == 3' \
+    <"$TMP/demo/result.json"
+  check "demo answers: some pause lies between two segments" jqok \
+    '[.questions[] | select(.no <= 3) | .grade.criteria[] | select(.name == "fluency") | .comment
+      | capture("(?<b>[0-9]+) between").b | tonumber] | add >= 1' <"$TMP/demo/result.json"
 else
   fail "tools/demo left no result.json"
 fi

@@ -14,6 +14,7 @@
  *                  the FLAC's file (sparse, by 1 MiB every millisecond)
  *   ...-pauses     says its one second held a million silent pauses
  *   ...-nan        says the speaking time is not a number
+ *   ...-spans      places its one pause past the end of its FLAC
  *   ...-honest     tells the truth (the control)
  * None of it is a real FLAC: the parent does not look inside.
  */
@@ -62,6 +63,11 @@ int main(int argc, char **argv) {
       resp.timing = (sl_pf_timing){.speaking_s = 1, .pauses = 1000000, .runs = 1000001};
     } else if (strcmp(how, "nan") == 0) {
       resp.timing.speaking_s = nan("");
+    } else if (strcmp(how, "spans") == 0) {
+      resp.timing = (sl_pf_timing){.speaking_s = 1, .pauses = 1, .runs = 2};
+      resp.flac_s = 1.0;
+      resp.nspans = 1;
+      resp.spans[0][0] = 0.5f, resp.spans[0][1] = 7.5f;
     }
     if (sl_pf_wire_write(STDOUT_FILENO, &resp, sizeof resp) != 0) return 2;
     pthread_t t;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "sluice/sl_err.h"
 #include "sluice/sl_plugin.h"
 
 #define TH_MAX 32
@@ -70,6 +71,12 @@ typedef struct {
   int throttled;
   char error_class[64], reason[1024];
   int logs;
+  /* the input message's numbers (in_num), set with th_in */
+  char in_path[8][64];
+  double in_val[8];
+  int nin;
+  char in_spath[4][64], in_sval[4][1024]; /* and strings (in_str), th_in_str */
+  int nins;
 } th_state;
 
 static th_state th;
@@ -93,6 +100,34 @@ static void th_set(const char *k, const char *v) {
   snprintf(th.keys[th.nset], sizeof th.keys[0], "%s", k);
   snprintf(th.vals[th.nset], sizeof th.vals[0], "%s", v);
   th.nset++;
+}
+
+/* a number of the input message in_num finds (path as "upload.pauses") */
+static inline void th_in(const char *path, double v) {
+  snprintf(th.in_path[th.nin], sizeof th.in_path[0], "%s", path);
+  th.in_val[th.nin++] = v;
+}
+
+static inline void th_in_str(const char *path, const char *v) {
+  snprintf(th.in_spath[th.nins], sizeof th.in_spath[0], "%s", path);
+  snprintf(th.in_sval[th.nins++], sizeof th.in_sval[0], "%s", v);
+}
+
+static const char *th_in_strf(sl_plugin_call *c, const char *path) {
+  (void)c;
+  for (int i = 0; i < th.nins; i++)
+    if (strcmp(th.in_spath[i], path) == 0) return th.in_sval[i];
+  return NULL;
+}
+
+static int th_in_num(sl_plugin_call *c, const char *path, double *out) {
+  (void)c;
+  for (int i = 0; i < th.nin; i++)
+    if (strcmp(th.in_path[i], path) == 0) {
+      *out = th.in_val[i];
+      return 0;
+    }
+  return SL_ENOTFOUND;
 }
 
 static const char *th_conf_str(const sl_plugin_conf *c, const char *key) {
@@ -221,6 +256,8 @@ static const sl_plugin_host th_host = {
     .out_word = th_out_word,
     .out_criterion = th_out_criterion,
     .complete = th_complete,
+    .in_num = th_in_num,
+    .in_str = th_in_strf,
 };
 
 /* Answers the oldest unanswered request. */

@@ -47,15 +47,19 @@ static const char good[] =
     "\"comment\":\"steady\"},{\"name\":\"vocabulary\",\"score\":50,\"comment\":\"basic\"}],"
     "\"feedback\":\"Add more detail.\"}";
 
-/* a chat.completion whose message content is `content` */
-static char *completion(const char *content, int tokens) {
+/* a chat.completion whose message content is `content`, ended for `finish` */
+static char *completion_ended(const char *content, int tokens, const char *finish) {
   json_t *o = json_pack("{s:s,s:s,s:[{s:i,s:{s:s,s:s},s:s}],s:{s:i,s:i,s:i}}", "id", "c1", "object",
                         "chat.completion", "choices", "index", 0, "message", "role", "assistant",
-                        "content", content, "finish_reason", "stop", "usage", "prompt_tokens",
+                        "content", content, "finish_reason", finish, "usage", "prompt_tokens",
                         tokens - 10, "completion_tokens", 10, "total_tokens", tokens);
   char *s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return s;
+}
+
+static char *completion(const char *content, int tokens) {
+  return completion_ended(content, tokens, "stop");
 }
 
 static void reply_content(const char *content, int tokens) {
@@ -220,7 +224,7 @@ static void test_regenerations_exhausted(void **st) {
   assert_int_equal(th.nreq, 3); /* 1 + 2 regenerations, no more */
   assert_int_equal(th.completes, 1);
   assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
-  assert_string_equal(th.error_class, "invalid_model_reply");
+  assert_string_equal(th.error_class, "invalid_grade");
   assert_non_null(strstr(th.reason, "after 3 attempts"));
   assert_non_null(strstr(th.reason, "not JSON"));
   assert_non_null(strstr(th.reason, "Sure! The answer"));
@@ -238,7 +242,7 @@ static void test_regenerations_exhausted(void **st) {
   reply_content("{\"score\":5}", 20);
   assert_int_equal(th.nreq, 1);
   assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
-  assert_string_equal(th.error_class, "invalid_model_reply");
+  assert_string_equal(th.error_class, "invalid_grade");
   assert_non_null(strstr(th.reason, "after 1 attempt:"));
 }
 
@@ -362,6 +366,96 @@ static void test_config_errors(void **st) {
   assert_false(d->flags & SL_PLUGIN_SYNC);
 }
 
+/* by default an invalid reply is asked for again once, then the call fails
+ * as invalid_grade with no grade reported */
+static void test_default_one_regeneration(void **st) {
+  (void)st;
+  start();
+  reply_content("{\"score\":55,\"level\":\"B2\",\"criteria\":[],\"feedback\":\"ok\"}", 40);
+  assert_int_equal(th.nreq, 2);
+  assert_int_equal(th.completes, 0);
+  reply_content("{\"score\":\"55\"}", 40);
+  assert_int_equal(th.nreq, 2);
+  assert_int_equal(th.completes, 1);
+  assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(th.error_class, "invalid_grade");
+  assert_non_null(strstr(th.reason, "after 2 attempts"));
+  assert_int_equal(th.ncrit, 0);
+  assert_float_equal(th_num("score"), -1, 0); /* none reported */
+  assert_null(th_str("level"));
+}
+
+/* a reply cut at the token limit is invalid even when what arrived parses */
+static void test_truncated_reply(void **st) {
+  (void)st;
+  start();
+  char *cut = completion_ended("{\"score\":58,\"level\":\"IM1\",\"crit", 30, "length");
+  th_reply(200, cut);
+  free(cut);
+  assert_int_equal(th.nreq, 2);
+  assert_non_null(strstr(th.req[1].body, "finish_reason length"));
+  cut = completion_ended(good, 60, "length"); /* whole, but the server says it was cut */
+  th_reply(200, cut);
+  free(cut);
+  assert_int_equal(th.completes, 1);
+  assert_int_equal(th.outcome, SL_PLUGIN_FAIL);
+  assert_string_equal(th.error_class, "invalid_grade");
+  assert_non_null(strstr(th.reason, "token limit"));
+  assert_int_equal(th.ncrit, 0);
+
+  /* cut once, then whole: stored */
+  destroy(inst);
+  inst = NULL;
+  th_reset(sluice_plugin_entry());
+  start();
+  cut = completion_ended("{\"score\":58", 30, "length");
+  th_reply(200, cut);
+  free(cut);
+  reply_content(good, 60);
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  assert_int_equal(th.ncrit, 2);
+}
+
+/* the answer's timing and the rubric's criteria go into the prompt */
+static void test_prompt_evidence(void **st) {
+  (void)st;
+  th_in("upload.speaking_s", 11.0);
+  th_in("upload.speech_s", 9.0);
+  th_in("upload.pauses", 2);
+  th_in("upload.pause_mean_s", 0.8);
+  th_in("upload.pause_longest_s", 1.1);
+  start();
+  json_t *b = req_json(0);
+  const char *user = json_string_value(
+      json_object_get(json_array_get(json_object_get(b, "messages"), 1), "content"));
+  assert_non_null(user);
+  /* 8 words over 11 s of speaking: 44 per minute; 2 pauses, 8 / 3 words between them */
+  assert_non_null(
+      strstr(user, "Timing: 44 words per minute over 11.0 s of speaking; 2 silent pauses"));
+  assert_non_null(strstr(user, "longest 1.10 s"));
+  assert_non_null(strstr(user, "2.7 words between pauses"));
+  assert_non_null(strstr(user, "\n- fluency: "));
+  assert_non_null(strstr(user, "\n- relevance: "));
+  assert_non_null(strstr(user, "key words used)"));
+  assert_null(strstr(user, "{{"));
+  json_decref(b);
+  reply_content(good, 100);
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+
+  /* without the timing: said so, and the rubric's fluency over the recording */
+  destroy(inst);
+  inst = NULL;
+  th_reset(sluice_plugin_entry());
+  start();
+  b = req_json(0);
+  user = json_string_value(
+      json_object_get(json_array_get(json_object_get(b, "messages"), 1), "content"));
+  assert_non_null(strstr(user, "Timing: (not measured: when the words were spoken is not known)"));
+  assert_non_null(strstr(user, "over the whole 12.5 s recording"));
+  json_decref(b);
+  reply_content(good, 100);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_request_and_valid_reply, setup, teardown),
@@ -372,6 +466,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_configured_json_object_and_template, setup, teardown),
       cmocka_unit_test_setup_teardown(test_status_policy_and_bad_bodies, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_default_one_regeneration, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_reply, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_prompt_evidence, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,6 +110,51 @@ static void test_request_and_verbose_reply(void **st) {
   assert_int_equal(th.nwords, 3);
   assert_string_equal(th.first_word, "I");
   assert_float_equal(th.last_word_end, 1.4, 1e-9);
+  /* no pauses of preflight's to place: segments not reported */
+  assert_float_equal(th_num("segments"), -1, 0);
+  assert_float_equal(th_num("segment_pauses"), -1, 0);
+}
+
+/* a fresh call with preflight's pause_spans, answered with a transcript of
+ * these segments: the reported segments and segment_pauses (-1: none) */
+static void segments_case(const char *spans, const char *segments, double want_segments,
+                          double want_pauses) {
+  char body[512];
+  teardown(NULL);
+  th_in_str("pause_spans", spans);
+  start(wav, sizeof wav);
+  snprintf(body, sizeof body, "{\"text\":\"a b c d\",\"duration\":6,\"segments\":[%s]}", segments);
+  th_reply(200, body);
+  assert_int_equal(th.outcome, SL_PLUGIN_DONE);
+  if (th_num("segments") != want_segments || th_num("segment_pauses") != want_pauses)
+    fail_msg("spans \"%s\", segments %s: %g segments, %g pauses, not %g and %g", spans, segments,
+             th_num("segments"), th_num("segment_pauses"), want_segments, want_pauses);
+}
+
+/* segments, and how many of preflight's pauses hold a boundary between two */
+static void test_segment_pauses(void **st) {
+  (void)st;
+  /* boundaries at 1.25 (in the first pause), 2.4 (in the second) and 3.625
+   * (0.375 s before the third: more than the 0.3 s of slack) */
+  segments_case("1.20-1.35 2.05-2.75 4.00-4.60",
+                "{\"start\":0,\"end\":1.2},{\"start\":1.3,\"end\":2.0},"
+                "{\"start\":2.8,\"end\":3.5},{\"start\":3.75,\"end\":5.9}",
+                4, 2);
+  /* one pause holds one boundary at most: two boundaries in one pause */
+  segments_case("0.90-1.60",
+                "{\"start\":0,\"end\":1},{\"start\":1,\"end\":1.4},{\"start\":1.5,\"end\":3}", 3,
+                1);
+  /* spans out of order or malformed end the list where they go wrong (3-4
+   * would have held the second boundary) */
+  segments_case("0.90-1.60 0.5-0.7 3-4",
+                "{\"start\":0,\"end\":1},{\"start\":1,\"end\":3},{\"start\":3.1,\"end\":4}", 3, 1);
+  /* no well-formed span: nothing to set the segments against, none reported */
+  segments_case("1.0-0.5", "{\"start\":0,\"end\":1},{\"start\":1,\"end\":2}", -1, -1);
+  /* a segment without times ends the count */
+  segments_case("0.9-1.1 2.9-3.1",
+                "{\"start\":0,\"end\":1},{\"start\":\"x\"},{\"start\":3,\"end\":4}", 1, 0);
+  /* no segments: none reported */
+  segments_case("0.9-1.1", "", -1, -1);
 }
 
 static void test_json_mode_and_wav_duration(void **st) {
@@ -303,6 +348,7 @@ static void test_config_errors(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_request_and_verbose_reply, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_segment_pauses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_json_mode_and_wav_duration, setup, teardown),
       cmocka_unit_test_setup_teardown(test_status_policy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_replies, setup, teardown),

@@ -288,6 +288,15 @@ static unsigned char *wav_of(const sl_pf_audio *a, size_t *len) {
 /* the FLAC holds the speech: 2 s of silence before and after cut to 0.3 s,
  * an inner silence of 1.6 s shortened to 1 s, one of 0.4 s kept; the same
  * speech and pauses when the FLAC is measured again; trim off: all of it */
+/* r's pause spans are want's n, give or take two frames */
+static void spans_near(const sl_pf_result *r, const double want[][2], uint32_t n) {
+  if (r->nspans != n) fail_msg("%u pause spans, not %u", r->nspans, n);
+  for (uint32_t i = 0; i < n; i++)
+    if (fabs(r->spans[i][0] - want[i][0]) > 0.041 || fabs(r->spans[i][1] - want[i][1]) > 0.041)
+      fail_msg("pause %u at %.3f-%.3f s, not %.2f-%.2f", i, (double)r->spans[i][0],
+               (double)r->spans[i][1], want[i][0], want[i][1]);
+}
+
 static void test_trim(void **state) {
   (void)state;
   static const double seg[][2] = {{2.0, 0}, {1.0, 0.3}, {1.6, 0}, {0.5, 0.3},
@@ -304,6 +313,10 @@ static void test_trim(void **state) {
   if (fabs(r.flac_s - want) > 0.041) fail_msg("flac_s %.3f, not %.3f", r.flac_s, want);
   assert_int_equal(r.timing.pauses, 2); /* measured on the whole recording */
   if (!near(r.timing.pause_longest_s, 1.6)) fail_msg("longest %.3f", r.timing.pause_longest_s);
+  /* where the two pauses lie in the FLAC: 0.3 s kept before the first tone
+   * of 1.0 s, the 1.6 s pause shortened to 1.0, a tone of 0.5, 0.4 s */
+  static const double in_flac[2][2] = {{1.3, 2.3}, {2.8, 3.2}};
+  spans_near(&r, in_flac, 2);
   sl_pf_audio t;
   char err[256] = "";
   if (sl_pf_decode(r.flac, r.flac_len, &conf, &t, err, sizeof err)) fail_msg("%s", err);
@@ -319,10 +332,14 @@ static void test_trim(void **state) {
   c.trim = 0;
   assert_int_equal(sl_pf_check(wav, len, &c, &r), 0);
   if (!near(r.flac_s, 8.0)) fail_msg("untrimmed flac_s %.3f", r.flac_s);
+  static const double whole[2][2] = {{3.0, 4.6}, {5.1, 5.5}}; /* the recording's own */
+  spans_near(&r, whole, 2);
   sl_pf_result_clear(&r);
   c.trim = 1, c.max_silence_ms = 0; /* inner silences kept whole */
   assert_int_equal(sl_pf_check(wav, len, &c, &r), 0);
   if (fabs(r.flac_s - (want + 0.6)) > 0.041) fail_msg("inner kept: flac_s %.3f", r.flac_s);
+  static const double kept[2][2] = {{1.3, 2.9}, {3.4, 3.8}};
+  spans_near(&r, kept, 2);
   sl_pf_result_clear(&r);
   free(wav);
   sl_pf_audio_clear(&a);
@@ -704,7 +721,7 @@ static void test_sandbox_deadline(void **state) {
 static void test_sandbox_liars(void **state) {
   (void)state;
   static const char *const how[] = {"honest", "overclaim", "overbound", "sparse",
-                                    "grows",  "pauses",    "nan"};
+                                    "grows",  "pauses",    "nan",       "spans"};
   sl_pf_conf c = conf;
   c.max_seconds = 10; /* a bound of 1.3 MB */
   for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {

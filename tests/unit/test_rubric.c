@@ -91,6 +91,35 @@ static void test_worked_example(void **state) {
  * of silence before and after, which v1 counts against the rate), 3 short
  * pauses; hesitant: 38 s of speaking, 16 pauses of 1 s on average. Only
  * fluency moves; a timing no recording gives is ignored (v1). */
+/* with the transcript's segments, the pauses are said as between and inside
+ * them; the score does not change */
+static void test_pause_split(void **state) {
+  (void)state;
+  sl_rubric_result plain, split, capped;
+  sl_rubric_timing t = {
+      .speech_s = 20, .speaking_s = 24, .pause_mean_s = 0.5, .pause_longest_s = 0.8, .pauses = 3};
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &t, &plain), 0);
+  assert_int_equal(plain.split, 0);
+  t.segments = 4;
+  t.segment_pauses = 2;
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &t, &split), 0);
+  assert_int_equal(split.split, 1);
+  assert_int_equal(split.pauses_between, 2);
+  assert_int_equal(split.pauses_inside, 1);
+  assert_non_null(strstr(split.evidence[SL_RUBRIC_FLUENCY],
+                         "3 silent pauses of 0.25 s or more (2 between the transcript's 4 "
+                         "segments, 1 inside; mean 0.50 s"));
+  assert_memory_equal(split.crit, plain.crit, sizeof plain.crit);
+  NEAR(split.score, plain.score);
+  /* more gaps between segments than pauses preflight heard: all between */
+  t.segment_pauses = 3;
+  t.pauses = 2;
+  t.pause_mean_s = 0.5;
+  assert_int_equal(sl_rubric_grade_timed(EXAMPLE, 40.0, EXAMPLE_PROMPT, &t, &capped), 0);
+  assert_int_equal(capped.pauses_between, 2);
+  assert_int_equal(capped.pauses_inside, 0);
+}
+
 static void test_timed_fluency(void **state) {
   (void)state;
   sl_rubric_result v1, a, b, c;
@@ -467,6 +496,7 @@ int main(void) {
       cmocka_unit_test(test_levels),
       cmocka_unit_test(test_feedback),
       cmocka_unit_test(test_timed_fluency),
+      cmocka_unit_test(test_pause_split),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,8 +15,16 @@
  *        choices[0].message, finish_reason, usage). With response_format
  *        json_schema or json_object the content is a grade document
  *        {score, level, criteria[{name,score,comment}], feedback} computed
- *        from the last user message (length, lexical variety, word length):
- *        deterministic for the same text.
+ *        from the first user message (length, lexical variety, word length):
+ *        deterministic for the same text. When that message has a line
+ *        "Timing: ..." (grade/openai's default template) a fourth
+ *        criterion, fluency, cites it as its comment: the evidence the
+ *        prompt carried comes back in the grade. Grade replies a test can
+ *        ask for by a marker in the message (e.g. in the question's
+ *        prompt): "[fake-grade:invalid]" every reply violates the schema,
+ *        "[fake-grade:invalid-once]" only the first of a conversation (no
+ *        assistant message in it yet), "[fake-grade:truncated]" every reply
+ *        is cut in half at the token limit (finish_reason "length").
  *   GET  /stats  calls by endpoint and status, bad replies, truncated
  *        replies, in flight, peak in flight.
  *
@@ -518,6 +526,22 @@ static json_t *grade_doc(const char *text) {
                    vocab >= 60 ? "Good choice of words." : "Mostly basic words.", "feedback", fb);
 }
 
+/* The line "Timing: ..." of a user message as a fluency criterion whose
+ * comment is that evidence (score: its words per minute, 150 = 100). */
+static void add_timing_criterion(json_t *doc, const char *text) {
+  const char *t = strstr(text, "Timing: ");
+  if (!t || (t != text && t[-1] != '\n')) return;
+  t += 8;
+  size_t n = strcspn(t, "\n");
+  if (n > 400) n = 400;
+  char *end;
+  double wpm = strtod(t, &end);
+  int score = end == t || !(wpm >= 0) ? 50 : wpm >= 150 ? 100 : (int)(wpm * 100 / 150);
+  json_array_append_new(
+      json_object_get(doc, "criteria"),
+      json_pack("{s:s,s:i,s:s%}", "name", "fluency", "score", score, "comment", t, n));
+}
+
 /* A reply that violates the grade schema, in one of five ways. */
 static char *bad_content(fake *F, const json_t *good) {
   json_t *o = json_deep_copy(good);
@@ -580,21 +604,35 @@ static int chat_reply(fake *F, sl_http_req *req, pending *p) {
     p->body = error_body(msg, "invalid_request_error", param, NULL, &p->len);
     return 0;
   }
-  /* the last user message's text; prompt tokens ~ characters / 4 */
-  const char *text = "";
+  /* the first user message's text (later ones ask again after an invalid
+   * reply); prompt tokens ~ characters / 4 */
+  const char *text = NULL;
   size_t chars = 0, i;
+  int answered = 0; /* an assistant message: this asks again */
   json_t *m;
   json_array_foreach(msgs, i, m) {
     const char *c = json_string_value(json_object_get(m, "content"));
     if (!c) continue;
     chars += strlen(c);
     const char *role = json_string_value(json_object_get(m, "role"));
-    if (role && strcmp(role, "user") == 0) text = c;
+    if (role && strcmp(role, "user") == 0 && !text) text = c;
+    if (role && strcmp(role, "assistant") == 0) answered = 1;
   }
+  if (!text) text = "";
   json_t *doc = grade_doc(text);
+  add_timing_criterion(doc, text);
   char *content;
-  if (rf_type && strcmp(rf_type, "text") != 0) {
-    if (rnd(F) < F->fc->bad_reply_rate) {
+  const char *finish = "stop";
+  int want_bad = strstr(text, "[fake-grade:invalid]") != NULL ||
+                 (strstr(text, "[fake-grade:invalid-once]") != NULL && !answered);
+  if (rf_type && strcmp(rf_type, "text") != 0 && strstr(text, "[fake-grade:truncated]")) {
+    char *whole = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (whole) whole[strlen(whole) / 2] = '\0';
+    content = whole;
+    finish = "length";
+    F->truncated++;
+  } else if (rf_type && strcmp(rf_type, "text") != 0) {
+    if (want_bad || rnd(F) < F->fc->bad_reply_rate) {
       content = bad_content(F, doc);
       F->bad_replies++;
     } else {
@@ -615,7 +653,7 @@ static int chat_reply(fake *F, sl_http_req *req, pending *p) {
       json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:s,s:n},s:n,s:s}],s:{s:I,s:I,s:I},s:s}", "id", id,
                 "object", "chat.completion", "created", (json_int_t)(sl_now_ms() / 1000), "model",
                 model, "choices", "index", 0, "message", "role", "assistant", "content", content,
-                "refusal", "logprobs", "finish_reason", "stop", "usage", "prompt_tokens",
+                "refusal", "logprobs", "finish_reason", finish, "usage", "prompt_tokens",
                 (json_int_t)ptoks, "completion_tokens", (json_int_t)ctoks, "total_tokens",
                 (json_int_t)(ptoks + ctoks), "system_fingerprint", "fp_sluice_fake");
   free(content);

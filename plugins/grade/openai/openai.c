@@ -16,14 +16,23 @@
  * stays in JSON mode, logged once). The system prompt spells the schema out,
  * so JSON mode gets the same document.
  *
+ * The user message is the prompt template rendered: besides the question,
+ * the transcript and its length, {{timing}} is the answer's timing in plain
+ * words (preflight's measures, as rubric v2 words its fluency evidence) and
+ * {{rubric}} the offline rubric's five criteria with their scores and
+ * evidence (rubric.h, linked in), so that the model grades from the same
+ * evidence the rubric shows and can cite it.
+ *
  * The reply content is validated against that one schema (grade_check()):
  * an object with exactly score (number 0..100), level (NL NM NH IL IM1 IM2
  * IM3 IH AL), criteria (1..16 objects of name (1..64 bytes), score
  * (0..100), comment (string)) and feedback (non-empty string). An invalid
  * reply is regenerated: the bad reply and the reason go back to the model
- * as two more messages, up to max_regenerations times; then the call FAILs
- * with class invalid_model_reply, the reason, and the last reply attached
- * as out_str "raw_reply" (cut to max_raw_reply bytes). A refusal
+ * as two more messages, up to max_regenerations times (1 by default); then
+ * the call FAILs with class invalid_grade, the reason, and the last reply
+ * attached as out_str "raw_reply" (cut to max_raw_reply bytes); no grade
+ * is reported. A reply the server cut at max_tokens (finish_reason
+ * "length") is invalid the same way, whatever its content. A refusal
  * (message.refusal) FAILs as model_refused. A 2xx body that is not JSON is
  * RETRY provider_bad_reply (transient); a JSON body without
  * choices[0].message is FAIL provider_bad_reply. HTTP statuses as in
@@ -37,6 +46,7 @@
 #include <string.h>
 
 #include "common/openai_http.h"
+#include "grade/rubric/rubric.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_plugin.h"
 
@@ -47,13 +57,17 @@ static const char default_system[] =
     "You are an examiner for a speaking test in the style of the OPIc. You grade one spoken "
     "answer from its automatic transcript (lowercase, no punctuation, may contain "
     "recognition errors). Judge fluency, vocabulary range, grammar and structure, and how well "
-    "the answer addresses the question. Reply with only a JSON object with exactly these "
+    "the answer addresses the question. Measurements of when the words were spoken and an "
+    "automatic rubric's scores come with the answer: use them as evidence, and name the evidence "
+    "in each criterion's comment. Reply with only a JSON object with exactly these "
     "fields: \"score\" (number 0 to 100), \"level\" (one of NL, NM, NH, IL, IM1, IM2, IM3, IH, "
     "AL), \"criteria\" (array of 1 to 16 objects with \"name\" (string), \"score\" (number 0 "
     "to 100) and \"comment\" (string)), \"feedback\" (two or three sentences for the learner).";
 
 static const char default_template[] = "Question: {{prompt}}\n"
                                        "Answer length: {{duration_s}} seconds.\n"
+                                       "Timing: {{timing}}\n"
+                                       "Rubric criteria, measured:\n{{rubric}}\n"
                                        "Transcript of the answer:\n{{transcript}}";
 
 static const sl_plugin_conf_key conf_keys[] = {
@@ -72,12 +86,14 @@ static const sl_plugin_conf_key conf_keys[] = {
      "system message (empty: the built-in examiner instructions, which spell out the schema)", 0},
     {"prompt_template", SL_PLUGIN_CONF_STR, NULL,
      "user message; placeholders {{prompt}}, {{transcript}}, {{duration_s}}, {{language}}, "
-     "{{words}} (empty: the built-in template)",
+     "{{words}}, {{timing}} (the answer's timing in words), {{rubric}} (the offline rubric's "
+     "criteria with scores and evidence) (empty: the built-in template)",
      0},
     {"temperature", SL_PLUGIN_CONF_DOUBLE, "0", "sampling temperature (0..2)", 0},
     {"max_tokens", SL_PLUGIN_CONF_INT, "0", "max_tokens for the reply (0: not sent)", 0},
-    {"max_regenerations", SL_PLUGIN_CONF_INT, "2",
-     "how many times an invalid reply is asked for again before the call fails", 0},
+    {"max_regenerations", SL_PLUGIN_CONF_INT, "1",
+     "how many times an invalid reply is asked for again before the call fails as invalid_grade",
+     0},
     {"max_raw_reply", SL_PLUGIN_CONF_INT, "2048",
      "bytes of an invalid reply attached to the failure (raw_reply)", 0},
     {"timeout_ms", SL_PLUGIN_CONF_INT, "60000", "timeout of each request", 0},
@@ -209,16 +225,17 @@ bad:
 /* ---------- the prompt template ---------- */
 
 static const char *const placeholders[] = {"prompt", "transcript", "duration_s", "language",
-                                           "words"};
+                                           "words",  "timing",     "rubric"};
+#define NPLACEHOLDERS (sizeof placeholders / sizeof placeholders[0])
 
 /* Checks that every {{name}} is known. */
 static int template_ok(const char *t, char *err, size_t errlen) {
   for (const char *p = strstr(t, "{{"); p; p = strstr(p + 2, "{{")) {
     const char *e = strstr(p + 2, "}}");
     size_t n = e ? (size_t)(e - p - 2) : 0, i;
-    for (i = 0; e && i < sizeof placeholders / sizeof placeholders[0]; i++)
+    for (i = 0; e && i < NPLACEHOLDERS; i++)
       if (strlen(placeholders[i]) == n && strncmp(p + 2, placeholders[i], n) == 0) break;
-    if (!e || i == sizeof placeholders / sizeof placeholders[0]) {
+    if (!e || i == NPLACEHOLDERS) {
       snprintf(err, errlen, "grade.openai.prompt_template: unknown placeholder %.30s", p);
       return 0;
     }
@@ -236,26 +253,62 @@ static size_t count_words(const char *s) {
   return n;
 }
 
+/* The evidence {{timing}} and {{rubric}} stand for: the rubric graded with
+ * the answer's timing (the plugin's call c). Either is a sentence saying
+ * why it is missing when it cannot be had. */
+typedef struct {
+  char timing[SL_RUBRIC_EVIDENCE];
+  char rubric[SL_RUBRIC_NCRIT * (SL_RUBRIC_EVIDENCE + 48)];
+} evidence;
+
+static void measure(const sl_plugin_host *h, sl_plugin_call *c, const sl_plugin_input *in,
+                    evidence *ev) {
+  sl_rubric_timing t;
+  sl_rubric_result *r = h->alloc(sizeof *r);
+  const sl_rubric_timing *tp = sl_rubric_timing_read(h, c, &t);
+  if (!r || sl_rubric_grade_timed(in->transcript ? in->transcript : "",
+                                  in->duration_s > 0 ? in->duration_s : 0.001,
+                                  in->prompt && *in->prompt ? in->prompt : NULL, tp, r) != 0) {
+    snprintf(ev->timing, sizeof ev->timing, "(not measured)");
+    snprintf(ev->rubric, sizeof ev->rubric, "(not measured: %s)",
+             r ? "the transcript is longer than the rubric reads" : "out of memory");
+  } else {
+    if (!r->timed)
+      snprintf(ev->timing, sizeof ev->timing,
+               "(not measured: when the words were spoken is not known)");
+    else
+      snprintf(ev->timing, sizeof ev->timing, "%s", r->evidence[SL_RUBRIC_FLUENCY]);
+    sl_rubric_criteria_text(r, ev->rubric, sizeof ev->rubric);
+  }
+  h->free(r);
+}
+
 /* Renders the template into a jansson string (NULL on out of memory). */
-static json_t *render(const char *t, const sl_plugin_input *in) {
+static json_t *render(const char *t, const sl_plugin_input *in, const evidence *ev) {
   char dur[32], words[32];
   snprintf(dur, sizeof dur, "%.1f", in->duration_s > 0 ? in->duration_s : 0.0);
   const char *tr = in->transcript && *in->transcript ? in->transcript : "(nothing was recognized)";
   snprintf(words, sizeof words, "%zu", count_words(in->transcript ? in->transcript : ""));
-  const char *vals[] = {in->prompt && *in->prompt ? in->prompt : "(not given)", tr, dur,
-                        in->language && *in->language ? in->language : "en", words};
+  const char *vals[NPLACEHOLDERS] = {in->prompt && *in->prompt ? in->prompt : "(not given)",
+                                     tr,
+                                     dur,
+                                     in->language && *in->language ? in->language : "en",
+                                     words,
+                                     ev->timing,
+                                     ev->rubric};
   size_t cap = strlen(t) + 1;
-  for (size_t i = 0; i < 5; i++) cap += strlen(vals[i]) * 4; /* each may repeat; bounded below */
+  for (size_t i = 0; i < NPLACEHOLDERS; i++)
+    cap += strlen(vals[i]) * 4; /* each may repeat; bounded below */
   char *out = malloc(cap), *o = out;
   if (!out) return NULL;
   for (const char *p = t; *p;) {
-    size_t i = 5;
+    size_t i = NPLACEHOLDERS;
     if (p[0] == '{' && p[1] == '{')
-      for (i = 0; i < 5; i++) {
+      for (i = 0; i < NPLACEHOLDERS; i++) {
         size_t n = strlen(placeholders[i]);
         if (strncmp(p + 2, placeholders[i], n) == 0 && strncmp(p + 2 + n, "}}", 2) == 0) break;
       }
-    if (i < 5) {
+    if (i < NPLACEHOLDERS) {
       size_t vl = strlen(vals[i]);
       if ((size_t)(o - out) + vl + 1 > cap) break; /* a placeholder used more than 4 times */
       memcpy(o, vals[i], vl);
@@ -559,7 +612,13 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
     return;
   }
   char why[200];
-  json_t *doc = grade_check(content, why, sizeof why);
+  const char *fin = json_string_value(
+      json_object_get(json_array_get(json_object_get(o, "choices"), 0), "finish_reason"));
+  json_t *doc = NULL;
+  if (fin && strcmp(fin, "length") == 0)
+    snprintf(why, sizeof why, "the reply was cut off at the token limit (finish_reason length)");
+  else
+    doc = grade_check(content, why, sizeof why);
   if (doc) {
     int rc = report(q, doc);
     if (!rc) rc = h->out_num(q->call, "cost_units", (double)q->tokens);
@@ -606,7 +665,7 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
   if (q->tokens > 0) h->out_num(q->call, "cost_units", (double)q->tokens);
   bump(s, s->m_invalid);
   json_decref(o);
-  finish(q, SL_PLUGIN_FAIL, 0, 0, "invalid_model_reply", reason);
+  finish(q, SL_PLUGIN_FAIL, 0, 0, "invalid_grade", reason);
 }
 
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
@@ -624,7 +683,13 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   q->wpm = in->duration_s > 0
                ? (double)count_words(in->transcript ? in->transcript : "") * 60.0 / in->duration_s
                : -1;
-  json_t *user = render(s->tmpl, in);
+  evidence *ev = h->alloc(sizeof *ev);
+  json_t *user = NULL;
+  if (ev) {
+    measure(h, c, in, ev);
+    user = render(s->tmpl, in, ev);
+    h->free(ev);
+  }
   q->messages = user ? json_pack("[{s:s,s:s},{s:s,s:o}]", "role", "system", "content", s->system,
                                  "role", "user", "content", user)
                      : NULL;
@@ -640,10 +705,11 @@ static const sl_plugin desc = {
     .struct_size = sizeof(sl_plugin),
     .kind = SL_PLUGIN_KIND_GRADE,
     .name = "openai",
-    .version = "1.0.0",
+    .version = "2.0.0",
     .description = "Grading by an LLM through an OpenAI-compatible POST /v1/chat/completions "
-                   "with JSON-schema structured output (JSON mode as fallback); the reply is "
-                   "validated and regenerated when invalid",
+                   "with JSON-schema structured output (JSON mode as fallback), given the answer's "
+                   "timing and the offline rubric's criteria as evidence; the reply is validated, "
+                   "asked for again once when invalid, then failed as invalid_grade",
     .flags = 0,
     .conf = conf_keys,
     .nconf = sizeof conf_keys / sizeof conf_keys[0],

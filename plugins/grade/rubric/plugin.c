@@ -40,29 +40,13 @@ static void destroy(void *v) {
   if (s) s->h->free(s);
 }
 
-/* when the speech was, as preflight wrote it into the answer (0s when it
- * did not: the rubric then grades fluency without it); t, or NULL */
-static const sl_rubric_timing *timing_of(const sl_plugin_host *h, sl_plugin_call *c,
-                                         sl_rubric_timing *t) {
-  double pauses = 0;
-  memset(t, 0, sizeof *t);
-  if (!h->in_num || h->in_num(c, "upload.speaking_s", &t->speaking_s) != 0 || !(t->speaking_s > 0))
-    return NULL;
-  if (h->in_num(c, "upload.speech_s", &t->speech_s) || h->in_num(c, "upload.pauses", &pauses) ||
-      h->in_num(c, "upload.pause_mean_s", &t->pause_mean_s) ||
-      h->in_num(c, "upload.pause_longest_s", &t->pause_longest_s) || !(pauses >= 0) || pauses > 1e6)
-    return NULL;
-  t->pauses = (unsigned)pauses;
-  return t;
-}
-
 static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   const sl_plugin_host *h = ((state *)v)->h;
   sl_rubric_result r;
   sl_rubric_timing t;
   int rc = sl_rubric_grade_timed(
       in->transcript ? in->transcript : "", in->duration_s > 0 ? in->duration_s : 0.001,
-      in->prompt && *in->prompt ? in->prompt : NULL, timing_of(h, c, &t), &r);
+      in->prompt && *in->prompt ? in->prompt : NULL, sl_rubric_timing_read(h, c, &t), &r);
   if (rc == SL_ETOOBIG) {
     h->complete(c, SL_PLUGIN_FAIL, 0, 0, "transcript_too_long",
                 "transcript longer than the rubric's 64 KiB limit");

@@ -481,6 +481,11 @@ static void fluency_timed(sl_rubric_result *r, const sl_rubric_timing *t) {
   r->pause_mean_s = t->pauses ? t->pause_mean_s : 0.0;
   r->pause_longest_s = t->pauses ? t->pause_longest_s : 0.0;
   r->words_per_run = (double)r->words / (double)(t->pauses + 1u);
+  if (t->segments > 0 && t->pauses > 0) {
+    r->split = 1;
+    r->pauses_between = t->segment_pauses < t->pauses ? t->segment_pauses : t->pauses;
+    r->pauses_inside = t->pauses - r->pauses_between;
+  }
   r->fluency_part[0] = curve(FLUENCY_CURVE, NPOINTS(FLUENCY_CURVE), r->speech_rate_wpm);
   r->fluency_part[1] = curve(RUN_CURVE, NPOINTS(RUN_CURVE), r->words_per_run);
   r->fluency_part[2] =
@@ -500,14 +505,17 @@ static void write_evidence(sl_rubric_result *r, double duration_s, const sl_rubr
     fmt_fixed(d, sizeof d, (1.0 - r->phonation_ratio) * 100.0, 0);
     fmt_fixed(e, sizeof e, r->articulation_wpm, 0);
     if (r->pauses) {
-      char mean[32], longest[32];
+      char mean[32], longest[32], split[96] = "";
       fmt_fixed(mean, sizeof mean, r->pause_mean_s, 2);
       fmt_fixed(longest, sizeof longest, r->pause_longest_s, 2);
+      if (r->split)
+        snprintf(split, sizeof split, "%u between the transcript's %u segment%s, %u inside; ",
+                 r->pauses_between, t->segments, t->segments == 1 ? "" : "s", r->pauses_inside);
       snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
                "%s words per minute over %s s of speaking; %u silent pause%s of 0.25 s or more "
-               "(mean %s s, longest %s s: %s%% of the time), %s words between pauses; %s words "
+               "(%smean %s s, longest %s s: %s%% of the time), %s words between pauses; %s words "
                "per minute between them",
-               a, b, r->pauses, r->pauses == 1 ? "" : "s", mean, longest, d, c, e);
+               a, b, r->pauses, r->pauses == 1 ? "" : "s", split, mean, longest, d, c, e);
     } else {
       snprintf(r->evidence[SL_RUBRIC_FLUENCY], SL_RUBRIC_EVIDENCE,
                "%s words per minute over %s s of speaking; no silent pause of 0.25 s or more", a,

@@ -20,6 +20,10 @@
 #ifndef SLUICE_GRADE_RUBRIC_H
 #define SLUICE_GRADE_RUBRIC_H
 
+#include <stddef.h>
+
+#include "sluice/sl_plugin.h"
+
 /* Indexes into sl_rubric_result.crit. */
 enum {
   SL_RUBRIC_FLUENCY = 0,   /* speaking rate (words per minute) */
@@ -50,10 +54,16 @@ typedef struct {
   double pause_mean_s;    /* the silent pauses' (250 ms or more) mean */
   double pause_longest_s; /* and longest */
   unsigned pauses;        /* how many, inside speaking_s */
+  /* where the transcript has segments with times (Whisper): how many, and
+   * how many gaps of 0.25 s or more lie between consecutive ones; those
+   * of the pauses are between segments, the rest inside them (evidence
+   * only: the score does not use the split). segments 0: unknown. */
+  unsigned segments;
+  unsigned segment_pauses;
 } sl_rubric_timing;
 
 /* Bytes of one criterion's evidence sentence, NUL included. */
-#define SL_RUBRIC_EVIDENCE 400u
+#define SL_RUBRIC_EVIDENCE 512u
 
 typedef struct {
   double score;            /* 0..100 overall, rounded to one decimal */
@@ -83,7 +93,10 @@ typedef struct {
   double words_per_run;    /* timed: words / (pauses + 1) */
   unsigned pauses;         /* timed: silent pauses, and their mean and longest: */
   double pause_mean_s, pause_longest_s;
-  double fluency_part[3]; /* timed: fluency's parts, 0..100: rate, run, pause */
+  double fluency_part[3];  /* timed: fluency's parts, 0..100: rate, run, pause */
+  int split;               /* timed with segments: the pauses split as below */
+  unsigned pauses_between; /* min(segment_pauses, pauses) */
+  unsigned pauses_inside;  /* pauses - pauses_between */
   /* each criterion's measure in plain words, e.g. "9 silent pauses of
    * 0.25 s or more in 42.0 s of speaking ..."; indexed SL_RUBRIC_* */
   char evidence[SL_RUBRIC_NCRIT][SL_RUBRIC_EVIDENCE];
@@ -114,6 +127,17 @@ int sl_rubric_grade_timed(const char *transcript, double duration_s, const char 
  * (bounds 0, 20, 35, 45, 55, 62, 69, 76, 86). NaN maps to "NL". The returned
  * string is static. */
 const char *sl_rubric_level(double score);
+
+/* host.c, for graders that are plugins. The answer's timing as preflight
+ * wrote it into the input message (upload.speaking_s, .speech_s, .pauses,
+ * .pause_mean_s, .pause_longest_s): t filled and returned, or NULL when it
+ * is not there (t zeroed). Call from the plugin's call() (c is its call). */
+const sl_rubric_timing *sl_rubric_timing_read(const sl_plugin_host *h, sl_plugin_call *c,
+                                              sl_rubric_timing *t);
+
+/* host.c: r's criteria as lines "- fluency: 62/100 (<evidence>)", NUL-
+ * terminated in buf (cut to len); returns the length written. */
+size_t sl_rubric_criteria_text(const sl_rubric_result *r, char *buf, size_t len);
 
 /* English name of criterion i ("fluency", "variety", "fillers", "length",
  * "relevance"), or "unknown". Static string. */

@@ -258,6 +258,8 @@ static int serve_one(void) {
   resp.floor_dbfs = r.floor_dbfs;
   resp.timing = r.timing;
   resp.flac_s = r.flac_s;
+  resp.nspans = r.nspans;
+  memcpy(resp.spans, r.spans, sizeof resp.spans);
   resp.flac_len = r.flac_len;
   snprintf(resp.err, sizeof resp.err, "%s", r.err);
   int rc = sl_pf_wire_write(STDOUT_FILENO, &resp, sizeof resp) == 0 ? 0 : -1;

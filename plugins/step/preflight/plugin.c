@@ -108,8 +108,10 @@ static const sl_plugin_conf_key conf[] = {
 
 static const char *const reads[] = {SL_PLUGIN_READ_OBJECT, "object_key", NULL};
 static const char *const writes[] = {
-    "audio_key",    "duration_s",      "speech_s", "speaking_s", "pauses",  "pause_total_s",
-    "pause_mean_s", "pause_longest_s", "runs",     "run_mean_s", "audio_s", NULL};
+    "audio_key", "duration_s",    "speech_s",     "speaking_s",
+    "pauses",    "pause_total_s", "pause_mean_s", "pause_longest_s",
+    "runs",      "run_mean_s",    "audio_s",      "pause_spans",
+    NULL};
 static const char *const classes[NCLASS] = {"undecodable_audio", "too_long", "no_speech",
                                             "unsupported_format", "decode_limit"};
 
@@ -272,6 +274,14 @@ static void call(void *v, const sl_plugin_input *in, sl_plugin_call *c) {
   if (orc == 0 && r.flac)
     orc = h->out_object(c, "audio_key", ".16k.flac", "audio/flac", r.flac, r.flac_len);
   if (orc == 0 && r.flac) orc = h->out_num(c, "audio_s", r.flac_s);
+  if (orc == 0 && r.flac && r.nspans) {
+    char spans[SL_PF_MAX_SPANS * 24];
+    size_t n = 0;
+    for (uint32_t i = 0; i < r.nspans && n < sizeof spans; i++)
+      n += (size_t)snprintf(spans + n, sizeof spans - n, "%s%.2f-%.2f", i ? " " : "",
+                            (double)r.spans[i][0], (double)r.spans[i][1]);
+    orc = h->out_str(c, "pause_spans", spans);
+  }
   if (r.undecoded) {
     h->counter_add(s->passed, 1);
     h->log(SL_PLUGIN_LOG_INFO, in->key, "passed on undecoded (%s, %.1f s timed from its frames)",

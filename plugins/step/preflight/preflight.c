@@ -778,6 +778,41 @@ static int trimmed(const sl_pf_audio *a, const sl_pf_conf *c, int16_t **pcm, siz
   return 0;
 }
 
+/* The silent pauses (gaps of PAUSE_MIN_FRAMES or more between speech, as
+ * timing_add counts them) where they lie in the FLAC: in a's timeline, or
+ * with c->trim in what trimmed() leaves (frames cut before a pause move it
+ * earlier; a silence longer than max_silence_ms is that long). The first
+ * SL_PF_MAX_SPANS into spans, seconds; returns how many. */
+static uint32_t pause_spans(const sl_pf_audio *a, const sl_pf_conf *c,
+                            float spans[SL_PF_MAX_SPANS][2]) {
+  const double fs = (double)FRAME / SL_PF_RATE;
+  size_t nf = a->nframes, first = 0, last = 0;
+  while (first < nf && !a->speech[first]) first++;
+  if (first == nf) return 0;
+  for (size_t f = first; f < nf; f++)
+    if (a->speech[f]) last = f + 1;
+  size_t keep = c->keep_silence_ms > 0 ? (size_t)c->keep_silence_ms / 20 : 0;
+  size_t most = c->trim && c->max_silence_ms > 0 ? (size_t)c->max_silence_ms / 20 : 0;
+  size_t cut = c->trim && first > keep ? first - keep : 0; /* frames gone before f */
+  uint32_t n = 0;
+  for (size_t f = first; f < last;) {
+    if (a->speech[f]) {
+      f++;
+      continue;
+    }
+    size_t g = f;
+    while (f < last && !a->speech[f]) f++;
+    size_t len = f - g, left = most && len > most ? most : len;
+    if (len >= PAUSE_MIN_FRAMES && n < SL_PF_MAX_SPANS) {
+      spans[n][0] = (float)((double)(g - cut) * fs);
+      spans[n][1] = (float)((double)(g - cut + left) * fs);
+      n++;
+    }
+    cut += len - left;
+  }
+  return n;
+}
+
 /* ---- the whole check ----------------------------------------------------------- */
 
 int sl_pf_check(const void *data, size_t len, const sl_pf_conf *c, sl_pf_result *r) {
@@ -810,9 +845,10 @@ int sl__pf_check_into(const void *data, size_t len, const sl_pf_conf *c, const s
     if (c->trim && (r->rc = trimmed(&a, c, &pcm, &n)) != 0)
       snprintf(r->err, sizeof r->err, "out of memory cutting the silence");
     if (r->rc == 0) r->rc = flac_into(pcm, n, c->flac_level, sink, &r->flac, &r->flac_len);
-    if (r->rc == 0)
+    if (r->rc == 0) {
       r->flac_s = (double)n / SL_PF_RATE;
-    else if (!r->err[0])
+      r->nspans = pause_spans(&a, c, r->spans);
+    } else if (!r->err[0])
       snprintf(r->err, sizeof r->err, "encoding the FLAC failed");
     if (pcm != a.pcm) free(pcm);
   }

@@ -47,6 +47,7 @@
 
 #define SL_PF_RATE 16000
 #define SL_PF_PAUSE_MIN_MS 250 /* a silent pause: a gap in speech at least this long */
+#define SL_PF_MAX_SPANS 64     /* pauses placed in the FLAC's timeline (sl_pf_result.spans) */
 
 /* When the speech was, from the speech frames (sl_pf_analyse); all 0
  * without speech. */
@@ -89,7 +90,11 @@ typedef struct {
   double duration_s, speech_s, peak_dbfs, floor_dbfs;
   sl_pf_timing timing;
   double flac_s; /* the audio the FLAC holds, seconds (trim: less than duration_s) */
-  void *flac;    /* malloc'd (normalize, decoded), owned by the result */
+  /* with the FLAC: its first SL_PF_MAX_SPANS silent pauses, [start, end)
+   * in seconds of the FLAC (trim: of the audio left), in order */
+  uint32_t nspans;
+  float spans[SL_PF_MAX_SPANS][2];
+  void *flac; /* malloc'd (normalize, decoded), owned by the result */
   size_t flac_len;
   char err[512]; /* why, when rc != 0 */
 } sl_pf_result;

@@ -283,6 +283,12 @@ static int measures_sane(const sl_pf_wire_resp *w) {
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
     if (!(s[i] >= 0 && s[i] <= d + 1)) return 0; /* NaN fails too */
   if ((double)t->pauses > d * 1000.0 / SL_PF_PAUSE_MIN_MS + 1) return 0;
+  /* the pauses' places: no more than the pauses, in order, inside the FLAC */
+  if (w->nspans > SL_PF_MAX_SPANS || w->nspans > t->pauses) return 0;
+  for (uint32_t i = 0; i < w->nspans; i++) {
+    double from = w->spans[i][0], to = w->spans[i][1];
+    if (!(from >= (i ? w->spans[i - 1][1] : 0.0f) && to > from && to <= w->flac_s + 0.02)) return 0;
+  }
   return t->runs == (t->pauses ? t->pauses + 1 : t->runs) && t->runs <= t->pauses + 1;
 }
 
@@ -310,6 +316,8 @@ static int exchange(sl_pf_sandbox *sb, const void *data, size_t len, const sl_pf
   r->floor_dbfs = resp.floor_dbfs;
   r->timing = resp.timing;
   r->flac_s = resp.flac_s;
+  r->nspans = resp.nspans;
+  memcpy(r->spans, resp.spans, sizeof r->spans);
   resp.err[sizeof resp.err - 1] = '\0';
   snprintf(r->err, sizeof r->err, "%s", resp.err);
   if (resp.flac_len) rc = take_flac(sb, resp.flac_len, sl_pf_wire_flac_max(c), r);

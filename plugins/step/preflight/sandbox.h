@@ -108,7 +108,9 @@ typedef struct {
   int32_t rc, undecoded;
   double duration_s, speech_s, peak_dbfs, floor_dbfs;
   sl_pf_timing timing;
-  double flac_s;     /* the audio the FLAC holds */
+  double flac_s;   /* the audio the FLAC holds */
+  uint32_t nspans; /* its pauses (sl_pf_result.spans) */
+  float spans[SL_PF_MAX_SPANS][2];
   uint64_t flac_len; /* the FLAC's bytes, in SL_PF_WIRE_FD_FLAC */
   char err[512];
 } sl_pf_wire_resp;

@@ -12,9 +12,15 @@
  * streams from the buffer it holds (no copy), so nothing is kept between
  * calls and the answer is in memory once per call.
  *
- * Reply: verbose_json (default) gives text, language, duration and words
- * (asked for with timestamp_granularities[]=word); plain json gives text
- * only, and the duration then comes from the WAV header when there is one.
+ * Reply: verbose_json (default) gives text, language, duration, words
+ * (asked for with timestamp_granularities[]=word) and segments: when the
+ * input has preflight's pauses, reported as how many segments there are
+ * ("segments") and how many of preflight's silent
+ * pauses (pause_spans of its input, in the timeline of the audio sent) hold a
+ * boundary between two consecutive segments, give or take SPAN_SLACK_S
+ * ("segment_pauses": pauses between segments; the grader calls the rest
+ * inside them); plain json gives text only, and the duration then comes
+ * from the WAV header when there is one.
  * cost_units = audio seconds (what providers bill).
  *
  * Outcomes: HTTP statuses as in common/openai_http.h. A 2xx body that is
@@ -38,6 +44,9 @@
 #include "common/openai_http.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_plugin.h"
+
+#define SPAN_SLACK_S 0.3 /* how far a segment boundary may lie outside a pause */
+#define MAX_SPANS 64     /* preflight writes no more (SL_PF_MAX_SPANS) */
 
 static const sl_plugin_conf_key conf_keys[] = {
     {"base_url", SL_PLUGIN_CONF_STR, "https://api.openai.com",
@@ -230,6 +239,36 @@ static void bad_reply(stt_req *q, const char *what, const sl_plugin_http_respons
   finish(q, SL_PLUGIN_RETRY, 0, 0, "provider_bad_reply", reason);
 }
 
+/* preflight's "start-end start-end ..." into spans (at most MAX_SPANS, in
+ * order, well formed; parsing stops at the first that is not): how many */
+static size_t pause_spans(const char *s, double spans[MAX_SPANS][2]) {
+  size_t n = 0;
+  while (s && *s && n < MAX_SPANS) {
+    char *end;
+    double a = strtod(s, &end);
+    if (end == s || *end != '-') break;
+    s = end + 1;
+    double b = strtod(s, &end);
+    if (end == s || !(a >= 0) || !(b > a) || (n && a < spans[n - 1][1])) break;
+    spans[n][0] = a, spans[n][1] = b;
+    n++;
+    s = end;
+    while (*s == ' ') s++;
+  }
+  return n;
+}
+
+/* 1 when a pause not yet taken holds the boundary t (give or take
+ * SPAN_SLACK_S); that pause is then taken (its start set to -1) */
+static int boundary_in_pause(double t, double spans[][2], size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (spans[i][0] >= 0 && t >= spans[i][0] - SPAN_SLACK_S && t <= spans[i][1] + SPAN_SLACK_S) {
+      spans[i][0] = -1;
+      return 1;
+    }
+  return 0;
+}
+
 static void on_reply(const sl_plugin_http_response *r, void *ud) {
   stt_req *q = ud;
   const sl_plugin_host *h = q->s->h;
@@ -292,6 +331,20 @@ static void on_reply(const sl_plugin_http_response *r, void *ud) {
   if (dropped)
     h->log(SL_PLUGIN_LOG_WARN, q->key,
            "stt/openai: %zu word timings beyond the host's limit dropped", dropped);
+  /* segments, in the order given; one without numeric times ends them */
+  double spans[MAX_SPANS][2];
+  size_t nspans = pause_spans(h->in_str ? h->in_str(q->call, "pause_spans") : NULL, spans);
+  size_t nseg = 0, between = 0;
+  double prev_end = 0;
+  json_array_foreach(json_object_get(o, "segments"), i, w) {
+    json_t *st = json_object_get(w, "start"), *en = json_object_get(w, "end");
+    if (!json_is_number(st) || !json_is_number(en)) break;
+    if (nseg) between += boundary_in_pause((prev_end + json_number_value(st)) / 2, spans, nspans);
+    prev_end = json_number_value(en);
+    nseg++;
+  }
+  if (!rc && nseg && nspans) rc = h->out_num(q->call, "segments", (double)nseg);
+  if (!rc && nseg && nspans) rc = h->out_num(q->call, "segment_pauses", (double)between);
   json_decref(o);
   if (rc)
     finish(q, SL_PLUGIN_RETRY, 0, 0, "out_of_memory", "recording the transcript failed");

@@ -105,6 +105,8 @@ typedef struct {
   /* stt */
   char *text, *language;
   double duration_s;
+  double segments;       /* the transcript's segments (0: not reported) */
+  double segment_pauses; /* gaps of 0.25 s or more between consecutive ones */
   sl_plugin_word *words; /* words[i].word owned here */
   size_t nwords;
   /* grade */
