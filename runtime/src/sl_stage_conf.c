@@ -83,8 +83,9 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"log.level", SL_CONF_STR, "info", C(log_level), "debug, info, warn or error", 0},
     {"trace.endpoint", SL_CONF_STR, "", C(trace_endpoint),
      "the OpenTelemetry collector spans are sent to, OTLP over HTTP with protobuf bodies "
-     "(http://host:4318; POSTs to its /v1/traces). Empty: no spans are recorded, but trace "
-     "context is still read from and written to every message, so a trace stays whole",
+     "(http://host:4318; POSTs to its /v1/traces), directly (the environment's http_proxy and "
+     "the like are not used for it). Empty: no spans are recorded, but trace context is still "
+     "read from and written to every message, so a trace stays whole",
      0},
     {"trace.sample_ratio", SL_CONF_DOUBLE, "1", C(trace_sample_ratio),
      "the share of new traces (a create without a traceparent, a storage event) that is "

@@ -511,6 +511,9 @@ static int post(CURL *h, struct curl_slist *hdr, const uint8_t *body, size_t len
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)E.timeout_ms);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+  /* straight to the collector named: the environment's proxy variables
+   * (there for a process's provider calls, say) are not used for it */
+  curl_easy_setopt(h, CURLOPT_PROXY, "");
   CURLcode rc = curl_easy_perform(h);
   *status = 0;
   if (rc != CURLE_OK) return SL_EHTTP;
