@@ -302,18 +302,25 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* a listening socket on loopback; its port in *port */
+static int listener(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(fd, 16), 0);
+  socklen_t al = sizeof a;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 /* a collector that takes the connection (the kernel's backlog) and never answers */
 static void test_exporter_never_blocks(void **state) {
   (void)state;
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(ls >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(listen(ls, 16), 0);
-  socklen_t al = sizeof a;
-  assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+  int port, ls = listener(&port);
   char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/", ntohs(a.sin_port));
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
   sl_trace_conf tc = {.endpoint = url,
                       .service = "t",
                       .sample_ratio = 1,
@@ -348,19 +355,6 @@ static void test_exporter_never_blocks(void **state) {
   assert_int_equal(counter("sluice_trace_spans_dropped_total{reason=\"export_failed\"} "), 12);
   assert_int_equal(counter("sluice_trace_spans_exported_total "), 0);
   close(ls);
-}
-
-/* a listening socket on loopback; its port in *port */
-static int listener(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(listen(fd, 16), 0);
-  socklen_t al = sizeof a;
-  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-  *port = ntohs(a.sin_port);
-  return fd;
 }
 
 /* fd has a connection to accept within ms */
