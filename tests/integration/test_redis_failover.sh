@@ -72,7 +72,7 @@ rep0=$(metric sluice_view_repaired_total "" "$(admin materialize)" 2>/dev/null |
 "$LOADGEN" --presign "$PRESIGN_URL/v1/submissions" --audio "$work/a.wav" \
   --redis "$SLUICE_REDIS_URL" --rate 2 --duration 80 \
   --mean-questions 3 --max-questions 6 --drain-timeout 150 --seed 23 \
-  >"$work/summary.json" 2>"$work/loadgen.log" &
+  --out "$work/questions.jsonl" >"$work/summary.json" 2>"$work/loadgen.log" &
 lg=$!
 at_exit "kill $lg 2>/dev/null || true"
 
@@ -118,6 +118,16 @@ touch "$work/stop"
 wait "$poller" 2>/dev/null || true
 summary=$(cat "$work/summary.json")
 load_done_once "$rc" "$summary" 100
+# a question the client never saw end: what the view says of it and what
+# the stages logged about it (the stack and its logs are wiped at exit;
+# CI's output is all that is left of them)
+jq -r 'select(.state == "lost") | "\(.submission) \(.no)"' "$work/questions.jsonl" 2>/dev/null |
+  head -n 3 | while read -r sid no; do
+    log "not seen ending: $sid/$no; sluicectl submission says:"
+    "$SLUICECTL" submission "$sid" </dev/null 2>&1 | head -n 20 >&2
+    grep -h "\"submission\":\"$sid\"" "$STAGES_DIR"/*.log 2>/dev/null | grep "\"question\":\"$no\"" |
+      cut -c1-300 | tail -n 25 >&2
+  done
 
 codes=$(sort "$work/codes" | uniq -c | awk '{printf "%s x %s, ", $2, $1}')
 log "the poller's answers: ${codes%, }"
