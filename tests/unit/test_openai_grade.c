@@ -416,6 +416,12 @@ static void test_truncated_reply(void **st) {
   assert_int_equal(th.ncrit, 2);
 }
 
+/* the user message of a request body (its second message) */
+static const char *user_message(const json_t *body) {
+  return json_string_value(
+      json_object_get(json_array_get(json_object_get(body, "messages"), 1), "content"));
+}
+
 /* the answer's timing and the rubric's criteria go into the prompt */
 static void test_prompt_evidence(void **st) {
   (void)st;
@@ -426,8 +432,7 @@ static void test_prompt_evidence(void **st) {
   th_in("upload.pause_longest_s", 1.1);
   start();
   json_t *b = req_json(0);
-  const char *user = json_string_value(
-      json_object_get(json_array_get(json_object_get(b, "messages"), 1), "content"));
+  const char *user = user_message(b);
   assert_non_null(user);
   /* 8 words over 11 s of speaking: 44 per minute; 2 pauses, 8 / 3 words between them */
   assert_non_null(
@@ -448,8 +453,7 @@ static void test_prompt_evidence(void **st) {
   th_reset(sluice_plugin_entry());
   start();
   b = req_json(0);
-  user = json_string_value(
-      json_object_get(json_array_get(json_object_get(b, "messages"), 1), "content"));
+  user = user_message(b);
   assert_non_null(strstr(user, "Timing: (not measured: when the words were spoken is not known)"));
   assert_non_null(strstr(user, "over the whole 12.5 s recording"));
   json_decref(b);
