@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sl_trace.c — see sl_trace.h. The exporter is a ring of span copies under
- * one mutex and one thread. The thread marks up to a batch at the ring's
- * head as taken, encodes them where they lie as OTLP/protobuf (protobuf-c,
- * proto/otlp_trace.proto) without the mutex, POSTs the body with libcurl
- * (blocking, on its own thread, with a deadline) and only then gives the
- * slots back. The ring has room for trace.queue_spans waiting beside the
- * batch taken; callers take the mutex only to copy one span in.
+ * sl_trace.c — see sl_trace.h. The exporter is a ring of packed spans
+ * under one mutex and one thread. A span is packed as OTLP/protobuf
+ * (protobuf-c, proto/otlp_trace.proto) by the thread that ends it, into
+ * its ring slot under the mutex, while its fields are still in that core's
+ * cache (packed on the exporter's thread, a span's struct had gone cold
+ * there: most of the encoder's time was cache misses, bench/cost/
+ * trace_bench). The thread marks up to a batch at the ring's head as
+ * taken, wraps their bytes in one body without the mutex, POSTs it with
+ * libcurl (blocking, on its own thread, with a deadline) and only then
+ * gives the slots back. The ring has room for trace.queue_spans waiting
+ * beside the batch taken.
  * Each span is packed on its own and each of its attributes too (the same
  * bytes on the wire as OTLP's nested messages); an attribute's packed bytes
  * are kept in a small direct-mapped cache on the encoder, so that the ones
  * every span of a stage repeats (system, topic, group, partition, attempt,
- * outcome) are copied, not packed again by protobuf-c's generic packer,
- * which is most of a span's cost (bench/cost/trace_bench).
+ * outcome) are copied, not packed again by protobuf-c's generic packer.
+ * Buffers are sized by a bound of the packed size, not by protobuf-c's
+ * get_packed_size (a second walk as long as the packing).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "sluice/sl_trace.h"
@@ -284,7 +289,7 @@ static ProtobufCBinaryData bin(const uint8_t *b, size_t n) {
 /* buf grown to hold need bytes */
 static int room(uint8_t **buf, size_t *cap, size_t need) {
   if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 65536;
+  size_t c = *cap ? *cap : 1024;
   while (c < need) c *= 2;
   uint8_t *b = realloc(*buf, c);
   if (!b) return SL_ENOMEM;
@@ -351,9 +356,11 @@ static int pb_attr(sl__otlp_enc *e, const sl_span *s, int k, size_t *used) {
     av.value_case = SLUICE__OTLP__ANY_VALUE__VALUE_DOUBLE_VALUE;
     av.double_value = a->v.d;
   }
-  size_t len = sluice__otlp__key_value__get_packed_size(&kv);
-  if (room(&e->kvbuf, &e->kvbuf_cap, *used + len)) return SL_ENOMEM;
-  sluice__otlp__key_value__pack(&kv, e->kvbuf + *used);
+  /* room for its packed size at most (tags, lengths and the value's 8
+   * bytes in 24), not protobuf-c's exact count: that walk costs as much
+   * as the packing */
+  if (room(&e->kvbuf, &e->kvbuf_cap, *used + strlen(a->key) + slen + 24)) return SL_ENOMEM;
+  size_t len = sluice__otlp__key_value__pack(&kv, e->kvbuf + *used);
   e->attrs[k] = (ProtobufCBinaryData){len, (uint8_t *)(uintptr_t)*used}; /* an offset for now */
   if (len <= KV_CACHE_PACKED && slen <= KV_CACHE_STR) {
     c->key = a->key, c->type = a->type, c->bits = bits_of(a), c->plen = (uint8_t)len;
@@ -405,21 +412,28 @@ static int pb_span(sl__otlp_enc *e, const sl_span *s) {
   return 0;
 }
 
-/* the body for n spans of ring (cap slots) from head into e->out: its
+/* at least the packed size of e->sp, the PackedSpan of s: each field's
+ * bytes, plus 12 for its tag and length (protobuf's are at most 2 and 5
+ * bytes long here), without protobuf-c's walk of them */
+static size_t packed_bound(const sl__otlp_enc *e, const sl_span *s) {
+  const Sluice__Otlp__PackedSpan *o = &e->sp;
+  size_t n = 16 + 8 + 8 + strlen(o->name) + 8 + 8 + 4 + 10 + 12 * 9;
+  for (size_t k = 0; k < o->n_attributes; k++) n += o->attributes[k].len + 12;
+  if (s->has_link) n += 16 + 8 + 12 * 4;
+  if (o->status) n += strlen(o->status->message) + 10 + 12 * 3;
+  return n;
+}
+
+/* s packed (a PackedSpan) at *buf + at, *buf grown to fit; its length,
+ * or 0 without memory */
+static size_t pack_at(sl__otlp_enc *e, const sl_span *s, uint8_t **buf, size_t *cap, size_t at) {
+  if (pb_span(e, s) || room(buf, cap, at + packed_bound(e, s))) return 0;
+  return sluice__otlp__packed_span__pack(&e->sp, *buf + at);
+}
+
+/* the body of e->packed's first n spans, packed before, into e->out: its
  * length, or 0 without memory */
-static size_t pb_encode(sl__otlp_enc *e, const sl_span *ring, size_t cap, size_t head, size_t n,
-                        const char *service) {
-  if (n > e->cap) n = e->cap;
-  size_t used = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (pb_span(e, &ring[(head + i) % cap])) return 0;
-    size_t len = sluice__otlp__packed_span__get_packed_size(&e->sp);
-    if (room(&e->spans, &e->spans_cap, used + len)) return 0;
-    e->off[i] = used;
-    e->packed[i].len = sluice__otlp__packed_span__pack(&e->sp, e->spans + used);
-    used += e->packed[i].len;
-  }
-  for (size_t i = 0; i < n; i++) e->packed[i].data = e->spans + e->off[i];
+static size_t wrap(sl__otlp_enc *e, size_t n, const char *service) {
   Sluice__Otlp__AnyValue svc_v = SLUICE__OTLP__ANY_VALUE__INIT;
   svc_v.value_case = SLUICE__OTLP__ANY_VALUE__VALUE_STRING_VALUE;
   svc_v.string_value = unconst(service);
@@ -444,7 +458,15 @@ static size_t pb_encode(sl__otlp_enc *e, const sl_span *ring, size_t cap, size_t
 int sl__otlp_encode(sl__otlp_enc *e, const sl_span *spans, size_t n, const char *service,
                     const uint8_t **out, size_t *len) {
   if (n > e->cap) return SL_EINVAL;
-  *len = pb_encode(e, spans, n ? n : 1, 0, n, service);
+  size_t used = 0;
+  for (size_t i = 0; i < n; i++) {
+    e->off[i] = used;
+    e->packed[i].len = pack_at(e, &spans[i], &e->spans, &e->spans_cap, used);
+    if (!e->packed[i].len) return SL_ENOMEM;
+    used += e->packed[i].len;
+  }
+  for (size_t i = 0; i < n; i++) e->packed[i].data = e->spans + e->off[i];
+  *len = wrap(e, n, service);
   *out = e->out;
   return *len ? 0 : SL_ENOMEM;
 }
@@ -456,10 +478,14 @@ static struct {
   pthread_cond_t cv;
   pthread_t thread;
   int running, stop;
-  sl_span *ring;       /* queue_spans + batch_spans of them */
+  struct slot {
+    uint8_t *b; /* a span packed, grown to the largest it held */
+    size_t len, cap;
+  } * ring;            /* queue_spans + batch_spans of them */
   size_t cap, head, n; /* n spans from head, the first `taken` being sent */
   size_t taken, queue_cap, batch_cap;
-  sl__otlp_enc *enc; /* the thread's */
+  sl__otlp_enc *pack; /* the callers', under mu: a span packed as it ends */
+  sl__otlp_enc *enc;  /* the thread's: the body around them */
   int flush_ms, timeout_ms;
   int64_t stop_by_ns; /* sl_trace_stop: what is still queued after this is dropped */
   char url[512];
@@ -483,16 +509,16 @@ int sl_span_end(sl_span *s, int64_t end_ns) {
   pthread_mutex_lock(&E.mu);
   if (E.n - E.taken >= E.queue_cap) {
     rc = SL_EUNAVAIL;
-  } else { /* the fields, the attributes used, the text used */
-    sl_span *to = &E.ring[(E.head + E.n) % E.cap];
-    int na = attrs_of(s);
-    unsigned nt = s->ntext > SL_SPAN_TEXT ? SL_SPAN_TEXT : s->ntext;
-    memcpy(to, s, offsetof(sl_span, attr) + (size_t)na * sizeof(sl_span_attr));
-    memcpy(to->text, s->text, nt);
-    if (++E.n - E.taken == E.batch_cap) pthread_cond_signal(&E.cv); /* a batch is ready */
+  } else { /* packed here, while its bytes are in this core's cache */
+    struct slot *to = &E.ring[(E.head + E.n) % E.cap];
+    to->len = pack_at(E.pack, s, &to->b, &to->cap, 0);
+    if (!to->len)
+      rc = SL_ENOMEM;
+    else if (++E.n - E.taken == E.batch_cap)
+      pthread_cond_signal(&E.cv); /* a batch is ready */
   }
   pthread_mutex_unlock(&E.mu);
-  if (rc) sl_metric_add(E.m_dropped_full, 1);
+  if (rc) sl_metric_add(rc == SL_EUNAVAIL ? E.m_dropped_full : E.m_dropped_failed, 1);
   return rc;
 }
 
@@ -560,7 +586,11 @@ static void *export_main(void *arg) {
     int stop = E.stop;
     pthread_mutex_unlock(&E.mu);
     if (k) {
-      size_t len = pb_encode(E.enc, E.ring, E.cap, head, k, E.service);
+      for (size_t i = 0; i < k; i++) { /* theirs alone until given back */
+        const struct slot *sl = &E.ring[(head + i) % E.cap];
+        E.enc->packed[i] = bin(sl->b, sl->len);
+      }
+      size_t len = wrap(E.enc, k, E.service);
       long status = 0;
       int rc = len && h && hdr ? post(h, hdr, E.enc->out, len, &status) : SL_ENOMEM;
       sent(k, rc, status, &failures);
@@ -576,6 +606,16 @@ static void *export_main(void *arg) {
   curl_slist_free_all(hdr);
   curl_easy_cleanup(h);
   return NULL;
+}
+
+/* the ring, its spans' bytes and the encoders freed */
+static void release(void) {
+  for (size_t i = 0; E.ring && i < E.cap; i++) free(E.ring[i].b);
+  free(E.ring);
+  E.ring = NULL;
+  sl__otlp_enc_free(E.enc);
+  sl__otlp_enc_free(E.pack);
+  E.enc = E.pack = NULL;
 }
 
 int sl_trace_start(const sl_trace_conf *c) {
@@ -598,13 +638,8 @@ int sl_trace_start(const sl_trace_conf *c) {
   E.timeout_ms = c->timeout_ms;
   E.ring = calloc(E.cap, sizeof *E.ring);
   E.enc = sl__otlp_enc_new(E.batch_cap);
-  if (!E.ring || !E.enc) {
-    free(E.ring);
-    E.ring = NULL;
-    sl__otlp_enc_free(E.enc);
-    E.enc = NULL;
-    return SL_ENOMEM;
-  }
+  E.pack = sl__otlp_enc_new(1);
+  if (!E.ring || !E.enc || !E.pack) return release(), SL_ENOMEM;
   E.m_exported = sl_metrics_counter("sluice_trace_spans_exported_total", NULL,
                                     "spans the trace collector took");
   E.m_dropped_full = sl_metrics_counter(
@@ -617,13 +652,7 @@ int sl_trace_start(const sl_trace_conf *c) {
       "did not take them");
   E.stop = 0;
   E.head = E.n = E.taken = 0;
-  if (pthread_create(&E.thread, NULL, export_main, NULL) != 0) {
-    free(E.ring);
-    E.ring = NULL;
-    sl__otlp_enc_free(E.enc);
-    E.enc = NULL;
-    return SL_ENOMEM;
-  }
+  if (pthread_create(&E.thread, NULL, export_main, NULL) != 0) return release(), SL_ENOMEM;
   E.running = 1;
   return 0;
 }
@@ -638,9 +667,6 @@ void sl_trace_stop(void) {
   pthread_join(E.thread, NULL);
   E.running = 0;
   if (E.n) sl_metric_add(E.m_dropped_failed, E.n);
-  free(E.ring);
-  E.ring = NULL;
-  sl__otlp_enc_free(E.enc);
-  E.enc = NULL;
+  release();
   E.n = E.head = E.taken = 0;
 }

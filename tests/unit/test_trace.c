@@ -4,9 +4,9 @@
  * valid and invalid forms) and formatting, parent-based sampling by ratio,
  * children of a context, the OTLP/protobuf body (read back with protobuf-c),
  * string values bounded by the span's text, and
- * the exporter against a collector that accepts a connection and never
- * answers: submitting never blocks, a full queue drops and counts, what the
- * collector did not take is counted as failed.
+ * what the exporter sends (read back from its POSTs), and the exporter
+ * against a collector that accepts a connection and never answers: submitting never blocks, a full
+ * queue drops and counts, what the collector did not take is counted as failed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -357,6 +357,106 @@ static void test_exporter_never_blocks(void **state) {
   close(ls);
 }
 
+/* fd's request (headers, then Content-Length bytes of body) read into
+ * buf[cap]; the body's offset in *at, its length returned */
+static size_t read_request(int fd, char *buf, size_t cap, size_t *at) {
+  size_t n = 0;
+  const char *end = NULL;
+  long clen = -1;
+  for (;;) {
+    assert_true(n < cap);
+    ssize_t r = recv(fd, buf + n, cap - n, 0);
+    assert_true(r > 0);
+    n += (size_t)r;
+    if (!end) {
+      buf[n < cap ? n : cap - 1] = '\0';
+      end = strstr(buf, "\r\n\r\n");
+      if (!end) continue;
+      const char *cl = strstr(buf, "Content-Length: ");
+      assert_non_null(cl);
+      clen = atol(cl + 16);
+    }
+    *at = (size_t)(end + 4 - buf);
+    if (n >= *at + (size_t)clen) return (size_t)clen;
+  }
+}
+
+/* What the exporter sends, read back as a collector would: each span as
+ * it was when it ended (packed then, in its queue slot), a large one
+ * (every attribute, the text full) and small ones after it in the same
+ * slots, repeated attributes (the encoder's cache) with their own values. */
+static void test_exporter_body(void **state) {
+  (void)state;
+  int port, ls = listener(&port);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+  enum { BATCH = 3, ROUNDS = 3 };
+  sl_trace_conf tc = {.endpoint = url,
+                      .service = "sluice-t",
+                      .sample_ratio = 1,
+                      .queue_spans = BATCH,
+                      .batch_spans = BATCH,
+                      .flush_ms = 60000,
+                      .timeout_ms = 5000};
+  assert_int_equal(sl_trace_start(&tc), 0);
+  sl_trace_ctx root, c;
+  assert_int_equal(sl_trace_root(&root), 0);
+  char big[SL_SPAN_VALUE_MAX + 1];
+  memset(big, 'b', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  static char buf[1 << 20];
+  int fd = -1;
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int i = 0; i < BATCH; i++) { /* a full batch: the exporter sends it */
+      sl_span s;
+      assert_int_equal(sl_trace_child(&root, &c), 0);
+      sl_span_begin(&s, &c, root.span_id, r == 0 ? "big" : "small", SL_SPAN_CONSUMER, 100 + i);
+      sl_span_str(&s, "messaging.system", "kafka");
+      sl_span_int(&s, "sluice.round", r);
+      sl_span_real(&s, "sluice.i", i + 0.5);
+      for (int k = 0; r == 0 && k < SL_SPAN_ATTRS; k++) sl_span_str(&s, "v", big);
+      assert_int_equal(sl_span_end(&s, 200 + i), 0);
+      memset(&s, 0x5a, sizeof s); /* the struct is the caller's again */
+    }
+    if (fd < 0) fd = accept(ls, NULL, NULL); /* the same connection after the first */
+    assert_true(fd >= 0);
+    size_t at, len = read_request(fd, buf, sizeof buf, &at);
+    const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    assert_int_equal(send(fd, ok, sizeof ok - 1, 0), (ssize_t)(sizeof ok - 1));
+    Sluice__Otlp__ExportTraceServiceRequest *req =
+        sluice__otlp__export_trace_service_request__unpack(NULL, len, (uint8_t *)buf + at);
+    assert_non_null(req);
+    Sluice__Otlp__ScopeSpans *ss = req->resource_spans[0]->scope_spans[0];
+    assert_string_equal(req->resource_spans[0]->resource->attributes[0]->value->string_value,
+                        "sluice-t");
+    assert_int_equal(ss->n_spans, BATCH);
+    for (int i = 0; i < BATCH; i++) {
+      Sluice__Otlp__Span *a = sluice__otlp__span__unpack(NULL, ss->spans[i].len, ss->spans[i].data);
+      assert_non_null(a);
+      assert_string_equal(a->name, r == 0 ? "big" : "small");
+      assert_memory_equal(a->trace_id.data, root.trace_id, 16);
+      assert_memory_equal(a->parent_span_id.data, root.span_id, 8);
+      assert_int_equal(a->start_time_unix_nano, 100 + i);
+      assert_int_equal(a->end_time_unix_nano, 200 + i);
+      /* the big ones: 3, as many whole values as the text holds after
+       * "kafka", and one cut to what was left (test_span_text_bound) */
+      size_t want = r == 0 ? 3 + (SL_SPAN_TEXT - 6) / (SL_SPAN_VALUE_MAX + 1) + 1 : 3;
+      assert_int_equal(a->n_attributes, want);
+      assert_string_equal(a->attributes[0]->value->string_value, "kafka");
+      assert_int_equal(a->attributes[1]->value->int_value, r);
+      assert_true(a->attributes[2]->value->double_value == i + 0.5);
+      if (r == 0) assert_string_equal(a->attributes[3]->value->string_value, big);
+      sluice__otlp__span__free_unpacked(a, NULL);
+    }
+    sluice__otlp__export_trace_service_request__free_unpacked(req, NULL);
+  }
+  for (int i = 0; i < 200 && counter("sluice_trace_spans_exported_total ") < 3 * BATCH; i++)
+    nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+  sl_trace_stop();
+  close(fd);
+  close(ls);
+}
+
 /* fd has a connection to accept within ms */
 static int connected(int fd, int ms) {
   struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -408,6 +508,7 @@ int main(void) {
       cmocka_unit_test(test_otlp_pb_repeats),
       cmocka_unit_test(test_span_text_bound),
       cmocka_unit_test(test_exporter_never_blocks),
+      cmocka_unit_test(test_exporter_body),
       cmocka_unit_test(test_exporter_ignores_env_proxy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,7 +15,7 @@
  * that every process decides alike. A context that is not sampled is still
  * passed on: the trace stays one trace, only its spans are not recorded.
  *
- * Export never holds up the caller: sl_span_end copies a finished span
+ * Export never holds up the caller: sl_span_end packs a finished span
  * into a bounded queue (trace.queue_spans) or, when it is full, drops and
  * counts it (sluice_trace_spans_dropped_total{reason="queue_full"}); one
  * background thread sends batches (trace.batch_spans, at least every
@@ -23,10 +23,11 @@
  * collector did not take (reason="export_failed"). A collector stopped or
  * frozen costs the pipeline nothing but those spans.
  *
- * A span costs its caller a copy into the queue and nothing else: keys are
- * pointers (literals), string values are copied into the span's own text,
- * and the exporter encodes spans where they wait in the queue
- * (bench/cost/trace_bench measures each part).
+ * A span costs its caller its packing (OTLP/protobuf, into its queue slot,
+ * under the queue's mutex) and nothing else: keys are pointers (literals),
+ * string values are copied into the span's own text, attributes a stage
+ * repeats are packed once and copied after; the exporter only wraps the
+ * packed spans in a body (bench/cost/trace_bench measures each part).
  *
  * @locality the context functions are pure (ids from OpenSSL's RAND_bytes,
  * taken 512 bytes at a time into a per-thread buffer); sl_span_end may be called from any thread;
@@ -90,8 +91,8 @@ typedef struct {
   } v;
 } sl_span_attr;
 
-/* A span being built, and a finished one as sl_span_end queues it (a copy
- * of the fields, the attributes used and the text used). */
+/* A span being built (sl_span_end queues it packed: the struct is the
+ * caller's again once it returns). */
 typedef struct {
   uint8_t trace_id[16], span_id[8], parent_id[8];
   int has_parent;
@@ -121,7 +122,8 @@ void sl_span_real(sl_span *s, const char *key, double v);
 void sl_span_error(sl_span *s, const char *msg);
 void sl_span_link(sl_span *s, const sl_trace_ctx *other);
 /* Ends s at end_ns (0: now) and queues it when its trace is sampled and
- * the exporter runs; 0, or SL_EAGAIN when dropped (the queue full). */
+ * the exporter runs; 0, or SL_EUNAVAIL when dropped (the queue full) or
+ * SL_ENOMEM (no memory to pack it; counted as export_failed). */
 int sl_span_end(sl_span *s, int64_t end_ns);
 
 /* unix time in ns (CLOCK_REALTIME) */
