@@ -125,6 +125,12 @@ check "chat: a body that is not JSON is 400 ($code)" test "$code" = 400
 read -r code _ < <(chat '{"model":"m","messages":[]}')
 check "chat: empty messages is 400 ($code)" test "$code" = 400
 curl -sS -o /dev/null "$U/v1/nothing" -d x || true
+# the collector that stores nothing (bench/cost): any body, 200, an empty
+# protobuf reply, not a provider call (not in the counts below)
+head -c 300000 /dev/urandom >"$T/spans"
+read -r code size < <(curl -sS -o /dev/null -w '%{http_code} %{size_download}\n' \
+  -H 'Content-Type: application/x-protobuf' --data-binary @"$T/spans" "$U/v1/traces")
+check "traces: a 300 kB OTLP body is taken (200, $size bytes back)" test "$code $size" = "200 0"
 stats=$(curl -fsS "$U/stats")
 log "stats: $stats"
 check "stats: transcriptions 4 x 200, 4 x 400" \

@@ -25,6 +25,10 @@
  *        "[fake-grade:invalid-once]" only the first of a conversation (no
  *        assistant message in it yet), "[fake-grade:truncated]" every reply
  *        is cut in half at the token limit (finish_reason "length").
+ *   POST /v1/traces  a collector that stores nothing: any OTLP/HTTP body
+ *        is read and answered at once with 200 and an empty (protobuf)
+ *        ExportTraceServiceResponse, so a bench can measure what tracing
+ *        costs a stage without a collector's work beside it (bench/cost).
  *   GET  /stats  calls by endpoint and status, bad replies, truncated
  *        replies, in flight, peak in flight.
  *
@@ -773,6 +777,10 @@ static void handle(sl_http_req *req, void *ud) {
   const char *path = sl_http_req_path(req), *m = sl_http_req_method(req);
   if (strcmp(path, "/stats") == 0 && strcmp(m, "GET") == 0) {
     stats(F, req);
+    return;
+  }
+  if (strcmp(path, "/v1/traces") == 0 && strcmp(m, "POST") == 0) { /* read, not kept */
+    sl_http_respond(req, 200, "application/x-protobuf", NULL, "", 0);
     return;
   }
   int ep = strcmp(path, "/v1/chat/completions") == 0       ? EP_CHAT
