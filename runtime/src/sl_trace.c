@@ -412,14 +412,14 @@ static int pb_span(sl__otlp_enc *e, const sl_span *s) {
   return 0;
 }
 
-/* at least the packed size of e->sp, the PackedSpan of s: each field's
+/* at least the packed size of e->sp (pb_span's PackedSpan): each field's
  * bytes, plus 12 for its tag and length (protobuf's are at most 2 and 5
  * bytes long here), without protobuf-c's walk of them */
-static size_t packed_bound(const sl__otlp_enc *e, const sl_span *s) {
+static size_t packed_bound(const sl__otlp_enc *e) {
   const Sluice__Otlp__PackedSpan *o = &e->sp;
   size_t n = 16 + 8 + 8 + strlen(o->name) + 8 + 8 + 4 + 10 + 12 * 9;
   for (size_t k = 0; k < o->n_attributes; k++) n += o->attributes[k].len + 12;
-  if (s->has_link) n += 16 + 8 + 12 * 4;
+  if (o->n_links) n += 16 + 8 + 12 * 4;
   if (o->status) n += strlen(o->status->message) + 10 + 12 * 3;
   return n;
 }
@@ -427,7 +427,7 @@ static size_t packed_bound(const sl__otlp_enc *e, const sl_span *s) {
 /* s packed (a PackedSpan) at *buf + at, *buf grown to fit; its length,
  * or 0 without memory */
 static size_t pack_at(sl__otlp_enc *e, const sl_span *s, uint8_t **buf, size_t *cap, size_t at) {
-  if (pb_span(e, s) || room(buf, cap, at + packed_bound(e, s))) return 0;
+  if (pb_span(e, s) || room(buf, cap, at + packed_bound(e))) return 0;
   return sluice__otlp__packed_span__pack(&e->sp, *buf + at);
 }
 
