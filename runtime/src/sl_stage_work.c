@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 
 void sl__work_init(sl_work *W, sl_jobs *R) {
   W->R = R;
@@ -25,6 +26,8 @@ void sl__work_init(sl_work *W, sl_jobs *R) {
 
 static void work_cb(uv_work_t *w) {
   job *j = w->data;
+  static _Thread_local int named; /* top -H, perf, bench/cost: the workers' CPU apart */
+  if (!named) named = 1, prctl(PR_SET_NAME, "sluice-worker", 0, 0, 0);
   if (atomic_load(&j->claim_lost)) { /* lost while it queued for a worker: not called */
     j->claim_skip = 1;
     return;
