@@ -231,8 +231,9 @@ void sl_span_link(sl_span *s, const sl_trace_ctx *other) {
 /* ---- OTLP/protobuf ---- */
 
 /* A KeyValue packed before, kept for the next span with the same key (a
- * literal: compared as a pointer) and value: a direct-mapped cache of
- * KV_CACHE of them, a new one replacing whatever was in its slot. */
+ * literal: compared as a pointer) and value, or for a double the same key
+ * whatever its value: a direct-mapped cache of KV_CACHE of them, a new one
+ * replacing whatever was in its slot. */
 #define KV_CACHE 256
 #define KV_CACHE_STR 48     /* longer string values are packed every time */
 #define KV_CACHE_PACKED 128 /* so are KeyValues packed longer than this */
@@ -240,7 +241,8 @@ typedef struct {
   const char *key; /* NULL: an empty slot */
   int type;
   uint8_t slen, plen;
-  uint64_t bits; /* an int's or a double's */
+  uint8_t any_double; /* a double's KeyValue, kept for its key whatever the value (below) */
+  uint64_t bits;      /* an int's or a double's */
   char s[KV_CACHE_STR];
   uint8_t packed[KV_CACHE_PACKED];
 } kv_cached;
@@ -305,12 +307,19 @@ static uint64_t bits_of(const sl_span_attr *a) {
   return b;
 }
 
-/* the slot of a's key and value (str: its string value, slen bytes) */
+/* a double's 8 bytes as protobuf's fixed64 has them: little-endian */
+static void le64(uint64_t v, uint8_t out[8]) {
+  for (int i = 0; i < 8; i++) out[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* the slot of a's key and value (str: its string value, slen bytes); a
+ * double's by its key alone (its value differs from span to span: the
+ * phase times) */
 static kv_cached *kv_slot(sl__otlp_enc *e, const sl_span_attr *a, const char *str, size_t slen) {
   uint64_t h = (uint64_t)(uintptr_t)a->key * 0x9E3779B97F4A7C15u ^ (uint64_t)a->type;
   if (a->type == 's')
     for (size_t i = 0; i < slen; i++) h = (h ^ (uint8_t)str[i]) * 0x100000001B3u; /* FNV-1a */
-  else
+  else if (a->type == 'i')
     h ^= bits_of(a) * 0xC2B2AE3D27D4EB4Fu;
   h ^= h >> 29;
   return &e->kv[(h * 0x9E3779B97F4A7C15u) >> 56]; /* KV_CACHE == 256 */
@@ -319,7 +328,7 @@ static kv_cached *kv_slot(sl__otlp_enc *e, const sl_span_attr *a, const char *st
 static int kv_same(const kv_cached *c, const sl_span_attr *a, const char *str, size_t slen) {
   if (c->key != a->key || c->type != a->type) return 0;
   if (a->type == 's') return c->slen == slen && memcmp(c->s, str, slen) == 0;
-  return c->bits == bits_of(a);
+  return c->any_double || c->bits == bits_of(a);
 }
 
 /* s's attribute k packed as a KeyValue at *used in e->kvbuf, copied from
@@ -338,6 +347,7 @@ static int pb_attr(sl__otlp_enc *e, const sl_span *s, int k, size_t *used) {
   if (kv_same(c, a, str, slen)) {
     if (room(&e->kvbuf, &e->kvbuf_cap, *used + c->plen)) return SL_ENOMEM;
     memcpy(e->kvbuf + *used, c->packed, c->plen);
+    if (c->any_double) le64(bits_of(a), e->kvbuf + *used + c->plen - 8); /* its own value */
     e->attrs[k] = (ProtobufCBinaryData){c->plen, (uint8_t *)(uintptr_t)*used};
     *used += c->plen;
     return 0;
@@ -365,6 +375,13 @@ static int pb_attr(sl__otlp_enc *e, const sl_span *s, int k, size_t *used) {
   if (len <= KV_CACHE_PACKED && slen <= KV_CACHE_STR) {
     c->key = a->key, c->type = a->type, c->bits = bits_of(a), c->plen = (uint8_t)len;
     c->slen = (uint8_t)slen;
+    /* a double is protobuf's fixed64, 8 bytes whatever its value, at the
+     * end of its KeyValue (AnyValue's last and only field): the same bytes
+     * serve any value of that key with the last 8 replaced. Kept so only
+     * when protobuf-c's bytes show it (its value there, little-endian). */
+    uint8_t tail[8];
+    le64(c->bits, tail);
+    c->any_double = a->type == 'd' && len >= 8 && memcmp(e->kvbuf + *used + len - 8, tail, 8) == 0;
     if (str) memcpy(c->s, str, slen);
     memcpy(c->packed, e->kvbuf + *used, len);
   }
