@@ -25,6 +25,11 @@
  * The backlog is what the group has not committed when the watch starts, up
  * to the high watermarks then: nothing may write to the topics meanwhile.
  *
+ * The window's CPU is also given by thread name ("threads_cpu_s": the
+ * loop "sluice", "sluice-worker", librdkafka's "rdk:*", the exporter
+ * "sluice-trace"), the threads alive at its end: where the rounds of one
+ * setting differ.
+ *
  * Output: one JSON object on stdout once everything is committed (exit 0),
  * or on --timeout (exit 1, "complete": false). `cost_watch --high T[,T...]`
  * prints the sum of the topics' high watermarks instead (messages written);
