@@ -40,14 +40,25 @@ int sl_inline_here(const sl_inline *s, uint64_t now_ns) {
          now_ns >= s->cool_until_ns;
 }
 
-void sl_inline_note(sl_inline *s, uint64_t ran_ns, int was_inline, uint64_t now_ns) {
-  if (!s) return;
+int sl_inline_note(sl_inline *s, uint64_t ran_ns, int where, uint64_t now_ns) {
+  if (!s) return 0;
   if (s->runs++ == 0)
     s->mean_ns = ran_ns;
   else if (ran_ns >= s->mean_ns)
     s->mean_ns += (ran_ns - s->mean_ns) / 16;
   else
     s->mean_ns -= (s->mean_ns - ran_ns) / 16;
-  if (was_inline && s->max_ns > 0 && ran_ns > s->max_ns * SL_INLINE_SLOW_FACTOR)
-    s->cool_until_ns = now_ns + SL_INLINE_COOL_NS;
+  int slow = s->max_ns > 0 && ran_ns > s->max_ns * SL_INLINE_SLOW_FACTOR;
+  if (where == SL_INLINE_LOOP && slow) { /* the processor's, or the loop stopped? */
+    s->checks = SL_INLINE_CHECKS;
+    return 0;
+  }
+  if (where != SL_INLINE_CHECKED) return 0;
+  if (s->checks) s->checks--;
+  if (!slow) return 0;
+  s->checks = 0; /* it was the processor's */
+  s->cool_until_ns = now_ns + SL_INLINE_COOL_NS;
+  return 1;
 }
+
+int sl_inline_checking(const sl_inline *s) { return s && s->checks > 0; }

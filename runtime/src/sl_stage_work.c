@@ -22,6 +22,16 @@ void sl__work_init(sl_work *W, sl_jobs *R) {
                                            : 4;
   snprintf(nworkers, sizeof nworkers, "%d", (int)(nw < 128 ? nw : 128));
   setenv("UV_THREADPOOL_SIZE", nworkers, 1);
+  const char *st = R->o->stage;
+  static const char h_runs[] =
+      "Runs of the stage's processor, on the loop (inline: short runs, stage.inline_max_us) or "
+      "on the worker pool";
+  W->m_loop = sl__metric("sluice_process_runs_total", st, "where=\"loop\"", h_runs, 0);
+  W->m_pool = sl__metric("sluice_process_runs_total", st, "where=\"pool\"", h_runs, 0);
+  W->m_cool = sl__metric("sluice_inline_cooldowns_total", st, NULL,
+                         "Times a run on the loop was slow enough (100x stage.inline_max_us) to "
+                         "send the processor's runs to the worker pool for a second",
+                         0);
 }
 
 static void work_cb(uv_work_t *w) {
@@ -47,7 +57,10 @@ static void after_work_cb(uv_work_t *w, int status) {
     sl__job_to(j, j->R->closing ? SL_JOB_DROPPED : SL_JOB_CLAIM);
     return;
   }
-  if (status == 0) sl_inline_note(&j->R->work->inl, j->ran_ns, 0, uv_hrtime());
+  if (status == 0) {
+    sl_inline_note(&j->R->work->inl, j->ran_ns, SL_INLINE_POOL, uv_hrtime());
+    sl_metric_add(j->R->work->m_pool, 1);
+  }
   sl__job_to(j, SL_JOB_OUTCOME);
 }
 
@@ -69,10 +82,18 @@ void sl__work_call(job *j) {
     return;
   }
   if (sl_inline_here(&W->inl, uv_hrtime())) { /* short runs: no hand-over (sl_inline.h) */
+    /* by the wall clock (two vDSO reads); after a run slow by it, the
+     * next few also by CPU time (four system calls: 2.5 µs here) */
+    int checked = sl_inline_checking(&W->inl);
+    sl_inline_mark mk;
+    if (checked) sl_inline_begin(&mk);
     uint64_t t0 = uv_hrtime();
     o->process(o->ud, j->m, &j->out, &j->res);
     uint64_t t1 = uv_hrtime();
-    sl_inline_note(&W->inl, t1 - t0, 1, t1);
+    uint64_t ran = checked ? sl_inline_end(&mk) : t1 - t0;
+    if (sl_inline_note(&W->inl, ran, checked ? SL_INLINE_CHECKED : SL_INLINE_LOOP, t1))
+      sl_metric_add(W->m_cool, 1);
+    sl_metric_add(W->m_loop, 1);
     sl__job_to(j, SL_JOB_OUTCOME); /* may end j */
     return;
   }

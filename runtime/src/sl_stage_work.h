@@ -16,7 +16,8 @@
 /* The work's state (this file's; embedded in the loop's). */
 typedef struct sl_work {
   sl_jobs *R;
-  sl_inline inl; /* process() on the loop or the pool */
+  sl_inline inl;                       /* process() on the loop or the pool */
+  sl_metric *m_loop, *m_pool, *m_cool; /* runs by place; cool-downs */
 } sl_work;
 
 /* Sets W up; the pool is sized before the loop's first use of it

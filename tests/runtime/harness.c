@@ -15,6 +15,9 @@
  *   {"out_bytes": N}      the output is N bytes (JSON padded with spaces)
  *   {"cost": C}           each call costs C provider cost units
  *                         (sl_result.cost_units), whatever its outcome
+ *   {"spin_us": U}        the call computes for U µs and succeeds: no
+ *                         Redis, no sleep (a short processor the loop may
+ *                         run inline, sl_inline.h); its output's calls is 0
  *   {"careless": true}    also adds an output to a topic name too long for
  *                         the outbox and ignores the error, as a careless
  *                         processor or plugin would
@@ -72,6 +75,19 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   if (!json_is_object(j)) {
     json_decref(j);
     sl_result_set(res, SL_OUTCOME_FAIL, "bad_message", "harness payload is not a JSON object");
+    return;
+  }
+  json_int_t spin_us = json_integer_value(json_object_get(j, "spin_us"));
+  if (spin_us > 0 && spin_us <= 1000000) { /* computes, then succeeds */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000LL + (t.tv_nsec - t0.tv_nsec) / 1000 < spin_us);
+    char body[192];
+    int n = snprintf(body, sizeof body, "{\"key\":\"%s\",\"calls\":0}", key);
+    if (sl_outbox_add(out, out_topic, key, body, (size_t)n) != 0)
+      sl_result_set(res, SL_OUTCOME_FAIL, "internal", "outbox full");
+    json_decref(j);
     return;
   }
   sl_redis *r = sl_tls_get(tls, err, sizeof err);
