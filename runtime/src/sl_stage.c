@@ -446,6 +446,7 @@ static void job_headers(loop_t *L, job *j) {
   char cls[16];
   j->was_deferred = j->p->retry_tier >= 0 && sl__hdr(m, SL_HDR_ERROR_CLASS, cls, sizeof cls) &&
                     strcmp(cls, "deferred") == 0;
+  j->defer_due_ms = j->was_deferred ? sl__hdr_i64(m, SL_HDR_DEFER_DUE) : 0;
   if (j->p->retry_tier >= 0) {
     /* the header is the sending replica's clock: never wait longer than
      * the delay it chose (or, without one, this tier's delay or the
@@ -772,11 +773,12 @@ static void log_consuming(const loop_t *L) {
   const sl_stage_opts *o = L->R.o;
   const sl_common_conf *cc = L->R.cc;
   sl_log(SL_LOG_INFO, NULL,
-         "consuming %s%s%s as group %s; %d retry tiers (%s .. %s) as group %s (%s); up to "
+         "consuming %s%s%s as group %s (%s); %d retry tiers (%s .. %s) as group %s (%s); up to "
          "%lld messages and %lld MiB in flight (0: no byte limit)",
          o->topics[0], o->ntopics > 1 ? ", " : "", o->ntopics > 1 ? o->topics[1] : "",
-         L->S.g[0].name, L->rp.ntiers, L->tier_topic[0], L->tier_topic[L->rp.ntiers - 1],
-         L->S.g[1].name, cc->kafka_assignment, (long long)cc->max_in_flight,
+         L->S.g[0].name, cc->kafka_assignment, L->rp.ntiers, L->tier_topic[0],
+         L->tier_topic[L->rp.ntiers - 1], L->S.g[1].name, cc->kafka_retry_assignment,
+         (long long)cc->max_in_flight,
          (long long)(cc->max_bytes_in_flight > 0 ? cc->max_bytes_in_flight >> 20 : 0));
 }
 

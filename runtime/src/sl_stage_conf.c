@@ -172,7 +172,25 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"provider.tenant_hold", SL_CONF_INT, "0", C(provider_tenant_hold),
      "with provider.rate: the calls of one tenant a replica keeps waiting at the limiter; "
      "more are deferred through a retry tier (not an attempt) so that the stage reads on to "
-     "other tenants' work; 0: two seconds of the replica's share of the rate",
+     "other tenants' work; 0: the rate for 2 s (with provider.tenant_schedule, or 1.5 times "
+     "the first retry tier's delay, the longer: a deferred call comes back no sooner than "
+     "that tier)",
+     0},
+    {"provider.tenant_schedule", SL_CONF_BOOL, "false", C(provider_tenant_schedule),
+     "deferrals follow a schedule per tenant line (the rate the line is served at, whole "
+     "retry-tier hops, a tier partition of the deferring replica): weighted tenants get "
+     "their share while all are backlogged (75% for a weight of 3 in bench/pipeline N, 38% "
+     "without), but a replica lost under a backlog leaves copies read twice that spend "
+     "limiter tokens (A took 1.31x instead of 1.05x there), and a line holds 1.5 times the "
+     "first tier's delay of the rate; false: a deferral is due at the rate by the first tier "
+     "that reaches it (docs/operations.md)",
+     0},
+    {"provider.defer_hop_max_ms", SL_CONF_INT, "30000", C(provider_defer_hop_max_ms),
+     "with provider.tenant_schedule: a deferred call's longest hop through the retry tiers "
+     "(the first tier's delay if "
+     "shorter): a copy whose slot is further off goes round again, so that its tenant's line "
+     "is refilled within this long when the tenant's share grows (another tenant's backlog "
+     "ends)",
      0},
     {"breaker.failure_ratio", SL_CONF_DOUBLE, "0.5", C(breaker_failure_ratio),
      "share of failed provider calls in the window that opens the breaker", 0},
@@ -193,6 +211,15 @@ const sl_conf_entry sl_common_conf_table[] = {
      "every replica gets a share of the input) or an eager one, roundrobin or range (a "
      "rebalance revokes every partition first); all replicas of a stage must agree (see "
      "docs/deploy.md, Upgrading)",
+     0},
+    {"kafka.retry_assignment_strategy", SL_CONF_STR, "cooperative-sticky",
+     C(kafka_retry_assignment),
+     "how a stage's replicas share the retry tiers' partitions (the group "
+     "sluice-<stage>-retry), as kafka.assignment_strategy does the inputs': cooperative-sticky "
+     "(a rebalance moves only the partitions that change owner; a copy read again after one "
+     "is a duplicate the idempotency store answers, so an eager strategy, roundrobin or range, "
+     "which gives every replica partitions of every tier but revokes them all at each "
+     "rebalance, re-reads far more); all replicas of a stage must agree",
      0},
     {"kafka.session_timeout_ms", SL_CONF_INT, "10000", C(kafka_session_timeout_ms),
      "a replica that stops heart-beating (SIGKILL, lost node) loses its partitions after "

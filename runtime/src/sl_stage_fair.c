@@ -2,11 +2,13 @@
 /*
  * sl_stage_fair.c — the gate's lines per tenant (see sl_stage_fair.h): a
  * uthash table of lines, each an sl_queue of jobs with its weight, the
- * calls granted here per weight (who is named first) and its deferrals
- * not back yet; the lines with jobs waiting are also on a circular list,
- * so a take looks at those only.
+ * calls granted here per weight (who is named first), its deferrals not
+ * back yet, the rate it is served at and the last slot of its deferrals'
+ * schedule; the lines with jobs waiting are also on a circular list, so a
+ * take looks at those only.
  */
 #include "sl_stage_fair.h"
+#include "sluice/sl_defer.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_tenant.h"
 
@@ -24,6 +26,7 @@ struct sl_fair_line {
   int64_t weight_ms;    /* monotonic, when last asked for; 0: never */
   int reading;          /* its weight's HGET is out */
   int64_t deferred_out; /* its deferrals sent here and not seen back (estimate, >= 0) */
+  sl_defer_sched sched; /* its deferrals' slots (unix ms) and the rate it is served at */
   sl_fair_line *busy_prev, *busy_next; /* on F->busy while it has jobs */
   sl_metric *m_waiting, *m_calls, *m_deferred, *m_scheduled;
   sl_fair_counts counts;
@@ -85,6 +88,7 @@ static void deferred_out_add(sl_fair_line *l, int64_t d) {
 void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms) {
   memset(F, 0, sizeof *F);
   F->R = R;
+  F->schedule = R->cc->provider_tenant_schedule;
   F->hold = hold >= 1 ? hold : 1;
   F->slot_ms = slot_ms > 0 ? slot_ms : 1;
   if (R->o->provider) { /* the series exist before a tenant is seen: "other", at 0 */
@@ -132,6 +136,7 @@ static void busy_leave(sl_fair_lines *F, sl_fair_line *l) {
     if (F->busy == l) F->busy = l->busy_next;
   }
   l->busy_next = l->busy_prev = NULL;
+  sl_defer_emptied(&l->sched);
 }
 
 /* drops lines without jobs or a read out, when there are too many (the
@@ -166,15 +171,36 @@ static sl_fair_line *line_of(sl_fair_lines *F, const char *id) {
   return l;
 }
 
+/* The interval between l's calls here (ms) before its rate is measured:
+ * the rate times l's weight over the weights waiting here (l's counted
+ * when it is not yet). */
+static double estimate_ms(const sl_fair_lines *F, const sl_fair_line *l) {
+  double sum = l->busy_next ? 0 : l->weight;
+  const sl_fair_line *b = F->busy;
+  for (int first = 1; b && (first || b != F->busy); b = b->busy_next, first = 0) sum += b->weight;
+  return sum > l->weight ? F->slot_ms * sum / l->weight : F->slot_ms;
+}
+
 int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms) {
   sl_fair_line *l = line_of(F, j->tenant);
   if (!l) return -1;
   if (j->was_deferred && l->deferred_out > 0) deferred_out_add(l, -1); /* one came back */
   if (l->q.len >= F->hold) {
-    /* behind what the line holds and the deferrals still out, one token's
-     * interval apart: due about when the limiter could take it */
+    int64_t now = sl_now_ms();
     deferred_out_add(l, 1);
-    *due_ms = sl_now_ms() + (int64_t)ceil((double)(l->q.len + l->deferred_out) * F->slot_ms);
+    if (!F->schedule) {
+      /* behind what the line holds and the deferrals still out, one token's
+       * interval apart: due about when the limiter could take it */
+      *due_ms = now + (int64_t)ceil((double)(l->q.len + l->deferred_out) * F->slot_ms);
+      return 1;
+    }
+    if (j->was_deferred && j->defer_due_ms > now) { /* early: its slot stays */
+      *due_ms = j->defer_due_ms;
+      return 1;
+    }
+    /* the next slot after the schedule's last and after what the line holds */
+    *due_ms =
+        sl_defer_slot(&l->sched, now, l->q.len, sl_defer_interval_ms(&l->sched, estimate_ms(F, l)));
     return 1;
   }
   sl_queue_push(&l->q, &j->link);
@@ -250,6 +276,7 @@ int sl__fair_candidates(sl_fair_lines *F, const char **argv) {
 static job *line_pop(sl_fair_lines *F, sl_fair_line *l) {
   job *j = sl__job_pop(&l->q);
   if (!j) return NULL;
+  sl_defer_served(&l->sched);
   busy_leave(F, l);
   F->waiting--;
   sl_metric_gauge_add(l->m_waiting, -1);
@@ -289,4 +316,11 @@ void sl__fair_deferred(sl_fair_lines *F, const job *j) {
   sl_fair_line *l;
   HASH_FIND(hh, F->map, j->tenant, strlen(j->tenant), l);
   if (l) sl_metric_add(l->m_deferred, 1);
+}
+
+void sl__fair_tick(sl_fair_lines *F) {
+  int64_t now = sl__mono_ms(), dt = F->tick_ms ? now - F->tick_ms : 0;
+  F->tick_ms = now;
+  sl_fair_line *l, *t;
+  HASH_ITER(hh, F->map, l, t) sl_defer_tick(&l->sched, l->q.len, dt);
 }

@@ -11,12 +11,22 @@
  * past it is deferred instead (the gate sends it through a retry tier
  * without counting an attempt): its slot is not held by work that would
  * wait anyway, so the stage reads on and reaches other tenants' work
- * behind it in the partition. A deferred job is due one token's interval
- * per job ahead of it: those in its tenant's line and the tenant's
- * deferrals not back yet (counted out here, and in again when a copy marked
- * deferred joins the line), so they come back about when the limiter can
- * take them; a tenant getting less than the whole rate sees some come back
- * early and go round again.
+ * behind it in the partition. By default a deferred job is due one
+ * token's interval per job ahead of it: those in its tenant's line and the
+ * tenant's deferrals not back yet (counted out here, and in again when a
+ * copy marked deferred joins the line), and goes by the first retry tier
+ * whose delay reaches that. With provider.tenant_schedule, each line keeps
+ * a schedule instead (sl_defer.h): a deferred job gets the next slot, one
+ * per call its tenant gets here (as measured; before that, the rate times
+ * the tenant's weight over the weights of the lines with jobs waiting). The
+ * copy carries its slot (SL_HDR_DEFER_DUE) and keeps it when it comes back
+ * early to a full line; one back on or after its slot to a full line gets
+ * a new one at the end. It travels by whole-tier hops to a tier partition
+ * of this replica (sl_stage_out.c, to_defer), so it comes back to this
+ * line. The default leaves a weighted tenant short of its share (its
+ * copies wait in the tiers behind others' later ones); the schedule gives
+ * it, but a replica lost under a backlog leaves copies read twice, which
+ * spend limiter tokens (docs/operations.md has the numbers).
  *
  * Weights are each line's tenant's setting (`sluicectl tenant set`, the
  * tenant's settings hash), read at most every SL_FAIR_WEIGHT_MS; 1 until
@@ -61,8 +71,10 @@ typedef struct {
   int nlines;
   int64_t waiting; /* jobs in every line */
   int64_t hold;    /* jobs one tenant may have waiting here */
-  double slot_ms;  /* one token's interval: deferred jobs come back this far apart */
+  int schedule;    /* provider.tenant_schedule: deferrals by each line's schedule */
+  double slot_ms;  /* one token's interval at the rate (a schedule's first estimate) */
   int labels;      /* tenants with series of their own so far */
+  int64_t tick_ms; /* monotonic, the last sl__fair_tick */
   int closed;
   /* the last candidates named (sl__fair_candidates), for the pick */
   sl_fair_line *named[SL_FAIR_CANDIDATES];
@@ -77,8 +89,9 @@ void sl__fair_init(sl_fair_lines *F, sl_jobs *R, int64_t hold, double slot_ms);
 void sl__fair_close(sl_fair_lines *F);
 
 /* j joins its tenant's line: 0, or 1 when the line holds `hold` already:
- * j is not queued and should be deferred until *due_ms (unix ms). -1: no
- * memory for a new line (j is not queued; the caller lets it through). */
+ * j is not queued and should be deferred until its slot *due_ms (unix ms;
+ * j->defer_due_ms when it came back before it). -1: no memory for a new
+ * line (j is not queued; the caller lets it through). */
 int sl__fair_push(sl_fair_lines *F, job *j, int64_t *due_ms);
 
 /* Names up to SL_FAIR_CANDIDATES tenants with jobs waiting, the least
@@ -103,5 +116,8 @@ void sl__fair_deferred(sl_fair_lines *F, const job *j);
 
 /* tenant's series for the gate to count in (NULL: no room for its line). */
 const sl_fair_counts *sl__fair_counts(sl_fair_lines *F, const char *tenant);
+
+/* Measures each line's rate (the gate's tick, about once a second). */
+void sl__fair_tick(sl_fair_lines *F);
 
 #endif

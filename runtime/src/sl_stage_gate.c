@@ -329,11 +329,11 @@ static void defer(job *j, int64_t due_ms) {
   sl__fair_deferred(&G->fl, j);
   memset(&j->res, 0, sizeof j->res);
   sl_result_set(&j->res, SL_OUTCOME_RETRY, "deferred",
-                "tenant %s has %lld calls waiting here already; back in %lld ms",
+                "tenant %s has %lld calls waiting here already; its slot is in %lld ms",
                 j->tenant[0] ? j->tenant : "(none)", (long long)G->fl.hold,
                 (long long)(due_ms - sl_now_ms()));
   j->deferred = 1;
-  j->not_before_ms = due_ms;
+  j->defer_due_ms = due_ms;
   sl__job_to(j, SL_JOB_OUTCOME);
 }
 
@@ -1344,6 +1344,7 @@ void sl__gate_tick(sl_gate *G) {
   int64_t now = sl__mono_ms();
   if (now - G->tick_ms < 1000) return;
   G->tick_ms = now;
+  sl__fair_tick(&G->fl);
   sl__budget_tick(&G->budgets);
 }
 
@@ -1464,9 +1465,13 @@ static int limiter_setup(sl_gate *G, char *err, size_t errlen) {
     snprintf(G->fair_u, sizeof G->fair_u, "sl:fair:u:%s", p);
     snprintf(G->fair_s, sizeof G->fair_s, "sl:fair:s:%s", p);
   }
-  /* a tenant's line holds 2 s of this replica's share (provider.tenant_hold) */
+  /* a tenant's line holds 2 s of the rate; with the schedule, 1.5 times
+   * the first retry tier's delay if longer (a deferral comes back no sooner
+   * than that: the line must last it); provider.tenant_hold */
+  double hold_s =
+      cc->provider_tenant_schedule ? fmax(2, 1.5 * (double)G->R->rp->tier_ms[0] / 1000) : 2;
   int64_t hold = cc->provider_tenant_hold > 0 ? cc->provider_tenant_hold
-                                              : (int64_t)ceil(2 * (rate > 0 ? rate : 1));
+                                              : (int64_t)ceil(hold_s * (rate > 0 ? rate : 1));
   sl__fair_init(&G->fl, G->R, hold, rate > 0 ? 1000 / rate : 1000);
   if (G->R->o->provider && cc->provider_rate > 0 && k > 1)
     sl_log(SL_LOG_INFO, NULL, "provider %s: limiter bucket %d of %lld (%s calls/s, burst %s)", p, b,

@@ -120,7 +120,8 @@ void sl__gate_stop(sl_gate *G);
  * holds. NULL-safe. */
 void sl__gate_close(sl_gate *G);
 
-/* The loop's tick (every 100 ms): the tenants' budgets, once a second. */
+/* The loop's tick (every 100 ms): the lines' rates and the tenants'
+ * budgets, once a second. */
 void sl__gate_tick(sl_gate *G);
 
 #endif

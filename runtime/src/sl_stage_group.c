@@ -71,6 +71,7 @@ static int groups_create(sl_groups *S, sl_rebalance_fn *rebalance, char *err, si
                                cc->kafka_fetch_wait_ms, ckv};
   sl_kafka_group_opts ropts = gopts;
   ropts.fetch_wait_ms = cc->kafka_retry_fetch_wait_ms;
+  ropts.assignment = cc->kafka_retry_assignment;
   snprintf(client, sizeof client, "sluice-%s", S->R->o->stage);
   for (int i = 0; rc == 0 && i < S->n; i++)
     rc = sl_kafka_consumer_new(&S->g[i].rk, cc->kafka_brokers, S->g[i].name, client,
@@ -239,7 +240,9 @@ void sl__group_assign(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *p
   if (sl_rebal_assign(&g->rb)) sl__group_revoke_finish(g);
   for (int i = 0; i < parts->cnt; i++) { /* ours from here on: fresh rings */
     part *p = sl__part_get(S->P, parts->elems[i].topic, parts->elems[i].partition, 1);
-    if (p) sl__part_reset(p);
+    if (!p) continue;
+    sl__part_reset(p);
+    sl__tier_own(S->R, p->retry_tier, p->id.partition, 1); /* deferrals may come here */
   }
   if (g->rb.cooperative) {
     rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
@@ -328,6 +331,7 @@ void sl__group_revoke_begin(grp *g, rd_kafka_t *rk, rd_kafka_topic_partition_lis
     part *p = sl__part_get(g->S->P, parts->elems[i].topic, parts->elems[i].partition, 0);
     if (!p) continue;
     p->revoking = 1;
+    sl__tier_own(g->S->R, p->retry_tier, p->id.partition, 0);
     sl__part_release_parked(p); /* not due yet, uncalled: redelivered */
     p->paused_for_park = 0;
   }

@@ -29,6 +29,17 @@ int64_t sl__mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- the retry tiers' partitions this replica owns ---- */
+
+void sl__tier_own(sl_jobs *R, int t, int32_t partition, int on) {
+  if (t < 0 || t >= SL_RETRY_TIERS_MAX || partition < 0 || partition >= SL_TIER_PARTS_MAX) return;
+  uint64_t bit = (uint64_t)1 << (partition % 64);
+  if (on)
+    R->tier_owned[t][partition / 64] |= bit;
+  else
+    R->tier_owned[t][partition / 64] &= ~bit;
+}
+
 /* ---- its trace ---- */
 
 /* the phases of a job's span, by state: every phase's time is on the job's

@@ -65,6 +65,8 @@ struct sl_work;
 /* What the runtime's modules share: the settings and clients (set up by
  * the loop before the first job, read-only after), the registry of live
  * jobs (this file's), and the loop's hand-over. */
+#define SL_TIER_PARTS_MAX 256 /* retry tier partitions a replica keeps track of owning */
+
 typedef struct sl_jobs {
   const sl_stage_opts *o;
   const sl_common_conf *cc;
@@ -87,6 +89,12 @@ typedef struct sl_jobs {
   /* the loop's: the producer failed for good (sl_kafka_fatal); renews it
    * from a timer of its own (never inside a delivery report), or stops */
   void (*renew_producer)(struct sl_jobs *R);
+  /* the group's (sl_stage_group.c, through sl__tier_own): the retry tiers'
+   * partitions this replica's retry group owns, bit p of word p / 64 for
+   * tier t (partitions from SL_TIER_PARTS_MAX on are not counted); a
+   * deferral goes to one of them, so that it comes back to this replica's
+   * lines whose schedule it follows (sl_stage_fair.h) */
+  uint64_t tier_owned[SL_RETRY_TIERS_MAX][SL_TIER_PARTS_MAX / 64];
   /* the registry (this file's) */
   job *all;         /* every live job, for shutdown and renewals */
   int64_t inflight; /* jobs taken and not freed (parked included) */
@@ -124,9 +132,11 @@ struct sl_job {
   int64_t first_failure_ms;
   int64_t not_before_ms;
   int64_t started_ms;
-  int keyed;        /* holds its key's slot (stage.per_key_order) */
-  int deferred;     /* the gate sends it through a retry tier until not_before_ms, no attempt */
-  int was_deferred; /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
+  int keyed;            /* holds its key's slot (stage.per_key_order) */
+  int deferred;         /* the gate sends it through a retry tier until not_before_ms, no attempt */
+  int was_deferred;     /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
+  int64_t defer_due_ms; /* a deferral's slot (SL_HDR_DEFER_DUE, unix ms): sl_stage_fair.h */
+  int32_t defer_part;   /* the tier partition its deferral goes to; -1: its key's */
   /* ---- the gate's (sl_stage_gate.c) ---- */
   char owner[112];       /* its claim's owner id (sl_claim.h) */
   int claimed;           /* it holds the claim on its input */
@@ -214,6 +224,10 @@ void sl__job_tenant(job *j, const char *t);
 
 /* j's idempotency store key (sl_idem_key), or "" */
 void sl__idem_key(const job *j, char *buf, size_t len);
+
+/* Partition `partition` of retry tier t is this replica's (on) or no
+ * longer (off): R->tier_owned. Out of range: nothing. */
+void sl__tier_own(sl_jobs *R, int t, int32_t partition, int on);
 
 /* a series labelled with the stage (and extra labels) */
 sl_metric *sl__metric(const char *name, const char *stage, const char *extra, const char *help,

@@ -6,6 +6,7 @@
  */
 #include "sl_stage_out.h"
 #include "sluice/sl_claim.h"
+#include "sluice/sl_defer.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_idem.h"
 #include "sluice/sl_log.h"
@@ -120,7 +121,7 @@ static void produce(job *j) {
   j->outstanding = (int)n;
   for (size_t i = 0; i < n; i++) {
     sl_out *it = &j->out.items[i];
-    rd_kafka_headers_t *hs = rd_kafka_headers_new(it->retry_copy ? 10 : 2);
+    rd_kafka_headers_t *hs = rd_kafka_headers_new(it->retry_copy ? 12 : 4);
     sl__job_trace_headers(j, hs); /* every output carries j's trace context */
     if (j->tenant[0]) rd_kafka_header_add(hs, SL_HDR_TENANT, -1, j->tenant, -1); /* and tenant */
     if (it->retry_copy) { /* a retry-tier copy carries the retry headers */
@@ -139,13 +140,21 @@ static void produce(job *j) {
       rd_kafka_header_add(hs, SL_HDR_ERROR_MESSAGE, -1, j->res.error_message, -1);
       snprintf(b[4], 32, "%.17g", j->cost_before + j->res.cost_units);
       rd_kafka_header_add(hs, SL_HDR_COST, -1, b[4], -1);
+      if (j->deferred) {
+        snprintf(b[4], 32, "%lld", (long long)j->defer_due_ms);
+        rd_kafka_header_add(hs, SL_HDR_DEFER_DUE, -1, b[4], -1);
+      }
     }
+    /* a deferral: to a tier partition of this replica (to_defer) */
+    int32_t pn =
+        it->retry_copy && j->deferred && j->defer_part >= 0 ? j->defer_part : RD_KAFKA_PARTITION_UA;
     rd_kafka_resp_err_t e;
     if (hs)
-      e = rd_kafka_producev(
-          producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
-          RD_KAFKA_V_VALUE(it->value, it->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
+      e = rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_PARTITION(pn),
+                            RD_KAFKA_V_KEY(it->key, strlen(it->key)),
+                            RD_KAFKA_V_VALUE(it->value, it->len),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hs),
+                            RD_KAFKA_V_OPAQUE(&j->ticket), RD_KAFKA_V_END);
     else
       e = rd_kafka_producev(
           producer, RD_KAFKA_V_TOPIC(it->topic), RD_KAFKA_V_KEY(it->key, strlen(it->key)),
@@ -224,22 +233,47 @@ static void add_dead_letter(job *j) {
          j->res.error_class, j->res.error_message);
 }
 
-/* Deferred by the gate (its tenant's line was full): a copy in the first
- * retry tier whose delay reaches its due time (the last one else), with
- * its attempts and first failure as they were: no attempt, no budget. */
-static void to_defer(job *j) {
+/* j's deferral copy: by tier t for delay ms, to partition pn (-1: its
+ * key's), with its attempts and first failure as they were: no attempt, no
+ * budget. */
+static void defer_by(job *j, int t, int64_t delay, int32_t pn) {
   const sl_jobs *R = j->R;
-  int64_t now = sl_now_ms(), delay = j->not_before_ms > now ? j->not_before_ms - now : 0;
-  int t = 0;
-  while (t + 1 < R->rp->ntiers && R->rp->tier_ms[t] < delay) t++;
-  if (delay > R->rp->tier_ms[t]) delay = R->rp->tier_ms[t], j->not_before_ms = now + delay;
+  j->not_before_ms = sl_now_ms() + delay;
   j->retry_delay_ms = delay;
+  j->defer_part = pn;
   sl_outbox_clear(&j->out);
   if (sl_outbox_add(&j->out, R->tier_topic[t], j->key, j->m->payload, j->m->len) == 0)
     j->out.items[j->out.n - 1].retry_copy = 1;
   sl_metric_add(out_of(j)->m_deferred, 1);
-  sl_log(SL_LOG_DEBUG, j->key, "deferred %lld ms via %s: %s", (long long)delay, R->tier_topic[t],
-         j->res.error_message);
+  sl_log(SL_LOG_DEBUG, j->key, "deferred %lld ms via %s [%d]: %s", (long long)delay,
+         R->tier_topic[t], (int)pn, j->res.error_message);
+}
+
+/* Deferred by the gate (its tenant's line was full) until its due time
+ * (j->defer_due_ms). By default by the first retry tier whose delay
+ * reaches it (the last one else), parked there until due. With
+ * provider.tenant_schedule, by the tier and to the partition of this
+ * replica sl_defer.h chooses (hops of at most provider.defer_hop_max_ms),
+ * for the tier's whole delay, by its key's partition when this replica
+ * owns no retry partition; its slot goes with it (SL_HDR_DEFER_DUE): back
+ * early to a full line, it goes round again. */
+static void to_defer(job *j) {
+  const sl_jobs *R = j->R;
+  int64_t now = sl_now_ms(), want = j->defer_due_ms > now ? j->defer_due_ms - now : 0;
+  if (!R->cc->provider_tenant_schedule) { /* the first tier that reaches its due time */
+    int t = 0;
+    while (t + 1 < R->rp->ntiers && R->rp->tier_ms[t] < want) t++;
+    int64_t delay = want < R->rp->tier_ms[t] ? want : R->rp->tier_ms[t];
+    defer_by(j, t, delay, -1);
+    return;
+  }
+  unsigned owned = 0; /* the tiers this replica owns a partition of */
+  for (int i = 0; i < R->rp->ntiers; i++)
+    for (int w = 0; w < SL_TIER_PARTS_MAX / 64; w++)
+      if (R->tier_owned[i][w]) owned |= 1u << i;
+  int t = sl_defer_tier(R->rp, want, R->cc->provider_defer_hop_max_ms, owned);
+  defer_by(j, t, R->rp->tier_ms[t],
+           sl_defer_partition(R->tier_owned[t], SL_TIER_PARTS_MAX / 64, (uint32_t)j->offset));
 }
 
 /* Transient failure: to the next retry tier, or the dead-letter topic when

@@ -14,6 +14,10 @@
 #      set to 3 while both still wait (`sluicectl tenant set`, no restart):
 #      B's share of the calls is ~50% before and ~75% after;
 #   3. the per-tenant metrics count each tenant's calls.
+# ctest runs it twice: as is, and with SLUICE_PROVIDER_TENANT_SCHEDULE=true
+# (integration.test_tenant_fair.schedule: deferrals by each line's
+# schedule, sl_defer.h; the lines hold 2 s, 40 jobs, either way: 1.5 times
+# the first tier is less).
 source "$(dirname "$0")/lib.sh"
 B=$SLUICE_KAFKA_BROKERS
 export HARNESS_STAGE=hfair SLUICE_RETRY_TIERS=1s,2s,30s

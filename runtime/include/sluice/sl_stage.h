@@ -67,6 +67,8 @@
 /* the delay the sender chose (ms): a reader never waits longer than this
  * from when it reads the copy, whatever the sender's clock wrote above */
 #define SL_HDR_DELAY "sluice-delay-ms"
+/* a deferred copy's slot in its tenant's schedule (unix ms; the gate's) */
+#define SL_HDR_DEFER_DUE "sluice-defer-due-ms"
 #define SL_HDR_ERROR_CLASS "sluice-error-class"
 #define SL_HDR_ERROR_MESSAGE "sluice-error-message"
 #define SL_HDR_REPLAY_ID "sluice-replay-id"
@@ -125,15 +127,18 @@ typedef struct {
   int64_t idempotency_ttl_s;
   double provider_rate;
   double provider_burst;
-  int64_t provider_limit_buckets; /* sl_limiter buckets (K) */
-  int64_t provider_limit_bucket;  /* this replica's (mod K); -1: sl_limiter_replica_bucket */
-  int64_t provider_tenant_hold;   /* jobs of one tenant waiting at the limiter; 0: 2 s' worth */
+  int64_t provider_limit_buckets;    /* sl_limiter buckets (K) */
+  int64_t provider_limit_bucket;     /* this replica's (mod K); -1: sl_limiter_replica_bucket */
+  int64_t provider_tenant_hold;      /* jobs of one tenant waiting at the limiter; 0: 2 s' worth */
+  int provider_tenant_schedule;      /* deferrals by each line's schedule (sl_defer.h) */
+  int64_t provider_defer_hop_max_ms; /* with it: a deferral's longest hop through the tiers */
   double breaker_failure_ratio;
   int64_t breaker_min_calls;
   int64_t breaker_window_ms;
   int64_t breaker_probe_interval_ms;
   int breaker_hold;
-  char *kafka_assignment; /* partition.assignment.strategy */
+  char *kafka_assignment;       /* partition.assignment.strategy */
+  char *kafka_retry_assignment; /* the same, for the retry tiers' group */
   int64_t kafka_session_timeout_ms;
   int64_t kafka_heartbeat_ms;
   int64_t kafka_fetch_min_bytes;     /* a fetch is answered at this many bytes ... */
