@@ -259,7 +259,7 @@ else
       done <"$dir/$s.env"
       case $s in
         presign | results) want="listening on" ;;
-        *) want="as group sluice-$s;" ;;
+        *) want="as group sluice-$s (" ;; # "consuming ... as group sluice-<stage> (<strategy>); ..."
       esac
       (cd "$dir" && exec env -u SLUICE_KAFKA_BROKERS -u SLUICE_REDIS_URL "${envs[@]}" \
         "$SLUICE" stage "$s" --config "$dir/$s.conf" "${args[@]}") >"$dir/$s.log" 2>&1 &
