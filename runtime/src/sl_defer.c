@@ -5,8 +5,11 @@
  * schedule's tail, a popcount walk over the owned partitions.
  */
 #include "sluice/sl_defer.h"
+#include "sluice/sl_err.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define SL_DEFER_EWMA 0.3       /* a new sample's weight in the rate */
 #define SL_DEFER_FAST 0.9       /* slots a tenth early: back early goes round, late starves */
@@ -69,4 +72,28 @@ int32_t sl_defer_partition(const uint64_t *owned, size_t words, uint32_t h) {
     return (int32_t)(i * 64 + (size_t)__builtin_ctzll(x));
   }
   return -1;
+}
+
+int sl_defer_hop_parse(const char *v, char *origin, size_t olen, int64_t *hop) {
+  if (origin && olen) origin[0] = '\0';
+  if (!v || !origin || olen < 2) return SL_EINVAL;
+  const char *colon = strrchr(v, ':');
+  size_t n = colon ? (size_t)(colon - v) : 0;
+  if (!n || n >= olen || strspn(v, "0123456789.") != n) return SL_EINVAL;
+  const char *d = colon + 1;
+  size_t nd = strlen(d);
+  if (!nd || nd > 18 || strspn(d, "0123456789") != nd) return SL_EINVAL;
+  int64_t h = strtoll(d, NULL, 10);
+  if (h <= 0) return SL_EINVAL;
+  memcpy(origin, v, n);
+  origin[n] = '\0';
+  *hop = h;
+  return 0;
+}
+
+int sl_defer_is_twin(const char *recorded, const char *origin, int64_t hop) {
+  char o[SL_DEFER_ORIGIN_MAX];
+  int64_t h = 0;
+  if (!origin || !origin[0] || sl_defer_hop_parse(recorded, o, sizeof o, &h) != 0) return 0;
+  return strcmp(o, origin) == 0 && h > hop;
 }

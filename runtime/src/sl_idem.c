@@ -62,6 +62,11 @@ int sl_idem_claim_key(char *buf, size_t len, const char *tag, const char *stage,
   return key_of(buf, len, "claim", tag, stage, key, digest);
 }
 
+int sl_idem_hop_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
+                    const char *digest) {
+  return key_of(buf, len, "hop", tag, stage, key, digest);
+}
+
 /* the decimal digits of v (may be negative) at *at, if they fit before end */
 static int put_int(char **at, const char *end, int64_t v) {
   char d[24];

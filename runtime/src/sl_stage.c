@@ -447,6 +447,10 @@ static void job_headers(loop_t *L, job *j) {
   j->was_deferred = j->p->retry_tier >= 0 && sl__hdr(m, SL_HDR_ERROR_CLASS, cls, sizeof cls) &&
                     strcmp(cls, "deferred") == 0;
   j->defer_due_ms = j->was_deferred ? sl__hdr_i64(m, SL_HDR_DEFER_DUE) : 0;
+  char hop[SL_DEFER_ORIGIN_MAX + 24];
+  if (!j->was_deferred || !sl__hdr(m, SL_HDR_DEFER_HOP, hop, sizeof hop) ||
+      sl_defer_hop_parse(hop, j->defer_origin, sizeof j->defer_origin, &j->defer_hop) != 0)
+    j->defer_hop = 0; /* none, or not ours to read: no twin check */
   if (j->p->retry_tier >= 0) {
     /* the header is the sending replica's clock: never wait longer than
      * the delay it chose (or, without one, this tier's delay or the

@@ -40,6 +40,7 @@
 #include "sl_queue.h"
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_claim.h"
+#include "sluice/sl_defer.h"
 #include "sluice/sl_httpc.h"
 #include "sluice/sl_jobstate.h"
 #include "sluice/sl_kafka.h"
@@ -137,6 +138,10 @@ struct sl_job {
   int was_deferred;     /* it is such a copy (SL_HDR_ERROR_CLASS "deferred") */
   int64_t defer_due_ms; /* a deferral's slot (SL_HDR_DEFER_DUE, unix ms): sl_stage_fair.h */
   int32_t defer_part;   /* the tier partition its deferral goes to; -1: its key's */
+  char defer_origin[SL_DEFER_ORIGIN_MAX]; /* SL_HDR_DEFER_HOP's input ("<partition>.<offset>"); "":
+                                             none */
+  int64_t defer_hop;                      /* and its hop (0: not a deferred copy) */
+  int twin; /* a deferred copy of an older hop than the newest: dropped */
   /* ---- the gate's (sl_stage_gate.c) ---- */
   char owner[112];       /* its claim's owner id (sl_claim.h) */
   int claimed;           /* it holds the claim on its input */

@@ -48,6 +48,20 @@ static int produce_permanent(rd_kafka_resp_err_t e) {
 
 static void add_dead_letter(job *j);
 
+/* Records j's deferral copy, which Kafka has now, as its input's newest
+ * hop (unless a newer one of the same origin is recorded): a copy of an
+ * older hop read again after a rebalance is then known for a twin (lookup,
+ * below). Not waited for: unrecorded, a twin is only not recognised. */
+static void hop_record(job *j) {
+  char k[256], hop[24], ttl[24];
+  if (sl_idem_hop_key(k, sizeof k, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest) != 0)
+    return;
+  snprintf(hop, sizeof hop, "%lld", (long long)j->defer_hop);
+  snprintf(ttl, sizeof ttl, "%d", SL_DEFER_HOP_TTL_MS);
+  const char *argv[] = {k, j->defer_origin, hop, ttl};
+  sl_aredis_eval(j->R->redis, NULL, NULL, &out_of(j)->s_hop, 1, 4, argv, NULL);
+}
+
 void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
   job *j = opaque;
   if (!j) return; /* emit_now notices */
@@ -82,6 +96,7 @@ void sl__on_delivery(rd_kafka_resp_err_t err, void *opaque) {
     sl__job_after(j, 1000, on_backoff, produce);
     return;
   }
+  if (j->deferred && j->defer_hop > 0 && j->R->cc->provider_tenant_schedule) hop_record(j);
   sl__job_to(j, SL_JOB_FINISHED);
 }
 
@@ -143,6 +158,11 @@ static void produce(job *j) {
       if (j->deferred) {
         snprintf(b[4], 32, "%lld", (long long)j->defer_due_ms);
         rd_kafka_header_add(hs, SL_HDR_DEFER_DUE, -1, b[4], -1);
+        if (j->defer_hop > 0) {
+          char hop[SL_DEFER_ORIGIN_MAX + 24];
+          snprintf(hop, sizeof hop, "%s:%lld", j->defer_origin, (long long)j->defer_hop);
+          rd_kafka_header_add(hs, SL_HDR_DEFER_HOP, -1, hop, -1);
+        }
       }
     }
     /* a deferral: to a tier partition of this replica (to_defer) */
@@ -271,6 +291,12 @@ static void to_defer(job *j) {
   for (int i = 0; i < R->rp->ntiers; i++)
     for (int w = 0; w < SL_TIER_PARTS_MAX / 64; w++)
       if (R->tier_owned[i][w]) owned |= 1u << i;
+  if (!j->defer_origin[0] || j->defer_hop <= 0) { /* its first deferral: this input's */
+    snprintf(j->defer_origin, sizeof j->defer_origin, "%d.%lld", (int)j->m->partition,
+             (long long)j->offset);
+    j->defer_hop = 0;
+  }
+  j->defer_hop++; /* the copy's hop, recorded once Kafka has it (sl__on_delivery) */
   int t = sl_defer_tier(R->rp, want, R->cc->provider_defer_hop_max_ms, owned);
   defer_by(j, t, R->rp->tier_ms[t],
            sl_defer_partition(R->tier_owned[t], SL_TIER_PARTS_MAX / 64, (uint32_t)j->offset));
@@ -439,6 +465,14 @@ static void store_and_produce(job *j) {
 
 void sl__out_reuse(job *j) {
   sl_output *X = out_of(j);
+  if (j->twin) {
+    sl_outbox_clear(&j->out);
+    sl_metric_add(X->m_twins, 1);
+    sl_log(SL_LOG_INFO, j->key, "deferred copy of hop %lld is a twin of a newer one: dropped",
+           (long long)j->defer_hop);
+    produce(j); /* nothing: finished, committed */
+    return;
+  }
   sl_metric_add(X->m_idem_hits, 1);
   sl_metric_add(X->m_done, 1);
   j->stored = 1;
@@ -447,6 +481,34 @@ void sl__out_reuse(job *j) {
 }
 
 void sl__out_produce(job *j) { produce(j); }
+
+static void on_hop(redisReply *r, void *ud) {
+  job *j = ud;
+  if (j->R->closing) {
+    sl__job_to(j, SL_JOB_DROPPED);
+    return;
+  }
+  if (r && r->type == REDIS_REPLY_STRING &&
+      sl_defer_is_twin(r->str, j->defer_origin, j->defer_hop)) {
+    j->twin = 1; /* finished with nothing to produce: its newer copy goes on */
+    sl__job_to(j, SL_JOB_REUSE);
+    return;
+  }
+  sl__job_to(j, SL_JOB_GATE); /* the newest, or no record (Redis unavailable: on) */
+}
+
+/* A deferred copy with a hop (provider.tenant_schedule): is a newer one
+ * recorded? */
+static void hop_lookup(job *j) {
+  char k[256];
+  if (sl_idem_hop_key(k, sizeof k, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest) !=
+      0) {
+    sl__job_to(j, SL_JOB_GATE);
+    return;
+  }
+  const char *argv[] = {"GET", k};
+  if (sl_aredis_argv(j->R->redis, on_hop, j, 2, argv, NULL) != 0) sl__job_to(j, SL_JOB_GATE);
+}
 
 static void on_lookup(redisReply *r, void *ud) {
   job *j = ud;
@@ -462,6 +524,10 @@ static void on_lookup(redisReply *r, void *ud) {
   } else if (!r || r->type == REDIS_REPLY_ERROR) {
     sl_log(SL_LOG_DEBUG, j->key, "idempotency lookup unavailable; processing");
   }
+  if (j->defer_hop > 0 && j->R->cc->provider_tenant_schedule) {
+    hop_lookup(j);
+    return;
+  }
   sl__job_to(j, SL_JOB_GATE);
 }
 
@@ -473,6 +539,17 @@ void sl__out_lookup(job *j) {
   if (sl_aredis_argv(j->R->redis, on_lookup, j, 2, argv, NULL) != 0)
     sl__job_to(j, SL_JOB_GATE); /* Redis unavailable: on, unlooked */
 }
+
+/* KEYS[1] the hop key; ARGV origin, hop, ttl ms: records (origin, hop)
+ * unless the same origin's hop recorded is as new */
+static const char hop_record_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v then\n"
+    "  local o, h = string.match(v, '^(.*):(%d+)$')\n"
+    "  if o == ARGV[1] and tonumber(h) >= tonumber(ARGV[2]) then return 0 end\n"
+    "end\n"
+    "redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])\n"
+    "return 1\n";
 
 /* ---- the outcome ---- */
 
@@ -537,6 +614,7 @@ void sl__out_init(sl_output *X, sl_jobs *R) {
   X->R = R;
   R->out = X;
   sl_redis_script_init(&X->s_store, sl_claim_store_lua);
+  sl_redis_script_init(&X->s_hop, hop_record_lua);
   uv_idle_init(R->uv, &X->store_idle);
   X->store_idle.data = X;
   const char *h_out = "Input messages finished, by outcome";
@@ -556,6 +634,10 @@ void sl__out_init(sl_output *X, sl_jobs *R) {
   }
   X->m_idem_hits = sl__metric("sluice_idempotency_hits_total", stage, NULL,
                               "Inputs answered from stored outputs (provider calls avoided)", 0);
+  X->m_twins = sl__metric("sluice_deferred_twins_total", stage, NULL,
+                          "Deferred copies dropped because a newer copy of the same input was "
+                          "recorded (read again after a rebalance; provider.tenant_schedule)",
+                          0);
 }
 
 void sl__out_close(sl_output *X) {

@@ -21,10 +21,11 @@ typedef struct sl_output {
   sl_jobs *R;
   int fatal; /* the producer failed for good and cannot be renewed: no offset counts as done */
   sl_redis_script s_store; /* sl_claim_store_lua */
+  sl_redis_script s_hop;   /* a deferral's hop (hop_record_lua) */
   /* stores to send at the end of this turn of the loop, SL_STORE_BATCH a script */
   sl_queue sq;
   uv_idle_t store_idle;
-  sl_metric *m_done, *m_retried, *m_dead, *m_deferred, *m_again, *m_idem_hits;
+  sl_metric *m_done, *m_retried, *m_dead, *m_deferred, *m_again, *m_idem_hits, *m_twins;
   sl_metric *m_tier[SL_RETRY_TIERS_MAX];
 } sl_output;
 

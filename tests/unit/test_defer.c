@@ -7,7 +7,8 @@
  * second the line was not served or was too long, nor from one it ran dry
  * unless it was served faster than the average; the tier by
  * whole hops capped by the hop limit, among the tiers the replica owns a
- * partition of; a partition only among those owned.
+ * partition of; a partition only among those owned; a copy's hop header
+ * read strictly, and a copy a twin only of a newer hop of the same input.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "sluice/sl_defer.h"
+#include "sluice/sl_err.h"
 
 static void test_slots_follow_the_line_and_the_tail(void **state) {
   (void)state;
@@ -124,6 +126,39 @@ static void test_partition_among_the_owned(void **state) {
   assert_int_equal(sl_defer_partition(&all, 1, 63), 63);
 }
 
+static void test_hop_header(void **state) {
+  (void)state;
+  char o[SL_DEFER_ORIGIN_MAX];
+  int64_t h = -1;
+  assert_int_equal(sl_defer_hop_parse("3.1234:7", o, sizeof o, &h), 0);
+  assert_string_equal(o, "3.1234");
+  assert_int_equal(h, 7);
+  /* hostile or broken values: refused, nothing half-read */
+  const char *bad[] = {"",       ":3",    "3.1",   "3.1:",   "3.1:0",
+                       "3.1:-2", "3.1:x", "a.b:1", "3.1:1x", "3.1:1234567890123456789",
+                       "3:1:2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    h = 99;
+    assert_int_equal(sl_defer_hop_parse(bad[i], o, sizeof o, &h), SL_EINVAL);
+    assert_int_equal(h, 99);
+    assert_string_equal(o, "");
+  }
+  assert_int_equal(sl_defer_hop_parse(NULL, o, sizeof o, &h), SL_EINVAL);
+  char small[4];
+  assert_int_equal(sl_defer_hop_parse("12345.6:1", small, sizeof small, &h), SL_EINVAL);
+}
+
+static void test_twin_only_of_a_newer_hop_of_the_same_input(void **state) {
+  (void)state;
+  assert_true(sl_defer_is_twin("0.7:2", "0.7", 1));   /* a newer copy exists */
+  assert_false(sl_defer_is_twin("0.7:2", "0.7", 2));  /* it is the newest */
+  assert_false(sl_defer_is_twin("0.7:2", "0.7", 3));  /* newer than the record */
+  assert_false(sl_defer_is_twin("0.7:9", "0.70", 1)); /* another input (sent again) */
+  assert_false(sl_defer_is_twin("junk", "0.7", 1));   /* unreadable: kept */
+  assert_false(sl_defer_is_twin(NULL, "0.7", 1));
+  assert_false(sl_defer_is_twin("0.7:2", "", 1));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slots_follow_the_line_and_the_tail),
@@ -132,6 +167,8 @@ int main(void) {
       cmocka_unit_test(test_tier_by_whole_hops),
       cmocka_unit_test(test_tier_among_the_owned),
       cmocka_unit_test(test_partition_among_the_owned),
+      cmocka_unit_test(test_hop_header),
+      cmocka_unit_test(test_twin_only_of_a_newer_hop_of_the_same_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

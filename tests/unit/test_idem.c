@@ -83,6 +83,8 @@ static void test_keys(void **state) {
   assert_string_equal(k, "sl:idem:stt:s1/3:0123456789abcdef0123456789abcdef");
   assert_int_equal(sl_idem_claim_key(k, sizeof k, NULL, "grade", "s1/3", dg), 0);
   assert_string_equal(k, "sl:claim:grade:s1/3:0123456789abcdef0123456789abcdef");
+  assert_int_equal(sl_idem_hop_key(k, sizeof k, "", "stt", "s1/3", dg), 0);
+  assert_string_equal(k, "sl:hop:stt:s1/3:0123456789abcdef0123456789abcdef");
   char small[40];
   assert_int_equal(sl_idem_key(small, sizeof small, NULL, "stt", "s1/3", dg), SL_ETOOBIG);
   assert_string_equal(small, ""); /* refused, never cut */

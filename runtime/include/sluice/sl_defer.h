@@ -32,6 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define SL_DEFER_ORIGIN_MAX 48       /* "<partition>.<offset>" and its NUL */
+#define SL_DEFER_HOP_TTL_MS 86400000 /* an input's newest hop is kept a day */
+
 /* One line's schedule. Zero-initialised: no slot given, no rate known. */
 typedef struct {
   int64_t tail_ms; /* the last slot given (the caller's clock) */
@@ -74,5 +77,16 @@ int sl_defer_tier(const sl_retry_policy *p, int64_t want_ms, int64_t hop_max_ms,
  * is partition i; `words` words): the (h mod their count)-th. -1 when none
  * is set. */
 int32_t sl_defer_partition(const uint64_t *owned, size_t words, uint32_t h);
+
+/* A deferred copy's SL_HDR_DEFER_HOP value "<origin>:<hop>" (origin of
+ * digits and dots, at most olen - 1 of them; hop > 0) into origin and *hop.
+ * 0, or SL_EINVAL (nothing written to *hop; origin ""). */
+int sl_defer_hop_parse(const char *v, char *origin, size_t olen, int64_t *hop);
+
+/* 1 when the newest deferral recorded for an input (`recorded`, as
+ * sl_defer_hop_parse reads it) is of the same origin and a later hop than
+ * (origin, hop): that copy is a twin read again and may go; 0 otherwise
+ * (another origin, an unreadable record, the same or an older hop). */
+int sl_defer_is_twin(const char *recorded, const char *origin, int64_t hop);
 
 #endif

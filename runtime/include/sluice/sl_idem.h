@@ -39,6 +39,12 @@ int sl_idem_key(char *buf, size_t len, const char *tag, const char *stage, const
                 const char *digest);
 int sl_idem_claim_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
                       const char *digest);
+/* The newest deferral of the input (stage, key, digest) whose copy Kafka
+ * acknowledged, "sl:hop:<tag><stage>:<key>:<digest32>" (sl_stage_out.c,
+ * provider.tenant_schedule): a copy of an older hop read again after a
+ * rebalance is a twin of that one. Same returns. */
+int sl_idem_hop_key(char *buf, size_t len, const char *tag, const char *stage, const char *key,
+                    const char *digest);
 
 /* The start count's key of the input at (topic, partition, offset) read by
  * consumer group group, with the bucket tag of the input's submission (NULL

@@ -69,6 +69,10 @@
 #define SL_HDR_DELAY "sluice-delay-ms"
 /* a deferred copy's slot in its tenant's schedule (unix ms; the gate's) */
 #define SL_HDR_DEFER_DUE "sluice-defer-due-ms"
+/* a deferred copy's input and hop, "<partition>.<offset>:<hop>": the main
+ * input it was first deferred from and how many deferrals it has been
+ * through (provider.tenant_schedule: a twin of an older hop is dropped) */
+#define SL_HDR_DEFER_HOP "sluice-defer-hop"
 #define SL_HDR_ERROR_CLASS "sluice-error-class"
 #define SL_HDR_ERROR_MESSAGE "sluice-error-message"
 #define SL_HDR_REPLAY_ID "sluice-replay-id"
