@@ -319,6 +319,7 @@ void sl__fair_deferred(sl_fair_lines *F, const job *j) {
 }
 
 void sl__fair_tick(sl_fair_lines *F) {
+  if (!F->schedule) return; /* the rates are the schedule's only */
   int64_t now = sl__mono_ms(), dt = F->tick_ms ? now - F->tick_ms : 0;
   F->tick_ms = now;
   sl_fair_line *l, *t;

@@ -117,7 +117,8 @@ void sl__fair_deferred(sl_fair_lines *F, const job *j);
 /* tenant's series for the gate to count in (NULL: no room for its line). */
 const sl_fair_counts *sl__fair_counts(sl_fair_lines *F, const char *tenant);
 
-/* Measures each line's rate (the gate's tick, about once a second). */
+/* Measures each line's rate (the gate's tick, about once a second; with
+ * provider.tenant_schedule only, the one reader of the rates). */
 void sl__fair_tick(sl_fair_lines *F);
 
 #endif

@@ -48,14 +48,19 @@ static int produce_permanent(rd_kafka_resp_err_t e) {
 
 static void add_dead_letter(job *j);
 
+/* j's input's hop record (sl_idem_hop_key), as sl__idem_key is its store's;
+ * 0 or SL_ETOOBIG */
+static int hop_key(const job *j, char *buf, size_t len) {
+  return sl_idem_hop_key(buf, len, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest);
+}
+
 /* Records j's deferral copy, which Kafka has now, as its input's newest
  * hop (unless a newer one of the same origin is recorded): a copy of an
  * older hop read again after a rebalance is then known for a twin (lookup,
  * below). Not waited for: unrecorded, a twin is only not recognised. */
 static void hop_record(job *j) {
   char k[256], hop[24], ttl[24];
-  if (sl_idem_hop_key(k, sizeof k, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest) != 0)
-    return;
+  if (hop_key(j, k, sizeof k) != 0) return;
   snprintf(hop, sizeof hop, "%lld", (long long)j->defer_hop);
   snprintf(ttl, sizeof ttl, "%d", SL_DEFER_HOP_TTL_MS);
   const char *argv[] = {k, j->defer_origin, hop, ttl};
@@ -501,8 +506,7 @@ static void on_hop(redisReply *r, void *ud) {
  * recorded? */
 static void hop_lookup(job *j) {
   char k[256];
-  if (sl_idem_hop_key(k, sizeof k, sl_rkey_tag(j->bucket), j->R->o->stage, j->key, j->digest) !=
-      0) {
+  if (hop_key(j, k, sizeof k) != 0) {
     sl__job_to(j, SL_JOB_GATE);
     return;
   }
