@@ -29,6 +29,7 @@ struct sl_fair_line {
   sl_defer_sched sched; /* its deferrals' slots (unix ms) and the rate it is served at */
   sl_fair_line *busy_prev, *busy_next; /* on F->busy while it has jobs */
   sl_metric *m_waiting, *m_calls, *m_deferred, *m_scheduled;
+  sl_metric *m_slot; /* its own series only (NULL for "other": a sum means nothing) */
   sl_fair_counts counts;
   UT_hash_handle hh;
 };
@@ -48,7 +49,8 @@ static void label_value(const char *v, char *out, size_t len) {
 static void line_metrics(sl_fair_lines *F, sl_fair_line *l, int other) {
   char v[2 * SL_TENANT_MAX + 8], lab[2 * SL_TENANT_MAX + 96];
   const char *stage = F->R->o->stage;
-  if (!other && F->labels < SL_FAIR_LABELS) {
+  int own = !other && F->labels < SL_FAIR_LABELS;
+  if (own) {
     F->labels++;
     label_value(l->id[0] ? l->id : "-", v, sizeof v);
   } else {
@@ -66,6 +68,11 @@ static void line_metrics(sl_fair_lines *F, sl_fair_line *l, int other) {
   l->m_scheduled = sl_metrics_gauge("sluice_tenant_scheduled", lab,
                                     "Deferred jobs sent through a retry tier and not back yet "
                                     "(estimate; with sluice_tenant_waiting, the backlog)");
+  l->m_slot = !own ? NULL
+                   : sl_metrics_gauge("sluice_tenant_slot_interval_ms", lab,
+                                      "With provider.tenant_schedule: the interval between the "
+                                      "slots the tenant's line gives deferred jobs (from the rate "
+                                      "it was served at), ms; 0 before a measure");
   l->counts.calling =
       sl_metrics_gauge("sluice_tenant_calling", lab, "Provider calls running, by tenant");
   l->counts.cost = sl_metrics_counter_real("sluice_tenant_cost_units_total", lab,
@@ -323,5 +330,9 @@ void sl__fair_tick(sl_fair_lines *F) {
   int64_t now = sl__mono_ms(), dt = F->tick_ms ? now - F->tick_ms : 0;
   F->tick_ms = now;
   sl_fair_line *l, *t;
-  HASH_ITER(hh, F->map, l, t) sl_defer_tick(&l->sched, l->q.len, dt);
+  HASH_ITER(hh, F->map, l, t) {
+    sl_defer_tick(&l->sched, l->q.len, dt);
+    if (l->m_slot && l->sched.rate > 0)
+      sl_metric_set(l->m_slot, (int64_t)sl_defer_interval_ms(&l->sched, 0));
+  }
 }
