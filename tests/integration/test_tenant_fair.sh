@@ -13,7 +13,8 @@
 #   2. A and B send 200 each at once with equal weights, then B's weight is
 #      set to 3 while both still wait (`sluicectl tenant set`, no restart):
 #      B's share of the calls is ~50% before and ~75% after;
-#   3. the per-tenant metrics count each tenant's calls.
+#   3. the per-tenant metrics count each tenant's calls; the slot interval
+#      is A's measured one with the schedule, unset without it.
 # ctest runs it twice: as is, and with SLUICE_PROVIDER_TENANT_SCHEDULE=true
 # (integration.test_tenant_fair.schedule: deferrals by each line's
 # schedule, sl_defer.h; the lines hold 2 s, 40 jobs, either way: 1.5 times
@@ -105,6 +106,16 @@ ca=$(metric sluice_tenant_calls_total "stage=\"hfair\",tenant=\"$ta\"" "$H_ADMIN
 cb=$(metric sluice_tenant_calls_total "stage=\"hfair\",tenant=\"$tb\"" "$H_ADMIN")
 check "sluice_tenant_calls_total counts each tenant's calls (A $ca >= 500, B $cb >= 230)" \
   test "${ca:-0}" -ge 500 -a "${cb:-0}" -ge 230
+# A's line's slot interval: measured with the schedule (A had 5-10 calls a
+# second here: ~90-180 ms), never set without it
+ia=$(metric sluice_tenant_slot_interval_ms "stage=\"hfair\",tenant=\"$ta\"" "$H_ADMIN")
+if [[ ${SLUICE_PROVIDER_TENANT_SCHEDULE:-false} == true ]]; then
+  check "sluice_tenant_slot_interval_ms is A's measured interval (${ia:-none} ms, 20-2000)" \
+    test "${ia:-0}" -ge 20 -a "${ia:-0}" -le 2000
+else
+  check "sluice_tenant_slot_interval_ms is not set without the schedule (${ia:-none})" \
+    test "${ia:-0}" = 0
+fi
 harness_down
 grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$STAGES_DIR/harness.log" &&
   fail "sanitizer report in harness.log: $(grep -m3 -E 'ERROR|runtime error' "$STAGES_DIR/harness.log")"
