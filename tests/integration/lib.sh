@@ -273,13 +273,15 @@ redis_wait_key() {
 # pending), one a line.
 sub_key() { "$SLUICECTL" keys "$1" | awk '$1 == "submission" {print $2}'; }
 view_keys() { "$SLUICECTL" keys | awk -v n="$1" '$2 == n {print $3}'; }
-# view_seq: the view's write sequence, summed over the buckets (it grows
-# with every apply)
+# view_seq [PORT]: the view's write sequence, summed over the buckets (it
+# grows with every apply); with PORT, over the buckets that Redis Cluster
+# node holds (asked without -c: another node's bucket answers MOVED, 0)
 view_seq() {
-  local k v s=0
+  local k v s=0 at=(-c -p "$DEVSTACK_REDIS_PORT")
+  [[ -n ${1:-} ]] && at=(-p "$1")
   for k in $(view_keys seq); do
-    v=$(redis-cli -c -p "$DEVSTACK_REDIS_PORT" GET "$k")
-    s=$((s + ${v:-0}))
+    v=$(redis-cli "${at[@]}" GET "$k" 2>/dev/null)
+    [[ $v =~ ^[0-9]+$ ]] && s=$((s + v))
   done
   echo "$s"
 }

@@ -97,16 +97,8 @@ at_exit "kill -CONT $rpid 2>/dev/null || true"
 # (a stopped process's socket still takes what was sent: the link goes too)
 redis-cli -p "$(rport "$victim")" client kill type replica >/dev/null
 t_cut=$SECONDS
-# the view's writes in the victim's own buckets (GET without -c: a bucket
-# held by another node answers MOVED, counted as 0)
-victim_seq() {
-  local k v s=0
-  for k in $(view_keys seq); do
-    v=$(redis-cli -p "$(rport "$victim")" GET "$k" 2>/dev/null)
-    [[ $v =~ ^[0-9]+$ ]] && s=$((s + v))
-  done
-  echo "$s"
-}
+# the view's writes in the victim's own buckets
+victim_seq() { view_seq "$(rport "$victim")"; }
 seq_a=$(view_seq) vseq_a=$(victim_seq)
 sleep 3
 # the fault is a loss only if the victim took writes its replica missed:
