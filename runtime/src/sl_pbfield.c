@@ -337,3 +337,50 @@ int sl_pbfield_set_num(ProtobufCMessage *m, const char *path, double v) {
   mark_present(o, f);
   return 0;
 }
+
+int sl_pbfield_is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+  const char *base = (const char *)m + f->offset;
+  if (f->label == PROTOBUF_C_LABEL_REPEATED)
+    return *(const size_t *)((const char *)m + f->quantifier_offset) > 0;
+  if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_STRING &&
+      f->type != PROTOBUF_C_TYPE_MESSAGE && f->quantifier_offset)
+    return *(const protobuf_c_boolean *)((const char *)m + f->quantifier_offset) != 0;
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_STRING: {
+    const char *s = *(const char *const *)base;
+    return s && s[0] && s != (const char *)f->default_value;
+  }
+  case PROTOBUF_C_TYPE_BYTES:
+    return ((const ProtobufCBinaryData *)base)->len > 0;
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return *(const void *const *)base != NULL;
+  default: {
+    static const char zero[sizeof(int64_t)];
+    return memcmp(base, zero, elem_size(f->type)) != 0;
+  }
+  }
+}
+
+int sl_pbfield_move(ProtobufCMessage *dst, ProtobufCMessage *src,
+                    const ProtobufCFieldDescriptor *f) {
+  if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) return SL_EINVAL;
+  char *from = (char *)src + f->offset, *to = (char *)dst + f->offset;
+  size_t size = f->label == PROTOBUF_C_LABEL_REPEATED ? sizeof(void *) : elem_size(f->type);
+  memcpy(to, from, size);
+  if (f->quantifier_offset) { /* the count of a list, the has_ flag of an optional */
+    size_t qsize =
+        f->label == PROTOBUF_C_LABEL_REPEATED ? sizeof(size_t) : sizeof(protobuf_c_boolean);
+    memcpy((char *)dst + f->quantifier_offset, (char *)src + f->quantifier_offset, qsize);
+    memset((char *)src + f->quantifier_offset, 0, qsize);
+  }
+  /* src's as init makes it: its default, the empty string, or zero */
+  if (f->label != PROTOBUF_C_LABEL_REPEATED && f->type == PROTOBUF_C_TYPE_STRING)
+    *(const char **)from =
+        f->default_value ? (const char *)f->default_value : (const char *)protobuf_c_empty_string;
+  else if (f->label != PROTOBUF_C_LABEL_REPEATED && f->default_value &&
+           f->type != PROTOBUF_C_TYPE_MESSAGE)
+    memcpy(from, f->default_value, size);
+  else
+    memset(from, 0, size);
+  return 0;
+}

@@ -65,4 +65,18 @@ size_t sl_pbfield_n_values(const ProtobufCMessage *m, const ProtobufCFieldDescri
 const void *sl_pbfield_value(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
                              size_t i);
 
+/* Whole fields moved between two messages of one type (sl_pbseal). 1 when
+ * field f of m holds what packing would write: elements of a repeated
+ * field, a non-empty string or bytes, a sub-message, a non-zero number, a
+ * present optional. */
+int sl_pbfield_is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f);
+/* Moves field f of src (its value, or list and count, and its has_ flag)
+ * to dst, and leaves src's as the descriptor's init makes it: what src
+ * owned, dst owns now (so both must come from one allocator when they are
+ * freed with protobuf_c_message_free_unpacked). dst's own value is
+ * overwritten, not freed: the caller makes sure it held none. Both of f's
+ * descriptor. 0, or SL_EINVAL (a member of a oneof: its case is shared). */
+int sl_pbfield_move(ProtobufCMessage *dst, ProtobufCMessage *src,
+                    const ProtobufCFieldDescriptor *f);
+
 #endif
