@@ -13,41 +13,28 @@
  * store is rebuilt an unknown key is answered 503 auth_unavailable, never
  * 401: the key may well be valid.
  *
- * A thread of presign checks the marker every presign.apikey_watch_ms.
- * When it is missing, one replica (the lease SL__APIKEY_LOCK, 30 s,
- * renewed while it replays) reads the topic from its beginning, group-less
- * and committing nothing, applying each record (HSET) and tombstone (DEL,
- * and PUBLISH on SL__APIKEY_REVOKED_CHANNEL for the caches), until it has
- * applied everything up to end offsets that did not move between two
- * queries; then one script sets the marker if the lease is still its own
- * (a Redis that lost data again meanwhile lost the lease too: the rebuild
- * starts over). Since sluicectl writes Kafka before Redis, a revocation
- * either is among what the rebuild replays or deletes the key in Redis
- * after every write of the rebuild: a revoked key never comes back.
+ * The watcher and the rebuild are sl_mirror's (sl_mirror.h: one replica
+ * at a time replays the topic under a lease, then sets the marker); this
+ * file says what a record (HSET) and a tombstone (DEL, and PUBLISH on
+ * SL__APIKEY_REVOKED_CHANNEL for the caches) do. Since sluicectl writes
+ * Kafka before Redis, a revocation either is among what the rebuild
+ * replays or deletes the key in Redis after every write of the rebuild: a
+ * revoked key never comes back.
  *
- * @locality its own thread, Redis connection and Kafka consumer; nothing
- * is shared with the loop but the stop flag.
+ * @locality sl_mirror's thread.
  */
 #ifndef SLUICE_PRESIGN_KEYSTORE_H
 #define SLUICE_PRESIGN_KEYSTORE_H
 
 #include <stdint.h>
 
-typedef struct sl__keystore sl__keystore;
+#include "sluice/sl_mirror.h"
 
-/* Starts the watcher thread. topic: the API-key topic; interval_ms > 0.
- * Returns 0, SL_EINVAL or SL_ENOMEM. */
-int sl__keystore_start(sl__keystore **out, const char *redis_url, const char *brokers,
+/* Starts the mirror of the API-key topic: wait for it with sl_mirror_wait
+ * (presign reports ready only once the store was seen complete), stop it
+ * with sl_mirror_stop. interval_ms > 0. Returns 0, SL_EINVAL or
+ * SL_ENOMEM. */
+int sl__keystore_start(sl_mirror **out, const char *redis_url, const char *brokers,
                        const char *topic, int64_t interval_ms);
-
-/* Waits up to timeout_ms for the store to be seen complete (marked, or
- * rebuilt) once: presign reports ready only then, so a presign starting on
- * a fresh or emptied Redis does not answer its first clients 503. 1 when
- * it was, 0 after the timeout. */
-int sl__keystore_wait(sl__keystore *k, int64_t timeout_ms);
-
-/* Stops the thread (a rebuild in progress is abandoned, its lease left to
- * lapse) and frees. NULL-safe. */
-void sl__keystore_stop(sl__keystore *k);
 
 #endif

@@ -183,7 +183,7 @@ typedef struct {
   sl_static *web; /* presign.static_dir, or NULL */
   sl__auth *auth;
   sl__keycache *keys;        /* or NULL (presign.apikey_cache_ms 0) */
-  sl__keystore *store;       /* rebuilds the API-key store after a Redis loss */
+  sl_mirror *store;          /* rebuilds the API-key store after a Redis loss */
   sl_redis_script apikey;    /* apikey_lua */
   sl_redis_script rate;      /* rate_lua, run by its SHA-1 */
   sl_redis_script rate_undo; /* rate_undo_lua */
@@ -1271,7 +1271,7 @@ static void serve(presign *ps, sl_admin *admin) {
   uv_signal_start(&ps->sigint, on_signal, SIGINT);
   sl_log(SL_LOG_INFO, NULL, "listening on http://%s (storage %s, bucket %s)", ps->pc->listen,
          ps->s3->endpoint, ps->s3->bucket);
-  if (!sl__keystore_wait(ps->store, 15000))
+  if (!sl_mirror_wait(ps->store, 15000))
     sl_log(SL_LOG_WARN, NULL,
            "the API-key store is not complete after 15 s (Redis or Kafka unreachable?): "
            "ready anyway; API keys get 503 auth_unavailable until it is");
@@ -1302,7 +1302,7 @@ static void close_clients(presign *ps) {
     sl_kafka_prefetch_release(ps->topics, 2);
     rd_kafka_destroy(ps->producer);
   }
-  sl__keystore_stop(ps->store);
+  sl_mirror_stop(ps->store);
   sl_sigv4_free(ps->sig);
   sl_static_free(ps->web);
   free(ps->types_buf);
