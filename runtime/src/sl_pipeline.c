@@ -28,7 +28,8 @@ struct sl_pipeline {
   sl_pipeline_stage stages[SL_PIPELINE_MAX_STAGES];
   size_t nstages;
   const char *dlq, *dlq_audit;
-  const char *apikeys; /* the API-key records (api_keys.topic, "apikeys") */
+  const char *apikeys;  /* the API-key records (api_keys.topic, "apikeys") */
+  const char *datakeys; /* the submissions' data keys (data_keys.topic, "datakeys") */
   char tiers[SL_RETRY_TIERS_MAX * 17];
   int ntiers;
   char tier_label[SL_RETRY_TIERS_MAX][16];
@@ -360,11 +361,36 @@ static int parse_topics(sl_pipeline *p, json_t *root, char *err, size_t errlen,
   return 0;
 }
 
-/* "dead_letters" (two topics of their own) and "api_keys" (optional, the
- * compacted topic of API-key records, "apikeys" by default) */
+/* name: {"topic": ...}, optional (dflt when absent): a compacted topic of
+ * its own */
+static int compacted_topic(sl_pipeline *p, json_t *root, const char *name, const char *dflt,
+                           const char *what, const char **out, char *err, size_t errlen,
+                           const char *source) {
+  static const char *const keys[] = {"topic", NULL};
+  char ctx[40];
+  snprintf(ctx, sizeof ctx, "\"%s\"", name);
+  json_t *o = json_object_get(root, name);
+  int rc = 0;
+  *out = dflt;
+  if (o) {
+    if (!json_is_object(o)) return fail(err, errlen, source, "%s must be {\"topic\": ...}", ctx);
+    if ((rc = only_keys(o, keys, ctx, err, errlen, source))) return rc;
+    *out = str_of(o, "topic", 1, ctx, &rc, err, errlen, source);
+    if (rc) return rc;
+  }
+  if (!valid_topic(*out) || topic_find(p, *out) || strcmp(*out, p->dlq) == 0 ||
+      strcmp(*out, p->dlq_audit) == 0 ||
+      (p->apikeys && out != &p->apikeys && strcmp(*out, p->apikeys) == 0))
+    return fail(err, errlen, source, "%s topic \"%s\" must be a Kafka topic name of its own", what,
+                *out);
+  return 0;
+}
+
+/* "dead_letters" (two topics of their own), "api_keys" and "data_keys"
+ * (optional: the compacted topics of API-key records and of the
+ * submissions' data keys, "apikeys" and "datakeys" by default) */
 static int parse_side_topics(sl_pipeline *p, json_t *root, char *err, size_t errlen,
                              const char *source) {
-  static const char *const ak_keys[] = {"topic", NULL};
   static const char *const dl_keys[] = {"topic", "audit", NULL};
   int rc = 0;
   json_t *dl = json_object_get(root, "dead_letters");
@@ -381,20 +407,11 @@ static int parse_side_topics(sl_pipeline *p, json_t *root, char *err, size_t err
                   "dead-letter topic \"%s\" must be a Kafka topic name of its "
                   "own",
                   dls[k]);
-  json_t *ak = json_object_get(root, "api_keys");
-  p->apikeys = SL_PIPELINE_APIKEYS_DEFAULT;
-  if (ak) {
-    if (!json_is_object(ak))
-      return fail(err, errlen, source, "\"api_keys\" must be {\"topic\": ...}");
-    if ((rc = only_keys(ak, ak_keys, "\"api_keys\"", err, errlen, source))) return rc;
-    p->apikeys = str_of(ak, "topic", 1, "\"api_keys\"", &rc, err, errlen, source);
-    if (rc) return rc;
-  }
-  if (!valid_topic(p->apikeys) || topic_find(p, p->apikeys) || strcmp(p->apikeys, p->dlq) == 0 ||
-      strcmp(p->apikeys, p->dlq_audit) == 0)
-    return fail(err, errlen, source, "API-key topic \"%s\" must be a Kafka topic name of its own",
-                p->apikeys);
-  return 0;
+  if ((rc = compacted_topic(p, root, "api_keys", SL_PIPELINE_APIKEYS_DEFAULT, "API-key",
+                            &p->apikeys, err, errlen, source)))
+    return rc;
+  return compacted_topic(p, root, "data_keys", SL_PIPELINE_DATAKEYS_DEFAULT, "data-key",
+                         &p->datakeys, err, errlen, source);
 }
 
 /* "retry_tiers": 1 to SL_RETRY_TIERS_MAX ascending delays */
@@ -445,9 +462,9 @@ static int parse_stages(sl_pipeline *p, json_t *root, char *err, size_t errlen,
 
 /* The description's top level, then its parts in order. */
 static int parse_root(sl_pipeline *p, json_t *root, char *err, size_t errlen, const char *source) {
-  static const char *const top_keys[] = {"pipeline",    "version",      "about",
-                                         "topics",      "dead_letters", "api_keys",
-                                         "retry_tiers", "stages",       NULL};
+  static const char *const top_keys[] = {"pipeline",     "version",  "about",     "topics",
+                                         "dead_letters", "api_keys", "data_keys", "retry_tiers",
+                                         "stages",       NULL};
   int rc = 0;
   if (!json_is_object(root))
     return fail(err, errlen, source, "the description must be a JSON object");
@@ -633,6 +650,7 @@ const char *sl_pipeline_message_of(const sl_pipeline *p, const char *topic) {
   if (strcmp(topic, p->dlq) == 0) return sluice__v1__dead_letter__descriptor.name;
   if (strcmp(topic, p->dlq_audit) == 0) return sluice__v1__replay_audit__descriptor.name;
   if (strcmp(topic, p->apikeys) == 0) return SL_PIPELINE_APIKEYS_MESSAGE;
+  if (strcmp(topic, p->datakeys) == 0) return SL_PIPELINE_DATAKEYS_MESSAGE;
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
     for (int k = 0; s->retry && k < p->ntiers; k++)
@@ -651,6 +669,7 @@ const ProtobufCMessageDescriptor *sl_pipeline_descriptor(const char *message) {
 const char *sl_pipeline_dlq(const sl_pipeline *p) { return p ? p->dlq : NULL; }
 const char *sl_pipeline_dlq_audit(const sl_pipeline *p) { return p ? p->dlq_audit : NULL; }
 const char *sl_pipeline_apikeys(const sl_pipeline *p) { return p ? p->apikeys : NULL; }
+const char *sl_pipeline_datakeys(const sl_pipeline *p) { return p ? p->datakeys : NULL; }
 const char *sl_pipeline_retry_tiers(const sl_pipeline *p) { return p ? p->tiers : NULL; }
 
 size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t max) {
@@ -665,6 +684,7 @@ size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t m
   ADD(p->dlq);
   ADD(p->dlq_audit);
   ADD(p->apikeys);
+  ADD(p->datakeys);
   for (size_t i = 0; i < p->nstages; i++)
     if (p->stages[i].retry)
       for (int t = 0; t < p->ntiers; t++) ADD(p->stages[i].retry_topics[t]);
@@ -720,6 +740,7 @@ static int print_json(const sl_pipeline *p, FILE *f) {
   json_object_set_new(o, "dead_letters",
                       json_pack("{s:s,s:s}", "topic", p->dlq, "audit", p->dlq_audit));
   json_object_set_new(o, "api_keys", json_pack("{s:s}", "topic", p->apikeys));
+  json_object_set_new(o, "data_keys", json_pack("{s:s}", "topic", p->datakeys));
   json_object_set_new(o, "retry_tiers", json_string(p->tiers));
   json_object_set_new(o, "stages", ss);
   json_object_set_new(o, "all_topics", names_json(all, nall));
@@ -753,6 +774,7 @@ int sl_pipeline_print(const sl_pipeline *p, FILE *f, int json) {
   fprintf(f, "%-20s %s\n%-20s %s\n", p->dlq, "sluice.v1.DeadLetter (dead letters)", p->dlq_audit,
           "sluice.v1.ReplayAudit (replays)");
   fprintf(f, "%-20s %s\n", p->apikeys, SL_PIPELINE_APIKEYS_MESSAGE " (API keys, compacted)");
+  fprintf(f, "%-20s %s\n", p->datakeys, SL_PIPELINE_DATAKEYS_MESSAGE " (data keys, compacted)");
   fprintf(f, "\nretry tiers %s: ", p->tiers);
   int first = 1;
   for (size_t i = 0; i < p->nstages; i++)

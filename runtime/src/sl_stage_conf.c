@@ -7,6 +7,7 @@
  * loop runs; nothing here is called from the loop.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_log.h"
@@ -102,6 +103,17 @@ const sl_conf_entry sl_common_conf_table[] = {
     {"trace.timeout_ms", SL_CONF_INT, "2000", C(trace_timeout_ms),
      "the deadline of one export request; spans of a request that did not get through are "
      "dropped and counted",
+     0},
+    {"crypto.kek", SL_CONF_STR, "", C(crypto_kek),
+     "the key-encryption key (64 hex digits, 32 random bytes: openssl rand -hex 32) that "
+     "wraps each submission's data key, which seals its transcript, words and grade on every "
+     "topic (docs/privacy.md); the same in every stage and sluicectl. Empty: no sealing, and "
+     "an erasure cannot reach the Kafka copies",
+     1},
+    {"crypto.erased_ttl_s", SL_CONF_INT, "2592000", C(crypto_erased_ttl_s),
+     "how long an erased submission's key stays marked erased in Redis (at least the longest "
+     "retention of a topic that carries its messages): work that arrives for it meanwhile is "
+     "dropped as erased, later it fails as key_unavailable",
      0},
     {"trace.propagate", SL_CONF_BOOL, "true", C(trace_propagate),
      "what the stage writes carries the trace context (traceparent, tracestate headers); "
@@ -398,6 +410,12 @@ int sl_common_secure(const sl_common_conf *cc, int check, char *err, size_t errl
   if (sl_rkey_setup((int)cc->redis_buckets) != 0) {
     snprintf(err, errlen, "redis.buckets %lld is not between 0 and %d",
              (long long)cc->redis_buckets, SL_RKEY_MAX_BUCKETS);
+    return SL_ECONFIG;
+  }
+  if (sl_dkey_setup(cc->crypto_kek, cc->crypto_erased_ttl_s) != 0) {
+    snprintf(err, errlen,
+             "crypto.kek is not 64 hex digits, or crypto.erased_ttl_s %lld is not positive",
+             (long long)cc->crypto_erased_ttl_s);
     return SL_ECONFIG;
   }
   sl_redis_security rs = {cc->redis_username, cc->redis_password, cc->redis_tls_ca_file,

@@ -31,7 +31,8 @@
   X(PLUGIN, 1017, "plugin refused or misbehaved")                                                  \
   X(AUTH, 1018, "credentials missing or not valid")                                                \
   X(IO, 1019, "read or write failed")                                                              \
-  X(UNSUPPORTED, 1020, "format not supported")
+  X(UNSUPPORTED, 1020, "format not supported")                                                     \
+  X(ERASED, 1021, "erased on request")
 
 enum {
 #define SL__ERR_ENUM(name, num, msg) SL_E##name = -(num),

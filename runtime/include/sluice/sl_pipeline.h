@@ -154,6 +154,14 @@ const char *sl_pipeline_dlq_audit(const sl_pipeline *p);
 #define SL_PIPELINE_APIKEYS_MESSAGE "json:sluice-apikey"
 const char *sl_pipeline_apikeys(const sl_pipeline *p);
 
+/* The compacted topic of the submissions' data keys ("data_keys":
+ * {"topic": ...}, "datakeys" when absent): presign writes each
+ * submission's key there wrapped (sl_dkey.h), keyed by the submission id,
+ * and an erasure its tombstone; presign rebuilds the Redis copy from it. */
+#define SL_PIPELINE_DATAKEYS_DEFAULT "datakeys"
+#define SL_PIPELINE_DATAKEYS_MESSAGE "bytes:sluice-datakey"
+const char *sl_pipeline_datakeys(const sl_pipeline *p);
+
 /* The retry tiers, as "5s,30s,2m,10m" (the format of retry.tiers). */
 const char *sl_pipeline_retry_tiers(const sl_pipeline *p);
 

@@ -158,7 +158,9 @@ typedef struct {
   char *trace_endpoint;              /* OTLP/HTTP collector ("": no spans) */
   double trace_sample_ratio;         /* of new traces */
   int64_t trace_queue_spans, trace_batch_spans, trace_flush_ms, trace_timeout_ms;
-  int trace_propagate; /* outputs carry the trace context */
+  int trace_propagate;         /* outputs carry the trace context */
+  char *crypto_kek;            /* secret: wraps the data keys (sl_dkey.h); "" = off */
+  int64_t crypto_erased_ttl_s; /* an erased key's sentinel */
 } sl_common_conf;
 
 extern const sl_conf_entry sl_common_conf_table[];

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sl_dkey.c — submissions' data keys: wrapping by the key-encryption key,
+ * their Redis names, what a lookup answered, and the mirror's apply (see
+ * sl_dkey.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "sluice/sl_dkey.h"
+
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sluice/sl_err.h"
+#include "sluice/sl_log.h"
+#include "sluice/sl_rkey.h"
+
+#define AAD_PREFIX "sluice-dk-v1"
+
+static uint8_t kek[SL_SEAL_KEY_LEN];
+static int enabled;
+static int64_t erased_ttl_s = 2592000;
+
+/* a record applies unless an erasure left its sentinel */
+static const char apply_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[2] then return 0 end\n"
+                                "redis.call('SET', KEYS[1], ARGV[1])\n"
+                                "return 1\n";
+static sl_redis_script apply_s;
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+int sl_dkey_setup(const char *kek_hex, int64_t ttl_s) {
+  if (ttl_s <= 0) return SL_EINVAL;
+  if (!kek_hex || !*kek_hex) {
+    enabled = 0;
+    erased_ttl_s = ttl_s;
+    return 0;
+  }
+  if (strlen(kek_hex) != 2 * SL_SEAL_KEY_LEN) return SL_EINVAL;
+  uint8_t k[SL_SEAL_KEY_LEN];
+  for (int i = 0; i < SL_SEAL_KEY_LEN; i++) {
+    int hi = hexval(kek_hex[2 * i]), lo = hexval(kek_hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      OPENSSL_cleanse(k, sizeof k);
+      return SL_EINVAL;
+    }
+    k[i] = (uint8_t)(hi << 4 | lo);
+  }
+  memcpy(kek, k, sizeof kek);
+  OPENSSL_cleanse(k, sizeof k);
+  enabled = 1;
+  erased_ttl_s = ttl_s;
+  sl_redis_script_init(&apply_s, apply_lua);
+  return 0;
+}
+
+int sl_dkey_enabled(void) { return enabled; }
+
+static int sid_ok(const char *sid, size_t n) {
+  return n > 0 && n <= SL_DKEY_SID_MAX && !memchr(sid, '/', n) && !memchr(sid, '\0', n);
+}
+
+int sl_dkey_rkey(const char *sid, char out[SL_DKEY_RKEY_MAX]) {
+  if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
+  snprintf(out, SL_DKEY_RKEY_MAX, "sl:dk:%s%s", sl_rkey_tag_of(sid, strlen(sid)), sid);
+  return 0;
+}
+
+/* "sluice-dk-v1\0<sid>" into aad: its length */
+static size_t aad_of(const char *sid, char aad[sizeof AAD_PREFIX + SL_DKEY_SID_MAX + 1]) {
+  size_t n = strlen(sid);
+  memcpy(aad, AAD_PREFIX, sizeof AAD_PREFIX); /* its NUL included */
+  memcpy(aad + sizeof AAD_PREFIX, sid, n);
+  return sizeof AAD_PREFIX + n;
+}
+
+int sl_dkey_new(const char *sid, uint8_t dk[SL_SEAL_KEY_LEN],
+                uint8_t wrapped[SL_DKEY_WRAPPED_LEN]) {
+  if (!enabled) return SL_ESTATE;
+  if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
+  int rc = sl_seal_key_new(dk);
+  char aad[sizeof AAD_PREFIX + SL_DKEY_SID_MAX + 1];
+  size_t n = 0;
+  if (rc == 0)
+    rc = sl_seal(kek, aad, aad_of(sid, aad), dk, SL_SEAL_KEY_LEN, wrapped, SL_DKEY_WRAPPED_LEN, &n);
+  if (rc == 0 && n != SL_DKEY_WRAPPED_LEN) rc = SL_ECRYPTO;
+  if (rc) OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
+  return rc;
+}
+
+int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_KEY_LEN]) {
+  if (!enabled) return SL_ESTATE;
+  if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
+  if (!r || r->type == REDIS_REPLY_ERROR) return SL_EREDIS;
+  if (r->type == REDIS_REPLY_NIL) return SL_ENOTFOUND;
+  if (r->type != REDIS_REPLY_STRING) return SL_EREDIS;
+  if (r->len == sizeof SL_DKEY_ERASED - 1 && memcmp(r->str, SL_DKEY_ERASED, r->len) == 0)
+    return SL_EERASED;
+  char aad[sizeof AAD_PREFIX + SL_DKEY_SID_MAX + 1];
+  size_t n = 0;
+  int rc = sl_seal_open(kek, aad, aad_of(sid, aad), (const uint8_t *)r->str, r->len, dk,
+                        SL_SEAL_KEY_LEN, &n);
+  if (rc == SL_EPARSE || rc == SL_ETOOBIG || (rc == 0 && n != SL_SEAL_KEY_LEN)) rc = SL_EAUTH;
+  if (rc) OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
+  return rc;
+}
+
+int sl_dkey_erase_argv(const char *sid, char buf[SL_DKEY_RKEY_MAX + 32], const char *argv[6]) {
+  if (sl_dkey_rkey(sid, buf) != 0) return SL_EINVAL;
+  char *ttl = buf + strlen(buf) + 1;
+  snprintf(ttl, 24, "%lld", (long long)erased_ttl_s);
+  argv[0] = "SET";
+  argv[1] = buf;
+  argv[2] = SL_DKEY_ERASED;
+  argv[3] = "EX";
+  argv[4] = ttl;
+  argv[5] = NULL;
+  return 0;
+}
+
+int sl_dkey_apply(void *ud, sl_redis *r, const rd_kafka_message_t *m) {
+  (void)ud;
+  char sid[SL_DKEY_SID_MAX + 1], buf[SL_DKEY_RKEY_MAX + 32], err[256];
+  if (!m->key || !sid_ok(m->key, m->key_len) || (m->payload && m->len != SL_DKEY_WRAPPED_LEN)) {
+    sl_log(SL_LOG_WARN, NULL, "data-key store: %s [%d] at %lld is not a data key: skipped",
+           rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset);
+    return 0;
+  }
+  memcpy(sid, m->key, m->key_len);
+  sid[m->key_len] = '\0';
+  redisReply *rep;
+  if (!m->payload) { /* erased */
+    const char *argv[6];
+    sl_dkey_erase_argv(sid, buf, argv);
+    rep = sl_redis_argv(r, 5, argv, NULL, err, sizeof err);
+  } else {
+    sl_dkey_rkey(sid, buf);
+    const char *argv[] = {buf, m->payload, SL_DKEY_ERASED};
+    size_t lens[] = {strlen(buf), m->len, sizeof SL_DKEY_ERASED - 1};
+    rep = sl_redis_eval(r, &apply_s, 1, 3, argv, lens, err, sizeof err);
+  }
+  int rc = rep && rep->type != REDIS_REPLY_ERROR ? 0 : SL_EREDIS;
+  freeReplyObject(rep);
+  return rc;
+}

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_dkey.c — submissions' data keys (sl_dkey): a key made for a
+ * submission comes back from its wrapped form with the same KEK and for
+ * that submission only; the erased sentinel, a missing value and an error
+ * reply are told apart; a KEK that is not 64 hex digits is refused; with
+ * crypto off nothing is made; the Redis name carries the submission's
+ * bucket tag.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sluice/sl_dkey.h"
+#include "sluice/sl_err.h"
+#include "sluice/sl_rkey.h"
+
+static const char kek1[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+static const char kek2[] = "F00102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F";
+static const char sid[] = "0190f5a2-7c1e-7b3a-9c2d-1e2f3a4b5c6d";
+
+static redisReply str_reply(const void *v, size_t n) {
+  redisReply r = {0};
+  r.type = REDIS_REPLY_STRING;
+  r.str = (char *)v;
+  r.len = n;
+  return r;
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup(kek1, 60), 0);
+  assert_true(sl_dkey_enabled());
+  uint8_t dk[SL_SEAL_KEY_LEN], w[SL_DKEY_WRAPPED_LEN], back[SL_SEAL_KEY_LEN];
+  assert_int_equal(sl_dkey_new(sid, dk, w), 0);
+  assert_null(memmem(w, sizeof w, dk, sizeof dk)); /* not in the clear */
+  redisReply r = str_reply(w, sizeof w);
+  assert_int_equal(sl_dkey_from_reply(&r, sid, back), 0);
+  assert_memory_equal(dk, back, sizeof dk);
+  /* another submission's name, or another KEK: it does not open */
+  assert_int_equal(sl_dkey_from_reply(&r, "0190f5a2-7c1e-7b3a-9c2d-1e2f3a4b5c6e", back), SL_EAUTH);
+  assert_int_equal(sl_dkey_setup(kek2, 60), 0);
+  assert_int_equal(sl_dkey_from_reply(&r, sid, back), SL_EAUTH);
+  assert_int_equal(sl_dkey_setup(kek1, 60), 0);
+  assert_int_equal(sl_dkey_from_reply(&r, sid, back), 0);
+  /* two keys differ */
+  uint8_t dk2[SL_SEAL_KEY_LEN], w2[SL_DKEY_WRAPPED_LEN];
+  assert_int_equal(sl_dkey_new(sid, dk2, w2), 0);
+  assert_memory_not_equal(dk, dk2, sizeof dk);
+}
+
+static void test_answers(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup(kek1, 60), 0);
+  uint8_t dk[SL_SEAL_KEY_LEN];
+  redisReply r = str_reply(SL_DKEY_ERASED, strlen(SL_DKEY_ERASED));
+  assert_int_equal(sl_dkey_from_reply(&r, sid, dk), SL_EERASED);
+  r = (redisReply){.type = REDIS_REPLY_NIL};
+  assert_int_equal(sl_dkey_from_reply(&r, sid, dk), SL_ENOTFOUND);
+  r = (redisReply){.type = REDIS_REPLY_ERROR, .str = "LOADING", .len = 7};
+  assert_int_equal(sl_dkey_from_reply(&r, sid, dk), SL_EREDIS);
+  assert_int_equal(sl_dkey_from_reply(NULL, sid, dk), SL_EREDIS);
+  r = str_reply("short", 5);
+  assert_int_equal(sl_dkey_from_reply(&r, sid, dk), SL_EAUTH);
+  assert_int_equal(sl_dkey_from_reply(&r, "a/b", dk), SL_EINVAL);
+}
+
+static void test_setup_refused_and_off(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup("00ff", 60), SL_EINVAL);
+  assert_int_equal(
+      sl_dkey_setup("zz0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", 60),
+      SL_EINVAL);
+  assert_int_equal(sl_dkey_setup(kek1, 0), SL_EINVAL);
+  assert_int_equal(sl_dkey_setup("", 60), 0);
+  assert_false(sl_dkey_enabled());
+  uint8_t dk[SL_SEAL_KEY_LEN], w[SL_DKEY_WRAPPED_LEN];
+  assert_int_equal(sl_dkey_new(sid, dk, w), SL_ESTATE);
+  redisReply r = {.type = REDIS_REPLY_NIL};
+  assert_int_equal(sl_dkey_from_reply(&r, sid, dk), SL_ESTATE);
+}
+
+static void test_names(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup(kek1, 3600), 0);
+  char k[SL_DKEY_RKEY_MAX];
+  assert_int_equal(sl_rkey_setup(0), 0);
+  assert_int_equal(sl_dkey_rkey(sid, k), 0);
+  assert_string_equal(k, "sl:dk:0190f5a2-7c1e-7b3a-9c2d-1e2f3a4b5c6d");
+  assert_int_equal(sl_rkey_setup(16), 0);
+  assert_int_equal(sl_dkey_rkey(sid, k), 0);
+  char want[SL_DKEY_RKEY_MAX];
+  snprintf(want, sizeof want, "sl:dk:%s%s", sl_rkey_tag_of(sid, strlen(sid)), sid);
+  assert_string_equal(k, want);
+  assert_non_null(strchr(k, '{'));
+  assert_int_equal(sl_dkey_rkey("", k), SL_EINVAL);
+  assert_int_equal(sl_dkey_rkey("a/1", k), SL_EINVAL);
+  char buf[SL_DKEY_RKEY_MAX + 32];
+  const char *argv[6];
+  assert_int_equal(sl_dkey_erase_argv(sid, buf, argv), 0);
+  assert_string_equal(argv[0], "SET");
+  assert_string_equal(argv[1], want);
+  assert_string_equal(argv[2], SL_DKEY_ERASED);
+  assert_string_equal(argv[3], "EX");
+  assert_string_equal(argv[4], "3600");
+  assert_int_equal(sl_rkey_setup(0), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_answers),
+      cmocka_unit_test(test_setup_refused_and_off),
+      cmocka_unit_test(test_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
