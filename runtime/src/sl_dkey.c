@@ -110,6 +110,11 @@ int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_
   return rc;
 }
 
+const char *sl_dkey_marker(void) { return sl_rkey_bucketed() ? "sl:dk:{dk}epoch" : "sl:dk:epoch"; }
+const char *sl_dkey_lock(void) {
+  return sl_rkey_bucketed() ? "sl:lock:{dk}datakey-rebuild" : "sl:lock:datakey-rebuild";
+}
+
 int sl_dkey_erase_argv(const char *sid, char buf[SL_DKEY_RKEY_MAX + 32], const char *argv[6]) {
   if (sl_dkey_rkey(sid, buf) != 0) return SL_EINVAL;
   char *ttl = buf + strlen(buf) + 1;

@@ -5,9 +5,11 @@
  * Pure except sl_outbox_emit_now, which produces at once, fire and forget.
  */
 #include "sluice/sl_err.h"
+#include "sluice/sl_pbseal.h"
 #include "sluice/sl_trace.h"
 #include "sluice/sl_stage.h"
 
+#include <openssl/crypto.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include <ctype.h>
@@ -50,26 +52,49 @@ void sl_outbox_clear(sl_outbox *ob) {
   ob->items = NULL;
   ob->n = ob->cap = 0;
   ob->failed = 0;
+  if (ob->sealing) OPENSSL_cleanse(ob->seal_key, sizeof ob->seal_key);
+  ob->sealing = 0;
+}
+
+void sl_outbox_seal_with(sl_outbox *ob, const uint8_t key[SL_SEAL_KEY_LEN]) {
+  if (!ob || !key) return;
+  memcpy(ob->seal_key, key, sizeof ob->seal_key);
+  ob->sealing = 1;
+}
+
+/* msg packed into *buf (malloc'd), its personal fields sealed when ob
+ * seals: 0 or an error code */
+static int pack(const sl_outbox *ob, const char *key, const ProtobufCMessage *msg, uint8_t **buf,
+                size_t *n) {
+  const char *const *fields = NULL;
+  size_t nf = 0;
+  if (ob->sealing && sl_pbseal_personal(msg->descriptor, &fields, &nf))
+    return sl_pbseal_pack(msg, fields, nf, ob->seal_key, key, strlen(key), buf, n);
+  *n = protobuf_c_message_get_packed_size(msg);
+  *buf = malloc(*n ? *n : 1);
+  if (!*buf) return SL_ENOMEM;
+  protobuf_c_message_pack(msg, *buf);
+  return 0;
 }
 
 int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
                      const ProtobufCMessage *msg) {
-  size_t n = protobuf_c_message_get_packed_size(msg);
-  uint8_t stackbuf[4096], *buf = n <= sizeof stackbuf ? stackbuf : malloc(n);
-  if (!buf) return SL_ENOMEM;
-  protobuf_c_message_pack(msg, buf);
-  int rc = sl_outbox_add(ob, topic, key, buf, n);
-  if (buf != stackbuf) free(buf);
+  if (!ob || !key || !msg) return ob ? ob->failed = SL_EINVAL : SL_EINVAL;
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  int rc = pack(ob, key, msg, &buf, &n);
+  if (rc) return ob->failed = rc;
+  rc = sl_outbox_add(ob, topic, key, buf, n);
+  free(buf);
   return rc;
 }
 
 void sl_outbox_emit_now(sl_outbox *ob, const char *topic, const char *key,
                         const ProtobufCMessage *msg) {
-  if (!ob || !ob->producer) return;
-  size_t n = protobuf_c_message_get_packed_size(msg);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return;
-  protobuf_c_message_pack(msg, buf);
+  if (!ob || !ob->producer || !key || !msg) return;
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  if (pack(ob, key, msg, &buf, &n) != 0) return;
   rd_kafka_resp_err_t e =
       rd_kafka_producev(ob->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
                         RD_KAFKA_V_VALUE(buf, n), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),

@@ -162,3 +162,21 @@ int sl_pbseal_open(ProtobufCMessage *m, const uint8_t *key, const void *aad, siz
   *bd = (ProtobufCBinaryData){0, NULL};
   return 0;
 }
+
+static const sl_pbseal_type *personal;
+static size_t npersonal;
+
+void sl_pbseal_set_personal(const sl_pbseal_type *types, size_t n) {
+  personal = types;
+  npersonal = types ? n : 0;
+}
+
+int sl_pbseal_personal(const ProtobufCMessageDescriptor *d, const char *const **fields, size_t *n) {
+  for (size_t i = 0; d && i < npersonal; i++)
+    if (personal[i].d == d) {
+      *fields = personal[i].fields;
+      *n = personal[i].n;
+      return 1;
+    }
+  return 0;
+}

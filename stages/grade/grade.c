@@ -131,6 +131,7 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, c
 }
 
 static const sl__plugin_ops ops = {.setup_class = "grade_setup",
+                                   .keyed = 1,
                                    .parse = parse,
                                    .input = input_for,
                                    .finish = finish,

@@ -10,6 +10,7 @@
 #include "lib/plugin_driver.h"
 #include "lib/pb_arena.h"
 
+#include <openssl/crypto.h>
 #include <uv.h>
 
 #include <stddef.h>
@@ -17,8 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice/sl_aredis.h"
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_httpc.h"
+#include "sluice/sl_metrics.h"
+#include "sluice/sl_pbseal.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_trace.h"
 #include "sluice/sl_tls.h"
@@ -112,9 +117,15 @@ typedef struct {
   char why[512];
   char stored[1200]; /* the key pr.object is stored as */
   int64_t io_ns;     /* when its storage GET or PUT went out (its span's start) */
+  char sid[64];      /* the submission, whose data key is looked up */
+  uint8_t dk[SL_SEAL_KEY_LEN];
+  int dk_rc;       /* what the GET of the key answered (sl_dkey_from_reply) */
+  int dk_complete; /* the store's marker was there */
+  int dk_waiting;  /* answers still to come */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
+  OPENSSL_cleanse(c->dk, sizeof c->dk);
   c->ops->release(c->msg, NULL);
   free(c->scratch);
   free(c->object);
@@ -338,6 +349,113 @@ static void fetch_async(plugin_job *c) {
   }
 }
 
+/* Parsed (and opened): the input, then the object or the run. */
+static void go_on(plugin_job *c) {
+  if (!c->ops->input(c->ud, c->msg, c->key, &c->in, &c->scratch, sl_job_result(c->job))) {
+    job_end(c);
+    return;
+  }
+  c->object_key = c->pp->objects && c->ops->object ? c->ops->object(c->ud, c->msg) : NULL;
+  if (c->object_key)
+    fetch_async(c);
+  else
+    run_plugin(c);
+}
+
+/* Redis answered the data key's GET (c->dk_reply, kept) and the marker's
+ * EXISTS: the input opened, the outputs sealed with it, and on; erased:
+ * done with no output, the provider not paid; missing while the store is
+ * complete (a submission from before crypto.kek): an input with nothing
+ * sealed goes on unsealed, a sealed one proves its key was lost, so the
+ * store is rebuilt (its marker deleted) and the input tried again
+ * (docs/privacy.md). */
+static void data_key_known(plugin_job *c) {
+  sl_result *res = sl_job_result(c->job);
+  int rc = c->dk_rc, complete = c->dk_complete;
+  if (rc == 0) {
+    rc = sl_pbseal_sealed(c->msg) ? sl_pbseal_open(c->msg, c->dk, c->key, strlen(c->key), NULL) : 0;
+    if (rc) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "sealed_invalid",
+                    "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
+      job_end(c);
+      return;
+    }
+    sl_outbox_seal_with(sl_job_outbox(c->job), c->dk);
+    go_on(c);
+    return;
+  }
+  if (rc == SL_EERASED) {
+    sl_log(SL_LOG_INFO, c->key, "its submission was erased: dropped, nothing written");
+    sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
+                                     "inputs dropped because their submission was erased"),
+                  1);
+    job_end(c); /* DONE, no output */
+    return;
+  }
+  if (rc == SL_ENOTFOUND && complete && !sl_pbseal_sealed(c->msg)) {
+    sl_log(SL_LOG_WARN, c->key,
+           "its submission has no data key (created before crypto.kek?): "
+           "what it writes is not sealed");
+    go_on(c);
+    return;
+  }
+  if (rc == SL_ENOTFOUND) { /* Redis lost it: presign rebuilds the store */
+    if (complete) {
+      const char *del[] = {"DEL", sl_dkey_marker()};
+      sl_aredis_argv(sl_job_redis(c->job), NULL, NULL, 2, del, NULL);
+    }
+    sl_result_set(res, SL_OUTCOME_RETRY, "key_unavailable",
+                  "its submission's data key is not in Redis (lost; being rebuilt)");
+    res->again_in_ms = SL_AGAIN_MAX_MS;
+  } else if (rc == SL_EAUTH) {
+    sl_result_set(res, SL_OUTCOME_FAIL, "key_invalid",
+                  "its submission's data key does not open with crypto.kek");
+  } else {
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "looking up its data key: %s", sl_strerror(rc));
+    res->again_in_ms = SL_AGAIN_MAX_MS;
+  }
+  job_end(c);
+}
+
+/* the two answers, in either order (a cluster's nodes answer apart) */
+static void on_data_key_get(redisReply *r, void *ud) {
+  plugin_job *c = ud;
+  c->dk_rc = sl_dkey_from_reply(r, c->sid, c->dk);
+  if (--c->dk_waiting == 0) data_key_known(c);
+}
+
+static void on_data_key_marker(redisReply *r, void *ud) {
+  plugin_job *c = ud;
+  c->dk_complete = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  if (--c->dk_waiting == 0) data_key_known(c);
+}
+
+/* With crypto.kek, a stage that writes personal fields or reads sealed
+ * ones needs the data key first: 1 when its lookup went out (the key and
+ * the store's marker, pipelined). */
+static int data_key(plugin_job *c) {
+  unsigned q = 0;
+  if (!sl_dkey_enabled() || !(c->ops->keyed || sl_pbseal_sealed(c->msg))) return 0;
+  char rkey[SL_DKEY_RKEY_MAX];
+  int rc = sl_key_parse(c->key, strlen(c->key), c->sid, &q);
+  if (rc == 0) rc = sl_dkey_rkey(c->sid, rkey);
+  const char *get[] = {"GET", rkey}, *ex[] = {"EXISTS", sl_dkey_marker()};
+  sl_aredis *ar = sl_job_redis(c->job);
+  c->dk_rc = SL_EREDIS;
+  c->dk_waiting = 2;
+  if (rc == 0) rc = sl_aredis_argv(ar, on_data_key_get, c, 2, get, NULL);
+  if (rc == 0) {
+    if (sl_aredis_argv(ar, on_data_key_marker, c, 2, ex, NULL) != 0)
+      c->dk_waiting--; /* not sent: the GET's answer decides (incomplete) */
+    return 1;
+  }
+  sl_result_set(sl_job_result(c->job), rc == SL_EPARSE ? SL_OUTCOME_FAIL : SL_OUTCOME_RETRY,
+                rc == SL_EPARSE ? "bad_key" : "redis", "looking up its data key: %s",
+                sl_strerror(rc));
+  job_end(c);
+  return 1;
+}
+
 void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job) {
   sl_result *res = sl_job_result(job);
   plugin_job *c = calloc(1, sizeof *c);
@@ -349,21 +467,13 @@ void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
   c->ops = ops;
   c->ud = ud;
   c->job = job;
+  c->pp = pp;
   if (!ops->parse(ud, sl_job_message(job), sl_job_outbox(job), res, &c->msg, c->key, NULL)) {
     free(c);
     sl_job_done(job);
     return;
   }
-  if (!ops->input(ud, c->msg, c->key, &c->in, &c->scratch, res)) {
-    job_end(c);
-    return;
-  }
-  c->pp = pp;
-  c->object_key = pp->objects && ops->object ? ops->object(ud, c->msg) : NULL;
-  if (c->object_key)
-    fetch_async(c);
-  else
-    run_plugin(c);
+  if (!data_key(c)) go_on(c);
 }
 
 int sl__plugin_outcome(const sl_plugin_result *pr, sl_result *res) {

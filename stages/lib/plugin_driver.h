@@ -23,6 +23,11 @@
 #define SL__KEY_MAX 160
 typedef struct {
   const char *setup_class; /* retry class when no instance could be made */
+  /* 1: the stage writes personal fields (sl_pbseal_personal), so with
+   * crypto.kek it needs the submission's data key even when its input
+   * holds nothing sealed (stt); an input that holds something sealed is
+   * opened whatever this says (the driver looks the key up after parse) */
+  int keyed;
   /* decodes m into *msg (owned, its memory from pa: an arena on the
    * driver's stack for a SYNC call, NULL for the system allocator) and key;
    * 0 with res set when it cannot; may emit a best-effort status at once

@@ -13,6 +13,7 @@
 
 #include "lib/plugins.h"
 #include "lib/process.h"
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 
@@ -60,7 +61,9 @@ static int prepare(const sl__plugin_stage *ps, sl__plugin_host *h, sl__plugins *
  * (process) unless its storage is on the loop, anything else by way of
  * start. */
 static int run(const sl__plugin_stage *ps, sl__plugin_host *h, sl_stage_opts *o) {
-  int via_process = h->sync && !(h->has_objects && h->objects.loop_sig);
+  /* with crypto.kek the data key is looked up on the loop first
+   * (plugin_driver.c): then sl__plugin_start runs a SYNC plugin on the pool */
+  int via_process = h->sync && !(h->has_objects && h->objects.loop_sig) && !sl_dkey_enabled();
   const sl_plugin *pd = sl_plugin_lib_desc(h->chosen);
   sl_log(SL_LOG_INFO, NULL, "plugin %s/%s %s (%s) from %s", ps->kind, pd->name,
          pd->version ? pd->version : "",

@@ -16,6 +16,7 @@
 #include "sluice/sl_cli.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_pbseal.h"
 #include "sluice/sl_trace.h"
 
 #define SL__STAGES_MAX 32
@@ -133,6 +134,19 @@ int sl__pipeline_load(sl_common_conf *cc, const char *stage, char *err, size_t e
   return 0;
 }
 
+/* What an answer says, and what is judged of it: sealed with the
+ * submission's data key wherever it is written (docs/privacy.md). */
+static const char *const transcript_personal[] = {"text", "words"};
+static const char *const status_personal[] = {"transcript", "grade"};
+static const sl_pbseal_type personal[] = {
+    {&sluice__v1__transcript__descriptor, transcript_personal, 2},
+    {&sluice__v1__question_status__descriptor, status_personal, 2},
+};
+
+void sl__personal_register(void) {
+  sl_pbseal_set_personal(personal, sizeof personal / sizeof personal[0]);
+}
+
 int sl__stage_start(const sl__stage_desc *d, const char *stage, int argc, char **argv,
                     sl_common_conf *cc, const sl_conf_bind *own, size_t nown, sl_admin **admin) {
   sl_conf_bind binds[32];
@@ -157,6 +171,7 @@ int sl__stage_start(const sl__stage_desc *d, const char *stage, int argc, char *
     sl__stage_finish(cc, own, nown, NULL);
     return 1002;
   }
+  sl__personal_register();
   char service[80];
   snprintf(service, sizeof service, "sluice-%s", stage);
   sl_trace_conf tc = {.endpoint = cc->trace_endpoint,

@@ -101,4 +101,9 @@ void sl__dead_letter_status(const sl_stage_opts *o, const char *subject, const c
                             const char *error_message, int64_t at_ms, double cost_units,
                             sl_outbox *out);
 
+/* Declares which fields of Sluice's messages are personal (sealed with the
+ * submission's data key, sl_pbseal_set_personal): the stages call it at
+ * start-up, sluicectl before it opens a message. */
+void sl__personal_register(void);
+
 #endif

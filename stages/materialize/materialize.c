@@ -76,6 +76,7 @@
 #include "lib/view.h"
 
 #include <jansson.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -86,12 +87,14 @@
 #include "sluice.pb-c.h"
 #include "sluice/sl_aredis.h"
 #include "sluice/sl_claim.h"
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_jsonw.h"
 #include "sluice/sl_kafka.h"
 #include "sluice/sl_pipeline.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_metrics.h"
+#include "sluice/sl_pbseal.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_rkey.h"
 #include "sluice/sl_tls.h"
@@ -341,6 +344,12 @@ typedef struct {
       k_applied[SL__VIEW_KEY_MAX], k_feed[SL__VIEW_KEY_MAX];
   char back_marker[32]; /* a marker to delete (went_back), or "" */
   char err[256];
+  /* with crypto.kek, the first command is the GET of the submission's data
+   * key (sl_dkey.h): an erased one's messages are dropped, a sealed
+   * status is opened with it before its view is built */
+  int keyed;
+  int drop_dk_marker; /* a sealed status whose key Redis lost: the store is rebuilt */
+  char dkkey[SL_DKEY_RKEY_MAX];
 } work;
 
 static void work_free_cmd(work *w) {
@@ -390,7 +399,8 @@ static void work_begin(work *w) {
                     "status from stage \"%.64s\" says \"%.64s\", which no stage of the "
                     "pipeline has as its progress (`sluice pipeline`)",
                     w->st->stage, w->label);
-    } else if (!(w->view = sl__status_view(w->st, w->label))) {
+    } else if (!sl_pbseal_sealed(&w->st->base) &&
+               !(w->view = sl__status_view(w->st, w->label))) { /* sealed: once opened */
       sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
     } else {
       w->kind = W_STATUS;
@@ -401,6 +411,12 @@ static void work_begin(work *w) {
                     : w->kind == W_STATUS   ? w->st->submission_id
                                             : NULL;
   w->bucket = sid ? sl_rkey_bucket(sid, strlen(sid)) : 0;
+  w->keyed = sid && sl_dkey_enabled() && sl_dkey_rkey(sid, w->dkkey) == 0;
+  if (sid && !w->keyed && w->kind == W_STATUS && !w->view) { /* sealed, and no key to look up */
+    sl_result_set(w->res, SL_OUTCOME_FAIL, "key_unavailable",
+                  "its transcript and grade are sealed, and crypto.kek is not set here");
+    w->kind = m->rkt ? W_RECORD : W_DONE;
+  }
   if (replaying && rebuild_only && !rebuild_only[w->bucket])
     w->kind = W_DONE; /* a bucket this rebuild does not repair */
   else
@@ -496,6 +512,16 @@ static int cmd_hset(work *w) {
 static int work_next(work *w) {
   work_free_cmd(w);
   size_t step = w->step++;
+  if (w->keyed && (w->kind == W_STATUS || w->kind == W_SUBMISSION)) {
+    if (step == 0) {
+      w->argv_fixed[0] = "GET";
+      w->argv_fixed[1] = w->dkkey;
+      w->script = NULL;
+      w->argc = 2;
+      return 1;
+    }
+    step--;
+  }
   switch (w->kind) {
   case W_STATUS:
     if (step > 0) return 0;
@@ -532,9 +558,60 @@ static int work_next(work *w) {
   }
 }
 
+/* The data key's answer: 0 to go on (opened, or nothing sealed), -1 when
+ * the work stops here (erased: done, nothing written; else w->res says
+ * why). */
+static int key_reply(work *w, const redisReply *rep) {
+  const char *sid = w->kind == W_STATUS ? w->st->submission_id : w->sc->submission_id;
+  int sealed = w->kind == W_STATUS && !w->view;
+  uint8_t dk[SL_SEAL_KEY_LEN];
+  int rc = sl_dkey_from_reply(rep, sid, dk);
+  if (rc == SL_EERASED) {
+    sl_log(SL_LOG_DEBUG, sid, "erased: a message of it dropped");
+    sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
+                                     "inputs dropped because their submission was erased"),
+                  1);
+    return -1;
+  }
+  if (rc == 0 && sealed) {
+    char key[96];
+    snprintf(key, sizeof key, "%s/%u", sid, w->st->question_no);
+    rc = sl_pbseal_open(&w->st->base, dk, key, strlen(key), NULL);
+    OPENSSL_cleanse(dk, sizeof dk);
+    if (rc) {
+      sl_result_set(w->res, SL_OUTCOME_FAIL, "sealed_invalid",
+                    "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
+    } else if (!(w->view = sl__status_view(w->st, w->label))) {
+      sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
+      return -1;
+    }
+  } else if (rc == SL_ENOTFOUND && sealed) { /* it had one: Redis lost it, rebuilt from Kafka */
+    sl_result_set(w->res, SL_OUTCOME_RETRY, "key_unavailable",
+                  "its submission's data key is not in Redis (lost; being rebuilt)");
+    w->res->again_in_ms = SL_AGAIN_MAX_MS;
+    w->drop_dk_marker = 1;
+    return -1;
+  } else if (rc == SL_EAUTH) {
+    sl_result_set(w->res, SL_OUTCOME_FAIL, "key_invalid",
+                  "its submission's data key does not open with crypto.kek");
+  } else if (rc != 0 && rc != SL_ENOTFOUND) {
+    sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "looking up its data key: %s",
+                  rep && rep->type == REDIS_REPLY_ERROR ? rep->str : sl_strerror(rc));
+    return -1;
+  }
+  OPENSSL_cleanse(dk, sizeof dk);
+  if (w->res->outcome == SL_OUTCOME_FAIL) { /* its offset still counts as applied */
+    w->kind = w->m->rkt ? W_RECORD : W_DONE;
+    w->step = 0;
+    w->keyed = 0;
+  }
+  return 0;
+}
+
 /* Takes the current command's answer (NULL: Redis unavailable). Returns 0
  * to go on, -1 when the work stops here (w->res says why). */
 static int work_reply(work *w, const redisReply *rep) {
+  if (w->keyed && w->step == 1) return key_reply(w, rep);
   if (w->kind == W_RECORD) return 0; /* a dead letter's outcome stands */
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     if (!w->err[0])
@@ -602,6 +679,11 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
     if (rep) freeReplyObject(rep);
     if (w.back_marker[0]) drop_marker(w.M, w.bucket, w.back_marker);
     w.back_marker[0] = '\0';
+    if (w.drop_dk_marker && r) {
+      const char *del[] = {"DEL", sl_dkey_marker()};
+      freeReplyObject(sl_redis_argv(r, 2, del, NULL, w.err, sizeof w.err));
+    }
+    w.drop_dk_marker = 0;
     if (go) break;
   }
   work_done(&w);
@@ -619,6 +701,11 @@ static void on_async_reply(redisReply *rep, void *ud) {
     const char *argv[] = {w->k_marker, w->back_marker};
     sl_aredis_eval(sl_job_redis(w->job), NULL, NULL, &w->M->release, 1, 2, argv, NULL);
     w->back_marker[0] = '\0';
+  }
+  if (w->drop_dk_marker) {
+    const char *del[] = {"DEL", sl_dkey_marker()};
+    sl_aredis_argv(sl_job_redis(w->job), NULL, NULL, 2, del, NULL);
+    w->drop_dk_marker = 0;
   }
   if (go) w->kind = W_DONE; /* nothing more */
   async_next(w);

@@ -74,6 +74,7 @@
 #include "keycache.h"
 #include "quota.h"
 #include "keystore.h"
+#include "sluice/sl_dkey.h"
 #include "multipart.h"
 #include "request.h"
 #include "lib/auth.h"
@@ -184,6 +185,7 @@ typedef struct {
   sl__auth *auth;
   sl__keycache *keys;        /* or NULL (presign.apikey_cache_ms 0) */
   sl_mirror *store;          /* rebuilds the API-key store after a Redis loss */
+  sl_mirror *dkstore;        /* and the data keys' (sl_dkey.h), with crypto.kek */
   sl_redis_script apikey;    /* apikey_lua */
   sl_redis_script rate;      /* rate_lua, run by its SHA-1 */
   sl_redis_script rate_undo; /* rate_undo_lua */
@@ -282,6 +284,12 @@ typedef struct {
   idem *ik;                /* or NULL */
   create_trace tr;         /* its questions' traces, for their spans once Kafka has answered */
   sl__quota_verdict quota; /* taken back when Kafka refuses it */
+  /* with crypto.kek: its data key, wrapped (sl_dkey.h), produced beside
+   * the submission and stored in Redis before the 201 */
+  uint8_t wrapped[SL_DKEY_WRAPPED_LEN];
+  int has_key;
+  int waiting;             /* delivery reports still to come */
+  rd_kafka_resp_err_t err; /* the first one that failed */
 } pending;
 
 /* each question's span of the create: its trace's first (or a child of the
@@ -437,9 +445,33 @@ static void create_done(presign *ps) {
     uv_timer_start(&ps->release_timer, release_rest, 0, 0);
 }
 
+static void accepted(pending *p);
+
+static void on_key_stored(redisReply *r, void *ud) {
+  pending *p = ud;
+  if (!r ||
+      r->type == REDIS_REPLY_ERROR) /* the mirror's next rebuild, or a stage's miss, fixes it */
+    sl_log(SL_LOG_WARN, p->sid, "data key not stored in Redis (it is in Kafka): %s",
+           r && r->str ? r->str : "no connection");
+  accepted(p);
+}
+
+/* Stores the wrapped data key in Redis (Kafka has it): 1 when the reply
+ * waits for it. */
+static int key_store(pending *p) {
+  char rkey[SL_DKEY_RKEY_MAX];
+  if (sl_dkey_rkey(p->sid, rkey) != 0) return 0;
+  const char *argv[] = {"SET", rkey, (const char *)p->wrapped};
+  size_t lens[] = {3, strlen(rkey), sizeof p->wrapped};
+  return sl_aredis_argv(p->ps->redis, on_key_stored, p, 3, argv, lens) == 0;
+}
+
 static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   pending *p = ctx;
   presign *ps = p->ps;
+  if (err && !p->err) p->err = err;
+  if (--p->waiting > 0) return; /* the other of submission and key */
+  err = p->err;
   create_spans(p, err ? 503 : 201);
   if (err && sl_kafka_fatal(ps->producer, "presign")) on_fatal(ps);
   if (err) {
@@ -452,10 +484,20 @@ static void on_delivery(rd_kafka_resp_err_t err, void *ctx) {
   } else {
     sl_metric_add(ps->m_created, 1);
     sl_log(SL_LOG_INFO, p->sid, "submission accepted");
-    if (p->ik && idem_store(p)) return; /* answers once the record is stored */
-    sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
-                    strlen(p->body));
+    if (p->has_key && key_store(p)) return; /* accepted once Redis answers */
+    accepted(p);
+    return;
   }
+  pending_free(p);
+  create_done(ps);
+}
+
+/* Kafka has the submission (and its key, which Redis has too): 201. */
+static void accepted(pending *p) {
+  presign *ps = p->ps;
+  if (p->ik && idem_store(p)) return; /* answers once the record is stored */
+  sl_http_respond(p->req, 201, "application/json", "Cache-Control: no-store\r\n", p->body,
+                  strlen(p->body));
   pending_free(p);
   create_done(ps);
 }
@@ -596,10 +638,34 @@ static int send_created(presign *ps, sl_http_req *req, idem *ik,
   snprintf(p->sid, sizeof p->sid, "%s", sc->submission_id);
   p->tr = *tr;
   memset(tr, 0, sizeof *tr);
+  rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+  p->waiting = 1;
+  if (sl_dkey_enabled()) { /* its key first: a submission is never there without one */
+    uint8_t dk[SL_SEAL_KEY_LEN];
+    if (sl_dkey_new(p->sid, dk, p->wrapped) != 0) {
+      free(payload);
+      pending_free(p);
+      sl_http_respond_error(req, 500, "internal", "no data key could be made", NULL);
+      return 0;
+    }
+    OPENSSL_cleanse(dk, sizeof dk); /* presign seals nothing: the wrapped form is all it keeps */
+    p->has_key = 1;
+    e = sl_kafka_send(ps->producer, sl_pipeline_datakeys(ps->cc->pipeline), p->sid, strlen(p->sid),
+                      p->wrapped, sizeof p->wrapped, RD_KAFKA_MSG_F_COPY, on_delivery, p);
+    if (!e) p->waiting = 2;
+  }
   /* the submission is recorded in its first question's trace */
-  rd_kafka_resp_err_t e =
-      sl_kafka_send_traced(ps->producer, ps->cc->topic_submissions, p->sid, 36, payload, plen,
-                           RD_KAFKA_MSG_F_FREE, sc->n_questions ? p->tr.tps : NULL, on_delivery, p);
+  if (!e)
+    e = sl_kafka_send_traced(ps->producer, ps->cc->topic_submissions, p->sid, 36, payload, plen,
+                             RD_KAFKA_MSG_F_FREE, sc->n_questions ? p->tr.tps : NULL, on_delivery,
+                             p);
+  if (e && p->waiting == 2) { /* the key is on its way: its report ends the create */
+    free(payload);
+    p->err = e;
+    p->waiting = 1;
+    ps->inflight++;
+    return 1;
+  }
   if (e) {
     free(payload);
     pending_free(p);
@@ -1195,6 +1261,19 @@ static int open_redis(presign *ps, char *err, size_t errlen) {
   if (rc == 0 && (rc = sl__keystore_start(&ps->store, cc->redis_url, cc->kafka_brokers,
                                           sl_pipeline_apikeys(cc->pipeline), pc->apikey_watch_ms)))
     snprintf(err, errlen, "API-key store: %s", sl_strerror(rc));
+  sl_mirror_opts dko = {.name = "data-key store",
+                        .topic = sl_pipeline_datakeys(cc->pipeline),
+                        .lock_key = sl_dkey_lock(),
+                        .marker_key = sl_dkey_marker(),
+                        .client_id = "sluice-presign-datakeys",
+                        .while_lost = "stages retry work whose key Redis lost",
+                        .m_rebuilds = "sluice_datakey_store_rebuilds_total",
+                        .m_replayed = "sluice_datakey_store_replayed_total",
+                        .interval_ms = pc->apikey_watch_ms,
+                        .apply = sl_dkey_apply};
+  if (rc == 0 && sl_dkey_enabled() &&
+      (rc = sl_mirror_start(&ps->dkstore, cc->redis_url, cc->kafka_brokers, &dko)))
+    snprintf(err, errlen, "data-key store: %s", sl_strerror(rc));
   return rc;
 }
 
@@ -1303,6 +1382,7 @@ static void close_clients(presign *ps) {
     rd_kafka_destroy(ps->producer);
   }
   sl_mirror_stop(ps->store);
+  sl_mirror_stop(ps->dkstore);
   sl_sigv4_free(ps->sig);
   sl_static_free(ps->web);
   free(ps->types_buf);

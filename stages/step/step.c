@@ -226,20 +226,15 @@ static void finish(void *ud, void *in, const char *key, sl_plugin_result *pr, co
                     f->name, s->out_desc->name, sl_strerror(rc));
   }
   if (rc == 0) {
-    size_t n = protobuf_c_message_get_packed_size(o);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-      sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "packing the output");
-    } else {
-      protobuf_c_message_pack(o, buf);
-      rc = sl_outbox_add(out, s->out_topic, key, buf, n);
-      if (rc)
-        sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing the output: %s", sl_strerror(rc));
-      else
-        sl_log(SL_LOG_DEBUG, key, "%s/%s in %lld ms: %zu field(s) written", s->st->name,
-               s->st->plugin, (long long)pr->elapsed_ms, pr->nfields);
-      free(buf);
-    }
+    /* sealed again when the input was (the outbox has its key) */
+    rc = sl_outbox_add_pb(out, s->out_topic, key, o);
+    if (rc)
+      sl_result_set(res, rc == SL_ENOMEM ? SL_OUTCOME_RETRY : SL_OUTCOME_FAIL,
+                    rc == SL_ENOMEM ? "out_of_memory" : "internal", "queueing the output: %s",
+                    sl_strerror(rc));
+    else
+      sl_log(SL_LOG_DEBUG, key, "%s/%s in %lld ms: %zu field(s) written", s->st->name,
+             s->st->plugin, (long long)pr->elapsed_ms, pr->nfields);
   } else if (!o) {
     sl_result_set(res, SL_OUTCOME_RETRY, "out_of_memory", "building the output");
   }

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "sluice.pb-c.h"
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_s3.h"
@@ -204,13 +205,16 @@ static void finish(void *ud, void *msg, const char *key, sl_plugin_result *pr, c
   if (rc)
     sl_result_set(res, SL_OUTCOME_FAIL, "internal", "queueing transcript: %s", sl_strerror(rc));
   else
-    sl_log(SL_LOG_INFO, key, "transcribed %.1f s of audio (of %.1f) with %s in %lld ms: \"%.80s\"",
-           pr->duration_s, duration, t.engine, (long long)pr->elapsed_ms, text);
+    /* never the text: logs are not sealed, nor erased (docs/privacy.md) */
+    sl_log(SL_LOG_INFO, key,
+           "transcribed %.1f s of audio (of %.1f) with %s in %lld ms: %zu characters",
+           pr->duration_s, duration, t.engine, (long long)pr->elapsed_ms, strlen(text));
   free(words);
   free(wp);
 }
 
 static const sl__plugin_ops ops = {.setup_class = "stt_setup",
+                                   .keyed = 1,
                                    .parse = parse,
                                    .input = input_for,
                                    .object = audio_key,
@@ -236,8 +240,10 @@ static int setup(sl__plugin_host *h, sl_stage_opts *o, char *err, size_t errlen)
              .progress_next = sl_pipeline_progress_next(h->cc->pipeline, "stt")};
   h->topics[0] = h->cc->topic_stt_requests;
   o->bytes_of = answer_bytes;
+  /* with crypto.kek every job starts on the loop (the data key first,
+   * plugin_stage.c): its audio is fetched there too */
   int rc = sl__objects_init(&h->objects, h->s3, (size_t)sc->max_audio_bytes,
-                            (long)sc->fetch_timeout_ms, h->sync, err, errlen);
+                            (long)sc->fetch_timeout_ms, h->sync && !sl_dkey_enabled(), err, errlen);
   h->has_objects = rc == 0;
   return rc;
 }

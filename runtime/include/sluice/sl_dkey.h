@@ -73,6 +73,14 @@ int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_
  * is not SL_DKEY_WRAPPED_LEN bytes, is skipped with a warning. */
 int sl_dkey_apply(void *ud, sl_redis *r, const rd_kafka_message_t *m);
 
+/* The data-key mirror's marker and lease (sl_mirror): with redis.buckets
+ * they share the tag "{dk}" (the rebuild's end sets one and deletes the
+ * other in one script). A lookup that finds nothing deletes the marker,
+ * so that a key lost with one node of a cluster, whose marker lives on
+ * another, is rebuilt too. */
+const char *sl_dkey_marker(void);
+const char *sl_dkey_lock(void);
+
 /* The Redis command that erases sid's key: SET <rkey> erased EX <ttl>,
  * into argv (6 entries, pointing into buf, which must outlive them). 0 or
  * SL_EINVAL. */

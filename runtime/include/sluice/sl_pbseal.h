@@ -58,4 +58,15 @@ int sl_pbseal_sealed(const ProtobufCMessage *m);
 int sl_pbseal_open(ProtobufCMessage *m, const uint8_t *key, const void *aad, size_t aadlen,
                    ProtobufCAllocator *a);
 
+/* Which fields of a message type are personal: a table set once at
+ * start-up, before threads (the domain's, stages/lib/stage.c), read-only
+ * after. sl_pbseal_personal: 1 with fields and n set when d is in it. */
+typedef struct {
+  const ProtobufCMessageDescriptor *d;
+  const char *const *fields;
+  size_t n;
+} sl_pbseal_type;
+void sl_pbseal_set_personal(const sl_pbseal_type *types, size_t n);
+int sl_pbseal_personal(const ProtobufCMessageDescriptor *d, const char *const **fields, size_t *n);
+
 #endif

@@ -56,6 +56,7 @@
 #include "sluice/sl_admin.h"
 #include "sluice/sl_conf.h"
 #include "sluice/sl_retry.h"
+#include "sluice/sl_seal.h"
 #include "sluice/sl_tenant.h"
 
 #define SL_OUTBOX_MAX 32
@@ -212,6 +213,12 @@ typedef struct {
   size_t n, cap;
   void *producer; /* set by the runtime; used by sl_outbox_emit_now() */
   int failed;     /* the error of the first add that failed, 0 when none */
+  /* set by the stage (sl_outbox_seal_with) once it has the job's data key:
+   * the personal fields (sl_pbseal_personal) of what sl_outbox_add_pb and
+   * sl_outbox_emit_now add are sealed with it, the message key as aad;
+   * wiped by sl_outbox_clear */
+  int sealing;
+  uint8_t seal_key[SL_SEAL_KEY_LEN];
 } sl_outbox;
 
 /* Appends copies of topic, key and value. Returns 0, SL_ETOOBIG (outbox
@@ -223,7 +230,11 @@ typedef struct {
 int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value, size_t len);
 void sl_outbox_clear(sl_outbox *ob);
 
-/* Appends a packed protobuf message (any ProtobufCMessage). */
+/* Seals what is added from now on with key (the job's data key, copied). */
+void sl_outbox_seal_with(sl_outbox *ob, const uint8_t key[SL_SEAL_KEY_LEN]);
+
+/* Appends a packed protobuf message (any ProtobufCMessage), its personal
+ * fields sealed when the outbox seals (sl_outbox_seal_with). */
 struct ProtobufCMessage;
 int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
                      const struct ProtobufCMessage *msg);
