@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sluice/sl_err.h"
+#include "sluice/sl_id.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_rkey.h"
 
@@ -67,7 +68,10 @@ static int sid_ok(const char *sid, size_t n) {
 
 int sl_dkey_rkey(const char *sid, char out[SL_DKEY_RKEY_MAX]) {
   if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
-  snprintf(out, SL_DKEY_RKEY_MAX, "sl:dk:%s%s", sl_rkey_tag_of(sid, strlen(sid)), sid);
+  char hex[65];
+  if (sl_sha256_hex(sid, strlen(sid), hex) != 0) return SL_EINVAL;
+  hex[32] = '\0'; /* 128 bits name it well enough */
+  snprintf(out, SL_DKEY_RKEY_MAX, "sl:dk:%s%s", sl_rkey_tag_of(sid, strlen(sid)), hex);
   return 0;
 }
 

@@ -30,6 +30,7 @@ struct sl_pipeline {
   const char *dlq, *dlq_audit;
   const char *apikeys;  /* the API-key records (api_keys.topic, "apikeys") */
   const char *datakeys; /* the submissions' data keys (data_keys.topic, "datakeys") */
+  const char *erasures; /* the erasures' audit records (data_keys.audit, "erasures") */
   char tiers[SL_RETRY_TIERS_MAX * 17];
   int ntiers;
   char tier_label[SL_RETRY_TIERS_MAX][16];
@@ -41,6 +42,7 @@ static const ProtobufCMessageDescriptor *const messages[] = {
     &sluice__v1__submission_created__descriptor, &sluice__v1__upload_completed__descriptor,
     &sluice__v1__transcript__descriptor,         &sluice__v1__question_status__descriptor,
     &sluice__v1__dead_letter__descriptor,        &sluice__v1__replay_audit__descriptor,
+    &sluice__v1__erasure_audit__descriptor,
 };
 
 static int fail(char *err, size_t errlen, const char *source, const char *fmt, ...) {
@@ -366,7 +368,7 @@ static int parse_topics(sl_pipeline *p, json_t *root, char *err, size_t errlen,
 static int compacted_topic(sl_pipeline *p, json_t *root, const char *name, const char *dflt,
                            const char *what, const char **out, char *err, size_t errlen,
                            const char *source) {
-  static const char *const keys[] = {"topic", NULL};
+  static const char *const keys[] = {"topic", NULL}, *const dk_keys[] = {"topic", "audit", NULL};
   char ctx[40];
   snprintf(ctx, sizeof ctx, "\"%s\"", name);
   json_t *o = json_object_get(root, name);
@@ -374,8 +376,11 @@ static int compacted_topic(sl_pipeline *p, json_t *root, const char *name, const
   *out = dflt;
   if (o) {
     if (!json_is_object(o)) return fail(err, errlen, source, "%s must be {\"topic\": ...}", ctx);
-    if ((rc = only_keys(o, keys, ctx, err, errlen, source))) return rc;
+    int dk = out == &p->datakeys; /* which also names the erasures' audit topic */
+    if ((rc = only_keys(o, dk ? dk_keys : keys, ctx, err, errlen, source))) return rc;
     *out = str_of(o, "topic", 1, ctx, &rc, err, errlen, source);
+    if (rc == 0 && dk && json_object_get(o, "audit"))
+      p->erasures = str_of(o, "audit", 1, ctx, &rc, err, errlen, source);
     if (rc) return rc;
   }
   if (!valid_topic(*out) || topic_find(p, *out) || strcmp(*out, p->dlq) == 0 ||
@@ -410,8 +415,16 @@ static int parse_side_topics(sl_pipeline *p, json_t *root, char *err, size_t err
   if ((rc = compacted_topic(p, root, "api_keys", SL_PIPELINE_APIKEYS_DEFAULT, "API-key",
                             &p->apikeys, err, errlen, source)))
     return rc;
-  return compacted_topic(p, root, "data_keys", SL_PIPELINE_DATAKEYS_DEFAULT, "data-key",
-                         &p->datakeys, err, errlen, source);
+  p->erasures = SL_PIPELINE_ERASURES_DEFAULT;
+  if ((rc = compacted_topic(p, root, "data_keys", SL_PIPELINE_DATAKEYS_DEFAULT, "data-key",
+                            &p->datakeys, err, errlen, source)))
+    return rc;
+  if (!valid_topic(p->erasures) || topic_find(p, p->erasures) || strcmp(p->erasures, p->dlq) == 0 ||
+      strcmp(p->erasures, p->dlq_audit) == 0 || strcmp(p->erasures, p->apikeys) == 0 ||
+      strcmp(p->erasures, p->datakeys) == 0)
+    return fail(err, errlen, source,
+                "erasure audit topic \"%s\" must be a Kafka topic name of its own", p->erasures);
+  return 0;
 }
 
 /* "retry_tiers": 1 to SL_RETRY_TIERS_MAX ascending delays */
@@ -651,6 +664,7 @@ const char *sl_pipeline_message_of(const sl_pipeline *p, const char *topic) {
   if (strcmp(topic, p->dlq_audit) == 0) return sluice__v1__replay_audit__descriptor.name;
   if (strcmp(topic, p->apikeys) == 0) return SL_PIPELINE_APIKEYS_MESSAGE;
   if (strcmp(topic, p->datakeys) == 0) return SL_PIPELINE_DATAKEYS_MESSAGE;
+  if (strcmp(topic, p->erasures) == 0) return sluice__v1__erasure_audit__descriptor.name;
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
     for (int k = 0; s->retry && k < p->ntiers; k++)
@@ -670,6 +684,7 @@ const char *sl_pipeline_dlq(const sl_pipeline *p) { return p ? p->dlq : NULL; }
 const char *sl_pipeline_dlq_audit(const sl_pipeline *p) { return p ? p->dlq_audit : NULL; }
 const char *sl_pipeline_apikeys(const sl_pipeline *p) { return p ? p->apikeys : NULL; }
 const char *sl_pipeline_datakeys(const sl_pipeline *p) { return p ? p->datakeys : NULL; }
+const char *sl_pipeline_erasures(const sl_pipeline *p) { return p ? p->erasures : NULL; }
 const char *sl_pipeline_retry_tiers(const sl_pipeline *p) { return p ? p->tiers : NULL; }
 
 size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t max) {
@@ -685,6 +700,7 @@ size_t sl_pipeline_all_topics(const sl_pipeline *p, const char **names, size_t m
   ADD(p->dlq_audit);
   ADD(p->apikeys);
   ADD(p->datakeys);
+  ADD(p->erasures);
   for (size_t i = 0; i < p->nstages; i++)
     if (p->stages[i].retry)
       for (int t = 0; t < p->ntiers; t++) ADD(p->stages[i].retry_topics[t]);
@@ -740,7 +756,8 @@ static int print_json(const sl_pipeline *p, FILE *f) {
   json_object_set_new(o, "dead_letters",
                       json_pack("{s:s,s:s}", "topic", p->dlq, "audit", p->dlq_audit));
   json_object_set_new(o, "api_keys", json_pack("{s:s}", "topic", p->apikeys));
-  json_object_set_new(o, "data_keys", json_pack("{s:s}", "topic", p->datakeys));
+  json_object_set_new(o, "data_keys",
+                      json_pack("{s:s,s:s}", "topic", p->datakeys, "audit", p->erasures));
   json_object_set_new(o, "retry_tiers", json_string(p->tiers));
   json_object_set_new(o, "stages", ss);
   json_object_set_new(o, "all_topics", names_json(all, nall));
@@ -775,6 +792,7 @@ int sl_pipeline_print(const sl_pipeline *p, FILE *f, int json) {
           "sluice.v1.ReplayAudit (replays)");
   fprintf(f, "%-20s %s\n", p->apikeys, SL_PIPELINE_APIKEYS_MESSAGE " (API keys, compacted)");
   fprintf(f, "%-20s %s\n", p->datakeys, SL_PIPELINE_DATAKEYS_MESSAGE " (data keys, compacted)");
+  fprintf(f, "%-20s %s\n", p->erasures, "sluice.v1.ErasureAudit (erasures)");
   fprintf(f, "\nretry tiers %s: ", p->tiers);
   int first = 1;
   for (size_t i = 0; i < p->nstages; i++)

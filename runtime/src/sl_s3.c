@@ -588,3 +588,119 @@ int sl_s3_presign_part(sl_sigv4 *sig, const sl_s3_target *t, const char *key, co
   snprintf(q, sizeof q, "partNumber=%d&uploadId=%s", part_no, upload_id);
   return sl_sigv4_presign(sig, "PUT", t->scheme, t->host, path, q, now, expires, NULL, 0, url, len);
 }
+
+/* ---- delete and list (blocking) ---------------------------------------- */
+
+/* A status that is not success: SL_EUNAVAIL (5xx, none) or SL_ESTORAGE. */
+static int status_fault(const char *what, long code, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s: HTTP %ld", what, code);
+  return code >= 500 || code == 0 ? SL_EUNAVAIL : SL_ESTORAGE;
+}
+
+int sl_s3_delete(sl_s3_conn *c, const sl_s3_target *t, const char *key, long *status, char *err,
+                 size_t errlen) {
+  char url[4096];
+  if (status) *status = 0;
+  if (!c || !t || !key) return SL_EINVAL;
+  int rc = presign_url(c->sig, t, "DELETE", key, 300, url, sizeof url);
+  if (rc) {
+    snprintf(err, errlen, "signing DELETE %s: %s", key, sl_strerror(rc));
+    return rc;
+  }
+  CURL *h = fresh(c);
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  if (t->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_file);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+  CURLcode cc = curl_easy_perform(h);
+  long code = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  if (status) *status = code;
+  if (cc != CURLE_OK) {
+    snprintf(err, errlen, "DELETE %s: %s", key, curl_easy_strerror(cc));
+    return SL_EUNAVAIL;
+  }
+  if (code == 200 || code == 204 || code == 404) return 0;
+  return status_fault(key, code, err, errlen);
+}
+
+/* One page of a listing: its keys appended to *keys; *token set to the
+ * next page's continuation token ("" on the last page). */
+static int list_page(xmlNodePtr root, char ***keys, size_t *n, size_t max, char *token,
+                     size_t tlen) {
+  if (!root || strcmp((const char *)root->name, "ListBucketResult") != 0) return SL_EPARSE;
+  for (xmlNodePtr e = root->children; e; e = e->next) {
+    if (e->type != XML_ELEMENT_NODE || strcmp((const char *)e->name, "Contents") != 0) continue;
+    char key[1200];
+    child_text(e, "Key", key, sizeof key);
+    if (!key[0]) continue;
+    if (*n >= max) return SL_ETOOBIG;
+    char **grown = realloc(*keys, (*n + 1) * sizeof **keys);
+    if (!grown) return SL_ENOMEM;
+    *keys = grown;
+    if (!((*keys)[*n] = strdup(key))) return SL_ENOMEM;
+    (*n)++;
+  }
+  char trunc[8];
+  child_text(root, "IsTruncated", trunc, sizeof trunc);
+  token[0] = '\0';
+  if (strcmp(trunc, "true") == 0) child_text(root, "NextContinuationToken", token, tlen);
+  return strcmp(trunc, "true") == 0 && !token[0] ? SL_EPARSE : 0;
+}
+
+int sl_s3_list(sl_s3_conn *c, const sl_s3_target *t, const char *prefix, size_t max, char ***keys,
+               size_t *n, char *err, size_t errlen) {
+  if (!c || !t || !prefix || !keys || !n) return SL_EINVAL;
+  *keys = NULL;
+  *n = 0;
+  char token[1024] = "", query[2400], path[320], url[6000];
+  snprintf(path, sizeof path, "%s/", t->path_prefix);
+  int rc = 0;
+  do {
+    if (token[0])
+      snprintf(query, sizeof query, "continuation-token=%s&list-type=2&prefix=%s", token, prefix);
+    else
+      snprintf(query, sizeof query, "list-type=2&prefix=%s", prefix);
+    rc = sl_sigv4_presign(c->sig, "GET", t->scheme, t->host, path, query, time(NULL), 300, NULL, 0,
+                          url, sizeof url);
+    if (rc) {
+      snprintf(err, errlen, "signing the listing of %s: %s", prefix, sl_strerror(rc));
+      break;
+    }
+    CURL *h = fresh(c);
+    sink s = {NULL, 0, 0, 4u << 20, 0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (t->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_file);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
+    CURLcode cc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    if (cc != CURLE_OK) {
+      snprintf(err, errlen, "listing %s: %s", prefix, curl_easy_strerror(cc));
+      rc = SL_EUNAVAIL;
+    } else if (code != 200 || s.too_big) {
+      rc = s.too_big ? SL_ETOOBIG : status_fault("listing", code, err, errlen);
+    } else {
+      xmlDocPtr doc = xmlReadMemory(s.data ? s.data : "", (int)s.len, "list.xml", NULL,
+                                    XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+      rc = list_page(doc ? xmlDocGetRootElement(doc) : NULL, keys, n, max, token, sizeof token);
+      if (rc) snprintf(err, errlen, "listing %s: %s", prefix, sl_strerror(rc));
+      xmlFreeDoc(doc);
+    }
+    free(s.data);
+  } while (rc == 0 && token[0]);
+  if (rc) {
+    for (size_t i = 0; i < *n; i++) free((*keys)[i]);
+    free(*keys);
+    *keys = NULL;
+    *n = 0;
+  }
+  return rc;
+}

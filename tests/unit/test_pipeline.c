@@ -56,20 +56,23 @@ static void test_builtin(void **state) {
   /* notify reads results beside materialize, with tiers of its own */
   assert_string_equal(sl_pipeline_topic_of(p, "notify", 0, QS), "results");
   assert_true(sl_pipeline_stage_find(p, "notify")->retry);
-  /* 6 declared + dlq + dlq.audit + apikeys + datakeys + 4 tiers of ingest, preflight, stt, grade,
-   * materialize, notify */
+  /* 6 declared + dlq + dlq.audit + apikeys + datakeys + erasures + 4 tiers of ingest, preflight,
+   * stt, grade, materialize, notify */
   const char *all[64];
-  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 34);
+  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 35);
   assert_string_equal(all[6], "dlq");
   assert_string_equal(all[8], "apikeys");
   assert_string_equal(all[9], "datakeys");
-  assert_string_equal(all[29], "materialize.retry.10m");
-  assert_string_equal(all[33], "notify.retry.10m");
-  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 34); /* counts past max */
+  assert_string_equal(all[10], "erasures");
+  assert_string_equal(all[30], "materialize.retry.10m");
+  assert_string_equal(all[34], "notify.retry.10m");
+  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 35); /* counts past max */
   assert_string_equal(sl_pipeline_apikeys(p), "apikeys");
   assert_string_equal(sl_pipeline_message_of(p, "apikeys"), "json:sluice-apikey");
   assert_string_equal(sl_pipeline_datakeys(p), "datakeys");
   assert_string_equal(sl_pipeline_message_of(p, "datakeys"), "bytes:sluice-datakey");
+  assert_string_equal(sl_pipeline_erasures(p), "erasures");
+  assert_string_equal(sl_pipeline_message_of(p, "erasures"), "sluice.v1.ErasureAudit");
   assert_string_equal(sl_pipeline_message_of(p, "stt.retry.2m"), UP);
   assert_null(sl_pipeline_message_of(p, "materialize.retry.2m")); /* two input types */
   assert_string_equal(sl_pipeline_message_of(p, "dlq"), "sluice.v1.DeadLetter");

@@ -8,10 +8,11 @@
  * it answers 201, writes it wrapped (sealed by the operator's
  * key-encryption key, crypto.kek, with aad "sluice-dk-v1\0<sid>") to the
  * pipeline's compacted data-key topic, keyed by the submission id, then to
- * Redis as sl:dk:<bucket tag><sid> (the tag of the submission's other
- * keys). Kafka is the truth; Redis the store stages look keys up in,
- * rebuilt from the topic after a loss (sl_mirror; presign runs it).
- * Neither holds a key in the clear.
+ * Redis as sl:dk:<bucket tag><digest> (the tag of the submission's other
+ * keys; the digest, the first 32 hex digits of the id's SHA-256, so that
+ * the sentinel an erasure leaves does not name the submission). Kafka is the truth; Redis the store
+ * stages look keys up in, rebuilt from the topic after a loss (sl_mirror; presign runs it). Neither
+ * holds a key in the clear.
  *
  * Erasing writes a tombstone to the topic, then replaces the Redis value
  * with the sentinel SL_DKEY_ERASED for crypto.erased_ttl_s (as long as a
@@ -52,7 +53,7 @@ int sl_dkey_setup(const char *kek_hex, int64_t erased_ttl_s);
 /* 1 when data keys are on (crypto.kek set). */
 int sl_dkey_enabled(void);
 
-/* The Redis key of sid's data key into out: "sl:dk:<tag><sid>". 0, or
+/* The Redis key of sid's data key into out: "sl:dk:<tag><digest>". 0, or
  * SL_EINVAL (sid empty, longer than SL_DKEY_SID_MAX, or with a '/'). */
 int sl_dkey_rkey(const char *sid, char out[SL_DKEY_RKEY_MAX]);
 

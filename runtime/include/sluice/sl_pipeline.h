@@ -161,6 +161,10 @@ const char *sl_pipeline_apikeys(const sl_pipeline *p);
 #define SL_PIPELINE_DATAKEYS_DEFAULT "datakeys"
 #define SL_PIPELINE_DATAKEYS_MESSAGE "bytes:sluice-datakey"
 const char *sl_pipeline_datakeys(const sl_pipeline *p);
+/* Where every erasure is recorded (data_keys.audit, "erasures" when
+ * absent): who asked, when, what was erased, never the content. */
+#define SL_PIPELINE_ERASURES_DEFAULT "erasures"
+const char *sl_pipeline_erasures(const sl_pipeline *p);
 
 /* The retry tiers, as "5s,30s,2m,10m" (the format of retry.tiers). */
 const char *sl_pipeline_retry_tiers(const sl_pipeline *p);

@@ -119,6 +119,20 @@ typedef struct {
 int sl_s3_head(sl_s3_conn *c, const sl_s3_target *t, const char *key, sl_s3_head_info *info,
                long *status, char *err, size_t errlen);
 
+/* DELETEs an object (blocking; a presigned DELETE). An object that is not
+ * there is gone too: 0 for 204, 200 and 404. SL_EUNAVAIL for connection
+ * errors, timeouts and 5xx; SL_ESTORAGE for any other status. */
+int sl_s3_delete(sl_s3_conn *c, const sl_s3_target *t, const char *key, long *status, char *err,
+                 size_t errlen);
+
+/* Lists the keys that start with prefix (ListObjectsV2, blocking, at most
+ * max of them, pages followed): *keys a malloc'd array of *n malloc'd
+ * strings (free each, then the array). 0; SL_ETOOBIG when there are more
+ * than max; SL_EUNAVAIL / SL_ESTORAGE as sl_s3_delete; SL_EPARSE for a
+ * reply that is not a listing. */
+int sl_s3_list(sl_s3_conn *c, const sl_s3_target *t, const char *prefix, size_t max, char ***keys,
+               size_t *n, char *err, size_t errlen);
+
 /* ---- multipart uploads (asynchronous) ------------------------------- */
 
 #define SL_S3_MAX_PART_NO 10000 /* S3: part numbers are 1..10000 */
