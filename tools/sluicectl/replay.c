@@ -74,7 +74,7 @@ typedef struct {
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
-static void resolve_actor(const sc_opts *o, char *out, size_t n) {
+void sc_resolve_actor(const sc_opts *o, char *out, size_t n) {
   const char *a = o->actor;
   if (!a || !*a) a = getenv("SUDO_USER");
   if (!a || !*a) a = getenv("USER");
@@ -121,7 +121,7 @@ missing:
 static int write_audit(const sc_opts *o, sc_producer *p, const char *id, entry *es, size_t n,
                        size_t n_replay) {
   char actor[256], host[256], filters[1024];
-  resolve_actor(o, actor, sizeof actor);
+  sc_resolve_actor(o, actor, sizeof actor);
   if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
   host[sizeof host - 1] = '\0';
   sc_filters_text(o, filters, sizeof filters);

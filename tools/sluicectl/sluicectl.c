@@ -168,8 +168,12 @@ static const command commands[] = {
      B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_ADMIN) | B(O_REDIS) | B(O_WATCH) |
          B(O_INTERVAL) | B(O_JSON) | B(O_TENANTS),
      0, 0, sc_status, ""},
+    {"submission", "delete",
+     B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_REDIS) | B(O_JSON) | B(O_ACTOR), 1, 1,
+     sc_submission_delete, "ID (a submission id)"},
     {"submission", NULL, B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_REDIS) | B(O_JSON), 1, 1,
      sc_submission, "ID (a submission id)"},
+    {"erasures", NULL, B(O_BROKERS) | B(O_TIMEOUT) | B(O_HELP) | B(O_JSON), 0, 0, sc_erasures, ""},
     {"keys", NULL, B(O_HELP) | B(O_JSON), 0, 1, sc_keys, "[ID] (a submission id)"},
     {"submit", NULL,
      B(O_HELP) | B(O_PRESIGN) | B(O_PROMPT) | B(O_WAIT) | B(O_JSON) | B(O_MP_THRESHOLD) |
@@ -202,6 +206,8 @@ static void usage(FILE *f) {
           "       sluicectl status [--admin HOST:PORT]... [--redis URL] [--watch] [--interval S]\n"
           "                        [--json] [--tenants]\n"
           "       sluicectl submission ID [--redis URL] [--json]\n"
+          "       sluicectl submission delete ID [--redis URL] [--actor NAME] [--json]\n"
+          "       sluicectl erasures [--json]\n"
           "       sluicectl keys [ID] [--json]\n"
           "       sluicectl submit [--prompt TEXT]... FILE... [--presign URL] [--wait S] [--json]\n"
           "                        [--multipart-threshold BYTES] [--part-size BYTES]\n"
@@ -228,6 +234,11 @@ static void usage(FILE *f) {
           "  --redis (SLUICE_REDIS_URL, redis://127.0.0.1:6379); --watch redraws every\n"
           "  --interval seconds (2); --tenants adds each provider stage's tenants: calls\n"
           "  waiting at its limiter, granted and deferred (summed over replicas).\n"
+          "submission delete: erases submission ID everywhere (docs/privacy.md): its data\n"
+          "  key destroyed (a tombstone on the data-key topic, then Redis), its objects in\n"
+          "  both buckets (SLUICE_S3_*) and its Redis keys deleted, the erasure recorded on\n"
+          "  the erasures topic (--actor); repeat it if it stops half way.\n"
+          "erasures: the erasure records (who, when, what was erased; never content).\n"
           "keys: the Redis keys of submission ID's view and of its bucket (all buckets'\n"
           "  without ID) under SLUICE_REDIS_BUCKETS; connects to nothing.\n"
           "submit: the Nth --prompt goes with the Nth FILE; --presign (PRESIGN_URL,\n"

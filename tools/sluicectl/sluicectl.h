@@ -320,4 +320,14 @@ typedef struct {
  * when it was created). */
 int sc_multipart_upload(const sc_mpu_job *j);
 
+/* ---- shared helpers of the commands ---- */
+/* the operator named in audit records: --actor, $SUDO_USER, $USER, the uid's name */
+void sc_resolve_actor(const sc_opts *o, char *out, size_t n);
+/* 1 when s is a canonical UUID (a submission id) */
+int sc_is_uuid(const char *s);
+
+/* ---- erase.c ---- */
+int sc_submission_delete(const sc_opts *o);
+int sc_erasures(const sc_opts *o);
+
 #endif

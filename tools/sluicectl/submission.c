@@ -38,7 +38,7 @@ typedef struct {
   json_t *events; /* array */
 } scan_ctx;
 
-static int is_uuid(const char *s) {
+int sc_is_uuid(const char *s) {
   if (strlen(s) != 36) return 0;
   for (int i = 0; i < 36; i++) {
     if (i == 8 || i == 13 || i == 18 || i == 23) {
@@ -257,7 +257,7 @@ static json_t *redis_view(const sc_opts *o, const char *sid, int *found) {
 
 int sc_submission(const sc_opts *o) {
   const char *sid = o->args[0];
-  if (!is_uuid(sid)) {
+  if (!sc_is_uuid(sid)) {
     fprintf(stderr,
             "sluicectl: \"%s\" is not a submission id (a UUID like "
             "0190f5a2-7c1e-7b3a-9c2d-1e2f3a4b5c6d)\n(sluicectl --help for usage)\n",

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * lib/erase.h — erasing one submission everywhere it is kept
+ * (docs/privacy.md), the same way for an operator's request (`sluicectl
+ * submission delete`) and for retention.
+ *
+ * In this order, each step safe to repeat (an erasure that stopped half
+ * way is finished by running it again):
+ *   1. its data key destroyed: a tombstone on the data-key topic, acknowledged
+ *      by Kafka, then the sentinel SL_DKEY_ERASED in Redis (sl_dkey.h): every
+ *      sealed copy of its transcript and grade, on every topic and in every
+ *      dead letter, is unreadable from here, and stages drop its work;
+ *   2. its objects: whatever storage lists under submissions/<sid>/ in the
+ *      bucket and derived/submissions/<sid>/ in the derived bucket, deleted;
+ *   3. its Redis keys: the view, its pending members, its change-feed
+ *      entries, every other key that names it (idempotency, claims, hops,
+ *      start counts) and presign's Idempotency-Key record that answers with
+ *      its id;
+ *   4. the audit record (ErasureAudit, never content) on the erasures topic,
+ *      acknowledged.
+ * A Redis Cluster is not walked yet (step 3 needs one SCAN per primary):
+ * there the erasure stops after step 2 with SL_EUNSUPPORTED.
+ *
+ * Blocking. @locality the calling thread; e and its connections are the
+ * caller's.
+ */
+#ifndef SLUICE_LIB_ERASE_H
+#define SLUICE_LIB_ERASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/sl_redis.h"
+#include "sluice/sl_s3.h"
+
+/* Produces one message and waits until Kafka acknowledged it: 0, or an
+ * error code with err set. val NULL: a tombstone. */
+typedef int (*sl__erase_produce_fn)(void *ud, const char *topic, const char *key, const void *val,
+                                    size_t len, char *err, size_t errlen);
+
+typedef struct {
+  sl_redis *redis;
+  sl_s3_conn *s3;
+  const sl_s3_target *bucket, *derived;
+  const char *datakeys_topic, *audit_topic;
+  sl__erase_produce_fn produce;
+  void *produce_ud;
+} sl__eraser;
+
+/* What one erasure did (for its audit record and its caller's report). */
+typedef struct {
+  int key_destroyed;
+  unsigned objects, redis_keys, feed_entries;
+  char audit_id[40];
+} sl__erased;
+
+/* Erases submission sid; actor and reason ("request", "retention") go to
+ * the audit record. 0, or an error code with err saying which step
+ * stopped (run it again). */
+int sl__erase(const sl__eraser *e, const char *sid, const char *actor, const char *reason,
+              sl__erased *out, char *err, size_t errlen);
+
+#endif
