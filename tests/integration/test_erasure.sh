@@ -8,8 +8,9 @@
 # meanwhile: the data keys come back from their topic, and a second
 # submission's view is rebuilt readable. `sluicectl submission delete` then
 # erases the first: its GET answers 404, storage HEADs of its original and
-# derived FLAC answer 404, a SCAN of Redis finds no key naming it, and the
-# erasures topic holds the record; the second submission is untouched.
+# derived FLAC answer 404, a SCAN of Redis finds no key naming it, replaying
+# its dead letter is refused as erased, and the erasures topic holds the
+# record; the second submission is untouched.
 source "$(dirname "$0")/lib.sh"
 export SLUICE_CRYPTO_KEK=${SLUICE_CRYPTO_KEK-$(openssl rand -hex 32)}
 stages_up
@@ -68,6 +69,13 @@ derived=derived/$orig.16k.flac
 check "A's original is in storage before" test "$(head_of "$SLUICE_S3_BUCKET" "$orig")" = 200
 check "A's derived FLAC is in storage before" test "$(head_of "$DB" "$derived")" = 200
 
+# a dead letter of it (what a failed grading leaves), to be replayed after
+head -c 64 /dev/urandom >"$work/dl.bin"
+"$SLUICECTL" dlq inject --stage grade --class provider_error --key "$sid/1" \
+  --replay-topic grade.requests --payload-file "$work/dl.bin" >/dev/null 2>&1
+check "a dead letter of A is there" jqany ".subject_key == \"$sid/1\" or .key == \"$sid/1\"" \
+  "$("$SLUICECTL" dlq list --submission "$sid" --json 2>/dev/null)"
+
 rc=0
 erase=$("$SLUICECTL" submission delete "$sid" --actor erasure-test --json 2>"$work/delete.err") || rc=$?
 
@@ -85,6 +93,11 @@ check "a SCAN of Redis finds no key naming it (${left:-none})" test -z "$left"
 check "the erasures topic records it, with its actor" \
   jqany "(.submissionId // .submission_id) == \"$sid\" and .actor == \"erasure-test\"" \
   "$("$SLUICECTL" erasures --json 2>/dev/null)"
+rrc=0
+replay=$("$SLUICECTL" dlq replay --submission "$sid" --actor erasure-test 2>&1) || rrc=$?
+log "replay: $replay"
+check "replaying its dead letter is refused as erased (exit $rrc)" \
+  bash -c "[[ $rrc != 0 ]] && grep -q 'replayed 0, skipped 1 (erased' <<<'$replay'"
 check "B is untouched" b_readable
 again=$("$SLUICECTL" submission delete "$sid" --json 2>/dev/null || true)
 check "deleting it again succeeds (nothing left to erase)" jqe '.state == "erased" and .objects == 0' "$again"

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "sluicectl.h"
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_trace.h"
 
@@ -216,6 +217,31 @@ static void print_entry(FILE *f, const char *what, const entry *e, const char *t
   fprintf(f, "%s %d:%lld %s%s\n", what, (int)e->dl->partition, (long long)e->dl->offset, key, tail);
 }
 
+/* An erased submission's dead letter is not replayed: its payload is
+ * sealed with a key that no longer exists (docs/privacy.md). 0, or -1
+ * when Redis cannot say (nothing is replayed then). */
+static int check_erased(sl_redis *r, entry *e) {
+  const Sluice__V1__DeadLetter *d = e->dl->d;
+  char sid[64], rkey[SL_DKEY_RKEY_MAX];
+  const char *subject = d->subject_key && d->subject_key[0] ? d->subject_key : NULL;
+  size_t n = subject ? strlen(subject) : d->key.len;
+  const char *k = subject ? subject : (const char *)d->key.data;
+  size_t sl = 0;
+  while (sl < n && k && k[sl] != '/') sl++;
+  if (!k || sl == 0 || sl >= sizeof sid) return 0; /* about no submission */
+  memcpy(sid, k, sl);
+  sid[sl] = '\0';
+  if (sl_dkey_rkey(sid, rkey) != 0) return 0;
+  redisReply *rep = sc_redis(r, 2, "GET", rkey);
+  if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    freeReplyObject(rep);
+    return -1;
+  }
+  if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, SL_DKEY_ERASED) == 0) e->skip = "erased";
+  freeReplyObject(rep);
+  return 0;
+}
+
 int sc_dlq_replay(const sc_opts *o) {
   sc_dl_set s;
   if (sc_dl_collect(o, &s)) return SC_EXIT_FAIL;
@@ -226,14 +252,24 @@ int sc_dlq_replay(const sc_opts *o) {
   }
   int rc = SC_EXIT_FAIL;
   sc_producer p = {0};
+  sl_redis *r = NULL;
   entry *es = calloc(s.n, sizeof *es);
   topic_state ts[64];
   size_t nts = 0, n_replay = 0, n_skip = 0;
   if (!es) goto out;
   if (sc_producer_open(o, &p)) goto out;
+  if (!(r = sc_redis_connect(o->redis_url))) {
+    fprintf(stderr, "sluicectl: nothing replayed: Redis says which submissions were erased\n");
+    goto out;
+  }
   for (size_t i = 0; i < s.n; i++) {
     es[i].dl = &s.v[i];
     if (check_target(o, p.rk, ts, &nts, sizeof ts / sizeof ts[0], &es[i])) goto out;
+    if (!es[i].skip && check_erased(r, &es[i]) != 0) {
+      fprintf(stderr, "sluicectl: nothing replayed: Redis did not say whether %s was erased\n",
+              es[i].dl->d->subject_key);
+      goto out;
+    }
     if (es[i].skip)
       n_skip++;
     else
@@ -367,6 +403,7 @@ int sc_dlq_replay(const sc_opts *o) {
   rc = ok == s.n ? SC_EXIT_OK : SC_EXIT_FAIL;
 out:
   sc_producer_close(&p);
+  sl_redis_free(r);
   free(es);
   sc_dl_free(&s);
   return rc;

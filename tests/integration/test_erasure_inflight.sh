@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Erasure in flight (issue 46, docs/privacy.md), with crypto.kek set and the
+# fake provider as STT and grader: grade is not running, so an answer waits
+# in grade.requests once stt has transcribed it (the view says grading).
+# The submission is then erased, and grade started again: it finds the
+# erased sentinel where the data key was and drops the answer, so the
+# provider gets no grading call for it, nothing is dead-lettered, and the
+# drop is counted (sluice_erased_dropped_total). A second submission,
+# waiting beside it, is graded as usual.
+source "$(dirname "$0")/lib.sh"
+export SLUICE_CRYPTO_KEK=${SLUICE_CRYPTO_KEK-$(openssl rand -hex 32)}
+work=$(mktemp -d)
+at_exit 'rm -rf "$work"'
+fake_up 100 100 0
+"$ROOT/tools/stages" up --replicas grade=0 >/dev/null # grade is started after the erasure
+
+espeak-ng -s 150 -w "$work/a.wav" "On weekends I usually go hiking with my friends."
+new_submission "$work/a.wav" || { fail "no submission"; finish; }
+put_answer 0 "$work/a.wav"
+erased_sid=$SID
+new_submission "$work/a.wav" || { fail "no second submission"; finish; }
+put_answer 0 "$work/a.wav"
+kept_sid=$SID
+grading() { jqe '.questions[0].state == "grading"' "$(view_of "$1" "$SLUICE_API_KEY")"; }
+wait_for 120 grading "$erased_sid" || true
+wait_for 60 grading "$kept_sid" || true
+check "the first answer waits between stt and grade" grading "$erased_sid"
+check "the second one too" grading "$kept_sid"
+
+stats0=$(curl -fsS "http://$FAKE/stats")
+rc=0
+"$SLUICECTL" submission delete "$erased_sid" --actor inflight-test >"$work/delete.out" 2>&1 || rc=$?
+check "sluicectl submission delete succeeds (exit $rc)" test "$rc" = 0
+"$ROOT/tools/stages" scale grade 1 >/dev/null
+
+done_view() { jqe '.questions[0].state == "done"' "$(view_of "$kept_sid" "$SLUICE_API_KEY")"; }
+wait_for 120 done_view || true
+check "the second submission is graded" done_view
+dropped() { at_least 1 metric sluice_erased_dropped_total '' "$(admin grade)"; }
+wait_for 30 dropped || true
+check "grade dropped the erased submission's answer (sluice_erased_dropped_total)" dropped
+sleep 2 # anything later would be a call the provider should not have had
+stats1=$(curl -fsS "http://$FAKE/stats")
+calls=$(provider_calls "$stats0" "$stats1" chat)
+check "one grading call after the erasure, the second submission's ($calls)" test "$calls" = 1
+dl=$("$SLUICECTL" dlq list --submission "$erased_sid" --json 2>/dev/null | jq -s length)
+check "nothing dead-lettered for the erased submission ($dl)" test "$dl" = 0
+code=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $SLUICE_API_KEY" \
+  "$RESULTS_URL/v1/submissions/$erased_sid")
+check "its GET answers 404 ($code)" test "$code" = 404
+
+finish
