@@ -316,6 +316,7 @@ static const char record_lua[] =
  * Scripts go by their SHA-1 (sl_redis_script). */
 
 enum { W_DONE, W_STATUS, W_SUBMISSION, W_RECORD };
+enum { KP_GET, KP_GET_SENT, KP_MARKER, KP_MARKER_SENT, KP_DONE };
 
 typedef struct {
   mat *M;
@@ -348,6 +349,7 @@ typedef struct {
    * key (sl_dkey.h): an erased one's messages are dropped, a sealed
    * status is opened with it before its view is built */
   int keyed;
+  int key_phase;      /* KP_*: the GET of its key, then (none there) the store's marker */
   int drop_dk_marker; /* a sealed status whose key Redis lost: the store is rebuilt */
   char dkkey[SL_DKEY_RKEY_MAX];
 } work;
@@ -511,17 +513,17 @@ static int cmd_hset(work *w) {
 /* Prepares the next command: 1, or 0 when the work is over. */
 static int work_next(work *w) {
   work_free_cmd(w);
-  size_t step = w->step++;
-  if (w->keyed && (w->kind == W_STATUS || w->kind == W_SUBMISSION)) {
-    if (step == 0) {
-      w->argv_fixed[0] = "GET";
-      w->argv_fixed[1] = w->dkkey;
-      w->script = NULL;
-      w->argc = 2;
-      return 1;
-    }
-    step--;
+  if (w->keyed && (w->key_phase == KP_GET || w->key_phase == KP_MARKER) &&
+      (w->kind == W_STATUS || w->kind == W_SUBMISSION)) {
+    int get = w->key_phase == KP_GET;
+    w->argv_fixed[0] = get ? "GET" : "EXISTS";
+    w->argv_fixed[1] = get ? w->dkkey : sl_dkey_marker();
+    w->script = NULL;
+    w->argc = 2;
+    w->key_phase = get ? KP_GET_SENT : KP_MARKER_SENT;
+    return 1;
   }
+  size_t step = w->step++;
   switch (w->kind) {
   case W_STATUS:
     if (step > 0) return 0;
@@ -558,12 +560,20 @@ static int work_next(work *w) {
   }
 }
 
-/* The data key's answer: 0 to go on (opened, or nothing sealed), -1 when
- * the work stops here (erased: done, nothing written; else w->res says
- * why). */
+/* Its offset counts as applied, nothing else is written: a dead letter's
+ * (FAIL), or an erased submission's message (DONE). */
+static int record_only(work *w) {
+  w->kind = w->m->rkt ? W_RECORD : W_DONE;
+  w->key_phase = KP_DONE;
+  return 0;
+}
+
+/* The GET of the data key answered: 0 to go on (opened, nothing sealed,
+ * or none there: the marker is asked next), -1 when the work stops here
+ * (w->res says why). An erased submission's message writes nothing but
+ * its offset. */
 static int key_reply(work *w, const redisReply *rep) {
   const char *sid = w->kind == W_STATUS ? w->st->submission_id : w->sc->submission_id;
-  int sealed = w->kind == W_STATUS && !w->view;
   uint8_t dk[SL_SEAL_KEY_LEN];
   int rc = sl_dkey_from_reply(rep, sid, dk);
   if (rc == SL_EERASED) {
@@ -571,47 +581,68 @@ static int key_reply(work *w, const redisReply *rep) {
     sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
                                      "inputs dropped because their submission was erased"),
                   1);
-    return -1;
+    return record_only(w);
   }
-  if (rc == 0 && sealed) {
-    char key[96];
-    snprintf(key, sizeof key, "%s/%u", sid, w->st->question_no);
-    rc = sl_pbseal_open(&w->st->base, dk, key, strlen(key), NULL);
-    OPENSSL_cleanse(dk, sizeof dk);
-    if (rc) {
-      sl_result_set(w->res, SL_OUTCOME_FAIL, "sealed_invalid",
-                    "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
-    } else if (!(w->view = sl__status_view(w->st, w->label))) {
-      sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
-      return -1;
-    }
-  } else if (rc == SL_ENOTFOUND && sealed) { /* it had one: Redis lost it, rebuilt from Kafka */
-    sl_result_set(w->res, SL_OUTCOME_RETRY, "key_unavailable",
-                  "its submission's data key is not in Redis (lost; being rebuilt)");
-    w->res->again_in_ms = SL_AGAIN_MAX_MS;
-    w->drop_dk_marker = 1;
-    return -1;
-  } else if (rc == SL_EAUTH) {
+  if (rc == SL_ENOTFOUND) {
+    w->key_phase = KP_MARKER;
+    return 0;
+  }
+  if (rc == SL_EAUTH) {
     sl_result_set(w->res, SL_OUTCOME_FAIL, "key_invalid",
                   "its submission's data key does not open with crypto.kek");
-  } else if (rc != 0 && rc != SL_ENOTFOUND) {
+    return record_only(w);
+  }
+  if (rc) {
     sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "looking up its data key: %s",
                   rep && rep->type == REDIS_REPLY_ERROR ? rep->str : sl_strerror(rc));
     return -1;
   }
+  w->key_phase = KP_DONE;
+  if (w->kind != W_STATUS || w->view) { /* nothing sealed */
+    OPENSSL_cleanse(dk, sizeof dk);
+    return 0;
+  }
+  char key[96];
+  snprintf(key, sizeof key, "%s/%u", sid, w->st->question_no);
+  rc = sl_pbseal_open(&w->st->base, dk, key, strlen(key), NULL);
   OPENSSL_cleanse(dk, sizeof dk);
-  if (w->res->outcome == SL_OUTCOME_FAIL) { /* its offset still counts as applied */
-    w->kind = w->m->rkt ? W_RECORD : W_DONE;
-    w->step = 0;
-    w->keyed = 0;
+  if (rc) {
+    sl_result_set(w->res, SL_OUTCOME_FAIL, "sealed_invalid",
+                  "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
+    return record_only(w);
+  }
+  if (!(w->view = sl__status_view(w->st, w->label))) {
+    sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
+    return -1;
   }
   return 0;
+}
+
+/* No key in Redis; the store's marker answered. Complete: a submission
+ * from before crypto.kek, applied as it is, unless its status is sealed
+ * (it had a key: Redis lost it, so the store is rebuilt). Incomplete (a
+ * Redis that lost its data): tried again once the store is rebuilt, so
+ * that a view rebuild never brings back an erased submission whose
+ * sentinel is not back yet. */
+static int marker_reply(work *w, const redisReply *rep) {
+  int complete = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+  int sealed = w->kind == W_STATUS && !w->view;
+  if (complete && !sealed) {
+    w->key_phase = KP_DONE;
+    return 0;
+  }
+  sl_result_set(w->res, SL_OUTCOME_RETRY, "key_unavailable",
+                "its submission's data key is not in Redis (the store is being rebuilt)");
+  w->res->again_in_ms = SL_AGAIN_MAX_MS;
+  w->drop_dk_marker = complete; /* sealed, yet no key: lost */
+  return -1;
 }
 
 /* Takes the current command's answer (NULL: Redis unavailable). Returns 0
  * to go on, -1 when the work stops here (w->res says why). */
 static int work_reply(work *w, const redisReply *rep) {
-  if (w->keyed && w->step == 1) return key_reply(w, rep);
+  if (w->keyed && w->key_phase == KP_GET_SENT) return key_reply(w, rep);
+  if (w->keyed && w->key_phase == KP_MARKER_SENT) return marker_reply(w, rep);
   if (w->kind == W_RECORD) return 0; /* a dead letter's outcome stands */
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     if (!w->err[0])

@@ -10,7 +10,9 @@
 # erases the first: its GET answers 404, storage HEADs of its original and
 # derived FLAC answer 404, a SCAN of Redis finds no key naming it, replaying
 # its dead letter is refused as erased, and the erasures topic holds the
-# record; the second submission is untouched.
+# record; the second submission is untouched. A second FLUSHALL, with
+# presign down, rebuilds the view from Kafka without bringing the erased
+# submission back, before and after the key store is rebuilt.
 source "$(dirname "$0")/lib.sh"
 export SLUICE_CRYPTO_KEK=${SLUICE_CRYPTO_KEK-$(openssl rand -hex 32)}
 stages_up
@@ -99,6 +101,26 @@ log "replay: $replay"
 check "replaying its dead letter is refused as erased (exit $rrc)" \
   bash -c "[[ $rrc != 0 ]] && grep -q 'replayed 0, skipped 1 (erased' <<<'$replay'"
 check "B is untouched" b_readable
+# Redis loses everything again, this time with presign (which rebuilds the
+# key store) down: the view is rebuilt from Kafka, where A's create and
+# statuses still are, and must not bring A back while its sentinel is gone
+"$ROOT/tools/stages" kill presign >/dev/null
+RC FLUSHALL >/dev/null
+names_a() { [[ -n $(RC --scan --pattern "*$sid*" | head -1 || true) ]]; }
+WAIT_FOR_POLL_S=0.2 wait_for 10 names_a || true
+left=$(RC --scan --pattern "*$sid*" | head -5 || true)
+check "the view rebuilt without the key store brings no key of the erased submission back (${left:-none})" \
+  test -z "$left"
+"$ROOT/tools/stages" up >/dev/null # presign again: the store, then the view, complete
+marked() { [[ $(RC EXISTS sl:view:epoch) == 1 && $(RC EXISTS sl:dk:epoch) == 1 ]]; }
+rebuilt() { marked && b_readable; }
+wait_for 90 rebuilt || true
+check "then the key store and the view are rebuilt, B readable" rebuilt
+WAIT_FOR_POLL_S=0.2 wait_for 5 names_a || true
+left=$(RC --scan --pattern "*$sid*" | head -5 || true)
+check "and still no key names the erased submission (${left:-none})" test -z "$left"
+code=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$RESULTS_URL/v1/submissions/$sid")
+check "its GET still answers 404 ($code)" test "$code" = 404
 again=$("$SLUICECTL" submission delete "$sid" --json 2>/dev/null || true)
 check "deleting it again succeeds (nothing left to erase)" jqe '.state == "erased" and .objects == 0' "$again"
 
