@@ -362,8 +362,9 @@ static void go_on(plugin_job *c) {
     run_plugin(c);
 }
 
-/* Redis answered the data key's GET (c->dk_reply, kept) and the marker's
- * EXISTS: the input opened, the outputs sealed with it, and on; erased:
+/* Redis answered the data key's GET (c->dk_rc) and the store marker's
+ * EXISTS (c->dk_complete): the input opened, the outputs sealed with it,
+ * and on; erased:
  * done with no output, the provider not paid; missing while the store is
  * complete (a submission from before crypto.kek): an input with nothing
  * sealed goes on unsealed, a sealed one proves its key was lost, so the
