@@ -80,6 +80,19 @@ static int pack(const sl_outbox *ob, const char *key, const ProtobufCMessage *ms
 int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
                      const ProtobufCMessage *msg) {
   if (!ob || !key || !msg) return ob ? ob->failed = SL_EINVAL : SL_EINVAL;
+  const char *const *fields = NULL;
+  size_t nf = 0;
+  if (!ob->sealing || !sl_pbseal_personal(msg->descriptor, &fields, &nf)) {
+    /* nothing to seal: packed on the stack when it fits (bench/cost), as
+     * before sealing existed */
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t stackbuf[4096], *sb = n <= sizeof stackbuf ? stackbuf : malloc(n);
+    if (!sb) return ob->failed = SL_ENOMEM;
+    protobuf_c_message_pack(msg, sb);
+    int rc = sl_outbox_add(ob, topic, key, sb, n);
+    if (sb != stackbuf) free(sb);
+    return rc;
+  }
   uint8_t *buf = NULL;
   size_t n = 0;
   int rc = pack(ob, key, msg, &buf, &n);
