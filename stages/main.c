@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c — the `sluice` binary: one subcommand per stage.
- *   sluice presign|ingest|stt|grade|materialize|results|notify [--help]
+ *   sluice presign|ingest|stt|grade|materialize|results|notify|erase [--help]
  *   sluice stage NAME      the stage NAME of the pipeline (stages/step)
  *   sluice plugin run|list|doc   plugins outside a stage (stages/plugin)
  *   sluice config-doc      print every setting as Markdown (docs/configuration.md)
@@ -35,6 +35,7 @@
   X(sl__materialize_stage)                                                                         \
   X(sl__results_stage)                                                                             \
   X(sl__notify_stage)                                                                              \
+  X(sl__erase_stage)                                                                               \
   X(sl__plugin_command)                                                                            \
   X(sl__step_stage)
 

@@ -61,6 +61,7 @@ int sl_dkey_setup(const char *kek_hex, int64_t ttl_s) {
 }
 
 int sl_dkey_enabled(void) { return enabled; }
+int64_t sl_dkey_erased_ttl_s(void) { return erased_ttl_s; }
 
 static int sid_ok(const char *sid, size_t n) {
   return n > 0 && n <= SL_DKEY_SID_MAX && !memchr(sid, '/', n) && !memchr(sid, '\0', n);

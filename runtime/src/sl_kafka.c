@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -37,6 +38,27 @@ rd_kafka_resp_err_t sl_kafka_send(rd_kafka_t *rk, const char *topic, const void 
                                   void *value, size_t len, int msgflags, sl_kafka_sent_fn cb,
                                   void *ctx) {
   return sl_kafka_send_traced(rk, topic, key, keylen, value, len, msgflags, NULL, cb, ctx);
+}
+
+typedef struct {
+  atomic_int done;
+  rd_kafka_resp_err_t err;
+} sync_wait;
+
+static void on_waited(rd_kafka_resp_err_t err, void *ctx) {
+  sync_wait *w = ctx;
+  w->err = err;
+  atomic_store(&w->done, 1);
+}
+
+rd_kafka_resp_err_t sl_kafka_send_wait(rd_kafka_t *rk, const char *topic, const void *key,
+                                       size_t keylen, const void *val, size_t len) {
+  sync_wait w = {0};
+  rd_kafka_resp_err_t e =
+      sl_kafka_send(rk, topic, key, keylen, (void *)val, len, RD_KAFKA_MSG_F_COPY, on_waited, &w);
+  if (e) return e;
+  while (!atomic_load(&w.done)) rd_kafka_poll(rk, 50);
+  return w.err;
 }
 
 rd_kafka_resp_err_t sl_kafka_send_traced(rd_kafka_t *rk, const char *topic, const void *key,

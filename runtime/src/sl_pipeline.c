@@ -42,7 +42,7 @@ static const ProtobufCMessageDescriptor *const messages[] = {
     &sluice__v1__submission_created__descriptor, &sluice__v1__upload_completed__descriptor,
     &sluice__v1__transcript__descriptor,         &sluice__v1__question_status__descriptor,
     &sluice__v1__dead_letter__descriptor,        &sluice__v1__replay_audit__descriptor,
-    &sluice__v1__erasure_audit__descriptor,
+    &sluice__v1__erasure_audit__descriptor,      &sluice__v1__erasure_request__descriptor,
 };
 
 static int fail(char *err, size_t errlen, const char *source, const char *fmt, ...) {

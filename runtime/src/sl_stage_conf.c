@@ -337,6 +337,7 @@ int sl_common_pipeline(sl_common_conf *cc, const char *stage, char *err, size_t 
       {"sluice.v1.UploadCompleted", offsetof(sl_common_conf, topic_stt_requests)},
       {"sluice.v1.Transcript", offsetof(sl_common_conf, topic_grade_requests)},
       {"sluice.v1.QuestionStatus", offsetof(sl_common_conf, topic_results)},
+      {"sluice.v1.ErasureRequest", offsetof(sl_common_conf, topic_erasure_requests)},
   };
   for (size_t i = 0; i < sizeof by_type / sizeof by_type[0]; i++) {
     /* what the stage writes wins over what it reads (there is one of each

@@ -60,14 +60,47 @@ static int delete_listed(const sl__eraser *e, const sl_s3_target *t, const char 
   return rc;
 }
 
-static int delete_objects(const sl__eraser *e, const char *sid, sl__erased *out, char *err,
-                          size_t errlen) {
+static int delete_objects(const sl__eraser *e, const char *sid, unsigned parts, sl__erased *out,
+                          char *err, size_t errlen) {
   char prefix[160];
+  int rc = 0;
   snprintf(prefix, sizeof prefix, "submissions/%s/", sid);
-  int rc = delete_listed(e, e->bucket, prefix, &out->objects, err, errlen);
+  if (!parts || (parts & SL__ERASE_AUDIO))
+    rc = delete_listed(e, e->bucket, prefix, &out->objects, err, errlen);
   snprintf(prefix, sizeof prefix, SL_S3_DERIVED_PREFIX "submissions/%s/", sid);
-  if (rc == 0) rc = delete_listed(e, e->derived, prefix, &out->objects, err, errlen);
+  if (rc == 0 && (!parts || (parts & SL__ERASE_DERIVED)))
+    rc = delete_listed(e, e->derived, prefix, &out->objects, err, errlen);
   return rc;
+}
+
+int sl__erasure_rkey(const char *sid, char out[SL__ERASURE_RKEY_MAX]) {
+  char dk[SL_DKEY_RKEY_MAX];
+  if (sl_dkey_rkey(sid, dk) != 0) return SL_EINVAL;
+  snprintf(out, SL__ERASURE_RKEY_MAX, "sl:erasure:%s", dk + sizeof "sl:dk:" - 1);
+  return 0;
+}
+
+/* The state record: state and the fields after it (name, value pairs, NULL
+ * ended), kept crypto.erased_ttl_s; "erasing" never replaces "erased". */
+static const char record_lua[] =
+    "if ARGV[2] == 'erasing' and redis.call('HGET', KEYS[1], 'state') == 'erased' then\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(ARGV, 3))\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[1])\n"
+    "return 1\n";
+
+static int record(const sl__eraser *e, const char *sid, const char *state, const char *const *kv,
+                  char *err, size_t errlen) {
+  char rkey[SL__ERASURE_RKEY_MAX], ttl[24];
+  if (sl__erasure_rkey(sid, rkey) != 0) return SL_EINVAL;
+  snprintf(ttl, sizeof ttl, "%lld", (long long)sl_dkey_erased_ttl_s());
+  const char *argv[16] = {"EVAL", record_lua, "1", rkey, ttl, state};
+  int argc = 6;
+  for (; kv && kv[argc - 6] && argc < 16; argc++) argv[argc] = kv[argc - 6];
+  redisReply *r = cmd(e, argc, argv, err, errlen);
+  freeReplyObject(r);
+  return r ? 0 : SL_EREDIS;
 }
 
 /* DEL of one key: 1 when it was there */
@@ -165,7 +198,8 @@ static long feed_delete(const sl__eraser *e, const char *feed, const char *hkey,
   return n;
 }
 
-/* 3. the Redis keys; the tenant read from the view before it goes */
+/* 3. the Redis keys; the tenant and the owner read from the view before it
+ * goes (the owner into the state record, to follow it by) */
 static int delete_redis(const sl__eraser *e, const char *sid, sl__erased *out, char *tenant,
                         size_t tlen, char *err, size_t errlen) {
   char hkey[SL__VIEW_KEY_MAX], pending[SL__VIEW_KEY_MAX], feed[SL__VIEW_KEY_MAX], pat[128];
@@ -173,9 +207,18 @@ static int delete_redis(const sl__eraser *e, const char *sid, sl__erased *out, c
   sl__view_sub_key(hkey, sizeof hkey, sid);
   sl__view_key(pending, sizeof pending, SL__PENDING, bucket);
   sl__view_key(feed, sizeof feed, SL__VIEW_FEED, bucket);
-  const char *hget[] = {"HGET", hkey, "tenant"};
-  redisReply *t = cmd(e, 3, hget, err, errlen);
-  if (t && t->type == REDIS_REPLY_STRING) snprintf(tenant, tlen, "%s", t->str);
+  const char *hget[] = {"HMGET", hkey, "tenant", "user"};
+  redisReply *t = cmd(e, 4, hget, err, errlen);
+  if (t && t->type == REDIS_REPLY_ARRAY && t->elements == 2) {
+    if (t->element[0]->type == REDIS_REPLY_STRING) snprintf(tenant, tlen, "%s", t->element[0]->str);
+    if (t->element[1]->type == REDIS_REPLY_STRING) {
+      const char *kv[] = {"user", t->element[1]->str, NULL};
+      if (record(e, sid, "erasing", kv, err, errlen) != 0) {
+        freeReplyObject(t);
+        return SL_EREDIS;
+      }
+    }
+  }
   freeReplyObject(t);
   long p = pending_delete(e, pending, sid, err, errlen);
   long f = p < 0 ? -1 : feed_delete(e, feed, hkey, err, errlen);
@@ -218,22 +261,42 @@ static int audit(const sl__eraser *e, const char *sid, const char *actor, const 
   return rc;
 }
 
-int sl__erase(const sl__eraser *e, const char *sid, const char *actor, const char *reason,
-              sl__erased *out, char *err, size_t errlen) {
+/* A retention of parts: their objects, and the record of it. */
+static int erase_parts(const sl__eraser *e, const char *sid, unsigned parts, const char *actor,
+                       sl__erased *out, char *err, size_t errlen) {
+  char why[512] = "";
+  int rc = delete_objects(e, sid, parts, out, why, sizeof why);
+  const char *reason = parts == SL__ERASE_AUDIO     ? "retention:audio"
+                       : parts == SL__ERASE_DERIVED ? "retention:derived"
+                                                    : "retention:objects";
+  if (rc == 0) rc = audit(e, sid, actor, reason, "", out, why, sizeof why);
+  if (rc) {
+    snprintf(err, errlen, "%s: %s", reason, why[0] ? why : sl_strerror(rc));
+    return rc;
+  }
+  sl_log(SL_LOG_INFO, sid, "%s: %u object(s) deleted", reason, out->objects);
+  return 0;
+}
+
+int sl__erase(const sl__eraser *e, const char *sid, unsigned parts, const char *actor,
+              const char *reason, sl__erased *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char rkey[SL_DKEY_RKEY_MAX], tenant[128] = "";
-  if (!e || !sid || sl_dkey_rkey(sid, rkey) != 0 || !actor || !reason) {
+  if (!e || !sid || sl_dkey_rkey(sid, rkey) != 0 || !actor || !reason ||
+      (parts & ~(SL__ERASE_AUDIO | SL__ERASE_DERIVED))) {
     snprintf(err, errlen, "not a submission id");
     return SL_EINVAL;
   }
+  if (parts) return erase_parts(e, sid, parts, actor, out, err, errlen);
   char why[512] = "";
-  int rc = destroy_key(e, sid, why, sizeof why);
+  int rc = record(e, sid, "erasing", NULL, why, sizeof why);
+  if (rc == 0) rc = destroy_key(e, sid, why, sizeof why);
   if (rc) {
     snprintf(err, errlen, "destroying its data key: %s", why[0] ? why : sl_strerror(rc));
     return rc;
   }
   out->key_destroyed = 1;
-  if ((rc = delete_objects(e, sid, out, why, sizeof why)) != 0) {
+  if ((rc = delete_objects(e, sid, 0, out, why, sizeof why)) != 0) {
     snprintf(err, errlen, "deleting its objects: %s", why[0] ? why : sl_strerror(rc));
     return rc;
   }
@@ -247,6 +310,14 @@ int sl__erase(const sl__eraser *e, const char *sid, const char *actor, const cha
   }
   if ((rc = audit(e, sid, actor, reason, tenant, out, why, sizeof why)) != 0) {
     snprintf(err, errlen, "recording the erasure: %s", why[0] ? why : sl_strerror(rc));
+    return rc;
+  }
+  char at[24], objects[16];
+  snprintf(at, sizeof at, "%lld", (long long)sl_now_ms());
+  snprintf(objects, sizeof objects, "%u", out->objects);
+  const char *kv[] = {"erased_at_ms", at, "objects", objects, "audit_id", out->audit_id, NULL};
+  if ((rc = record(e, sid, "erased", kv, why, sizeof why)) != 0) {
+    snprintf(err, errlen, "recording its state: %s", why[0] ? why : sl_strerror(rc));
     return rc;
   }
   sl_log(SL_LOG_INFO, sid, "erased by %s (%s): key destroyed, %u object(s), %u Redis key(s)", actor,

@@ -21,6 +21,17 @@
  * A Redis Cluster is not walked yet (step 3 needs one SCAN per primary):
  * there the erasure stops after step 2 with SL_EUNSUPPORTED.
  *
+ * Its state, for the owner to follow (GET /v1/submissions/{id}/erasure,
+ * results.c): the hash sl__erasure_rkey(sid) — state "erasing" from the
+ * request (results) or the first step, "erased" after the last, with
+ * requested_at_ms, erased_at_ms, objects and the owner's user — kept
+ * crypto.erased_ttl_s, as long as the key's sentinel. It names the
+ * submission by digest only, so step 3 leaves it.
+ *
+ * A retention of one part (SL__ERASE_AUDIO, SL__ERASE_DERIVED) deletes
+ * that part's objects and records it (reason "retention:audio",
+ * "retention:derived"): the submission itself stays readable.
+ *
  * Blocking. @locality the calling thread; e and its connections are the
  * caller's.
  */
@@ -30,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_redis.h"
 #include "sluice/sl_s3.h"
 
@@ -47,6 +59,15 @@ typedef struct {
   void *produce_ud;
 } sl__eraser;
 
+/* What to erase: everything (0), or one retention part */
+#define SL__ERASE_AUDIO 1u   /* the uploaded answers (s3.bucket) */
+#define SL__ERASE_DERIVED 2u /* the derived objects (s3.derived_bucket) */
+
+/* The erasure state record of sid: "sl:erasure:<tag><digest>" (the data
+ * key's digest, sl_dkey_rkey). 0 or SL_EINVAL. */
+#define SL__ERASURE_RKEY_MAX (SL_DKEY_RKEY_MAX + 8)
+int sl__erasure_rkey(const char *sid, char out[SL__ERASURE_RKEY_MAX]);
+
 /* What one erasure did (for its audit record and its caller's report). */
 typedef struct {
   int key_destroyed;
@@ -54,10 +75,10 @@ typedef struct {
   char audit_id[40];
 } sl__erased;
 
-/* Erases submission sid; actor and reason ("request", "retention") go to
- * the audit record. 0, or an error code with err saying which step
- * stopped (run it again). */
-int sl__erase(const sl__eraser *e, const char *sid, const char *actor, const char *reason,
-              sl__erased *out, char *err, size_t errlen);
+/* Erases submission sid (parts 0), or the parts of it (SL__ERASE_*);
+ * actor and reason ("request", "retention") go to the audit record. 0, or
+ * an error code with err saying which step stopped (run it again). */
+int sl__erase(const sl__eraser *e, const char *sid, unsigned parts, const char *actor,
+              const char *reason, sl__erased *out, char *err, size_t errlen);
 
 #endif

@@ -35,6 +35,7 @@ struct sl__plugin_stage; /* lib/plugin_stage.h */
 #define SL__MSG_UPLOAD "sluice.v1.UploadCompleted"
 #define SL__MSG_TRANSCRIPT "sluice.v1.Transcript"
 #define SL__MSG_STATUS "sluice.v1.QuestionStatus"
+#define SL__MSG_ERASURE "sluice.v1.ErasureRequest"
 
 typedef struct sl__stage_desc {
   const char *name;    /* the subcommand: `sluice <name>` */

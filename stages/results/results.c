@@ -32,6 +32,19 @@
  * GET /v1/submissions/{id}/events streams the same view as server-sent
  * events (see "server-sent events" below).
  *
+ * DELETE /v1/submissions/{id}, with the owner's API key or JWT (a results
+ * token may read, not erase: 403), asks for the submission to be erased
+ * (docs/privacy.md): an ErasureRequest written to the erasure requests
+ * topic and acknowledged by Kafka, then the erasure's state record
+ * (lib/erase.h) set to "erasing", then 202 with that state; the erase stage
+ * carries it out and sets "erased". GET /v1/submissions/{id}/erasure (the
+ * owner) answers the record; a DELETE of a submission that has one
+ * answers it too (202 while erasing, 200 once erased), so repeating it
+ * asks for nothing more. Kafka refusing or not answering within
+ * results.kafka_timeout_ms: 503 with Retry-After, nothing recorded. A
+ * pipeline whose results stage writes no topic of ErasureRequest (one
+ * from before erasures) answers a DELETE 501 erasure_not_configured.
+ *
  * A submission reaches the view a moment after presign's 201 (materialize
  * applies its create from Kafka), longer when materialize is behind. An id
  * not in the view whose UUIDv7 time is within results.pending_s of now is
@@ -49,7 +62,8 @@
  * call; and every stream ends after results.stream_max_s (checked at each
  * heartbeat), so EventSource reconnects and its credential is checked again.
  *
- * @locality single thread (libuv loop). Redis is only read through two
+ * @locality single thread (libuv loop); the erasure requests' delivery
+ * reports are served on it too (sl_kafka_uv). Redis is only read through two
  * asynchronous connections, so the loop never waits for it: one for
  * requests (an API key's user, the view, a poll's version check, the
  * streams' refreshes) with the deadline results.redis_timeout_ms, after
@@ -69,7 +83,9 @@
 #include <string.h>
 #include <uv.h>
 
+#include "sluice.pb-c.h"
 #include "sluice/sl_aredis.h"
+#include "sluice/sl_kafka.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_http.h"
 #include "sluice/sl_id.h"
@@ -78,6 +94,7 @@
 #include "sluice/sl_redis.h"
 #include "sluice/sl_rkey.h"
 #include "lib/auth.h"
+#include "lib/erase.h"
 
 typedef struct {
   char *listen;
@@ -92,6 +109,7 @@ typedef struct {
   int64_t stream_max_s;
   int64_t redis_timeout_ms;
   char *client_address_header;
+  int64_t kafka_timeout_ms;
 } results_conf;
 
 static const sl_conf_entry results_table[] = {
@@ -136,6 +154,8 @@ static const sl_conf_entry results_table[] = {
      "EventSource reconnects with Last-Event-ID, which checks the credential again and "
      "loses no event (0: no limit)",
      0},
+    {"results.kafka_timeout_ms", SL_CONF_INT, "5000", offsetof(results_conf, kafka_timeout_ms),
+     "how long a DELETE waits for Kafka to take its erasure request before answering 503", 0},
     {"results.redis_timeout_ms", SL_CONF_INT, "1000", offsetof(results_conf, redis_timeout_ms),
      "deadline of the Redis reads a request waits for (the credential, the view): a Redis that "
      "has answered none of them for this long is treated as down, the requests waiting get 503 "
@@ -197,6 +217,9 @@ typedef struct {
   size_t feed_got;      /* entries read in this round of the buckets */
   int feed_lost;        /* the feed failed: every stream catches up */
   int stopping;
+  rd_kafka_t *producer; /* erasure requests */
+  sl_kafka_uv *ku;      /* its delivery reports, on the loop */
+  sl_metric *m_erase_asked;
 } results;
 
 static int valid_id(const char *s) {
@@ -282,7 +305,7 @@ static void count_put(results *R, sse_count *c) {
 /* What a request reads the view for: a poll (a 304 may be decided from the
  * version), the full view, or an event stream (the token may come in the
  * query). */
-enum { VIEW_POLL, VIEW_FULL, VIEW_EVENTS };
+enum { VIEW_POLL, VIEW_FULL, VIEW_EVENTS, VIEW_ERASE, VIEW_ERASURE };
 
 /* Whether the credential may read submission sid, whose hash holds owner
  * and tok (the results token's hash; either may be NULL): user is the
@@ -501,6 +524,8 @@ typedef struct {
   char qtok[128];
   char user[SL__USER_MAX + 1]; /* an API key's or JWT's user, or "" */
   sse_count *addr, *ccount;    /* VIEW_EVENTS: counts reserved for its stream */
+  int record_read;             /* VIEW_ERASE: no erasure record: now the view */
+  int64_t asked_ms;            /* VIEW_ERASE: when its request went to Kafka */
 } lookup;
 
 static const char nf[] = "no submission with this id for these credentials";
@@ -588,6 +613,15 @@ static void authorized_view(results *R, sl_http_req *req, const char *sid, int m
     return;
   }
   lk->cred = cred;
+  if ((mode == VIEW_ERASE || mode == VIEW_ERASURE) && kind != SL__CRED_JWT &&
+      kind != SL__CRED_APIKEY) {
+    sl_http_respond_error(req, 403, "owner_required",
+                          "only the submission's owner (its API key or JWT) may erase it or "
+                          "follow its erasure; a results token only reads",
+                          NULL);
+    lookup_free(lk);
+    return;
+  }
   if (kind == SL__CRED_JWT) {
     char why[160], tenant[SL__USER_MAX + 1]; /* reading is not counted against a tenant */
     if (sl__auth_jwt(R->auth, cred, sl_now_ms() / 1000, lk->user, tenant, why, sizeof why) != 0) {
@@ -614,6 +648,8 @@ static void authorized_view(results *R, sl_http_req *req, const char *sid, int m
 }
 
 static void on_view(redisReply *rep, void *ud);
+static void lookup_erasure(lookup *lk);
+static void erase_request(lookup *lk, const char *tenant);
 
 static void lookup_view(lookup *lk) {
   results *R = lk->R;
@@ -621,6 +657,10 @@ static void lookup_view(lookup *lk) {
     sl_metric_add(R->m_404, 1);
     sl_http_respond_error(lk->req, 404, "not_found", nf, NULL);
     lookup_free(lk);
+    return;
+  }
+  if (lk->mode == VIEW_ERASURE || (lk->mode == VIEW_ERASE && !lk->record_read)) {
+    lookup_erasure(lk); /* a DELETE: its record first */
     return;
   }
   if (lk->mode == VIEW_POLL && fresh_304(R, lk->req, lk->sid, lk->cred, lk->user)) {
@@ -683,7 +723,9 @@ static void on_view(redisReply *rep, void *ud) {
     return;
   }
   if (may_read(lk->sid, field(rep, "user"), field(rep, "token"), lk->user, lk->cred)) {
-    if (lk->mode == VIEW_EVENTS) {
+    if (lk->mode == VIEW_ERASE) {
+      erase_request(lk, field(rep, "tenant"));
+    } else if (lk->mode == VIEW_EVENTS) {
       events_reply(lk, rep, NULL);
     } else {
       submission_reply(R, lk->req, lk->sid, rep);
@@ -703,6 +745,144 @@ static void on_view(redisReply *rep, void *ud) {
 
 static void get_submission(results *R, sl_http_req *req, const char *sid, int mode) {
   authorized_view(R, req, sid, mode, NULL, NULL);
+}
+
+/* ---- erasure (DELETE /v1/submissions/{id}, GET .../erasure) ---- */
+
+/* The erasure's state as the answer: 202 for a DELETE while it is under
+ * way, else 200 (times and objects: text from the record, or NULL). Frees
+ * lk. */
+static void erasure_answer(lookup *lk, const char *state, const char *requested_ms,
+                           const char *erased_ms, const char *objects) {
+  json_t *o = json_object(), *e = json_object();
+  json_object_set_new(o, "submission_id", json_string(lk->sid));
+  json_object_set_new(e, "state", json_string(state ? state : "erasing"));
+  if (requested_ms)
+    json_object_set_new(e, "requested_at_ms", json_integer(strtoll(requested_ms, NULL, 10)));
+  if (erased_ms) json_object_set_new(e, "erased_at_ms", json_integer(strtoll(erased_ms, NULL, 10)));
+  if (objects) json_object_set_new(e, "objects_deleted", json_integer(strtoll(objects, NULL, 10)));
+  json_object_set_new(o, "erasure", e);
+  char *body = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  int erased = state && strcmp(state, "erased") == 0;
+  int status = lk->mode == VIEW_ERASE && !erased ? 202 : 200;
+  char hdr[160];
+  snprintf(hdr, sizeof hdr, "Cache-Control: no-store\r\nLocation: /v1/submissions/%s/erasure\r\n",
+           lk->sid);
+  sl_metric_add(lk->R->m_ok, 1);
+  if (body)
+    sl_http_respond(lk->req, status, "application/json", hdr, body, strlen(body));
+  else
+    sl_http_respond_error(lk->req, 500, "internal", "out of memory", NULL);
+  free(body);
+  lookup_free(lk);
+}
+
+static void on_erasure(redisReply *rep, void *ud) {
+  lookup *lk = ud;
+  results *R = lk->R;
+  if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+    unavailable(R, lk->req, "erasure records are unavailable; retry later");
+    lookup_free(lk);
+    return;
+  }
+  const char *owner = field(rep, "user");
+  if (rep->elements > 0 && owner && sl_secure_equal(owner, lk->user)) {
+    erasure_answer(lk, field(rep, "state"), field(rep, "requested_at_ms"),
+                   field(rep, "erased_at_ms"), field(rep, "objects"));
+    return;
+  }
+  if (lk->mode == VIEW_ERASE && rep->elements == 0) {
+    lk->record_read = 1; /* now the view, and the owner in it */
+    lookup_view(lk);
+    return;
+  }
+  sl_metric_add(R->m_404, 1);
+  sl_http_respond_error(lk->req, 404, "not_found", nf, NULL);
+  lookup_free(lk);
+}
+
+static void lookup_erasure(lookup *lk) {
+  char rkey[SL__ERASURE_RKEY_MAX];
+  const char *argv[] = {"HGETALL", rkey};
+  if (sl__erasure_rkey(lk->sid, rkey) != 0 || ar_cmd(lk->R, on_erasure, lk, 2, argv) != 0) {
+    unavailable(lk->R, lk->req, "erasure records are unavailable; retry later");
+    lookup_free(lk);
+  }
+}
+
+/* The request is in Kafka and its record says so (or Redis did not take
+ * it: the erase stage records it as it starts): 202. */
+static void on_recorded(redisReply *rep, void *ud) {
+  lookup *lk = ud;
+  if (!rep || rep->type == REDIS_REPLY_ERROR)
+    sl_log(SL_LOG_WARN, lk->sid, "erasure requested; its state not recorded: %s",
+           rep && rep->str ? rep->str : "Redis did not answer");
+  char at[24];
+  snprintf(at, sizeof at, "%lld", (long long)lk->asked_ms);
+  erasure_answer(lk, "erasing", at, NULL, NULL);
+}
+
+/* HSET of the record unless it says erased already (erase.h's script
+ * would do the same): state, owner, when */
+static const char record_lua[] =
+    "if redis.call('HGET', KEYS[1], 'state') ~= 'erased' then\n"
+    "  redis.call('HSET', KEYS[1], 'state', 'erasing', 'user', ARGV[1], 'requested_at_ms', "
+    "ARGV[2])\n"
+    "end\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
+    "return 1\n";
+
+static void on_erase_sent(rd_kafka_resp_err_t err, void *ctx) {
+  lookup *lk = ctx;
+  results *R = lk->R;
+  if (err) {
+    sl_log(SL_LOG_WARN, lk->sid, "erasure request not taken by Kafka: %s", rd_kafka_err2str(err));
+    unavailable(R, lk->req, "the erasure request could not be stored; retry later");
+    lookup_free(lk);
+    return;
+  }
+  sl_metric_add(R->m_erase_asked, 1);
+  sl_log(SL_LOG_INFO, lk->sid, "erasure requested by its owner");
+  char rkey[SL__ERASURE_RKEY_MAX], at[24], ttl[24];
+  snprintf(at, sizeof at, "%lld", (long long)lk->asked_ms);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)sl_dkey_erased_ttl_s());
+  const char *argv[] = {"EVAL", record_lua, "1", rkey, lk->user, at, ttl};
+  if (sl__erasure_rkey(lk->sid, rkey) != 0 || ar_cmd(R, on_recorded, lk, 7, argv) != 0)
+    on_recorded(NULL, lk);
+}
+
+/* The owner asked to erase lk's submission (tenant from its view). */
+static void erase_request(lookup *lk, const char *tenant) {
+  results *R = lk->R;
+  Sluice__V1__ErasureRequest q = SLUICE__V1__ERASURE_REQUEST__INIT;
+  q.submission_id = lk->sid;
+  q.actor = lk->user;
+  q.reason = "request";
+  q.requested_at_ms = lk->asked_ms = sl_now_ms();
+  q.tenant = (char *)(tenant ? tenant : "");
+  size_t n = sluice__v1__erasure_request__get_packed_size(&q);
+  uint8_t *buf = malloc(n ? n : 1);
+  rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR__FAIL;
+  if (!R->cc->topic_erasure_requests) { /* a pipeline from before erasures */
+    free(buf);
+    sl_http_respond_error(lk->req, 501, "erasure_not_configured",
+                          "this deployment's pipeline has no erasure requests topic (results "
+                          "writes none; docs/privacy.md)",
+                          NULL);
+    lookup_free(lk);
+    return;
+  }
+  if (buf && R->producer && !R->stopping) {
+    sluice__v1__erasure_request__pack(&q, buf);
+    e = sl_kafka_send(R->producer, R->cc->topic_erasure_requests, lk->sid, strlen(lk->sid), buf, n,
+                      RD_KAFKA_MSG_F_FREE, on_erase_sent, lk);
+  }
+  if (e == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  free(buf);
+  sl_log(SL_LOG_WARN, lk->sid, "erasure request refused by the producer: %s", rd_kafka_err2str(e));
+  unavailable(R, lk->req, "the erasure request could not be stored; retry later");
+  lookup_free(lk);
 }
 
 /* The answer to a GET from the caller's view rep (borrowed). */
@@ -1261,6 +1441,18 @@ static void handle(sl_http_req *req, void *ud) {
   const char *path = sl_http_req_path(req);
   static const char pre[] = "/v1/submissions/";
   const char *rest = path + sizeof pre - 1, *slash = strchr(rest, '/');
+  if (strncmp(path, pre, sizeof pre - 1) == 0 && slash && strcmp(slash, "/erasure") == 0 &&
+      slash - rest == 36) {
+    if (strcmp(sl_http_req_method(req), "GET") != 0) {
+      sl_http_respond_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+      return;
+    }
+    char sid[37];
+    memcpy(sid, rest, 36);
+    sid[36] = '\0';
+    authorized_view(R, req, sid, VIEW_ERASURE, NULL, NULL);
+    return;
+  }
   if (strncmp(path, pre, sizeof pre - 1) == 0 && slash && strcmp(slash, "/events") == 0 &&
       slash - rest == 36) {
     if (strcmp(sl_http_req_method(req), "GET") != 0) {
@@ -1274,11 +1466,14 @@ static void handle(sl_http_req *req, void *ud) {
     return;
   }
   if (strncmp(path, pre, sizeof pre - 1) == 0 && !strchr(path + sizeof pre - 1, '/')) {
-    if (strcmp(sl_http_req_method(req), "GET") != 0) {
-      sl_http_respond_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-      return;
-    }
-    get_submission(R, req, path + sizeof pre - 1, VIEW_POLL);
+    const char *method = sl_http_req_method(req);
+    if (strcmp(method, "DELETE") == 0)
+      authorized_view(R, req, path + sizeof pre - 1, VIEW_ERASE, NULL, NULL);
+    else if (strcmp(method, "GET") == 0)
+      get_submission(R, req, path + sizeof pre - 1, VIEW_POLL);
+    else
+      sl_http_respond_error(req, 405, "method_not_allowed", "use GET or DELETE",
+                            "Allow: GET, DELETE\r\n");
     return;
   }
   sl_http_respond_error(req, 404, "not_found", "no such endpoint", NULL);
@@ -1307,6 +1502,13 @@ static void on_signal(uv_signal_t *h, int sig) {
   results *R = h->data;
   sl_log(SL_LOG_INFO, NULL, "signal %d: shutting down", sig);
   R->stopping = 1;
+  if (R->producer) { /* every DELETE waiting for Kafka answered while its connection is open */
+    rd_kafka_flush(R->producer, 2000);
+    rd_kafka_purge(R->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(R->producer, 0);
+    sl_kafka_uv_detach(R->ku);
+    R->ku = NULL;
+  }
   uv_close((uv_handle_t *)&R->feed_timer, NULL);
   uv_close((uv_handle_t *)&R->hb_timer, NULL);
   uv_close((uv_handle_t *)&R->probe_timer, NULL);
@@ -1377,9 +1579,22 @@ static int results_main(int argc, char **argv) {
                             rconf.max_connections > 0 ? (size_t)rconf.max_connections : 0,
                         .trace_requests = 1}; /* a poll or stream in a client's trace */
   sl_http_limits_from_conf(&lim, &hc);
+  /* erasure requests: a 503 within results.kafka_timeout_ms */
+  char mto[32];
+  snprintf(mto, sizeof mto, "%lld",
+           (long long)sl_kafka_message_timeout_for(
+               rconf.kafka_timeout_ms > 0 ? rconf.kafka_timeout_ms : 5000));
+  const char *pextra[] = {"message.timeout.ms", mto, "linger.ms", "0", NULL};
+  if (rc == 0 && cc.topic_erasure_requests) {
+    rc = sl_kafka_producer_new(&R.producer, cc.kafka_brokers, "sluice-results", pextra, aerr,
+                               sizeof aerr);
+    if (rc == 0) rc = sl_kafka_uv_attach(&R.ku, R.producer, &loop);
+  }
+  R.m_erase_asked = sl_metrics_counter("sluice_results_erasures_requested_total", NULL,
+                                       "Erasures owners asked for (DELETE accepted)");
   if (rc == 0) rc = sl_http_server_new(&R.srv, &loop, rconf.listen, &lim, handle, &R);
   if (rc == 0)
-    rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET",
+    rc = sl_http_server_set_cors(R.srv, rconf.cors_origins, "GET, DELETE",
                                  "Authorization, If-None-Match, Last-Event-ID",
                                  "ETag, Retry-After, WWW-Authenticate");
   if (rc == 0) {
@@ -1410,11 +1625,14 @@ static int results_main(int argc, char **argv) {
     sl_aredis_free(R.feed);
     sl_aredis_free(R.ar);
     R.feed = R.ar = NULL;
+    sl_kafka_uv_detach(R.ku);
+    R.ku = NULL;
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   sl_aredis_free(R.feed); /* NULL after a signal */
   sl_aredis_free(R.ar);
+  if (R.producer) rd_kafka_destroy(R.producer);
   sl__auth_free(R.auth);
   json_decref(R.stages);
   free(R.vcache);

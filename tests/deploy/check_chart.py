@@ -32,7 +32,7 @@ import sys
 
 import yaml
 
-STORAGE_STAGES = ("presign", "ingest", "preflight", "stt")
+STORAGE_STAGES = ("presign", "ingest", "preflight", "stt", "erase")
 
 HTTP = {"presign": 8080, "results": 8081}
 SECRET_WORDS = re.compile(r"(KEY|SECRET|PASSWORD|TOKEN)$")

@@ -258,6 +258,12 @@ stt_inputs() {
 
 # view_of SID TOKEN : the results view of a submission
 view_of() { curl -sS -H "Authorization: Bearer $2" "$RESULTS_URL/v1/submissions/$1"; }
+# head_of BUCKET KEY : the HTTP status of a storage HEAD of an object
+head_of() {
+  curl -sS -o /dev/null -w '%{http_code}' -I --aws-sigv4 "aws:amz:us-east-1:s3" \
+    --user "$SLUICE_S3_ACCESS_KEY:$SLUICE_S3_SECRET_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+    "$SLUICE_S3_ENDPOINT/$1/$2"
+}
 
 # redis_wait_key KEY [SECONDS]: returns as soon as KEY exists in the stack's
 # Redis (one redis-cli asks every millisecond: a fault can land within a few

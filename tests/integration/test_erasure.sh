@@ -61,11 +61,6 @@ check "the data-key store was rebuilt (presign's count)" dk_rebuilt
 
 # the objects it had, in both buckets
 DB=${SLUICE_S3_DERIVED_BUCKET:-$SLUICE_S3_BUCKET}
-head_of() { # BUCKET KEY: the HTTP status of a HEAD
-  curl -sS -o /dev/null -w '%{http_code}' -I --aws-sigv4 "aws:amz:us-east-1:s3" \
-    --user "$SLUICE_S3_ACCESS_KEY:$SLUICE_S3_SECRET_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
-    "$SLUICE_S3_ENDPOINT/$1/$2"
-}
 orig=submissions/$sid/q01.wav
 derived=derived/$orig.16k.flac
 check "A's original is in storage before" test "$(head_of "$SLUICE_S3_BUCKET" "$orig")" = 200

@@ -30,7 +30,7 @@ static void test_builtin(void **state) {
   char err[512] = "";
   assert_int_equal(sl_pipeline_load(&p, NULL, err, sizeof err), 0);
   assert_string_equal(sl_pipeline_name(p), "sluice");
-  assert_int_equal(sl_pipeline_nstages(p), 8);
+  assert_int_equal(sl_pipeline_nstages(p), 9);
   assert_string_equal(sl_pipeline_topic_of(p, "stt", 0, UP), "stt.requests");
   /* preflight sits between ingest and stt */
   assert_string_equal(sl_pipeline_topic_of(p, "ingest", 1, UP), "preflight.requests");
@@ -56,17 +56,24 @@ static void test_builtin(void **state) {
   /* notify reads results beside materialize, with tiers of its own */
   assert_string_equal(sl_pipeline_topic_of(p, "notify", 0, QS), "results");
   assert_true(sl_pipeline_stage_find(p, "notify")->retry);
-  /* 6 declared + dlq + dlq.audit + apikeys + datakeys + erasures + 4 tiers of ingest, preflight,
-   * stt, grade, materialize, notify */
+  /* 7 declared + dlq + dlq.audit + apikeys + datakeys + erasures + 4 tiers of ingest, preflight,
+   * stt, grade, materialize, notify, erase */
   const char *all[64];
-  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 35);
-  assert_string_equal(all[6], "dlq");
-  assert_string_equal(all[8], "apikeys");
-  assert_string_equal(all[9], "datakeys");
-  assert_string_equal(all[10], "erasures");
-  assert_string_equal(all[30], "materialize.retry.10m");
-  assert_string_equal(all[34], "notify.retry.10m");
-  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 35); /* counts past max */
+  assert_int_equal(sl_pipeline_all_topics(p, all, 64), 40);
+  assert_string_equal(all[6], "erasure.requests");
+  assert_string_equal(all[7], "dlq");
+  assert_string_equal(all[9], "apikeys");
+  assert_string_equal(all[10], "datakeys");
+  assert_string_equal(all[11], "erasures");
+  assert_string_equal(all[31], "materialize.retry.10m");
+  assert_string_equal(all[35], "notify.retry.10m");
+  assert_string_equal(all[39], "erase.retry.10m");
+  /* results writes the owners' erasure requests, erase reads them */
+  assert_string_equal(sl_pipeline_topic_of(p, "results", 1, "sluice.v1.ErasureRequest"),
+                      "erasure.requests");
+  assert_string_equal(sl_pipeline_topic_of(p, "erase", 0, "sluice.v1.ErasureRequest"),
+                      "erasure.requests");
+  assert_int_equal(sl_pipeline_all_topics(p, all, 3), 40); /* counts past max */
   assert_string_equal(sl_pipeline_apikeys(p), "apikeys");
   assert_string_equal(sl_pipeline_message_of(p, "apikeys"), "json:sluice-apikey");
   assert_string_equal(sl_pipeline_datakeys(p), "datakeys");

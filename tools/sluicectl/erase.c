@@ -72,7 +72,7 @@ int sc_submission_delete(const sc_opts *o) {
                     .produce = produce,
                     .produce_ud = &pc};
     sl__erased done;
-    rc = sl__erase(&e, sid, actor, "request", &done, err, sizeof err);
+    rc = sl__erase(&e, sid, 0, actor, "request", &done, err, sizeof err);
     if (rc) {
       fprintf(stderr, "sluicectl: erasing %s stopped (run it again): %s\n", sid, err);
     } else if (o->json) {

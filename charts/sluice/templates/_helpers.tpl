@@ -117,7 +117,7 @@ whether it consumes Kafka, its kind and its input topics.
      (preflight) and stt fetch it. Those get the s3.* settings and keys. */}}
 {{- define "sluice.usesStorage" -}}
 {{- $info := include "sluice.stageInfo" .root | fromYaml -}}
-{{- if has (index $info .stage).kind (list "presign" "ingest" "plugin" "stt") }}true{{ end -}}
+{{- if has (index $info .stage).kind (list "presign" "ingest" "plugin" "stt" "erase") }}true{{ end -}}
 {{- end -}}
 
 {{- define "sluice.stageOrder" -}}

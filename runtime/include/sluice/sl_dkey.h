@@ -53,6 +53,10 @@ int sl_dkey_setup(const char *kek_hex, int64_t erased_ttl_s);
 /* 1 when data keys are on (crypto.kek set). */
 int sl_dkey_enabled(void);
 
+/* How long an erasure's traces last (crypto.erased_ttl_s): the sentinel,
+ * and the erasure's state record (stages/lib/erase.h). */
+int64_t sl_dkey_erased_ttl_s(void);
+
 /* The Redis key of sid's data key into out: "sl:dk:<tag><digest>". 0, or
  * SL_EINVAL (sid empty, longer than SL_DKEY_SID_MAX, or with a '/'). */
 int sl_dkey_rkey(const char *sid, char out[SL_DKEY_RKEY_MAX]);

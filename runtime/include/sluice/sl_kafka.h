@@ -88,6 +88,14 @@ rd_kafka_resp_err_t sl_kafka_send_traced(rd_kafka_t *rk, const char *topic, cons
                                          size_t keylen, void *value, size_t len, int msgflags,
                                          const char *traceparent, sl_kafka_sent_fn cb, void *ctx);
 
+/* Produces one message (value copied; val NULL: a tombstone) and waits
+ * for its delivery report, polling rk itself (any number of threads may
+ * wait at once on one producer; a report comes within message.timeout.ms).
+ * Returns the report's error, or librdkafka's refusal. For producers no
+ * loop serves (sl_kafka_uv): a blocking caller, e.g. a worker thread. */
+rd_kafka_resp_err_t sl_kafka_send_wait(rd_kafka_t *rk, const char *topic, const void *key,
+                                       size_t keylen, const void *val, size_t len);
+
 /* The fatal error of an idempotent producer: when rk has one, logs it (once
  * per producer) with who noticed it and returns 1 (the producer can write
  * nothing more: the caller commits nothing and answers no success through

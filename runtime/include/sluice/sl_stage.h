@@ -111,12 +111,13 @@ typedef struct {
    * stage's topics by message type (NULL where it has none), owned by
    * pipeline */
   struct sl_pipeline *pipeline;
-  const char *topic_submissions;    /* sluice.v1.SubmissionCreated */
-  const char *topic_storage_events; /* json:s3-event */
-  const char *topic_stt_requests;   /* sluice.v1.UploadCompleted */
-  const char *topic_grade_requests; /* sluice.v1.Transcript */
-  const char *topic_results;        /* sluice.v1.QuestionStatus */
-  const char *topic_dlq;            /* the dead letters */
+  const char *topic_submissions;      /* sluice.v1.SubmissionCreated */
+  const char *topic_storage_events;   /* json:s3-event */
+  const char *topic_stt_requests;     /* sluice.v1.UploadCompleted */
+  const char *topic_grade_requests;   /* sluice.v1.Transcript */
+  const char *topic_results;          /* sluice.v1.QuestionStatus */
+  const char *topic_erasure_requests; /* sluice.v1.ErasureRequest */
+  const char *topic_dlq;              /* the dead letters */
   char *log_level;
   int log_batch;      /* consuming stages: info lines written in batches (sl_log_batch) */
   char *admin_listen; /* "" = the stage's default */
