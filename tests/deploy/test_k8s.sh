@@ -168,7 +168,7 @@ stt: {plugin: openai, openai: {base_url: "http://$NODE_IP:$FAKE_PORT", model: wh
 grade: {plugin: openai, openai: {base_url: "http://$NODE_IP:$FAKE_PORT", model: gpt-4o-mini}}
 stages:
 EOF
-  for s in presign ingest preflight stt grade materialize notify results; do
+  for s in presign ingest preflight stt grade materialize notify results erase; do
     conf='{}'
     # the load generator is one user at one address: no per-minute limit
     [[ $s == presign ]] && conf='{presign.rate_per_user: 0, presign.rate_per_address: 0}'
