@@ -112,6 +112,7 @@ typedef struct {
   void *object;           /* its bytes, once fetched */
   sl_plugin_result pr;    /* what the plugin returned (owned here) */
   uv_work_t work;         /* SYNC: the run on the worker pool */
+  uint64_t ran_ns;        /* SYNC: what the run cost (sl_inline_end) */
   int ran;                /* SYNC: the run returned pr (else why says why not) */
   const char *why_class;  /* SYNC: the retry class when it did not */
   char why[512];
@@ -120,8 +121,7 @@ typedef struct {
   char sid[64];      /* the submission, whose data key is looked up */
   uint8_t dk[SL_SEAL_KEY_LEN];
   int dk_rc;       /* what the GET of the key answered (sl_dkey_from_reply) */
-  int dk_complete; /* the store's marker was there */
-  int dk_waiting;  /* answers still to come */
+  int dk_complete; /* the store's marker was there (asked when the key was not) */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
@@ -236,9 +236,8 @@ static void on_plugin_done(sl_plugin_result *pr, void *ud) {
   sl_log_trace(prev, NULL);
 }
 
-/* SYNC: on a worker thread */
-static void pool_run(uv_work_t *w) {
-  plugin_job *c = w->data;
+/* SYNC: the run, on a worker thread or on the loop (a short plugin) */
+static void plugin_call(plugin_job *c) {
   sl_plugin_inst *in = sl__plugin_pool_get(c->pp, c->why, sizeof c->why);
   if (!in) {
     c->why_class = c->ops->setup_class;
@@ -253,16 +252,31 @@ static void pool_run(uv_work_t *w) {
   c->ran = 1;
 }
 
-/* SYNC: back on the loop */
-static void pool_ran_in(uv_work_t *w, int status) {
+/* SYNC: on a worker thread, measured as sl_inline.h says */
+static void pool_run(uv_work_t *w) {
   plugin_job *c = w->data;
+  sl_inline_mark mk;
+  sl_inline_begin(&mk);
+  plugin_call(c);
+  c->ran_ns = sl_inline_end(&mk);
+}
+
+/* SYNC: the run over (or not made), on the loop */
+static void ran_out(plugin_job *c, int cancelled) {
   if (c->ran) {
     after_run(c);
     return;
   }
   sl_result_set(sl_job_result(c->job), SL_OUTCOME_RETRY, c->why_class ? c->why_class : "internal",
-                "%s", status == UV_ECANCELED ? "cancelled before it ran" : c->why);
+                "%s", cancelled ? "cancelled before it ran" : c->why);
   job_end(c);
+}
+
+/* SYNC: back on the loop */
+static void pool_ran_in(uv_work_t *w, int status) {
+  plugin_job *c = w->data;
+  if (status == 0) sl_inline_note(&c->pp->inl, c->ran_ns, SL_INLINE_POOL, uv_hrtime());
+  ran_out(c, status == UV_ECANCELED);
 }
 
 /* the callback's log lines carry the job's trace id */
@@ -273,8 +287,26 @@ static void pool_ran(uv_work_t *w, int status) {
   sl_log_trace(prev, NULL);
 }
 
+/* SYNC: a short plugin's run on the loop, by the wall clock (after a slow
+ * one, by its CPU for a few runs), as the runtime runs a short processor */
+static void loop_run(plugin_job *c) {
+  int checked = sl_inline_checking(&c->pp->inl);
+  sl_inline_mark mk;
+  if (checked) sl_inline_begin(&mk);
+  uint64_t t0 = uv_hrtime();
+  plugin_call(c);
+  uint64_t t1 = uv_hrtime();
+  sl_inline_note(&c->pp->inl, checked ? sl_inline_end(&mk) : t1 - t0,
+                 checked ? SL_INLINE_CHECKED : SL_INLINE_LOOP, t1);
+  ran_out(c, 0);
+}
+
 static void run_plugin(plugin_job *c) {
   int rc;
+  if (c->pp->sync && sl_inline_here(&c->pp->inl, uv_hrtime())) {
+    loop_run(c); /* the pool's hand-over would cost more than the run */
+    return;
+  }
   if (c->pp->sync) {
     c->work.data = c;
     rc = uv_queue_work(sl_job_loop(c->job), &c->work, pool_run, pool_ran); /* -errno */
@@ -362,10 +394,9 @@ static void go_on(plugin_job *c) {
     run_plugin(c);
 }
 
-/* Redis answered the data key's GET (c->dk_rc) and the store marker's
- * EXISTS (c->dk_complete): the input opened, the outputs sealed with it,
- * and on; erased:
- * done with no output, the provider not paid; missing while the store is
+/* Redis answered the data key's GET (c->dk_rc) and, when it found
+ * nothing, the store marker's EXISTS (c->dk_complete): the input opened, the outputs sealed with
+ * it, and on; erased: done with no output, the provider not paid; missing while the store is
  * complete (a submission from before crypto.kek): an input with nothing
  * sealed goes on unsealed, a sealed one proves its key was lost, so the
  * store is rebuilt (its marker deleted) and the input tried again
@@ -418,38 +449,36 @@ static void data_key_known(plugin_job *c) {
   job_end(c);
 }
 
-/* the two answers, in either order (a cluster's nodes answer apart) */
-static void on_data_key_get(redisReply *r, void *ud) {
-  plugin_job *c = ud;
-  c->dk_rc = sl_dkey_from_reply(r, c->sid, c->dk);
-  if (--c->dk_waiting == 0) data_key_known(c);
-}
-
 static void on_data_key_marker(redisReply *r, void *ud) {
   plugin_job *c = ud;
   c->dk_complete = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-  if (--c->dk_waiting == 0) data_key_known(c);
+  data_key_known(c);
+}
+
+/* the key's GET answered: the key or the sentinel decide at once; nothing
+ * there, the store's marker says whether Redis lost it (a second round
+ * trip only then: the GET alone is every other message's) */
+static void on_data_key_get(redisReply *r, void *ud) {
+  plugin_job *c = ud;
+  c->dk_rc = sl_dkey_from_reply(r, c->sid, c->dk);
+  const char *ex[] = {"EXISTS", sl_dkey_marker()};
+  if (c->dk_rc != SL_ENOTFOUND ||
+      sl_aredis_argv(sl_job_redis(c->job), on_data_key_marker, c, 2, ex, NULL) != 0)
+    data_key_known(c); /* not sent: incomplete, retried */
 }
 
 /* With crypto.kek, a stage that writes personal fields or reads sealed
- * ones needs the data key first: 1 when its lookup went out (the key and
- * the store's marker, pipelined). */
+ * ones needs the data key first: 1 when its lookup went out. */
 static int data_key(plugin_job *c) {
   unsigned q = 0;
   if (!sl_dkey_enabled() || !(c->ops->keyed || sl_pbseal_sealed(c->msg))) return 0;
   char rkey[SL_DKEY_RKEY_MAX];
   int rc = sl_key_parse(c->key, strlen(c->key), c->sid, &q);
   if (rc == 0) rc = sl_dkey_rkey(c->sid, rkey);
-  const char *get[] = {"GET", rkey}, *ex[] = {"EXISTS", sl_dkey_marker()};
-  sl_aredis *ar = sl_job_redis(c->job);
+  const char *get[] = {"GET", rkey};
   c->dk_rc = SL_EREDIS;
-  c->dk_waiting = 2;
-  if (rc == 0) rc = sl_aredis_argv(ar, on_data_key_get, c, 2, get, NULL);
-  if (rc == 0) {
-    if (sl_aredis_argv(ar, on_data_key_marker, c, 2, ex, NULL) != 0)
-      c->dk_waiting--; /* not sent: the GET's answer decides (incomplete) */
-    return 1;
-  }
+  if (rc == 0) rc = sl_aredis_argv(sl_job_redis(c->job), on_data_key_get, c, 2, get, NULL);
+  if (rc == 0) return 1;
   sl_result_set(sl_job_result(c->job), rc == SL_EPARSE ? SL_OUTCOME_FAIL : SL_OUTCOME_RETRY,
                 rc == SL_EPARSE ? "bad_key" : "redis", "looking up its data key: %s",
                 sl_strerror(rc));

@@ -63,7 +63,11 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
  * one it returns stored, on the loop (pool->objects, made with sync 0);
  * an async plugin runs on the loop (its instance and the job's HTTP
  * client), a SYNC one on the worker pool (the worker's instance), so a
- * worker thread never waits on storage. The job is done when all of it is. */
+ * worker thread never waits on storage, or on the loop once its runs prove
+ * short (pool->inl, sl_inline.h: the runtime's rule for a processor; with
+ * crypto.kek a SYNC grade comes this way, its data key looked up on the
+ * loop first, and a rubric or no-op grade handed to a worker cost more
+ * than the run). The job is done when all of it is. */
 void sl__plugin_start(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, sl_job *job);
 
 /* Copies a RETRY/FAIL plugin outcome into the stage result (the provider

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "sluice/sl_inline.h"
 #include "sluice/sl_pluginhost.h"
 
 struct sl__objects;
@@ -23,6 +24,10 @@ typedef struct {
   struct sl_tls *insts;        /* SYNC */
   sl_plugin_inst *inst;        /* async */
   struct sl__objects *objects; /* or NULL */
+  /* SYNC runs started on the loop (sl__plugin_start): short ones run on
+   * it, the rest on the pool, as the runtime decides for a processor
+   * (sl_inline.h; max_ns from stage.inline_max_us). @locality the loop */
+  sl_inline inl;
 } sl__plugin_pool;
 int sl__plugin_pool_init(sl__plugin_pool *pp, sl_plugin_lib *lib, char *err, size_t errlen);
 /* The calling thread's instance (SYNC: @locality any worker) or the loop's

@@ -54,6 +54,7 @@ static int prepare(const sl__plugin_stage *ps, sl__plugin_host *h, sl__plugins *
   rc = ps->setup(h, o, err, errlen);
   if (rc == 0) rc = sl__plugin_pool_init(&h->pool, h->chosen, err, errlen);
   if (rc == 0 && h->has_objects) h->pool.objects = &h->objects;
+  h->pool.inl.max_ns = h->cc->inline_max_us > 0 ? (uint64_t)h->cc->inline_max_us * 1000 : 0;
   return rc;
 }
 
