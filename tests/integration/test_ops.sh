@@ -154,8 +154,8 @@ check "status --json exits 0 ($RC)" test "$RC" = 0
 s=$(cat "$work/out")
 check "status: every consuming stage has a member" jqe '[.stages[].members] | all(. >= 1)' "$s"
 check "status: no lag after the workload" jqe '[.stages[].lag] | add == 0' "$s"
-check "status: all 8 admin endpoints up and ready" jqe '[.processes[] | select(.up and .ready)] | length == 8' "$s"
-check "status: endpoints name their process" jqe '[.processes[].stage] | sort == ["grade","ingest","materialize","notify","preflight","presign","results","stt"]' "$s"
+check "status: all 9 admin endpoints up and ready" jqe '[.processes[] | select(.up and .ready)] | length == 9' "$s"
+check "status: endpoints name their process" jqe '[.processes[].stage] | sort == ["erase","grade","ingest","materialize","notify","preflight","presign","results","stt"]' "$s"
 check "status: stt breaker closed" jqe '.stages[] | select(.stage == "stt") | .breakers[0] == {"provider":"stt-pocketsphinx","state":"closed"}' "$s"
 check "status: rates measured" jqe '[.stages[].rate_in_per_s] | all(type == "number")' "$s"
 check "status: providers listed" jqe '[.providers[].provider] | index("stt-pocketsphinx") != null' "$s"
