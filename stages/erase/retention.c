@@ -312,7 +312,7 @@ int sl__retention_start(sl__retention **out, const sl__retention_conf *rc, const
   rt->m_requested = sl_metrics_counter("sluice_retention_erasures_requested_total", NULL,
                                        "Erasures the retention sweeper requested");
   int rc2 = sl_redis_new(&rt->redis, cc->redis_url);
-  if (rc2) snprintf(err, errlen, "redis.url %s: %s", cc->redis_url, sl_strerror(rc2));
+  if (rc2) snprintf(err, errlen, "redis.url: %s", sl_strerror(rc2)); /* never the URL: a password */
   if (rc2 == 0)
     rc2 = sl_kafka_producer_new(&rt->producer, cc->kafka_brokers, "sluice-retention", NULL, err,
                                 errlen);

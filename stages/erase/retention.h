@@ -17,8 +17,10 @@
  * when it is due (sl__retention_index). The sets are a mirror of the
  * submissions topic (sl_mirror): after a Redis loss one replica rebuilds
  * them from the topic, so keep that topic at least as long as the longest
- * retention. A retention changed later applies to submissions accepted
- * after the change.
+ * retention. An index built by a replay (the first start with a
+ * retention on, or after a loss) covers every submission the topic still
+ * holds; a retention changed later applies to submissions read after the
+ * change.
  *
  * The sweeper (one thread per replica, one round at a time across them by
  * a lease): every erase.sweep_interval_s it takes up to erase.sweep_batch
