@@ -66,6 +66,12 @@ static void after_work_cb(uv_work_t *w, int status) {
 
 void sl_job_done(job *j) { sl__job_to(j, SL_JOB_OUTCOME); }
 
+/* the processor, on the loop (sl_inline_call) */
+static void process_here(void *arg) {
+  job *j = arg;
+  j->R->o->process(j->R->o->ud, j->m, &j->out, &j->res);
+}
+
 void sl__work_call(job *j) {
   const sl_stage_opts *o = j->R->o;
   sl_work *W = j->R->work;
@@ -82,17 +88,7 @@ void sl__work_call(job *j) {
     return;
   }
   if (sl_inline_here(&W->inl, uv_hrtime())) { /* short runs: no hand-over (sl_inline.h) */
-    /* by the wall clock (two vDSO reads); after a run slow by it, the
-     * next few also by CPU time (four system calls: 2.5 µs here) */
-    int checked = sl_inline_checking(&W->inl);
-    sl_inline_mark mk;
-    if (checked) sl_inline_begin(&mk);
-    uint64_t t0 = uv_hrtime();
-    o->process(o->ud, j->m, &j->out, &j->res);
-    uint64_t t1 = uv_hrtime();
-    uint64_t ran = checked ? sl_inline_end(&mk) : t1 - t0;
-    if (sl_inline_note(&W->inl, ran, checked ? SL_INLINE_CHECKED : SL_INLINE_LOOP, t1))
-      sl_metric_add(W->m_cool, 1);
+    if (sl_inline_call(&W->inl, process_here, j)) sl_metric_add(W->m_cool, 1);
     sl_metric_add(W->m_loop, 1);
     sl__job_to(j, SL_JOB_OUTCOME); /* may end j */
     return;

@@ -115,8 +115,7 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   (void)out;
   char origin[160]; /* a retry copy comes back on erase.retry.*: its origin decides */
   if (strcmp(sl_message_origin(m, origin, sizeof origin), E->cc->topic_submissions) == 0) {
-    if (E->rc->seconds[0] || E->rc->seconds[1] || E->rc->seconds[2] || E->rc->overrides)
-      index_one(E, m, res);
+    if (sl__retention_on(E->rc)) index_one(E, m, res);
     return;
   }
   erase_one(E, m, res);

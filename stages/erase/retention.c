@@ -117,7 +117,7 @@ static int64_t retention_of(const sl__retention_conf *rc, const char *tenant, in
   return v ? (int64_t)json_integer_value(v) : rc->seconds[k];
 }
 
-static int any_on(const sl__retention_conf *rc) {
+int sl__retention_on(const sl__retention_conf *rc) {
   for (int k = 0; k < SL__RETAIN_KINDS; k++)
     if (rc->seconds[k] > 0) return 1;
   return rc->overrides && json_object_size(rc->overrides) > 0;
@@ -300,7 +300,7 @@ void sl__retention_stop(sl__retention *rt) {
 int sl__retention_start(sl__retention **out, const sl__retention_conf *rc, const sl_common_conf *cc,
                         char *err, size_t errlen) {
   *out = NULL;
-  if (!any_on(rc)) return 0;
+  if (!sl__retention_on(rc)) return 0;
   if (!cc->topic_submissions || !cc->topic_erasure_requests) {
     snprintf(err, errlen, "the pipeline names no submissions or erasure requests topic");
     return SL_ECONFIG;

@@ -61,6 +61,9 @@ extern const size_t sl__retention_table_len;
 /* Checks the settings and parses the tenants' overrides. 0 or SL_ECONFIG
  * with err set. */
 int sl__retention_check(sl__retention_conf *rc, char *err, size_t errlen);
+/* 1 when any retention is on (a default or a tenant's): submissions are
+ * indexed and swept. */
+int sl__retention_on(const sl__retention_conf *rc);
 /* Frees what sl__retention_check parsed. NULL-safe. */
 void sl__retention_conf_release(sl__retention_conf *rc);
 

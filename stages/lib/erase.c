@@ -82,13 +82,7 @@ int sl__erasure_rkey(const char *sid, char out[SL__ERASURE_RKEY_MAX]) {
 
 /* The state record: state and the fields after it (name, value pairs, NULL
  * ended), kept crypto.erased_ttl_s; "erasing" never replaces "erased". */
-static const char record_lua[] =
-    "if ARGV[2] == 'erasing' and redis.call('HGET', KEYS[1], 'state') == 'erased' then\n"
-    "  return 0\n"
-    "end\n"
-    "redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(ARGV, 3))\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[1])\n"
-    "return 1\n";
+static const char record_lua[] = SL__ERASURE_RECORD_LUA;
 
 static int record(const sl__eraser *e, const char *sid, const char *state, const char *const *kv,
                   char *err, size_t errlen) {

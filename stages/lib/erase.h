@@ -68,6 +68,17 @@ typedef struct {
 #define SL__ERASURE_RKEY_MAX (SL_DKEY_RKEY_MAX + 8)
 int sl__erasure_rkey(const char *sid, char out[SL__ERASURE_RKEY_MAX]);
 
+/* Writes the state record: KEYS[1] the record; ARGV[1] its TTL in
+ * seconds, ARGV[2] the state, then field, value pairs; "erasing" never
+ * replaces "erased". Here and in results (an owner's DELETE). */
+#define SL__ERASURE_RECORD_LUA                                                                     \
+  "if ARGV[2] == 'erasing' and redis.call('HGET', KEYS[1], 'state') == 'erased' then\n"            \
+  "  return 0\n"                                                                                   \
+  "end\n"                                                                                          \
+  "redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(ARGV, 3))\n"                               \
+  "redis.call('EXPIRE', KEYS[1], ARGV[1])\n"                                                       \
+  "return 1\n"
+
 /* What one erasure did (for its audit record and its caller's report). */
 typedef struct {
   int key_destroyed;

@@ -287,17 +287,11 @@ static void pool_ran(uv_work_t *w, int status) {
   sl_log_trace(prev, NULL);
 }
 
-/* SYNC: a short plugin's run on the loop, by the wall clock (after a slow
- * one, by its CPU for a few runs), as the runtime runs a short processor */
+/* SYNC: a short plugin's run on the loop, measured and noted as the
+ * runtime's processor's is (sl_inline_call) */
+static void plugin_call_here(void *c) { plugin_call(c); }
 static void loop_run(plugin_job *c) {
-  int checked = sl_inline_checking(&c->pp->inl);
-  sl_inline_mark mk;
-  if (checked) sl_inline_begin(&mk);
-  uint64_t t0 = uv_hrtime();
-  plugin_call(c);
-  uint64_t t1 = uv_hrtime();
-  sl_inline_note(&c->pp->inl, checked ? sl_inline_end(&mk) : t1 - t0,
-                 checked ? SL_INLINE_CHECKED : SL_INLINE_LOOP, t1);
+  sl_inline_call(&c->pp->inl, plugin_call_here, c);
   ran_out(c, 0);
 }
 

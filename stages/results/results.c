@@ -823,15 +823,7 @@ static void on_recorded(redisReply *rep, void *ud) {
   erasure_answer(lk, "erasing", at, NULL, NULL);
 }
 
-/* HSET of the record unless it says erased already (erase.h's script
- * would do the same): state, owner, when */
-static const char record_lua[] =
-    "if redis.call('HGET', KEYS[1], 'state') ~= 'erased' then\n"
-    "  redis.call('HSET', KEYS[1], 'state', 'erasing', 'user', ARGV[1], 'requested_at_ms', "
-    "ARGV[2])\n"
-    "end\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
-    "return 1\n";
+static const char record_lua[] = SL__ERASURE_RECORD_LUA; /* lib/erase.h */
 
 static void on_erase_sent(rd_kafka_resp_err_t err, void *ctx) {
   lookup *lk = ctx;
@@ -847,8 +839,9 @@ static void on_erase_sent(rd_kafka_resp_err_t err, void *ctx) {
   char rkey[SL__ERASURE_RKEY_MAX], at[24], ttl[24];
   snprintf(at, sizeof at, "%lld", (long long)lk->asked_ms);
   snprintf(ttl, sizeof ttl, "%lld", (long long)sl_dkey_erased_ttl_s());
-  const char *argv[] = {"EVAL", record_lua, "1", rkey, lk->user, at, ttl};
-  if (sl__erasure_rkey(lk->sid, rkey) != 0 || ar_cmd(R, on_recorded, lk, 7, argv) != 0)
+  const char *argv[] = {"EVAL",   record_lua,        "1", rkey, ttl, "erasing", "user",
+                        lk->user, "requested_at_ms", at};
+  if (sl__erasure_rkey(lk->sid, rkey) != 0 || ar_cmd(R, on_recorded, lk, 10, argv) != 0)
     on_recorded(NULL, lk);
 }
 

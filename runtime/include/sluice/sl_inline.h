@@ -87,4 +87,10 @@ int sl_inline_checking(const sl_inline *s);
  * 0. */
 int sl_inline_note(sl_inline *s, uint64_t ran_ns, int where, uint64_t now_ns);
 
+/* Runs fn(arg) here, on the loop (after sl_inline_here said so), measured
+ * as above (the wall clock; after a slow run, its CPU for a few runs) and
+ * noted: what sl_inline_note returned. The one way a run on the loop is
+ * made, for the runtime's processor and for a plugin stage's SYNC plugin. */
+int sl_inline_call(sl_inline *s, void (*fn)(void *arg), void *arg);
+
 #endif
