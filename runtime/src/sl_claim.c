@@ -15,10 +15,10 @@
 #include "sluice/sl_claim.h"
 
 const char sl_claim_take_lua[] =
-    "local n = #KEYS / 3\n"
+    "local n = #KEYS / 4\n"
     "local out = {}\n"
     "for i = 1, n do\n"
-    "  local ck, sk, tk = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]\n"
+    "  local ck, sk, tk, dk = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]\n"
     "  local owner, tag = ARGV[i + 2], ARGV[n + i + 2]\n"
     "  local s = redis.call('GET', sk)\n"
     "  local code, v = 0, ''\n"
@@ -46,7 +46,9 @@ const char sl_claim_take_lua[] =
     "    if c == 1 then redis.call('EXPIRE', tk, ARGV[2]) end\n"
     "    v = tostring(c)\n"
     "  end\n"
-    "  out[2 * i - 1], out[2 * i] = code, v\n"
+    "  local d = ''\n"
+    "  if string.sub(dk, 1, 3) == 'sl:' then d = redis.call('GET', dk) or '' end\n"
+    "  out[3 * i - 2], out[3 * i - 1], out[3 * i] = code, v, d\n"
     "end\n"
     "return out\n";
 

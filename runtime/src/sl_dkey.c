@@ -15,11 +15,13 @@
 #include "sluice/sl_id.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_rkey.h"
+#include "sluice/sl_slot.h"
 
 #define AAD_PREFIX "sluice-dk-v1"
 
 static uint8_t kek[SL_SEAL_KEY_LEN];
 static int enabled;
+static unsigned kek_gen = 1; /* a new KEK makes the memo's keys stale (memo_entry) */
 static int64_t erased_ttl_s = 2592000;
 
 /* a record applies unless an erasure left its sentinel */
@@ -55,6 +57,7 @@ int sl_dkey_setup(const char *kek_hex, int64_t ttl_s) {
   memcpy(kek, k, sizeof kek);
   OPENSSL_cleanse(k, sizeof k);
   enabled = 1;
+  kek_gen++;
   erased_ttl_s = ttl_s;
   sl_redis_script_init(&apply_s, apply_lua);
   return 0;
@@ -67,12 +70,48 @@ static int sid_ok(const char *sid, size_t n) {
   return n > 0 && n <= SL_DKEY_SID_MAX && !memchr(sid, '/', n) && !memchr(sid, '\0', n);
 }
 
+/* What the calling thread worked out last for a few submissions, so that a
+ * submission's other answers, which come close together, skip it: the
+ * Redis key's name (a SHA-256) and the unwrap of the very bytes Redis
+ * answered (an AES-GCM open). Only a memo: every lookup still goes to
+ * Redis and its answer decides (a sentinel or nothing wipes the entry's
+ * key); an entry is wiped when another submission takes its place. */
+#define MEMO 64
+typedef struct {
+  char sid[SL_DKEY_SID_MAX + 1];
+  char digest[33];  /* the name's part after the tag, "" until worked out */
+  unsigned have_dk; /* the KEK's generation its dk was unwrapped with; 0: none */
+  uint8_t wrapped[SL_DKEY_WRAPPED_LEN];
+  uint8_t dk[SL_SEAL_KEY_LEN];
+} memo_entry;
+static _Thread_local memo_entry memo[MEMO];
+
+/* sid's entry (n its length), taken over for it when another held it */
+static memo_entry *memo_of(const char *sid, size_t n) {
+  memo_entry *e = &memo[sl_slot_crc16(sid, n) % MEMO];
+  if (strcmp(e->sid, sid) != 0) {
+    OPENSSL_cleanse(e, sizeof *e);
+    memcpy(e->sid, sid, n + 1);
+  }
+  return e;
+}
+
 int sl_dkey_rkey(const char *sid, char out[SL_DKEY_RKEY_MAX]) {
-  if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
-  char hex[65];
-  if (sl_sha256_hex(sid, strlen(sid), hex) != 0) return SL_EINVAL;
-  hex[32] = '\0'; /* 128 bits name it well enough */
-  snprintf(out, SL_DKEY_RKEY_MAX, "sl:dk:%s%s", sl_rkey_tag_of(sid, strlen(sid)), hex);
+  size_t n = sid ? strlen(sid) : 0;
+  if (!sid || !sid_ok(sid, n)) return SL_EINVAL;
+  memo_entry *e = memo_of(sid, n);
+  if (!e->digest[0]) {
+    char hex[65];
+    if (sl_sha256_hex(sid, n, hex) != 0) return SL_EINVAL;
+    memcpy(e->digest, hex, 32); /* 128 bits name it well enough */
+    e->digest[32] = '\0';
+  }
+  const char *tag = sl_rkey_tag_of(sid, n); /* redis.buckets: "" or "{b-n}" */
+  size_t t = strlen(tag);
+  if (6 + t + 32 >= SL_DKEY_RKEY_MAX) return SL_EINVAL;
+  memcpy(out, "sl:dk:", 6);
+  memcpy(out + 6, tag, t);
+  memcpy(out + 6 + t, e->digest, 33);
   return 0;
 }
 
@@ -104,15 +143,37 @@ int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_
   if (!r || r->type == REDIS_REPLY_ERROR) return SL_EREDIS;
   if (r->type == REDIS_REPLY_NIL) return SL_ENOTFOUND;
   if (r->type != REDIS_REPLY_STRING) return SL_EREDIS;
-  if (r->len == sizeof SL_DKEY_ERASED - 1 && memcmp(r->str, SL_DKEY_ERASED, r->len) == 0)
-    return SL_EERASED;
+  return sl_dkey_open(r->str, r->len, sid, dk);
+}
+
+int sl_dkey_open(const char *v, size_t len, const char *sid, uint8_t dk[SL_SEAL_KEY_LEN]) {
+  if (!enabled) return SL_ESTATE;
+  if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
+  memo_entry *e = memo_of(sid, strlen(sid));
+  if (!v || !len || (len == sizeof SL_DKEY_ERASED - 1 && memcmp(v, SL_DKEY_ERASED, len) == 0)) {
+    e->have_dk = 0;
+    OPENSSL_cleanse(e->dk, sizeof e->dk);
+    return v && len ? SL_EERASED : SL_ENOTFOUND;
+  }
+  if (e->have_dk == kek_gen && len == SL_DKEY_WRAPPED_LEN && memcmp(e->wrapped, v, len) == 0) {
+    memcpy(dk, e->dk, SL_SEAL_KEY_LEN); /* the same bytes as last time: the same key */
+    return 0;
+  }
   char aad[sizeof AAD_PREFIX + SL_DKEY_SID_MAX + 1];
   size_t n = 0;
-  int rc = sl_seal_open(kek, aad, aad_of(sid, aad), (const uint8_t *)r->str, r->len, dk,
-                        SL_SEAL_KEY_LEN, &n);
+  int rc =
+      sl_seal_open(kek, aad, aad_of(sid, aad), (const uint8_t *)v, len, dk, SL_SEAL_KEY_LEN, &n);
   if (rc == SL_EPARSE || rc == SL_ETOOBIG || (rc == 0 && n != SL_SEAL_KEY_LEN)) rc = SL_EAUTH;
-  if (rc) OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
-  return rc;
+  if (rc) {
+    OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
+    return rc;
+  }
+  if (len == SL_DKEY_WRAPPED_LEN) {
+    memcpy(e->wrapped, v, len);
+    memcpy(e->dk, dk, SL_SEAL_KEY_LEN);
+    e->have_dk = kek_gen;
+  }
+  return 0;
 }
 
 const char *sl_dkey_marker(void) { return sl_rkey_bucketed() ? "sl:dk:{dk}epoch" : "sl:dk:epoch"; }

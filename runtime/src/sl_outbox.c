@@ -18,31 +18,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
-                  size_t len) {
-  if (!ob) return SL_EINVAL;
-  if (!topic || !key) return ob->failed = SL_EINVAL;
-  if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key ||
-      strlen(topic) >= sizeof ob->items[0].topic)
-    return ob->failed = SL_ETOOBIG;
-  if (ob->n == ob->cap) {
+/* Appends value: copied, or (owned) taken as it is, malloc'd, freed with
+ * the outbox (or here when it cannot be added). */
+static int add(sl_outbox *ob, const char *topic, const char *key, void *value, size_t len,
+               int owned) {
+  int rc = 0;
+  if (!topic || !key)
+    rc = SL_EINVAL;
+  else if (ob->n >= SL_OUTBOX_MAX || strlen(key) >= sizeof ob->items[0].key ||
+           strlen(topic) >= sizeof ob->items[0].topic)
+    rc = SL_ETOOBIG;
+  if (rc == 0 && ob->n == ob->cap) {
     size_t cap = ob->cap ? ob->cap * 2 : 4;
     if (cap > SL_OUTBOX_MAX) cap = SL_OUTBOX_MAX;
     sl_out *items = realloc(ob->items, cap * sizeof *items);
-    if (!items) return ob->failed = SL_ENOMEM;
-    ob->items = items;
-    ob->cap = cap;
+    if (items) {
+      ob->items = items;
+      ob->cap = cap;
+    } else {
+      rc = SL_ENOMEM;
+    }
+  }
+  if (rc) {
+    if (owned) free(value);
+    return ob->failed = rc;
   }
   sl_out *o = &ob->items[ob->n];
-  o->value = malloc(len ? len : 1);
-  if (!o->value) return ob->failed = SL_ENOMEM;
-  if (len) memcpy(o->value, value, len);
+  if (owned) {
+    o->value = value;
+  } else {
+    o->value = malloc(len ? len : 1);
+    if (!o->value) return ob->failed = SL_ENOMEM;
+    if (len) memcpy(o->value, value, len);
+  }
   o->len = len;
   strcpy(o->topic, topic);
   strcpy(o->key, key);
   o->retry_copy = 0;
   ob->n++;
   return 0;
+}
+
+int sl_outbox_add(sl_outbox *ob, const char *topic, const char *key, const void *value,
+                  size_t len) {
+  if (!ob) return SL_EINVAL;
+  return add(ob, topic, key, (void *)value, len, 0);
 }
 
 void sl_outbox_clear(sl_outbox *ob) {
@@ -54,6 +74,16 @@ void sl_outbox_clear(sl_outbox *ob) {
   ob->failed = 0;
   if (ob->sealing) OPENSSL_cleanse(ob->seal_key, sizeof ob->seal_key);
   ob->sealing = 0;
+  ob->key_state = SL_KEY_UNREAD;
+  ob->key_lost = 0;
+}
+
+int sl_key_state_of(int rc) {
+  return rc == 0              ? SL_KEY_FOUND
+         : rc == SL_EERASED   ? SL_KEY_ERASED
+         : rc == SL_ENOTFOUND ? SL_KEY_MISSING
+         : rc == SL_EAUTH     ? SL_KEY_INVALID
+                              : SL_KEY_UNAVAILABLE;
 }
 
 void sl_outbox_seal_with(sl_outbox *ob, const uint8_t key[SL_SEAL_KEY_LEN]) {
@@ -97,9 +127,7 @@ int sl_outbox_add_pb(sl_outbox *ob, const char *topic, const char *key,
   size_t n = 0;
   int rc = pack(ob, key, msg, &buf, &n);
   if (rc) return ob->failed = rc;
-  rc = sl_outbox_add(ob, topic, key, buf, n);
-  free(buf);
-  return rc;
+  return add(ob, topic, key, buf, n, 1); /* sealed: taken, not copied */
 }
 
 void sl_outbox_emit_now(sl_outbox *ob, const char *topic, const char *key,

@@ -28,6 +28,7 @@
 #include "sl_stage_gate.h"
 #include "sluice/sl_admit.h"
 #include "sluice/sl_claim.h"
+#include "sluice/sl_dkey.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_idem.h"
@@ -65,6 +66,16 @@ static sl_gate *gate_of(const job *j) { return j->R->gate; }
 static int claims_on(const job *j) {
   const sl_jobs *R = j->R;
   return R->o->provider && R->o->idempotent && R->cc->claim_lease_ms > 0 && j->digest[0];
+}
+
+/* its data key is read with its claim (sl_stage_opts.data_key) */
+static int data_key_on(const job *j) {
+  return j->R->o->data_key && sl_dkey_enabled() && claims_on(j);
+}
+
+int sl_stage_reads_data_keys(const sl_stage_opts *o) {
+  return o && o->data_key && sl_dkey_enabled() && o->provider && o->idempotent && o->common &&
+         o->common->claim_lease_ms > 0;
 }
 
 /* The claims, counts and deletions queued this turn go before the loop
@@ -452,34 +463,96 @@ static void claim_wait(job *j, const redisReply *v) {
   sl__job_after(j, ttl > 0 && ttl < 500 ? ttl + 1 : 500, on_claim_timer, claim_try);
 }
 
-/* j's answer: code and v from the claim script's reply, or NULL (no
- * usable answer) */
-static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
+/* ---- its data key, read by the claim's script (sl_stage_opts.data_key) ---- */
+
+/* j's data key from d, the script's value for it (NULL: no answer) into
+ * j->dk_state and j->dk: 1 when it is not there, and the store's marker
+ * must say whether Redis lost it (data_key_marker) */
+static int data_key_read(job *j, const redisReply *d) {
+  char sid[64];
+  unsigned q = 0;
+  j->dk_state = SL_KEY_UNREAD;
+  if (!data_key_on(j) || sl_key_parse(j->key, strlen(j->key), sid, &q) != 0)
+    return 0; /* not asked for (a key that names no submission: its processor refuses it) */
+  if (!d || d->type != REDIS_REPLY_STRING) {
+    j->dk_state = SL_KEY_UNAVAILABLE;
+    return 0;
+  }
+  int rc = sl_dkey_open(d->str, d->len, sid, j->dk);
+  j->dk_state = sl_key_state_of(rc);
+  return rc == SL_ENOTFOUND;
+}
+
+/* claimed: counted with the claim (one round trip), or called */
+static void claimed_go(job *j) {
+  if (j->claim_count >= 0) {
+    counted_as(j, j->claim_count);
+    return;
+  }
+  call_now(j);
+}
+
+static void on_data_key_marker(redisReply *r, void *ud) {
+  job *j = ud;
+  if (j->R->closing) {
+    if (j->claim_count >= 0) gate_of(j)->counting--;
+    sl__job_to(j, SL_JOB_DROPPED);
+    return;
+  }
+  if (!r || r->type != REDIS_REPLY_INTEGER)
+    j->dk_state = SL_KEY_UNAVAILABLE;
+  else if (r->integer == 1) /* the store is complete: a submission from before crypto.kek */
+    j->dk_state = SL_KEY_NONE;
+  if (j->claimed)
+    claimed_go(j);
+  else
+    call_now(j);
+}
+
+/* j's key is not in Redis: does the store's marker say it is complete?
+ * (the one more round trip of a missing key) */
+static void data_key_marker(job *j) {
+  const char *ex[] = {"EXISTS", sl_dkey_marker()};
+  if (sl_aredis_argv(j->R->redis, on_data_key_marker, j, 2, ex, NULL) != 0)
+    on_data_key_marker(NULL, j);
+}
+
+/* j's answer: code, v and its data key d from the claim script's reply, or
+ * NULL (no usable answer) */
+static void on_claim(job *j, const redisReply *code_r, const redisReply *v, const redisReply *d) {
   sl_gate *G = gate_of(j);
   if (j->R->closing) {
     sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
   if (!code_r || !v || code_r->type != REDIS_REPLY_INTEGER || v->type != REDIS_REPLY_STRING) {
+    data_key_read(j, NULL);
     call_now(j); /* Redis unavailable: fail open, as the store does */
     return;
   }
+  int missing = data_key_read(j, d);
+  j->claim_count = -1; /* not counted with this claim (CLAIMED says otherwise) */
   switch (code_r->integer) {
   case SL_CLAIM_STORED:
     if (sl_idem_unpack(v->str, v->len, &j->out) == 0) {
       sl__job_to(j, SL_JOB_REUSE);
       return;
     }
-    call_now(j); /* unusable stored outputs: as if there were none */
+    if (missing) /* unusable stored outputs: as if there were none */
+      data_key_marker(j);
+    else
+      call_now(j);
     return;
   case SL_CLAIM_CLAIMED:
     j->claimed = 1;
     if (v->len && !j->starts) { /* counted with the claim (one round trip) */
       G->counting++;
-      counted_as(j, strtoll(v->str, NULL, 10));
-      return;
+      j->claim_count = strtoll(v->str, NULL, 10);
     }
-    call_now(j);
+    if (missing)
+      data_key_marker(j);
+    else
+      claimed_go(j);
     return;
   case SL_CLAIM_ENDED:
     /* this very message failed for good on another replica, and its dead
@@ -500,16 +573,17 @@ static void on_claim(job *j, const redisReply *code_r, const redisReply *v) {
 /* The claims sent together (one script), answered together. */
 static void on_claims(redisReply *r, void *ud) {
   job_batch *b = ud;
-  redisReply **el = sl__batch_reply(b, r, 2);
+  redisReply **el = sl__batch_reply(b, r, 3);
   for (int i = 0; i < b->n; i++)
-    on_claim(b->jobs[i], el ? el[2 * i] : NULL, el ? el[2 * i + 1] : NULL);
+    on_claim(b->jobs[i], el ? el[3 * i] : NULL, el ? el[3 * i + 1] : NULL,
+             el ? el[3 * i + 2] : NULL);
   free(b);
 }
 
 /* The keys and tags of one claim script; b's jobs taken from G->cq (those
  * whose partition went away meanwhile let go). */
 typedef struct {
-  char keys[SL_CLAIM_BATCH][3][256]; /* claim, store and starts key of each */
+  char keys[SL_CLAIM_BATCH][4][256]; /* claim, store, starts and data key of each */
   char tags[SL_CLAIM_BATCH][200];    /* its message (sl_claim_take_lua) */
 } claim_args;
 
@@ -530,6 +604,12 @@ static void claims_take(sl_gate *G, job_batch *b, claim_args *a) {
     if (!j->starts && G->R->cc->max_starts > 0 &&
         (sl__starts_key(j, a->keys[b->n][2], sizeof a->keys[b->n][2]), !a->keys[b->n][2][0]))
       snprintf(a->keys[b->n][2], sizeof a->keys[b->n][2], "%s", sl_rkey_tag(bucket));
+    /* its data key read with its claim (data_key_read), else a placeholder */
+    char sid[64];
+    unsigned q = 0;
+    if (!data_key_on(j) || sl_key_parse(j->key, strlen(j->key), sid, &q) != 0 ||
+        sl_dkey_rkey(sid, a->keys[b->n][3]) != 0)
+      snprintf(a->keys[b->n][3], sizeof a->keys[b->n][3], "%s", sl_rkey_tag(bucket));
     claim_tag(j, a->tags[b->n], sizeof a->tags[b->n]);
     b->jobs[b->n++] = j;
   }
@@ -555,18 +635,16 @@ static void claims_flush(sl_gate *G) {
       free(b);
       continue;
     }
-    const char *argv[5 * SL_CLAIM_BATCH + 2];
+    const char *argv[6 * SL_CLAIM_BATCH + 2];
     for (int i = 0; i < n; i++) {
-      argv[3 * i] = a.keys[i][0];
-      argv[3 * i + 1] = a.keys[i][1];
-      argv[3 * i + 2] = a.keys[i][2];
-      argv[3 * n + 2 + i] = b->jobs[i]->owner;
-      argv[4 * n + 2 + i] = a.tags[i];
+      for (int k = 0; k < 4; k++) argv[4 * i + k] = a.keys[i][k];
+      argv[4 * n + 2 + i] = b->jobs[i]->owner;
+      argv[5 * n + 2 + i] = a.tags[i];
     }
-    argv[3 * n] = lease;
-    argv[3 * n + 1] = starts_ttl;
+    argv[4 * n] = lease;
+    argv[4 * n + 1] = starts_ttl;
     int rc =
-        sl_aredis_eval(G->R->redis, on_claims, b, &G->s_claim_take, 3 * n, 5 * n + 2, argv, NULL);
+        sl_aredis_eval(G->R->redis, on_claims, b, &G->s_claim_take, 4 * n, 6 * n + 2, argv, NULL);
     if (rc != 0) on_claims(NULL, b); /* Redis unavailable: each one calls */
   }
 }
@@ -1198,6 +1276,10 @@ void sl__gate_outcome(job *j) {
   const sl_jobs *R = j->R;
   call_end(j);
   if (R->closing) return;
+  if (j->out.key_lost) { /* Redis lost its data key: presign rebuilds the store */
+    const char *del[] = {"DEL", sl_dkey_marker()};
+    sl_aredis_argv(R->redis, NULL, NULL, 2, del, NULL);
+  }
   if (R->o->provider && j->res.provider_called) provider_outcome(j);
   if (R->o->provider && j->res.outcome != SL_OUTCOME_RETRY) tenant_outcome(j);
   /* the claim: a dead letter holds it until it is written (then an end

@@ -7,6 +7,8 @@
  * process(), on the worker that runs it.
  */
 #include "sl_stage_job.h"
+
+#include <openssl/crypto.h>
 #include "sluice/sl_idem.h"
 #include "sluice/sl_log.h"
 #include "sluice/sl_rkey.h"
@@ -327,6 +329,7 @@ void sl__job_free(job *j) {
   sl_metric_gauge_add(R->m_inflight, -1);
   sl__job_bytes(j, -j->bytes);
   sl_outbox_clear(&j->out);
+  OPENSSL_cleanse(j->dk, sizeof j->dk);
   if (j->m) rd_kafka_message_destroy(j->m);
   free(j);
 }

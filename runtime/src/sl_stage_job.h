@@ -158,6 +158,11 @@ struct sl_job {
   int in_call;           /* counted in the gate's calls: called, the outcome not in */
   sl_metric *m_calling;  /* and in its tenant's running calls (sl_stage_fair.h) */
   int looked_up;         /* its idempotency lookup was made */
+  /* its data key as its claim read it (sl_stage_opts.data_key), handed to
+   * the outbox before each call (sl_stage_work.c); wiped when freed */
+  int dk_state;                /* SL_KEY_*: SL_KEY_UNREAD when not read */
+  uint8_t dk[SL_SEAL_KEY_LEN]; /* SL_KEY_FOUND: the key */
+  long long claim_count;       /* its claim's start count while the store's marker is asked */
   /* ---- the work's (sl_stage_work.c) ---- */
   uv_work_t work;
   uint64_t call_ns; /* uv_hrtime() when process()/start() began */

@@ -77,6 +77,8 @@ void sl__work_call(job *j) {
   sl_work *W = j->R->work;
   j->work.data = j;
   j->out.producer = j->R->producer;
+  j->out.key_state = j->dk_state; /* read with its claim (sl_stage_opts.data_key) */
+  if (j->dk_state == SL_KEY_FOUND) sl_outbox_seal_with(&j->out, j->dk);
   j->res.outcome = SL_OUTCOME_DONE;
   j->res.again_in_ms = 0;
   j->res.nsteps = 0;

@@ -54,6 +54,73 @@ static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
 
 static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
 
+/* With crypto.kek, a stage that writes personal fields (ops->keyed) or
+ * reads sealed ones needs its submission's data key */
+static int needs_key(const sl__plugin_ops *ops, void *msg) {
+  return sl_dkey_enabled() && (ops->keyed || sl_pbseal_sealed(msg));
+}
+
+/* What msg's data key decides (state: sl_outbox.key_state; dk the key when
+ * found): 1 go on, the input opened and the outputs sealed with it (or,
+ * for a submission from before crypto.kek, nothing sealed); 0 the job is
+ * over, res says how: erased, done with no output and the provider not
+ * paid; a key Redis lost (a sealed input whose key is missing from a
+ * complete store: out->key_lost, so the runtime deletes the store's marker
+ * and presign rebuilds it) or one not there yet, tried again; one that
+ * does not open, failed (docs/privacy.md). pa: msg's allocator. */
+static int key_decide(int state, const uint8_t *dk, void *msg, const char *key,
+                      ProtobufCAllocator *pa, sl_outbox *out, sl_result *res) {
+  int sealed = sl_pbseal_sealed(msg), rc;
+  char sid[64];
+  unsigned q = 0;
+  switch (state) {
+  case SL_KEY_FOUND:
+    rc = sealed ? sl_pbseal_open(msg, dk, key, strlen(key), pa) : 0;
+    if (rc) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "sealed_invalid",
+                    "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
+      return 0;
+    }
+    sl_outbox_seal_with(out, dk);
+    return 1;
+  case SL_KEY_ERASED:
+    sl_log(SL_LOG_INFO, key, "its submission was erased: dropped, nothing written");
+    sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
+                                     "inputs dropped because their submission was erased"),
+                  1);
+    return 0; /* DONE, no output */
+  case SL_KEY_NONE:
+    if (!sealed) {
+      sl_log(SL_LOG_WARN, key,
+             "its submission has no data key (created before crypto.kek?): "
+             "what it writes is not sealed");
+      return 1;
+    }
+    out->key_lost = 1; /* Redis lost it: presign rebuilds the store */
+    /* fall through */
+  case SL_KEY_MISSING:
+    sl_result_set(res, SL_OUTCOME_RETRY, "key_unavailable",
+                  "its submission's data key is not in Redis (lost; being rebuilt)");
+    res->again_in_ms = SL_AGAIN_MAX_MS;
+    return 0;
+  case SL_KEY_INVALID:
+    sl_result_set(res, SL_OUTCOME_FAIL, "key_invalid",
+                  "its submission's data key does not open with crypto.kek");
+    return 0;
+  case SL_KEY_UNREAD:
+    if (sl_key_parse(key, strlen(key), sid, &q) != 0) {
+      sl_result_set(res, SL_OUTCOME_FAIL, "bad_key", "its key names no submission: %s", key);
+      return 0;
+    }
+    /* the runtime did not read it: its claim had no answer */
+    /* fall through */
+  default:
+    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "its data key could not be read from Redis");
+    res->again_in_ms = SL_AGAIN_MAX_MS;
+    return 0;
+  }
+}
+
 void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud,
                         const rd_kafka_message_t *m, sl_outbox *out, sl_result *res) {
   char key[SL__KEY_MAX], err[512] = "";
@@ -63,6 +130,13 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   sl__pb_arena ar;
   sl__pb_arena_init(&ar, space, sizeof space);
   if (!ops->parse(ud, m, out, res, &msg, key, &ar.a)) return;
+  /* its data key: read by the runtime with its claim (plugin_stage.c runs
+   * a keyed stage this way only then) */
+  if (needs_key(ops, msg) &&
+      !key_decide(out->key_state, out->seal_key, msg, key, &ar.a, out, res)) {
+    ops->release(msg, &ar.a);
+    return;
+  }
   sl_plugin_inst *in = sl__plugin_pool_get(pp, err, sizeof err);
   if (!in) {
     sl_result_set(res, SL_OUTCOME_RETRY, ops->setup_class, "%s", err);
@@ -120,8 +194,7 @@ typedef struct {
   int64_t io_ns;     /* when its storage GET or PUT went out (its span's start) */
   char sid[64];      /* the submission, whose data key is looked up */
   uint8_t dk[SL_SEAL_KEY_LEN];
-  int dk_rc;       /* what the GET of the key answered (sl_dkey_from_reply) */
-  int dk_complete; /* the store's marker was there (asked when the key was not) */
+  int dk_state; /* what its lookup found (SL_KEY_*: sl_outbox.key_state's) */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
@@ -388,64 +461,20 @@ static void go_on(plugin_job *c) {
     run_plugin(c);
 }
 
-/* Redis answered the data key's GET (c->dk_rc) and, when it found
- * nothing, the store marker's EXISTS (c->dk_complete): the input opened, the outputs sealed with
- * it, and on; erased: done with no output, the provider not paid; missing while the store is
- * complete (a submission from before crypto.kek): an input with nothing
- * sealed goes on unsealed, a sealed one proves its key was lost, so the
- * store is rebuilt (its marker deleted) and the input tried again
- * (docs/privacy.md). */
+/* The data key's state known (c->dk_state, c->dk): on, or the job's end. */
 static void data_key_known(plugin_job *c) {
-  sl_result *res = sl_job_result(c->job);
-  int rc = c->dk_rc, complete = c->dk_complete;
-  if (rc == 0) {
-    rc = sl_pbseal_sealed(c->msg) ? sl_pbseal_open(c->msg, c->dk, c->key, strlen(c->key), NULL) : 0;
-    if (rc) {
-      sl_result_set(res, SL_OUTCOME_FAIL, "sealed_invalid",
-                    "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
-      job_end(c);
-      return;
-    }
-    sl_outbox_seal_with(sl_job_outbox(c->job), c->dk);
+  if (key_decide(c->dk_state, c->dk, c->msg, c->key, NULL, sl_job_outbox(c->job),
+                 sl_job_result(c->job)))
     go_on(c);
-    return;
-  }
-  if (rc == SL_EERASED) {
-    sl_log(SL_LOG_INFO, c->key, "its submission was erased: dropped, nothing written");
-    sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
-                                     "inputs dropped because their submission was erased"),
-                  1);
-    job_end(c); /* DONE, no output */
-    return;
-  }
-  if (rc == SL_ENOTFOUND && complete && !sl_pbseal_sealed(c->msg)) {
-    sl_log(SL_LOG_WARN, c->key,
-           "its submission has no data key (created before crypto.kek?): "
-           "what it writes is not sealed");
-    go_on(c);
-    return;
-  }
-  if (rc == SL_ENOTFOUND) { /* Redis lost it: presign rebuilds the store */
-    if (complete) {
-      const char *del[] = {"DEL", sl_dkey_marker()};
-      sl_aredis_argv(sl_job_redis(c->job), NULL, NULL, 2, del, NULL);
-    }
-    sl_result_set(res, SL_OUTCOME_RETRY, "key_unavailable",
-                  "its submission's data key is not in Redis (lost; being rebuilt)");
-    res->again_in_ms = SL_AGAIN_MAX_MS;
-  } else if (rc == SL_EAUTH) {
-    sl_result_set(res, SL_OUTCOME_FAIL, "key_invalid",
-                  "its submission's data key does not open with crypto.kek");
-  } else {
-    sl_result_set(res, SL_OUTCOME_RETRY, "redis", "looking up its data key: %s", sl_strerror(rc));
-    res->again_in_ms = SL_AGAIN_MAX_MS;
-  }
-  job_end(c);
+  else
+    job_end(c);
 }
 
 static void on_data_key_marker(redisReply *r, void *ud) {
   plugin_job *c = ud;
-  c->dk_complete = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  c->dk_state = !r || r->type != REDIS_REPLY_INTEGER ? SL_KEY_UNAVAILABLE
+                : r->integer == 1                    ? SL_KEY_NONE
+                                                     : SL_KEY_MISSING;
   data_key_known(c);
 }
 
@@ -454,23 +483,32 @@ static void on_data_key_marker(redisReply *r, void *ud) {
  * trip only then: the GET alone is every other message's) */
 static void on_data_key_get(redisReply *r, void *ud) {
   plugin_job *c = ud;
-  c->dk_rc = sl_dkey_from_reply(r, c->sid, c->dk);
+  int rc = sl_dkey_from_reply(r, c->sid, c->dk);
+  c->dk_state = sl_key_state_of(rc);
   const char *ex[] = {"EXISTS", sl_dkey_marker()};
-  if (c->dk_rc != SL_ENOTFOUND ||
+  if (rc != SL_ENOTFOUND ||
       sl_aredis_argv(sl_job_redis(c->job), on_data_key_marker, c, 2, ex, NULL) != 0)
     data_key_known(c); /* not sent: incomplete, retried */
 }
 
-/* With crypto.kek, a stage that writes personal fields or reads sealed
- * ones needs the data key first: 1 when its lookup went out. */
+/* The data key first, when the stage needs it (needs_key): as the runtime
+ * read it with the input's claim (sl_stage_opts.data_key), else looked up
+ * here; 1 when the job goes on from data_key_known. */
 static int data_key(plugin_job *c) {
   unsigned q = 0;
-  if (!sl_dkey_enabled() || !(c->ops->keyed || sl_pbseal_sealed(c->msg))) return 0;
+  if (!needs_key(c->ops, c->msg)) return 0;
+  const sl_outbox *ob = sl_job_outbox(c->job);
+  if (ob->key_state != SL_KEY_UNREAD) { /* read with its claim */
+    c->dk_state = ob->key_state;
+    if (ob->key_state == SL_KEY_FOUND) memcpy(c->dk, ob->seal_key, sizeof c->dk);
+    data_key_known(c);
+    return 1;
+  }
   char rkey[SL_DKEY_RKEY_MAX];
   int rc = sl_key_parse(c->key, strlen(c->key), c->sid, &q);
   if (rc == 0) rc = sl_dkey_rkey(c->sid, rkey);
   const char *get[] = {"GET", rkey};
-  c->dk_rc = SL_EREDIS;
+  c->dk_state = SL_KEY_UNAVAILABLE;
   if (rc == 0) rc = sl_aredis_argv(sl_job_redis(c->job), on_data_key_get, c, 2, get, NULL);
   if (rc == 0) return 1;
   sl_result_set(sl_job_result(c->job), rc == SL_EPARSE ? SL_OUTCOME_FAIL : SL_OUTCOME_RETRY,

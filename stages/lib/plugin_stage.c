@@ -62,9 +62,13 @@ static int prepare(const sl__plugin_stage *ps, sl__plugin_host *h, sl__plugins *
  * (process) unless its storage is on the loop, anything else by way of
  * start. */
 static int run(const sl__plugin_stage *ps, sl__plugin_host *h, sl_stage_opts *o) {
-  /* with crypto.kek the data key is looked up on the loop first
-   * (plugin_driver.c): then sl__plugin_start runs a SYNC plugin on the pool */
-  int via_process = h->sync && !(h->has_objects && h->objects.loop_sig) && !sl_dkey_enabled();
+  /* with crypto.kek each input's data key is read with its claim
+   * (sl_stage_opts.data_key); where the runtime does not claim
+   * (stage.claim_lease_ms 0) the driver looks it up on the loop first, and
+   * sl__plugin_start runs a SYNC plugin */
+  o->data_key = 1;
+  int via_process = h->sync && !(h->has_objects && h->objects.loop_sig) &&
+                    (!sl_dkey_enabled() || sl_stage_reads_data_keys(o));
   const sl_plugin *pd = sl_plugin_lib_desc(h->chosen);
   sl_log(SL_LOG_INFO, NULL, "plugin %s/%s %s (%s) from %s", ps->kind, pd->name,
          pd->version ? pd->version : "",

@@ -8,7 +8,12 @@
 # provider gets no grading call for it, nothing is dead-lettered, and the
 # drop is counted (sluice_erased_dropped_total). A second submission,
 # waiting beside it, is graded as usual.
+# TEST_GRADE_SYNC=1 (ctest's .sync run): grade with the rubric plugin, SYNC,
+# which runs by way of process() with the data key its claim read
+# (sl_stage_opts.data_key; before, a keyed SYNC plugin went by way of
+# start): no provider call at all, and its runs counted where process() ran.
 source "$(dirname "$0")/lib.sh"
+SYNC=${TEST_GRADE_SYNC:-}
 export SLUICE_CRYPTO_KEK=${SLUICE_CRYPTO_KEK-$(openssl rand -hex 32)}
 work=$(mktemp -d)
 at_exit 'rm -rf "$work"'
@@ -32,7 +37,11 @@ stats0=$(curl -fsS "http://$FAKE/stats")
 rc=0
 "$SLUICECTL" submission delete "$erased_sid" --actor inflight-test >"$work/delete.out" 2>&1 || rc=$?
 check "sluicectl submission delete succeeds (exit $rc)" test "$rc" = 0
-"$ROOT/tools/stages" scale grade 1 >/dev/null
+if [[ -n $SYNC ]]; then
+  SLUICE_GRADE_PLUGIN=rubric "$ROOT/tools/stages" scale grade 1 >/dev/null
+else
+  "$ROOT/tools/stages" scale grade 1 >/dev/null
+fi
 
 done_view() { jqe '.questions[0].state == "done"' "$(view_of "$kept_sid" "$SLUICE_API_KEY")"; }
 wait_for 120 done_view || true
@@ -43,7 +52,28 @@ check "grade dropped the erased submission's answer (sluice_erased_dropped_total
 sleep 2 # anything later would be a call the provider should not have had
 stats1=$(curl -fsS "http://$FAKE/stats")
 calls=$(provider_calls "$stats0" "$stats1" chat)
-check "one grading call after the erasure, the second submission's ($calls)" test "$calls" = 1
+if [[ -n $SYNC ]]; then
+  check "no grading call: the rubric grades ($calls)" test "$calls" = 0
+  runs=$(curl -fsS "$(admin grade)/metrics" | awk '/^sluice_process_runs_total\{/ {n += $2} END {print n + 0}')
+  check "grade ran the rubric by way of process(), its data key read with its claim ($runs runs)" \
+    test "$runs" -ge 1
+  kept=$(view_of "$kept_sid" "$SLUICE_API_KEY")
+  check "the second submission's grade is the rubric's, its feedback opened by materialize" \
+    jqe '.questions[0].grade.engine == "rubric" and (.questions[0].grade.feedback | length > 0)' "$kept"
+  # what grade wrote for it to the results topic (its statuses name the
+  # stage "grade", its length 5 before it): sealed with the key its claim
+  # read, the magic of sealed bytes in each and its feedback in none
+  fb=$(jq -r '.questions[0].grade.feedback' <<<"$kept")
+  kcat -C -b "$SLUICE_KAFKA_BROKERS" -t results -o beginning -e -q -J 2>/dev/null |
+    jq -c --arg k "$kept_sid/" 'select((.key // "") | startswith($k)) | select(.payload | contains("\u0005grade"))' \
+      >"$work/results.jsonl" || true
+  n=$(wc -l <"$work/results.jsonl")
+  n_sealed=$(jq -s --arg fb "$fb" '[.[] | select((.payload | contains("SLS1")) and (.payload | contains($fb) | not))] | length' "$work/results.jsonl")
+  check "grade sealed what it wrote ($n_sealed of its $n record(s) sealed, the feedback in none)" \
+    test "$n" -ge 1 -a "$n_sealed" = "$n"
+else
+  check "one grading call after the erasure, the second submission's ($calls)" test "$calls" = 1
+fi
 dl=$("$SLUICECTL" dlq list --submission "$erased_sid" --json 2>/dev/null | jq -s length)
 check "nothing dead-lettered for the erased submission ($dl)" test "$dl" = 0
 code=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $SLUICE_API_KEY" \

@@ -5,7 +5,9 @@
  * that submission only; the erased sentinel, a missing value and an error
  * reply are told apart; a KEK that is not 64 hex digits is refused; with
  * crypto off nothing is made; the Redis name carries the submission's
- * bucket tag.
+ * bucket tag. The thread's memo of unwrapped keys answers only for the very
+ * bytes it unwrapped, under the same KEK (a new KEK failed test_round_trip
+ * before the memo kept the KEK's generation).
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -18,6 +20,7 @@
 #include <cmocka.h>
 
 #include "sluice/sl_dkey.h"
+#include "sluice/sl_stage.h"
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_rkey.h"
@@ -119,12 +122,45 @@ static void test_names(void **state) {
   assert_int_equal(sl_rkey_setup(0), 0);
 }
 
+/* the memo: the same bytes give the same key; a new key for the same
+ * submission (other bytes) is unwrapped, not taken from the memo; the
+ * sentinel and a missing value answer as they do without it */
+static void test_memo(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup(kek1, 60), 0);
+  uint8_t dk1[SL_SEAL_KEY_LEN], w1[SL_DKEY_WRAPPED_LEN], dk2[SL_SEAL_KEY_LEN],
+      w2[SL_DKEY_WRAPPED_LEN], back[SL_SEAL_KEY_LEN];
+  assert_int_equal(sl_dkey_new(sid, dk1, w1), 0);
+  assert_int_equal(sl_dkey_new(sid, dk2, w2), 0);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(sl_dkey_open((const char *)w1, sizeof w1, sid, back), 0);
+    assert_memory_equal(back, dk1, sizeof back);
+    assert_int_equal(sl_dkey_open((const char *)w2, sizeof w2, sid, back), 0);
+    assert_memory_equal(back, dk2, sizeof back);
+  }
+  assert_int_equal(sl_dkey_open(SL_DKEY_ERASED, strlen(SL_DKEY_ERASED), sid, back), SL_EERASED);
+  assert_int_equal(sl_dkey_open(NULL, 0, sid, back), SL_ENOTFOUND);
+  /* what a stage is told (sl_outbox.key_state) */
+  assert_int_equal(sl_key_state_of(0), SL_KEY_FOUND);
+  assert_int_equal(sl_key_state_of(SL_EERASED), SL_KEY_ERASED);
+  assert_int_equal(sl_key_state_of(SL_ENOTFOUND), SL_KEY_MISSING);
+  assert_int_equal(sl_key_state_of(SL_EAUTH), SL_KEY_INVALID);
+  assert_int_equal(sl_key_state_of(SL_EREDIS), SL_KEY_UNAVAILABLE);
+  uint8_t bad[SL_DKEY_WRAPPED_LEN];
+  memcpy(bad, w2, sizeof bad);
+  bad[sizeof bad - 1] ^= 1; /* altered: the tag does not match */
+  assert_int_equal(sl_dkey_open((const char *)bad, sizeof bad, sid, back), SL_EAUTH);
+  assert_int_equal(sl_dkey_open((const char *)w2, sizeof w2, sid, back), 0);
+  assert_memory_equal(back, dk2, sizeof back);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_answers),
       cmocka_unit_test(test_setup_refused_and_off),
       cmocka_unit_test(test_names),
+      cmocka_unit_test(test_memo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

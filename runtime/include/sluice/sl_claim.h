@@ -38,8 +38,9 @@
  * begins with '!'.
  *
  * ---- Script contract: sl_claim_take_lua ---------------------------------
- *   EVAL sl_claim_take_lua 3N <claim key 1> <stored key 1> <starts key 1> ...
- *        <claim key N> <stored key N> <starts key N> <lease ms> <starts ttl s>
+ *   EVAL sl_claim_take_lua 4N <claim key 1> <stored key 1> <starts key 1>
+ *        <data key 1> ... <claim key N> <stored key N> <starts key N>
+ *        <data key N> <lease ms> <starts ttl s>
  *        <owner 1> ... <owner N> <tag 1> ... <tag N>
  *   claims N inputs at once (a stage sends the claims of one turn of its
  *   loop together: SL_CLAIM_BATCH at most); tag i is "<topic>/<partition>/
@@ -47,8 +48,11 @@
  *   for an input whose start is to be counted with its claim (the count of
  *   stage.max_starts, as sl_claim_starts_lua counts), else a key that
  *   does not begin with "sl:" ("" or the batch's bare bucket tag, see
- *   below). Reply: a
- *   flat array of N pairs {code, value}, in the order of the inputs:
+ *   below); data key i is sl_dkey_rkey's for an input whose submission's
+ *   data key is read with its claim (sl_stage_opts.data_key), else such a
+ *   placeholder. Reply: a flat array of N triples {code, value, data key}
+ *   in the order of the inputs, the data key's value ("" when it is not
+ *   there or was not asked for) whatever the code, and:
  *     1, outputs   the outputs are stored already: reuse them, no call
  *     0, starts    claimed (or already ours: the lease is extended; or an
  *                  end mark of another message, replaced): call; starts is
@@ -127,7 +131,7 @@ extern const char sl_claim_store_lua[];
 extern const char sl_claim_starts_lua[];
 extern const char sl_claim_lookup_lua[];
 
-/* Inputs claimed by one sl_claim_take_lua (5 arguments each, plus the lease
+/* Inputs claimed by one sl_claim_take_lua (6 arguments each, plus the lease
  * and the TTL: within SL__REDIS_SCRIPT_MAX_ARGS). */
 #define SL_CLAIM_BATCH 12
 /* Inputs stored by one sl_claim_store_lua (5 arguments each, plus the TTL). */

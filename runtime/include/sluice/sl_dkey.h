@@ -71,6 +71,9 @@ int sl_dkey_new(const char *sid, uint8_t dk[SL_SEAL_KEY_LEN], uint8_t wrapped[SL
  * does not open with this KEK: another deployment's, or altered);
  * SL_ESTATE (off). */
 int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_KEY_LEN]);
+/* The same for the value v (n bytes) a script read; NULL or empty: not
+ * there (SL_ENOTFOUND). */
+int sl_dkey_open(const char *v, size_t n, const char *sid, uint8_t dk[SL_SEAL_KEY_LEN]);
 
 /* sl_mirror's apply for the data-key topic (ud unused): a record SETs the
  * wrapped key unless the sentinel is there; a tombstone SETs the sentinel

@@ -205,7 +205,7 @@ redisReply *sl_redis_eval(sl_redis *r, const sl_redis_script *s, int nkeys, int 
  * EVALSHA when sha is 1 else EVAL, into out/outlens (3 + argc entries; nk
  * receives the key count as text). Returns 0 or SL_EINVAL (more than
  * SL__REDIS_SCRIPT_MAX_ARGS arguments). */
-#define SL__REDIS_SCRIPT_MAX_ARGS 64
+#define SL__REDIS_SCRIPT_MAX_ARGS 80
 int sl__redis_script_argv(const sl_redis_script *s, int sha, int nkeys, int argc, const char **argv,
                           const size_t *lens, char *nk, size_t nklen, const char **out,
                           size_t *outlens);

@@ -220,7 +220,31 @@ typedef struct {
    * wiped by sl_outbox_clear */
   int sealing;
   uint8_t seal_key[SL_SEAL_KEY_LEN];
+  /* the input's data key as the runtime read it with the input's claim
+   * (sl_stage_opts.data_key), set before process()/start(): SL_KEY_FOUND
+   * also sets sealing; kept until sl_outbox_clear */
+  int key_state;
+  /* set by the processor: the input holds sealed fields but its key is
+   * missing from a store that says it is complete, so Redis lost it: the
+   * runtime deletes the store's marker at the job's end, and presign
+   * rebuilds the store (docs/privacy.md) */
+  int key_lost;
 } sl_outbox;
+
+/* sl_outbox.key_state */
+enum {
+  SL_KEY_UNREAD = 0,  /* not read by the runtime: the stage looks it up itself */
+  SL_KEY_FOUND,       /* opened with crypto.kek: in seal_key, sealing on */
+  SL_KEY_ERASED,      /* the submission was erased (its sentinel) */
+  SL_KEY_MISSING,     /* not in Redis while the store is not complete: lost, being rebuilt */
+  SL_KEY_NONE,        /* not in Redis and the store complete: a submission from before crypto.kek */
+  SL_KEY_INVALID,     /* it does not open with crypto.kek */
+  SL_KEY_UNAVAILABLE, /* Redis did not answer */
+};
+/* The SL_KEY_* a data key lookup's code stands for (sl_dkey_open: 0,
+ * SL_EERASED, SL_ENOTFOUND (SL_KEY_MISSING until the store's marker says
+ * otherwise), SL_EAUTH, anything else SL_KEY_UNAVAILABLE). */
+int sl_key_state_of(int rc);
 
 /* Appends copies of topic, key and value. Returns 0, SL_ETOOBIG (outbox
  * full, topic or key too long) or SL_ENOMEM. A failed add is also kept in
@@ -390,7 +414,19 @@ typedef struct sl_stage_opts {
    * whose blocking runs mostly wait on round trips (ingest: a HEAD and
    * Redis per event) asks for more, as its concurrency is that count */
   int default_workers;
+  /* with crypto.kek (sl_dkey.h), where the stage claims its inputs
+   * (provider, idempotent, stage.claim_lease_ms > 0): each input's
+   * submission data key is read by its claim's script (no round trip of
+   * its own) and handed over in the job's outbox (key_state, seal_key)
+   * before process() or start(); a key found also seals the outputs. A
+   * missing key costs one more round trip, the store's marker. */
+  int data_key;
 } sl_stage_opts;
+
+/* 1 when the runtime reads each input's data key for this stage
+ * (sl_stage_opts.data_key with crypto.kek and claims on): a processor may
+ * then rely on sl_outbox.key_state. */
+int sl_stage_reads_data_keys(const sl_stage_opts *o);
 
 /* Runs until *stop becomes non-zero (checked every 100 ms; set it from a
  * signal handler), then stops fetching, lets in-flight work finish for up to
