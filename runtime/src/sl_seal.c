@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sl_seal.c — see sl_seal.h: AES-256-GCM through OpenSSL's EVP interface,
- * the cipher fetched once, one context per thread (as sl_id.c's digest).
+ * the cipher fetched once, two contexts per thread (as sl_id.c's digest):
+ * one sealing, one opening, each keeping the last key it was given, so that
+ * a stage opening an input and sealing its outputs with the same data key
+ * sets only a nonce per call, not the key's schedule again (bench/cost).
+ * The last key stays in its context (its schedule, OpenSSL's memory) and
+ * beside it (to compare) until another key replaces it or the thread ends
+ * (both wiped then).
  */
 #include "sluice/sl_seal.h"
 #include "sluice/sl_err.h"
@@ -18,22 +24,57 @@ static EVP_CIPHER *gcm;
 static pthread_key_t ctx_key;
 static int have_key;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static void ctx_free(void *ctx) { EVP_CIPHER_CTX_free(ctx); }
+
+/* a thread's contexts: [0] seals, [1] opens; key[i] the key ctx[i] holds
+ * when set[i] (wiped with them) */
+typedef struct {
+  EVP_CIPHER_CTX *ctx[2];
+  uint8_t key[2][SL_SEAL_KEY_LEN];
+  int set[2];
+} thread_ctxs;
+
+static void ctxs_free(void *p) {
+  thread_ctxs *t = p;
+  EVP_CIPHER_CTX_free(t->ctx[0]);
+  EVP_CIPHER_CTX_free(t->ctx[1]);
+  OPENSSL_cleanse(t, sizeof *t);
+  OPENSSL_free(t);
+}
 static void fetch(void) {
   gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
-  have_key = pthread_key_create(&ctx_key, ctx_free) == 0;
+  have_key = pthread_key_create(&ctx_key, ctxs_free) == 0;
 }
 
-/* the calling thread's context, made on its first use (NULL: none) */
-static EVP_CIPHER_CTX *thread_ctx(void) {
+/* The calling thread's context for dir (0 seal, 1 open), made on first
+ * use, initialised with key and nonce: the key's schedule made again only
+ * when key is not the one it holds. 1, or 0 when it could not be. */
+static int ctx_init(int dir, const uint8_t key[SL_SEAL_KEY_LEN], const uint8_t *nonce,
+                    EVP_CIPHER_CTX **out) {
   pthread_once(&once, fetch);
-  if (!gcm || !have_key) return NULL;
-  EVP_CIPHER_CTX *c = pthread_getspecific(ctx_key);
-  if (!c && (c = EVP_CIPHER_CTX_new()) != NULL && pthread_setspecific(ctx_key, c) != 0) {
-    EVP_CIPHER_CTX_free(c);
-    c = NULL;
+  if (!gcm || !have_key) return 0;
+  thread_ctxs *t = pthread_getspecific(ctx_key);
+  if (!t) {
+    t = OPENSSL_zalloc(sizeof *t);
+    if (!t) return 0;
+    t->ctx[0] = EVP_CIPHER_CTX_new();
+    t->ctx[1] = EVP_CIPHER_CTX_new();
+    if (!t->ctx[0] || !t->ctx[1] || pthread_setspecific(ctx_key, t) != 0) {
+      ctxs_free(t);
+      return 0;
+    }
   }
-  return c;
+  EVP_CIPHER_CTX *c = t->ctx[dir];
+  int same = t->set[dir] && CRYPTO_memcmp(key, t->key[dir], SL_SEAL_KEY_LEN) == 0;
+  int ok = dir == 0 ? EVP_EncryptInit_ex2(c, same ? NULL : gcm, same ? NULL : key, nonce, NULL)
+                    : EVP_DecryptInit_ex2(c, same ? NULL : gcm, same ? NULL : key, nonce, NULL);
+  if (ok != 1) {
+    t->set[dir] = 0;
+    return 0;
+  }
+  if (!same) memcpy(t->key[dir], key, SL_SEAL_KEY_LEN);
+  t->set[dir] = 1;
+  *out = c;
+  return 1;
 }
 
 int sl_seal_key_new(uint8_t key[SL_SEAL_KEY_LEN]) {
@@ -52,12 +93,10 @@ int sl_seal(const uint8_t key[SL_SEAL_KEY_LEN], const void *aad, size_t aadlen, 
       aadlen > SL_SEAL_MAX)
     return SL_EINVAL;
   if (cap < n + SL_SEAL_OVERHEAD) return SL_ETOOBIG;
-  EVP_CIPHER_CTX *c = thread_ctx();
-  if (!c) return SL_ECRYPTO;
+  EVP_CIPHER_CTX *c = NULL;
   uint8_t *nonce = out + sizeof magic, *ct = nonce + SL_SEAL_NONCE_LEN, *tag = ct + n;
   uint8_t fin[EVP_MAX_BLOCK_LENGTH]; /* GCM's final writes nothing */
-  int l = 0, ok = RAND_bytes(nonce, SL_SEAL_NONCE_LEN) == 1 &&
-                  EVP_EncryptInit_ex2(c, gcm, key, nonce, NULL) == 1 &&
+  int l = 0, ok = RAND_bytes(nonce, SL_SEAL_NONCE_LEN) == 1 && ctx_init(0, key, nonce, &c) &&
                   (!aadlen || EVP_EncryptUpdate(c, NULL, &l, aad, (int)aadlen) == 1) &&
                   (!n || EVP_EncryptUpdate(c, ct, &l, in, (int)n) == 1) &&
                   EVP_EncryptFinal_ex(c, fin, &l) == 1 &&
@@ -79,13 +118,12 @@ int sl_seal_open(const uint8_t key[SL_SEAL_KEY_LEN], const void *aad, size_t aad
   size_t m = n - SL_SEAL_OVERHEAD;
   if (m > SL_SEAL_MAX || cap < m) return SL_ETOOBIG;
   if (!out && m) return SL_EINVAL;
-  EVP_CIPHER_CTX *c = thread_ctx();
-  if (!c) return SL_ECRYPTO;
+  EVP_CIPHER_CTX *c = NULL;
   const uint8_t *nonce = in + sizeof magic, *ct = nonce + SL_SEAL_NONCE_LEN, *tag = ct + m;
   uint8_t tagc[SL_SEAL_TAG_LEN]; /* the ctrl takes a non-const pointer */
   memcpy(tagc, tag, sizeof tagc);
   int l = 0;
-  if (EVP_DecryptInit_ex2(c, gcm, key, nonce, NULL) != 1 ||
+  if (!ctx_init(1, key, nonce, &c) ||
       (aadlen && EVP_DecryptUpdate(c, NULL, &l, aad, (int)aadlen) != 1) ||
       (m && EVP_DecryptUpdate(c, out, &l, ct, (int)m) != 1) ||
       EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, SL_SEAL_TAG_LEN, tagc) != 1) {

@@ -165,6 +165,43 @@ static void test_plain_when_nothing_personal(void **state) {
   free(out);
 }
 
+/* A transcript longer than the buffers sealing keeps on the stack (2 KB:
+ * sealed and opened through malloc'd ones), its fields found through the
+ * personal table resolved at set-up (the stages' way), and a short one
+ * right after it (the stack again): each opens to what was sealed. */
+static void test_long_through_the_table(void **state) {
+  (void)state;
+  static const sl_pbseal_type table[] = {{&sluice__v1__transcript__descriptor, personal, 2}};
+  sl_pbseal_set_personal(table, 1);
+  const char *const *fields = NULL;
+  size_t nf = 0;
+  assert_true(sl_pbseal_personal(&sluice__v1__transcript__descriptor, &fields, &nf));
+  uint8_t key[SL_SEAL_KEY_LEN];
+  assert_int_equal(sl_seal_key_new(key), 0);
+  size_t lens[] = {6000, 40};
+  for (size_t k = 0; k < 2; k++) {
+    char *text = malloc(lens[k] + sizeof phrase);
+    assert_non_null(text);
+    memset(text, 'a', lens[k]);
+    memcpy(text + lens[k], phrase, sizeof phrase);
+    Sluice__V1__Transcript t = SLUICE__V1__TRANSCRIPT__INIT;
+    t.text = text;
+    t.engine = "whisper";
+    uint8_t *out = NULL;
+    size_t n = 0;
+    assert_int_equal(sl_pbseal_pack(&t.base, fields, nf, key, aad, strlen(aad), &out, &n), 0);
+    assert_false(contains(out, n, "elephants"));
+    Sluice__V1__Transcript *u = sluice__v1__transcript__unpack(NULL, n, out);
+    assert_non_null(u);
+    assert_int_equal(sl_pbseal_open(&u->base, key, aad, strlen(aad), NULL), 0);
+    assert_string_equal(u->text, text);
+    sluice__v1__transcript__free_unpacked(u, NULL);
+    free(out);
+    free(text);
+  }
+  sl_pbseal_set_personal(NULL, 0);
+}
+
 static void test_refused(void **state) {
   (void)state;
   uint8_t key[SL_SEAL_KEY_LEN];
@@ -201,6 +238,7 @@ int main(void) {
       cmocka_unit_test(test_sealed_and_opened),
       cmocka_unit_test(test_wrong_key_or_question),
       cmocka_unit_test(test_plain_when_nothing_personal),
+      cmocka_unit_test(test_long_through_the_table),
       cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

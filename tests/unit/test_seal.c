@@ -5,7 +5,10 @@
  * byte anywhere, a truncated value or another format is refused and leaves
  * nothing in the output; two seals of one value differ (random nonces); the
  * format is AES-256-GCM's (the GCM specification's test case 16 opens);
- * buffers too short are refused, not overrun.
+ * buffers too short are refused, not overrun. Each thread's contexts keep
+ * the last key they were given: keys taken in turn, a refusal between, and
+ * a key that differs from the held one in its last byte only, each seal
+ * and open with its own key and no other.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -52,6 +55,30 @@ static void test_round_trip(void **state) {
   assert_int_equal(pl, 0);
 }
 
+static void test_keys_in_turn(void **state) {
+  (void)state;
+  uint8_t k1[SL_SEAL_KEY_LEN], k2[SL_SEAL_KEY_LEN], s1[128], s2[128], s3[128], plain[128];
+  size_t n1 = 0, n2 = 0, n3 = 0, pl = 0;
+  assert_int_equal(sl_seal_key_new(k1), 0);
+  memcpy(k2, k1, sizeof k2);
+  k2[SL_SEAL_KEY_LEN - 1] ^= 1; /* the held key's near twin */
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(sl_seal(k1, aad, sizeof aad, "one", 3, s1, sizeof s1, &n1), 0);
+    assert_int_equal(sl_seal(k2, aad, sizeof aad, "two", 3, s2, sizeof s2, &n2), 0);
+    assert_int_equal(sl_seal(k2, aad, sizeof aad, "three", 5, s3, sizeof s3, &n3), 0);
+    assert_int_equal(sl_seal_open(k1, aad, sizeof aad, s1, n1, plain, sizeof plain, &pl), 0);
+    assert_memory_equal(plain, "one", 3);
+    assert_int_equal(sl_seal_open(k1, aad, sizeof aad, s2, n2, plain, sizeof plain, &pl), SL_EAUTH);
+    assert_int_equal(sl_seal_open(k2, aad, sizeof aad, s1, n1, plain, sizeof plain, &pl), SL_EAUTH);
+    assert_int_equal(sl_seal_open(k2, aad, sizeof aad, s2, n2, plain, sizeof plain, &pl), 0);
+    assert_memory_equal(plain, "two", 3);
+    assert_int_equal(sl_seal_open(k2, aad, sizeof aad, s3, n3, plain, sizeof plain, &pl), 0);
+    assert_memory_equal(plain, "three", 5);
+    assert_int_equal(sl_seal_open(k1, aad, sizeof aad, s1, n1, plain, sizeof plain, &pl), 0);
+    assert_memory_equal(plain, "one", 3);
+  }
+}
+
 static void test_other_key_or_aad_refused(void **state) {
   (void)state;
   uint8_t key[SL_SEAL_KEY_LEN], other[SL_SEAL_KEY_LEN], sealed[128], plain[128];
@@ -84,6 +111,9 @@ static void test_any_changed_byte_refused(void **state) {
     assert_int_equal(pl, 0);
     sealed[i] ^= 0x01;
   }
+  /* after every refusal, with the same key held: the value as it was opens */
+  assert_int_equal(sl_seal_open(key, aad, sizeof aad, sealed, sl, plain, sizeof plain, &pl), 0);
+  assert_memory_equal(plain, "transcript", 10);
   /* cut short, or not sealed at all */
   assert_int_equal(sl_seal_open(key, aad, sizeof aad, sealed, sl - 1, plain, sizeof plain, &pl),
                    SL_EAUTH);
@@ -159,6 +189,7 @@ static void test_bounds(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_keys_in_turn),
       cmocka_unit_test(test_other_key_or_aad_refused),
       cmocka_unit_test(test_any_changed_byte_refused),
       cmocka_unit_test(test_nonces_differ),
