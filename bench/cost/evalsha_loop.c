@@ -91,7 +91,7 @@ static void *run(void *arg) {
   for (long k = 0; k < total && !w->failed; k++) {
     int s = (int)(k / mine); /* every question queued, then every question checking, ... */
     long i = w->id + (k % mine) * conns;
-    char sid[40], hkey[64], member[64], q[16], json[1024], tp[32], off[32];
+    char sid[40], hkey[64], member[64], q[16], json[1024], tp[32], off[32], own[48];
     unsigned qno = (unsigned)(i % 10) + 1;
     snprintf(sid, sizeof sid, "01a2341b-%04lx-7000-8000-%012lx", (i / 10) & 0xffff, i / 10);
     snprintf(hkey, sizeof hkey, "cost:sub:%s", sid);
@@ -100,15 +100,17 @@ static void *run(void *arg) {
     view_of(s, qno, at + s * 1000 + i % 1000, json, sizeof json);
     snprintf(tp, sizeof tp, "results:%ld", i % 12);
     snprintf(off, sizeof off, "%ld", (long)s * questions / 12 + i / 12);
+    snprintf(own, sizeof own, "cost:view:w:%d", w->id); /* the writer's count */
     const char *argv[] = {eval ? "EVAL" : "EVALSHA",
                           eval ? apply_lua : sha,
-                          "6",
+                          "7",
                           hkey,
                           "cost:pending",
                           "cost:view:seq",
                           "cost:view:epoch",
                           "cost:view:applied",
                           "cost:view:changes",
+                          own,
                           q,
                           rank[s],
                           json,
@@ -123,7 +125,7 @@ static void *run(void *arg) {
                           "100000",
                           "100001",
                           "100000"};
-    redisAppendCommandArgv(c, 23, argv, NULL);
+    redisAppendCommandArgv(c, 24, argv, NULL);
     if (++sent < depth && k + 1 < total) continue;
     for (; sent > 0; sent--) {
       redisReply *r = NULL;

@@ -665,11 +665,18 @@ const char *sl_pipeline_message_of(const sl_pipeline *p, const char *topic) {
   if (strcmp(topic, p->apikeys) == 0) return SL_PIPELINE_APIKEYS_MESSAGE;
   if (strcmp(topic, p->datakeys) == 0) return SL_PIPELINE_DATAKEYS_MESSAGE;
   if (strcmp(topic, p->erasures) == 0) return sluice__v1__erasure_audit__descriptor.name;
+  const sl_pipeline_stage *s = sl_pipeline_retry_stage(p, topic);
+  return s && s->ninputs == 1 ? topic_find(p, s->inputs[0])->message : NULL;
+}
+
+const sl_pipeline_stage *sl_pipeline_retry_stage(const sl_pipeline *p, const char *topic) {
+  if (!p || !topic || topic_find(p, topic)) return NULL;
   for (size_t i = 0; i < p->nstages; i++) {
     const sl_pipeline_stage *s = &p->stages[i];
-    for (int k = 0; s->retry && k < p->ntiers; k++)
-      if (strcmp(s->retry_topics[k], topic) == 0)
-        return s->ninputs == 1 ? topic_find(p, s->inputs[0])->message : NULL;
+    size_t n = strlen(s->name);
+    if (s->retry && strncmp(topic, s->name, n) == 0 && strncmp(topic + n, ".retry.", 7) == 0 &&
+        topic[n + 7])
+      return s;
   }
   return NULL;
 }

@@ -35,6 +35,12 @@ void sl__view_key(char *dst, size_t cap, const char *family, int bucket) {
   sl__view_join3(dst, cap, family, sl_rkey_tag(bucket), "");
 }
 
+void sl__view_writer_key(char *dst, size_t cap, int bucket, const char *writer) {
+  sl__view_join3(dst, cap, SL__VIEW_WRITER, sl_rkey_tag(bucket), ":");
+  size_t at = strlen(dst);
+  if (at < cap) sl__view_join3(dst + at, cap - at, writer, "", "");
+}
+
 void sl__view_sub_key(char *dst, size_t cap, const char *sid) {
   sl__view_join3(dst, cap, SUB_PREFIX, sl_rkey_tag_of(sid, strlen(sid)), sid);
 }

@@ -39,6 +39,14 @@
  * snapshot, a lagging replica; materialize.c, went_back()). */
 #define SL__VIEW_SEQ "sl:view:seq"
 
+/* A writing thread's own count of its applies in a bucket,
+ * "sl:view:w<tag>:<writer>": every apply increments the bucket's sequence
+ * and its writer's count (apply_lua.h). Other writers' applies refill the
+ * shared sequence after a loss; only the writer refills its own count, so
+ * an answer (or a read) below what the writer counted means Redis lost its
+ * writes. Expires with the view's TTL after the writer's last apply. */
+#define SL__VIEW_WRITER "sl:view:w"
+
 /* The view's change feed: a Redis stream materialize's apply script appends
  * {k: "sl:sub:<sid>", v: version} to whenever a question's state changed;
  * results reads it to push server-sent events (stages/results/results.c). */
@@ -66,6 +74,10 @@ int sl__view_went_back(sl__view_seen *seen, long long marker, long long seq);
 /* dst := bucket b's key of a family above (SL__VIEW_SEQ, ...): the family
  * and b's tag (none when unbucketed). Cut to fit cap. */
 void sl__view_key(char *dst, size_t cap, const char *family, int bucket);
+
+/* dst := bucket b's count of the writer named writer (SL__VIEW_WRITER). Cut
+ * to fit cap. */
+void sl__view_writer_key(char *dst, size_t cap, int bucket, const char *writer);
 
 /* dst := the view hash of submission sid, "sl:sub:<tag><sid>". Cut to fit
  * cap. */

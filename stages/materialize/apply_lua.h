@@ -11,7 +11,7 @@
 /* KEYS[1] hash, KEYS[2] the set of questions awaiting their upload (see
  * stages/ingest/sweep.h), KEYS[3] the view's write sequence, KEYS[4] the
  * view marker, KEYS[5] the offsets applied per input partition, KEYS[6] the
- * change feed (a Redis stream); ARGV: qno,
+ * change feed (a Redis stream), KEYS[7] the writer's count; ARGV: qno,
  * rank, json, ttl, "<sid>/<qno>", accepted_at_ms, "<topic>:<partition>",
  * offset (the message's; -1: none), then the ranks today of what an older
  * materialize stored as 2..6 (queued, transcribing, grading, failed, done),
@@ -31,10 +31,19 @@
  * marker × 1000 (materialize.c, watch()).
  * A write also appends {k: KEYS[1], v: version} to the change feed, which
  * results reads to push server-sent events: only a change is announced.
+ * KEYS[7] is the writing thread's own counter in the bucket (lib/view.h,
+ * SL__VIEW_WRITER): every apply increments it too and renews its TTL (the
+ * hash's, ARGV[4]). The shared sequence alone cannot show a loss that
+ * others' applies refill: one apply lost, and the next (anyone's) returns
+ * the very value the lost one did; the writer's own count can only be
+ * refilled by the writer itself, so an answer not above the last it saw
+ * means Redis lost its writes (own_went_back()).
  * Returns {1 if written else 0, the sequence after this apply, the marker
- * (nil while the view is missing)}: see went_back(). */
+ * (nil while the view is missing), the writer's count}: see went_back(). */
 static const char apply_lua[] =
     "local seq = redis.call('INCR', KEYS[3])\n"
+    "local own = redis.call('INCR', KEYS[7])\n"
+    "redis.call('EXPIRE', KEYS[7], ARGV[4])\n"
     "if ARGV[8] ~= '-1' and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or "
     "'-1') then\n"
     "  redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])\n"
@@ -43,7 +52,7 @@ static const char apply_lua[] =
     "local r = tonumber(redis.call('HGET', KEYS[1], 'r'..ARGV[1]) or '0')\n"
     "if r >= 2 and r <= 6 then r = tonumber(ARGV[7 + r]) end\n"
     "if r == 1 and tonumber(ARGV[2]) > 1 then redis.call('ZREM', KEYS[2], ARGV[5]) end\n"
-    "if tonumber(ARGV[2]) <= r then return {0, seq, mk} end\n"
+    "if tonumber(ARGV[2]) <= r then return {0, seq, mk, own} end\n"
     "local v = string.format('%d', seq)\n"
     "redis.call('HSET', KEYS[1], 'r'..ARGV[1], ARGV[2], 'q'..ARGV[1], ARGV[3], 'v'..ARGV[1], v, "
     "'v', v)\n"
@@ -52,6 +61,6 @@ static const char apply_lua[] =
     "  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[14], '*', 'k', KEYS[1], 'v', v)\n"
     "end\n"
     "if tonumber(ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) end\n"
-    "return {1, seq, mk}\n";
+    "return {1, seq, mk, own}\n";
 
 #endif

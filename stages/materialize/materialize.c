@@ -121,6 +121,19 @@ static const sl_conf_entry materialize_table[] = {
 };
 static const size_t materialize_table_len = sizeof materialize_table / sizeof materialize_table[0];
 
+/* A writer's name in its count's key (lib/view.h, SL__VIEW_WRITER): the
+ * process (sl__owner_id) and its thread's serial */
+#define WRITER_ID_MAX 80
+#define WRITER_KEY_MAX (SL__VIEW_KEY_MAX + WRITER_ID_MAX)
+
+/* What one writer counted of its own applies in a bucket: the count its last
+ * apply returned, under which marker, and when (the key expires with the
+ * view's TTL after it). */
+typedef struct writer_seen {
+  long long marker, n;
+  int64_t at_ms;
+} writer_seen;
+
 typedef struct {
   sl_common_conf *cc;
   mat_conf *mc;
@@ -134,6 +147,12 @@ typedef struct {
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
   sl_redis_script apply, record, release, raise, finish; /* by SHA-1 (sl_redis_script) */
+  atomic_int writers; /* threads that named themselves a writer (writer_id()) */
+  /* what the live loop's own count says per bucket (own_went_back()), for
+   * the watcher to compare with Redis in a bucket the loop writes no more */
+  pthread_mutex_t live_mu;
+  char live_writer[WRITER_ID_MAX]; /* the loop's writer name; "" before its first apply */
+  struct writer_seen *live;        /* [SL_RKEY_MAX_BUCKETS] */
 } mat;
 
 /* Set on the rebuild thread: replayed events were observed when they first
@@ -182,6 +201,21 @@ static redisReply *cmd(mat *M, int argc, const char **argv, char *err, size_t er
  * the same two keys every tick, so an idle view is checked too. Per bucket
  * of the keyspace (lib/view.h): each has its marker and sequence. */
 static _Thread_local sl__view_seen view_seen[SL_RKEY_MAX_BUCKETS];
+/* This thread's own applies per bucket (apply_lua.h, KEYS[7]) and its name */
+static _Thread_local writer_seen own_seen[SL_RKEY_MAX_BUCKETS];
+static _Thread_local char writer_name[WRITER_ID_MAX];
+
+static const char *writer_id(mat *M) {
+  if (!writer_name[0])
+    snprintf(writer_name, sizeof writer_name, "%s.%d", M->owner, atomic_fetch_add(&M->writers, 1));
+  return writer_name;
+}
+
+/* Whether a count n is too old to compare: its key may have expired (the
+ * view's TTL after the writer's last apply; half of it, to be safe) */
+static int own_stale(const mat *M, const writer_seen *s, int64_t now) {
+  return now - s->at_ms > M->mc->ttl_s * 500;
+}
 
 /* Whether the answer (sequence seq under marker) means Redis lost writes
  * this thread saw; then the caller deletes the marker (if it is still the
@@ -206,6 +240,40 @@ static int went_back(mat *M, int bucket, long long seq, const char *marker) {
            seq, mk, was_seq, was_mk);
   sl_metric_add(M->m_rollbacks, 1);
   return 1;
+}
+
+static void lost_own(mat *M, int bucket, long long n, long long was, const char *who) {
+  sl_log(SL_LOG_ERROR, NULL,
+         "Redis lost writes in bucket %d of the view: %s own count of its applies there is %lld, "
+         "it counted %lld (a failover to a lagging replica, an older snapshot; the view's "
+         "sequence was refilled by later applies); rebuilding that bucket",
+         bucket, who, n, was);
+  sl_metric_add(M->m_rollbacks, 1);
+  view_seen[bucket] = (sl__view_seen){0, 0};
+}
+
+/* Whether this thread's apply, which returned its own count n under marker,
+ * shows Redis lost writes of this thread's: n not above the last count
+ * under the same marker (a newer marker: a rebuild since, counted afresh).
+ * Catches what went_back() cannot: one lost apply whose sequence the next
+ * apply returns again. The live loop publishes what it counted for the
+ * watcher (watch_buckets()). known: went_back() said so already (not
+ * logged nor counted twice). */
+static int own_went_back(mat *M, int bucket, long long n, const char *marker, int live, int known) {
+  if (!marker) return 0; /* the view is missing already: the watcher rebuilds */
+  long long mk = strtoll(marker, NULL, 10);
+  writer_seen *s = &own_seen[bucket];
+  int64_t now = sl_now_ms();
+  int lost = s->n > 0 && s->marker == mk && !own_stale(M, s, now) && n <= s->n;
+  if (lost && !known) lost_own(M, bucket, n, s->n, "this thread's");
+  *s = (writer_seen){mk, n, now};
+  if (live && M->live) {
+    pthread_mutex_lock(&M->live_mu);
+    if (!M->live_writer[0]) snprintf(M->live_writer, sizeof M->live_writer, "%s", writer_name);
+    M->live[bucket] = *s;
+    pthread_mutex_unlock(&M->live_mu);
+  }
+  return lost;
 }
 
 /* Deletes bucket's view marker if it is still `marker` (blocking). */
@@ -342,7 +410,7 @@ typedef struct {
   /* the keys of the submission's bucket (lib/view.h) */
   int bucket;
   char k_pending[SL__VIEW_KEY_MAX], k_seq[SL__VIEW_KEY_MAX], k_marker[SL__VIEW_KEY_MAX],
-      k_applied[SL__VIEW_KEY_MAX], k_feed[SL__VIEW_KEY_MAX];
+      k_applied[SL__VIEW_KEY_MAX], k_feed[SL__VIEW_KEY_MAX], k_own[WRITER_KEY_MAX];
   char back_marker[32]; /* a marker to delete (went_back), or "" */
   char err[256];
   /* with crypto.kek, the first command is the GET of the submission's data
@@ -377,6 +445,7 @@ static void view_keys(work *w) {
   sl__view_key(w->k_marker, sizeof w->k_marker, SL__VIEW_MARKER, w->bucket);
   sl__view_key(w->k_applied, sizeof w->k_applied, VIEW_APPLIED, w->bucket);
   sl__view_key(w->k_feed, sizeof w->k_feed, SL__VIEW_FEED, w->bucket);
+  sl__view_writer_key(w->k_own, sizeof w->k_own, w->bucket, writer_id(w->M));
 }
 
 /* Reads the message: what is to be done. */
@@ -443,14 +512,14 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   sl_fmt_ll(w->acc, (long long)accepted_ms);
   sl_fmt_ll(w->feed, (long long)(M->mc->feed_len > 0 ? M->mc->feed_len : 0));
   const char(*was)[16] = M->legacy_rank;
-  const char *argv[] = {w->hkey,   w->k_pending, w->k_seq, w->k_marker, w->k_applied,
-                        w->k_feed, w->q,         w->r,     json,        w->ttl,
-                        w->member, w->acc,       w->tp,    w->off,      was[0],
-                        was[1],    was[2],       was[3],   was[4],      w->feed};
+  const char *argv[] = {w->hkey,  w->k_pending, w->k_seq, w->k_marker, w->k_applied, w->k_feed,
+                        w->k_own, w->q,         w->r,     json,        w->ttl,       w->member,
+                        w->acc,   w->tp,        w->off,   was[0],      was[1],       was[2],
+                        was[3],   was[4],       w->feed};
   memcpy(w->argv_fixed, argv, sizeof argv);
   w->script = &M->apply;
-  w->nkeys = 6;
-  w->argc = 20;
+  w->nkeys = 7;
+  w->argc = 21;
 }
 
 /* HSET of the submission's meta and its questions' specs, in one command. */
@@ -669,8 +738,11 @@ static int work_reply(work *w, const redisReply *rep) {
   }
   const redisReply *mk = rep->elements > 2 ? rep->element[2] : NULL;
   const char *marker = mk && mk->type == REDIS_REPLY_STRING ? mk->str : NULL;
-  if (went_back(w->M, w->bucket, rep->element[1]->integer, marker))
-    snprintf(w->back_marker, sizeof w->back_marker, "%s", marker);
+  int back = went_back(w->M, w->bucket, rep->element[1]->integer, marker);
+  if (rep->elements > 3 && rep->element[3]->type == REDIS_REPLY_INTEGER &&
+      own_went_back(w->M, w->bucket, rep->element[3]->integer, marker, w->job != NULL, back))
+    back = 1;
+  if (back) snprintf(w->back_marker, sizeof w->back_marker, "%s", marker);
   w->napplied++;
   if (w->kind != W_STATUS) return 0;
   /* observed once per question and final state: only when this event moved
@@ -1092,18 +1164,36 @@ static int behind_committed(mat *M) {
 static int watch_buckets(mat *M, sl_redis *r, unsigned char *lost) {
   int n = 0;
   for (int b = 0; b < sl_rkey_buckets() && !atomic_load(&M->stop_watch); b++) {
-    char err[256], mkey[SL__VIEW_KEY_MAX], skey[SL__VIEW_KEY_MAX];
+    char err[256], mkey[SL__VIEW_KEY_MAX], skey[SL__VIEW_KEY_MAX], okey[WRITER_KEY_MAX];
     sl__view_key(mkey, sizeof mkey, MARKER, b);
     sl__view_key(skey, sizeof skey, VIEW_SEQ, b);
-    const char *get[] = {"MGET", mkey, skey};
-    redisReply *rep = sl_redis_argv(r, 3, get, NULL, err, sizeof err);
+    /* the live loop's count, read before Redis is asked: Redis had it then */
+    writer_seen live = {0, 0, 0};
+    pthread_mutex_lock(&M->live_mu);
+    if (M->live_writer[0] && M->live[b].n > 0 && !own_stale(M, &M->live[b], sl_now_ms())) {
+      live = M->live[b];
+      sl__view_writer_key(okey, sizeof okey, b, M->live_writer);
+    }
+    pthread_mutex_unlock(&M->live_mu);
+    const char *get[] = {"MGET", mkey, skey, okey};
+    redisReply *rep = sl_redis_argv(r, live.n ? 4 : 3, get, NULL, err, sizeof err);
     lost[b] = 0;
-    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (live.n ? 4u : 3u) - 1) {
       const redisReply *mk = rep->element[0], *seq = rep->element[1];
       lost[b] = mk->type != REDIS_REPLY_STRING;
-      if (!lost[b] && seq->type == REDIS_REPLY_STRING && /* an idle view is checked too */
-          went_back(M, b, strtoll(seq->str, NULL, 10), mk->str))
-        drop_marker(M, b, mk->str);
+      int back = !lost[b] && seq->type == REDIS_REPLY_STRING && /* an idle view is checked too */
+                 went_back(M, b, strtoll(seq->str, NULL, 10), mk->str);
+      if (!lost[b] && !back && live.n && strtoll(mk->str, NULL, 10) == live.marker) {
+        /* the loop writes there no more, or not yet again: its own count
+         * below what it counted (or gone) means Redis lost its writes */
+        const redisReply *own = rep->element[2];
+        long long now_n = own->type == REDIS_REPLY_STRING ? strtoll(own->str, NULL, 10) : 0;
+        if (now_n < live.n) {
+          lost_own(M, b, now_n, live.n, "the live stage's");
+          back = 1;
+        }
+      }
+      if (back) drop_marker(M, b, mk->str);
     }
     if (rep) freeReplyObject(rep);
     n += lost[b];
@@ -1271,6 +1361,8 @@ static int materialize_main(int argc, char **argv) {
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
   sl__owner_id(M.owner, sizeof M.owner);
+  pthread_mutex_init(&M.live_mu, NULL);
+  M.live = calloc(SL_RKEY_MAX_BUCKETS, sizeof *M.live);
   sl_redis_script_init(&M.apply, apply_lua);
   sl_redis_script_init(&M.record, record_lua);
   sl_redis_script_init(&M.release, sl_claim_release_lua);
@@ -1320,6 +1412,8 @@ static int materialize_main(int argc, char **argv) {
   }
   atomic_store(&M.stop_watch, 1);
   if (watching) pthread_join(watcher, NULL);
+  free(M.live);
+  pthread_mutex_destroy(&M.live_mu);
   sl_tls_free(M.redis);
   sl__stage_finish(&cc, own, 1, admin);
   return rc ? 1 : 0;

@@ -133,10 +133,22 @@ load_done_once "$rc" "$summary" 100
 jq -r 'select(.state == "lost") | "\(.submission) \(.no)"' "$work/questions.jsonl" 2>/dev/null |
   head -n 3 | while read -r sid no; do
     log "not seen ending: $sid/$no; sluicectl submission says:"
-    "$SLUICECTL" submission "$sid" </dev/null 2>&1 | head -n 20 >&2
-    grep -h "\"submission\":\"$sid\"" "$STAGES_DIR"/*.log 2>/dev/null | grep "\"question\":\"$no\"" |
-      cut -c1-300 | tail -n 25 >&2
+    "$SLUICECTL" submission "$sid" </dev/null 2>&1 | head -n 20 >&2 || true
+    # every line naming the submission (its record has no question field;
+    # ingest's lines name it in the object key)
+    grep -H "$sid" "$STAGES_DIR"/*.log 2>/dev/null | sed "s|^$STAGES_DIR/||" |
+      cut -c1-300 | tail -n 25 >&2 || true
+  done || true
+lost_n=$(jq -s 'map(select(.state == "lost")) | length' "$work/questions.jsonl" 2>/dev/null || echo 0)
+if [[ $lost_n != 0 ]]; then # where the stages stood: a job held, a rebuild not done
+  for s in ingest materialize; do
+    curl -fsS "$(admin "$s")/metrics" 2>/dev/null |
+      grep -E '^sluice_(inflight|in_flight|messages_total|reruns_total|view_rollbacks|view_rebuilds)' |
+      sed "s/^/  $s: /" >&2 || true
   done
+  grep -h 'Redis went back\|Redis lost writes\|lost bucket' "$STAGES_DIR"/materialize*.log 2>/dev/null |
+    cut -c1-300 | tail -n 8 >&2 || true
+fi
 
 codes=$(sort "$work/codes" | uniq -c | awk '{printf "%s x %s, ", $2, $1}')
 log "the poller's answers: ${codes%, }"

@@ -85,6 +85,15 @@ static void test_builtin(void **state) {
   assert_string_equal(sl_pipeline_message_of(p, "dlq"), "sluice.v1.DeadLetter");
   assert_string_equal(sl_pipeline_message_of(p, "results"), QS);
   assert_null(sl_pipeline_message_of(p, "nosuch"));
+  /* a tier the stages were given instead of the pipeline's (retry.tiers,
+   * SLUICE_RETRY_TIERS=1s,2s,4s in the tests): still that stage's tier */
+  assert_string_equal(sl_pipeline_message_of(p, "stt.retry.1s"), UP);
+  assert_string_equal(sl_pipeline_retry_stage(p, "ingest.retry.1s")->name, "ingest");
+  assert_null(sl_pipeline_retry_stage(p, "ingest.retry."));    /* no tier */
+  assert_null(sl_pipeline_retry_stage(p, "ingest.retryx.1s")); /* not a tier */
+  assert_null(sl_pipeline_retry_stage(p, "nosuch.retry.1s"));  /* no such stage */
+  assert_null(sl_pipeline_retry_stage(p, "stt.requests"));     /* a declared topic */
+  assert_null(sl_pipeline_retry_stage(p, NULL));
   assert_non_null(sl_pipeline_descriptor(TR));
   assert_string_equal(sl_pipeline_descriptor(TR)->name, TR);
   assert_null(sl_pipeline_descriptor("json:s3-event"));

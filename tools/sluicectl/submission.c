@@ -172,14 +172,10 @@ static kind_t kind_of(const sl_pipeline *p, const char *topic) {
   return T_RAW;
 }
 
-/* one of the pipeline's retry tier topics */
+/* a retry tier of one of the pipeline's stages: any tier, not only the
+ * pipeline's own (the stages may run with other retry.tiers) */
 static int is_retry_tier(const sl_pipeline *p, const char *topic) {
-  for (size_t i = 0; i < sl_pipeline_nstages(p); i++) {
-    const sl_pipeline_stage *s = sl_pipeline_stage_at(p, i);
-    for (int k = 0; s->retry && k < SL_RETRY_TIERS_MAX && s->retry_topics[k]; k++)
-      if (strcmp(s->retry_topics[k], topic) == 0) return 1;
-  }
-  return 0;
+  return sl_pipeline_retry_stage(p, topic) != NULL;
 }
 
 /* {"questions": {"<no>": units}, "total": units} from the view's q<no>

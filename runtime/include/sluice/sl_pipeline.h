@@ -120,6 +120,12 @@ const char *sl_pipeline_topic_of(const sl_pipeline *p, const char *stage, int ou
  * tier of a stage with several input types: the copy's origin header says). */
 const char *sl_pipeline_message_of(const sl_pipeline *p, const char *topic);
 
+/* The stage whose retry tier topic is: "<stage>.retry.<tier>" for a stage
+ * with retries, whatever the tier (a stage's retry.tiers may name other
+ * tiers than the pipeline's retry_tiers: SLUICE_RETRY_TIERS); NULL for any
+ * other topic, a declared one included. */
+const sl_pipeline_stage *sl_pipeline_retry_stage(const sl_pipeline *p, const char *topic);
+
 /* The protobuf-c descriptor of message ("sluice.v1.<Name>"), or NULL (a
  * json: type, or unknown). */
 const ProtobufCMessageDescriptor *sl_pipeline_descriptor(const char *message);
