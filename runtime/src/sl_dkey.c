@@ -8,12 +8,14 @@
 #include "sluice/sl_dkey.h"
 
 #include <openssl/crypto.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_log.h"
+#include "sluice/sl_metrics.h"
 #include "sluice/sl_rkey.h"
 #include "sluice/sl_slot.h"
 
@@ -218,4 +220,15 @@ int sl_dkey_apply(void *ud, sl_redis *r, const rd_kafka_message_t *m) {
   int rc = rep && rep->type != REDIS_REPLY_ERROR ? 0 : SL_EREDIS;
   freeReplyObject(rep);
   return rc;
+}
+
+void sl_dkey_count_erased_drop(void) {
+  static _Atomic(sl_metric *) dropped;
+  sl_metric *m = atomic_load(&dropped);
+  if (!m) { /* registered once; a race registers the same counter twice */
+    m = sl_metrics_counter("sluice_erased_dropped_total", NULL,
+                           "inputs dropped because their submission was erased");
+    atomic_store(&dropped, m);
+  }
+  sl_metric_add(m, 1);
 }

@@ -470,14 +470,15 @@ static void claim_wait(job *j, const redisReply *v) {
  * must say whether Redis lost it (data_key_marker) */
 static int data_key_read(job *j, const redisReply *d) {
   char sid[64];
-  unsigned q = 0;
   j->dk_state = SL_KEY_UNREAD;
-  if (!data_key_on(j) || sl_key_parse(j->key, strlen(j->key), sid, &q) != 0)
+  if (!j->dk_sid_len || j->dk_sid_len >= sizeof sid)
     return 0; /* not asked for (a key that names no submission: its processor refuses it) */
   if (!d || d->type != REDIS_REPLY_STRING) {
     j->dk_state = SL_KEY_UNAVAILABLE;
     return 0;
   }
+  memcpy(sid, j->key, j->dk_sid_len); /* checked by sl_key_parse in claims_take */
+  sid[j->dk_sid_len] = '\0';
   int rc = sl_dkey_open(d->str, d->len, sid, j->dk);
   j->dk_state = sl_key_state_of(rc);
   return rc == SL_ENOTFOUND;
@@ -607,9 +608,12 @@ static void claims_take(sl_gate *G, job_batch *b, claim_args *a) {
     /* its data key read with its claim (data_key_read), else a placeholder */
     char sid[64];
     unsigned q = 0;
+    j->dk_sid_len = 0;
     if (!data_key_on(j) || sl_key_parse(j->key, strlen(j->key), sid, &q) != 0 ||
         sl_dkey_rkey(sid, a->keys[b->n][3]) != 0)
       snprintf(a->keys[b->n][3], sizeof a->keys[b->n][3], "%s", sl_rkey_tag(bucket));
+    else
+      j->dk_sid_len = strlen(sid); /* the answer opens with it (data_key_read) */
     claim_tag(j, a->tags[b->n], sizeof a->tags[b->n]);
     b->jobs[b->n++] = j;
   }

@@ -161,6 +161,7 @@ struct sl_job {
   /* its data key as its claim read it (sl_stage_opts.data_key), handed to
    * the outbox before each call (sl_stage_work.c); wiped when freed */
   int dk_state;                /* SL_KEY_*: SL_KEY_UNREAD when not read */
+  size_t dk_sid_len;           /* its key's submission id (a prefix) when its claim read it */
   uint8_t dk[SL_SEAL_KEY_LEN]; /* SL_KEY_FOUND: the key */
   long long claim_count;       /* its claim's start count while the store's marker is asked */
   /* ---- the work's (sl_stage_work.c) ---- */

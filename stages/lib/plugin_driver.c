@@ -55,9 +55,13 @@ static int fetch_sync(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud, 
 static void take_result(sl_plugin_result *r, void *ud) { *(sl_plugin_result *)ud = *r; }
 
 /* With crypto.kek, a stage that writes personal fields (ops->keyed) or
- * reads sealed ones needs its submission's data key */
-static int needs_key(const sl__plugin_ops *ops, void *msg) {
-  return sl_dkey_enabled() && (ops->keyed || sl_pbseal_sealed(msg));
+ * reads sealed ones needs its submission's data key; *sealed: whether msg's
+ * are (key_decide opens them) */
+static int needs_key(const sl__plugin_ops *ops, void *msg, int *sealed) {
+  *sealed = 0;
+  if (!sl_dkey_enabled()) return 0;
+  *sealed = sl_pbseal_sealed(msg);
+  return ops->keyed || *sealed;
 }
 
 /* What msg's data key decides (state: sl_outbox.key_state; dk the key when
@@ -67,10 +71,11 @@ static int needs_key(const sl__plugin_ops *ops, void *msg) {
  * paid; a key Redis lost (a sealed input whose key is missing from a
  * complete store: out->key_lost, so the runtime deletes the store's marker
  * and presign rebuilds it) or one not there yet, tried again; one that
- * does not open, failed (docs/privacy.md). pa: msg's allocator. */
-static int key_decide(int state, const uint8_t *dk, void *msg, const char *key,
+ * does not open, failed (docs/privacy.md). pa: msg's allocator; sealed:
+ * whether msg has sealed fields (needs_key). */
+static int key_decide(int state, const uint8_t *dk, void *msg, int sealed, const char *key,
                       ProtobufCAllocator *pa, sl_outbox *out, sl_result *res) {
-  int sealed = sl_pbseal_sealed(msg), rc;
+  int rc;
   char sid[64];
   unsigned q = 0;
   switch (state) {
@@ -85,9 +90,7 @@ static int key_decide(int state, const uint8_t *dk, void *msg, const char *key,
     return 1;
   case SL_KEY_ERASED:
     sl_log(SL_LOG_INFO, key, "its submission was erased: dropped, nothing written");
-    sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
-                                     "inputs dropped because their submission was erased"),
-                  1);
+    sl_dkey_count_erased_drop();
     return 0; /* DONE, no output */
   case SL_KEY_NONE:
     if (!sealed) {
@@ -132,8 +135,9 @@ void sl__plugin_process(sl__plugin_pool *pp, const sl__plugin_ops *ops, void *ud
   if (!ops->parse(ud, m, out, res, &msg, key, &ar.a)) return;
   /* its data key: read by the runtime with its claim (plugin_stage.c runs
    * a keyed stage this way only then) */
-  if (needs_key(ops, msg) &&
-      !key_decide(out->key_state, out->seal_key, msg, key, &ar.a, out, res)) {
+  int sealed;
+  if (needs_key(ops, msg, &sealed) &&
+      !key_decide(out->key_state, out->seal_key, msg, sealed, key, &ar.a, out, res)) {
     ops->release(msg, &ar.a);
     return;
   }
@@ -195,6 +199,7 @@ typedef struct {
   char sid[64];      /* the submission, whose data key is looked up */
   uint8_t dk[SL_SEAL_KEY_LEN];
   int dk_state; /* what its lookup found (SL_KEY_*: sl_outbox.key_state's) */
+  int sealed;   /* its input has sealed fields (needs_key) */
 } plugin_job;
 
 static void plugin_job_free(plugin_job *c) {
@@ -463,7 +468,7 @@ static void go_on(plugin_job *c) {
 
 /* The data key's state known (c->dk_state, c->dk): on, or the job's end. */
 static void data_key_known(plugin_job *c) {
-  if (key_decide(c->dk_state, c->dk, c->msg, c->key, NULL, sl_job_outbox(c->job),
+  if (key_decide(c->dk_state, c->dk, c->msg, c->sealed, c->key, NULL, sl_job_outbox(c->job),
                  sl_job_result(c->job)))
     go_on(c);
   else
@@ -496,7 +501,7 @@ static void on_data_key_get(redisReply *r, void *ud) {
  * here; 1 when the job goes on from data_key_known. */
 static int data_key(plugin_job *c) {
   unsigned q = 0;
-  if (!needs_key(c->ops, c->msg)) return 0;
+  if (!needs_key(c->ops, c->msg, &c->sealed)) return 0;
   const sl_outbox *ob = sl_job_outbox(c->job);
   if (ob->key_state != SL_KEY_UNREAD) { /* read with its claim */
     c->dk_state = ob->key_state;

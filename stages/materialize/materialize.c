@@ -647,9 +647,7 @@ static int key_reply(work *w, const redisReply *rep) {
   int rc = sl_dkey_from_reply(rep, sid, dk);
   if (rc == SL_EERASED) {
     sl_log(SL_LOG_DEBUG, sid, "erased: a message of it dropped");
-    sl_metric_add(sl_metrics_counter("sluice_erased_dropped_total", NULL,
-                                     "inputs dropped because their submission was erased"),
-                  1);
+    sl_dkey_count_erased_drop();
     return record_only(w);
   }
   if (rc == SL_ENOTFOUND) {

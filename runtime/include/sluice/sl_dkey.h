@@ -89,6 +89,10 @@ int sl_dkey_apply(void *ud, sl_redis *r, const rd_kafka_message_t *m);
 const char *sl_dkey_marker(void);
 const char *sl_dkey_lock(void);
 
+/* Counts one input dropped because its submission was erased
+ * (sluice_erased_dropped_total, registered once). Thread-safe. */
+void sl_dkey_count_erased_drop(void);
+
 /* The Redis command that erases sid's key: SET <rkey> erased EX <ttl>,
  * into argv (6 entries, pointing into buf, which must outlive them). 0 or
  * SL_EINVAL. */
