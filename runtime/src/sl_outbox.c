@@ -9,6 +9,7 @@
 #include "sluice/sl_trace.h"
 #include "sluice/sl_stage.h"
 
+#include <hiredis/hiredis.h>
 #include <openssl/crypto.h>
 #include <protobuf-c/protobuf-c.h>
 
@@ -84,6 +85,11 @@ int sl_key_state_of(int rc) {
          : rc == SL_ENOTFOUND ? SL_KEY_MISSING
          : rc == SL_EAUTH     ? SL_KEY_INVALID
                               : SL_KEY_UNAVAILABLE;
+}
+
+int sl_key_state_of_marker(const redisReply *r) {
+  if (!r || r->type != REDIS_REPLY_INTEGER) return SL_KEY_UNAVAILABLE;
+  return r->integer == 1 ? SL_KEY_NONE : SL_KEY_MISSING;
 }
 
 void sl_outbox_seal_with(sl_outbox *ob, const uint8_t key[SL_SEAL_KEY_LEN]) {

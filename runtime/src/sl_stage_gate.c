@@ -500,10 +500,7 @@ static void on_data_key_marker(redisReply *r, void *ud) {
     sl__job_to(j, SL_JOB_DROPPED);
     return;
   }
-  if (!r || r->type != REDIS_REPLY_INTEGER)
-    j->dk_state = SL_KEY_UNAVAILABLE;
-  else if (r->integer == 1) /* the store is complete: a submission from before crypto.kek */
-    j->dk_state = SL_KEY_NONE;
+  j->dk_state = sl_key_state_of_marker(r);
   if (j->claimed)
     claimed_go(j);
   else

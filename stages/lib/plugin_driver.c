@@ -477,9 +477,7 @@ static void data_key_known(plugin_job *c) {
 
 static void on_data_key_marker(redisReply *r, void *ud) {
   plugin_job *c = ud;
-  c->dk_state = !r || r->type != REDIS_REPLY_INTEGER ? SL_KEY_UNAVAILABLE
-                : r->integer == 1                    ? SL_KEY_NONE
-                                                     : SL_KEY_MISSING;
+  c->dk_state = sl_key_state_of_marker(r);
   data_key_known(c);
 }
 

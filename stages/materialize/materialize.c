@@ -692,7 +692,7 @@ static int key_reply(work *w, const redisReply *rep) {
  * that a view rebuild never brings back an erased submission whose
  * sentinel is not back yet. */
 static int marker_reply(work *w, const redisReply *rep) {
-  int complete = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+  int complete = sl_key_state_of_marker(rep) == SL_KEY_NONE;
   int sealed = w->kind == W_STATUS && !w->view;
   if (complete && !sealed) {
     w->key_phase = KP_DONE;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "sluice/sl_dkey.h"
 #include "sluice/sl_stage.h"
@@ -146,6 +147,14 @@ static void test_memo(void **state) {
   assert_int_equal(sl_key_state_of(SL_ENOTFOUND), SL_KEY_MISSING);
   assert_int_equal(sl_key_state_of(SL_EAUTH), SL_KEY_INVALID);
   assert_int_equal(sl_key_state_of(SL_EREDIS), SL_KEY_UNAVAILABLE);
+  /* a missing key, by the store's marker (EXISTS): complete, lost, unknown */
+  redisReply one = {.type = REDIS_REPLY_INTEGER, .integer = 1};
+  redisReply zero = {.type = REDIS_REPLY_INTEGER, .integer = 0};
+  redisReply err = {.type = REDIS_REPLY_ERROR, .str = "LOADING", .len = 7};
+  assert_int_equal(sl_key_state_of_marker(&one), SL_KEY_NONE);
+  assert_int_equal(sl_key_state_of_marker(&zero), SL_KEY_MISSING);
+  assert_int_equal(sl_key_state_of_marker(&err), SL_KEY_UNAVAILABLE);
+  assert_int_equal(sl_key_state_of_marker(NULL), SL_KEY_UNAVAILABLE);
   uint8_t bad[SL_DKEY_WRAPPED_LEN];
   memcpy(bad, w2, sizeof bad);
   bad[sizeof bad - 1] ^= 1; /* altered: the tag does not match */

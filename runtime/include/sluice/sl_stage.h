@@ -245,6 +245,13 @@ enum {
  * SL_EERASED, SL_ENOTFOUND (SL_KEY_MISSING until the store's marker says
  * otherwise), SL_EAUTH, anything else SL_KEY_UNAVAILABLE). */
 int sl_key_state_of(int rc);
+/* The SL_KEY_* of a key missing from Redis, by the store's marker: r is
+ * the answer to EXISTS sl_dkey_marker() (NULL: none). Marker set, the
+ * store is complete: SL_KEY_NONE (a submission from before crypto.kek);
+ * not set: SL_KEY_MISSING (lost, being rebuilt); no answer:
+ * SL_KEY_UNAVAILABLE. One decision for every reader of data keys. */
+struct redisReply;
+int sl_key_state_of_marker(const struct redisReply *r);
 
 /* Appends copies of topic, key and value. Returns 0, SL_ETOOBIG (outbox
  * full, topic or key too long) or SL_ENOMEM. A failed add is also kept in
