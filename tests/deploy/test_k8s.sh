@@ -31,6 +31,13 @@
 #      grade on the chart's ScaledObject (lagThreshold 10, 1..3 replicas):
 #      KEDA scales it down to 1 without lag, up to 3 under a burst, and back
 #      to 1 after it, with every answer done once and <= K8S_MAX_CALLS calls.
+#      The burst makes lag by construction: grade holds K8S_KEDA_IN_FLIGHT
+#      (20) calls of 2 s, 10 answers/s a replica, and K8S_KEDA_RATE (7)
+#      submissions/s bring about 21/s, so 3 replicas are wanted (printed).
+#      Scale-up bound, 90 s: the backlog passes the threshold within seconds,
+#      KEDA polls every 5 s (pollingInterval), the HPA syncs every 15 s and
+#      may go from 1 to 3 in one step (its default scale-up policy: +4 pods
+#      or +100% per 15 s, no stabilization), and a pod is ready within ~30 s.
 # The cluster, the dev stack (its own ports and folder) and the fake
 # provider are started here and stopped at exit whatever happened; `tools/k8s/
 # cluster down` restores the host (iptables, sysctls, mounts, links).
@@ -59,6 +66,7 @@ REL=sluice
 export DEVSTACK_DIR=$CACHE/k8s/devstack DEVSTACK_KAFKA_PORT=25092 DEVSTACK_REDIS_PORT=25379
 export DEVSTACK_S3_PORT=25070 DEVSTACK_STT=pocketsphinx DEVSTACK_CORS_ORIGINS=http://127.0.0.1:25080
 FAKE_PORT=25062
+CHAT_MS=2000 # the fake provider's grading latency (the KEDA phase's numbers use it)
 SLUICECTL=$BUILD/tools/sluicectl
 STACK=${K8S_STACK:-nodes}
 case $STACK in
@@ -133,7 +141,7 @@ calls_between() {
 }
 
 "$FAKEPROVIDER" --set fakeprovider.listen="$NODE_IP:$FAKE_PORT" --set admin.listen=127.0.0.1:$((FAKE_PORT + 100)) \
-  --set fakeprovider.stt_latency_ms=2000 --set fakeprovider.chat_latency_ms=2000 \
+  --set fakeprovider.stt_latency_ms=2000 --set fakeprovider.chat_latency_ms="$CHAT_MS" \
   --set fakeprovider.stt_jitter_ms=200 --set fakeprovider.chat_jitter_ms=200 \
   --set fakeprovider.failure_rate=0 >"$WORK/fakeprovider.log" 2>&1 &
 fake=$!
@@ -342,7 +350,11 @@ spec:
           image: ${IMAGE%%:*}:upgraded
           imagePullPolicy: Never
           command: [sluicectl, dlq, replay, --submission, "k8s-dlq-$$", --actor, k8s-job, --yes]
-          env: [{name: SLUICE_KAFKA_BROKERS, value: "$SLUICE_KAFKA_BROKERS"}]
+          # Redis too: a dead letter of an erased submission is refused,
+          # which its data key in Redis says (redis.buckets names the key)
+          env: [{name: SLUICE_KAFKA_BROKERS, value: "$SLUICE_KAFKA_BROKERS"},
+                {name: SLUICE_REDIS_URL, value: "$SLUICE_REDIS_URL"},
+                {name: SLUICE_REDIS_BUCKETS, value: "${SLUICE_REDIS_BUCKETS:-0}"}]
           securityContext: {readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 EOF
 kubectl apply -f "$WORK/replay-job.yaml" >/dev/null
@@ -369,7 +381,22 @@ if [[ $KEDA == 1 ]]; then
     done
     return 1
   }
+  # Lag by construction (docs/deploy.md's sizing rule, replicas >= inflow x
+  # provider latency / stage.max_in_flight): each grade replica holds
+  # KEDA_IN_FLIGHT calls of CHAT_MS each, so it grades at most
+  # KEDA_IN_FLIGHT / CHAT_MS answers a second; the burst brings KEDA_RATE
+  # submissions/s of 3 questions on average, more than one replica can hold,
+  # so its input backs up and KEDA must add replicas: ceil(inflow / per
+  # replica), up to maxReplicaCount 3. (With the default 1,000 in flight one
+  # replica held the whole burst: no lag, nothing to scale on; issue 47.)
+  KEDA_IN_FLIGHT=${K8S_KEDA_IN_FLIGHT:-20} KEDA_RATE=${K8S_KEDA_RATE:-7}
+  per_replica=$(awk -v m="$KEDA_IN_FLIGHT" -v l="$CHAT_MS" 'BEGIN { printf "%.1f", m / (l / 1000) }')
+  inflow=$((KEDA_RATE * 3))
+  want=$(awk -v i="$inflow" -v p="$per_replica" 'BEGIN { n = int(i / p); if (n < i / p) n++; print (n > 3 ? 3 : n) }')
+  log "KEDA phase: grade holds $KEDA_IN_FLIGHT calls of $CHAT_MS ms: $per_replica answers/s a replica; the burst brings about $inflow/s: $want replicas wanted"
+  ((want >= 3)) || bad "the KEDA phase's numbers ask for $want replicas, not 3 (K8S_KEDA_IN_FLIGHT, K8S_KEDA_RATE)"
   "$HELM" upgrade "$REL" "$ROOT/charts/sluice" -n "$NS" -f "$WORK/values.yaml" --set image.tag=upgraded \
+    --set "stages.grade.config.stage\.max_in_flight=$KEDA_IN_FLIGHT" \
     --set stages.grade.keda.enabled=true --set stages.grade.keda.minReplicaCount=1 \
     --set stages.grade.keda.maxReplicaCount=3 --set stages.grade.keda.lagThreshold=10 \
     --set stages.grade.keda.pollingInterval=5 --set stages.grade.keda.cooldownPeriod=30 \
@@ -382,7 +409,7 @@ if [[ $KEDA == 1 ]]; then
   before=$(fake_stats)
   t3=$SECONDS
   "$LOADGEN" --presign "$PRESIGN/v1/submissions" --audio "$WORK/a.wav" --redis "$SLUICE_REDIS_URL" \
-    --rate 10 --duration 60 --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 8 \
+    --rate "$KEDA_RATE" --duration 60 --mean-questions 3 --max-questions 6 --drain-timeout 300 --seed 8 \
     >"$WORK/keda-summary.json" 2>"$WORK/keda-loadgen.log" &
   lg=$!
   check "KEDA scaled grade up on its lag (3 replicas within 90 s of the load)" wait_replicas '>=' 3 90
