@@ -77,12 +77,14 @@
 
 #include <jansson.h>
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sluice.pb-c.h"
 #include "sluice/sl_aredis.h"
@@ -148,6 +150,9 @@ typedef struct {
   char legacy_rank[5][16];
   sl_redis_script apply, record, release, raise, finish; /* by SHA-1 (sl_redis_script) */
   atomic_int writers; /* threads that named themselves a writer (writer_id()) */
+  unsigned salt;      /* random, once per process: two processes whose owner
+                       * names collide (a host name cut at 31 bytes, pid 1 in
+                       * two containers) still count apart */
   /* what the live loop's own count says per bucket (own_went_back()), for
    * the watcher to compare with Redis in a bucket the loop writes no more */
   pthread_mutex_t live_mu;
@@ -207,7 +212,8 @@ static _Thread_local char writer_name[WRITER_ID_MAX];
 
 static const char *writer_id(mat *M) {
   if (!writer_name[0])
-    snprintf(writer_name, sizeof writer_name, "%s.%d", M->owner, atomic_fetch_add(&M->writers, 1));
+    snprintf(writer_name, sizeof writer_name, "%s.%08x.%d", M->owner, M->salt,
+             atomic_fetch_add(&M->writers, 1));
   return writer_name;
 }
 
@@ -1359,6 +1365,7 @@ static int materialize_main(int argc, char **argv) {
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
   sl__owner_id(M.owner, sizeof M.owner);
+  if (RAND_bytes((unsigned char *)&M.salt, sizeof M.salt) != 1) M.salt = (unsigned)getpid();
   pthread_mutex_init(&M.live_mu, NULL);
   M.live = calloc(SL_RKEY_MAX_BUCKETS, sizeof *M.live);
   sl_redis_script_init(&M.apply, apply_lua);
