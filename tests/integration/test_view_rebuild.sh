@@ -140,15 +140,14 @@ sleep 1 # every replica's watcher has read the sequence as it is now
 redis-cli -p "$DEVSTACK_REDIS_PORT" SAVE >/dev/null
 cp "$RDIR/dump.rdb" "$work/old3.rdb"
 rollbacks0=$(rollbacks)
-wait_for 5 new_submission "$work/b.wav" || fail "create after the restart"
+wait_for 5 new_submission "$work/b.wav" || fail "the submission to lose was not created"
 sid_d=$SID token_d=$TOKEN reply_d=$SUB_REPLY
 redis_wait_key "$(sub_key "$sid_d")" 10 || fail "submission $sid_d was never recorded"
 restart_from "$work/old3.rdb"
 wait_for 5 new_submission "$work/b.wav" || fail "presign did not create after Redis came back"
 log "redis restarted from the snapshot taken just before submission $sid_d was recorded"
 put_answer 0 "$work/b.wav" # the second one's upload: its apply takes the lost sequence
-wait_for 10 sh -c "test \"\$(redis-cli -p $DEVSTACK_REDIS_PORT -c EXISTS '$(sub_key "$SID")')\" = 1" ||
-  fail "the submission after the restart was not recorded"
+redis_wait_key "$(sub_key "$SID")" 10 || fail "the submission after the restart was not recorded"
 SUB_REPLY=$reply_d put_answer 0 "$work/b.wav"
 done_d() { view_of "$sid_d" "$token_d" >"$work/d.json" && jq -e '.questions[0].state == "done"' "$work/d.json" >/dev/null; }
 check "the submission whose one apply was lost comes back and is graded" wait_for 60 done_d
