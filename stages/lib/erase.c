@@ -294,10 +294,6 @@ int sl__erase(const sl__eraser *e, const char *sid, unsigned parts, const char *
     snprintf(err, errlen, "deleting its objects: %s", why[0] ? why : sl_strerror(rc));
     return rc;
   }
-  if (sl_rkey_bucketed()) {
-    snprintf(err, errlen, "its Redis keys in a Redis Cluster are not erased yet (docs/privacy.md)");
-    return SL_EUNSUPPORTED;
-  }
   if ((rc = delete_redis(e, sid, out, tenant, sizeof tenant, why, sizeof why)) != 0) {
     snprintf(err, errlen, "deleting its Redis keys: %s", why[0] ? why : sl_strerror(rc));
     return rc;

@@ -18,8 +18,9 @@
  *      its id;
  *   4. the audit record (ErasureAudit, never content) on the erasures topic,
  *      acknowledged.
- * A Redis Cluster is not walked yet (step 3 needs one SCAN per primary):
- * there the erasure stops after step 2 with SL_EUNSUPPORTED.
+ * In a Redis Cluster step 3 walks every primary: the sync client's SCAN
+ * goes through them one after the other (sl_redis.h), and every other
+ * command goes to the owner of its key's slot.
  *
  * Its state, for the owner to follow (GET /v1/submissions/{id}/erasure,
  * results.c): the hash sl__erasure_rkey(sid) — state "erasing" from the

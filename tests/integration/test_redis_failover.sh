@@ -12,6 +12,8 @@
 # victim has taken view writes it missed, takes over (asynchronous
 # replication: writes Redis had acknowledged are gone), and the node is started again ~20 s later
 # (it rejoins as a replica).
+# Then the owner's DELETE of one graded submission: erased, no primary keeps
+# a key naming it (an erasure in a cluster walks every primary).
 # Asserts: every accepted question ends done exactly once (0 lost, 0
 # failed, 0 duplicated); at most 1.02 provider calls per question (stt and
 # grading each); a poller reading 12 submissions of its own through the
@@ -174,4 +176,26 @@ for ep in transcriptions chat; do
   log "$s: $calls provider calls for about $q questions"
   check "$s: at most 1.02 calls per question ($calls for $q)" jq -n -e "$calls <= $q * 1.02" >/dev/null
 done
+
+# Erasure in a Redis Cluster (issue 46): the owner's DELETE of one of the
+# poller's graded submissions; the erase stage finds its keys on whichever
+# primary holds them (the sync client's SCAN walks every primary), and no
+# primary keeps a key naming it.
+read -r esid _ <"$work/mine"
+code=$(curl -sS -o "$work/ebody" -w '%{http_code}' -X DELETE -H "Authorization: Bearer $SLUICE_API_KEY" \
+  "$RESULTS_URL/v1/submissions/$esid" 2>/dev/null || true)
+check "the owner's DELETE of a graded submission: 202 ($code)" test "$code" = 202
+erasure_state() {
+  curl -sS -H "Authorization: Bearer $SLUICE_API_KEY" "$RESULTS_URL/v1/submissions/$esid/erasure" 2>/dev/null |
+    jq -r '.erasure.state // "none"' 2>/dev/null || echo none
+}
+erased() { [[ $(erasure_state) == erased ]]; }
+wait_for 60 erased || grep -h "$esid" "$STAGES_DIR"/erase*.log 2>/dev/null | cut -c1-300 | tail -n 3 >&2 || true
+check "its erasure in a cluster of 3 primaries reaches erased ($(erasure_state))" erased
+left=""
+for i in 0 1 2 3 4 5; do
+  [[ $(role "$i") == master ]] || continue
+  left+=$(redis-cli -p "$(rport "$i")" --scan --pattern "*$esid*" | head -n 3 | tr '\n' ' ')
+done
+check "no primary keeps a key naming it (${left:-none})" test -z "$left"
 finish
