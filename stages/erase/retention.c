@@ -160,7 +160,7 @@ struct sl__retention {
   sl_mirror *index; /* rebuilds the sets after a Redis loss */
   sl_redis *redis;  /* the sweeper's */
   rd_kafka_t *producer;
-  char owner[96];
+  char owner[SL__OWNER_MAX];
   pthread_t thread;
   int started;
   atomic_int stop;

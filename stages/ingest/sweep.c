@@ -65,7 +65,7 @@ struct sl__sweep {
   sl__view_seen *seen; /* each bucket's view as last read (view_trusted(), sweep thread) */
   int bucket;          /* the bucket this round is at (sweep thread) */
   char pending[SL__VIEW_KEY_MAX]; /* its pending set's key */
-  char owner[64];
+  char owner[SL__OWNER_MAX];
   sl_metric *m_found, *m_dropped;
 };
 

@@ -77,7 +77,6 @@
 
 #include <jansson.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -124,8 +123,8 @@ static const sl_conf_entry materialize_table[] = {
 static const size_t materialize_table_len = sizeof materialize_table / sizeof materialize_table[0];
 
 /* A writer's name in its count's key (lib/view.h, SL__VIEW_WRITER): the
- * process (sl__owner_id) and its thread's serial */
-#define WRITER_ID_MAX 80
+ * process (sl__owner_id: unique, salted) and its thread's serial */
+#define WRITER_ID_MAX (SL__OWNER_MAX + 12)
 #define WRITER_KEY_MAX (SL__VIEW_KEY_MAX + WRITER_ID_MAX)
 
 /* What one writer counted of its own applies in a bucket: the count its last
@@ -143,16 +142,13 @@ typedef struct {
   sl_histogram *h_done, *h_failed; /* accept-to-done latency by outcome */
   atomic_int stop_watch;
   sl_metric *m_rebuilds, *m_rebuilt, *m_rollbacks, *m_repaired;
-  sl_redis *watch_r; /* the watcher thread's connection (rebuild lock) */
-  char owner[64];    /* this process in the rebuild lock */
+  sl_redis *watch_r;         /* the watcher thread's connection (rebuild lock) */
+  char owner[SL__OWNER_MAX]; /* this process in the rebuild lock */
   /* today's ranks of what an older materialize stored as 2..6 (queued,
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
   sl_redis_script apply, record, release, raise, finish; /* by SHA-1 (sl_redis_script) */
   atomic_int writers; /* threads that named themselves a writer (writer_id()) */
-  unsigned salt;      /* random, once per process: two processes whose owner
-                       * names collide (a host name cut at 31 bytes, pid 1 in
-                       * two containers) still count apart */
   /* what the live loop's own count says per bucket (own_went_back()), for
    * the watcher to compare with Redis in a bucket the loop writes no more */
   pthread_mutex_t live_mu;
@@ -212,8 +208,7 @@ static _Thread_local char writer_name[WRITER_ID_MAX];
 
 static const char *writer_id(mat *M) {
   if (!writer_name[0])
-    snprintf(writer_name, sizeof writer_name, "%s.%08x.%d", M->owner, M->salt,
-             atomic_fetch_add(&M->writers, 1));
+    snprintf(writer_name, sizeof writer_name, "%s.%d", M->owner, atomic_fetch_add(&M->writers, 1));
   return writer_name;
 }
 
@@ -1365,7 +1360,6 @@ static int materialize_main(int argc, char **argv) {
   const char *h_help = "Seconds from a submission's acceptance to its question's final state";
   mat M = {.cc = &cc, .mc = &mc};
   sl__owner_id(M.owner, sizeof M.owner);
-  if (RAND_bytes((unsigned char *)&M.salt, sizeof M.salt) != 1) M.salt = (unsigned)getpid();
   pthread_mutex_init(&M.live_mu, NULL);
   M.live = calloc(SL_RKEY_MAX_BUCKETS, sizeof *M.live);
   sl_redis_script_init(&M.apply, apply_lua);
