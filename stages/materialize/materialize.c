@@ -1174,10 +1174,11 @@ static int watch_buckets(mat *M, sl_redis *r, unsigned char *lost) {
       sl__view_writer_key(okey, sizeof okey, b, M->live_writer);
     }
     pthread_mutex_unlock(&M->live_mu);
-    const char *get[] = {"MGET", mkey, skey, okey};
-    redisReply *rep = sl_redis_argv(r, live.n ? 4 : 3, get, NULL, err, sizeof err);
+    const char *get[] = {"MGET", mkey, skey, okey}; /* okey only with a live count */
+    int argc = live.n ? 4 : 3;
+    redisReply *rep = sl_redis_argv(r, argc, get, NULL, err, sizeof err);
     lost[b] = 0;
-    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (live.n ? 4u : 3u) - 1) {
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)argc - 1) {
       const redisReply *mk = rep->element[0], *seq = rep->element[1];
       lost[b] = mk->type != REDIS_REPLY_STRING;
       int back = !lost[b] && seq->type == REDIS_REPLY_STRING && /* an idle view is checked too */
