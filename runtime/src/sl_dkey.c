@@ -8,8 +8,10 @@
 #include "sluice/sl_dkey.h"
 
 #include <openssl/crypto.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sluice/sl_err.h"
@@ -72,13 +74,19 @@ static int sid_ok(const char *sid, size_t n) {
   return n > 0 && n <= SL_DKEY_SID_MAX && !memchr(sid, '/', n) && !memchr(sid, '\0', n);
 }
 
-/* What the calling thread worked out last for a few submissions, so that a
- * submission's other answers, which come close together, skip it: the
- * Redis key's name (a SHA-256) and the unwrap of the very bytes Redis
- * answered (an AES-GCM open). Only a memo: every lookup still goes to
- * Redis and its answer decides (a sentinel or nothing wipes the entry's
- * key); an entry is wiped when another submission takes its place. */
-#define MEMO 64
+/* What the process worked out last for recent submissions, so that a
+ * submission's other messages skip it: the Redis key's name (a SHA-256)
+ * and the unwrap of the very bytes Redis answered (an AES-GCM open). Only
+ * a memo: a lookup still goes to Redis and its answer decides (a sentinel
+ * or nothing wipes the entry's key), or the step that writes checks the
+ * key Redis holds (sl_dkey_cached); an entry is wiped when another
+ * submission takes its place. MEMO slots, chosen by the id's CRC16 (a
+ * stage's backlog interleaves thousands of submissions: 64 slots per
+ * thread, before, found their keys a second time too rarely to matter,
+ * bench/cost), about 200 bytes each, made at the first use; MEMO_LOCKS
+ * mutexes, each guarding every MEMO_LOCKS-th slot. */
+#define MEMO 4096
+#define MEMO_LOCKS 64
 typedef struct {
   char sid[SL_DKEY_SID_MAX + 1];
   char digest[33];  /* the name's part after the tag, "" until worked out */
@@ -86,12 +94,32 @@ typedef struct {
   uint8_t wrapped[SL_DKEY_WRAPPED_LEN];
   uint8_t dk[SL_SEAL_KEY_LEN];
 } memo_entry;
-static _Thread_local memo_entry memo[MEMO];
+static memo_entry *memo; /* NULL: none (out of memory): worked out every time */
+static pthread_mutex_t memo_mu[MEMO_LOCKS];
+static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
 
-/* sid's entry (n its length), taken over for it when another held it */
+static void memo_init(void) {
+  for (int i = 0; i < MEMO_LOCKS; i++) pthread_mutex_init(&memo_mu[i], NULL);
+  memo = calloc(MEMO, sizeof *memo);
+}
+
+/* sid's slot (n its length), locked; NULL: no memo */
+static memo_entry *memo_lock(const char *sid, size_t n) {
+  pthread_once(&memo_once, memo_init);
+  if (!memo) return NULL;
+  unsigned i = sl_slot_crc16(sid, n) % MEMO;
+  pthread_mutex_lock(&memo_mu[i % MEMO_LOCKS]);
+  return &memo[i];
+}
+
+static void memo_unlock(const memo_entry *e) {
+  if (e) pthread_mutex_unlock(&memo_mu[(size_t)(e - memo) % MEMO_LOCKS]);
+}
+
+/* sid's slot, locked and taken over for it when another held it */
 static memo_entry *memo_of(const char *sid, size_t n) {
-  memo_entry *e = &memo[sl_slot_crc16(sid, n) % MEMO];
-  if (strcmp(e->sid, sid) != 0) {
+  memo_entry *e = memo_lock(sid, n);
+  if (e && strcmp(e->sid, sid) != 0) {
     OPENSSL_cleanse(e, sizeof *e);
     memcpy(e->sid, sid, n + 1);
   }
@@ -101,19 +129,25 @@ static memo_entry *memo_of(const char *sid, size_t n) {
 int sl_dkey_rkey(const char *sid, char out[SL_DKEY_RKEY_MAX]) {
   size_t n = sid ? strlen(sid) : 0;
   if (!sid || !sid_ok(sid, n)) return SL_EINVAL;
-  memo_entry *e = memo_of(sid, n);
-  if (!e->digest[0]) {
-    char hex[65];
-    if (sl_sha256_hex(sid, n, hex) != 0) return SL_EINVAL;
-    memcpy(e->digest, hex, 32); /* 128 bits name it well enough */
-    e->digest[32] = '\0';
-  }
   const char *tag = sl_rkey_tag_of(sid, n); /* redis.buckets: "" or "{b-n}" */
   size_t t = strlen(tag);
   if (6 + t + 32 >= SL_DKEY_RKEY_MAX) return SL_EINVAL;
+  char hex[65];
+  memo_entry *e = memo_of(sid, n);
+  if (e && e->digest[0]) {
+    memcpy(hex, e->digest, 33);
+  } else {
+    if (sl_sha256_hex(sid, n, hex) != 0) {
+      memo_unlock(e);
+      return SL_EINVAL;
+    }
+    hex[32] = '\0'; /* 128 bits name it well enough */
+    if (e) memcpy(e->digest, hex, 33);
+  }
+  memo_unlock(e);
   memcpy(out, "sl:dk:", 6);
   memcpy(out + 6, tag, t);
-  memcpy(out + 6 + t, e->digest, 33);
+  memcpy(out + 6 + t, hex, 33);
   return 0;
 }
 
@@ -151,31 +185,67 @@ int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_
 int sl_dkey_open(const char *v, size_t len, const char *sid, uint8_t dk[SL_SEAL_KEY_LEN]) {
   if (!enabled) return SL_ESTATE;
   if (!sid || !sid_ok(sid, strlen(sid))) return SL_EINVAL;
-  memo_entry *e = memo_of(sid, strlen(sid));
+  size_t n = strlen(sid);
+  memo_entry *e = memo_of(sid, n);
   if (!v || !len || (len == sizeof SL_DKEY_ERASED - 1 && memcmp(v, SL_DKEY_ERASED, len) == 0)) {
-    e->have_dk = 0;
-    OPENSSL_cleanse(e->dk, sizeof e->dk);
+    if (e) {
+      e->have_dk = 0;
+      OPENSSL_cleanse(e->wrapped, sizeof e->wrapped);
+      OPENSSL_cleanse(e->dk, sizeof e->dk);
+    }
+    memo_unlock(e);
     return v && len ? SL_EERASED : SL_ENOTFOUND;
   }
-  if (e->have_dk == kek_gen && len == SL_DKEY_WRAPPED_LEN && memcmp(e->wrapped, v, len) == 0) {
+  if (e && e->have_dk == kek_gen && len == SL_DKEY_WRAPPED_LEN && memcmp(e->wrapped, v, len) == 0) {
     memcpy(dk, e->dk, SL_SEAL_KEY_LEN); /* the same bytes as last time: the same key */
+    memo_unlock(e);
     return 0;
   }
+  memo_unlock(e); /* the unwrap outside the lock */
+  e = NULL;
   char aad[sizeof AAD_PREFIX + SL_DKEY_SID_MAX + 1];
-  size_t n = 0;
+  size_t got = 0;
   int rc =
-      sl_seal_open(kek, aad, aad_of(sid, aad), (const uint8_t *)v, len, dk, SL_SEAL_KEY_LEN, &n);
-  if (rc == SL_EPARSE || rc == SL_ETOOBIG || (rc == 0 && n != SL_SEAL_KEY_LEN)) rc = SL_EAUTH;
+      sl_seal_open(kek, aad, aad_of(sid, aad), (const uint8_t *)v, len, dk, SL_SEAL_KEY_LEN, &got);
+  if (rc == SL_EPARSE || rc == SL_ETOOBIG || (rc == 0 && got != SL_SEAL_KEY_LEN)) rc = SL_EAUTH;
   if (rc) {
     OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
     return rc;
   }
-  if (len == SL_DKEY_WRAPPED_LEN) {
+  if (len == SL_DKEY_WRAPPED_LEN && (e = memo_of(sid, n))) {
     memcpy(e->wrapped, v, len);
     memcpy(e->dk, dk, SL_SEAL_KEY_LEN);
     e->have_dk = kek_gen;
   }
+  memo_unlock(e);
   return 0;
+}
+
+int sl_dkey_cached(const char *sid, uint8_t wrapped[SL_DKEY_WRAPPED_LEN],
+                   uint8_t dk[SL_SEAL_KEY_LEN]) {
+  if (!enabled) return SL_ESTATE;
+  size_t n = sid ? strlen(sid) : 0;
+  if (!sid || !sid_ok(sid, n)) return SL_EINVAL;
+  const memo_entry *e = memo_lock(sid, n);
+  int rc = e && e->have_dk == kek_gen && strcmp(e->sid, sid) == 0 ? 0 : SL_ENOTFOUND;
+  if (rc == 0) {
+    memcpy(wrapped, e->wrapped, SL_DKEY_WRAPPED_LEN);
+    memcpy(dk, e->dk, SL_SEAL_KEY_LEN);
+  }
+  memo_unlock(e);
+  return rc;
+}
+
+void sl_dkey_forget(const char *sid) {
+  size_t n = sid ? strlen(sid) : 0;
+  if (!sid || !sid_ok(sid, n)) return;
+  memo_entry *e = memo_lock(sid, n);
+  if (e && strcmp(e->sid, sid) == 0) {
+    e->have_dk = 0;
+    OPENSSL_cleanse(e->wrapped, sizeof e->wrapped);
+    OPENSSL_cleanse(e->dk, sizeof e->dk);
+  }
+  memo_unlock(e);
 }
 
 const char *sl_dkey_marker(void) { return sl_rkey_bucketed() ? "sl:dk:{dk}epoch" : "sl:dk:epoch"; }

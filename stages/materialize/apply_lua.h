@@ -38,9 +38,14 @@
  * the very value the lost one did; the writer's own count can only be
  * refilled by the writer itself, so an answer not above the last it saw
  * means Redis lost its writes (own_went_back()).
+ * With KEYS[8], the submission's data key (sl_dkey.h), and ARGV[15], the
+ * wrapped key materialize found (a GET, or its memo): nothing is written
+ * and {-1} returned unless Redis still holds that very key, so that no
+ * apply follows an erasure's sentinel (or a Redis that lost the key).
  * Returns {1 if written else 0, the sequence after this apply, the marker
  * (nil while the view is missing), the writer's count}: see went_back(). */
 static const char apply_lua[] =
+    "if KEYS[8] and redis.call('GET', KEYS[8]) ~= ARGV[15] then return {-1} end\n"
     "local seq = redis.call('INCR', KEYS[3])\n"
     "local own = redis.call('INCR', KEYS[7])\n"
     "redis.call('EXPIRE', KEYS[7], ARGV[4])\n"

@@ -147,7 +147,7 @@ typedef struct {
   /* today's ranks of what an older materialize stored as 2..6 (queued,
    * transcribing, grading, failed, done): the apply script's ARGV 9..13 */
   char legacy_rank[5][16];
-  sl_redis_script apply, record, release, raise, finish; /* by SHA-1 (sl_redis_script) */
+  sl_redis_script apply, hset, record, release, raise, finish; /* by SHA-1 (sl_redis_script) */
   atomic_int writers; /* threads that named themselves a writer (writer_id()) */
   /* what the live loop's own count says per bucket (own_went_back()), for
    * the watcher to compare with Redis in a bucket the loop writes no more */
@@ -360,6 +360,12 @@ static const char raise_lua[] =
     "end\n"
     "return 0\n";
 
+/* A submission's HSET while its data key is checked: KEYS[1] the view's
+ * hash, KEYS[2] the data key; ARGV[1] what the key must still be, then the
+ * fields and values. {-1} (nothing written) when it is not. */
+static const char hset_lua[] = "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end\n"
+                               "return redis.call('HSET', KEYS[1], unpack(ARGV, 2))\n";
+
 static const char record_lua[] =
     "if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1') then\n"
     "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
@@ -404,6 +410,8 @@ typedef struct {
   int nkeys, argc;
   const char **argv; /* argv_fixed, or malloc'd for a submission's HSET */
   const char *argv_fixed[24];
+  size_t *lens; /* NULL, lens_fixed or malloc'd: argv's lengths (the key check's bytes) */
+  size_t lens_fixed[24];
   char **owned; /* the HSET's strings */
   size_t nowned;
   char hkey[SL__VIEW_KEY_MAX], q[24], r[24], ttl[32], member[96], acc[32], tp[200], off[32],
@@ -421,15 +429,62 @@ typedef struct {
   int key_phase;      /* KP_*: the GET of its key, then (none there) the store's marker */
   int drop_dk_marker; /* a sealed status whose key Redis lost: the store is rebuilt */
   char dkkey[SL_DKEY_RKEY_MAX];
+  /* the key as found (this thread's memo, or the GET): every apply checks
+   * that Redis still holds it (apply_lua.h, KEYS[8]), so that nothing is
+   * written once an erasure has left its sentinel; a memo that no longer
+   * holds is looked up again, once */
+  int checked;
+  unsigned relooked;
+  uint8_t expect[SL_DKEY_WRAPPED_LEN];
 } work;
 
 static void work_free_cmd(work *w) {
   for (size_t i = 0; i < w->nowned; i++) free(w->owned[i]);
   free(w->owned);
   if (w->argv != w->argv_fixed) free(w->argv);
+  if (w->lens != w->lens_fixed) free(w->lens);
   w->owned = NULL;
   w->nowned = 0;
   w->argv = w->argv_fixed;
+  w->lens = NULL;
+}
+
+static const char *sid_of(const work *w) {
+  return w->kind == W_STATUS ? w->st->submission_id : w->sc->submission_id;
+}
+
+static int record_only(work *w);
+
+/* The submission's key dk found (memo: in this thread's memo, not asked
+ * of Redis): a sealed status is opened with it and its view built. 0 to go
+ * on (a memo that does not open it: forgotten, the key looked up), -1 when
+ * the work stops here (w->res says why). */
+static int key_found(work *w, uint8_t dk[SL_SEAL_KEY_LEN], int memo) {
+  w->key_phase = KP_DONE;
+  if (w->kind != W_STATUS || w->view) { /* nothing sealed */
+    OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
+    return 0;
+  }
+  char key[96];
+  snprintf(key, sizeof key, "%s/%u", w->st->submission_id, w->st->question_no);
+  int rc = sl_pbseal_open(&w->st->base, dk, key, strlen(key), NULL);
+  OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
+  if (rc && memo) {
+    sl_dkey_forget(w->st->submission_id);
+    w->checked = 0;
+    w->key_phase = KP_GET;
+    return 0;
+  }
+  if (rc) {
+    sl_result_set(w->res, SL_OUTCOME_FAIL, "sealed_invalid",
+                  "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
+    return record_only(w);
+  }
+  if (!(w->view = sl__status_view(w->st, w->label))) {
+    sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
+    return -1;
+  }
+  return 0;
 }
 
 static void work_end(work *w) {
@@ -489,10 +544,17 @@ static void work_begin(work *w) {
                   "its transcript and grade are sealed, and crypto.kek is not set here");
     w->kind = m->rkt ? W_RECORD : W_DONE;
   }
-  if (replaying && rebuild_only && !rebuild_only[w->bucket])
+  if (replaying && rebuild_only && !rebuild_only[w->bucket]) {
     w->kind = W_DONE; /* a bucket this rebuild does not repair */
-  else
-    view_keys(w);
+    return;
+  }
+  view_keys(w);
+  uint8_t dk[SL_SEAL_KEY_LEN];
+  if (w->keyed && (w->kind == W_STATUS || w->kind == W_SUBMISSION) &&
+      sl_dkey_cached(sid, w->expect, dk) == 0) { /* no GET: the apply checks it */
+    w->checked = 1;
+    if (key_found(w, dk, 1) != 0) w->kind = W_DONE;
+  }
 }
 
 /* The apply script for question qno of sid, to rank with view json. */
@@ -521,15 +583,30 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
   w->script = &M->apply;
   w->nkeys = 7;
   w->argc = 21;
+  if (w->checked) { /* KEYS[8] the data key, ARGV[15] what it must still be */
+    memmove(w->argv_fixed + 8, w->argv_fixed + 7, 14 * sizeof *w->argv_fixed);
+    w->argv_fixed[7] = w->dkkey;
+    w->argv_fixed[22] = (const char *)w->expect;
+    for (int i = 0; i < 22; i++) w->lens_fixed[i] = strlen(w->argv_fixed[i]);
+    w->lens_fixed[22] = sizeof w->expect;
+    w->lens = w->lens_fixed;
+    w->nkeys = 8;
+    w->argc = 23;
+  }
 }
 
-/* HSET of the submission's meta and its questions' specs, in one command. */
+/* HSET of the submission's meta and its questions' specs, in one command:
+ * with its key checked (w->checked), hset_lua, unless it has more
+ * arguments than a script call takes (presign.max_questions above 33; its
+ * applies are checked all the same). */
 static int cmd_hset(work *w) {
   const Sluice__V1__SubmissionCreated *sc = w->sc;
   size_t cap = 16 + 2 * sc->n_questions;
+  int check = w->checked && cap <= SL__REDIS_SCRIPT_MAX_ARGS;
   w->argv = calloc(cap, sizeof *w->argv);
   w->owned = calloc(2 * sc->n_questions + 1, sizeof *w->owned);
-  if (!w->argv || !w->owned) {
+  if (check) w->lens = calloc(cap, sizeof *w->lens);
+  if (!w->argv || !w->owned || (check && !w->lens)) {
     if (!w->argv) w->argv = w->argv_fixed;
     return SL_ENOMEM;
   }
@@ -537,8 +614,14 @@ static int cmd_hset(work *w) {
   snprintf(w->acc, sizeof w->acc, "%lld", (long long)sc->accepted_at_ms);
   snprintf(w->q, sizeof w->q, "%zu", sc->n_questions);
   size_t argc = 0;
-  w->argv[argc++] = "HSET";
-  w->argv[argc++] = w->hkey;
+  if (check) {
+    w->argv[argc++] = w->hkey;
+    w->argv[argc++] = w->dkkey;
+    w->argv[argc++] = (const char *)w->expect;
+  } else {
+    w->argv[argc++] = "HSET";
+    w->argv[argc++] = w->hkey;
+  }
   w->argv[argc++] = "accepted_at_ms";
   w->argv[argc++] = w->acc;
   w->argv[argc++] = "n";
@@ -577,6 +660,11 @@ static int cmd_hset(work *w) {
   }
   w->script = NULL;
   w->argc = (int)argc;
+  if (check) {
+    for (size_t i = 0; i < argc; i++) w->lens[i] = i == 2 ? sizeof w->expect : strlen(w->argv[i]);
+    w->script = &w->M->hset;
+    w->nkeys = 2;
+  }
   return 0;
 }
 
@@ -634,6 +722,7 @@ static int work_next(work *w) {
  * (FAIL), or an erased submission's message (DONE). */
 static int record_only(work *w) {
   w->kind = w->m->rkt ? W_RECORD : W_DONE;
+  w->step = 0; /* a submission's erasure may come after some of its applies */
   w->key_phase = KP_DONE;
   return 0;
 }
@@ -643,7 +732,7 @@ static int record_only(work *w) {
  * (w->res says why). An erased submission's message writes nothing but
  * its offset. */
 static int key_reply(work *w, const redisReply *rep) {
-  const char *sid = w->kind == W_STATUS ? w->st->submission_id : w->sc->submission_id;
+  const char *sid = sid_of(w);
   uint8_t dk[SL_SEAL_KEY_LEN];
   int rc = sl_dkey_from_reply(rep, sid, dk);
   if (rc == SL_EERASED) {
@@ -665,25 +754,11 @@ static int key_reply(work *w, const redisReply *rep) {
                   rep && rep->type == REDIS_REPLY_ERROR ? rep->str : sl_strerror(rc));
     return -1;
   }
-  w->key_phase = KP_DONE;
-  if (w->kind != W_STATUS || w->view) { /* nothing sealed */
-    OPENSSL_cleanse(dk, sizeof dk);
-    return 0;
+  if (rep->len == sizeof w->expect) { /* what the applies check */
+    memcpy(w->expect, rep->str, sizeof w->expect);
+    w->checked = 1;
   }
-  char key[96];
-  snprintf(key, sizeof key, "%s/%u", sid, w->st->question_no);
-  rc = sl_pbseal_open(&w->st->base, dk, key, strlen(key), NULL);
-  OPENSSL_cleanse(dk, sizeof dk);
-  if (rc) {
-    sl_result_set(w->res, SL_OUTCOME_FAIL, "sealed_invalid",
-                  "its sealed fields do not open with its submission's key: %s", sl_strerror(rc));
-    return record_only(w);
-  }
-  if (!(w->view = sl__status_view(w->st, w->label))) {
-    sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", sl_strerror(SL_ENOMEM));
-    return -1;
-  }
-  return 0;
+  return key_found(w, dk, 0);
 }
 
 /* No key in Redis; the store's marker answered. Complete: a submission
@@ -719,7 +794,22 @@ static int work_reply(work *w, const redisReply *rep) {
     sl_result_set(w->res, SL_OUTCOME_RETRY, "redis", "%s", w->err);
     return -1;
   }
-  if (!w->script) return 0; /* the HSET */
+  if (w->checked && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+      rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[0]->integer == -1) {
+    /* the data key is no longer the one checked (erased, or Redis lost it):
+     * nothing was written; looked up again, which decides */
+    sl_dkey_forget(sid_of(w));
+    if (w->relooked++ > 0) {
+      sl_result_set(w->res, SL_OUTCOME_RETRY, "redis",
+                    "its data key in Redis changed twice while it was applied");
+      return -1;
+    }
+    w->checked = 0;
+    w->key_phase = KP_GET;
+    w->step--; /* the same command again, after the GET */
+    return 0;
+  }
+  if (!w->script || w->script == &w->M->hset) return 0; /* the HSET */
   /* the apply script: {1 if written else 0, the sequence, the marker} */
   if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
       rep->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -773,10 +863,10 @@ static void process(void *ud, const rd_kafka_message_t *m, sl_outbox *out, sl_re
   work_begin(&w);
   while (work_next(&w)) {
     sl_redis *r = sl_tls_get(w.M->redis, w.err, sizeof w.err);
-    redisReply *rep =
-        !r         ? NULL
-        : w.script ? sl_redis_eval(r, w.script, w.nkeys, w.argc, w.argv, NULL, w.err, sizeof w.err)
-                   : sl_redis_argv(r, w.argc, w.argv, NULL, w.err, sizeof w.err);
+    redisReply *rep = !r         ? NULL
+                      : w.script ? sl_redis_eval(r, w.script, w.nkeys, w.argc, w.argv, w.lens,
+                                                 w.err, sizeof w.err)
+                                 : sl_redis_argv(r, w.argc, w.argv, NULL, w.err, sizeof w.err);
     int go = work_reply(&w, rep);
     if (rep) freeReplyObject(rep);
     if (w.back_marker[0]) drop_marker(w.M, w.bucket, w.back_marker);
@@ -817,7 +907,7 @@ static void async_next(work *w) {
   if (work_next(w)) {
     sl_aredis *ar = sl_job_redis(w->job);
     int rc = w->script ? sl_aredis_eval(ar, on_async_reply, w, w->script, w->nkeys, w->argc,
-                                        w->argv, NULL)
+                                        w->argv, w->lens)
                        : sl_aredis_argv(ar, on_async_reply, w, w->argc, w->argv, NULL);
     if (rc == 0) return;
     /* not sent (no connection): as if Redis had not answered */
@@ -1364,6 +1454,7 @@ static int materialize_main(int argc, char **argv) {
   pthread_mutex_init(&M.live_mu, NULL);
   M.live = calloc(SL_RKEY_MAX_BUCKETS, sizeof *M.live);
   sl_redis_script_init(&M.apply, apply_lua);
+  sl_redis_script_init(&M.hset, hset_lua);
   sl_redis_script_init(&M.record, record_lua);
   sl_redis_script_init(&M.release, sl_claim_release_lua);
   sl_redis_script_init(&M.raise, raise_lua);

@@ -10,6 +10,7 @@
  * before the memo kept the KEK's generation).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,6 +164,50 @@ static void test_memo(void **state) {
   assert_memory_equal(back, dk2, sizeof back);
 }
 
+/* what the memo answers without Redis (sl_dkey_cached): the key last
+ * opened for the submission, nothing once a lookup found the sentinel, once
+ * forgotten, for another submission or after a new KEK; and the process's
+ * memo is shared by its threads */
+static void *open_elsewhere(void *arg) {
+  uint8_t back[SL_SEAL_KEY_LEN];
+  return (void *)(intptr_t)sl_dkey_open(arg, SL_DKEY_WRAPPED_LEN, sid, back);
+}
+
+static void test_cached(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup(kek1, 60), 0);
+  uint8_t dk[SL_SEAL_KEY_LEN], w[SL_DKEY_WRAPPED_LEN], dk2[SL_SEAL_KEY_LEN],
+      w2[SL_DKEY_WRAPPED_LEN], gotw[SL_DKEY_WRAPPED_LEN], got[SL_SEAL_KEY_LEN];
+  assert_int_equal(sl_dkey_new(sid, dk, w), 0);
+  sl_dkey_forget(sid);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), SL_ENOTFOUND);
+  pthread_t t;
+  void *rc = NULL;
+  assert_int_equal(pthread_create(&t, NULL, open_elsewhere, w), 0);
+  assert_int_equal(pthread_join(t, &rc), 0);
+  assert_int_equal((intptr_t)rc, 0);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), 0); /* opened on another thread */
+  assert_memory_equal(gotw, w, sizeof w);
+  assert_memory_equal(got, dk, sizeof dk);
+  assert_int_equal(sl_dkey_cached("01other", gotw, got), SL_ENOTFOUND);
+  assert_int_equal(sl_dkey_cached("a/b", gotw, got), SL_EINVAL);
+  sl_dkey_forget(sid);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), SL_ENOTFOUND);
+  assert_int_equal(sl_dkey_open((const char *)w, sizeof w, sid, got), 0);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), 0);
+  assert_int_equal(sl_dkey_open(SL_DKEY_ERASED, strlen(SL_DKEY_ERASED), sid, got), SL_EERASED);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), SL_ENOTFOUND);
+  assert_int_equal(sl_dkey_open((const char *)w, sizeof w, sid, got), 0);
+  assert_int_equal(sl_dkey_setup(kek2, 60), 0); /* a new KEK: what the memo holds is stale */
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), SL_ENOTFOUND);
+  assert_int_equal(sl_dkey_new(sid, dk2, w2), 0);
+  assert_int_equal(sl_dkey_open((const char *)w2, sizeof w2, sid, got), 0);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), 0);
+  assert_memory_equal(got, dk2, sizeof dk2);
+  assert_int_equal(sl_dkey_setup("", 60), 0);
+  assert_int_equal(sl_dkey_cached(sid, gotw, got), SL_ESTATE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
@@ -170,6 +215,7 @@ int main(void) {
       cmocka_unit_test(test_setup_refused_and_off),
       cmocka_unit_test(test_names),
       cmocka_unit_test(test_memo),
+      cmocka_unit_test(test_cached),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
