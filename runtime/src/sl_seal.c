@@ -7,7 +7,8 @@
  * sets only a nonce per call, not the key's schedule again (bench/cost).
  * The last key stays in its context (its schedule, OpenSSL's memory) and
  * beside it (to compare) until another key replaces it or the thread ends
- * (both wiped then).
+ * (both wiped then). The thread's nonce state lives beside them (sl_seal.h:
+ * its random fixed field, drawn at the first seal, and its count).
  */
 #include "sluice/sl_seal.h"
 #include "sluice/sl_err.h"
@@ -24,13 +25,21 @@ static EVP_CIPHER *gcm;
 static pthread_key_t ctx_key;
 static int have_key;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+/* raised in the child of a fork (it runs alone then, so no thread reads it
+ * meanwhile): the forking thread's nonce state, copied into the child, is
+ * drawn again there */
+static unsigned fork_gen;
 
 /* a thread's contexts: [0] seals, [1] opens; key[i] the key ctx[i] holds
- * when set[i] (wiped with them) */
+ * when set[i] (wiped with them); its nonces: fixed (drawn when gen is not
+ * fork_gen + 1, or count wrapped) then count */
 typedef struct {
   EVP_CIPHER_CTX *ctx[2];
   uint8_t key[2][SL_SEAL_KEY_LEN];
   int set[2];
+  uint8_t fixed[SL_SEAL_NONCE_LEN - 4];
+  uint32_t count;
+  unsigned gen;
 } thread_ctxs;
 
 static void ctxs_free(void *p) {
@@ -40,9 +49,49 @@ static void ctxs_free(void *p) {
   OPENSSL_cleanse(t, sizeof *t);
   OPENSSL_free(t);
 }
+static void forked(void) { fork_gen++; }
+
 static void fetch(void) {
   gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
-  have_key = pthread_key_create(&ctx_key, ctxs_free) == 0;
+  have_key =
+      pthread_key_create(&ctx_key, ctxs_free) == 0 && pthread_atfork(NULL, NULL, forked) == 0;
+}
+
+/* The calling thread's state, made on first use; NULL when it could not be. */
+static thread_ctxs *thread_state(void) {
+  pthread_once(&once, fetch);
+  if (!gcm || !have_key) return NULL;
+  thread_ctxs *t = pthread_getspecific(ctx_key);
+  if (!t) {
+    t = OPENSSL_zalloc(sizeof *t);
+    if (!t) return NULL;
+    t->ctx[0] = EVP_CIPHER_CTX_new();
+    t->ctx[1] = EVP_CIPHER_CTX_new();
+    if (!t->ctx[0] || !t->ctx[1] || pthread_setspecific(ctx_key, t) != 0) {
+      ctxs_free(t);
+      return NULL;
+    }
+  }
+  return t;
+}
+
+/* The next nonce of the calling thread into nonce (sl_seal.h). 1, or 0
+ * when none could be made. */
+static int nonce_next(uint8_t nonce[SL_SEAL_NONCE_LEN]) {
+  thread_ctxs *t = thread_state();
+  if (!t) return 0;
+  if (t->gen != fork_gen + 1 || t->count == UINT32_MAX) {
+    if (RAND_bytes(t->fixed, sizeof t->fixed) != 1) {
+      t->gen = 0;
+      return 0;
+    }
+    t->gen = fork_gen + 1;
+    t->count = 0;
+  }
+  uint32_t c = t->count++;
+  memcpy(nonce, t->fixed, sizeof t->fixed);
+  for (int i = 0; i < 4; i++) nonce[sizeof t->fixed + i] = (uint8_t)(c >> (24 - 8 * i));
+  return 1;
 }
 
 /* The calling thread's context for dir (0 seal, 1 open), made on first
@@ -50,19 +99,8 @@ static void fetch(void) {
  * when key is not the one it holds. 1, or 0 when it could not be. */
 static int ctx_init(int dir, const uint8_t key[SL_SEAL_KEY_LEN], const uint8_t *nonce,
                     EVP_CIPHER_CTX **out) {
-  pthread_once(&once, fetch);
-  if (!gcm || !have_key) return 0;
-  thread_ctxs *t = pthread_getspecific(ctx_key);
-  if (!t) {
-    t = OPENSSL_zalloc(sizeof *t);
-    if (!t) return 0;
-    t->ctx[0] = EVP_CIPHER_CTX_new();
-    t->ctx[1] = EVP_CIPHER_CTX_new();
-    if (!t->ctx[0] || !t->ctx[1] || pthread_setspecific(ctx_key, t) != 0) {
-      ctxs_free(t);
-      return 0;
-    }
-  }
+  thread_ctxs *t = thread_state();
+  if (!t) return 0;
   EVP_CIPHER_CTX *c = t->ctx[dir];
   int same = t->set[dir] && CRYPTO_memcmp(key, t->key[dir], SL_SEAL_KEY_LEN) == 0;
   int ok = dir == 0 ? EVP_EncryptInit_ex2(c, same ? NULL : gcm, same ? NULL : key, nonce, NULL)
@@ -96,7 +134,7 @@ int sl_seal(const uint8_t key[SL_SEAL_KEY_LEN], const void *aad, size_t aadlen, 
   EVP_CIPHER_CTX *c = NULL;
   uint8_t *nonce = out + sizeof magic, *ct = nonce + SL_SEAL_NONCE_LEN, *tag = ct + n;
   uint8_t fin[EVP_MAX_BLOCK_LENGTH]; /* GCM's final writes nothing */
-  int l = 0, ok = RAND_bytes(nonce, SL_SEAL_NONCE_LEN) == 1 && ctx_init(0, key, nonce, &c) &&
+  int l = 0, ok = nonce_next(nonce) && ctx_init(0, key, nonce, &c) &&
                   (!aadlen || EVP_EncryptUpdate(c, NULL, &l, aad, (int)aadlen) == 1) &&
                   (!n || EVP_EncryptUpdate(c, ct, &l, in, (int)n) == 1) &&
                   EVP_EncryptFinal_ex(c, fin, &l) == 1 &&

@@ -3,7 +3,9 @@
  * test_seal.c — unit tests for sealing personal data (sl_seal): a value
  * sealed opens with the same key and aad and with nothing else; a changed
  * byte anywhere, a truncated value or another format is refused and leaves
- * nothing in the output; two seals of one value differ (random nonces); the
+ * nothing in the output; two seals of one value differ (their nonces: one
+ * thread's share its random fixed field and count up, another thread's and
+ * a forked child's have fields of their own); the
  * format is AES-256-GCM's (the GCM specification's test case 16 opens);
  * buffers too short are refused, not overrun. Each thread's contexts keep
  * the last key they were given: keys taken in turn, a refusal between, and
@@ -11,12 +13,15 @@
  * and open with its own key and no other.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -140,6 +145,57 @@ static void test_nonces_differ(void **state) {
   assert_int_equal(al, bl);
   assert_memory_not_equal(a + 4, b + 4, SL_SEAL_NONCE_LEN);
   assert_memory_not_equal(a + 4 + SL_SEAL_NONCE_LEN, b + 4 + SL_SEAL_NONCE_LEN, 4);
+  /* one thread: the same fixed field, the count one up */
+  assert_memory_equal(a + 4, b + 4, SL_SEAL_NONCE_LEN - 4);
+  uint32_t ca = 0, cb = 0;
+  for (int i = 0; i < 4; i++) {
+    ca = ca << 8 | a[4 + 8 + i];
+    cb = cb << 8 | b[4 + 8 + i];
+  }
+  assert_int_equal(cb, ca + 1);
+}
+
+static void *seal_elsewhere(void *arg) {
+  static const uint8_t key[SL_SEAL_KEY_LEN] = {7};
+  size_t n = 0;
+  return (void *)(intptr_t)sl_seal(key, aad, sizeof aad, "same", 4, arg, 64, &n);
+}
+
+/* Another thread, and the child of a fork (which starts with a copy of the
+ * forking thread's state: the same field and count, were they not drawn
+ * again), seal with nonces of their own. */
+static void test_nonces_elsewhere(void **state) {
+  (void)state;
+  static const uint8_t key[SL_SEAL_KEY_LEN] = {7};
+  uint8_t mine[64], other[64], child[64], next[64];
+  size_t n = 0;
+  assert_int_equal(sl_seal(key, aad, sizeof aad, "same", 4, mine, sizeof mine, &n), 0);
+  pthread_t t;
+  void *rc = (void *)1;
+  assert_int_equal(pthread_create(&t, NULL, seal_elsewhere, other), 0);
+  assert_int_equal(pthread_join(t, &rc), 0);
+  assert_int_equal((intptr_t)rc, 0);
+  assert_memory_not_equal(mine + 4, other + 4, SL_SEAL_NONCE_LEN - 4);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    size_t cn = 0;
+    int ok = sl_seal(key, aad, sizeof aad, "same", 4, child, sizeof child, &cn) == 0 &&
+             write(fds[1], child, cn) == (ssize_t)cn;
+    _exit(ok ? 0 : 1);
+  }
+  close(fds[1]);
+  ssize_t got = read(fds[0], child, sizeof child);
+  close(fds[0]);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_int_equal(got, (ssize_t)n);
+  assert_int_equal(sl_seal(key, aad, sizeof aad, "same", 4, next, sizeof next, &n), 0);
+  assert_memory_not_equal(child + 4, next + 4, SL_SEAL_NONCE_LEN);
+  assert_memory_not_equal(child + 4, mine + 4, SL_SEAL_NONCE_LEN - 4);
 }
 
 /* The GCM specification's test case 16 (AES-256, 96-bit IV, AAD), put in
@@ -193,6 +249,7 @@ int main(void) {
       cmocka_unit_test(test_other_key_or_aad_refused),
       cmocka_unit_test(test_any_changed_byte_refused),
       cmocka_unit_test(test_nonces_differ),
+      cmocka_unit_test(test_nonces_elsewhere),
       cmocka_unit_test(test_known_answer),
       cmocka_unit_test(test_bounds),
   };

@@ -8,18 +8,27 @@
  * operator's key-encryption key wrapping a data key) by AES-256-GCM
  * (OpenSSL's EVP interface):
  *
- *   "SLS1" | nonce (12 random bytes) | ciphertext (as long as the value) | tag (16)
+ *   "SLS1" | nonce (12 bytes) | ciphertext (as long as the value) | tag (16)
  *
  * SL_SEAL_OVERHEAD bytes more than the value. `aad` names what the value
  * belongs to (for example "<topic>\0<submission>/<question>\0<field>"): it
  * is authenticated, not stored, so a sealed value copied to another place
  * does not open there. A value opens only with the same key and aad and
  * unaltered bytes; anything else is SL_EAUTH, and nothing of the value is
- * written. Nonces are random: a key must seal fewer than 2^32 values (a
- * submission's key seals a few per question).
+ * written.
+ *
+ * Nonces (NIST SP 800-38D, 8.2.1, the deterministic construction): 8
+ * random bytes drawn by each thread (its fixed field: drawn again after
+ * 2^32 seals, and in the child of a fork) and a 4-byte count of the
+ * thread's seals. Unique for any one key as long as no two threads sealing
+ * with it drew the same 8 bytes: about T^2 / 2^65 for T threads (a
+ * submission's key is used by a few stages' threads), where 96 random bits
+ * per value gave N^2 / 2^97 for N values. Not a random draw per value:
+ * RAND_bytes was three quarters of a seal's time (bench/cost).
  *
  * Pure apart from OpenSSL (the cipher is fetched once per process; each
- * thread keeps one cipher context, freed when the thread ends).
+ * thread keeps its cipher contexts and nonce state, freed when the thread
+ * ends).
  * @locality any thread; the caller owns every buffer.
  */
 #ifndef SLUICE_SL_SEAL_H
