@@ -80,48 +80,72 @@ static int sid_ok(const char *sid, size_t n) {
  * a memo: a lookup still goes to Redis and its answer decides (a sentinel
  * or nothing wipes the entry's key), or the step that writes checks the
  * key Redis holds (sl_dkey_cached); an entry is wiped when another
- * submission takes its place. MEMO slots, chosen by the id's CRC16 (a
- * stage's backlog interleaves thousands of submissions: 64 slots per
- * thread, before, found their keys a second time too rarely to matter,
- * bench/cost), about 200 bytes each, made at the first use; MEMO_LOCKS
- * mutexes, each guarding every MEMO_LOCKS-th slot. */
+ * submission takes its place. MEMO entries in sets of MEMO_WAYS, the set
+ * chosen by the id's CRC16, the least recently used of a full set taken
+ * over (a stage's backlog interleaves thousands of submissions: 64 slots
+ * per thread, before, found their keys a second time too rarely to
+ * matter, bench/cost); about 200 bytes each, made at the first use;
+ * MEMO_LOCKS mutexes, each guarding every MEMO_LOCKS-th set. */
 #define MEMO 4096
+#define MEMO_WAYS 4
+#define MEMO_SETS (MEMO / MEMO_WAYS)
 #define MEMO_LOCKS 64
 typedef struct {
   char sid[SL_DKEY_SID_MAX + 1];
   char digest[33];  /* the name's part after the tag, "" until worked out */
   unsigned have_dk; /* the KEK's generation its dk was unwrapped with; 0: none */
+  unsigned used;    /* its set's tick when it was last found or taken */
   uint8_t wrapped[SL_DKEY_WRAPPED_LEN];
   uint8_t dk[SL_SEAL_KEY_LEN];
 } memo_entry;
-static memo_entry *memo; /* NULL: none (out of memory): worked out every time */
+static memo_entry *memo;    /* NULL: none (out of memory): worked out every time */
+static unsigned *memo_tick; /* per set, under its lock */
 static pthread_mutex_t memo_mu[MEMO_LOCKS];
 static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
 
 static void memo_init(void) {
   for (int i = 0; i < MEMO_LOCKS; i++) pthread_mutex_init(&memo_mu[i], NULL);
   memo = calloc(MEMO, sizeof *memo);
+  memo_tick = calloc(MEMO_SETS, sizeof *memo_tick);
+  if (!memo_tick) {
+    free(memo);
+    memo = NULL;
+  }
 }
 
-/* sid's slot (n its length), locked; NULL: no memo */
+/* sid's set (n its length) locked, and its entry for sid, else the one to
+ * take over for it (an empty one, or the least recently used); NULL: no
+ * memo. The caller compares the entry's sid. */
 static memo_entry *memo_lock(const char *sid, size_t n) {
   pthread_once(&memo_once, memo_init);
   if (!memo) return NULL;
-  unsigned i = sl_slot_crc16(sid, n) % MEMO;
-  pthread_mutex_lock(&memo_mu[i % MEMO_LOCKS]);
-  return &memo[i];
+  unsigned set = sl_slot_crc16(sid, n) % MEMO_SETS;
+  pthread_mutex_lock(&memo_mu[set % MEMO_LOCKS]);
+  memo_entry *ways = &memo[set * MEMO_WAYS], *victim = &ways[0];
+  for (int i = 0; i < MEMO_WAYS; i++) {
+    if (strcmp(ways[i].sid, sid) == 0) {
+      ways[i].used = ++memo_tick[set];
+      return &ways[i];
+    }
+    if (!victim->sid[0]) continue; /* an empty one is kept */
+    if (!ways[i].sid[0] || memo_tick[set] - ways[i].used > memo_tick[set] - victim->used)
+      victim = &ways[i]; /* empty, or older (ages, as the tick wraps) */
+  }
+  return victim;
 }
 
 static void memo_unlock(const memo_entry *e) {
-  if (e) pthread_mutex_unlock(&memo_mu[(size_t)(e - memo) % MEMO_LOCKS]);
+  if (e) pthread_mutex_unlock(&memo_mu[(size_t)(e - memo) / MEMO_WAYS % MEMO_LOCKS]);
 }
 
-/* sid's slot, locked and taken over for it when another held it */
+/* sid's entry, locked and taken over for it when another held it */
 static memo_entry *memo_of(const char *sid, size_t n) {
   memo_entry *e = memo_lock(sid, n);
   if (e && strcmp(e->sid, sid) != 0) {
+    size_t set = (size_t)(e - memo) / MEMO_WAYS;
     OPENSSL_cleanse(e, sizeof *e);
     memcpy(e->sid, sid, n + 1);
+    e->used = ++memo_tick[set];
   }
   return e;
 }

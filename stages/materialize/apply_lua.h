@@ -39,13 +39,20 @@
  * refilled by the writer itself, so an answer not above the last it saw
  * means Redis lost its writes (own_went_back()).
  * With KEYS[8], the submission's data key (sl_dkey.h), and ARGV[15], the
- * wrapped key materialize found (a GET, or its memo): nothing is written
- * and {-1} returned unless Redis still holds that very key, so that no
- * apply follows an erasure's sentinel (or a Redis that lost the key).
+ * wrapped key materialize found (a GET, or its memo) or "" (the status has
+ * nothing sealed: any key will do): nothing is written and {-1} returned
+ * unless Redis still holds that very key (any key but the sentinel
+ * "erased"), so that no apply follows an erasure's sentinel (or a Redis
+ * that lost the key).
  * Returns {1 if written else 0, the sequence after this apply, the marker
  * (nil while the view is missing), the writer's count}: see went_back(). */
 static const char apply_lua[] =
-    "if KEYS[8] and redis.call('GET', KEYS[8]) ~= ARGV[15] then return {-1} end\n"
+    "if KEYS[8] then\n"
+    "  local k = redis.call('GET', KEYS[8])\n"
+    "  if not k or (ARGV[15] == '' and k == 'erased') or (ARGV[15] ~= '' and k ~= ARGV[15]) then\n"
+    "    return {-1}\n"
+    "  end\n"
+    "end\n"
     "local seq = redis.call('INCR', KEYS[3])\n"
     "local own = redis.call('INCR', KEYS[7])\n"
     "redis.call('EXPIRE', KEYS[7], ARGV[4])\n"

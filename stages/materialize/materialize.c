@@ -361,10 +361,14 @@ static const char raise_lua[] =
     "return 0\n";
 
 /* A submission's HSET while its data key is checked: KEYS[1] the view's
- * hash, KEYS[2] the data key; ARGV[1] what the key must still be, then the
- * fields and values. {-1} (nothing written) when it is not. */
-static const char hset_lua[] = "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end\n"
-                               "return redis.call('HSET', KEYS[1], unpack(ARGV, 2))\n";
+ * hash, KEYS[2] the data key; ARGV[1] what the key must still be ("": any
+ * key but the erased sentinel), then the fields and values. {-1} (nothing
+ * written) when it is not. */
+static const char hset_lua[] =
+    "local k = redis.call('GET', KEYS[2])\n"
+    "if not k or (ARGV[1] == '' and k == '" SL_DKEY_ERASED "') or (ARGV[1] ~= '' and k ~= ARGV[1]) "
+    "then return {-1} end\n"
+    "return redis.call('HSET', KEYS[1], unpack(ARGV, 2))\n";
 
 static const char record_lua[] =
     "if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1') then\n"
@@ -429,14 +433,17 @@ typedef struct {
   int key_phase;      /* KP_*: the GET of its key, then (none there) the store's marker */
   int drop_dk_marker; /* a sealed status whose key Redis lost: the store is rebuilt */
   char dkkey[SL_DKEY_RKEY_MAX];
-  /* the key as found (this thread's memo, or the GET): every apply checks
-   * that Redis still holds it (apply_lua.h, KEYS[8]), so that nothing is
-   * written once an erasure has left its sentinel; a memo that no longer
-   * holds is looked up again, once */
+  /* what every write checks Redis still holds in the same script
+   * (apply_lua.h, KEYS[8]), so that nothing is written once an erasure has
+   * left its sentinel: CHECK_KEY the very key used (expect: from the
+   * process's memo, or the GET), CHECK_LIVE any key but the sentinel (a
+   * message with nothing sealed needs no key, only a live submission);
+   * a check that fails is followed by a GET, which decides, once */
   int checked;
   unsigned relooked;
   uint8_t expect[SL_DKEY_WRAPPED_LEN];
 } work;
+enum { CHECK_NONE, CHECK_KEY, CHECK_LIVE };
 
 static void work_free_cmd(work *w) {
   for (size_t i = 0; i < w->nowned; i++) free(w->owned[i]);
@@ -471,7 +478,7 @@ static int key_found(work *w, uint8_t dk[SL_SEAL_KEY_LEN], int memo) {
   OPENSSL_cleanse(dk, SL_SEAL_KEY_LEN);
   if (rc && memo) {
     sl_dkey_forget(w->st->submission_id);
-    w->checked = 0;
+    w->checked = CHECK_NONE;
     w->key_phase = KP_GET;
     return 0;
   }
@@ -503,6 +510,9 @@ static void view_keys(work *w) {
   sl__view_key(w->k_feed, sizeof w->k_feed, SL__VIEW_FEED, w->bucket);
   sl__view_writer_key(w->k_own, sizeof w->k_own, w->bucket, writer_id(w->M));
 }
+
+/* The most arguments a submission's HSET can have (cmd_hset). */
+static size_t hset_cap(const Sluice__V1__SubmissionCreated *sc) { return 16 + 2 * sc->n_questions; }
 
 /* Reads the message: what is to be done. */
 static void work_begin(work *w) {
@@ -550,9 +560,13 @@ static void work_begin(work *w) {
   }
   view_keys(w);
   uint8_t dk[SL_SEAL_KEY_LEN];
-  if (w->keyed && (w->kind == W_STATUS || w->kind == W_SUBMISSION) &&
-      sl_dkey_cached(sid, w->expect, dk) == 0) { /* no GET: the apply checks it */
-    w->checked = 1;
+  if (!w->keyed || (w->kind != W_STATUS && w->kind != W_SUBMISSION)) return;
+  if ((w->kind == W_SUBMISSION && hset_cap(w->sc) <= SL__REDIS_SCRIPT_MAX_ARGS) ||
+      (w->kind == W_STATUS && w->view)) { /* nothing sealed: no key needed (cmd_hset) */
+    w->checked = CHECK_LIVE;
+    w->key_phase = KP_DONE;
+  } else if (sl_dkey_cached(sid, w->expect, dk) == 0) { /* no GET: the apply checks it */
+    w->checked = CHECK_KEY;
     if (key_found(w, dk, 1) != 0) w->kind = W_DONE;
   }
 }
@@ -588,7 +602,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
     w->argv_fixed[7] = w->dkkey;
     w->argv_fixed[22] = (const char *)w->expect;
     for (int i = 0; i < 22; i++) w->lens_fixed[i] = strlen(w->argv_fixed[i]);
-    w->lens_fixed[22] = sizeof w->expect;
+    w->lens_fixed[22] = w->checked == CHECK_KEY ? sizeof w->expect : 0;
     w->lens = w->lens_fixed;
     w->nkeys = 8;
     w->argc = 23;
@@ -601,7 +615,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
  * applies are checked all the same). */
 static int cmd_hset(work *w) {
   const Sluice__V1__SubmissionCreated *sc = w->sc;
-  size_t cap = 16 + 2 * sc->n_questions;
+  size_t cap = hset_cap(sc);
   int check = w->checked && cap <= SL__REDIS_SCRIPT_MAX_ARGS;
   w->argv = calloc(cap, sizeof *w->argv);
   w->owned = calloc(2 * sc->n_questions + 1, sizeof *w->owned);
@@ -661,7 +675,8 @@ static int cmd_hset(work *w) {
   w->script = NULL;
   w->argc = (int)argc;
   if (check) {
-    for (size_t i = 0; i < argc; i++) w->lens[i] = i == 2 ? sizeof w->expect : strlen(w->argv[i]);
+    for (size_t i = 0; i < argc; i++)
+      w->lens[i] = i != 2 ? strlen(w->argv[i]) : w->checked == CHECK_KEY ? sizeof w->expect : 0;
     w->script = &w->M->hset;
     w->nkeys = 2;
   }
@@ -756,7 +771,7 @@ static int key_reply(work *w, const redisReply *rep) {
   }
   if (rep->len == sizeof w->expect) { /* what the applies check */
     memcpy(w->expect, rep->str, sizeof w->expect);
-    w->checked = 1;
+    w->checked = CHECK_KEY;
   }
   return key_found(w, dk, 0);
 }
@@ -804,7 +819,7 @@ static int work_reply(work *w, const redisReply *rep) {
                     "its data key in Redis changed twice while it was applied");
       return -1;
     }
-    w->checked = 0;
+    w->checked = CHECK_NONE;
     w->key_phase = KP_GET;
     w->step--; /* the same command again, after the GET */
     return 0;
