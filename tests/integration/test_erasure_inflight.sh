@@ -7,9 +7,10 @@
 # erased sentinel where the data key was and drops the answer, so the
 # provider gets no grading call for it, nothing is dead-lettered, and the
 # drop is counted (sluice_erased_dropped_total). A second submission,
-# waiting beside it, is graded as usual. A late copy of one of the erased
-# submission's statuses, redelivered to materialize (which remembers its
-# data key), is dropped too and brings no Redis key of it back.
+# waiting beside it, is graded as usual. Late copies of two of the erased
+# submission's statuses (one with nothing sealed, one sealed, whose data
+# key materialize remembers), redelivered to materialize, are dropped too
+# and bring no Redis key of it back.
 # TEST_GRADE_SYNC=1 (ctest's .sync run): grade with the rubric plugin, SYNC,
 # which runs by way of process() with the data key its claim read
 # (sl_stage_opts.data_key; before, a keyed SYNC plugin went by way of
@@ -76,20 +77,29 @@ if [[ -n $SYNC ]]; then
 else
   check "one grading call after the erasure, the second submission's ($calls)" test "$calls" = 1
 fi
-# A late copy of a status materialize applied before the erasure (a
-# redelivery): materialize still remembers the submission's data key, and
-# only the apply script's check of the key in Redis (apply_lua.h, KEYS[8])
-# keeps it from writing the erased view again.
+# Late copies of two statuses materialize applied before the erasure (a
+# redelivery): the question's first (nothing sealed in it: materialize
+# needs no key, and its apply checks only that the submission has one)
+# and its last (stt's, its transcript sealed: materialize still remembers
+# the submission's data key). Only the apply script's check of the key in
+# Redis (apply_lua.h, KEYS[8]) keeps either from writing the erased view
+# again.
 B=$SLUICE_KAFKA_BROKERS
-read -r p o < <(kcat -C -b "$B" -t results -o beginning -e -q -f '%p %o %k\n' 2>/dev/null |
-  awk -v k="$erased_sid/1" '$3 == k {p = $1; o = $2} END {print p, o}')
-kcat -C -b "$B" -t results -p "$p" -o "$o" -c 1 -e -q -f '%s' >"$work/late.bin" 2>/dev/null
-kcat -P -b "$B" -t results -p "$p" -k "$erased_sid/1" "$work/late.bin"
-mat_dropped() { at_least 1 metric sluice_erased_dropped_total '' "$(admin materialize)"; }
-check "materialize dropped a late status of the erased submission (sluice_erased_dropped_total)" \
-  wait_for 30 mat_dropped
+kcat -C -b "$B" -t results -o beginning -e -q -f '%p %o %k\n' 2>/dev/null |
+  awk -v k="$erased_sid/1" '$3 == k' >"$work/statuses.txt" || true
+late=0
+for pick in 1 '$'; do
+  read -r p o _ < <(sed -n "${pick}p" "$work/statuses.txt")
+  [[ -n ${o:-} ]] || continue
+  kcat -C -b "$B" -t results -p "$p" -o "$o" -c 1 -e -q -f '%s' >"$work/late.bin" 2>/dev/null
+  kcat -P -b "$B" -t results -p "$p" -k "$erased_sid/1" "$work/late.bin"
+  late=$((late + 1))
+done
+check "two earlier statuses of the erased submission sent again ($late)" test "$late" = 2
+mat_dropped() { at_least 2 metric sluice_erased_dropped_total '' "$(admin materialize)"; }
+check "materialize dropped both (sluice_erased_dropped_total)" wait_for 30 mat_dropped
 left=$(RC --scan --pattern "*$erased_sid*" | head -5 || true)
-check "and wrote nothing of it to Redis (${left:-no key names it})" test -z "$left"
+check "and wrote nothing of them to Redis (${left:-no key names it})" test -z "$left"
 
 dl=$("$SLUICECTL" dlq list --submission "$erased_sid" --json 2>/dev/null | jq -s length)
 check "nothing dead-lettered for the erased submission ($dl)" test "$dl" = 0

@@ -26,6 +26,7 @@
 #include "sluice/sl_err.h"
 #include "sluice/sl_id.h"
 #include "sluice/sl_rkey.h"
+#include "sluice/sl_slot.h"
 
 static const char kek1[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 static const char kek2[] = "F00102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F";
@@ -208,6 +209,43 @@ static void test_cached(void **state) {
   assert_int_equal(sl_dkey_cached(sid, gotw, got), SL_ESTATE);
 }
 
+/* The memo in sets (sl_dkey.c: 1,024 sets of 4 by the id's CRC16): five
+ * submissions of one set, the first found again before the fifth comes,
+ * so the second, the least recently used, is the one replaced. */
+static void test_cached_lru(void **state) {
+  (void)state;
+  assert_int_equal(sl_dkey_setup(kek1, 60), 0);
+  char ids[5][40];
+  unsigned set = 0;
+  int found = 0;
+  for (int i = 0; found < 5 && i < 1000000; i++) {
+    char id[40];
+    snprintf(id, sizeof id, "0190f5a2-7c1e-7b3a-9c2d-%012d", i);
+    unsigned s = sl_slot_crc16(id, strlen(id)) % 1024;
+    if (found == 0) set = s;
+    if (s == set) memcpy(ids[found++], id, sizeof id);
+  }
+  assert_int_equal(found, 5);
+  uint8_t dk[5][SL_SEAL_KEY_LEN], w[5][SL_DKEY_WRAPPED_LEN], got[SL_SEAL_KEY_LEN],
+      gotw[SL_DKEY_WRAPPED_LEN];
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(sl_dkey_new(ids[i], dk[i], w[i]), 0);
+    sl_dkey_forget(ids[i]);
+  }
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(sl_dkey_open((const char *)w[i], sizeof w[i], ids[i], got), 0);
+  for (int i = 0; i < 4; i++) assert_int_equal(sl_dkey_cached(ids[i], gotw, got), 0);
+  assert_int_equal(sl_dkey_cached(ids[0], gotw, got), 0); /* the first, used last */
+  assert_int_equal(sl_dkey_open((const char *)w[4], sizeof w[4], ids[4], got), 0);
+  assert_int_equal(sl_dkey_cached(ids[4], gotw, got), 0);
+  assert_memory_equal(got, dk[4], sizeof got);
+  assert_int_equal(sl_dkey_cached(ids[0], gotw, got), 0);
+  assert_memory_equal(got, dk[0], sizeof got);
+  assert_int_equal(sl_dkey_cached(ids[1], gotw, got), SL_ENOTFOUND);
+  assert_int_equal(sl_dkey_cached(ids[2], gotw, got), 0);
+  assert_int_equal(sl_dkey_cached(ids[3], gotw, got), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
@@ -216,6 +254,7 @@ int main(void) {
       cmocka_unit_test(test_names),
       cmocka_unit_test(test_memo),
       cmocka_unit_test(test_cached),
+      cmocka_unit_test(test_cached_lru),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
