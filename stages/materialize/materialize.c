@@ -462,7 +462,7 @@ static const char *sid_of(const work *w) {
 
 static int record_only(work *w);
 
-/* The submission's key dk found (memo: in this thread's memo, not asked
+/* The submission's key dk found (memo: in the process's memo, not asked
  * of Redis): a sealed status is opened with it and its view built. 0 to go
  * on (a memo that does not open it: forgotten, the key looked up), -1 when
  * the work stops here (w->res says why). */

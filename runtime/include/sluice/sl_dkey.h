@@ -27,7 +27,9 @@
  * still deletes what Redis and storage hold, not the Kafka copies.
  *
  * Process-wide: sl_dkey_setup() once at start-up (sl_common_secure),
- * before threads; read-only and thread-safe after.
+ * before threads; thread-safe after (the memo of recent submissions'
+ * names and keys, sl_dkey.c, is shared by the process's threads under
+ * striped locks).
  */
 #ifndef SLUICE_SL_DKEY_H
 #define SLUICE_SL_DKEY_H
@@ -75,16 +77,16 @@ int sl_dkey_from_reply(const redisReply *r, const char *sid, uint8_t dk[SL_SEAL_
  * there (SL_ENOTFOUND). */
 int sl_dkey_open(const char *v, size_t n, const char *sid, uint8_t dk[SL_SEAL_KEY_LEN]);
 
-/* What the calling thread opened last for sid (sl_dkey_open, with this
+/* What the process opened last for sid (sl_dkey_open, with this
  * KEK): its wrapped form and the key, without asking Redis. 0, or
- * SL_ENOTFOUND (not among the few submissions the thread remembers),
+ * SL_ENOTFOUND (not among the submissions the memo holds),
  * SL_EINVAL, SL_ESTATE (off). Only a memo: an erasure or a lost Redis
  * does not reach it, so the caller must have Redis confirm, in the
  * very step that writes, that the key there is still wrapped (materialize's
  * apply script compares them), and call sl_dkey_forget() when it is not. */
 int sl_dkey_cached(const char *sid, uint8_t wrapped[SL_DKEY_WRAPPED_LEN],
                    uint8_t dk[SL_SEAL_KEY_LEN]);
-/* Wipes the calling thread's memo of sid's key (the next lookup opens
+/* Wipes the process's memo of sid's key (the next lookup opens
  * what Redis answers). */
 void sl_dkey_forget(const char *sid);
 
