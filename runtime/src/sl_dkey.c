@@ -138,6 +138,13 @@ static void memo_unlock(const memo_entry *e) {
   if (e) pthread_mutex_unlock(&memo_mu[(size_t)(e - memo) / MEMO_WAYS % MEMO_LOCKS]);
 }
 
+/* Forgets e's key (its name stays). */
+static void memo_wipe_key(memo_entry *e) {
+  e->have_dk = 0;
+  OPENSSL_cleanse(e->wrapped, sizeof e->wrapped);
+  OPENSSL_cleanse(e->dk, sizeof e->dk);
+}
+
 /* sid's entry, locked and taken over for it when another held it */
 static memo_entry *memo_of(const char *sid, size_t n) {
   memo_entry *e = memo_lock(sid, n);
@@ -212,11 +219,7 @@ int sl_dkey_open(const char *v, size_t len, const char *sid, uint8_t dk[SL_SEAL_
   size_t n = strlen(sid);
   memo_entry *e = memo_of(sid, n);
   if (!v || !len || (len == sizeof SL_DKEY_ERASED - 1 && memcmp(v, SL_DKEY_ERASED, len) == 0)) {
-    if (e) {
-      e->have_dk = 0;
-      OPENSSL_cleanse(e->wrapped, sizeof e->wrapped);
-      OPENSSL_cleanse(e->dk, sizeof e->dk);
-    }
+    if (e) memo_wipe_key(e);
     memo_unlock(e);
     return v && len ? SL_EERASED : SL_ENOTFOUND;
   }
@@ -264,11 +267,7 @@ void sl_dkey_forget(const char *sid) {
   size_t n = sid ? strlen(sid) : 0;
   if (!sid || !sid_ok(sid, n)) return;
   memo_entry *e = memo_lock(sid, n);
-  if (e && strcmp(e->sid, sid) == 0) {
-    e->have_dk = 0;
-    OPENSSL_cleanse(e->wrapped, sizeof e->wrapped);
-    OPENSSL_cleanse(e->dk, sizeof e->dk);
-  }
+  if (e && strcmp(e->sid, sid) == 0) memo_wipe_key(e);
   memo_unlock(e);
 }
 
