@@ -511,8 +511,12 @@ static void view_keys(work *w) {
   sl__view_writer_key(w->k_own, sizeof w->k_own, w->bucket, writer_id(w->M));
 }
 
-/* The most arguments a submission's HSET can have (cmd_hset). */
-static size_t hset_cap(const Sluice__V1__SubmissionCreated *sc) { return 16 + 2 * sc->n_questions; }
+/* The most arguments a submission's HSET can have (cmd_hset): the checking
+ * script's three (hash, key, expected) or "HSET" and the hash, four meta
+ * fields, tenant, callback and apikey, two per question. */
+static size_t hset_cap(const Sluice__V1__SubmissionCreated *sc) {
+  return 3 + 14 + 2 * sc->n_questions;
+}
 
 /* Reads the message: what is to be done. */
 static void work_begin(work *w) {
@@ -611,7 +615,7 @@ static void cmd_apply(work *w, const char *sid, unsigned qno, int rank, const ch
 
 /* HSET of the submission's meta and its questions' specs, in one command:
  * with its key checked (w->checked), hset_lua, unless it has more
- * arguments than a script call takes (presign.max_questions above 33; its
+ * arguments than a script call takes (presign.max_questions above 31; its
  * applies are checked all the same). */
 static int cmd_hset(work *w) {
   const Sluice__V1__SubmissionCreated *sc = w->sc;
